@@ -1,0 +1,3 @@
+from fxls.cli import main
+
+raise SystemExit(main())

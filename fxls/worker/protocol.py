@@ -153,6 +153,8 @@ class Limits:
 class Isolation:
     seccomp: bool = True
     landlock: bool = True
+    netns: bool = False
+    """Private network namespace (user+net); often unavailable to unprivileged users."""
 
 
 @dataclass
@@ -391,7 +393,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             raise ProtocolError(f"{where}: expected an object, got {type(value).__name__}")
         _, val_tp = typing.get_args(tp) or (str, Any)
         return {str(k): _convert(val_tp, v, f"{where}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_dict(tp, value, where)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):

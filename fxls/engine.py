@@ -1,0 +1,359 @@
+"""The analysis engine shared by ``fxls check`` and the language server.
+
+``analyze()`` turns one document version into a ``FileAnalysis``: it parses the text (AST,
+directives), sends one capture job to the worker, and turns sandbox failures into FX5xx
+diagnostics. When a job with several classes dies (timeout, crash, memory), the class that
+was running gets the diagnostic and every other class is captured again in a job of its own,
+so one bad class never hides the results of the others. No torch, no LSP types here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from fxls.analysis import ClassInfo, parse
+from fxls.worker import messages
+from fxls.worker.protocol import (
+    CaptureJob,
+    CaptureResult,
+    ClassRequest,
+    Diagnostic,
+    InputSpec,
+    Isolation,
+    JobResult,
+    Limits,
+    ModuleResult,
+    Span,
+)
+
+
+class Runner(Protocol):
+    """What the engine needs from ``fxls.workerclient.WorkerClient``."""
+
+    async def run(self, job: CaptureJob, limits: Limits, isolation: Isolation) -> JobResult: ...
+
+
+@dataclass
+class EngineOptions:
+    limits: Limits = field(default_factory=Limits)
+    isolation: Isolation = field(default_factory=Isolation)
+    meta_init: bool = True
+    symbolic: bool = True
+    parallel_retries: int = 2
+    """How many single-class re-runs may run at once after a job failed."""
+
+
+@dataclass
+class FileAnalysis:
+    path: str
+    version: int | None
+    modules: list[ModuleResult] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    """All diagnostics (file level and per module), deduplicated and sorted by position."""
+    syntax_error: Diagnostic | None = None
+    isolation: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+    outcome: str = "ok"
+    """``ok`` or the first non-ok sandbox result kind (``timeout``, ``oom``...)."""
+    classes: list[ClassInfo] = field(default_factory=list)
+    """The AST view of the document, for features that need class and forward ranges."""
+    torch_version: str | None = None
+
+    def module(self, name: str) -> ModuleResult | None:
+        return next((m for m in self.modules if m.name == name), None)
+
+    @property
+    def has_errors(self) -> bool:
+        return any(d.severity == "error" for d in self.diagnostics)
+
+
+_RETRYABLE = frozenset(
+    {
+        "timeout",
+        "oom",
+        "cpu_limit",
+        "file_size_limit",
+        "killed",
+        "signal",
+        "exit",
+        "system_exit",
+        "exception",
+        "recursion",
+        "protocol_error",
+        "result_too_large",
+    }
+)
+"""Job outcomes after which the other classes of the file are worth capturing one by one."""
+
+
+def _signal_name(num: int | None) -> str:
+    if num is None:
+        return "a signal"
+    try:
+        return f"signal {num} ({signal.Signals(num).name})"
+    except ValueError:
+        return f"signal {num}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+def failure_diagnostic(result: JobResult, limits: Limits, cls: str, span: Span) -> Diagnostic:
+    """A non-ok JobResult -> the FX5xx diagnostic on ``span`` (``cls`` names the culprit)."""
+    kind = result.kind
+    detail = result.message.strip()
+    data = {"kind": kind, "phase": result.phase, "class": result.current_class}
+    msg: messages.Message
+    if kind == "timeout":
+        msg = messages.FX501(span, cls=cls, limit=_seconds(limits.timeout_s))
+    elif kind == "oom":
+        msg = messages.FX502(span, cls=cls, limit=f"{limits.memory_mb} MB")
+    elif kind == "cpu_limit":
+        msg = messages.FX506(span, cls=cls, limit=_seconds(limits.cpu_s))
+    elif kind == "file_size_limit":
+        msg = messages.FX507(span, cls=cls, limit=f"{limits.file_size_mb} MB")
+    elif kind in ("exit", "system_exit"):
+        code = f"exit code {result.exit_code}" if result.exit_code is not None else "exit"
+        msg = messages.FX504(span, cls=cls, reason=detail or code)
+    elif kind == "result_too_large":
+        msg = messages.FX505(span, cls=cls, reason=detail or "over the size limit")
+    elif kind == "protocol_error":
+        msg = messages.FX509(span, cls=cls, reason=detail or "unreadable result")
+    elif kind in ("signal", "killed"):
+        msg = messages.FX503(
+            span, cls=cls, reason=detail or f"killed by {_signal_name(result.signal)}"
+        )
+    elif kind in ("exception", "recursion") and result.phase == "trace":
+        msg = messages.FX199(span, cls=cls, error=detail or kind)
+    elif kind in ("exception", "recursion") and result.phase == "init":
+        msg = messages.FX401(span, cls=cls, error=detail or kind, example="...")
+    elif kind in ("exception", "recursion") and result.phase == "import":
+        msg = messages.FX404(span, error=detail or kind)
+    elif kind in ("exception", "recursion"):
+        msg = messages.FX503(span, cls=cls, reason=detail or kind)
+    else:  # worker_died, sandbox_setup and anything new
+        msg = messages.FX508(span, reason=detail or kind.replace("_", " "))
+    return msg.diagnostic(data)
+
+
+def _file_span(text: str) -> Span:
+    first = text.split("\n", 1)[0].rstrip("\r")
+    return Span(1, 0, 1, len(first))
+
+
+def _diag_key(d: Diagnostic) -> tuple[object, ...]:
+    s = d.span
+    return (d.code, s.line, s.col, s.end_line, s.end_col, d.message)
+
+
+def dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """Drop exact duplicates and sort by position, then code."""
+    seen: set[tuple[object, ...]] = set()
+    out: list[Diagnostic] = []
+    for d in diagnostics:
+        key = _diag_key(d)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    out.sort(key=lambda d: (d.span.line, d.span.col, d.code))
+    return out
+
+
+_TB_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def _import_error_diagnostic(capture: CaptureResult, path: str, text: str) -> Diagnostic | None:
+    """FX404 for a file that failed to execute, unless the worker already reported one."""
+    error = capture.error
+    if error is None or any(d.severity == "error" for d in capture.diagnostics):
+        return None
+    line = 0
+    for m in _TB_LINE.finditer(error.traceback):
+        if m.group("file") == path:
+            line = int(m.group("line"))
+    lines = text.split("\n")
+    if 1 <= line <= len(lines):
+        raw = lines[line - 1].rstrip("\r")
+        start = len(raw) - len(raw.lstrip())
+        span = Span(line, start, line, len(raw.rstrip()))
+    else:
+        span = _file_span(text)
+    return messages.FX404(span, error=f"{error.type}: {error.message}").diagnostic()
+
+
+def _failed_module(info: ClassInfo, diagnostic: Diagnostic) -> ModuleResult:
+    return ModuleResult(
+        name=info.name,
+        line=info.line,
+        status="failed",
+        capture="none",
+        diagnostics=[diagnostic],
+    )
+
+
+def build_requests(
+    classes: list[ClassInfo],
+    extra_inputs: dict[str, list[InputSpec]] | None = None,
+    init_override: dict[str, str] | None = None,
+) -> list[ClassRequest]:
+    """ClassRequests for ``classes``; CLI inputs/init override directives and annotations."""
+    requests = []
+    for info in classes:
+        req = info.request()
+        for spec in (extra_inputs or {}).get(info.name, []):
+            req.inputs = [s for s in req.inputs if s.name != spec.name] + [spec]
+        if init_override and info.name in init_override:
+            req.init = init_override[info.name]
+            req.init_line = None
+        requests.append(req)
+    return requests
+
+
+async def analyze(
+    client: Runner,
+    path: str,
+    text: str,
+    *,
+    version: int | None = None,
+    options: EngineOptions | None = None,
+    root: str | None = None,
+    only: list[str] | None = None,
+    extra_inputs: dict[str, list[InputSpec]] | None = None,
+    init_override: dict[str, str] | None = None,
+) -> FileAnalysis:
+    """Analyze one document version through the worker. Never raises for user code problems
+    (those become diagnostics); ``asyncio.CancelledError`` propagates."""
+    options = options or EngineOptions()
+    started = time.monotonic()
+    parsed = parse(text)
+    result = FileAnalysis(path=path, version=version, classes=parsed.classes)
+    if parsed.syntax_error is not None:
+        err = parsed.syntax_error
+        result.syntax_error = messages.FX404(
+            err.span, error=f"SyntaxError: {err.message}"
+        ).diagnostic()
+        result.diagnostics = [result.syntax_error]
+        result.outcome = "syntax_error"
+        result.duration_s = time.monotonic() - started
+        return result
+
+    classes = [c for c in parsed.classes if only is None or c.name in only]
+    diagnostics = list(parsed.diagnostics)
+    if classes:
+        requests = build_requests(classes, extra_inputs, init_override)
+        folder = os.path.dirname(os.path.abspath(path))
+        sys_path = [folder] + ([root] if root and root != folder else [])
+        job = CaptureJob(
+            path=path,
+            source=text,
+            classes=requests,
+            sys_path=sys_path,
+            meta_init=options.meta_init,
+            symbolic=options.symbolic,
+        )
+        await _capture(client, job, classes, text, options, result, diagnostics)
+    result.diagnostics = dedupe(diagnostics + [d for m in result.modules for d in m.diagnostics])
+    result.duration_s = time.monotonic() - started
+    return result
+
+
+async def _run(client: Runner, job: CaptureJob, options: EngineOptions) -> JobResult:
+    try:
+        return await client.run(job, options.limits, options.isolation)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return JobResult(id=-1, kind="worker_died", message=f"{type(exc).__name__}: {exc}")
+
+
+def _absorb(
+    job_result: JobResult,
+    requests: list[ClassRequest],
+    path: str,
+    text: str,
+    result: FileAnalysis,
+    diagnostics: list[Diagnostic],
+) -> None:
+    """Merge an ok JobResult's payload into ``result`` (skipped classes get a stub)."""
+    for layer in job_result.isolation:
+        if layer not in result.isolation:
+            result.isolation.append(layer)
+    capture = job_result.payload or CaptureResult()
+    result.torch_version = result.torch_version or capture.torch_version
+    diagnostics.extend(capture.diagnostics)
+    import_error = _import_error_diagnostic(capture, path, text)
+    if import_error is not None:
+        diagnostics.append(import_error)
+    returned = {m.name for m in capture.modules}
+    result.modules.extend(capture.modules)
+    for req in requests:
+        if req.skip and req.name not in returned:
+            result.modules.append(ModuleResult(name=req.name, line=req.line, status="skipped"))
+
+
+async def _capture(
+    client: Runner,
+    job: CaptureJob,
+    classes: list[ClassInfo],
+    text: str,
+    options: EngineOptions,
+    result: FileAnalysis,
+    diagnostics: list[Diagnostic],
+) -> None:
+    by_name = {c.name: c for c in classes}
+    first = await _run(client, job, options)
+    if first.kind == "cancelled":
+        result.outcome = "cancelled"
+        return
+    if first.kind == "ok":
+        _absorb(first, job.classes, job.path, text, result, diagnostics)
+        return
+
+    result.outcome = first.kind
+    for layer in first.isolation:
+        if layer not in result.isolation:
+            result.isolation.append(layer)
+    culprit = by_name.get(first.current_class or "")
+    active = [r for r in job.classes if not r.skip]
+    if culprit is None and len(active) == 1 and first.phase not in ("setup", "import"):
+        culprit = by_name.get(active[0].name)
+    if first.kind not in _RETRYABLE or (culprit is None and first.phase in ("setup", "import")):
+        # The file as a whole could not be captured: retrying class by class cannot help.
+        name = os.path.basename(job.path)
+        diagnostics.append(failure_diagnostic(first, options.limits, name, _file_span(text)))
+        return
+    if culprit is not None:
+        diag = failure_diagnostic(first, options.limits, culprit.name, culprit.name_span)
+        result.modules.append(_failed_module(culprit, diag))
+    rest = [r for r in job.classes if culprit is None or r.name != culprit.name]
+    if not rest:
+        return
+    semaphore = asyncio.Semaphore(max(1, options.parallel_retries))
+
+    async def one(req: ClassRequest) -> tuple[ClassRequest, JobResult]:
+        async with semaphore:
+            single = CaptureJob(
+                path=job.path,
+                source=job.source,
+                classes=[req],
+                sys_path=job.sys_path,
+                meta_init=job.meta_init,
+                symbolic=job.symbolic,
+            )
+            return req, await _run(client, single, options)
+
+    for req, res in await asyncio.gather(*(one(r) for r in rest)):
+        if res.kind == "ok":
+            _absorb(res, [req], job.path, text, result, diagnostics)
+        elif res.kind != "cancelled":
+            info = by_name[req.name]
+            diag = failure_diagnostic(res, options.limits, info.name, info.name_span)
+            result.modules.append(_failed_module(info, diag))
+    result.modules.sort(key=lambda m: m.line)

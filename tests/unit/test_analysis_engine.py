@@ -1,0 +1,155 @@
+"""The engine: sandbox outcomes -> FX5xx diagnostics, and per-class isolation of failures.
+
+The mapping tests are pure; the isolation tests run the real worker (skipped without it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from fxls.engine import EngineOptions, analyze, dedupe, failure_diagnostic
+from fxls.worker.protocol import Diagnostic, JobResult, Limits, Span
+
+ROOT = Path(__file__).resolve().parents[2]
+SPAN = Span(3, 6, 3, 9)
+
+
+@pytest.mark.parametrize(
+    ("result", "code", "needle"),
+    [
+        (JobResult(1, "timeout"), "FX501", "within 7 s"),
+        (JobResult(1, "oom"), "FX502", "512 MB"),
+        (JobResult(1, "cpu_limit"), "FX506", "9 s"),
+        (JobResult(1, "file_size_limit"), "FX507", "4 MB"),
+        (JobResult(1, "signal", signal=11), "FX503", "SIGSEGV"),
+        (JobResult(1, "exit", exit_code=3), "FX504", "exit code 3"),
+        (JobResult(1, "result_too_large", message="40 MB"), "FX505", "40 MB"),
+        (JobResult(1, "protocol_error", message="bad frame"), "FX509", "bad frame"),
+        (JobResult(1, "worker_died", message="zygote exited"), "FX508", "zygote exited"),
+        (JobResult(1, "exception", phase="trace", message="TraceError: x"), "FX199", "TraceError"),
+        (JobResult(1, "exception", phase="init", message="TypeError: y"), "FX401", "TypeError"),
+        (JobResult(1, "exception", phase="serialize", message="ValueError"), "FX503", "Value"),
+    ],
+)
+def test_sandbox_outcomes_map_to_fx5xx(result: JobResult, code: str, needle: str) -> None:
+    limits = Limits(timeout_s=7, cpu_s=9, memory_mb=512, file_size_mb=4)
+    diag = failure_diagnostic(result, limits, "Net", SPAN)
+    assert diag.code == code
+    assert needle in diag.message
+    assert diag.span == SPAN
+    assert diag.data["kind"] == result.kind
+
+
+def test_dedupe_sorts_and_drops_exact_duplicates() -> None:
+    a = Diagnostic("FX201", "error", "m", Span(5, 2, 5, 4))
+    b = Diagnostic("FX101", "error", "m", Span(2, 0, 2, 1))
+    c = Diagnostic("FX302", "hint", "m", Span(5, 2, 5, 4))
+    assert dedupe([a, b, a, c, Diagnostic("FX201", "error", "m", Span(5, 2, 5, 4))]) == [b, a, c]
+
+
+SOURCE = textwrap.dedent(
+    """\
+    import os
+    from torch import nn
+
+    # fxls: x = (B=2, 4)
+    class Aborts(nn.Module):
+        def forward(self, x):
+            os.abort()
+
+    # fxls: x = (B=2, 4)
+    class Hangs(nn.Module):
+        def forward(self, x):
+            while True:
+                pass
+
+    # fxls: x = (B=2, 4)
+    class Good(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    # fxls: skip
+    class Skipped(nn.Module):
+        def forward(self, x):
+            return x
+    """
+)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def worker() -> AsyncIterator[object]:
+    if not (ROOT / "fxls" / "workerclient.py").exists():
+        pytest.skip("fxls/workerclient.py (the worker client) is not available")
+    from fxls.workerclient import WorkerClient
+
+    client = WorkerClient()
+    await client.start()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
+async def test_each_failing_class_gets_its_own_diagnostic(worker: object, tmp_path: Path) -> None:
+    path = str(tmp_path / "models.py")
+    options = EngineOptions(limits=Limits(timeout_s=3, cpu_s=5))
+    result = await analyze(worker, path, SOURCE, version=7, options=options)  # type: ignore[arg-type]
+    assert result.version == 7
+    assert result.outcome in ("signal", "timeout")
+    status = {m.name: m.status for m in result.modules}
+    assert status == {"Aborts": "failed", "Hangs": "failed", "Good": "traced", "Skipped": "skipped"}
+    codes = {(d.code, d.span.line) for d in result.diagnostics}
+    assert ("FX503", 5) in codes  # SIGABRT on `class Aborts`
+    assert ("FX501", 10) in codes  # timeout on `class Hangs`
+    good = result.module("Good")
+    assert good is not None and good.outputs[0].shape == ["B", 3]
+    assert [c.name for c in result.classes] == ["Aborts", "Hangs", "Good", "Skipped"]
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_file_that_exits_at_import_is_one_file_level_diagnostic(
+    worker: object, tmp_path: Path
+) -> None:
+    source = "import os\nfrom torch import nn\nos._exit(4)\n\nclass A(nn.Module):\n    pass\n"
+    result = await analyze(worker, str(tmp_path / "m.py"), source)  # type: ignore[arg-type]
+    assert result.modules == []
+    (diag,) = [d for d in result.diagnostics if d.severity == "error"]
+    assert (diag.code, diag.span.line) == ("FX504", 1)
+    assert "code 4" in diag.message
+
+
+async def test_syntax_error_and_cancellation_need_no_worker() -> None:
+    class Never:
+        async def run(self, *args: object) -> JobResult:
+            raise AssertionError("no job expected")
+
+    result = await analyze(Never(), "x.py", "class A(nn.Module:\n")  # type: ignore[arg-type]
+    assert result.outcome == "syntax_error"
+    assert result.syntax_error is not None
+    assert [d.code for d in result.diagnostics] == ["FX404"]
+    empty = await analyze(Never(), "x.py", "x = 1\n")  # type: ignore[arg-type]
+    assert (empty.modules, empty.diagnostics, empty.outcome) == ([], [], "ok")
+
+    class Slow:
+        async def run(self, *args: object) -> JobResult:
+            await asyncio.sleep(60)
+            raise AssertionError("not reached")
+
+    task = asyncio.ensure_future(analyze(Slow(), "x.py", "class A(nn.Module):\n    pass\n"))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

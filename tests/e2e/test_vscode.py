@@ -1,0 +1,395 @@
+"""The fxls VS Code extension in a real VS Code: code-server driven by headless Chromium.
+
+``tests/e2e/vscode/setup.sh`` installs Chromium, code-server and playwright-core (into
+``~/.cache/fxls-e2e``, reused when present) and builds ``vscode-extension/fxls.vsix``. The test
+installs the .vsix into a private code-server, opens a workspace whose ``fxls.python`` is this
+interpreter, and drives the editor like a user: open a file, wait for squiggles, hover a call.
+Screenshots go to ``tests/artifacts/vscode/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.editor, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent / "vscode"
+ARTIFACTS = ROOT / "tests" / "artifacts" / "vscode"
+SETUP_CANNOT_INSTALL = 3
+"""setup.sh exits with this when a prerequisite (apt, code-server, ...) cannot be installed."""
+
+MODEL = textwrap.dedent(
+    """\
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    # fxls: x = (B, 3, 32, 32)
+    class SmallCNN(nn.Module):
+        def __init__(self, num_classes: int = 10) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 64, kernel_size=3, padding=1)
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(64, num_classes)
+
+        def forward(self, x):
+            x = F.relu(self.conv1(x))
+            x = self.pool(x).flatten(1)
+            return self.fc(x)
+    """
+)
+
+BROKEN = textwrap.dedent(
+    """\
+    import torch
+    import torch.nn as nn
+
+
+    # fxls: x = (B, 16)
+    class Gate(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(16, 16)
+
+        def forward(self, x):
+            if x.sum() > 0:
+                return self.proj(x)
+            return x
+    """
+)
+
+
+@dataclass
+class Toolchain:
+    code_server: Path
+    chromium: str
+    node_modules: Path
+    vsix: Path
+    seconds: int
+
+
+@pytest.fixture(scope="module")
+def toolchain() -> Toolchain:
+    """Runs the idempotent setup script; skips only when prerequisites cannot be installed."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the VS Code test runs code-server and Debian's Chromium on Linux only")
+    for tool in ("node", "npm", "bash"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"`{tool}` is not installed; the VS Code test needs Node.js 20 and npm")
+    proc = subprocess.run(
+        ["bash", str(HERE / "setup.sh")],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        check=False,
+    )
+    if proc.returncode == SETUP_CANNOT_INSTALL:
+        pytest.skip(f"cannot install the VS Code test's prerequisites:\n{proc.stderr[-3000:]}")
+    assert proc.returncode == 0, f"setup.sh failed ({proc.returncode}):\n{proc.stderr[-5000:]}"
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    return Toolchain(
+        code_server=Path(info["code_server"]),
+        chromium=info["chromium"],
+        node_modules=Path(info["node_modules"]),
+        vsix=Path(info["vsix"]),
+        seconds=int(info["seconds"]),
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+
+
+@dataclass
+class CodeServer:
+    url: str
+    workspace: Path
+    home: Path
+    data: Path
+    log: Path
+
+    def fxls_log(self) -> str:
+        """The extension's "fxls" output channel, as VS Code saved it."""
+        logs = sorted(self.data.glob("logs/*/exthost*/fxls.fxls/fxls.log"))
+        return "\n".join(p.read_text(errors="replace") for p in logs)
+
+
+def _start_code_server(
+    toolchain: Toolchain, tmp: Path, *, trust: bool, python: str
+) -> tuple[CodeServer, subprocess.Popen[bytes]]:
+    """Installs the .vsix into private dirs and serves ``tmp/workspace`` on a free port."""
+    home = tmp / "home"
+    data, extensions, workspace = tmp / "data", tmp / "extensions", tmp / "workspace"
+    (workspace / ".vscode").mkdir(parents=True)
+    (workspace / "model.py").write_text(MODEL)
+    (workspace / "broken.py").write_text(BROKEN)
+    _write_json(workspace / ".vscode" / "settings.json", {"fxls.python": python})
+    user_settings: dict[str, Any] = {
+        "editor.hover.delay": 100,
+        "editor.minimap.enabled": False,
+        "workbench.startupEditor": "none",
+        "workbench.tips.enabled": False,
+        "extensions.autoUpdate": False,
+        "extensions.ignoreRecommendations": True,
+        "update.mode": "none",
+        "telemetry.telemetryLevel": "off",
+        "security.workspace.trust.startupPrompt": "never",
+    }
+    if not trust:
+        # Restricted mode ignores the workspace's fxls.python; the user setting still applies.
+        user_settings["fxls.python"] = python
+    _write_json(data / "User" / "settings.json", user_settings)
+    config = tmp / "config.yaml"
+    config.write_text("auth: none\ncert: false\n")
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+    }
+    common = [
+        "node",
+        str(toolchain.code_server),
+        "--config",
+        str(config),
+        "--user-data-dir",
+        str(data),
+        "--extensions-dir",
+        str(extensions),
+    ]
+    install = subprocess.run(
+        [*common, "--install-extension", str(toolchain.vsix)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert any(p.name.startswith("fxls.fxls-") for p in extensions.iterdir()), install.stdout
+
+    port = _free_port()
+    log = tmp / "code-server.log"
+    args = [
+        *common,
+        "--bind-addr",
+        f"127.0.0.1:{port}",
+        "--auth",
+        "none",
+        "--disable-telemetry",
+        "--disable-update-check",
+        "--ignore-last-opened",
+    ]
+    if trust:
+        args.append("--disable-workspace-trust")
+    # else Workspace Trust stays on and the folder opens in restricted mode.
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _stop(proc)
+            pytest.fail(f"code-server did not come up:\n{log.read_text()[-3000:]}")
+        time.sleep(0.3)
+    return CodeServer(f"{url}/?folder={workspace}", workspace, home, data, log), proc
+
+
+StartCodeServer = Callable[..., CodeServer]
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stops code-server and everything it started (extension host, fxls server, worker)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.fixture
+def start_code_server(toolchain: Toolchain, tmp_path: Path) -> Iterator[StartCodeServer]:
+    """Starts code-server (``trust=False``: Workspace Trust on, folder in restricted mode)."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(trust: bool = True, python: str = sys.executable) -> CodeServer:
+        server, proc = _start_code_server(toolchain, tmp_path, trust=trust, python=python)
+        procs.append(proc)
+        return server
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            _stop(proc)
+
+
+def _drive(
+    toolchain: Toolchain, server: CodeServer, tmp: Path, name: str, steps: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Runs driver.mjs over ``steps``; returns what it observed (also saved as JSON)."""
+    shots = ARTIFACTS / name
+    shutil.rmtree(shots, ignore_errors=True)
+    shots.mkdir(parents=True)
+    config = {
+        "url": server.url,
+        "chromium": toolchain.chromium,
+        "nodeModules": str(toolchain.node_modules),
+        "profileDir": str(tmp / "chromium-profile"),
+        "screenshotDir": str(shots),
+        "showOutput": True,
+        "steps": steps,
+    }
+    config_path = tmp / "driver.json"
+    _write_json(config_path, config)
+    proc = subprocess.run(
+        ["node", str(HERE / "driver.mjs"), str(config_path)],
+        capture_output=True,
+        text=True,
+        timeout=420,
+        env={**os.environ, "HOME": str(server.home)},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["code_server_log"] = server.log.read_text(errors="replace")[-4000:]
+    result["fxls_log"] = server.fxls_log()
+    _write_json(shots / "result.json", result)
+    assert result["error"] is None, f"{result['error']}\n{result.get('output', '')}"
+    return result
+
+
+BROKEN_STEP: dict[str, Any] = {
+    "name": "broken",
+    "file": "broken.py",
+    "expectText": "if x.sum() > 0:",
+    "waitSquiggle": "error",
+    "squiggleHover": True,
+    "timeoutMs": 90000,
+}
+
+
+def test_diagnostics_and_hover_in_vscode(
+    toolchain: Toolchain, start_code_server: StartCodeServer, tmp_path: Path
+) -> None:
+    """A trace failure shows as an error squiggle; hovering `conv1` shows the call and its shape."""
+    server = start_code_server(True)
+    result = _drive(
+        toolchain,
+        server,
+        tmp_path,
+        "trusted",
+        [
+            BROKEN_STEP,
+            {
+                "name": "model",
+                "file": "model.py",
+                "expectText": "self.conv1(x)",
+                "hover": {
+                    "line": "x = F.relu(self.conv1(x))",
+                    "word": "conv1",
+                    "expect": ["conv1", "call_module", "[B, 64, 32, 32]"],
+                },
+                "timeoutMs": 60000,
+            },
+        ],
+    )
+    broken, model = result["steps"]
+    context = json.dumps(result, indent=1)[-6000:]
+    # The status bar item is there and says the server runs.
+    assert broken["status"]["text"] == "fxls", context
+    assert "codicon-check" in model["status"]["icons"], context
+    # The trace failure (data-dependent `if`) is an error with an fxls code and the reason.
+    assert broken["squiggles"]["errors"] >= 1, context
+    assert re.search(r"fxls\(?FX\d{3}", broken["squiggle_hover"]), context
+    assert "control flow" in broken["squiggle_hover"], context
+    # The healthy model has no errors, and hovering the call in forward shows its node and shape.
+    assert model["squiggles"]["errors"] == 0, context
+    hover = model["hover"]
+    assert hover.startswith("conv1 · call_module · Conv2d(3, 64"), context
+    assert "→ [B, 64, 32, 32] float32" in hover, context
+    starts = re.findall(r"Starting: (.*)", result["fxls_log"])
+    assert starts == [
+        f"{sys.executable} -m fxls serve (interpreter from setting; workspace trusted)"
+    ], context
+
+
+def test_restricted_mode_until_trusted(
+    toolchain: Toolchain, start_code_server: StartCodeServer, tmp_path: Path
+) -> None:
+    """Untrusted folder: no code runs, the status says so; trusting it restarts the analysis."""
+    server = start_code_server(False)
+    untrusted = {
+        "name": "untrusted",
+        "file": "broken.py",
+        "expectText": "if x.sum() > 0:",
+        "settleMs": 8000,
+        "timeoutMs": 30000,
+    }
+    trusted = {**BROKEN_STEP, "name": "after-trust", "grantTrust": True}
+    result = _drive(toolchain, server, tmp_path, "untrusted", [untrusted, trusted])
+    before, after = result["steps"]
+    context = json.dumps(result, indent=1)[-6000:]
+    assert "codicon-shield" in before["status"]["icons"], context
+    assert before["squiggles"]["errors"] == 0, context
+    assert "not trusted" in before["notifications"], context
+    # One start in restricted mode, then exactly one restart when trust is granted.
+    starts = re.findall(r"Starting: .*workspace (.*)\)", result["fxls_log"])
+    assert starts == ["NOT trusted: restricted mode", "trusted"], context
+    assert after["squiggles"]["errors"] >= 1, context
+    assert "codicon-check" in after["status"]["icons"], context
+
+
+def test_missing_interpreter_is_reported(
+    toolchain: Toolchain, start_code_server: StartCodeServer, tmp_path: Path
+) -> None:
+    """An interpreter that does not exist: an error status item and a message that says why."""
+    missing = str(tmp_path / "no-such-env" / "bin" / "python")
+    server = start_code_server(python=missing)
+    step = {"name": "no-server", "file": "model.py", "expectText": "self.conv1(x)"}
+    result = _drive(toolchain, server, tmp_path, "no-server", [{**step, "settleMs": 5000}])
+    (observed,) = result["steps"]
+    context = json.dumps(result, indent=1)[-6000:]
+    assert "codicon-error" in observed["status"]["icons"], context
+    assert "could not start the language server" in observed["notifications"], context
+    assert missing in result["fxls_log"], context

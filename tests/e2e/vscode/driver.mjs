@@ -1,0 +1,280 @@
+// Drives a real VS Code (code-server) in headless Chromium with playwright-core.
+//
+// Usage: node driver.mjs <config.json>
+// The config names the served URL, the Chromium binary, a fresh profile dir, a screenshot dir,
+// where playwright-core is installed, and a list of steps (see test_vscode.py). The driver
+// prints one JSON object on stdout: what each step observed, so the Python test asserts on it.
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+
+const config = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const require = createRequire(path.join(config.nodeModules, "noop.js"));
+const { chromium } = require("playwright-core");
+
+const results = { steps: [], console: [], error: null };
+const log = (message) => process.stderr.write(`driver: ${message}\n`);
+
+async function screenshot(page, name) {
+  const file = path.join(config.screenshotDir, `${name}.png`);
+  await page.screenshot({ path: file });
+  return file;
+}
+
+/** Opens a workspace file through Quick Open and waits until its text is rendered. */
+async function openFile(page, name, expectText) {
+  await page.locator(".monaco-workbench").click({ position: { x: 600, y: 400 } }).catch(() => {});
+  await page.keyboard.press("Control+P");
+  const input = page.locator(".quick-input-widget input");
+  await input.waitFor({ state: "visible", timeout: 15000 });
+  await input.fill(name);
+  // Wait until Quick Open lists the file (file search starts a moment after the workbench).
+  const row = page.locator(".quick-input-list .monaco-list-row", { hasText: name }).first();
+  await row.waitFor({ state: "visible", timeout: 20000 });
+  await page.waitForTimeout(200);
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(
+    (text) => {
+      const lines = document.querySelector(".editor-instance .view-lines, .monaco-editor .view-lines");
+      return lines !== null && lines.textContent.replace(/\u00a0/g, " ").includes(text);
+    },
+    expectText,
+    { timeout: 20000 },
+  );
+}
+
+/** Screen coordinates of `word` inside the first rendered editor line containing `lineText`. */
+async function locateWord(page, lineText, word) {
+  return page.evaluate(
+    ({ lineText, word }) => {
+      for (const line of document.querySelectorAll(".monaco-editor .view-line")) {
+        const text = line.textContent.replace(/\u00a0/g, " ");
+        const at = text.indexOf(lineText);
+        if (at < 0) continue;
+        const wordAt = at + lineText.indexOf(word);
+        // Walk the text nodes to the character offset (Monaco splits a line into token spans).
+        const walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT);
+        let offset = 0;
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+          const length = node.textContent.length;
+          if (wordAt < offset + length) {
+            const range = document.createRange();
+            const start = wordAt - offset;
+            range.setStart(node, start);
+            range.setEnd(node, Math.min(length, start + Math.max(1, Math.floor(word.length / 2))));
+            const rect = range.getBoundingClientRect();
+            return { x: rect.right, y: rect.top + rect.height / 2 };
+          }
+          offset += length;
+        }
+      }
+      return null;
+    },
+    { lineText, word },
+  );
+}
+
+/** Moves the mouse onto `word` and returns the hover widget's text ("" if none appeared). */
+async function hover(page, lineText, word, expect, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  let text = "";
+  while (Date.now() < deadline) {
+    const point = await locateWord(page, lineText, word);
+    if (!point) throw new Error(`no rendered line contains ${JSON.stringify(lineText)}`);
+    await page.mouse.move(5, 5);
+    await page.waitForTimeout(150);
+    await page.mouse.move(point.x, point.y, { steps: 3 });
+    try {
+      await page.waitForFunction(
+        () => {
+          const h = document.querySelector(".monaco-hover:not(.hidden) .monaco-hover-content, .monaco-hover:not(.hidden)");
+          return h !== null && h.innerText.trim().length > 0 && !/Loading/.test(h.innerText);
+        },
+        null,
+        { timeout: 4000 },
+      );
+      text = await page.evaluate(() =>
+        Array.from(document.querySelectorAll(".monaco-hover:not(.hidden)"))
+          .map((h) => h.innerText)
+          .join("\n"),
+      );
+      if (!expect || expect.every((e) => text.includes(e))) return text;
+    } catch {
+      // No hover yet (the server may still be analysing); move away and try again.
+    }
+    await page.waitForTimeout(700);
+  }
+  return text;
+}
+
+async function squiggles(page) {
+  return page.evaluate(() => ({
+    errors: document.querySelectorAll(".monaco-editor .squiggly-error").length,
+    warnings: document.querySelectorAll(".monaco-editor .squiggly-warning").length,
+  }));
+}
+
+/** The fxls status bar item: its text and the codicons it shows (e.g. codicon-shield). */
+async function statusBar(page) {
+  return page.evaluate(() => {
+    const items = Array.from(document.querySelectorAll(".statusbar-item")).filter((e) =>
+      /fxls/.test(e.innerText),
+    );
+    return {
+      text: items.map((e) => e.innerText.trim()).join(" | "),
+      icons: items.flatMap((e) =>
+        Array.from(e.querySelectorAll(".codicon")).flatMap((i) =>
+          Array.from(i.classList).filter((c) => c.startsWith("codicon-")),
+        ),
+      ),
+    };
+  });
+}
+
+async function notifications(page) {
+  return page.evaluate(() =>
+    Array.from(document.querySelectorAll(".notifications-toasts .notification-list-item-message"))
+      .map((e) => e.innerText.trim())
+      .join("\n"),
+  );
+}
+
+/** Trusts the open folder through the Workspace Trust editor, as a user would. */
+async function grantTrust(page) {
+  await page.keyboard.press("Control+Shift+P");
+  const input = page.locator(".quick-input-widget input");
+  await input.waitFor({ state: "visible", timeout: 15000 });
+  await input.fill(">Workspaces: Manage Workspace Trust");
+  await page
+    .locator(".quick-input-list .monaco-list-row", { hasText: "Manage Workspace Trust" })
+    .first()
+    .waitFor({ state: "visible", timeout: 15000 });
+  await page.keyboard.press("Enter");
+  const button = page
+    .locator(".workspace-trust-editor .monaco-button", { hasText: /^Trust/ })
+    .first();
+  await button.waitFor({ state: "visible", timeout: 15000 });
+  await screenshot(page, "trust-editor");
+  await button.click();
+  await page.waitForTimeout(500);
+}
+
+async function runStep(page, step) {
+  const out = { name: step.name };
+  const started = Date.now();
+  if (step.grantTrust) {
+    await grantTrust(page);
+  }
+  await openFile(page, step.file, step.expectText);
+  out.opened_ms = Date.now() - started;
+  if (step.settleMs) {
+    await page.waitForTimeout(step.settleMs);
+  }
+  if (step.waitSquiggle) {
+    try {
+      await page.waitForSelector(`.monaco-editor .squiggly-${step.waitSquiggle}`, {
+        timeout: step.timeoutMs,
+      });
+    } catch {
+      out.squiggle_timeout = true;
+    }
+  }
+  out.squiggles = await squiggles(page);
+  out.diagnostics_ms = Date.now() - started;
+  if (step.hover) {
+    out.hover = await hover(page, step.hover.line, step.hover.word, step.hover.expect, step.timeoutMs);
+    out.hover_ms = Date.now() - started;
+  }
+  out.status = await statusBar(page);
+  out.notifications = await notifications(page);
+  if (out.hover) {
+    await page.waitForTimeout(400); // let the hover finish fading in for the screenshot
+  }
+  out.screenshot = await screenshot(page, step.name);
+  if (step.squiggleHover) {
+    // Hover the first error squiggle to read the diagnostic message.
+    const box = await page.locator(".monaco-editor .squiggly-error").first().boundingBox();
+    if (box) {
+      await page.mouse.move(5, 5);
+      await page.waitForTimeout(150);
+      await page.mouse.move(box.x + Math.min(box.width / 2, 20), box.y + box.height / 2, { steps: 3 });
+      try {
+        await page.waitForSelector(".monaco-hover:not(.hidden)", { timeout: 4000 });
+        await page.waitForTimeout(300);
+        out.squiggle_hover = await page.evaluate(() =>
+          Array.from(document.querySelectorAll(".monaco-hover:not(.hidden)"))
+            .map((h) => h.innerText)
+            .join("\n"),
+        );
+      } catch {
+        out.squiggle_hover = "";
+      }
+      await screenshot(page, `${step.name}-diagnostic`);
+    }
+  }
+  return out;
+}
+
+/** Runs "fxls: Show Output" from the command palette and returns the panel's visible text. */
+async function showOutput(page) {
+  await page.keyboard.press("Control+Shift+P");
+  const input = page.locator(".quick-input-widget input");
+  await input.waitFor({ state: "visible", timeout: 15000 });
+  await input.fill(">fxls: Show Output");
+  await page.waitForTimeout(500);
+  await page.keyboard.press("Enter");
+  await page.waitForSelector(".part.panel .monaco-editor .view-lines", { timeout: 15000 });
+  await page.waitForTimeout(800);
+  const text = await page.evaluate(
+    () => document.querySelector(".part.panel .monaco-editor .view-lines")?.innerText ?? "",
+  );
+  await screenshot(page, "output");
+  return text.replace(/\u00a0/g, " ");
+}
+
+async function main() {
+  const context = await chromium.launchPersistentContext(config.profileDir, {
+    executablePath: config.chromium,
+    headless: true,
+    viewport: { width: 1400, height: 900 },
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+  });
+  const page = context.pages()[0] ?? (await context.newPage());
+  page.on("console", (message) => {
+    if (message.type() === "error") results.console.push(message.text().slice(0, 300));
+  });
+  try {
+    await page.goto(config.url, { waitUntil: "domcontentloaded", timeout: 60000 });
+    await page.waitForSelector(".monaco-workbench", { timeout: 60000 });
+    await page.waitForSelector(".statusbar", { timeout: 60000 });
+    log("workbench loaded");
+    for (const step of config.steps) {
+      log(`step ${step.name}`);
+      results.steps.push(await runStep(page, step));
+    }
+    if (config.showOutput) {
+      results.output = await showOutput(page);
+    }
+  } catch (error) {
+    results.error = String(error && error.stack ? error.stack : error);
+    try {
+      results.failure_screenshot = await screenshot(page, "failure");
+    } catch {
+      // The page is gone; nothing more to record.
+    }
+  } finally {
+    await context.close();
+  }
+  process.stdout.write(JSON.stringify(results) + "\n");
+}
+
+await main();

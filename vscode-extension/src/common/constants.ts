@@ -1,0 +1,10 @@
+/** Identifiers shared by the extension's modules and package.json. */
+
+export const EXTENSION_NAME = "fxls";
+/** Configuration section; also the language client's id, so `fxls.trace.server` works. */
+export const CONFIG_SECTION = "fxls";
+export const COMMAND_RESTART = "fxls.restartServer";
+export const COMMAND_SHOW_OUTPUT = "fxls.showOutput";
+export const PYTHON_EXTENSION_ID = "ms-python.python";
+/** Settings that change how the server process is started; a change restarts it. */
+export const RESTART_SETTINGS = ["fxls.python", "fxls.server.command"] as const;

@@ -1,0 +1,96 @@
+/**
+ * Reading the `fxls.*` settings.
+ *
+ * The server settings mirror `fxls/settings.py` (same names and defaults; a test compares
+ * package.json with it). They are sent nested, camelCase, as the language server's
+ * `initializationOptions`, together with `trusted`; later changes reach the server through
+ * `workspace/didChangeConfiguration` and `workspace/configuration`.
+ */
+import * as vscode from "vscode";
+import { CONFIG_SECTION } from "./constants";
+
+export interface LimitsSettings {
+  timeoutSeconds: number;
+  cpuSeconds: number;
+  memoryMB: number;
+  fileSizeMB: number;
+}
+
+/** Settings the server reads. Client-only ones (`server.command`, `trace.server`) are not here. */
+export interface ServerSettings {
+  python: string;
+  limits: LimitsSettings;
+  debounceMs: number;
+  inlayHints: { enabled: boolean };
+  codeLens: { enabled: boolean };
+  isolation: { seccomp: boolean; landlock: boolean };
+  capture: { metaInit: boolean; symbolic: boolean };
+}
+
+/** What the client sends as `initializationOptions`. */
+export interface InitializationOptions extends ServerSettings {
+  /** False in an untrusted workspace: the server then runs no user code. */
+  trusted: boolean;
+}
+
+function config(resource?: vscode.Uri): vscode.WorkspaceConfiguration {
+  return vscode.workspace.getConfiguration(CONFIG_SECTION, resource);
+}
+
+/** The server settings as the user has them (defaults come from package.json). */
+export function getServerSettings(resource?: vscode.Uri): ServerSettings {
+  const c = config(resource);
+  return {
+    python: c.get<string>("python", ""),
+    limits: {
+      timeoutSeconds: c.get<number>("limits.timeoutSeconds", 10),
+      cpuSeconds: c.get<number>("limits.cpuSeconds", 12),
+      memoryMB: c.get<number>("limits.memoryMB", 2048),
+      fileSizeMB: c.get<number>("limits.fileSizeMB", 64),
+    },
+    debounceMs: c.get<number>("debounceMs", 300),
+    inlayHints: { enabled: c.get<boolean>("inlayHints.enabled", true) },
+    codeLens: { enabled: c.get<boolean>("codeLens.enabled", true) },
+    isolation: {
+      seccomp: c.get<boolean>("isolation.seccomp", true),
+      landlock: c.get<boolean>("isolation.landlock", true),
+    },
+    capture: {
+      metaInit: c.get<boolean>("capture.metaInit", true),
+      symbolic: c.get<boolean>("capture.symbolic", true),
+    },
+  };
+}
+
+export function getInitializationOptions(resource?: vscode.Uri): InitializationOptions {
+  return { ...getServerSettings(resource), trusted: vscode.workspace.isTrusted };
+}
+
+/** `fxls.server.command` with empty entries dropped; empty means "use the interpreter". */
+export function getServerCommandSetting(resource?: vscode.Uri): string[] {
+  const value = config(resource).get<unknown>("server.command", []);
+  if (!Array.isArray(value)) {
+    return [];
+  }
+  return value.filter((part): part is string => typeof part === "string" && part.length > 0);
+}
+
+/** `fxls.python`, with `~` and `${workspaceFolder}` expanded. */
+export function getPythonSetting(resource?: vscode.Uri): string {
+  return expandPath(config(resource).get<string>("python", "").trim(), resource);
+}
+
+export function expandPath(value: string, resource?: vscode.Uri): string {
+  if (!value) {
+    return value;
+  }
+  const home = process.env.HOME ?? process.env.USERPROFILE ?? "";
+  let out = value.replace(/^~(?=$|[\\/])/, home);
+  const folder =
+    (resource && vscode.workspace.getWorkspaceFolder(resource)) ??
+    vscode.workspace.workspaceFolders?.[0];
+  if (folder) {
+    out = out.replace(/\$\{workspaceFolder\}/g, folder.uri.fsPath);
+  }
+  return out;
+}

@@ -1,0 +1,44 @@
+/** Entry point: activation only. The logic lives in ./common. */
+import * as vscode from "vscode";
+import { COMMAND_RESTART, COMMAND_SHOW_OUTPUT, EXTENSION_NAME, RESTART_SETTINGS } from "./common/constants";
+import { onDidChangePythonInterpreter } from "./common/python";
+import { ServerManager } from "./common/server";
+import { getPythonSetting, getServerCommandSetting } from "./common/settings";
+import { StatusItem } from "./common/status";
+
+let manager: ServerManager | undefined;
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  const output = vscode.window.createOutputChannel(EXTENSION_NAME, { log: true });
+  const status = new StatusItem();
+  manager = new ServerManager(output, status);
+  const server = manager;
+  context.subscriptions.push(
+    output,
+    status,
+    { dispose: () => void server.dispose() },
+    vscode.commands.registerCommand(COMMAND_RESTART, () => server.restart()),
+    vscode.commands.registerCommand(COMMAND_SHOW_OUTPUT, () => output.show(true)),
+    vscode.workspace.onDidChangeConfiguration((event) => {
+      if (RESTART_SETTINGS.some((name) => event.affectsConfiguration(name))) {
+        void server.requestRestart();
+      }
+    }),
+    // Restricted mode ends: restart so the server may run the workspace's code.
+    vscode.workspace.onDidGrantWorkspaceTrust(() => void server.requestRestart()),
+  );
+  const interpreterListener = await onDidChangePythonInterpreter(() => {
+    if (!getPythonSetting() && getServerCommandSetting().length === 0) {
+      void server.requestRestart();
+    }
+  });
+  if (interpreterListener) {
+    context.subscriptions.push(interpreterListener);
+  }
+  await server.restart();
+}
+
+export async function deactivate(): Promise<void> {
+  await manager?.stop();
+  manager = undefined;
+}

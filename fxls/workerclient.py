@@ -1,0 +1,411 @@
+"""Server-side client of the worker zygote (asyncio; never imports torch).
+
+``WorkerClient`` starts ``python -m fxls.worker`` in the project's interpreter, submits capture
+jobs and cancels them, and supervises the process: when the zygote dies, pending jobs return
+``worker_died`` and it restarts with backoff; after ``MAX_RESTARTS`` restarts within a minute
+tracing is disabled and every job returns ``worker_died`` at once.
+
+The zygote gets its own session and pipes for stdin, stdout and stderr, so nothing it or a
+job prints can reach the server's own stdout (the JSON-RPC stream).
+
+States: ``stopped`` (not started or closed), ``starting``, ``running``, ``errored`` (the
+first start failed; see ``start_error``), ``disabled`` (too many crashes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from fxls.worker.protocol import (
+    CaptureJob,
+    Isolation,
+    JobRequest,
+    JobResult,
+    Limits,
+    ProtocolError,
+    ReadyInfo,
+    decode_body,
+    encode_frame,
+    frame_length,
+    from_dict,
+)
+
+State = Literal["stopped", "starting", "running", "errored", "disabled"]
+
+MAX_RESTARTS = 5
+"""Restarts allowed within ``RESTART_WINDOW_S`` before tracing is disabled."""
+RESTART_WINDOW_S = 60.0
+START_TIMEOUT_S = 120.0
+"""How long the zygote may take to import torch and pre-warm."""
+RESULT_GRACE_S = 30.0
+"""Extra time after a job's own timeout before the zygote is considered hung and killed."""
+_STDERR_TAIL = 40
+
+_logger = logging.getLogger("fxls.worker")
+
+
+class WorkerStartError(RuntimeError):
+    """The zygote did not become ready (bad interpreter, torch missing, crash in start-up)."""
+
+
+def _package_root() -> str:
+    """The folder that contains the ``fxls`` package (goes on the worker's PYTHONPATH)."""
+    return str(Path(__file__).resolve().parent.parent)
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> dict[str, Any]:
+    header = await reader.readexactly(4)
+    body = await reader.readexactly(frame_length(header))
+    return decode_body(body)
+
+
+class WorkerClient:
+    """Start, use and supervise one worker zygote.
+
+    Args:
+        python: interpreter that runs the worker (needs torch); default ``sys.executable``.
+        env: environment for the worker; default the server's. ``PYTHONPATH`` gets the folder
+            of this ``fxls`` package prepended.
+        log: receives the zygote's log lines and stderr; default the ``fxls.worker`` logger.
+        scratch_dir: folder for per-job directories; default a private temporary folder that
+            ``close()`` removes.
+    """
+
+    def __init__(
+        self,
+        python: str | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        log: Callable[[str], None] | None = None,
+        scratch_dir: str | None = None,
+    ) -> None:
+        self.python = python or sys.executable
+        self._env = dict(os.environ if env is None else env)
+        root = _package_root()
+        existing = self._env.get("PYTHONPATH")
+        self._env["PYTHONPATH"] = root + (os.pathsep + existing if existing else "")
+        self._log = log or _logger.info
+        self._own_scratch = scratch_dir is None
+        self._scratch = scratch_dir
+        self._state: State = "stopped"
+        self.ready: ReadyInfo | None = None
+        self.start_error: str | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._pending: dict[int, asyncio.Future[JobResult]] = {}
+        self._pongs: dict[int, asyncio.Future[float]] = {}
+        self._next_id = 1
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._reader: asyncio.Task[None] | None = None
+        self._restarter: asyncio.Task[None] | None = None
+        self._restarts: collections.deque[float] = collections.deque()
+        self._available = asyncio.Event()
+        self._closing = False
+        self._start_lock = asyncio.Lock()
+
+    # -- public API ------------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the current zygote, if one runs."""
+        return self._proc.pid if self._proc is not None and self._state == "running" else None
+
+    async def start(self) -> ReadyInfo:
+        """Start the zygote and wait until it is warm; raises WorkerStartError on failure."""
+        async with self._start_lock:
+            if self._state == "running" and self.ready is not None:
+                return self.ready
+            self._closing = False
+            try:
+                return await self._spawn()
+            except WorkerStartError as exc:
+                self._state = "errored"
+                self.start_error = str(exc)
+                self._available.set()
+                raise
+
+    async def run(
+        self,
+        job: CaptureJob,
+        limits: Limits | None = None,
+        isolation: Isolation | None = None,
+    ) -> JobResult:
+        """Run one capture job and return its result (never raises for job failures).
+
+        Cancelling the awaiting task cancels the job in the worker and re-raises.
+        """
+        job_id = self._next_id
+        self._next_id += 1
+        if self._state == "stopped":
+            try:
+                await self.start()
+            except WorkerStartError as exc:
+                return JobResult(job_id, "worker_died", message=f"the worker did not start: {exc}")
+        if self._state == "starting":
+            await self._available.wait()
+        if self._state != "running" or self._proc is None or self._proc.stdin is None:
+            return JobResult(job_id, "worker_died", message=self._unavailable_message())
+        request = JobRequest(job_id, job, limits or Limits(), isolation or Isolation())
+        future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
+        self._pending[job_id] = future
+        proc = self._proc
+        try:
+            try:
+                self._send({"type": "job", "job": request})
+            except ConnectionError as exc:
+                self._pending.pop(job_id, None)
+                return JobResult(job_id, "worker_died", message=f"the worker is gone: {exc}")
+            done, _ = await asyncio.wait(
+                {future}, timeout=request.limits.timeout_s + RESULT_GRACE_S
+            )
+            if not done:
+                self._log(f"worker did not answer job {job_id} in time; restarting it")
+                self._kill(proc)
+            return await future
+        except asyncio.CancelledError:
+            self._pending.pop(job_id, None)
+            if not future.done():
+                future.cancel()
+                with contextlib.suppress(Exception):
+                    self._send({"type": "cancel", "id": job_id})
+            raise
+
+    async def ping(self, timeout: float = 5.0) -> float:
+        """Round trip through the zygote's event loop, in seconds."""
+        if self._state != "running":
+            raise RuntimeError(f"worker is {self._state}")
+        ping_id = self._next_id
+        self._next_id += 1
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._pongs[ping_id] = future
+        started = time.perf_counter()
+        try:
+            self._send({"type": "ping", "id": ping_id})
+            await asyncio.wait_for(future, timeout)
+        finally:
+            self._pongs.pop(ping_id, None)
+        return time.perf_counter() - started
+
+    async def close(self) -> None:
+        """Stop the zygote (which kills and reaps every job child) and wait for it to exit."""
+        self._closing = True
+        if self._restarter is not None:
+            self._restarter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._restarter
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(Exception):
+                self._send({"type": "shutdown"})
+                if proc.stdin is not None:
+                    proc.stdin.close()
+            try:
+                await asyncio.wait_for(proc.wait(), 5.0)
+            except asyncio.TimeoutError:
+                self._kill(proc)
+                await proc.wait()
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
+                await asyncio.wait_for(task, 2.0)
+        self._fail_pending("the worker was closed")
+        self._state = "stopped"
+        self._proc = None
+        if self._own_scratch and self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+    # -- process management ----------------------------------------------------------------
+
+    def _unavailable_message(self) -> str:
+        if self._state == "disabled":
+            return (
+                f"tracing is disabled: the worker crashed {MAX_RESTARTS} times within "
+                f"{RESTART_WINDOW_S:g} seconds; restart the server to try again"
+            )
+        if self._state == "errored":
+            return f"the worker did not start: {self.start_error}"
+        return f"the worker is {self._state}"
+
+    def _send(self, message: Any) -> None:
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.stdin.is_closing():
+            raise ConnectionResetError("worker control channel is closed")
+        proc.stdin.write(encode_frame(message))
+
+    def _kill(self, proc: asyncio.subprocess.Process) -> None:
+        for kill in (os.killpg, os.kill):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(proc.pid, signal.SIGKILL)
+
+    def _spawn_task(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _spawn(self) -> ReadyInfo:
+        self._state = "starting"
+        self._available.clear()
+        if self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="fxls-scratch-")
+        os.makedirs(self._scratch, mode=0o700, exist_ok=True)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                self.python,
+                "-m",
+                "fxls.worker",
+                "--scratch",
+                self._scratch,
+                *(["--remove-scratch"] if self._own_scratch else []),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._env,
+                cwd=self._scratch,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise WorkerStartError(f"cannot run {self.python}: {exc}") from exc
+        assert proc.stdout is not None and proc.stderr is not None
+        tail: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL)
+        self._spawn_task(self._pump_stderr(proc.stderr, tail))
+        messages: list[str] = []
+        try:
+            ready = await asyncio.wait_for(
+                self._await_ready(proc.stdout, messages), START_TIMEOUT_S
+            )
+        except asyncio.CancelledError:
+            self._kill(proc)
+            raise
+        except (asyncio.IncompleteReadError, ProtocolError, asyncio.TimeoutError) as exc:
+            self._kill(proc)
+            code = await proc.wait()
+            await asyncio.sleep(0.05)  # let the stderr pump collect the last lines
+            why = "; ".join(messages) or (
+                "timed out" if isinstance(exc, asyncio.TimeoutError) else f"exit code {code}"
+            )
+            detail = "\n".join(tail)
+            raise WorkerStartError(
+                f"{self.python} -m fxls.worker failed to start ({why})"
+                + (f":\n{detail}" if detail else "")
+            ) from exc
+        self._proc = proc
+        self.ready = ready
+        self.start_error = None
+        self._state = "running"
+        self._available.set()
+        self._reader = asyncio.ensure_future(self._read_loop(proc))
+        self._log(
+            f"worker {ready.pid} ready in {ready.warm_s:.2f}s (torch {ready.torch_version}; "
+            f"isolation {', '.join(ready.isolation_available) or 'none'})"
+        )
+        return ready
+
+    async def _await_ready(self, reader: asyncio.StreamReader, messages: list[str]) -> ReadyInfo:
+        while True:
+            frame = await _read_frame(reader)
+            if frame["type"] == "ready":
+                return from_dict(ReadyInfo, {k: v for k, v in frame.items() if k != "type"})
+            if frame["type"] == "log":
+                messages.append(str(frame.get("message")))
+                self._log(str(frame.get("message")))
+
+    async def _pump_stderr(
+        self, stream: asyncio.StreamReader, tail: collections.deque[str]
+    ) -> None:
+        while True:
+            try:
+                line = await stream.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                continue
+            if not line:
+                return
+            text = line.decode("utf-8", "replace").rstrip()
+            tail.append(text)
+            self._log(f"worker: {text}")
+
+    async def _read_loop(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        try:
+            while True:
+                self._dispatch(await _read_frame(proc.stdout))
+        except (asyncio.IncompleteReadError, ProtocolError, ConnectionError) as exc:
+            if not isinstance(exc, asyncio.IncompleteReadError):
+                self._log(f"worker control channel broken: {exc}")
+        self._kill(proc)  # a zygote that closed its channel is useless; make sure it is gone
+        code = await proc.wait()
+        if proc is not self._proc:
+            return
+        self._proc = None
+        self._fail_pending(f"the worker exited unexpectedly (exit status {code})")
+        if self._closing:
+            self._state = "stopped"
+            return
+        self._log(f"worker exited unexpectedly (exit status {code}); restarting")
+        self._state = "starting"
+        self._available.clear()
+        self._restarter = asyncio.ensure_future(self._restart_loop())
+
+    def _dispatch(self, frame: dict[str, Any]) -> None:
+        kind = frame["type"]
+        if kind == "result":
+            result = from_dict(JobResult, frame.get("result"))
+            future = self._pending.pop(result.id, None)
+            if future is not None and not future.done():
+                future.set_result(result)
+        elif kind == "pong":
+            pong = self._pongs.pop(frame.get("id"), None)  # type: ignore[arg-type]
+            if pong is not None and not pong.done():
+                pong.set_result(0.0)
+        elif kind == "log":
+            self._log(str(frame.get("message")))
+        else:
+            self._log(f"unexpected frame from the worker: {kind!r}")
+
+    def _fail_pending(self, message: str) -> None:
+        for job_id, future in list(self._pending.items()):
+            if not future.done():
+                future.set_result(JobResult(job_id, "worker_died", message=message))
+        self._pending.clear()
+        for pong in self._pongs.values():
+            if not pong.done():
+                pong.set_exception(ConnectionResetError(message))
+        self._pongs.clear()
+
+    async def _restart_loop(self) -> None:
+        while not self._closing:
+            now = time.monotonic()
+            while self._restarts and now - self._restarts[0] > RESTART_WINDOW_S:
+                self._restarts.popleft()
+            if len(self._restarts) >= MAX_RESTARTS:
+                self._state = "disabled"
+                self._available.set()
+                self._log(self._unavailable_message())
+                return
+            delay = 0.0 if not self._restarts else min(0.5 * 2 ** (len(self._restarts) - 1), 8.0)
+            self._restarts.append(now)
+            await asyncio.sleep(delay)
+            try:
+                await self._spawn()
+                return
+            except WorkerStartError as exc:
+                self._log(str(exc))
+                self._state = "starting"

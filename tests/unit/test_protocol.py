@@ -1,0 +1,188 @@
+"""The wire contract: dataclass <-> dict conversion with type checks, and the frame format."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+import typing
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fxls.worker.protocol import (
+    MAX_FRAME_BYTES,
+    RESULT_KINDS,
+    Arg,
+    CaptureJob,
+    CaptureResult,
+    ClassRequest,
+    DimSpec,
+    ErrorInfo,
+    InputSpec,
+    Isolation,
+    JobRequest,
+    JobResult,
+    Limits,
+    ModuleResult,
+    NodeInfo,
+    ProtocolError,
+    ReadyInfo,
+    ResultKind,
+    Span,
+    Value,
+    decode_body,
+    encode_frame,
+    frame_length,
+    from_dict,
+    read_frame,
+    to_dict,
+    write_frame,
+)
+
+
+def _job() -> JobRequest:
+    request = ClassRequest(
+        "Net",
+        3,
+        init="hidden=8",
+        inputs=[InputSpec("x", dims=[DimSpec("B", 2), DimSpec(None, 4)], dtype="float16")],
+        leaf=["Block"],
+    )
+    capture = CaptureJob(path="/w/model.py", source="x = 1\n", classes=[request], sys_path=["/w"])
+    return JobRequest(7, capture, Limits(timeout_s=2.5, memory_mb=512), Isolation(landlock=False))
+
+
+def _result() -> JobResult:
+    node = NodeInfo(
+        "linear",
+        "call_module",
+        "linear",
+        span=Span(5, 8, 5, 22),
+        args=[Arg("input", "x", node="x")],
+        outputs=[Value(shape=["B", 8], dtype="torch.float32")],
+    )
+    module = ModuleResult("Net", 3, "traced", capture="fx", nodes=[node], timings={"trace": 0.01})
+    payload = CaptureResult(modules=[module], torch_version="2.13.0")
+    return JobResult(7, "ok", phase="serialize", isolation=["seccomp"], payload=payload)
+
+
+def test_job_request_round_trips_through_json() -> None:
+    job = _job()
+    assert from_dict(JobRequest, json.loads(json.dumps(to_dict(job)))) == job
+
+
+def test_job_result_round_trips_through_json() -> None:
+    result = _result()
+    assert from_dict(JobResult, json.loads(json.dumps(to_dict(result)))) == result
+
+
+def test_defaults_fill_missing_optional_fields() -> None:
+    assert from_dict(Isolation, {}) == Isolation(seccomp=True, landlock=True, netns=False)
+    assert from_dict(JobResult, {"id": 1, "kind": "timeout"}).payload is None
+
+
+def test_result_kinds_match_the_literal() -> None:
+    assert typing.get_args(ResultKind) == RESULT_KINDS
+    assert "worker_died" in RESULT_KINDS and "sandbox_setup" in RESULT_KINDS
+
+
+@pytest.mark.parametrize(
+    ("cls", "data", "where"),
+    [
+        (JobResult, {"id": 1, "kind": "exploded"}, "JobResult.kind"),
+        (JobResult, {"id": True, "kind": "ok"}, "JobResult.id"),
+        (JobResult, {"kind": "ok"}, "missing field 'id'"),
+        (Limits, {"timeout_s": "10"}, "Limits.timeout_s"),
+        (Value, {"shape": [1, 2.5]}, "Value.shape[1]"),
+        (ErrorInfo, {"kind": "exception", "phase": "lunch", "type": "E", "message": ""}, "phase"),
+        (
+            ReadyInfo,
+            {"pid": 1, "python": "p", "torch_version": "t", "isolation_missing": []},
+            "isolation_missing",
+        ),
+        (CaptureResult, [], "expected an object"),
+    ],
+)
+def test_from_dict_rejects_wrong_types(cls: type, data: object, where: str) -> None:
+    with pytest.raises(ProtocolError, match=where.replace("[", r"\[").replace("]", r"\]")):
+        from_dict(cls, data)
+
+
+def test_integer_is_accepted_where_a_float_is_expected() -> None:
+    assert from_dict(Limits, {"timeout_s": 3}).timeout_s == 3.0
+
+
+def test_frame_is_big_endian_length_then_json() -> None:
+    frame = encode_frame({"type": "ping", "id": 3})
+    (length,) = struct.unpack(">I", frame[:4])
+    assert length == len(frame) - 4
+    assert decode_body(frame[4:]) == {"type": "ping", "id": 3}
+
+
+def test_frames_over_a_pipe() -> None:
+    r, w = os.pipe()
+    try:
+        messages = [{"type": "job", "job": _job()}, {"type": "log", "message": "é" * 100_000}]
+
+        def writer() -> None:  # the second frame exceeds the pipe buffer
+            for message in messages:
+                write_frame(w, message)
+            os.close(w)
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        first = read_frame(r)
+        second = read_frame(r)
+        assert read_frame(r) is None  # clean EOF
+        thread.join()
+    finally:
+        os.close(r)
+    assert first is not None and from_dict(JobRequest, first["job"]) == _job()
+    assert second == {"type": "log", "message": "é" * 100_000}
+
+
+def test_truncated_frame_is_an_error() -> None:
+    r, w = os.pipe()
+    os.write(w, encode_frame({"type": "pong", "id": 1})[:-2])
+    os.close(w)
+    try:
+        with pytest.raises(ProtocolError, match="inside a frame"):
+            read_frame(r)
+    finally:
+        os.close(r)
+
+
+def test_oversized_frames_are_refused() -> None:
+    with pytest.raises(ProtocolError, match="exceeds"):
+        frame_length(struct.pack(">I", MAX_FRAME_BYTES + 1))
+    assert frame_length(struct.pack(">I", MAX_FRAME_BYTES)) == MAX_FRAME_BYTES
+    with pytest.raises(ProtocolError, match="truncated"):
+        frame_length(b"\x00\x01")
+
+
+@pytest.mark.parametrize(
+    "body", [b"\xff\xfe", b"not json", b"[1, 2]", b'{"id": 1}', b'{"type": 5}']
+)
+def test_bodies_that_are_not_typed_objects_are_refused(body: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        decode_body(body)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(st.text(min_size=1), st.dictionaries(st.text(), _json, max_size=5))
+def test_any_typed_json_object_round_trips(kind: str, fields: dict[str, object]) -> None:
+    message = {**fields, "type": kind}
+    frame = encode_frame(message)
+    assert frame_length(frame[:4]) == len(frame) - 4
+    assert decode_body(frame[4:]) == message

@@ -104,14 +104,20 @@ class FX105(Message):
     code = "FX105"
     title = "Factory function called with traced sizes"
     template = "`{func}` is called with traced sizes: `{source}`"
-    fix = "Use `x.new_zeros((a, b))` / `x.new_ones(...)` / `x.new_empty(...)`, which accept traced sizes."
+    fix = (
+        "Use `x.new_zeros((a, b))` / `x.new_ones(...)` / `x.new_empty(...)`, which accept "
+        "traced sizes."
+    )
 
 
 class FX106(Message):
     code = "FX106"
     title = "Buffer sliced with traced sizes"
     template = "a buffer is sliced with traced sizes: `{source}`"
-    fix = "fxls traces buffers as graph values (`proxy_buffer_attributes`); if this persists, register the tensor with `self.register_buffer`."
+    fix = (
+        "fxls traces buffers as graph values (`proxy_buffer_attributes`); if this persists, "
+        "register the tensor with `self.register_buffer`."
+    )
 
 
 class FX107(Message):
@@ -126,7 +132,10 @@ class FX108(Message):
     severity = "warning"
     title = "Branch specialized during tracing"
     template = "this check was decided once while tracing and is baked into the graph: `{source}`"
-    fix = "The traced graph only contains the branch taken for the example inputs. If other inputs take the other branch, the graph is wrong for them."
+    fix = (
+        "The traced graph only contains the branch taken for the example inputs. If other "
+        "inputs take the other branch, the graph is wrong for them."
+    )
 
 
 class FX109(Message):
@@ -141,7 +150,10 @@ class FX199(Message):
     code = "FX199"
     title = "Tracing failed"
     template = "torch.fx could not trace `{cls}`: {error}"
-    fix = "Mark the failing submodule as a leaf (`# fxls: leaf ClassName`) or skip the class (`# fxls: skip`)."
+    fix = (
+        "Mark the failing submodule as a leaf (`# fxls: leaf ClassName`) or skip the class "
+        "(`# fxls: skip`)."
+    )
 
 
 # --- FX2xx shapes ----------------------------------------------------------------------
@@ -192,21 +204,30 @@ class FX402(Message):
     severity = "warning"
     title = "Inputs unknown"
     template = "fxls cannot tell what `{arg}` of `{cls}.forward` should be"
-    fix = "Declare it above the class: `# fxls: {arg} = (B, 3, 224, 224)` (shape; names are symbolic dimensions), optionally followed by a dtype."
+    fix = (
+        "Declare it above the class: `# fxls: {arg} = (B, 3, 224, 224)` (shape; names are "
+        "symbolic dimensions), optionally followed by a dtype."
+    )
 
 
 class FX403(Message):
     code = "FX403"
     title = "Invalid directive"
     template = "invalid fxls directive: {error}"
-    fix = "Expected one of: `# fxls: init(...)`, `# fxls: NAME = (dims) [dtype]`, `# fxls: NAME = <expression>`, `# fxls: leaf ClassName`, `# fxls: skip`."
+    fix = (
+        "Expected one of: `# fxls: init(...)`, `# fxls: NAME = (dims) [dtype]`, `# fxls: "
+        "NAME = <expression>`, `# fxls: leaf ClassName`, `# fxls: skip`."
+    )
 
 
 class FX404(Message):
     code = "FX404"
     title = "File failed to execute"
     template = "executing this file raised {error}"
-    fix = "fxls runs the file (in a sandbox) to find its modules; fix the error, or move scripts under `if __name__ == \"__main__\":`."
+    fix = (
+        "fxls runs the file (in a sandbox) to find its modules; fix the error, or move "
+        'scripts under `if __name__ == "__main__":`.'
+    )
 
 
 class FX405(Message):
@@ -221,7 +242,10 @@ class FX406(Message):
     code = "FX406"
     severity = "information"
     title = "Built on CPU"
-    template = "`{cls}` could not be built on the meta device ({error}); it was built on the CPU with real memory"
+    template = (
+        "`{cls}` could not be built on the meta device ({error}); it was built on the CPU "
+        "with real memory"
+    )
 
 
 # --- FX5xx sandbox ---------------------------------------------------------------------
@@ -238,7 +262,10 @@ class FX502(Message):
     code = "FX502"
     title = "Out of memory"
     template = "capturing `{cls}` ran out of memory (limit {limit})"
-    fix = "fxls builds modules on the meta device; code that allocates real tensors at import or in `__init__` counts. Raise `fxls.limits.memoryMB` or skip the class."
+    fix = (
+        "fxls builds modules on the meta device; code that allocates real tensors at import "
+        "or in `__init__` counts. Raise `fxls.limits.memoryMB` or skip the class."
+    )
 
 
 class FX503(Message):
@@ -251,7 +278,10 @@ class FX504(Message):
     code = "FX504"
     title = "Exited"
     template = "the code exited the worker while capturing `{cls}` ({reason})"
-    fix = "Code that runs at import must not call `sys.exit()`/`os._exit()`; guard scripts with `if __name__ == \"__main__\":`."
+    fix = (
+        "Code that runs at import must not call `sys.exit()`/`os._exit()`; guard scripts "
+        'with `if __name__ == "__main__":`.'
+    )
 
 
 class FX505(Message):

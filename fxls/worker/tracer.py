@@ -1,0 +1,223 @@
+"""A torch.fx tracer that records where in the user's file each node was written.
+
+``SpanTracer`` overrides ``create_node``: it walks the Python stack outwards, keeps frames whose
+code object belongs to the document being captured, and reads the executing instruction's
+source range from ``co_positions()``. The innermost user frame is where the operation is
+written (``node.meta["fxls_span"]``); the outermost is where the root ``forward`` calls into it
+(``node.meta["fxls_call_site"]``). Spans use 1-based lines and 0-based code point columns.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections.abc import Iterable
+from types import CodeType, FrameType
+from typing import Any
+
+import torch
+import torch.fx
+
+from fxls.worker.protocol import Span
+
+SPAN_KEY = "fxls_span"
+CALL_SITE_KEY = "fxls_call_site"
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+class SourceText:
+    """The document's lines, for converting UTF-8 byte columns to code point columns."""
+
+    def __init__(self, source: str):
+        self.lines = _NEWLINE.split(source)
+        self._ascii = [line.isascii() for line in self.lines]
+
+    def line(self, lineno: int) -> str:
+        """Text of a 1-based line ('' when out of range)."""
+        if 1 <= lineno <= len(self.lines):
+            return self.lines[lineno - 1]
+        return ""
+
+    def col(self, lineno: int, byte_col: int) -> int:
+        """A UTF-8 byte offset within a line -> code point offset."""
+        if 1 <= lineno <= len(self.lines) and not self._ascii[lineno - 1]:
+            data = self.lines[lineno - 1].encode("utf-8")
+            return len(data[:byte_col].decode("utf-8", errors="replace"))
+        return byte_col
+
+    def span(self, line: int, end_line: int, col: int, end_col: int) -> Span:
+        """A span from byte columns."""
+        return Span(line, self.col(line, col), end_line, self.col(end_line, end_col))
+
+    def text(self, span: Span) -> str:
+        """The source text a span covers."""
+        if span.line == span.end_line:
+            return self.line(span.line)[span.col : span.end_col]
+        parts = [self.line(span.line)[span.col :]]
+        parts += [self.line(n) for n in range(span.line + 1, span.end_line)]
+        parts.append(self.line(span.end_line)[: span.end_col])
+        return "\n".join(parts)
+
+    def code_span(self, code: CodeType, lasti: int) -> Span | None:
+        """The span of the instruction at byte offset ``lasti`` of ``code``."""
+        positions = _positions(code)
+        index = lasti // 2
+        if not 0 <= index < len(positions):
+            return None
+        line, end_line, col, end_col = positions[index]
+        if line is None or col is None:
+            return None
+        return self.span(line, end_line or line, col, end_col if end_col is not None else col)
+
+    def node_span(self, node: ast.AST) -> Span:
+        """The span of an AST node (whose columns are UTF-8 byte offsets)."""
+        line = node.lineno  # type: ignore[attr-defined]
+        end_line = node.end_lineno or line  # type: ignore[attr-defined]
+        col = node.col_offset  # type: ignore[attr-defined]
+        end_col = node.end_col_offset  # type: ignore[attr-defined]
+        return self.span(line, end_line, col, end_col if end_col is not None else col)
+
+
+_POSITIONS: dict[CodeType, list[tuple[Any, Any, Any, Any]]] = {}
+
+
+def _positions(code: CodeType) -> list[tuple[Any, Any, Any, Any]]:
+    cached = _POSITIONS.get(code)
+    if cached is None:
+        cached = list(code.co_positions())
+        _POSITIONS[code] = cached
+    return cached
+
+
+def user_spans(frames: Iterable[tuple[CodeType, int]], path: str, source: SourceText) -> list[Span]:
+    """Spans of the (code, lasti) pairs that belong to ``path``, in the given order."""
+    spans = []
+    for code, lasti in frames:
+        if code.co_filename == path:
+            span = source.code_span(code, lasti)
+            if span is not None:
+                spans.append(span)
+    return spans
+
+
+def _stack(frame: FrameType | None) -> Iterable[tuple[CodeType, int]]:
+    while frame is not None:
+        yield frame.f_code, frame.f_lasti
+        frame = frame.f_back
+
+
+class SpanTracer(torch.fx.Tracer):
+    """``torch.fx.Tracer`` that stores the user's source span on every node it creates.
+
+    Args:
+        path: filename of the document's code objects (``CaptureJob.path``).
+        source: the document text.
+        leaf_classes: class names of submodules not to trace into.
+    """
+
+    proxy_buffer_attributes = True
+
+    def __init__(self, path: str, source: SourceText, leaf_classes: Iterable[str] = ()):
+        super().__init__()
+        self.path = path
+        self.source = source
+        self.leaf_classes = set(leaf_classes)
+
+    def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
+        if type(m).__name__ in self.leaf_classes:
+            return True
+        return super().is_leaf_module(m, module_qualified_name)
+
+    def create_node(
+        self,
+        kind: str,
+        target: Any,
+        args: Any,
+        kwargs: Any,
+        name: Any = None,
+        type_expr: Any = None,
+    ) -> torch.fx.Node:  # type: ignore[override]
+        node = super().create_node(kind, target, args, kwargs, name, type_expr)
+        spans = user_spans(_stack(sys._getframe(1)), self.path, self.source)
+        if spans:
+            node.meta[SPAN_KEY] = spans[0]
+            node.meta[CALL_SITE_KEY] = spans[-1]
+        return node
+
+
+def trace(
+    root: torch.nn.Module,
+    path: str,
+    source: SourceText,
+    leaf_classes: Iterable[str] = (),
+    concrete_args: dict[str, Any] | None = None,
+) -> torch.fx.GraphModule:
+    """Trace ``root`` with a ``SpanTracer``; raises what tracing raises."""
+    tracer = SpanTracer(path, source, leaf_classes)
+    graph = tracer.trace(root, concrete_args=concrete_args)
+    name = type(root).__name__
+    return torch.fx.GraphModule(tracer.root, graph, name)
+
+
+def find_function(
+    tree: ast.Module, code: CodeType
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The ``def`` in ``tree`` whose compiled code object is ``code``."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            if first == code.co_firstlineno:
+                return node
+    return None
+
+
+def _own_returns(func: ast.AST) -> list[ast.Return]:
+    found: list[ast.Return] = []
+    stack = list(ast.iter_child_nodes(func))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            found.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+    return sorted(found, key=lambda r: (r.lineno, r.col_offset))
+
+
+def assign_ast_spans(
+    graph: torch.fx.Graph,
+    func: ast.FunctionDef | ast.AsyncFunctionDef | None,
+    source: SourceText,
+) -> None:
+    """Give placeholders, the output and lazy attribute nodes a span.
+
+    Placeholders take the span of their parameter in ``def forward``, the output takes the last
+    ``return`` statement, and nodes still without a span take their first user's span.
+    """
+    params: dict[str, ast.arg] = {}
+    if func is not None:
+        a = func.args
+        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+            params[arg.arg] = arg
+        for extra_arg in (a.vararg, a.kwarg):
+            if extra_arg is not None:
+                params[extra_arg.arg] = extra_arg
+    returns = _own_returns(func) if func is not None else []
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            target = str(node.target).lstrip("*")
+            param = params.get(target) or params.get(re.sub(r"_\d+$", "", target))
+            if param is not None:
+                span = source.node_span(param)
+                node.meta[SPAN_KEY] = node.meta[CALL_SITE_KEY] = span
+        elif node.op == "output" and returns:
+            span = source.node_span(returns[-1])
+            node.meta[SPAN_KEY] = node.meta[CALL_SITE_KEY] = span
+    for node in reversed(list(graph.nodes)):
+        if SPAN_KEY not in node.meta:
+            for user in node.users:
+                if SPAN_KEY in user.meta:
+                    node.meta[SPAN_KEY] = user.meta[SPAN_KEY]
+                    node.meta[CALL_SITE_KEY] = user.meta.get(CALL_SITE_KEY, user.meta[SPAN_KEY])
+                    break

@@ -1,0 +1,88 @@
+"""Code lens above each module class: node count, parameters and the input → output shapes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lsprotocol import types
+
+from fxls.features.convert import Encoding, LineMapper, lsp_position
+from fxls.features.format import count_text, values_text
+from fxls.worker.protocol import Diagnostic, ModuleResult
+
+_MAX_MESSAGE = 80
+
+
+def _failure(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
+    errors = [d for d in diagnostics if d.severity == "error"]
+    if errors:
+        first = errors[0]
+        message = first.message.splitlines()[0] if first.message else ""
+        if len(message) > _MAX_MESSAGE:
+            message = message[: _MAX_MESSAGE - 1] + "…"
+        return f"{first.code} {message}"
+    if module.error is not None:
+        return f"{module.error.type}: {module.error.message.splitlines()[0][:_MAX_MESSAGE]}"
+    return "no graph"
+
+
+def lens_title(module: ModuleResult, diagnostics: Sequence[Diagnostic] = ()) -> str:
+    """``fxls · 177 nodes · 25.6 M params · [B, 3, 224, 224] → [B, 1000]``; the first error
+    instead of the shapes when there is one; ``fxls · failed · <error>`` without a graph."""
+    if module.status == "skipped":
+        return "fxls · skipped"
+    parts = ["fxls"]
+    if module.status == "failed":
+        return f"fxls · failed · {_failure(module, diagnostics)}"
+    if module.status == "partial":
+        parts.append(f"partial ({module.capture})")
+    if module.nodes:
+        parts.append(f"{len(module.nodes)} nodes")
+    if module.params is not None:
+        parts.append(f"{count_text(module.params)} params")
+    if any(d.severity == "error" for d in diagnostics):
+        parts.append(_failure(module, diagnostics))
+    elif module.inputs or module.outputs:
+        ins = ", ".join(values_text([v], dtype=False) for v in module.inputs)
+        outs = values_text(module.outputs, dtype=False) or "?"
+        parts.append(f"{ins} → {outs}")
+    return " · ".join(parts)
+
+
+def module_diagnostics(
+    module: ModuleResult, diagnostics: Sequence[Diagnostic], next_line: int | None = None
+) -> list[Diagnostic]:
+    """The module's own diagnostics and those between its class line and the next class."""
+    own = list(module.diagnostics)
+    for d in diagnostics:
+        inside = d.span.line >= module.line and (next_line is None or d.span.line < next_line)
+        if inside and d not in own:
+            own.append(d)
+    return own
+
+
+def lsp_code_lenses(
+    modules: Sequence[ModuleResult],
+    diagnostics: Sequence[Diagnostic],
+    current_lines: Sequence[str],
+    encoding: Encoding,
+    mapper: LineMapper,
+) -> list[types.CodeLens]:
+    """One lens per module on its (current) class line; none for edited class lines."""
+    lenses = []
+    starts = sorted({m.line for m in modules})
+    for module in modules:
+        line = mapper(module.line)
+        if line is None:
+            continue
+        following = [s for s in starts if s > module.line]
+        found = module_diagnostics(module, diagnostics, following[0] if following else None)
+        title = lens_title(module, found)
+        pos = lsp_position(line, 0, current_lines, encoding)
+        lenses.append(
+            types.CodeLens(
+                range=types.Range(start=pos, end=pos),
+                command=types.Command(title=title, command=""),
+            )
+        )
+    return lenses

@@ -1,0 +1,269 @@
+"""fxls settings: a typed tree of dataclasses, camelCase on the wire.
+
+The client sends the ``fxls`` section (``initializationOptions``, ``workspace/configuration``
+with section ``"fxls"``, or ``workspace/didChangeConfiguration``). :func:`parse_settings`
+turns it into :class:`Settings`; a value of the wrong type or out of range is reported and
+replaced by its default, never raised. The setting names are a public contract, identical in
+``docs/configuration.md`` and the VS Code extension's ``package.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import sys
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from fxls.worker.protocol import Isolation, Limits
+
+SECTION = "fxls"
+
+
+def _setting(
+    default: Any, doc: str, *, wire: str | None = None, minimum: float | None = None
+) -> Any:
+    """A settings field: its default, a docstring, the wire name and a lower bound."""
+    return field(default=default, metadata={"doc": doc, "wire": wire, "min": minimum})
+
+
+@dataclass
+class LimitsSettings:
+    """Resource limits for one capture job."""
+
+    timeout_seconds: float = _setting(10.0, "Wall-clock time one capture may take.", minimum=0.1)
+    cpu_seconds: float = _setting(12.0, "CPU time one capture may use.", minimum=0.1)
+    memory_mb: int = _setting(
+        2048, "Memory (MB) a capture may add on top of the worker.", wire="memoryMB", minimum=64
+    )
+    file_size_mb: int = _setting(
+        64, "Largest file (MB) a capture may write.", wire="fileSizeMB", minimum=0
+    )
+
+    def to_protocol(self) -> Limits:
+        return Limits(
+            timeout_s=self.timeout_seconds,
+            cpu_s=self.cpu_seconds,
+            memory_mb=self.memory_mb,
+            file_size_mb=self.file_size_mb,
+        )
+
+
+@dataclass
+class IsolationSettings:
+    """Sandbox layers around each capture (each is used when the machine supports it)."""
+
+    seccomp: bool = _setting(True, "Block network, process and ptrace system calls.")
+    landlock: bool = _setting(True, "Restrict file writes to a scratch directory.")
+
+    def to_protocol(self) -> Isolation:
+        return Isolation(seccomp=self.seccomp, landlock=self.landlock)
+
+
+@dataclass
+class InlayHintSettings:
+    """End-of-line shape hints in ``forward`` and its helpers."""
+
+    enabled: bool = _setting(True, "Show the output shape at the end of each statement.")
+
+
+@dataclass
+class CodeLensSettings:
+    """The summary line above each module class."""
+
+    enabled: bool = _setting(True, "Show node count, parameters and shapes above each class.")
+
+
+@dataclass
+class CaptureSettings:
+    """How modules are built and shapes are propagated."""
+
+    meta_init: bool = _setting(True, "Build modules on the meta device (no real memory).")
+    symbolic: bool = _setting(True, "Keep named dimensions such as `B` symbolic.")
+
+
+@dataclass
+class Settings:
+    """All ``fxls.*`` settings."""
+
+    python: str = _setting(
+        "", "Interpreter that runs the worker (needs torch); empty: the server's own."
+    )
+    debounce_ms: int = _setting(300, "Delay (ms) after typing before a capture starts.", minimum=0)
+    limits: LimitsSettings = field(default_factory=LimitsSettings)
+    isolation: IsolationSettings = field(default_factory=IsolationSettings)
+    inlay_hints: InlayHintSettings = field(default_factory=InlayHintSettings)
+    code_lens: CodeLensSettings = field(default_factory=CodeLensSettings)
+    capture: CaptureSettings = field(default_factory=CaptureSettings)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def _wire_name(f: dataclasses.Field[Any]) -> str:
+    return f.metadata.get("wire") or _camel(f.name)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
+
+
+def _expand_dotted(data: dict[str, Any]) -> dict[str, Any]:
+    """``{"limits.timeoutSeconds": 5}`` -> ``{"limits": {"timeoutSeconds": 5}}``."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        target = out
+        *parents, last = str(key).split(".")
+        for part in parents:
+            nxt = target.get(part)
+            if not isinstance(nxt, dict):
+                nxt = target[part] = {}
+            target = nxt
+        if isinstance(value, dict) and isinstance(target.get(last), dict):
+            target[last].update(value)
+        else:
+            target[last] = value
+    return out
+
+
+def _check_value(tp: Any, value: Any, minimum: float | None) -> tuple[bool, Any]:
+    if tp is bool:
+        return isinstance(value, bool), value
+    if tp is int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = ok and math.isfinite(value)
+        value = float(value) if ok else value
+    elif tp is str:
+        return isinstance(value, str), value
+    else:
+        return False, value
+    if ok and minimum is not None and value < minimum:
+        ok = False
+    return ok, value
+
+
+def _parse(cls: type, data: dict[str, Any], prefix: str, problems: list[str]) -> Any:
+    hints = _hints(cls)
+    kwargs: dict[str, Any] = {}
+    known: set[str] = set()
+    for f in dataclasses.fields(cls):
+        wire = _wire_name(f)
+        known.add(wire)
+        if wire not in data or data[wire] is None:
+            continue
+        value = data[wire]
+        name = f"{prefix}.{wire}"
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            if isinstance(value, dict):
+                kwargs[f.name] = _parse(tp, value, name, problems)  # type: ignore[arg-type]
+            else:
+                problems.append(f"`{name}` must be an object, got {value!r}")
+            continue
+        ok, converted = _check_value(tp, value, f.metadata.get("min"))
+        if ok:
+            kwargs[f.name] = converted
+        else:
+            expected = {bool: "true or false", int: "an integer", float: "a number"}
+            bound = f.metadata.get("min")
+            extra = f" ≥ {bound:g}" if bound is not None and tp in (int, float) else ""
+            problems.append(
+                f"`{name}` must be {expected.get(tp, 'a string')}{extra}, got {value!r}; "
+                f"using the default {f.default!r}"
+            )
+    return cls(**kwargs)
+
+
+def parse_settings(data: Any) -> tuple[Settings, list[str]]:
+    """The ``fxls`` section (a dict; dotted keys allowed) -> settings and problems found.
+
+    Problems are human-readable; the affected keys keep their defaults. Unknown keys are
+    ignored (the same section may carry options of newer or older fxls versions).
+    """
+    problems: list[str] = []
+    if data is None:
+        return Settings(), problems
+    if not isinstance(data, dict):
+        problems.append(f"`{SECTION}` settings must be an object, got {data!r}; using defaults")
+        return Settings(), problems
+    if isinstance(data.get(SECTION), dict):
+        data = data[SECTION]
+    return _parse(Settings, _expand_dotted(data), SECTION, problems), problems
+
+
+def merge_settings(base: dict[str, Any], override: Any) -> Any:
+    """``override`` on top of ``base`` (nested objects merged key by key)."""
+    if override is None:
+        return base
+    if not isinstance(override, dict):
+        return override
+    if isinstance(override.get(SECTION), dict):
+        override = override[SECTION]
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_settings(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _walk(cls: type, prefix: str) -> typing.Iterator[tuple[str, dataclasses.Field[Any], Any]]:
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        name = f"{prefix}.{_wire_name(f)}"
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            yield from _walk(tp, name)  # type: ignore[arg-type]
+        else:
+            yield name, f, tp
+
+
+def defaults_flat() -> dict[str, object]:
+    """Every setting's dotted wire name (``fxls.limits.timeoutSeconds``) -> its default."""
+    return {name: f.default for name, f, _ in _walk(Settings, SECTION)}
+
+
+def describe() -> list[tuple[str, str, object, str]]:
+    """(dotted name, type name, default, description) for every setting, for docs."""
+    return [
+        (name, tp.__name__, f.default, f.metadata.get("doc", ""))
+        for name, f, tp in _walk(Settings, SECTION)
+    ]
+
+
+def to_wire(settings: Settings) -> dict[str, Any]:
+    """Settings -> the nested camelCase object a client would send."""
+
+    def convert(obj: Any) -> Any:
+        return {
+            _wire_name(f): convert(getattr(obj, f.name))
+            if dataclasses.is_dataclass(getattr(obj, f.name))
+            else getattr(obj, f.name)
+            for f in dataclasses.fields(obj)
+        }
+
+    return typing.cast(dict[str, Any], convert(settings))
+
+
+_TRUSTED_RE = re.compile(r"^(true|1|yes)$", re.IGNORECASE)
+
+
+def parse_trusted(init_options: Any) -> bool:
+    """``initializationOptions.trusted``: false only when the client says so explicitly."""
+    if not isinstance(init_options, dict) or "trusted" not in init_options:
+        return True
+    value = init_options["trusted"]
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return bool(_TRUSTED_RE.match(value.strip()))
+    return bool(value)

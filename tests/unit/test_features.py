@@ -1,0 +1,406 @@
+"""Pure feature functions on hand-built protocol objects."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from lsprotocol import types
+
+from fxls.features import code_lens, convert, diagnostics, hover, inlay_hints
+from fxls.features.format import count_text, value_text
+from fxls.worker.messages import FX201, FX302, docs_url
+from fxls.worker.protocol import (
+    Arg,
+    Diagnostic,
+    ErrorInfo,
+    ModuleResult,
+    NodeInfo,
+    Related,
+    Span,
+    Value,
+)
+
+SOURCE = textwrap.dedent(
+    """\
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+            self.h = nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])
+
+        def forward(self, x, w):
+            y = self.conv1(x)
+            z = F.conv2d(x, w, stride=2)
+            for block in self.h:
+                y = block(y)
+            out = self.helper(
+                y)
+            return out
+
+        def helper(self, t):
+            return t.relu()
+    """
+)
+LINES = SOURCE.split("\n")
+
+
+def t(*shape: object, dtype: str = "torch.float32") -> Value:
+    return Value(kind="tensor", shape=list(shape), dtype=dtype)  # type: ignore[arg-type]
+
+
+def span_of(line: int, needle: str) -> Span:
+    col = LINES[line - 1].index(needle)
+    return Span(line, col, line, col + len(needle))
+
+
+X = t("B", 3, 224, 224)
+CONV1 = NodeInfo(
+    name="conv1",
+    op="call_module",
+    target="conv1",
+    span=span_of(12, "self.conv1(x)"),
+    call_site=span_of(12, "self.conv1(x)"),
+    args=[Arg(name="input", value="x", node="x")],
+    signature="module.forward",
+    outputs=[t("B", 64, 112, 112)],
+    module_type="Conv2d(3, 64, kernel_size=(7, 7), stride=(2, 2), padding=(3, 3), bias=False)",
+    module_path="conv1",
+)
+CONV2D = NodeInfo(
+    name="conv2d",
+    op="call_function",
+    target="torch.nn.functional.conv2d",
+    span=span_of(13, "F.conv2d(x, w, stride=2)"),
+    call_site=span_of(13, "F.conv2d(x, w, stride=2)"),
+    args=[
+        Arg(name="input", value="x", node="x"),
+        Arg(name="weight", value="w", node="w"),
+        Arg(name="bias", value="None", default=True),
+        Arg(name="stride", value="2"),
+        Arg(name="padding", value="0", default=True),
+        Arg(name="dilation", value="1", default=True),
+        Arg(name="groups", value="1", default=True),
+    ],
+    signature="python",
+    outputs=[t("B", 8, 109, 109)],
+)
+LOOP = [
+    NodeInfo(
+        name=f"h_{i}",
+        op="call_module",
+        target=f"h.{i}",
+        span=span_of(15, "block(y)"),
+        call_site=span_of(15, "block(y)"),
+        args=[Arg(name="input", value="y" if i == 0 else f"h_{i - 1}", node="conv1")],
+        outputs=[t("B", 64, 112, 8)],
+        module_type="Linear(in_features=8, out_features=8, bias=True)",
+        module_path=f"h.{i}",
+    )
+    for i in range(3)
+]
+RELU = NodeInfo(
+    name="relu",
+    op="call_method",
+    target="relu",
+    span=span_of(21, "t.relu()"),
+    call_site=Span(16, LINES[15].index("self.helper("), 17, LINES[16].index(")") + 1),
+    args=[Arg(name="self", value="h_2", node="h_2")],
+    outputs=[t("B", 64, 112, 8)],
+)
+PLACEHOLDERS = [
+    NodeInfo(name="x", op="placeholder", target="x", outputs=[X]),
+    NodeInfo(name="w", op="placeholder", target="w", outputs=[t(8, 3, 7, 7)]),
+]
+MODULE = ModuleResult(
+    name="Net",
+    line=5,
+    status="traced",
+    capture="fx",
+    build="meta",
+    params=25_557_032,
+    buffers=53_120,
+    inputs=[X, t(8, 3, 7, 7)],
+    input_names=["x", "w"],
+    inputs_assumed=[True, False],
+    outputs=[t("B", 64, 112, 8)],
+    nodes=[*PLACEHOLDERS, CONV1, CONV2D, *LOOP, RELU],
+    timings={"init": 0.1, "trace": 0.2},
+)
+
+
+def hover_at(line: int, needle: str, offset: int = 0) -> hover.HoverText | None:
+    col = LINES[line - 1].index(needle) + offset
+    return hover.hover_text([MODULE], LINES, line, col, isolation=["seccomp", "rlimits"])
+
+
+def test_hover_call_module_shows_module_args_and_shapes() -> None:
+    result = hover_at(12, "conv1", 2)
+    assert result is not None
+    md = result.markdown
+    assert md.startswith(
+        "conv1 · call_module · Conv2d(3, 64, kernel_size=(7, 7), stride=(2, 2), padding=(3, 3)"
+    )
+    assert "| input | x | [B, 3, 224, 224] float32 |" in md
+    assert "→ [B, 64, 112, 112] float32" in md
+    assert result.span == CONV1.span
+
+
+def test_hover_call_function_lists_defaults() -> None:
+    result = hover_at(13, "conv2d")
+    assert result is not None
+    md = result.markdown
+    assert "| stride | 2 |" in md
+    assert "| padding | 0 · default |" in md
+    assert "| weight | w | [8, 3, 7, 7] float32 |" in md
+    assert "· default" not in md.split("| stride")[1].split("\n")[0]
+
+
+def test_hover_loop_aggregates_iterations() -> None:
+    result = hover_at(15, "block")
+    assert result is not None
+    assert "×3: h.0 … h.2" in result.markdown
+    assert result.markdown.count("call_module") == 1
+
+
+def test_hover_helper_node_at_its_own_span_and_at_the_call_site() -> None:
+    own = hover_at(21, "relu")
+    assert own is not None and own.markdown.startswith("relu · call_method · relu")
+    call = hover_at(16, "helper")
+    assert call is not None and "relu" in call.markdown
+    assert hover_at(17, "y)") is not None  # second line of the multi-line call
+
+
+def test_hover_prefers_smallest_span() -> None:
+    outer = NodeInfo(
+        name="outer", op="call_function", target="f", span=Span(12, 0, 12, 40), outputs=[X]
+    )
+    module = ModuleResult(name="Net", line=5, status="traced", nodes=[outer, CONV1])
+    result = hover.hover_text([module], LINES, 12, LINES[11].index("conv1"))
+    assert result is not None and result.markdown.startswith("conv1")
+
+
+def test_hover_nothing_outside_nodes() -> None:
+    assert hover_at(6, "__init__") is None
+    assert hover.hover_text([MODULE], LINES, 1, 0) is None
+
+
+def test_hover_class_summary() -> None:
+    result = hover_at(5, "Net", 1)
+    assert result is not None
+    md = result.markdown
+    assert md.startswith("Net · nn.Module · traced (fx)")
+    assert "| parameters | 25.6 M (25,557,032) |" in md
+    assert "| buffers | 53,120 |" in md
+    assert "2 placeholder" in md and "4 call_module" in md
+    assert "| input `x` | [B, 3, 224, 224] float32 (assumed) |" in md
+    assert "| input `w` | [8, 3, 7, 7] float32 (declared) |" in md
+    assert "| output | [B, 64, 112, 8] float32 |" in md
+    assert "seccomp, rlimits" in md
+    assert "| capture time | 0.30 s |" in md
+    assert "fx, built on meta" in md
+    assert result.span == Span(5, 6, 5, 9)
+
+
+def test_format_helpers() -> None:
+    assert count_text(25_557_032) == "25.6 M"
+    assert count_text(950) == "950"
+    assert count_text(12_345) == "12.3 k"
+    assert value_text(Value(kind="int", text="T")) == "T"
+    assert value_text(Value(kind="none")) == "None"
+    assert value_text(t("B", 4, dtype="torch.int64")) == "[B, 4] int64"
+
+
+def test_inlay_hints_one_per_statement_last_node() -> None:
+    hints = inlay_hints.shape_hints([MODULE], SOURCE)
+    by_line = {h.line: h for h in hints}
+    assert by_line[12].label == "▸ [B, 64, 112, 112]"
+    assert by_line[13].label == "▸ [B, 8, 109, 109]"
+    assert by_line[15].label == "▸ [B, 64, 112, 8]" and by_line[15].node == "h_2"
+    assert by_line[21].node == "relu"
+    assert by_line[17].node == "relu"  # `out = self.helper(\n y)` ends on line 17
+    assert set(by_line) == {12, 13, 15, 17, 21}
+
+
+def test_inlay_hints_multiline_statement_goes_to_its_last_line() -> None:
+    node = NodeInfo(
+        name="n", op="call_function", target="f", span=Span(16, 14, 16, 20), outputs=[X]
+    )
+    module = ModuleResult(name="Net", line=5, status="traced", nodes=[node])
+    (hint,) = inlay_hints.shape_hints([module], SOURCE)
+    assert hint.line == 17
+
+
+def test_lsp_inlay_hints_position_end_of_line_and_range_filter() -> None:
+    hints = inlay_hints.shape_hints([MODULE], SOURCE)
+    visible = types.Range(types.Position(11, 0), types.Position(12, 0))
+    out = inlay_hints.lsp_inlay_hints(hints, LINES, convert.UTF16, lambda n: n, visible)
+    assert [h.position.line for h in out] == [11, 12]
+    assert out[0].position.character == len(LINES[11])
+    dropped = inlay_hints.lsp_inlay_hints(
+        hints, LINES, convert.UTF16, lambda n: None if n == 12 else n
+    )
+    assert 11 not in [h.position.line for h in dropped]
+
+
+def test_code_lens_title() -> None:
+    title = code_lens.lens_title(MODULE)
+    assert (
+        title == "fxls · 8 nodes · 25.6 M params · [B, 3, 224, 224], [8, 3, 7, 7] → [B, 64, 112, 8]"
+    )
+
+
+def test_code_lens_partial_capture_shows_the_first_error() -> None:
+    partial = ModuleResult(
+        name="Net", line=5, status="partial", capture="fx", nodes=[CONV1], params=68
+    )
+    diag = FX201(Span(12, 0, 12, 5), node="conv1", error="bad").diagnostic()
+    title = code_lens.lens_title(partial, [diag])
+    assert title == "fxls · partial (fx) · 1 nodes · 68 params · FX201 shape error in `conv1`: bad"
+
+
+def test_code_lens_failure_summary() -> None:
+    failed = ModuleResult(
+        name="Net",
+        line=5,
+        status="failed",
+        error=ErrorInfo(kind="exception", phase="trace", type="TraceError", message="boom"),
+    )
+    diag = FX201(Span(12, 0, 12, 5), node="conv1", error="bad").diagnostic()
+    assert (
+        code_lens.lens_title(failed, [diag]) == "fxls · failed · FX201 shape error in `conv1`: bad"
+    )
+    assert code_lens.lens_title(failed) == "fxls · failed · TraceError: boom"
+    lenses = code_lens.lsp_code_lenses([failed], [diag], LINES, convert.UTF16, lambda n: n + 2)
+    assert lenses[0].range.start.line == 6
+    assert lenses[0].command is not None and "failed" in lenses[0].command.title
+
+
+# -- position conversion ----------------------------------------------------------------
+
+NON_ASCII = "    y = 'ä😀' + self.conv1(x)"
+
+
+@pytest.mark.parametrize(
+    ("encoding", "expected"),
+    [(convert.UTF16, 16), (convert.UTF8, 19), (convert.UTF32, 15)],
+)
+def test_columns_after_non_ascii(encoding: str, expected: int) -> None:
+    col = NON_ASCII.index("self")  # 'ä' is 1 UTF-16 unit (2 bytes), the emoji 2 units (4 bytes)
+    assert col == 15
+    pos = convert.lsp_position(1, col, [NON_ASCII], encoding)
+    assert pos == types.Position(line=0, character=expected)
+    assert convert.position_from_lsp(pos, [NON_ASCII], encoding) == (1, col)
+
+
+def test_position_inside_surrogate_pair_maps_to_its_code_point() -> None:
+    emoji = NON_ASCII.index("😀")
+    start = convert.to_units(NON_ASCII, emoji, convert.UTF16)
+    assert convert.from_units(NON_ASCII, start + 1, convert.UTF16) == emoji
+    assert convert.from_units(NON_ASCII, 10_000, convert.UTF16) == len(NON_ASCII)
+
+
+def test_lsp_range_clamps_and_maps_lines() -> None:
+    rng = convert.lsp_range(Span(1, 4, 1, 999), [NON_ASCII, ""], convert.UTF16, lambda n: n + 1)
+    assert rng is None or rng.start.line == 1
+    rng = convert.lsp_range(Span(1, 4, 1, 999), [NON_ASCII], convert.UTF16)
+    assert rng is not None and rng.end.character == convert.units(NON_ASCII, convert.UTF16)
+    assert convert.lsp_range(Span(1, 0, 2, 0), [NON_ASCII], convert.UTF16, lambda n: None) is None
+
+
+def test_hover_with_non_ascii_before_the_call() -> None:
+    lines = [NON_ASCII]
+    col = NON_ASCII.index("self.conv1(x)")
+    node = NodeInfo(
+        name="conv1",
+        op="call_module",
+        target="conv1",
+        span=Span(1, col, 1, col + len("self.conv1(x)")),
+        outputs=[X],
+    )
+    module = ModuleResult(name="Net", line=99, status="traced", nodes=[node])
+    pos = types.Position(line=0, character=convert.to_units(NON_ASCII, col + 6, convert.UTF16))
+    line, c = convert.position_from_lsp(pos, lines, convert.UTF16)
+    text = hover.hover_text([module], lines, line, c)
+    result = hover.lsp_hover(text, lines, convert.UTF16, lambda n: n)
+    assert result is not None and result.range is not None
+    assert result.range.start.character == 16  # 15 code points, the emoji counts twice
+    assert result.range.end.character == 16 + len("self.conv1(x)")
+
+
+def test_lsp_diagnostic_fields() -> None:
+    diag = Diagnostic(
+        code="FX201",
+        severity="error",
+        message="shape error",
+        span=Span(12, 8, 12, 21),
+        fix="Do this.",
+        related=[Related(span=Span(8, 8, 8, 20), message="defined here")],
+        data={"node": "conv1"},
+    )
+    unused = FX302(Span(13, 8, 13, 32), node="conv2d").diagnostic()
+    out = diagnostics.lsp_diagnostics(
+        [diag, diag, unused], "file:///a.py", LINES, convert.UTF16, lambda n: n
+    )
+    assert len(out) == 2
+    first, second = out
+    assert first.code == "FX201" and first.source == "fxls"
+    assert first.severity == types.DiagnosticSeverity.Error
+    assert first.code_description is not None
+    assert first.code_description.href == docs_url("FX201")
+    assert first.range == types.Range(types.Position(11, 8), types.Position(11, 21))
+    assert first.related_information is not None
+    assert first.related_information[0].location.range.start.line == 7
+    assert first.message.startswith("shape error") and "Do this." in first.message
+    assert first.data == {"node": "conv1", "fix": "Do this."}
+    assert second.tags == [types.DiagnosticTag.Unnecessary]
+    assert second.severity == types.DiagnosticSeverity.Hint
+
+
+def test_diagnostics_on_edited_lines_are_dropped_and_others_shifted() -> None:
+    diag = FX201(Span(12, 8, 12, 21), node="conv1", error="x").diagnostic()
+    other = FX201(Span(15, 8, 15, 16), node="h_0", error="x").diagnostic()
+
+    def mapper(n: int) -> int | None:
+        return None if n == 12 else n + 3
+
+    out = diagnostics.lsp_diagnostics([diag, other], "file:///a.py", LINES, convert.UTF16, mapper)
+    assert [d.range.start.line for d in out] == [17]
+
+
+def test_code_lens_uses_only_the_diagnostics_of_its_own_class() -> None:
+    first = ModuleResult(name="A", line=5, status="traced", nodes=[CONV1], inputs=[X], outputs=[X])
+    second = ModuleResult(name="B", line=20, status="partial", capture="fx", nodes=[CONV1])
+    diag = FX201(Span(25, 0, 25, 5), node="fc", error="bad").diagnostic()
+    lenses = code_lens.lsp_code_lenses(
+        [first, second], [diag], LINES + [""] * 20, convert.UTF16, lambda n: n
+    )
+    titles = [lens.command.title for lens in lenses if lens.command]
+    assert "FX201" not in titles[0] and "→" in titles[0]
+    assert "FX201" in titles[1]
+
+
+def test_hover_traced_through_loop_summarises_iterations() -> None:
+    call_site = span_of(15, "block(y)")
+    nodes = [
+        NodeInfo(
+            name=f"{op}_{i}",
+            op="call_function",
+            target=f"torch.{op}",
+            span=Span(30, 8, 30, 20),
+            call_site=call_site,
+            outputs=[t("B", 64)],
+            module_path=f"h.{i}",
+        )
+        for i in range(48)
+        for op in ("add", "relu")
+    ]
+    module = ModuleResult(name="Net", line=5, status="traced", nodes=nodes)
+    result = hover.hover_text([module], LINES, 15, call_site.col + 1)
+    assert result is not None
+    assert result.markdown.startswith("×48: h.0 … h.47 · 2 nodes each")
+    assert result.markdown.count("| call_function |") == 2

@@ -1,0 +1,117 @@
+"""Settings: parsing, defaults, invalid values and the documented contract."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from fxls.settings import (
+    Settings,
+    defaults_flat,
+    merge_settings,
+    parse_settings,
+    parse_trusted,
+    to_wire,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CONTRACT = {
+    "fxls.python": "",
+    "fxls.limits.timeoutSeconds": 10,
+    "fxls.limits.cpuSeconds": 12,
+    "fxls.limits.memoryMB": 2048,
+    "fxls.limits.fileSizeMB": 64,
+    "fxls.debounceMs": 300,
+    "fxls.inlayHints.enabled": True,
+    "fxls.codeLens.enabled": True,
+    "fxls.isolation.seccomp": True,
+    "fxls.isolation.landlock": True,
+    "fxls.capture.metaInit": True,
+    "fxls.capture.symbolic": True,
+}
+
+
+def test_defaults_flat_is_the_contract() -> None:
+    assert defaults_flat() == CONTRACT
+
+
+def test_parse_nested_and_dotted() -> None:
+    settings, problems = parse_settings(
+        {
+            "limits": {"timeoutSeconds": 3, "memoryMB": 512},
+            "inlayHints.enabled": False,
+            "capture": {"metaInit": False},
+            "unknownKey": 1,
+        }
+    )
+    assert problems == []
+    assert settings.limits.timeout_seconds == 3.0
+    assert settings.limits.memory_mb == 512
+    assert settings.inlay_hints.enabled is False
+    assert settings.capture.meta_init is False
+    assert settings.limits.to_protocol().timeout_s == 3.0
+
+
+def test_wrapped_in_fxls_section() -> None:
+    settings, problems = parse_settings({"fxls": {"debounceMs": 50}})
+    assert problems == [] and settings.debounce_ms == 50
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"limits": {"timeoutSeconds": "soon"}}, "fxls.limits.timeoutSeconds"),
+        ({"limits": {"timeoutSeconds": -1}}, "fxls.limits.timeoutSeconds"),
+        ({"debounceMs": 1.5}, "fxls.debounceMs"),
+        ({"inlayHints": {"enabled": "yes"}}, "fxls.inlayHints.enabled"),
+        ({"limits": 5}, "fxls.limits"),
+        ({"python": 3}, "fxls.python"),
+    ],
+)
+def test_invalid_values_fall_back_to_defaults(data: dict[str, object], key: str) -> None:
+    settings, problems = parse_settings({**data, "codeLens": {"enabled": False}})
+    assert len(problems) == 1 and f"`{key}`" in problems[0]
+    expected = Settings()
+    expected.code_lens.enabled = False
+    assert settings == expected
+
+
+def test_not_an_object() -> None:
+    settings, problems = parse_settings(["nope"])
+    assert settings == Settings() and len(problems) == 1
+
+
+def test_round_trip() -> None:
+    settings, _ = parse_settings({"limits": {"cpuSeconds": 4}, "python": "/usr/bin/python3"})
+    again, problems = parse_settings(json.loads(json.dumps(to_wire(settings))))
+    assert again == settings and problems == []
+
+
+def test_trusted() -> None:
+    assert parse_trusted(None) is True
+    assert parse_trusted({}) is True
+    assert parse_trusted({"trusted": False}) is False
+    assert parse_trusted({"trusted": True}) is True
+
+
+def test_docs_configuration_lists_every_setting_with_its_default() -> None:
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    for name, default in CONTRACT.items():
+        shown = json.dumps(default)
+        pattern = rf"`{re.escape(name)}`.*`{re.escape(shown)}`"
+        assert re.search(pattern, doc), f"{name} (default {shown}) missing from configuration.md"
+
+
+def test_configuration_overrides_initialization_options_key_by_key() -> None:
+    base = merge_settings({}, {"fxls": {"debounceMs": 50, "limits": {"cpuSeconds": 3}}})
+    merged = merge_settings(base, {"limits": {"timeoutSeconds": 4}})
+    settings, problems = parse_settings(merged)
+    assert problems == []
+    assert (settings.debounce_ms, settings.limits.cpu_seconds) == (50, 3.0)
+    assert settings.limits.timeout_seconds == 4.0
+    assert merge_settings(base, None) == base
+    assert parse_settings(merge_settings(base, "junk"))[1]  # reported, not ignored

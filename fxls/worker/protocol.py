@@ -174,7 +174,8 @@ class JobRequest:
 class Value:
     """What a node produces (or an input is): a tensor's shape and dtype, or another value.
 
-    kind: ``tensor`` (shape, dtype set), ``int``/``float``/``bool`` (text holds the value,
+    kind: ``tensor`` (shape, dtype set), ``size`` (a torch.Size: shape set, text like
+    ``"[B, 3, 224, 224]"``), ``int``/``float``/``bool`` (text holds the value,
     symbolic ints print as the user's names), ``none``, ``device``, ``dtype``, ``other``.
     """
 

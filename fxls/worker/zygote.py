@@ -643,6 +643,9 @@ def warm_up() -> str:
     with mode:
         tokens = torch.empty(2, 3, dtype=torch.long)
     ShapeProp(graph_module, fake_mode=mode).propagate(tokens)
+    from fxls.worker import shapes
+
+    shapes.warm_up()
     _warm_capture()
     torch.set_num_threads(1)
     return str(torch.__version__)

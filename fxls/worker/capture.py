@@ -3,12 +3,14 @@
 Entry point for the sandboxed child: ``run_capture(job, report_phase) -> CaptureResult``.
 
 For each requested class: build it on the meta device (CPU when ``__init__`` needs real values),
-plan example inputs (declared, evaluated, or inferred from the first layer), trace it with the
-span-recording tracer, propagate shapes, name every call's arguments, lint the graph and find
-unused computations. A submodule that cannot be traced is kept as a leaf (``fx+leaf``); a root
-whose own ``forward`` cannot be traced is run whole on fake tensors (``fake-run``) so its inputs
-and outputs are still known. Every failure is caught per class, so one class never hides the
-others.
+plan example inputs (declared, evaluated, or inferred from the first layer), capture it with the
+strategies of :mod:`fxls.worker.strategies` in order (``fx`` with einops auto-wrapped; FX with
+automatic repairs ``fx+leaf``/``fx+wrap``/``fx+concrete``; the ``fake-run`` recording of
+:mod:`fxls.worker.fakerun` when no FX graph can be had), propagate shapes, name every call's
+arguments, lint the graph, find unused computations, warn about checks baked in while tracing
+(FX108) and compare the traced graph with eager execution on fake inputs (FX109). The first FX
+failure stays visible as its FX1xx diagnostic whatever strategy succeeds. Every failure is
+caught per class, so one class never hides the others.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import torch
 import torch.fx
 from torch import nn
 
-from fxls.worker import arguments, failures, graphcheck, inputs, shapes
+from fxls.worker import arguments, failures, fakerun, graphcheck, inputs, shapes, strategies
 from fxls.worker import messages as m
 from fxls.worker.protocol import (
     Arg,
@@ -58,6 +60,11 @@ PhaseReporter = Callable[[Phase, "str | None"], None]
 
 MAX_AUTO_LEAVES = 8
 """Submodule classes fxls keeps as leaves on its own when tracing through them fails."""
+
+COMPARE_BUDGET_S = 0.2
+"""A graph with nothing suspicious (no FX108, no repair) is compared with eager execution
+(FX109) only when its shape propagation took at most this long: the comparison costs about as
+much again."""
 
 MODULE_NAME = "__fxls_document__"
 """``__name__`` of the executed document (never ``"__main__"``)."""
@@ -232,11 +239,51 @@ class _Plan:
     pending: list[str] = field(default_factory=list)
     """Parameters to infer from the traced graph."""
 
+    declared: set[str] = field(default_factory=set)
+    """Parameters given by a directive, an annotation or the CLI."""
+
     def concrete(self) -> dict[str, Any]:
-        return {name: p.value for name, p in self.planned.items() if p.kind == "value"}
+        """Declared plain values (``# fxls: flag = True``): always passed as concrete_args."""
+        return {
+            name: p.value
+            for name, p in self.planned.items()
+            if p.kind == "value" and name in self.declared and not _has_tensor(p.value)
+        }
+
+    def defaults(self) -> dict[str, Any]:
+        """Plain-value defaults not declared: placeholders unless a repair fixes them."""
+        return {
+            name: p.value
+            for name, p in self.planned.items()
+            if p.kind == "value" and name not in self.declared
+        }
 
     def traced_names(self) -> list[str]:
         return self.pending + [n for n, p in self.planned.items() if p.kind == "tensor"]
+
+
+def _has_tensor(value: Any, depth: int = 0) -> bool:
+    """Tensors cannot be ``concrete_args`` (FX flattens them into broken code)."""
+    if isinstance(value, torch.Tensor):
+        return True
+    if depth < 4 and isinstance(value, (tuple, list)):
+        return any(_has_tensor(v, depth + 1) for v in value)
+    if depth < 4 and isinstance(value, dict):
+        return any(_has_tensor(v, depth + 1) for v in value.values())
+    return False
+
+
+@dataclass
+class _Traced:
+    """What the FX strategies produced."""
+
+    gm: torch.fx.GraphModule | None
+    partial: torch.fx.Graph
+    """The graph recorded so far (the full graph on success)."""
+    leaves: list[str]
+    """Every leaf class used (declared, library and automatic)."""
+    traced_params: dict[types.CodeType, set[str]] = field(default_factory=dict)
+    """Per document function the last trace went through: parameters that held a Proxy."""
 
 
 def _capture_class(
@@ -263,22 +310,26 @@ def _capture_class(
     report_phase("trace", req.name)
     started = time.perf_counter()
     forward_def = _forward_def(ctx, module)
-    gm, partial = _trace(ctx, req, module, mod, plan, class_span, forward_def)
+    traced = _trace(ctx, req, module, mod, plan, class_span, forward_def)
     mod.timings["trace"] = time.perf_counter() - started
+    checks = failures.specialized_checks(forward_def, plan.traced_names(), ctx.source)
+    root_code = getattr(inspect.unwrap(type(module).forward), "__code__", None)
+    checks += strategies.traced_through_checks(
+        traced.traced_params, ctx.tree, ctx.source, skip=[root_code] if root_code else []
+    )
+    specialized = _dedupe([w.diagnostic() for w in checks])
+    mod.diagnostics.extend(specialized)
+    gm = traced.gm
     if gm is None:
-        checks = failures.specialized_checks(forward_def, plan.traced_names(), ctx.source)
-        mod.diagnostics.extend(w.diagnostic() for w in checks)
-        assign_ast_spans(partial, forward_def, ctx.source)
+        assign_ast_spans(traced.partial, forward_def, ctx.source)
         started = time.perf_counter()
-        _fake_run(ctx, req, module, mod, plan, partial, class_span)
+        _fake_run(ctx, req, module, mod, plan, traced, class_span, forward_def)
         mod.timings["shapes"] = time.perf_counter() - started
         return
     assign_ast_spans(gm.graph, forward_def, ctx.source)
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     ordered = _complete_inputs(gm, placeholders, plan, req, mod, class_span)
-    checks = failures.specialized_checks(forward_def, plan.traced_names(), ctx.source)
-    mod.diagnostics.extend(w.diagnostic() for w in checks)
 
     values: dict[str, list[Value]] = {}
     examples: dict[str, Any] = {}
@@ -290,6 +341,12 @@ def _capture_class(
         targets = [str(n.target) for n in placeholders]
         values, examples = _shapes(ctx, gm, ordered, targets, mod)
         mod.timings["shapes"] = time.perf_counter() - started
+        suspicious = bool(specialized) or mod.capture != "fx"
+        cheap = mod.timings["shapes"] <= COMPARE_BUDGET_S
+        if (suspicious or cheap) and not any(d.code == "FX201" for d in mod.diagnostics):
+            started = time.perf_counter()
+            _compare_with_eager(ctx, module, mod, gm, ordered, targets, traced, specialized)
+            mod.timings["compare"] = time.perf_counter() - started
 
     mod.diagnostics.extend(d.diagnostic() for d in graphcheck.lint(gm.graph, class_span))
     mod.diagnostics.extend(d.diagnostic() for d in graphcheck.unused(gm.graph, ctx.source))
@@ -297,6 +354,51 @@ def _capture_class(
     output = next((n for n in gm.graph.nodes if n.op == "output"), None)
     if output is not None:
         mod.outputs = values.get(output.name) or _output_values(output, values)
+
+
+def _dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for d in diagnostics:
+        key = (d.code, d.span.line, d.span.col, d.span.end_line, d.span.end_col)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+def _compare_with_eager(
+    ctx: _Context,
+    module: nn.Module,
+    mod: ModuleResult,
+    gm: torch.fx.GraphModule,
+    ordered: list[inputs.PlannedInput],
+    targets: list[str],
+    traced: _Traced,
+    specialized: list[Diagnostic],
+) -> None:
+    """FX109 when the traced graph and eager execution on fake inputs give other outputs."""
+    feeds = [
+        shapes.ExampleInput(name=t, kind=p.kind, dims=p.dims, dtype=p.dtype, value=p.value)
+        for p, t in zip(ordered, targets)
+    ]
+    try:
+        found = strategies.eager_divergence(
+            gm, module, feeds, ctx.job.path, ctx.job.source, traced.leaves
+        )
+    except Exception as exc:  # the comparison is a bonus: never lose the capture over it
+        mod.notes.append(f"comparing with eager execution failed: {_one_line(exc)}")
+        return
+    if found is None:
+        return
+    class_span = _class_span(ctx.source, mod.line, mod.name)
+    span = specialized[0].span if specialized else class_span
+    related = [Related(d.span, "decided once while tracing") for d in specialized[1:]]
+    if specialized:
+        related.insert(0, Related(class_span, f"`{mod.name}` traced with inputs {found.sizes}"))
+    diag = m.FX109(span, related, traced=found.traced, eager=found.eager)
+    mod.diagnostics.append(diag.diagnostic({"sizes": found.sizes}))
+    mod.status = "partial"
 
 
 def _plan_inputs(
@@ -316,6 +418,7 @@ def _plan_inputs(
         if spec is not None:
             try:
                 plan.planned[param.name] = inputs.from_spec(spec, plan.symbols, ctx.namespace)
+                plan.declared.add(param.name)
                 continue
             except inputs.InputError as exc:
                 span = _line_span(ctx.source, spec.line) if spec.line else class_span
@@ -342,46 +445,102 @@ def _trace(
     plan: _Plan,
     class_span: Span,
     forward_def: ast.FunctionDef | ast.AsyncFunctionDef | None,
-) -> tuple[torch.fx.GraphModule | None, torch.fx.Graph]:
-    """Trace ``module``; a submodule whose forward cannot be traced is kept as a leaf and the
-    trace retried (status ``partial``). Each failure is explained (FX1xx) at its span.
+) -> _Traced:
+    """Trace ``module`` with the FX strategies (see :mod:`fxls.worker.strategies`).
 
-    Returns the traced module (None when tracing failed) and the graph recorded so far.
+    Each failed attempt is explained (FX1xx at its span) and, when a repair applies (leaf,
+    wrap, concrete), the trace is retried with it, at most ``MAX_AUTO_LEAVES`` leaves
+    and ``strategies.MAX_ATTEMPTS`` attempts in all. Sets ``mod.status``/``capture``/``notes``
+    on success, ``mod.error`` and status ``failed`` when no FX graph could be had.
     """
-    leaves = list(req.leaf)
-    auto_leaves: list[str] = []
-    concrete = plan.concrete() or None
-    while True:
-        tracer = SpanTracer(ctx.job.path, ctx.source, leaves)
+    functions, library_modules = strategies.library_autowrap()
+    library_leaves = strategies.library_leaf_classes(module)
+    repairs = strategies.Repairs()
+    defaults = plan.defaults()
+    param_names = [p.name for p in plan.params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    reported: set[tuple[str, int, int]] = set()
+    auto_leaves = 0
+
+    def leaves() -> list[str]:
+        return [*req.leaf, *repairs.leaves]
+
+    tracer = SpanTracer(ctx.job.path, ctx.source)
+    for _attempt in range(strategies.MAX_ATTEMPTS):
+        tracer = SpanTracer(
+            ctx.job.path,
+            ctx.source,
+            leaves(),
+            autowrap_functions=[*functions, *repairs.wraps],
+            autowrap_modules=library_modules,
+            leaf_predicate=strategies.is_library_leaf,
+        )
+        concrete = plan.concrete()
+        concrete.update({name: defaults[name] for name in repairs.concrete})
         try:
-            graph = tracer.trace(module, concrete_args=concrete)
+            graph = tracer.trace(module, concrete_args=concrete or None)
             gm = torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
-            break
         except BaseException as exc:
             failure = failures.explain(
                 exc, ctx.job.path, ctx.source, req.name, class_span, ctx.tree
             )
-            culprit = failures.failing_submodule(exc, module)
+            text = ctx.source.text(failure.span) if failure.span is not None else ""
+            repair = strategies.next_repair(
+                exc, module, ctx.namespace, ctx.job.path, repairs, leaves(), defaults, text
+            )
+            if repair is not None and repair.kind == "leaf" and auto_leaves >= MAX_AUTO_LEAVES:
+                repair = None
             data: dict[str, Any] = {"exception": type(exc).__name__}
-            if (
-                culprit is None
-                or culprit in leaves
-                or len(auto_leaves) >= MAX_AUTO_LEAVES
-                or isinstance(exc, (SystemExit, RecursionError))
-            ):
-                mod.diagnostics.append(failure.message.diagnostic(data))
+            if repair is not None:
+                data[repair.kind] = repair.target
+            diag = failure.message.diagnostic(data)
+            key = (diag.code, diag.span.line, diag.span.col)
+            if key not in reported:
+                reported.add(key)
+                mod.diagnostics.append(diag)
+            if repair is None:
                 mod.error = _error("trace", exc)
                 mod.status = "failed"
-                return None, tracer.graph
-            data["leaf"] = culprit
-            mod.diagnostics.append(failure.message.diagnostic(data))
-            leaves.append(culprit)
-            auto_leaves.append(culprit)
-    mod.status = "partial" if auto_leaves else "traced"
-    mod.capture = "fx+leaf" if leaves else "fx"
-    for name in auto_leaves:
-        mod.notes.append(f"`{name}` could not be traced through; it was kept as a leaf module")
-    return gm, gm.graph
+                return _Traced(
+                    None, tracer.graph, [*req.leaf, *library_leaves], tracer.traced_params
+                )
+            auto_leaves += repair.kind == "leaf"
+            repairs.add(repair)
+            continue
+        used = strategies.used_value_placeholders(
+            gm, [n for n in defaults if n not in repairs.concrete], param_names
+        )
+        if used:
+            repairs.add(strategies.Repair("concrete", ", ".join(used), names=used))
+            continue
+        break
+    else:
+        mod.status = "failed"
+        mod.notes.append(f"gave up tracing after {strategies.MAX_ATTEMPTS} attempts")
+        return _Traced(None, tracer.graph, [*req.leaf, *library_leaves], tracer.traced_params)
+    if concrete:
+        _drop_concrete_guards(gm)
+    mod.status = "partial" if repairs.applied else "traced"
+    mod.capture = repairs.label(declared_leaves=bool(req.leaf))
+    mod.notes.extend(repairs.notes(defaults))
+    return _Traced(gm, gm.graph, leaves() + library_leaves, tracer.traced_params)
+
+
+def _drop_concrete_guards(gm: torch.fx.GraphModule) -> None:
+    """Remove the ``_assert(flag == False, "... has been specialized ...")`` nodes FX adds for
+    ``concrete_args``: they have no source line and only guard against other values."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not torch._assert or node.users:
+            continue
+        if "has been specialized to have value" not in str(node.args[1:2]):
+            continue
+        condition = node.args[0]
+        gm.graph.erase_node(node)
+        if isinstance(condition, torch.fx.Node) and not condition.users:
+            gm.graph.erase_node(condition)
+        changed = True
+    if changed:
+        gm.recompile()
 
 
 def _fake_run(
@@ -390,15 +549,19 @@ def _fake_run(
     module: nn.Module,
     mod: ModuleResult,
     plan: _Plan,
-    partial: torch.fx.Graph,
+    traced: _Traced,
     class_span: Span,
+    forward_def: ast.FunctionDef | ast.AsyncFunctionDef | None,
 ) -> None:
-    """Shapes for a module whose ``forward`` cannot be traced: run it whole on fake tensors.
+    """Strategy 3: run ``forward`` on fake tensors and record every torch call it makes.
 
-    Inputs not declared are inferred from the graph recorded before the trace failed. On
-    success the module is ``partial`` with capture ``fake-run``: inputs and outputs are known,
-    there are no nodes.
+    Inputs not declared are inferred from the graph FX recorded before it failed. The recorded
+    graph gives per-line nodes with named arguments and shapes (capture ``fake-run``, status
+    ``partial``; graph rewrites are not offered for it). When ``forward`` raises on fake tensors
+    too (a data-dependent branch), the nodes recorded before the failure are kept and the FX
+    failure diagnostic stays.
     """
+    partial = traced.partial
     placeholders = [n for n in partial.nodes if n.op == "placeholder"]
     by_param = dict(zip(_placeholder_params(placeholders, plan.params), placeholders))
     params = [p for p in plan.params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
@@ -418,45 +581,70 @@ def _fake_run(
             info = m.FX405(span, arg=f"`{param.name}`", shape=shape, reason=planned.reason)
             mod.diagnostics.append(info.diagnostic({"arg": param.name, "shape": shape}))
         ordered.append(planned)
-
-    wrapper = nn.Module()
-    wrapper.add_module("model", module)
-    graph = torch.fx.Graph()
-    args: list[torch.fx.Node] = []
-    kwargs: dict[str, Any] = {}
-    for param in params:
-        placeholder = graph.placeholder(param.name)
-        if param.kind == param.KEYWORD_ONLY:
-            kwargs[param.name] = placeholder
-        else:
-            args.append(placeholder)
-    call = graph.call_module("model", tuple(args), kwargs)
-    graph.output(call)
-    runner = torch.fx.GraphModule(wrapper, graph, type(module).__name__)
-    targets = [str(n.target) for n in graph.nodes if n.op == "placeholder"]
-    example_inputs = [
-        shapes.ExampleInput(name=t, kind=p.kind, dims=p.dims, dtype=p.dtype, value=p.value)
-        for p, t in zip(ordered, targets)
-    ]
-    try:
-        prop = shapes.propagate(runner, example_inputs, symbolic=ctx.job.symbolic)
-    except Exception as exc:
-        mod.notes.append(f"running forward on fake tensors failed: {_one_line(exc)}")
-        return
-    if prop.error is not None or call.name not in prop.values:
-        reason = prop.error.message if prop.error is not None else "no output"
-        mod.notes.append(f"running forward on fake tensors failed: {reason}")
-        return
     mod.input_names = [p.name for p in ordered]
     mod.inputs = [p.protocol_value() for p in ordered]
     mod.inputs_assumed = [p.assumed for p in ordered]
-    mod.outputs = list(prop.values[call.name])
-    mod.status = "partial"
+
+    example_inputs = [
+        shapes.ExampleInput(name=p.name, kind=p.kind, dims=p.dims, dtype=p.dtype, value=p.value)
+        for p in ordered
+    ]
+    try:
+        run = fakerun.fake_run(
+            module,
+            example_inputs,
+            ctx.job.path,
+            symbolic=ctx.job.symbolic,
+            leaf_classes=traced.leaves,
+            source=ctx.job.source,
+        )
+        if run.error is not None and run.mode == "symbolic":
+            # some kernels refuse symbolic sizes; static sizes still give the shapes
+            static = fakerun.fake_run(
+                module,
+                example_inputs,
+                ctx.job.path,
+                symbolic=False,
+                leaf_classes=traced.leaves,
+                source=ctx.job.source,
+            )
+            if static.error is None:
+                run = static
+                mod.notes.append(
+                    "named dimensions could not stay symbolic while running `forward`; the "
+                    "shapes are for the example sizes"
+                )
+    except Exception as exc:
+        mod.notes.append(f"running forward on fake tensors failed: {_one_line(exc)}")
+        return
+    gm = run.graph_module
+    if gm is None:
+        mod.notes.append("running forward on fake tensors recorded no usable graph")
+        return
+    assign_ast_spans(gm.graph, forward_def, ctx.source)
+    mod.nodes = [
+        _node_info(gm, node, run.values, run.examples, rename=run.rename) for node in gm.graph.nodes
+    ]
     mod.capture = "fake-run"
-    mod.error = None
+    output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    if run.error is None and output is not None:
+        mod.outputs = list(run.values.get(output.name, []))
+        mod.status = "partial"
+        mod.error = None
+        mod.diagnostics.extend(d.diagnostic() for d in graphcheck.unused(gm.graph, ctx.source))
+        mod.notes.append(
+            "torch.fx could not trace `forward`; its nodes and shapes come from running it on "
+            "fake tensors (no FX graph: graph rewrites are not offered)"
+        )
+        return
+    where = f" at line {run.error_span.line}" if run.error_span is not None else ""
+    error = _one_line(run.error) if run.error is not None else "no output"
+    if run.error is not None and "DataDependent" in type(run.error).__name__:
+        error = "a Python decision depends on tensor values, which fake tensors do not have"
+    mod.status = "failed"  # no outputs: the FX error stays, the nodes before it are shown
     mod.notes.append(
-        "torch.fx could not trace `forward`; its inputs and outputs come from running it "
-        "on fake tensors"
+        f"torch.fx could not trace `forward`, and running it on fake tensors stopped{where} "
+        f"({error}); only the operations before that point are shown"
     )
 
 
@@ -740,8 +928,12 @@ def _node_info(
     node: torch.fx.Node,
     values: Mapping[str, list[Value]],
     examples: Mapping[str, Any],
+    rename: Callable[[str], str] | None = None,
 ) -> NodeInfo:
     args, signature = _named_arguments(gm, node, examples)
+    if rename is not None:
+        for arg in args:
+            arg.value = rename(arg.value)
     return NodeInfo(
         name=node.name,
         op=node.op,

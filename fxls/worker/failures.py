@@ -15,7 +15,6 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from types import CodeType, TracebackType
-from typing import Any
 
 from fxls.worker import messages as m
 from fxls.worker.protocol import Related, Span
@@ -147,23 +146,6 @@ def explain(
     ):
         return build(m.FX104)
     return build(m.FX199, error=first_line)
-
-
-def failing_submodule(exc: BaseException, root: Any) -> str | None:
-    """Class name of the innermost submodule of ``root`` whose ``forward`` raised ``exc``.
-
-    Keeping that class as a leaf lets the rest of ``root`` trace. None when the failure is in
-    ``root``'s own code.
-    """
-    owned = {id(sub) for sub in root.modules()} - {id(root)}
-    for e in _chain(exc):
-        for code, _, tb in reversed(_frames(e.__traceback__)):
-            if code.co_name != "forward":
-                continue
-            owner = tb.tb_frame.f_locals.get("self")
-            if owner is not None and id(owner) in owned:
-                return type(owner).__name__
-    return None
 
 
 def _narrow(span: Span, tree: ast.Module, source: SourceText) -> Span:

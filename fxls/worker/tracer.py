@@ -12,8 +12,8 @@ from __future__ import annotations
 import ast
 import re
 import sys
-from collections.abc import Iterable
-from types import CodeType, FrameType
+from collections.abc import Callable, Iterable
+from types import CodeType, FrameType, ModuleType
 from typing import Any
 
 import torch
@@ -115,18 +115,42 @@ class SpanTracer(torch.fx.Tracer):
         path: filename of the document's code objects (``CaptureJob.path``).
         source: the document text.
         leaf_classes: class names of submodules not to trace into.
+        autowrap_functions: functions recorded as one ``call_function`` node wherever the
+            document (or a module in ``autowrap_modules``) refers to them by a global name.
+        autowrap_modules: modules whose global names of ``autowrap_functions`` are patched too
+            (``einops.rearrange`` written with the module prefix).
+        leaf_predicate: another leaf rule (library layers such as ``einops.layers.torch``).
+
+    While tracing, ``traced_params`` collects, per code object of the document that created a
+    node, the names of its parameters that held a ``Proxy`` (for FX108 in helpers and
+    submodules traced through).
     """
 
     proxy_buffer_attributes = True
 
-    def __init__(self, path: str, source: SourceText, leaf_classes: Iterable[str] = ()):
-        super().__init__()
+    def __init__(
+        self,
+        path: str,
+        source: SourceText,
+        leaf_classes: Iterable[str] = (),
+        autowrap_functions: Iterable[Callable[..., Any]] = (),
+        autowrap_modules: Iterable[ModuleType] = (),
+        leaf_predicate: Callable[[torch.nn.Module], bool] | None = None,
+    ):
+        super().__init__(autowrap_functions=tuple(autowrap_functions))
+        search = getattr(self, "_autowrap_search", None)
+        if isinstance(search, list):  # torch's list of module dicts to patch at trace start
+            search.extend(m for m in autowrap_modules if m not in search)
         self.path = path
         self.source = source
         self.leaf_classes = set(leaf_classes)
+        self.leaf_predicate = leaf_predicate
+        self.traced_params: dict[CodeType, set[str]] = {}
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         if type(m).__name__ in self.leaf_classes:
+            return True
+        if self.leaf_predicate is not None and self.leaf_predicate(m):
             return True
         return super().is_leaf_module(m, module_qualified_name)
 
@@ -140,11 +164,26 @@ class SpanTracer(torch.fx.Tracer):
         type_expr: Any = None,
     ) -> torch.fx.Node:  # type: ignore[override]
         node = super().create_node(kind, target, args, kwargs, name, type_expr)
-        spans = user_spans(_stack(sys._getframe(1)), self.path, self.source)
+        frame = sys._getframe(1)
+        spans = user_spans(_stack(frame), self.path, self.source)
         if spans:
             node.meta[SPAN_KEY] = spans[0]
             node.meta[CALL_SITE_KEY] = spans[-1]
+            self._note_params(frame)
         return node
+
+    def _note_params(self, frame: FrameType | None) -> None:
+        """Record which parameters of each document frame on the stack are proxies."""
+        while frame is not None:
+            code = frame.f_code
+            if code.co_filename == self.path and code not in self.traced_params:
+                count = code.co_argcount + code.co_kwonlyargcount
+                names = code.co_varnames[:count]
+                local = frame.f_locals
+                self.traced_params[code] = {
+                    n for n in names if isinstance(local.get(n), torch.fx.Proxy)
+                }
+            frame = frame.f_back
 
 
 def trace(

@@ -218,7 +218,10 @@ def test_expression_inputs_and_flag_defaults() -> None:
         CaptureJob(path="/virtual/masked.py", source=source, classes=[req]), lambda *_: None
     )
     (mod,) = result.modules
-    assert mod.status == "traced"
+    # `if relu` fails plain FX; the flags are fixed to their defaults (concrete_args) and the
+    # failure stays visible where it happened
+    assert mod.status == "partial" and mod.capture == "fx+concrete"
+    assert [d.code for d in mod.diagnostics if d.severity == "error"] == ["FX101"]
     assert mod.input_names == ["x", "scale", "mask", "relu"]
     assert mod.inputs[0].shape == [4, 7, 5] and mod.inputs[1].text == "2.0"
     assert mod.inputs[2].kind == "none" and mod.inputs[3].text == "True"

@@ -79,6 +79,10 @@ def test_failure_located_and_explained(
         # the failing submodule is kept as a leaf, the rest of the model still traces
         assert mod.status == "partial" and mod.capture == "fx+leaf" and mod.error is None
         assert any(n.op == "call_module" and n.target == "enc" for n in mod.nodes)
+    elif name == "Iterates":
+        # the module-level helper that failed is recorded as one call (auto-wrapped)
+        assert mod.status == "partial" and mod.capture == "fx+wrap" and mod.error is None
+        assert any(n.op == "call_function" and n.target.endswith("rows") for n in mod.nodes)
     else:
         assert mod.status == "failed" and mod.capture == "none"
         assert mod.error is not None and mod.error.phase == "trace"
@@ -183,8 +187,16 @@ def test_untraceable_root_falls_back_to_a_fake_run() -> None:
         # the failure is still reported; shapes come from running forward on fake tensors
         assert [d.code for d in mod.diagnostics if d.severity == "error"] == [code]
         assert mod.status == "partial" and mod.capture == "fake-run" and mod.error is None
-        assert mod.inputs[0].shape == ["B", "T"] and mod.nodes == []
+        assert mod.inputs[0].shape == ["B", "T"]
         assert mod.outputs[0].shape == ["B", "T"]
-    # a branch on tensor values cannot run on fake tensors either
-    assert control.status == "failed" and control.error is not None
+    # the fake run records the operations with their spans and shapes
+    (zeros,) = [n for n in factory.nodes if n.target == "torch.zeros"]
+    assert zeros.span == _span("torch.zeros(x.size(0), x.size(1))", "class Factory(")
+    assert zeros.outputs[0].shape == ["B", "T"]
+    # a branch on tensor values cannot run on fake tensors either: what ran before it is kept
+    assert control.status == "failed" and control.capture == "fake-run"
+    assert control.error is not None
     assert control.outputs == []
+    (total,) = [n for n in control.nodes if n.target == "sum"]
+    assert total.span == _span("x.sum()", "class ControlFlow(")
+    assert [d.code for d in _errors(control)] == ["FX101"]

@@ -193,8 +193,30 @@ def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
         except BaseException as exc:
             mod.status = "failed"
             mod.error = mod.error or _error("trace", exc)
+        _soften_worked_around(mod)
         result.modules.append(mod)
     return result
+
+
+_TRACE_FAILURE_CODES = frozenset(
+    {"FX101", "FX102", "FX103", "FX104", "FX105", "FX106", "FX107", "FX199"}
+)
+
+
+def _soften_worked_around(mod: ModuleResult) -> None:
+    """A trace failure that a fallback capture worked around becomes a warning.
+
+    The code is still not traceable by torch.fx (which matters to FX-based tools), but the
+    module itself works and fxls shows its shapes, so it is not an error of the program.
+    """
+    if mod.status != "partial" or not mod.outputs:
+        return
+    for diag in mod.diagnostics:
+        if diag.code in _TRACE_FAILURE_CODES and diag.severity == "error":
+            diag.severity = "warning"
+            diag.data["worked_around"] = mod.capture
+            note = f"fxls worked around it and still shows shapes (capture `{mod.capture}`)."
+            diag.fix = f"{note} {diag.fix}" if diag.fix else note
 
 
 def _import_diagnostic(exc: BaseException, path: str, source: SourceText) -> Diagnostic:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 import torch.fx
 
 from fxls.worker import messages as m
@@ -37,6 +39,25 @@ def unused_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     return [n for n in graph.nodes if n in dead]
 
 
+_QUERY_METHODS = frozenset({"size", "dim", "numel", "stride", "type", "is_contiguous"})
+_QUERY_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"})
+
+
+def _is_bookkeeping(node: torch.fx.Node) -> bool:
+    """Unpacking and size queries: ``b, n, _ = x.shape`` or ``out, _ = self.attn(...)`` leave
+    unused ``getitem``/``size`` nodes behind that are not computations anyone wrote."""
+    if node.op == "call_function" and node.target is operator.getitem:
+        return True
+    if node.op == "call_method" and node.target in _QUERY_METHODS:
+        return True
+    return (
+        node.op == "call_function"
+        and node.target is getattr
+        and len(node.args) > 1
+        and node.args[1] in _QUERY_ATTRS
+    )
+
+
 def _contains(outer: Span, inner: Span) -> bool:
     return (outer.line, outer.col) <= (inner.line, inner.col) and (
         inner.end_line,
@@ -51,6 +72,8 @@ def unused(graph: torch.fx.Graph, source: SourceText) -> list[m.Message]:
     """One FX302 hint per unused expression: spans inside another unused span are folded in."""
     spans: dict[tuple[int, int, int, int], tuple[Span, torch.fx.Node]] = {}
     for node in unused_nodes(graph):
+        if _is_bookkeeping(node):
+            continue
         span = node.meta.get(SPAN_KEY)
         if span is not None:
             spans.setdefault((span.line, span.col, span.end_line, span.end_col), (span, node))

@@ -131,7 +131,8 @@ class Document:
 
     @property
     def lines(self) -> list[str]:
-        return self.text.split("\n")
+        """The lines of the text without their terminators (``\r\n`` line ends included)."""
+        return [line[:-1] if line.endswith("\r") else line for line in self.text.split("\n")]
 
     def update(self, text: str, version: int | None) -> None:
         """Record a new text; remembers how lines moved for the cached result."""

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import hashlib
 import itertools
 import logging
 import os
 import sys
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
 
 from fxls import __version__, engine
 from fxls.documents import Analysed, Document, DocumentStore
@@ -35,10 +41,36 @@ PROGRESS_DELAY_S = 0.5
 PARENT_POLL_S = 2.0
 
 UNTRUSTED_MESSAGE = (
-    "fxls is not running code in this workspace because it is not trusted: fxls executes "
-    "module files (in a sandbox) to capture them. Trust the workspace, or start the server "
-    'with initializationOptions {"trusted": true}, to enable shapes and diagnostics.'
+    "fxls shows no shapes or diagnostics here because this workspace is not trusted: fxls runs "
+    "your module files (in a sandbox) to capture them. In VS Code, trust this folder "
+    "(Workspace Trust: 'Manage Workspace Trust' in the Command Palette). In other editors, "
+    'start fxls with {"trusted": true} in initializationOptions.'
 )
+STATS = "fxls/stats"
+"""Custom request: open documents (version, length, SHA-256 of the text) and recent hover
+handler times, for tests and benchmarks."""
+HOVER_SAMPLES = 10_000
+
+
+class FxlsProtocol(LanguageServerProtocol):
+    """pygls's protocol, except that a ``didChange`` reaches fxls's handler untouched.
+
+    fxls applies edits to its own copy of each document (``convert.apply_change``). pygls's
+    workspace copy gets a deep copy of each change: pygls rewrites a position past the end
+    of the last line in place (to one character before its end), and raises for an unknown
+    document before the handler runs.
+    """
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> Any:
+        for change in params.content_changes:
+            try:
+                self.workspace.update_text_document(params.text_document, copy.deepcopy(change))
+            except Exception:
+                logger.debug("pygls workspace: change not applied", exc_info=True)
+        handler = self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)
+        if handler is not None:
+            yield handler, (params,), None
 
 
 class FxlsServer(LanguageServer):
@@ -46,7 +78,10 @@ class FxlsServer(LanguageServer):
 
     def __init__(self) -> None:
         super().__init__(
-            "fxls", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental
+            "fxls",
+            __version__,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            protocol_cls=FxlsProtocol,
         )
         self.documents = DocumentStore()
         self.settings = Settings()
@@ -57,7 +92,10 @@ class FxlsServer(LanguageServer):
         self._worker_python: str | None = None
         self._worker_lock: asyncio.Lock | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._asking: set[asyncio.Task[Any]] = set()
+        """Requests to the client in flight (refreshes)."""
         self._tokens = itertools.count(1)
+        self.hover_seconds: deque[float] = deque(maxlen=HOVER_SAMPLES)
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -276,9 +314,15 @@ class FxlsServer(LanguageServer):
     def refresh_views(self) -> None:
         """Ask the client to re-request inlay hints and code lenses (when it supports it)."""
         if self._capability("workspace", "inlay_hint", "refresh_support"):
-            self.spawn(self._quiet(self.workspace_inlay_hint_refresh_async(None)))
+            self._ask(self.workspace_inlay_hint_refresh_async(None))
         if self._capability("workspace", "code_lens", "refresh_support"):
-            self.spawn(self._quiet(self.workspace_code_lens_refresh_async(None)))
+            self._ask(self.workspace_code_lens_refresh_async(None))
+
+    def _ask(self, request: Any) -> None:
+        """Send a request to the client without waiting for its answer."""
+        task = self.spawn(self._quiet(request))
+        self._asking.add(task)
+        task.add_done_callback(self._asking.discard)
 
     @staticmethod
     async def _quiet(awaitable: Any) -> None:
@@ -301,12 +345,34 @@ class FxlsServer(LanguageServer):
     async def stop(self) -> None:
         for doc in self.documents:
             self.documents.close(doc.uri)
+        if self._asking:
+            # Let the client answer: pygls logs an error for an answer to a cancelled request.
+            await asyncio.wait(list(self._asking), timeout=1.0)
         tasks = [t for t in self._tasks if t is not asyncio.current_task()]
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=5.0)
         await self.close_worker()
+
+    def stats(self) -> dict[str, Any]:
+        """What ``fxls/stats`` answers: server-side state a client cannot observe otherwise."""
+        worker = self.worker
+        return {
+            "pid": os.getpid(),
+            "workerPid": worker.pid if worker is not None else None,
+            "documents": [
+                {
+                    "uri": doc.uri,
+                    "version": doc.version,
+                    "length": len(doc.text),
+                    "sha256": hashlib.sha256(doc.text.encode("utf-8", "surrogatepass")).hexdigest(),
+                    "resultVersion": doc.result.version if doc.result else None,
+                }
+                for doc in self.documents
+            ],
+            "hoverSeconds": list(self.hover_seconds),
+        }
 
     # -- feature views -------------------------------------------------------------------
 
@@ -399,7 +465,9 @@ def did_open(ls: FxlsServer, params: types.DidOpenTextDocumentParams) -> None:
 def did_change(ls: FxlsServer, params: types.DidChangeTextDocumentParams) -> None:
     doc = ls.documents.get(params.text_document.uri)
     if doc is not None:
-        text = ls.workspace.get_text_document(doc.uri).source
+        text = doc.text
+        for change in params.content_changes:
+            text = convert.apply_change(text, change, ls.encoding)
         doc.update(text, params.text_document.version)
         ls.schedule(doc, ls.settings.debounce_ms / 1000)
 
@@ -422,7 +490,11 @@ def did_close(ls: FxlsServer, params: types.DidCloseTextDocumentParams) -> None:
 
 @server.feature(types.TEXT_DOCUMENT_HOVER)
 def on_hover(ls: FxlsServer, params: types.HoverParams) -> types.Hover | None:
-    return ls.safely("hover", lambda: ls.hover_at(params.text_document.uri, params.position), None)
+    started = time.perf_counter()
+    uri, position = params.text_document.uri, params.position
+    result = ls.safely("hover", lambda: ls.hover_at(uri, position), None)
+    ls.hover_seconds.append(time.perf_counter() - started)
+    return result
 
 
 @server.feature(types.TEXT_DOCUMENT_INLAY_HINT)
@@ -434,6 +506,11 @@ def on_inlay_hint(ls: FxlsServer, params: types.InlayHintParams) -> list[types.I
 @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
 def on_code_lens(ls: FxlsServer, params: types.CodeLensParams) -> list[types.CodeLens]:
     return ls.safely("code lens", lambda: ls.code_lenses_of(params.text_document.uri), [])
+
+
+@server.feature(STATS)
+def on_stats(ls: FxlsServer, params: Any) -> dict[str, Any]:
+    return ls.stats()
 
 
 @server.feature(types.SHUTDOWN)

@@ -160,3 +160,47 @@ def lsp_diagnostic(
         tags=[types.DiagnosticTag.Unnecessary] if diagnostic.code in _UNNECESSARY else None,
         data=data or None,
     )
+
+
+def _line_starts(text: str) -> list[tuple[int, int]]:
+    """(start offset, end offset without the terminator) of each line; LSP line terminators
+    are ``\\n``, ``\\r\\n`` and ``\\r`` only (not the other breaks ``str.splitlines`` knows)."""
+    out = []
+    start = 0
+    index = 0
+    size = len(text)
+    while index < size:
+        ch = text[index]
+        if ch == "\n" or ch == "\r":
+            out.append((start, index))
+            index += 2 if ch == "\r" and text.startswith("\n", index + 1) else 1
+            start = index
+        else:
+            index += 1
+    out.append((start, size))
+    return out
+
+
+def _offset(lines: list[tuple[int, int]], text: str, position: types.Position, enc: str) -> int:
+    if position.line >= len(lines):
+        return len(text)
+    start, end = lines[max(position.line, 0)]
+    return start + from_units(text[start:end], max(position.character, 0), enc)
+
+
+def apply_change(
+    text: str, change: types.TextDocumentContentChangeEvent, encoding: Encoding
+) -> str:
+    """Apply one ``didChange`` content change to ``text`` the way the LSP specification says.
+
+    A character past the end of its line means the end of the line (never the next line);
+    a line past the end of the text means the end of the text.
+    """
+    if not isinstance(change, types.TextDocumentContentChangePartial):
+        return change.text
+    lines = _line_starts(text)
+    start = _offset(lines, text, change.range.start, encoding)
+    end = _offset(lines, text, change.range.end, encoding)
+    if end < start:
+        start, end = end, start
+    return text[:start] + change.text + text[end:]

@@ -87,8 +87,13 @@ def test_failure_located_and_explained(
         assert mod.status == "failed" and mod.capture == "none"
         assert mod.error is not None and mod.error.phase == "trace"
         assert mod.error.kind == "exception"
-    errors = [d for d in mod.diagnostics if d.severity == "error"]
-    assert [d.code for d in errors] == [code]
+    # worked-around failures (the module still has shapes) are warnings, the others errors
+    severity = "warning" if mod.status == "partial" and mod.outputs else "error"
+    errors = [d for d in mod.diagnostics if d.severity in ("error", "warning") and d.code == code]
+    assert [d.code for d in mod.diagnostics if d.severity == "error"] == (
+        [] if severity == "warning" else [code]
+    )
+    assert [d.severity for d in errors] == [severity]
     (diag,) = errors
     after = {"Iterates": "def rows", "FlagArgument": "if flag:"}.get(name, f"class {name}(")
     assert diag.span == _span(source, after)
@@ -185,7 +190,8 @@ def test_untraceable_root_falls_back_to_a_fake_run() -> None:
     asserts, factory, control = run_capture(job, lambda *_: None).modules
     for mod, code in ((asserts, "FX101"), (factory, "FX105")):
         # the failure is still reported; shapes come from running forward on fake tensors
-        assert [d.code for d in mod.diagnostics if d.severity == "error"] == [code]
+        assert [d.code for d in mod.diagnostics if d.severity == "warning"] == [code]
+        assert not [d for d in mod.diagnostics if d.severity == "error"]
         assert mod.status == "partial" and mod.capture == "fake-run" and mod.error is None
         assert mod.inputs[0].shape == ["B", "T"]
         assert mod.outputs[0].shape == ["B", "T"]

@@ -117,6 +117,10 @@ def _errors(mod: ModuleResult) -> list[str]:
     return [d.code for d in mod.diagnostics if d.severity == "error"]
 
 
+def _warnings(mod: ModuleResult) -> list[str]:
+    return [d.code for d in mod.diagnostics if d.severity == "warning"]
+
+
 def _nodes(mod: ModuleResult, target: str) -> list[NodeInfo]:
     return [n for n in mod.nodes if n.target == target or n.target.endswith("." + target)]
 
@@ -203,7 +207,9 @@ def test_repairs_combine_one_per_failure(
     mod = modules["Combined"]
     assert mod.status == "partial" and mod.capture == "fx+leaf+wrap+concrete"
     # each failure that led to a repair is reported where it happened, with the repair named
-    found = {d.code: d for d in mod.diagnostics if d.severity == "error"}
+    # ... as warnings: the module still gets its shapes
+    found = {d.code: d for d in mod.diagnostics if d.severity == "warning"}
+    assert _errors(mod) == []
     assert sorted(found) == ["FX101", "FX102", "FX104"]
     assert found["FX101"].data["concrete"] == "normalize"
     assert found["FX102"].data["leaf"] == "LenScale"
@@ -224,7 +230,8 @@ def test_untraceable_root_gets_nodes_from_a_fake_run(
 ) -> None:
     mod = modules["TokenKeep"]
     assert mod.status == "partial" and mod.capture == "fake-run" and mod.error is None
-    assert _errors(mod) == ["FX104"]  # the FX failure stays visible at its span
+    assert _warnings(mod) == ["FX104"]  # the FX failure stays visible at its span
+    assert _errors(mod) == []
     (fx104,) = [d for d in mod.diagnostics if d.code == "FX104"]
     assert fx104.span == _span("int(x.size(1) * self.ratio)", "class TokenKeep(")
     assert any("fake tensors" in note for note in mod.notes)

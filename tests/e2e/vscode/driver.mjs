@@ -195,19 +195,23 @@ async function runStep(page, step) {
     // Hover the first error squiggle to read the diagnostic message.
     const box = await page.locator(".monaco-editor .squiggly-error").first().boundingBox();
     if (box) {
-      await page.mouse.move(5, 5);
-      await page.waitForTimeout(150);
-      await page.mouse.move(box.x + Math.min(box.width / 2, 20), box.y + box.height / 2, { steps: 3 });
-      try {
-        await page.waitForSelector(".monaco-hover:not(.hidden)", { timeout: 4000 });
+      // Under load the hover can take a while to appear: move away and back, a few times.
+      out.squiggle_hover = "";
+      for (let attempt = 0; attempt < 4 && !out.squiggle_hover.includes("fxls"); attempt++) {
+        await page.mouse.move(5, 5);
         await page.waitForTimeout(300);
-        out.squiggle_hover = await page.evaluate(() =>
-          Array.from(document.querySelectorAll(".monaco-hover:not(.hidden)"))
-            .map((h) => h.innerText)
-            .join("\n"),
-        );
-      } catch {
-        out.squiggle_hover = "";
+        await page.mouse.move(box.x + Math.min(box.width / 2, 20), box.y + box.height / 2, { steps: 3 });
+        try {
+          await page.waitForSelector(".monaco-hover:not(.hidden)", { timeout: 8000 });
+          await page.waitForTimeout(500);
+          out.squiggle_hover = await page.evaluate(() =>
+            Array.from(document.querySelectorAll(".monaco-hover:not(.hidden)"))
+              .map((h) => h.innerText)
+              .join("\n"),
+          );
+        } catch {
+          out.squiggle_hover = "";
+        }
       }
       await screenshot(page, `${step.name}-diagnostic`);
     }

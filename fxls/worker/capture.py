@@ -61,10 +61,10 @@ PhaseReporter = Callable[[Phase, "str | None"], None]
 MAX_AUTO_LEAVES = 8
 """Submodule classes fxls keeps as leaves on its own when tracing through them fails."""
 
-COMPARE_BUDGET_S = 0.2
-"""A graph with nothing suspicious (no FX108, no repair) is compared with eager execution
-(FX109) only when its shape propagation took at most this long: the comparison costs about as
-much again."""
+COMPARE_MAX_NODES = 60
+"""Graphs up to this size are always compared with eager execution (FX109); larger ones only
+when a check was specialized or a repair was applied (the comparison runs `forward` twice on
+fake tensors, which costs several times the shape propagation)."""
 
 MODULE_NAME = "__fxls_document__"
 """``__name__`` of the executed document (never ``"__main__"``)."""
@@ -364,7 +364,7 @@ def _capture_class(
         values, examples = _shapes(ctx, gm, ordered, targets, mod)
         mod.timings["shapes"] = time.perf_counter() - started
         suspicious = bool(specialized) or mod.capture != "fx"
-        cheap = mod.timings["shapes"] <= COMPARE_BUDGET_S
+        cheap = len(gm.graph.nodes) <= COMPARE_MAX_NODES
         if (suspicious or cheap) and not any(d.code == "FX201" for d in mod.diagnostics):
             started = time.perf_counter()
             _compare_with_eager(ctx, module, mod, gm, ordered, targets, traced, specialized)

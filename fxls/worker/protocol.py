@@ -364,66 +364,169 @@ def _hints(cls: type) -> dict[str, Any]:
     return hints
 
 
-def _convert(tp: Any, value: Any, where: str) -> Any:
+Converter = typing.Callable[[Any], Any]
+_CONVERTERS: dict[Any, Converter] = {}
+
+
+class _FieldError(ProtocolError):
+    """A conversion error; ``path`` is filled in on the way out, so the hot path builds no text."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+
+    def at(self, segment: str) -> _FieldError:
+        return _FieldError(self.message, segment + self.path)
+
+    def __str__(self) -> str:
+        return f"{self.path.lstrip('.')}: {self.message}" if self.path else self.message
+
+
+def _converter(tp: Any) -> Converter:
+    """A checking converter for type ``tp``, built once per type and cached."""
+    conv = _CONVERTERS.get(tp)
+    if conv is None:
+        conv = _build_converter(tp)
+        _CONVERTERS[tp] = conv
+    return conv
+
+
+def _build_converter(tp: Any) -> Converter:
     origin = typing.get_origin(tp)
     if tp is Any:
-        return value
+        return lambda value: value
     if origin in (Union, types.UnionType):
-        if value is None and type(None) in typing.get_args(tp):
-            return None
-        errors = []
-        for option in typing.get_args(tp):
-            if option is type(None):
-                continue
-            try:
-                return _convert(option, value, where)
-            except ProtocolError as exc:
-                errors.append(str(exc))
-        raise ProtocolError(f"{where}: {value!r} matches no option ({'; '.join(errors)})")
+        options = [o for o in typing.get_args(tp) if o is not type(None)]
+        nullable = len(options) < len(typing.get_args(tp))
+        option_convs = [_converter(o) for o in options]
+        if len(option_convs) == 1:
+            (only,) = option_convs
+
+            def optional(value: Any) -> Any:
+                return None if value is None and nullable else only(value)
+
+            return optional
+
+        def union(value: Any) -> Any:
+            if value is None and nullable:
+                return None
+            errors = []
+            for conv in option_convs:
+                try:
+                    return conv(value)
+                except _FieldError as exc:
+                    errors.append(str(exc))
+            raise _FieldError(f"{value!r:.80} matches no option ({'; '.join(errors)})")
+
+        return union
     if origin is Literal:
-        if value not in typing.get_args(tp):
-            raise ProtocolError(f"{where}: {value!r} is not one of {typing.get_args(tp)}")
-        return value
+        allowed = typing.get_args(tp)
+
+        def literal(value: Any) -> Any:
+            if value not in allowed:
+                raise _FieldError(f"{value!r:.80} is not one of {allowed}")
+            return value
+
+        return literal
     if origin is list:
-        if not isinstance(value, list):
-            raise ProtocolError(f"{where}: expected a list, got {type(value).__name__}")
         (item_tp,) = typing.get_args(tp) or (Any,)
-        return [_convert(item_tp, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        item = _converter(item_tp)
+
+        def as_list(value: Any) -> Any:
+            if not isinstance(value, list):
+                raise _FieldError(f"expected a list, got {type(value).__name__}")
+            out = []
+            for i, v in enumerate(value):
+                try:
+                    out.append(item(v))
+                except _FieldError as exc:
+                    raise exc.at(f"[{i}]") from None
+            return out
+
+        return as_list
     if origin is dict:
-        if not isinstance(value, dict):
-            raise ProtocolError(f"{where}: expected an object, got {type(value).__name__}")
         _, val_tp = typing.get_args(tp) or (str, Any)
-        return {str(k): _convert(val_tp, v, f"{where}.{k}") for k, v in value.items()}
+        val = _converter(val_tp)
+
+        def as_dict(value: Any) -> Any:
+            if not isinstance(value, dict):
+                raise _FieldError(f"expected an object, got {type(value).__name__}")
+            out = {}
+            for k, v in value.items():
+                try:
+                    out[str(k)] = val(v)
+                except _FieldError as exc:
+                    raise exc.at(f".{k}") from None
+            return out
+
+        return as_dict
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return from_dict(tp, value, where)
+        return _dataclass_converter(tp)
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ProtocolError(f"{where}: expected a number, got {value!r}")
-        return float(value)
+
+        def as_float(value: Any) -> Any:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise _FieldError(f"expected a number, got {value!r:.80}")
+            return float(value)
+
+        return as_float
     if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ProtocolError(f"{where}: expected an int, got {value!r}")
-        return value
+
+        def as_int(value: Any) -> Any:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _FieldError(f"expected an int, got {value!r:.80}")
+            return value
+
+        return as_int
     if tp in (str, bool):
-        if not isinstance(value, tp):
-            raise ProtocolError(f"{where}: expected {tp.__name__}, got {value!r}")
-        return value
-    return value
+
+        def exact(value: Any) -> Any:
+            if not isinstance(value, tp):
+                raise _FieldError(f"expected {tp.__name__}, got {value!r:.80}")
+            return value
+
+        return exact
+    return lambda value: value
+
+
+def _dataclass_converter(cls: type) -> Converter:
+    hints = _hints(cls)
+    fields = []
+    required = []
+    for f in dataclasses.fields(cls):
+        fields.append((f.name, f"{f.name}"))
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            required.append(f.name)
+    # Field converters are looked up lazily: dataclasses may refer to each other.
+    convs: dict[str, Converter] = {}
+
+    def convert(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise _FieldError(f"expected an object, got {type(value).__name__}")
+        if not convs:
+            convs.update({name: _converter(hints[name]) for name, _ in fields})
+        kwargs = {}
+        for name, _ in fields:
+            if name in value:
+                try:
+                    kwargs[name] = convs[name](value[name])
+                except _FieldError as exc:
+                    raise exc.at(f".{name}") from None
+        for name in required:
+            if name not in kwargs:
+                raise _FieldError(f"missing field {name!r}")
+        return cls(**kwargs)
+
+    return convert
 
 
 def from_dict(cls: type[T], data: Any, where: str | None = None) -> T:
     """JSON-decoded dict -> dataclass ``cls``, checking types; raises ProtocolError."""
-    where = where or cls.__name__
-    if not isinstance(data, dict):
-        raise ProtocolError(f"{where}: expected an object, got {type(data).__name__}")
-    hints = _hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name in data:
-            kwargs[f.name] = _convert(hints[f.name], data[f.name], f"{where}.{f.name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ProtocolError(f"{where}: missing field {f.name!r}")
-    return cls(**kwargs)
+    try:
+        return typing.cast(T, _converter(cls)(data))
+    except _FieldError as exc:
+        raise ProtocolError(f"{where or cls.__name__}{exc.at('').path}: {exc.message}") from None
 
 
 def encode_frame(message: Any) -> bytes:

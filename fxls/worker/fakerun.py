@@ -587,21 +587,6 @@ class _Swap:
         self.saved.clear()
 
 
-def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor], depth: int = 0) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    if depth > 6:
-        return obj
-    if isinstance(obj, tuple):
-        items = [_map_tensors(v, fn, depth + 1) for v in obj]
-        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
-    if isinstance(obj, list):
-        return [_map_tensors(v, fn, depth + 1) for v in obj]
-    if isinstance(obj, dict):
-        return {k: _map_tensors(v, fn, depth + 1) for k, v in obj.items()}
-    return obj
-
-
 def _call_arguments(
     module: torch.nn.Module, feeds: list[tuple[str, Any]]
 ) -> tuple[list[Any], dict[str, Any]]:
@@ -692,7 +677,7 @@ def fake_run(
             feeds: list[tuple[str, Any]] = []
             for inp in inputs:
                 if inp.kind != "tensor":
-                    value = _map_tensors(inp.value, swap.fake)
+                    value = shapes.map_tensors(inp.value, swap.fake)
                     feeds.append((inp.name, value))
                     continue
                 sizes = [s for _, s in inp.dims]

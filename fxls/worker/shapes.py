@@ -652,19 +652,19 @@ def _module_device(gm: torch.nn.Module) -> torch.device:
     return torch.device("meta")
 
 
-def _map_tensors(obj: Any, fn: Any, depth: int = 0) -> Any:
+def map_tensors(obj: Any, fn: Any, depth: int = 0) -> Any:
     """Apply ``fn`` to every tensor inside nested tuples/lists/dicts."""
     if isinstance(obj, torch.Tensor):
         return fn(obj)
     if depth > 8:
         return obj
     if isinstance(obj, tuple):
-        items = [_map_tensors(v, fn, depth + 1) for v in obj]
+        items = [map_tensors(v, fn, depth + 1) for v in obj]
         return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
     if isinstance(obj, list):
-        return [_map_tensors(v, fn, depth + 1) for v in obj]
+        return [map_tensors(v, fn, depth + 1) for v in obj]
     if isinstance(obj, dict):
-        return {k: _map_tensors(v, fn, depth + 1) for k, v in obj.items()}
+        return {k: map_tensors(v, fn, depth + 1) for k, v in obj.items()}
     return obj
 
 
@@ -749,7 +749,7 @@ def _run_meta(gm: torch.fx.GraphModule, inputs: list[ExampleInput]) -> Propagati
         if inp.kind == "tensor":
             feeds[inp.name] = torch.empty([s for _, s in inp.dims], dtype=inp.dtype, device=meta)
         else:
-            feeds[inp.name] = _map_tensors(inp.value, to_meta)
+            feeds[inp.name] = map_tensors(inp.value, to_meta)
     with torch.device(meta), torch.no_grad():
         return _interpret(gm, feeds, _Namer(), "meta", constant=to_meta)
 
@@ -791,7 +791,7 @@ def _run_fake(
     feeds: dict[str, Any] = {}
     for inp in inputs:
         if inp.kind != "tensor":
-            feeds[inp.name] = _map_tensors(inp.value, to_fake)
+            feeds[inp.name] = map_tensors(inp.value, to_fake)
             continue
         base = torch.empty([s for _, s in inp.dims], dtype=inp.dtype, device=meta)
         if shape_env is None or not any(n for n, _ in inp.dims):

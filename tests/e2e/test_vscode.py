@@ -341,7 +341,7 @@ def test_diagnostics_and_hover_in_vscode(
     assert "codicon-check" in model["status"]["icons"], context
     # The trace failure (data-dependent `if`) is an error with an fxls code and the reason.
     assert broken["squiggles"]["errors"] >= 1, context
-    assert re.search(r"fxls\(?FX\d{3}", broken["squiggle_hover"]), context
+    assert re.search(r"fxls\(?FX101", broken["squiggle_hover"]), context
     assert "control flow" in broken["squiggle_hover"], context
     # The healthy model has no errors, and hovering the call in forward shows its node and shape.
     assert model["squiggles"]["errors"] == 0, context

@@ -225,3 +225,19 @@ def test_version(run_fxls: RunFxls) -> None:
     assert proc.returncode == 0
     assert proc.stdout.strip() == f"fxls {fxls.__version__}"
     assert ROOT.exists()
+
+
+@needs_worker
+@pytest.mark.slow
+def test_every_call_node_of_the_examples_has_named_arguments(
+    examples_json: dict[str, dict[str, Any]],
+) -> None:
+    calls = 0
+    for doc in examples_json.values():
+        for m in doc["modules"]:
+            for n in m["nodes"]:
+                if n["op"].startswith("call_"):
+                    calls += 1
+                    assert n["args"], (doc["file"], m["class"], n["name"])
+                    assert all(a["name"] and not a["name"].startswith("arg") for a in n["args"]), n
+    assert calls > 300

@@ -149,12 +149,13 @@ def lsp_diagnostic(
     data = dict(diagnostic.data)
     if diagnostic.fix:
         data.setdefault("fix", diagnostic.fix)
+    href = docs_url(diagnostic.code)
     return types.Diagnostic(
         range=rng,
         message=message,
         severity=_SEVERITY.get(diagnostic.severity, types.DiagnosticSeverity.Error),
         code=diagnostic.code,
-        code_description=types.CodeDescription(href=docs_url(diagnostic.code)),
+        code_description=types.CodeDescription(href=href) if href else None,
         source="fxls",
         related_information=related or None,
         tags=[types.DiagnosticTag.Unnecessary] if diagnostic.code in _UNNECESSARY else None,

@@ -12,11 +12,14 @@ not wording). Standard library only: the server imports this module too.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, ClassVar
 
 from fxls.worker.protocol import Diagnostic, Related, Severity, Span
 
-DOCS_URL = "https://fxls.readthedocs.io/en/latest/diagnostics/"
+DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "diagnostics.md"
+"""The diagnostics reference in a source checkout (editable installs, the repository)."""
 
 
 class Message:
@@ -54,8 +57,18 @@ class _SafeDict(dict):  # type: ignore[type-arg]
         return "{" + key + "}"
 
 
-def docs_url(code: str) -> str:
-    return f"{DOCS_URL}#{code.lower()}"
+def docs_url(code: str) -> str | None:
+    """Link to ``code``'s section of the diagnostics reference.
+
+    ``FXLS_DOCS_URL`` (a base URL such as a published docs site) wins; otherwise the page of the
+    source checkout fxls runs from, as a ``file:`` URI; None when neither exists.
+    """
+    base = os.environ.get("FXLS_DOCS_URL")
+    if base:
+        return f"{base.rstrip('/')}/diagnostics/#{code.lower()}"
+    if DOCS_PAGE.is_file():
+        return f"{DOCS_PAGE.as_uri()}#{code.lower()}"
+    return None
 
 
 # --- FX1xx tracing ---------------------------------------------------------------------

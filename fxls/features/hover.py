@@ -16,6 +16,7 @@ from fxls.features.convert import Encoding, LineMapper, lsp_range, span_contains
 from fxls.features.format import (
     count_text,
     md_cell,
+    md_code_brackets,
     name_pattern,
     value_text,
     values_text,
@@ -229,6 +230,7 @@ def lsp_hover(
     if rng is None:
         return None
     value = text.markdown if note is None else f"{text.markdown}\n\n*{note}*"
+    value = md_code_brackets(value)
     return types.Hover(
         contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=value), range=rng
     )

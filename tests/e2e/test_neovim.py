@@ -84,7 +84,8 @@ def test_neovim_shows_diagnostics_hovers_hints_and_lenses(tmp_path: Path) -> Non
 
     fc1, gelu, cls = result["hovers"]
     assert fc1["value"].startswith("fc1 · call_module · Linear(in_features=16, out_features=32")
-    assert "→ [B, 32] float32" in fc1["value"]
+    # shapes reach Neovim as code spans, so its Markdown view does not hide the brackets
+    assert "→ `[B, 32]` float32" in fc1["value"]
     fc1_line = lines[fc1["range"]["start"]["line"]]
     # Neovim negotiated UTF-8: the range is in bytes, after "größe 😀" on the same line.
     assert fc1["range"]["start"]["character"] == len(

@@ -404,3 +404,11 @@ def test_hover_traced_through_loop_summarises_iterations() -> None:
     assert result is not None
     assert result.markdown.startswith("×48: h.0 … h.47 · 2 nodes each")
     assert result.markdown.count("| call_function |") == 2
+
+
+def test_hover_markdown_puts_shapes_in_code_spans() -> None:
+    from fxls.features.format import md_code_brackets
+
+    text = "→ [B, 64] float32 | `x[:, :T]` | size=[2, -1]"
+    assert md_code_brackets(text) == "→ `[B, 64]` float32 | `x[:, :T]` | size=`[2, -1]`"
+    assert md_code_brackets(md_code_brackets(text)) == md_code_brackets(text)

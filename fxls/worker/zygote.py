@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, get_args
 
@@ -423,10 +423,11 @@ class Zygote:
         except OSError:
             pass
 
-    def _on_capture(self, job: Job, fd: int, drain: bool = False) -> None:
-        for _ in range(64 if drain else 1):
+    def _chunks(self, fd: int, size: int, reads: int) -> Iterator[bytes]:
+        """Up to ``reads`` non-blocking reads of ``fd``; closes it at EOF (or a read error)."""
+        for _ in range(reads):
             try:
-                chunk = os.read(fd, 1 << 16)
+                chunk = os.read(fd, size)
             except BlockingIOError:
                 return
             except OSError:
@@ -434,22 +435,17 @@ class Zygote:
             if not chunk:
                 self._close(fd)
                 return
+            yield chunk
+
+    def _on_capture(self, job: Job, fd: int, drain: bool = False) -> None:
+        for chunk in self._chunks(fd, 1 << 16, 64 if drain else 1):
             room = OUTPUT_HEAD_BYTES - len(job.output_head)
             if room > 0:
                 job.output_head += chunk[:room]
             job.output_bytes += len(chunk)
 
     def _on_result(self, job: Job, fd: int, drain: bool = False) -> None:
-        for _ in range(4096 if drain else 1):
-            try:
-                chunk = os.read(fd, 1 << 20)
-            except BlockingIOError:
-                return
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self._close(fd)
-                return
+        for chunk in self._chunks(fd, 1 << 20, 4096 if drain else 1):
             job.result_buf += chunk
             if not self._parse_child_frames(job):
                 self._close(fd)

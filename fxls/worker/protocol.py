@@ -338,10 +338,24 @@ class ReadyInfo:
 T = TypeVar("T")
 
 
+_SCALARS = (str, int, float, bool, type(None))
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def to_dict(obj: Any) -> Any:
-    """Dataclass tree -> JSON-ready dict (recursively)."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    """Dataclass tree -> JSON-ready dict (recursively).
+
+    Results of large models hold tens of thousands of dataclasses, so field names are looked up
+    once per class and scalars return first.
+    """
+    if isinstance(obj, _SCALARS):
+        return obj
+    cls = type(obj)
+    names = _FIELD_NAMES.get(cls)
+    if names is None and dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(obj))
+    if names is not None:
+        return {name: to_dict(getattr(obj, name)) for name in names}
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):

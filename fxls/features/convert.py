@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from lsprotocol import types
 
+from fxls.features import markdown as md
 from fxls.worker.messages import docs_url
 from fxls.worker.protocol import Diagnostic, Span
 
@@ -29,6 +30,9 @@ _SEVERITY = {
     "hint": types.DiagnosticSeverity.Hint,
 }
 _UNNECESSARY = {"FX302"}
+MAX_MESSAGE = 4_000
+"""Longest diagnostic message sent to the client (worker text is clipped to this)."""
+_MAX_RELATED = 20
 
 
 def _identity(line: int) -> int | None:
@@ -140,25 +144,29 @@ def lsp_diagnostic(
         if rel_range is not None:
             related.append(
                 types.DiagnosticRelatedInformation(
-                    location=types.Location(uri=uri, range=rel_range), message=rel.message
+                    location=types.Location(uri=uri, range=rel_range),
+                    message=md.plain(rel.message, md.MAX_VALUE),
                 )
             )
-    message = diagnostic.message
+            if len(related) >= _MAX_RELATED:
+                break
+    message = md.plain(diagnostic.message, MAX_MESSAGE, newlines=True)
     if diagnostic.fix:
-        message = f"{message}\n\n{diagnostic.fix}"
+        message = f"{message}\n\n{md.plain(diagnostic.fix, md.MAX_VALUE, newlines=True)}"
     data = dict(diagnostic.data)
     if diagnostic.fix:
         data.setdefault("fix", diagnostic.fix)
-    href = docs_url(diagnostic.code)
+    code = diagnostic.code if md.is_word(diagnostic.code) else md.plain(diagnostic.code, 32)
+    href = docs_url(code) if md.is_word(code) else None
     return types.Diagnostic(
         range=rng,
         message=message,
         severity=_SEVERITY.get(diagnostic.severity, types.DiagnosticSeverity.Error),
-        code=diagnostic.code,
+        code=code,
         code_description=types.CodeDescription(href=href) if href else None,
         source="fxls",
         related_information=related or None,
-        tags=[types.DiagnosticTag.Unnecessary] if diagnostic.code in _UNNECESSARY else None,
+        tags=[types.DiagnosticTag.Unnecessary] if code in _UNNECESSARY else None,
         data=data or None,
     )
 

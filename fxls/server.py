@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import hashlib
 import itertools
 import logging
@@ -22,12 +21,11 @@ from typing import Any, TypeVar
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
-from pygls.protocol.language_server import lsp_method
 
 from fxls import __version__, engine
-from fxls.documents import Analysed, Document, DocumentStore
+from fxls.documents import MAX_DOCUMENT_CHARS, Analysed, Document, DocumentStore
 from fxls.features import code_lens, convert, diagnostics, hover, inlay_hints
+from fxls.rpc import FxlsProtocol, serve_stdio, serve_tcp
 from fxls.settings import SECTION, Settings, merge_settings, parse_settings, parse_trusted
 from fxls.worker import messages
 from fxls.worker.protocol import Span
@@ -50,27 +48,6 @@ STATS = "fxls/stats"
 """Custom request: open documents (version, length, SHA-256 of the text) and recent hover
 handler times, for tests and benchmarks."""
 HOVER_SAMPLES = 10_000
-
-
-class FxlsProtocol(LanguageServerProtocol):
-    """pygls's protocol, except that a ``didChange`` reaches fxls's handler untouched.
-
-    fxls applies edits to its own copy of each document (``convert.apply_change``). pygls's
-    workspace copy gets a deep copy of each change: pygls rewrites a position past the end
-    of the last line in place (to one character before its end), and raises for an unknown
-    document before the handler runs.
-    """
-
-    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
-    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> Any:
-        for change in params.content_changes:
-            try:
-                self.workspace.update_text_document(params.text_document, copy.deepcopy(change))
-            except Exception:
-                logger.debug("pygls workspace: change not applied", exc_info=True)
-        handler = self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)
-        if handler is not None:
-            yield handler, (params,), None
 
 
 class FxlsServer(LanguageServer):
@@ -225,6 +202,11 @@ class FxlsServer(LanguageServer):
         """Capture ``doc`` at its current version after ``delay``; cancels older jobs."""
         if not self.trusted or doc.closed:
             return
+        if doc.too_large:
+            if doc.task is not None:
+                doc.task.cancel()
+            self.publish_too_large(doc)
+            return
         if doc.task is not None and not doc.task.done():
             if doc.task_version == doc.version and delay > 0:
                 return
@@ -243,7 +225,9 @@ class FxlsServer(LanguageServer):
             progress.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await progress
-        if doc.closed or analysis is None or getattr(analysis, "outcome", "") == "cancelled":
+        if doc.closed or doc.too_large or analysis is None:
+            return
+        if getattr(analysis, "outcome", "") == "cancelled":
             return
         done = Analysed(version=version, text=text, analysis=analysis)
         previous = doc.result
@@ -310,6 +294,17 @@ class FxlsServer(LanguageServer):
         self.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=items, version=doc.version)
         )
+
+    def publish_too_large(self, doc: Document) -> None:
+        """One information diagnostic, and one message per document, instead of a capture."""
+        found = diagnostics.too_large(len(doc.text), MAX_DOCUMENT_CHARS)
+        self.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=[found], version=doc.version)
+        )
+        if not doc.told_too_large:
+            doc.told_too_large = True
+            name = os.path.basename(doc.path)
+            self.show(f"{name}: {found.message}", types.MessageType.Info)
 
     def refresh_views(self) -> None:
         """Ask the client to re-request inlay hints and code lenses (when it supports it)."""
@@ -537,12 +532,10 @@ def main_stdio() -> int:
     """Serve one client on stdin/stdout."""
     _configure_logging()
     out = _protect_stdout()
-    server.start_io(sys.stdin.buffer, out)
-    return 0
+    return serve_stdio(server, sys.stdin.buffer, out)
 
 
 def main_tcp(host: str, port: int) -> int:
     """Serve one client over TCP."""
     _configure_logging()
-    server.start_tcp(host, port)
-    return 0
+    return serve_tcp(server, host, port)

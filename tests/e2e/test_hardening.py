@@ -173,3 +173,49 @@ async def test_hostile_strings_never_become_links_images_or_html(client: Languag
         assert lens.command is not None
         assert len(lens.command.title) <= 200 and "\n" not in lens.command.title
     _close(client, uri)
+
+
+def _peak_rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    line = next(x for x in status.splitlines() if x.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+async def test_a_50_mb_document_is_not_analysed_and_blocks_nothing(client: LanguageClient) -> None:
+    seen = len(client.messages)
+    big_uri = (FIXTURES / "generated_50mb.py").as_uri()
+    lines = 1_400_000
+    big = "x = 1  # a line of a generated file\n" * lines
+    assert len(big) > 50_000_000
+    started = time.monotonic()
+    _open(client, big_uri, big)
+    _, found = await _diagnostics(client, big_uri, timeout=60)
+    assert [d.code for d in found] == ["FX407"]
+    assert found[0].severity == types.DiagnosticSeverity.Information
+    for version in range(2, 12):  # typing at the end of the file
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=big_uri, version=version),
+                content_changes=[
+                    types.TextDocumentContentChangePartial(
+                        range=types.Range(
+                            types.Position(lines - 1, 0), types.Position(lines - 1, 1)
+                        ),
+                        text="y",
+                    )
+                ],
+            )
+        )
+    small = FIXTURES / "shape_error.py"
+    _open(client, small.as_uri(), small.read_text())
+    _, small_found = await _diagnostics(client, small.as_uri(), timeout=60)
+    assert "FX201" in {d.code for d in small_found}
+    assert time.monotonic() - started < 30
+    told = [m for m in client.messages[seen:] if "generated_50mb.py" in m.message]
+    assert len(told) == 1 and "2,000,000" in told[0].message
+    server = client._server
+    assert server is not None
+    # the old server took 4.6 GB for a document this size
+    assert _peak_rss_mb(server.pid) < 1_000
+    _close(client, big_uri)
+    _close(client, small.as_uri())

@@ -219,3 +219,53 @@ async def test_a_50_mb_document_is_not_analysed_and_blocks_nothing(client: Langu
     assert _peak_rss_mb(server.pid) < 1_000
     _close(client, big_uri)
     _close(client, small.as_uri())
+
+
+TIMEOUT_S = 4.0
+
+
+@pytest_lsp.fixture(config=SERVER, scope="module")
+async def slow_client(lsp_client: LanguageClient):
+    """A server whose captures may take TIMEOUT_S seconds."""
+    _record(lsp_client)
+    await lsp_client.initialize_session(
+        types.InitializeParams(
+            capabilities=client_capabilities("visual-studio-code"),
+            root_uri=FIXTURES.as_uri(),
+            initialization_options={"debounceMs": 50, "limits": {"timeoutSeconds": TIMEOUT_S}},
+        )
+    )
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_a_file_of_hanging_classes_lets_other_files_through(
+    slow_client: LanguageClient,
+) -> None:
+    client = slow_client
+    hang_uri = (FIXTURES / "generated_hang6.py").as_uri()
+    hang = "import torch.nn as nn\n" + "".join(
+        f"\n\n# fxls: x = (B, 4)\nclass Hang{i}(nn.Module):\n"
+        "    def forward(self, x):\n        while True:\n            pass\n"
+        for i in range(6)
+    )
+    # warm the worker so that the timings below are the captures' own
+    small = FIXTURES / "shape_error.py"
+    warm = small.with_name("generated_warm.py").as_uri()
+    _open(client, warm, small.read_text())
+    await _diagnostics(client, warm)
+    opened = time.monotonic()
+    _open(client, hang_uri, hang)
+    await asyncio.sleep(TIMEOUT_S + 1.0)  # the first job timed out; re-runs have started
+    asked = time.monotonic()
+    _open(client, small.as_uri(), small.read_text())
+    answered, found = await _diagnostics(client, small.as_uri(), timeout=60)
+    assert "FX201" in {d.code for d in found}
+    # a worker slot was free: no waiting for one of the hanging re-runs to time out
+    assert answered - asked < TIMEOUT_S - 1.0, answered - asked
+    done, hung = await _diagnostics(client, hang_uri, timeout=120)
+    codes = sorted(d.code for d in hung)
+    assert codes == ["FX501"] * 3 + ["FX510"] * 3, codes
+    assert done - opened < 3 * TIMEOUT_S + 10
+    for uri in (hang_uri, warm, small.as_uri()):
+        _close(client, uri)

@@ -26,7 +26,15 @@ from fxls import __version__, engine
 from fxls.documents import MAX_DOCUMENT_CHARS, Analysed, Document, DocumentStore
 from fxls.features import code_lens, convert, diagnostics, hover, inlay_hints
 from fxls.rpc import FxlsProtocol, serve_stdio, serve_tcp
-from fxls.settings import SECTION, Settings, merge_settings, parse_settings, parse_trusted
+from fxls.settings import (
+    SECTION,
+    Settings,
+    merge_settings,
+    parse_settings,
+    parse_trusted,
+    protected_differences,
+    split_protected,
+)
 from fxls.worker import messages
 from fxls.worker.protocol import Span
 from fxls.workerclient import WorkerClient
@@ -117,8 +125,18 @@ class FxlsServer(LanguageServer):
     # -- settings ------------------------------------------------------------------------
 
     def apply_settings(self, data: Any) -> None:
-        """Adopt the ``fxls`` section on top of the initializationOptions; problems become
-        one warning, never an error."""
+        """Adopt a ``workspace/configuration`` answer on top of the initializationOptions,
+        without its protected keys (``settings.PROTECTED``); problems become one warning,
+        never an error."""
+        data, protected = split_protected(data)
+        ignored = protected_differences(protected, self.settings)
+        if ignored:
+            self.log(
+                f"fxls ignores {', '.join(ignored)} from the editor's configuration: the "
+                "sandbox settings are read once, from initializationOptions (in VS Code: user "
+                "settings; the server restarts when they change)",
+                types.MessageType.Warning,
+            )
         new, problems = parse_settings(merge_settings(self.init_settings, data))
         if problems:
             self.show("fxls settings: " + "; ".join(problems), types.MessageType.Warning)

@@ -269,3 +269,45 @@ async def test_a_file_of_hanging_classes_lets_other_files_through(
     assert done - opened < 3 * TIMEOUT_S + 10
     for uri in (hang_uri, warm, small.as_uri()):
         _close(client, uri)
+
+
+async def test_workspace_configuration_cannot_switch_the_sandbox_off(
+    client: LanguageClient,
+) -> None:
+    """A repository's settings reach the server through workspace/configuration; the
+    interpreter, limits and isolation layers there are ignored (and said so)."""
+    before = await client.protocol.send_request_async("fxls/stats", None)
+    seen = len(client.log_messages)
+    hostile = {
+        "debounceMs": 50,
+        "python": "/bin/false",
+        "limits": {"timeoutSeconds": 0.5, "memoryMB": 999999},
+        "isolation": {"seccomp": False, "landlock": False},
+    }
+    client.set_configuration(hostile, section="fxls")
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"fxls": hostile})
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = [m.message for m in client.log_messages[seen:] if "ignores" in m.message]
+        if found:
+            break
+        await asyncio.sleep(0.05)
+    assert found and "fxls.isolation.seccomp" in found[0] and "fxls.python" in found[0]
+
+    path = FIXTURES / "shape_error.py"
+    uri = path.as_uri().replace("shape_error", "generated_sandbox")
+    text = path.read_text()
+    _open(client, uri, text)
+    _, diagnostics = await _diagnostics(client, uri)
+    assert "FX201" in {d.code for d in diagnostics}  # /bin/false did not become the worker
+    line = next(i for i, s in enumerate(text.split("\n")) if s.startswith("class "))
+    md = await _hover(client, uri, line, 7)
+    assert md is not None
+    isolation = next(r for r in md.split("\n") if r.startswith("| isolation"))
+    assert "seccomp" in isolation and "landlock" in isolation, isolation
+    after = await client.protocol.send_request_async("fxls/stats", None)
+    assert after.workerPid == before.workerPid
+    _close(client, uri)

@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.editor, pytest.mark.slow, pytest.mark.timeout(1800)]
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent / "vscode"
 ARTIFACTS = ROOT / "tests" / "artifacts" / "vscode"
+SHADOWS = ["fxls/__init__.py", "logging.py", "json.py", "typing.py", "token.py"]
 SETUP_CANNOT_INSTALL = 3
 """setup.sh exits with this when a prerequisite (apt, code-server, ...) cannot be installed."""
 
@@ -148,7 +149,27 @@ def _start_code_server(
     (workspace / ".vscode").mkdir(parents=True)
     (workspace / "model.py").write_text(MODEL)
     (workspace / "broken.py").write_text(BROKEN)
-    _write_json(workspace / ".vscode" / "settings.json", {"fxls.python": python})
+    # Modules that shadow fxls and the standard library: the server must never import them.
+    markers = tmp / "markers"
+    markers.mkdir()
+    for name in SHADOWS:
+        path = workspace / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            "import os, sys\n"
+            f"open(os.path.join({str(markers)!r}, {name.replace('/', '.')!r} + '-' + "
+            "str(os.getpid())), 'w').write(repr(sys.argv))\n"
+        )
+    # A workspace cannot choose the interpreter or weaken the sandbox (machine-scoped
+    # settings): these must be ignored, the user setting below applies.
+    _write_json(
+        workspace / ".vscode" / "settings.json",
+        {
+            "fxls.python": str(tmp / "no-such-workspace-python"),
+            "fxls.isolation.seccomp": False,
+            "fxls.limits.timeoutSeconds": 0.5,
+        },
+    )
     user_settings: dict[str, Any] = {
         "editor.hover.delay": 100,
         "editor.minimap.enabled": False,
@@ -160,9 +181,7 @@ def _start_code_server(
         "telemetry.telemetryLevel": "off",
         "security.workspace.trust.startupPrompt": "never",
     }
-    if not trust:
-        # Restricted mode ignores the workspace's fxls.python; the user setting still applies.
-        user_settings["fxls.python"] = python
+    user_settings["fxls.python"] = python
     _write_json(data / "User" / "settings.json", user_settings)
     config = tmp / "config.yaml"
     config.write_text("auth: none\ncert: false\n")
@@ -332,9 +351,20 @@ def test_diagnostics_and_hover_in_vscode(
                 },
                 "timeoutMs": 60000,
             },
+            {
+                "name": "class",
+                "file": "model.py",
+                "expectText": "class SmallCNN",
+                "hover": {
+                    "line": "class SmallCNN(nn.Module):",
+                    "word": "SmallCNN",
+                    "expect": ["isolation"],
+                },
+                "timeoutMs": 60000,
+            },
         ],
     )
-    broken, model = result["steps"]
+    broken, model, summary = result["steps"]
     context = json.dumps(result, indent=1)[-6000:]
     # The status bar item is there and says the server runs.
     assert broken["status"]["text"] == "fxls", context
@@ -352,6 +382,10 @@ def test_diagnostics_and_hover_in_vscode(
     assert starts == [
         f"{sys.executable} -m fxls serve (interpreter from setting; workspace trusted)"
     ], context
+    # the server never imported the workspace's fxls/, logging.py, json.py ...
+    assert list((tmp_path / "markers").iterdir()) == [], context
+    # the workspace's seccomp=false (and its interpreter) did not reach the server
+    assert "seccomp" in summary["hover"].split("isolation", 1)[1], context
 
 
 def test_restricted_mode_until_trusted(

@@ -47,7 +47,7 @@ def _manifest() -> ModuleType:
 
 async def _capture(entries: list[Any], manifest: ModuleType) -> list[tuple[Any, Any, float]]:
     from fxls.engine import EngineOptions, analyze
-    from fxls.worker.protocol import Limits
+    from fxls.protocol.model import Limits
     from fxls.workerclient import WorkerClient
 
     options = EngineOptions(limits=Limits(timeout_s=120.0, cpu_s=120.0, memory_mb=4096))

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from fxls import __version__
 from fxls.engine import FileAnalysis
-from fxls.worker.protocol import Diagnostic, InputSpec, NodeInfo, Value
+from fxls.protocol.model import Diagnostic, InputSpec, NodeInfo, Value
 
 JSON_VERSION = 1
 
@@ -158,7 +158,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``fxls check``; returns the exit code."""
     from fxls.analysis import DirectiveError, parse_init, parse_input_spec
     from fxls.engine import EngineOptions, analyze
-    from fxls.worker.protocol import Limits
+    from fxls.protocol.model import Limits
 
     out = out or sys.stdout
     try:

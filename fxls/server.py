@@ -28,9 +28,9 @@ from pygls.protocol.language_server import lsp_method
 from fxls import __version__, engine
 from fxls.documents import Analysed, Document, DocumentStore
 from fxls.features import code_lens, convert, diagnostics, hover, inlay_hints
+from fxls.protocol import catalogue
+from fxls.protocol.model import Span
 from fxls.settings import SECTION, Settings, merge_settings, parse_settings, parse_trusted
-from fxls.worker import messages
-from fxls.worker.protocol import Span
 from fxls.workerclient import WorkerClient
 
 logger = logging.getLogger(__name__)
@@ -273,7 +273,7 @@ class FxlsServer(LanguageServer):
             logger.exception("capture of %s failed", doc.path)
             self.log(f"fxls could not capture {doc.path}: {exc}", types.MessageType.Error)
             first = text.split("\n", 1)[0]
-            diag = messages.FX508(Span(1, 0, 1, len(first)), reason=str(exc)).diagnostic()
+            diag = catalogue.FX508(Span(1, 0, 1, len(first)), reason=str(exc)).diagnostic()
             return engine.FileAnalysis(
                 path=doc.path, version=version, diagnostics=[diag], outcome="worker_died"
             )

@@ -28,19 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from fxls.worker.protocol import (
-    CaptureJob,
-    Isolation,
-    JobRequest,
-    JobResult,
-    Limits,
-    ProtocolError,
-    ReadyInfo,
-    decode_body,
-    encode_frame,
-    frame_length,
-    from_dict,
-)
+from fxls.protocol.codec import ProtocolError, from_dict
+from fxls.protocol.frames import decode_body, encode_frame, frame_length
+from fxls.protocol.model import CaptureJob, Isolation, JobRequest, JobResult, Limits, ReadyInfo
 
 State = Literal["stopped", "starting", "running", "errored", "disabled"]
 

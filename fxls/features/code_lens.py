@@ -8,7 +8,7 @@ from lsprotocol import types
 
 from fxls.features.convert import Encoding, LineMapper, lsp_position
 from fxls.features.format import count_text, values_text
-from fxls.worker.protocol import Diagnostic, ModuleResult
+from fxls.protocol.model import Diagnostic, ModuleResult
 
 _MAX_MESSAGE = 80
 

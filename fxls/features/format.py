@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from fxls.worker.protocol import Dim, NodeInfo, Value
+from fxls.protocol.model import Dim, NodeInfo, Value
 
 
 def dtype_name(dtype: str | None) -> str:

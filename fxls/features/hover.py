@@ -21,7 +21,7 @@ from fxls.features.format import (
     value_text,
     values_text,
 )
-from fxls.worker.protocol import ModuleResult, NodeInfo, Span
+from fxls.protocol.model import ModuleResult, NodeInfo, Span
 
 _CLASS_RE = re.compile(r"^(\s*class\s+)([A-Za-z_]\w*)")
 _MAX_LISTED = 20

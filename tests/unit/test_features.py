@@ -9,8 +9,8 @@ from lsprotocol import types
 
 from fxls.features import code_lens, convert, diagnostics, hover, inlay_hints
 from fxls.features.format import count_text, value_text
-from fxls.worker.messages import FX201, FX302, docs_url
-from fxls.worker.protocol import (
+from fxls.protocol.catalogue import FX201, FX302, docs_url
+from fxls.protocol.model import (
     Arg,
     Diagnostic,
     ErrorInfo,

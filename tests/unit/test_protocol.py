@@ -12,8 +12,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fxls.worker.protocol import (
+from fxls.protocol.codec import ProtocolError, from_dict, to_dict
+from fxls.protocol.frames import (
     MAX_FRAME_BYTES,
+    decode_body,
+    encode_frame,
+    frame_length,
+    read_frame,
+    write_frame,
+)
+from fxls.protocol.model import (
     RESULT_KINDS,
     Arg,
     CaptureJob,
@@ -28,18 +36,10 @@ from fxls.worker.protocol import (
     Limits,
     ModuleResult,
     NodeInfo,
-    ProtocolError,
     ReadyInfo,
     ResultKind,
     Span,
     Value,
-    decode_body,
-    encode_frame,
-    frame_length,
-    from_dict,
-    read_frame,
-    to_dict,
-    write_frame,
 )
 
 

@@ -16,16 +16,10 @@ import sys
 import traceback
 from typing import NoReturn
 
-from fxls.worker import sandbox
-from fxls.worker.protocol import (
-    MAX_RESULT_BYTES,
-    CaptureResult,
-    ErrorInfo,
-    JobRequest,
-    Phase,
-    to_dict,
-    write_frame,
-)
+from fxls.protocol.codec import to_dict
+from fxls.protocol.frames import MAX_RESULT_BYTES, write_frame
+from fxls.protocol.model import CaptureResult, ErrorInfo, JobRequest, Phase
+from fxls.worker.process import sandbox
 
 _HEADER_LEN = 4
 EXIT_SETUP_FAILED = 70
@@ -89,9 +83,9 @@ def run_child(request: JobRequest, plan: sandbox.ChildPlan) -> NoReturn:
                 os._exit(EXIT_SETUP_FAILED)
         write_frame(sandbox.RESULT_FD, {"type": "isolation", "layers": layers})
 
-        from fxls.worker.capture import run_capture
+        from fxls.worker.capture.jobs import run_job
 
-        result = run_capture(request.capture, _report_phase)
+        result = run_job(request, _report_phase)
         _flush_all()
         _report_phase("serialize", None)
         body = _encode_result(result)

@@ -58,9 +58,10 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
 
-from fxls.worker import shapes
-from fxls.worker.protocol import Span, Value
-from fxls.worker.tracer import CALL_SITE_KEY, SPAN_KEY, SourceText
+from fxls.protocol.model import Span, Value
+from fxls.protocol.positions import SourceText
+from fxls.worker.capture import shapes
+from fxls.worker.capture.tracer import CALL_SITE_KEY, SPAN_KEY
 
 __all__ = ["FakeRun", "fake_run", "is_builtin_leaf"]
 
@@ -485,7 +486,7 @@ builtins_getattr = getattr
 
 
 def _shortcut(fn: Callable[..., Any], *args: Any) -> Any:
-    """The output of a shape shortcut of :mod:`fxls.worker.shapes`; None runs the real op."""
+    """The output of a shape shortcut of :mod:`fxls.worker.capture.shapes`; None runs the real op."""
     try:
         return fn(*args)
     except Exception:  # the real operator then runs and reports its own error
@@ -634,7 +635,7 @@ def fake_run(
 
     Args:
         module: the module, built on the meta device (or on the CPU).
-        inputs: one :class:`~fxls.worker.shapes.ExampleInput` per ``forward`` argument (any
+        inputs: one :class:`~fxls.worker.capture.shapes.ExampleInput` per ``forward`` argument (any
             object with ``name``, ``kind``, ``dims``, ``dtype`` and ``value``). Named dims stay
             symbolic; give each name its own example size of at least 2.
         path: the document's filename (``co_filename`` of its code); spans come from its frames.

@@ -1,4 +1,4 @@
-"""Shape and dtype propagation (fxls.worker.shapes) against eager execution on real tensors."""
+"""Shape and dtype propagation (fxls.worker.capture.shapes) against eager execution on real tensors."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
 
-from fxls.worker.protocol import Value
-from fxls.worker.shapes import ExampleInput, Propagation, propagate, warm_up
+from fxls.protocol.model import Value
+from fxls.worker.capture.shapes import ExampleInput, Propagation, propagate, warm_up
 
 # --- models ----------------------------------------------------------------------------
 

@@ -25,8 +25,9 @@ import pytest
 import torch
 
 from fxls import workerclient
-from fxls.worker.protocol import (
-    MAX_RESULT_BYTES,
+from fxls.protocol.codec import to_dict
+from fxls.protocol.frames import MAX_RESULT_BYTES
+from fxls.protocol.model import (
     CaptureJob,
     ClassRequest,
     DimSpec,
@@ -35,7 +36,6 @@ from fxls.worker.protocol import (
     Isolation,
     JobResult,
     Limits,
-    to_dict,
 )
 from fxls.workerclient import WorkerClient, WorkerStartError
 

@@ -17,7 +17,7 @@ import torch
 import torch.fx
 from torch import nn
 
-from fxls.worker.protocol import DimSpec, InputSpec, Value
+from fxls.protocol.model import DimSpec, InputSpec, Value
 
 BATCH = "B"
 SEQUENCE = "T"

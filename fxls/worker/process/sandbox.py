@@ -28,7 +28,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from fxls.worker.protocol import Isolation, Limits
+from fxls.protocol.model import Isolation, Limits
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long

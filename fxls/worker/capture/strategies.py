@@ -12,7 +12,7 @@ fxls tries, in order (the one used is ``ModuleResult.capture``):
    ``concrete`` (plain-value ``forward`` arguments are fixed to their defaults with
    ``concrete_args``). The capture reads ``fx+leaf``, ``fx+wrap``, ``fx+concrete`` or a
    combination such as ``fx+leaf+wrap``.
-3. ``fake-run`` (:mod:`fxls.worker.fakerun`) when no FX graph can be had.
+3. ``fake-run`` (:mod:`fxls.worker.capture.fakerun`) when no FX graph can be had.
 
 Silent mis-traces: :func:`traced_through_checks` finds ``isinstance``/``is None`` checks on
 traced values in helpers and submodules traced through (FX108), and :func:`eager_divergence`
@@ -33,10 +33,11 @@ from typing import Any
 import torch
 import torch.fx
 
-from fxls.worker import failures, fakerun, shapes
-from fxls.worker import messages as m
-from fxls.worker.protocol import Value
-from fxls.worker.tracer import SourceText, find_function
+from fxls.protocol import catalogue as m
+from fxls.protocol.model import Value
+from fxls.protocol.positions import SourceText
+from fxls.worker.capture import failures, fakerun, shapes
+from fxls.worker.capture.tracer import find_function
 
 MAX_ATTEMPTS = 12
 """Traces tried per class before giving up on FX (each failed one adds at most one repair)."""

@@ -4,9 +4,9 @@ Entry point for the sandboxed child: ``run_capture(job, report_phase) -> Capture
 
 For each requested class: build it on the meta device (CPU when ``__init__`` needs real values),
 plan example inputs (declared, evaluated, or inferred from the first layer), capture it with the
-strategies of :mod:`fxls.worker.strategies` in order (``fx`` with einops auto-wrapped; FX with
+strategies of :mod:`fxls.worker.capture.strategies` in order (``fx`` with einops auto-wrapped; FX with
 automatic repairs ``fx+leaf``/``fx+wrap``/``fx+concrete``; the ``fake-run`` recording of
-:mod:`fxls.worker.fakerun` when no FX graph can be had), propagate shapes, name every call's
+:mod:`fxls.worker.capture.fakerun` when no FX graph can be had), propagate shapes, name every call's
 arguments, lint the graph, find unused computations, warn about checks baked in while tracing
 (FX108) and compare the traced graph with eager execution on fake inputs (FX109). The first FX
 failure stays visible as its FX1xx diagnostic whatever strategy succeeds. Every failure is
@@ -31,9 +31,8 @@ import torch
 import torch.fx
 from torch import nn
 
-from fxls.worker import arguments, failures, fakerun, graphcheck, inputs, shapes, strategies
-from fxls.worker import messages as m
-from fxls.worker.protocol import (
+from fxls.protocol import catalogue as m
+from fxls.protocol.model import (
     Arg,
     CaptureJob,
     CaptureResult,
@@ -47,10 +46,19 @@ from fxls.worker.protocol import (
     Span,
     Value,
 )
-from fxls.worker.tracer import (
+from fxls.protocol.positions import SourceText
+from fxls.worker.capture import (
+    arguments,
+    failures,
+    fakerun,
+    graphcheck,
+    inputs,
+    shapes,
+    strategies,
+)
+from fxls.worker.capture.tracer import (
     CALL_SITE_KEY,
     SPAN_KEY,
-    SourceText,
     SpanTracer,
     assign_ast_spans,
     find_function,
@@ -468,7 +476,7 @@ def _trace(
     class_span: Span,
     forward_def: ast.FunctionDef | ast.AsyncFunctionDef | None,
 ) -> _Traced:
-    """Trace ``module`` with the FX strategies (see :mod:`fxls.worker.strategies`).
+    """Trace ``module`` with the FX strategies (see :mod:`fxls.worker.capture.strategies`).
 
     Each failed attempt is explained (FX1xx at its span) and, when a repair applies (leaf,
     wrap, concrete), the trace is retried with it, at most ``MAX_AUTO_LEAVES`` leaves

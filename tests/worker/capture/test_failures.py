@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fxls.worker.capture import run_capture
-from fxls.worker.messages import ALL_MESSAGES
-from fxls.worker.protocol import (
+from fxls.protocol.catalogue import ALL_MESSAGES
+from fxls.protocol.model import (
     CaptureJob,
     ClassRequest,
     Diagnostic,
@@ -17,8 +16,9 @@ from fxls.worker.protocol import (
     ModuleResult,
     Span,
 )
+from fxls.worker.capture.pipeline import run_capture
 
-FIXTURE = Path(__file__).parent.parent / "fixtures" / "capture" / "trace_failures.py"
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "capture" / "trace_failures.py"
 TEXT = FIXTURE.read_text(encoding="utf-8")
 LINES = TEXT.splitlines()
 

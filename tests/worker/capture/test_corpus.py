@@ -21,17 +21,11 @@ from types import ModuleType
 import pytest
 
 from fxls.analysis.classes import parse
-from fxls.worker.capture import run_capture
-from fxls.worker.protocol import (
-    CaptureJob,
-    CaptureResult,
-    Limits,
-    ModuleResult,
-    from_dict,
-    to_dict,
-)
+from fxls.protocol.codec import from_dict, to_dict
+from fxls.protocol.model import CaptureJob, CaptureResult, Limits, ModuleResult
+from fxls.worker.capture.pipeline import run_capture
 
-CORPUS = Path(__file__).resolve().parent.parent / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 
 
 def _load_manifest() -> ModuleType:

@@ -1,4 +1,4 @@
-"""Named arguments for FX call nodes on real traced models (fxls.worker.arguments)."""
+"""Named arguments for FX call nodes on real traced models (fxls.worker.capture.arguments)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import torch.fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fxls.worker.arguments import format_value, named_arguments
-from fxls.worker.protocol import Arg
+from fxls.protocol.model import Arg
+from fxls.worker.capture.arguments import format_value, named_arguments
 
 
 def scale_rows(x: torch.Tensor, factor: float = 2.0, *, bias: float = 0.0) -> torch.Tensor:

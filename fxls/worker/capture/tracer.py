@@ -19,77 +19,11 @@ from typing import Any
 import torch
 import torch.fx
 
-from fxls.worker.protocol import Span
+from fxls.protocol.model import Span
+from fxls.protocol.positions import SourceText
 
 SPAN_KEY = "fxls_span"
 CALL_SITE_KEY = "fxls_call_site"
-
-_NEWLINE = re.compile(r"\r\n|\r|\n")
-
-
-class SourceText:
-    """The document's lines, for converting UTF-8 byte columns to code point columns."""
-
-    def __init__(self, source: str):
-        self.lines = _NEWLINE.split(source)
-        self._ascii = [line.isascii() for line in self.lines]
-
-    def line(self, lineno: int) -> str:
-        """Text of a 1-based line ('' when out of range)."""
-        if 1 <= lineno <= len(self.lines):
-            return self.lines[lineno - 1]
-        return ""
-
-    def col(self, lineno: int, byte_col: int) -> int:
-        """A UTF-8 byte offset within a line -> code point offset."""
-        if 1 <= lineno <= len(self.lines) and not self._ascii[lineno - 1]:
-            data = self.lines[lineno - 1].encode("utf-8")
-            return len(data[:byte_col].decode("utf-8", errors="replace"))
-        return byte_col
-
-    def span(self, line: int, end_line: int, col: int, end_col: int) -> Span:
-        """A span from byte columns."""
-        return Span(line, self.col(line, col), end_line, self.col(end_line, end_col))
-
-    def text(self, span: Span) -> str:
-        """The source text a span covers."""
-        if span.line == span.end_line:
-            return self.line(span.line)[span.col : span.end_col]
-        parts = [self.line(span.line)[span.col :]]
-        parts += [self.line(n) for n in range(span.line + 1, span.end_line)]
-        parts.append(self.line(span.end_line)[: span.end_col])
-        return "\n".join(parts)
-
-    def code_span(self, code: CodeType, lasti: int) -> Span | None:
-        """The span of the instruction at byte offset ``lasti`` of ``code``."""
-        positions = _positions(code)
-        index = lasti // 2
-        if not 0 <= index < len(positions):
-            return None
-        line, end_line, col, end_col = positions[index]
-        if line is None or col is None:
-            return None
-        return self.span(line, end_line or line, col, end_col if end_col is not None else col)
-
-    def node_span(self, node: ast.AST) -> Span:
-        """The span of an AST node (whose columns are UTF-8 byte offsets)."""
-        line = node.lineno  # type: ignore[attr-defined]
-        end_line = node.end_lineno or line  # type: ignore[attr-defined]
-        col = node.col_offset  # type: ignore[attr-defined]
-        end_col = node.end_col_offset  # type: ignore[attr-defined]
-        return self.span(line, end_line, col, end_col if end_col is not None else col)
-
-
-_POSITIONS: dict[CodeType, list[tuple[Any, Any, Any, Any]]] = {}
-
-
-def _positions(code: CodeType) -> list[tuple[Any, Any, Any, Any]]:
-    cached = _POSITIONS.get(code)
-    if cached is None:
-        cached = list(code.co_positions())
-        _POSITIONS[code] = cached
-    return cached
-
 
 def user_spans(frames: Iterable[tuple[CodeType, int]], path: str, source: SourceText) -> list[Span]:
     """Spans of the (code, lasti) pairs that belong to ``path``, in the given order."""

@@ -15,8 +15,8 @@ from types import ModuleType
 import pytest
 import torch
 
-from fxls.worker.capture import run_capture
-from fxls.worker.protocol import (
+from fxls.protocol.codec import from_dict, to_dict
+from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
     ClassRequest,
@@ -25,11 +25,10 @@ from fxls.worker.protocol import (
     ModuleResult,
     NodeInfo,
     Span,
-    from_dict,
-    to_dict,
 )
+from fxls.worker.capture.pipeline import run_capture
 
-FIXTURE = Path(__file__).parent.parent / "fixtures" / "capture" / "strategies.py"
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "capture" / "strategies.py"
 TEXT = FIXTURE.read_text(encoding="utf-8")
 LINES = TEXT.splitlines()
 
@@ -317,8 +316,8 @@ def test_divergence_at_another_batch_size(fixture_module: ModuleType) -> None:
     """A graph that baked the example batch size agrees with eager at that size only."""
     import torch.fx
 
-    from fxls.worker.shapes import ExampleInput
-    from fxls.worker.strategies import eager_divergence
+    from fxls.worker.capture.shapes import ExampleInput
+    from fxls.worker.capture.strategies import eager_divergence
 
     baked = torch.fx.symbolic_trace(fixture_module.ReshapeTwo())
     eager = fixture_module.ReshapeBatch()

@@ -10,8 +10,8 @@ from types import ModuleType
 import pytest
 import torch
 
-from fxls.worker.capture import run_capture
-from fxls.worker.protocol import (
+from fxls.protocol.codec import from_dict, to_dict
+from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
     ClassRequest,
@@ -20,11 +20,10 @@ from fxls.worker.protocol import (
     ModuleResult,
     NodeInfo,
     Span,
-    from_dict,
-    to_dict,
 )
+from fxls.worker.capture.pipeline import run_capture
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "capture"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "capture"
 
 
 def _text(name: str) -> str:

@@ -28,28 +28,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, get_args
 
-from fxls.worker import sandbox
-from fxls.worker.protocol import (
-    MAX_RESULT_BYTES,
-    CaptureJob,
+from fxls.protocol.codec import ProtocolError, from_dict, to_dict
+from fxls.protocol.frames import MAX_RESULT_BYTES, decode_body, encode_frame, frame_length
+from fxls.protocol.model import (
     CaptureResult,
-    ClassRequest,
-    DimSpec,
     ErrorInfo,
-    InputSpec,
     JobRequest,
     JobResult,
     Limits,
     Phase,
-    ProtocolError,
     ReadyInfo,
     ResultKind,
-    decode_body,
-    encode_frame,
-    frame_length,
-    from_dict,
-    to_dict,
 )
+from fxls.worker.process import sandbox
 
 OUTPUT_HEAD_BYTES = 64 * 1024
 MAX_JOBS = 2
@@ -78,7 +69,7 @@ class Spawner(Protocol):
 
 
 class ForkSpawner:
-    """Linux: fork the warm zygote; the child isolates itself (``fxls.worker.child``)."""
+    """Linux: fork the warm zygote; the child isolates itself (``fxls.worker.process.child``)."""
 
     def __init__(self, available: list[str], landlock_abi: int) -> None:
         self.available = available
@@ -101,7 +92,7 @@ class ForkSpawner:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child never returns
             try:
-                from fxls.worker.child import run_child
+                from fxls.worker.process.child import run_child
 
                 run_child(request, plan)
             finally:
@@ -617,69 +608,6 @@ def _result(result: JobResult) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------
 
 
-def warm_up() -> str:
-    """Import torch and the lazily loaded machinery (meta build, fx trace, fake propagation).
-
-    Never runs a real tensor operation: an OpenMP region in the zygote would hang every child.
-    Returns the torch version.
-    """
-    import torch
-    import torch.fx
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-    from torch.fx.passes.shape_prop import ShapeProp
-
-    import fxls.worker.capture  # noqa: F401 - imported once here instead of in every child
-
-    torch.set_num_threads(1)
-    with torch.device("meta"):
-        module = torch.nn.Sequential(torch.nn.Embedding(16, 8), torch.nn.Linear(8, 4))
-    graph_module = torch.fx.symbolic_trace(module)
-    mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
-    with mode:
-        tokens = torch.empty(2, 3, dtype=torch.long)
-    ShapeProp(graph_module, fake_mode=mode).propagate(tokens)
-    from fxls.worker import shapes
-
-    shapes.warm_up()
-    _warm_capture()
-    torch.set_num_threads(1)
-    return str(torch.__version__)
-
-
-_WARM_SOURCE = """\
-import torch
-from torch import nn
-
-
-class Warm(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = nn.Embedding(16, 8)
-        self.lin = nn.Linear(8, 4)
-
-    def forward(self, x):
-        return torch.relu(self.lin(self.emb(x))).sum(-1)
-"""
-
-
-def _warm_capture() -> None:
-    """One capture of a tiny module (meta build, symbolic shapes) so that every module the
-    capture imports lazily is loaded before ``gc.freeze`` and shared by all children."""
-    from fxls.worker.capture import run_capture
-
-    request = ClassRequest(
-        "Warm",
-        line=5,
-        inputs=[InputSpec("x", dims=[DimSpec("B", 2), DimSpec(None, 3)], dtype="int64")],
-    )
-    job = CaptureJob(path="<fxls-warm-up>", source=_WARM_SOURCE, classes=[request])
-    try:
-        run_capture(job, lambda phase, name: None)
-    except Exception:
-        traceback.print_exc()
-
-
 def main(ctl_in: int, ctl_out: int, argv: list[str]) -> int:
     """Zygote entry (after ``__main__`` moved the control channel to ``ctl_in``/``ctl_out``)."""
     parser = argparse.ArgumentParser(prog="python -m fxls.worker")
@@ -699,6 +627,8 @@ def main(ctl_in: int, ctl_out: int, argv: list[str]) -> int:
 def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
     started = time.monotonic()
     try:
+        from fxls.worker.process.warmup import warm_up
+
         version = warm_up()
     except BaseException as exc:  # report why, then exit
         traceback.print_exc()

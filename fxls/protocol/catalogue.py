@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fxls.worker.protocol import Diagnostic, Related, Severity, Span
+from fxls.protocol.model import Diagnostic, Related, Severity, Span
 
 DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "diagnostics.md"
 """The diagnostics reference in a source checkout (editable installs, the repository)."""

@@ -1,6 +1,6 @@
 """Name every argument of an FX call node.
 
-``named_arguments(root, node, examples)`` returns one :class:`~fxls.worker.protocol.Arg`
+``named_arguments(root, node, examples)`` returns one :class:`~fxls.protocol.model.Arg`
 per parameter of the called thing, in signature order, plus where the signature came from:
 
 - ``module.forward``: ``call_module`` nodes, from ``inspect.signature`` of the submodule's
@@ -41,7 +41,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from fxls.worker.protocol import Arg
+from fxls.protocol.model import Arg
 
 __all__ = ["format_value", "named_arguments"]
 

@@ -45,7 +45,7 @@ from typing import Any, Literal
 import torch
 import torch.fx
 
-from fxls.worker.protocol import Dim, Value
+from fxls.protocol.model import Dim, Value
 
 __all__ = [
     "DtypeMismatch",

@@ -6,9 +6,10 @@ import operator
 
 import torch.fx
 
-from fxls.worker import messages as m
-from fxls.worker.protocol import Span
-from fxls.worker.tracer import SPAN_KEY, SourceText
+from fxls.protocol import catalogue as m
+from fxls.protocol.model import Span
+from fxls.protocol.positions import SourceText
+from fxls.worker.capture.tracer import SPAN_KEY
 
 
 def lint(graph: torch.fx.Graph, fallback: Span) -> list[m.Message]:

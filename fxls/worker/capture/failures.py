@@ -16,9 +16,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from types import CodeType, TracebackType
 
-from fxls.worker import messages as m
-from fxls.worker.protocol import Related, Span
-from fxls.worker.tracer import SourceText, user_spans
+from fxls.protocol import catalogue as m
+from fxls.protocol.model import Related, Span
+from fxls.protocol.positions import SourceText
+from fxls.worker.capture.tracer import user_spans
 
 _FACTORIES = (
     "zeros|ones|empty|full|rand|randn|randint|randperm|arange|eye|linspace|tensor|zeros_like"

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from lsprotocol import types
 
 from fxls.features.convert import Encoding, LineMapper, lsp_position
-from fxls.features.format import count_text, values_text
 from fxls.protocol.model import Diagnostic, ModuleResult
+from fxls.render import count_text, values_text
 
 _MAX_MESSAGE = 80
 

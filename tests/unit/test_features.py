@@ -8,7 +8,6 @@ import pytest
 from lsprotocol import types
 
 from fxls.features import code_lens, convert, diagnostics, hover, inlay_hints
-from fxls.features.format import count_text, value_text
 from fxls.protocol.catalogue import FX201, FX302, docs_url
 from fxls.protocol.model import (
     Arg,
@@ -20,6 +19,7 @@ from fxls.protocol.model import (
     Span,
     Value,
 )
+from fxls.render import count_text, value_text
 
 SOURCE = textwrap.dedent(
     """\

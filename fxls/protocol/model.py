@@ -315,6 +315,7 @@ class JobResult:
 @dataclass
 class ReadyInfo:
     pid: int
+    protocol: int
     python: str
     torch_version: str
     isolation_available: list[str] = field(default_factory=list)

@@ -17,11 +17,10 @@ import traceback
 from typing import NoReturn
 
 from fxls.protocol.codec import to_dict
-from fxls.protocol.frames import MAX_RESULT_BYTES, write_frame
+from fxls.protocol.frames import MAX_RESULT_BYTES, frame_bytes, write_all, write_frame
 from fxls.protocol.model import CaptureResult, ErrorInfo, JobRequest, Phase
 from fxls.worker.process import sandbox
 
-_HEADER_LEN = 4
 EXIT_SETUP_FAILED = 70
 EXIT_INTERNAL = 71
 
@@ -64,9 +63,7 @@ def _encode_result(result: CaptureResult) -> bytes:
 
 
 def _send_body(body: bytes) -> None:
-    data = memoryview(len(body).to_bytes(_HEADER_LEN, "big") + body)
-    while data:
-        data = data[os.write(sandbox.RESULT_FD, data) :]
+    write_all(sandbox.RESULT_FD, frame_bytes(body))
 
 
 def run_child(request: JobRequest, plan: sandbox.ChildPlan) -> NoReturn:

@@ -29,8 +29,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, get_args
 
 from fxls.protocol.codec import ProtocolError, from_dict, to_dict
-from fxls.protocol.frames import MAX_RESULT_BYTES, decode_body, encode_frame, frame_length
+from fxls.protocol.frames import (
+    MAX_RESULT_BYTES,
+    FrameReader,
+    FrameTooLarge,
+    decode_body,
+    encode_frame,
+)
 from fxls.protocol.model import (
+    PROTOCOL_VERSION,
     CaptureResult,
     ErrorInfo,
     JobRequest,
@@ -135,7 +142,9 @@ class Job:
     too_large: int | None = None
     payload: CaptureResult | None = None
     frames: int = 0
-    result_buf: bytearray = field(default_factory=bytearray)
+    frames_in: FrameReader = field(
+        default_factory=lambda: FrameReader(limit=MAX_RESULT_BYTES + 4096)
+    )
     output_head: bytearray = field(default_factory=bytearray)
     output_bytes: int = 0
     status: int | None = None
@@ -271,7 +280,7 @@ class Zygote:
         self.sel = selectors.DefaultSelector()
         self.jobs: dict[int, Job] = {}  # by pid
         self.queue: collections.deque[JobRequest] = collections.deque()
-        self.ctl_buf = bytearray()
+        self.control = FrameReader()
         self.stopping = False
         self.watch_until = 0.0
         os.set_blocking(ctl_in, False)
@@ -310,18 +319,17 @@ class Zygote:
             self.sel.unregister(fd)
             self._shutdown()
             return
-        self.ctl_buf += chunk
-        while len(self.ctl_buf) >= 4:
+        self.control.feed(chunk)
+        while True:
             try:
-                length = frame_length(bytes(self.ctl_buf[:4]))
-                if len(self.ctl_buf) < 4 + length:
+                body = self.control.next_body()
+                if body is None:
                     return
-                message = decode_body(bytes(self.ctl_buf[4 : 4 + length]))
+                message = decode_body(body)
             except ProtocolError as exc:
                 self.log(f"bad control frame, closing: {exc}")
                 self._shutdown()
                 return
-            del self.ctl_buf[: 4 + length]
             self._handle(message)
 
     def _handle(self, message: dict[str, Any]) -> None:
@@ -437,7 +445,7 @@ class Zygote:
 
     def _on_result(self, job: Job, fd: int, drain: bool = False) -> None:
         for chunk in self._chunks(fd, 1 << 20, 4096 if drain else 1):
-            job.result_buf += chunk
+            job.frames_in.feed(chunk)
             if not self._parse_child_frames(job):
                 self._close(fd)
                 self._kill(job, None)
@@ -445,26 +453,21 @@ class Zygote:
 
     def _parse_child_frames(self, job: Job) -> bool:
         """Consume complete frames; False when the job must be stopped."""
-        buf = job.result_buf
-        while len(buf) >= 4:
-            length = int.from_bytes(buf[:4], "big")
-            if length > MAX_RESULT_BYTES + 4096:
-                if len(buf) < 20:
-                    return True
-                if bytes(buf[4:20]) == b'{"type":"result"':
-                    job.too_large = length
+        while True:
+            try:
+                body = job.frames_in.next_body()
+            except FrameTooLarge as exc:
+                if exc.head == b'{"type":"result"':
+                    job.too_large = exc.length
                 else:
-                    job.protocol_error = f"frame header announces {length} bytes"
+                    job.protocol_error = f"frame header announces {exc.length} bytes"
                 return False
-            if len(buf) < 4 + length:
+            if body is None:
                 return True
-            body = bytes(buf[4 : 4 + length])
-            del buf[: 4 + length]
             error = self._child_frame(job, body)
             if error is not None:
                 job.protocol_error = error
                 return False
-        return True
 
     def _child_frame(self, job: Job, body: bytes) -> str | None:
         try:
@@ -523,8 +526,9 @@ class Zygote:
                 drain(job, fd, True)
             self._close(fd)
         del self.jobs[job.spawned.pid]
-        if job.result_buf and job.protocol_error is None and job.too_large is None:
-            job.protocol_error = f"{len(job.result_buf)} bytes of an unfinished frame"
+        pending = job.frames_in.pending
+        if pending and job.protocol_error is None and job.too_large is None:
+            job.protocol_error = f"{pending} bytes of an unfinished frame"
         try:
             result = classify(job)
         except Exception as exc:  # never lose a job to a classification bug
@@ -655,6 +659,7 @@ def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
                 missing[name] = f"Landlock ABI {abi} < {min_abi}: no {what}"
     ready = ReadyInfo(
         pid=os.getpid(),
+        protocol=PROTOCOL_VERSION,
         python=sys.executable,
         torch_version=version,
         isolation_available=available,

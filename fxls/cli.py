@@ -284,7 +284,7 @@ def format_text(
     lines: list[str] = []
     path = analysis.path
     for m in analysis.modules:
-        parts = [m.status + (f" ({m.capture})" if m.capture and m.capture != "none" else "")]
+        parts = [m.status + (f" ({m.strategy})" if m.strategy and m.strategy != "none" else "")]
         if m.nodes:
             parts.append(f"{len(m.nodes)} nodes")
         params = render.params_text(m.params)
@@ -384,7 +384,7 @@ def to_json(
                 "class": m.name,
                 "line": m.line,
                 "status": m.status,
-                "capture": m.capture,
+                "capture": m.strategy,
                 "build": m.build,
                 "isolation": list(analysis.isolation),
                 "params": m.params,

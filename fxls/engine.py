@@ -193,7 +193,7 @@ def _failed_module(info: ClassInfo, diagnostic: Diagnostic) -> ModuleResult:
         name=info.name,
         line=info.line,
         status="failed",
-        capture="none",
+        strategy="none",
         diagnostics=[diagnostic],
     )
 

@@ -35,7 +35,7 @@ def lens_title(module: ModuleResult, diagnostics: Sequence[Diagnostic] = ()) -> 
     if module.status == "failed":
         return f"fxls · failed · {_failure(module, diagnostics)}"
     if module.status == "partial":
-        parts.append(f"partial ({module.capture})")
+        parts.append(f"partial ({module.strategy})")
     if module.nodes:
         parts.append(f"{len(module.nodes)} nodes")
     if module.params is not None:

@@ -137,8 +137,8 @@ def class_markdown(
 ) -> str:
     """Markdown summary of a module class."""
     status: str = module.status
-    if module.capture not in ("none", ""):
-        status = f"{status} ({module.capture})"
+    if module.strategy not in ("none", ""):
+        status = f"{status} ({module.strategy})"
     rows = ["| | |", "| --- | --- |"]
     if module.params is not None:
         rows.append(f"| parameters | {count_text(module.params)} ({module.params:,}) |")
@@ -157,7 +157,7 @@ def class_markdown(
         rows.append(f"| input `{md_cell(name)}` | {md_cell(value_text(value))} ({how}) |")
     if module.outputs:
         rows.append(f"| output | {md_cell(values_text(module.outputs))} |")
-    capture = module.capture if module.capture else "none"
+    capture = module.strategy if module.strategy else "none"
     if module.build:
         capture += f", built on {module.build}"
     rows.append(f"| capture | {capture} |")

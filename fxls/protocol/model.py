@@ -46,6 +46,9 @@ JobKind = Literal["capture"]
 Phase = Literal["setup", "import", "init", "trace", "serialize"]
 Severity = Literal["error", "warning", "information", "hint"]
 ModuleStatus = Literal["traced", "partial", "failed", "skipped"]
+NodeOp = Literal["placeholder", "get_attr", "call_function", "call_method", "call_module", "output"]
+ValueKind = Literal["tensor", "size", "int", "float", "bool", "none", "device", "dtype", "other"]
+ErrorKind = Literal["exception", "system_exit", "recursion"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -171,7 +174,7 @@ class Value:
     symbolic ints print as the user's names), ``none``, ``device``, ``dtype``, ``other``.
     """
 
-    kind: str = "tensor"
+    kind: ValueKind = "tensor"
     shape: list[Dim] | None = None
     dtype: str | None = None
     text: str | None = None
@@ -196,8 +199,7 @@ class Arg:
 @dataclass
 class NodeInfo:
     name: str
-    op: str
-    """placeholder, get_attr, call_function, call_method, call_module, output."""
+    op: NodeOp
     target: str
     """Readable target: ``conv1``, ``torch.nn.functional.relu``, ``view``, ``operator.add``."""
     span: Span | None = None
@@ -242,8 +244,7 @@ class Diagnostic:
 class ErrorInfo:
     """An exception caught inside the child for one module (or the file)."""
 
-    kind: str
-    """``exception``, ``system_exit`` or ``recursion``."""
+    kind: ErrorKind
     phase: Phase
     type: str
     message: str
@@ -255,8 +256,9 @@ class ModuleResult:
     name: str
     line: int
     status: ModuleStatus
-    capture: str = "none"
-    """``fx``, ``fx+leaf``, ``fx+wrap``, ``fx+concrete``, ``fake-run``, ``none``."""
+    strategy: str = "none"
+    """How the graph was obtained: ``fx``, ``fx`` with repairs joined by ``+`` (``fx+leaf``,
+    ``fx+wrap``, ``fx+concrete``, ``fx+leaf+wrap``...), ``fake-run``, or ``none``."""
     build: str | None = None
     """``meta`` or ``cpu`` (when ``__init__`` needed real values)."""
     params: int | None = None

@@ -64,7 +64,7 @@ def _result() -> JobResult:
         args=[Arg("input", "x", node="x")],
         outputs=[Value(shape=["B", 8], dtype="torch.float32")],
     )
-    module = ModuleResult("Net", 3, "traced", capture="fx", nodes=[node], timings={"trace": 0.01})
+    module = ModuleResult("Net", 3, "traced", strategy="fx", nodes=[node], timings={"trace": 0.01})
     payload = CaptureResult(modules=[module], torch_version="2.13.0")
     return JobResult(7, "ok", phase="serialize", isolation=["seccomp"], payload=payload)
 

@@ -23,6 +23,7 @@ import sys
 import time
 import traceback
 import types
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,8 +40,10 @@ from fxls.protocol.model import (
     ClassRequest,
     Diagnostic,
     ErrorInfo,
+    ErrorKind,
     ModuleResult,
     NodeInfo,
+    NodeOp,
     Phase,
     Related,
     Span,
@@ -83,7 +86,7 @@ MODULE_NAME = "__fxls_document__"
 # ---------------------------------------------------------------------------------------
 
 
-def _kind(exc: BaseException) -> str:
+def _kind(exc: BaseException) -> ErrorKind:
     if isinstance(exc, SystemExit):
         return "system_exit"
     if isinstance(exc, RecursionError):
@@ -222,8 +225,8 @@ def _soften_worked_around(mod: ModuleResult) -> None:
     for diag in mod.diagnostics:
         if diag.code in _TRACE_FAILURE_CODES and diag.severity == "error":
             diag.severity = "warning"
-            diag.data["worked_around"] = mod.capture
-            note = f"fxls worked around it and still shows shapes (capture `{mod.capture}`)."
+            diag.data["worked_around"] = mod.strategy
+            note = f"fxls worked around it and still shows shapes (strategy `{mod.strategy}`)."
             diag.fix = f"{note} {diag.fix}" if diag.fix else note
 
 
@@ -371,7 +374,7 @@ def _capture_class(
         targets = [str(n.target) for n in placeholders]
         values, examples = _shapes(ctx, gm, ordered, targets, mod)
         mod.timings["shapes"] = time.perf_counter() - started
-        suspicious = bool(specialized) or mod.capture != "fx"
+        suspicious = bool(specialized) or mod.strategy != "fx"
         cheap = len(gm.graph.nodes) <= COMPARE_MAX_NODES
         if (suspicious or cheap) and not any(d.code == "FX201" for d in mod.diagnostics):
             started = time.perf_counter()
@@ -550,7 +553,7 @@ def _trace(
     if concrete:
         _drop_concrete_guards(gm)
     mod.status = "partial" if repairs.applied else "traced"
-    mod.capture = repairs.label(declared_leaves=bool(req.leaf))
+    mod.strategy = repairs.label(declared_leaves=bool(req.leaf))
     mod.notes.extend(repairs.notes(defaults))
     return _Traced(gm, gm.graph, leaves() + library_leaves, tracer.traced_params)
 
@@ -586,7 +589,7 @@ def _fake_run(
     """Strategy 3: run ``forward`` on fake tensors and record every torch call it makes.
 
     Inputs not declared are inferred from the graph FX recorded before it failed. The recorded
-    graph gives per-line nodes with named arguments and shapes (capture ``fake-run``, status
+    graph gives per-line nodes with named arguments and shapes (strategy ``fake-run``, status
     ``partial``; graph rewrites are not offered for it). When ``forward`` raises on fake tensors
     too (a data-dependent branch), the nodes recorded before the failure are kept and the FX
     failure diagnostic stays.
@@ -655,7 +658,7 @@ def _fake_run(
     mod.nodes = [
         _node_info(gm, node, run.values, run.examples, rename=run.rename) for node in gm.graph.nodes
     ]
-    mod.capture = "fake-run"
+    mod.strategy = "fake-run"
     output = next((n for n in gm.graph.nodes if n.op == "output"), None)
     if run.error is None and output is not None:
         mod.outputs = list(run.values.get(output.name, []))
@@ -966,7 +969,7 @@ def _node_info(
             arg.value = rename(arg.value)
     return NodeInfo(
         name=node.name,
-        op=node.op,
+        op=typing.cast(NodeOp, node.op),
         target=readable_target(node),
         span=node.meta.get(SPAN_KEY),
         call_site=node.meta.get(CALL_SITE_KEY),

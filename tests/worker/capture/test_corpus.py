@@ -193,7 +193,7 @@ def test_capture_of_traceable_classes_has_no_errors(entry) -> None:  # type: ign
     mod = _capture(entry)
     errors = [(d.code, d.message) for d in mod.diagnostics if d.severity == "error"]
     assert errors == []
-    assert mod.capture in ("fx", "fx+concrete", "fx+wrap"), (mod.capture, mod.notes)
+    assert mod.strategy in ("fx", "fx+concrete", "fx+wrap"), (mod.strategy, mod.notes)
 
 
 # ---------------------------------------------------------------------------------------

@@ -77,14 +77,14 @@ def test_failure_located_and_explained(
     mod = modules[name]
     if name == "HasEncoder":
         # the failing submodule is kept as a leaf, the rest of the model still traces
-        assert mod.status == "partial" and mod.capture == "fx+leaf" and mod.error is None
+        assert mod.status == "partial" and mod.strategy == "fx+leaf" and mod.error is None
         assert any(n.op == "call_module" and n.target == "enc" for n in mod.nodes)
     elif name == "Iterates":
         # the module-level helper that failed is recorded as one call (auto-wrapped)
-        assert mod.status == "partial" and mod.capture == "fx+wrap" and mod.error is None
+        assert mod.status == "partial" and mod.strategy == "fx+wrap" and mod.error is None
         assert any(n.op == "call_function" and n.target.endswith("rows") for n in mod.nodes)
     else:
-        assert mod.status == "failed" and mod.capture == "none"
+        assert mod.status == "failed" and mod.strategy == "none"
         assert mod.error is not None and mod.error.phase == "trace"
         assert mod.error.kind == "exception"
     # worked-around failures (the module still has shapes) are warnings, the others errors
@@ -158,7 +158,7 @@ def test_failure_inside_a_traced_submodule_blames_its_line() -> None:
     (mod,) = run_capture(job, lambda *_: None).modules
     (diag,) = [d for d in mod.diagnostics if d.severity == "error"]
     assert diag.code == "FX101" and diag.data["leaf"] == "Inner"
-    assert mod.status == "partial" and mod.capture == "fx+leaf"
+    assert mod.status == "partial" and mod.strategy == "fx+leaf"
     assert [n.target for n in mod.nodes if n.op == "call_module"] == ["inner"]
     assert diag.span == Span(5, 11, 5, 23)
     call = source.splitlines()[14]
@@ -192,7 +192,7 @@ def test_untraceable_root_falls_back_to_a_fake_run() -> None:
         # the failure is still reported; shapes come from running forward on fake tensors
         assert [d.code for d in mod.diagnostics if d.severity == "warning"] == [code]
         assert not [d for d in mod.diagnostics if d.severity == "error"]
-        assert mod.status == "partial" and mod.capture == "fake-run" and mod.error is None
+        assert mod.status == "partial" and mod.strategy == "fake-run" and mod.error is None
         assert mod.inputs[0].shape == ["B", "T"]
         assert mod.outputs[0].shape == ["B", "T"]
     # the fake run records the operations with their spans and shapes
@@ -200,7 +200,7 @@ def test_untraceable_root_falls_back_to_a_fake_run() -> None:
     assert zeros.span == _span("torch.zeros(x.size(0), x.size(1))", "class Factory(")
     assert zeros.outputs[0].shape == ["B", "T"]
     # a branch on tensor values cannot run on fake tensors either: what ran before it is kept
-    assert control.status == "failed" and control.capture == "fake-run"
+    assert control.status == "failed" and control.strategy == "fake-run"
     assert control.error is not None
     assert control.outputs == []
     (total,) = [n for n in control.nodes if n.target == "sum"]

@@ -25,6 +25,7 @@ from fxls.protocol.positions import SourceText
 SPAN_KEY = "fxls_span"
 CALL_SITE_KEY = "fxls_call_site"
 
+
 def user_spans(frames: Iterable[tuple[CodeType, int]], path: str, source: SourceText) -> list[Span]:
     """Spans of the (code, lasti) pairs that belong to ``path``, in the given order."""
     spans = []

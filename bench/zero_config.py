@@ -142,10 +142,18 @@ def file_summary(rows: list[dict[str, Any]], analysis: Any) -> str:
         parts.append("no shapes")
     for code, count in errors.most_common():
         flagged = {r["class"] for r in rows if code in r.get("error_codes", [])}
+        spared = [r["class"] for r in rows if r["class"] not in flagged]
         if len(flagged) == n and n > 1:
             parts.append(f"{code} on every class")
+        elif len(flagged) == count and n > 2 and len(spared) <= 2:
+            parts.append(f"{code} on every class but " + ", ".join(spared))
         else:
             parts.append(f"{code} ×{count}")
+    warnings = collections.Counter(d.code for d in analysis.diagnostics if d.severity == "warning")
+    if warnings:
+        parts.append(
+            "warnings " + ", ".join(f"{code} ×{count}" for code, count in warnings.most_common())
+        )
     wrong = [r["class"] for r in rows if r.get("wrong")]
     if wrong:
         parts.append("WRONG shapes on " + ", ".join(wrong))

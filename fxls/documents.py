@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from fxls.engine import FileAnalysis
+
 
 @dataclass(frozen=True)
 class LineEdit:
@@ -108,8 +110,7 @@ class Analysed:
 
     version: int | None
     text: str
-    analysis: Any
-    """The engine's FileAnalysis (kept opaque here)."""
+    analysis: FileAnalysis
 
 
 @dataclass

@@ -102,7 +102,7 @@ def class_rows(truth: ModuleType, name: str, analysis: Any) -> list[dict[str, An
         mod = analysis.module(t.cls)
         row: dict[str, Any] = {"id": t.id, "file": name, "class": t.cls}
         if mod is None:
-            row.update(status="missing", capture="none", has_shapes=False, correct=False)
+            row.update(status="missing", strategy="none", has_shapes=False, correct=False)
             row["wrong"] = []
             rows.append(row)
             continue
@@ -110,7 +110,7 @@ def class_rows(truth: ModuleType, name: str, analysis: Any) -> list[dict[str, An
         codes = sorted({d.code for d in mod.diagnostics if d.severity == "error"})
         row.update(
             status=mod.status,
-            capture=mod.capture,
+            strategy=mod.strategy,
             build=mod.build,
             has_shapes=verdict.has_shapes,
             correct=verdict.correct,
@@ -459,7 +459,7 @@ def main() -> None:
             else ("ok   " if r["correct"] else ("shape" if r["has_shapes"] else "-    "))
         )
         codes = ",".join(r.get("error_codes", []))
-        print(f"{mark} {r['id']:<42} {r['capture']:<16} {codes:<12} {r.get('inputs', '')[:70]}")
+        print(f"{mark} {r['id']:<42} {r['strategy']:<16} {codes:<12} {r.get('inputs', '')[:70]}")
         for w in r.get("wrong", []):
             print(f"        {w[:200]}")
     print()

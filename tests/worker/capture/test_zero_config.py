@@ -29,9 +29,9 @@ import pytest_asyncio
 
 from fxls.analysis.classes import parse
 from fxls.engine import EngineOptions, FileAnalysis, analyze
-from fxls.worker.protocol import ModuleResult, NodeInfo, Span, Value
+from fxls.protocol.model import ModuleResult, NodeInfo, Span, Value
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ZEROCONFIG = ROOT / "tests" / "corpus" / "zeroconfig"
 
 # The ratchet. Measured on the corpus as it is; the goal of issue #9 is that at least 90 % of
@@ -148,7 +148,7 @@ def _mnist_result(output: Value, fc1: Value, relu: Value) -> ModuleResult:
         name="Net",
         line=line_of("class Net").line,
         status="traced",
-        capture="fx",
+        strategy="fx",
         inputs=[_tensor("B", 1, 28, 28)],
         input_names=["x"],
         inputs_assumed=[False],

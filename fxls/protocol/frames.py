@@ -103,17 +103,6 @@ class FrameReader:
         return body
 
 
-def read_frame(fd: int) -> dict[str, Any] | None:
-    """Blocking read of one frame from a file descriptor; None at a clean EOF."""
-    import os
-
-    header = _read_exactly(os.read, fd, _HEADER.size)
-    if not header:
-        return None
-    body = _read_exactly(os.read, fd, frame_length(header))
-    return decode_body(body)
-
-
 def write_frame(fd: int, message: Any) -> None:
     """Blocking write of one frame to a file descriptor."""
     write_all(fd, encode_frame(message))
@@ -131,17 +120,3 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _read_exactly(read: Any, fd: int, n: int) -> bytes:
-    chunks = []
-    remaining = n
-    while remaining:
-        chunk = read(fd, min(remaining, 1 << 20))
-        if not chunk:
-            if remaining == n:
-                return b""
-            raise ProtocolError("connection closed inside a frame")
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)

@@ -8,8 +8,8 @@ from lsprotocol import types
 
 from fxls.features import markdown as md
 from fxls.features.convert import Encoding, LineMapper, lsp_position
-from fxls.features.format import count_text, values_text
-from fxls.worker.protocol import Diagnostic, ModuleResult
+from fxls.protocol.model import Diagnostic, ModuleResult
+from fxls.render import count_text, values_text
 
 _MAX_MESSAGE = 80
 
@@ -50,7 +50,7 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
     if module.status == "failed":
         return f"fxls · failed · {_failure(module, diagnostics)}"
     if module.status == "partial":
-        parts.append(f"partial ({module.capture})")
+        parts.append(f"partial ({module.strategy})")
     if module.nodes:
         parts.append(f"{len(module.nodes)} nodes")
     if module.params is not None:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from lsprotocol import types
 
 from fxls.features.convert import Encoding, LineMapper, lsp_diagnostic
-from fxls.worker.messages import FX407
-from fxls.worker.protocol import Diagnostic, Span
+from fxls.protocol.catalogue import FX407
+from fxls.protocol.model import Diagnostic, Span
 
 
 def lsp_diagnostics(

@@ -14,8 +14,9 @@ from lsprotocol import types
 
 from fxls.features import markdown as md
 from fxls.features.convert import Encoding, LineMapper, lsp_range, span_contains
-from fxls.features.format import count_text, name_pattern, value_md, values_md
-from fxls.worker.protocol import ModuleResult, NodeInfo, Span
+from fxls.features.format import value_md, values_md
+from fxls.protocol.model import ModuleResult, NodeInfo, Span
+from fxls.render import count_text, display_name, name_pattern
 
 _CLASS_RE = re.compile(r"^(\s*class\s+)([A-Za-z_]\w*)")
 _MAX_LISTED = 20
@@ -40,10 +41,6 @@ def _candidate(node: NodeInfo, line: int, col: int) -> Span | None:
     return best
 
 
-def _display_name(node: NodeInfo) -> str:
-    return node.target if node.op == "call_module" else node.name
-
-
 def _outputs(node: NodeInfo, *, cell: bool = False) -> str:
     return values_md(node.outputs, cell=cell) or "?"
 
@@ -60,7 +57,7 @@ def _paragraphs(parts: Sequence[str]) -> str:
 
 def _header(node: NodeInfo) -> str:
     what = node.module_type if node.op == "call_module" and node.module_type else node.target
-    return f"{md.word(_display_name(node))} · {md.word(node.op)} · {md.word(what)}"
+    return f"{md.word(display_name(node))} · {md.word(node.op)} · {md.word(what)}"
 
 
 def node_markdown(node: NodeInfo, module: ModuleResult) -> str:
@@ -89,7 +86,7 @@ def loop_markdown(nodes: Sequence[NodeInfo], module: ModuleResult) -> str:
     first, last = nodes[0], nodes[-1]
     text = node_markdown(first, module)
     header, _, rest = text.partition("\n\n")
-    summary = f"×{len(nodes)}: {md.word(_display_name(first))} … {md.word(_display_name(last))}"
+    summary = f"×{len(nodes)}: {md.word(display_name(first))} … {md.word(display_name(last))}"
     out_first, out_last = _outputs(first), _outputs(last)
     lines = [header, summary]
     body = rest
@@ -137,7 +134,7 @@ def group_markdown(nodes: Sequence[NodeInfo]) -> str:
         ]
         head += f" · {len(listed)} nodes each"
     rows = [
-        f"| {md.cell(_display_name(node))} | {md.cell(node.op)} | {md.cell(node.target)} "
+        f"| {md.cell(display_name(node))} | {md.cell(node.op)} | {md.cell(node.target)} "
         f"| {_outputs(node, cell=True)} |"
         for node in listed
     ]
@@ -161,8 +158,8 @@ def class_markdown(
 ) -> str:
     """Markdown summary of a module class."""
     status = md.word(module.status)
-    if module.capture not in ("none", ""):
-        status = f"{status} ({md.word(module.capture)})"
+    if module.strategy not in ("none", ""):
+        status = f"{status} ({md.word(module.strategy)})"
     rows = []
     if module.params is not None:
         rows.append(f"| parameters | {count_text(module.params)} ({module.params:,}) |")
@@ -184,7 +181,7 @@ def class_markdown(
         )
     if module.outputs:
         rows.append(f"| output | {values_md(module.outputs, cell=True)} |")
-    capture = md.cell(module.capture) if module.capture else "none"
+    capture = md.cell(module.strategy) if module.strategy else "none"
     if module.build:
         capture += f", built on {md.cell(module.build)}"
     rows.append(f"| capture | {capture} |")

@@ -12,7 +12,7 @@ from markdown_it import MarkdownIt
 
 from fxls.features import hover
 from fxls.features import markdown as md
-from fxls.worker.protocol import Arg, ErrorInfo, ModuleResult, NodeInfo, Span, Value
+from fxls.protocol.model import Arg, ErrorInfo, ModuleResult, NodeInfo, Span, Value
 
 RENDERER = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 """``html`` is on in the commonmark preset: raw HTML that got through would be kept."""
@@ -130,7 +130,7 @@ def _hostile_module(text: str) -> ModuleResult:
         name=text,
         line=1,
         status="partial",
-        capture=text,
+        strategy=text,
         build=text,
         inputs=[value],
         input_names=[text],

@@ -231,8 +231,9 @@ class FxlsProtocol(LanguageServerProtocol):
         method = data.get("method")
         is_request = "id" in data and "method" in data
         if data.get("jsonrpc") != "2.0" or ("method" in data and not isinstance(method, str)):
-            if "id" in data:
-                self.reply_error(msg_id, INVALID_REQUEST, "not a JSON-RPC 2.0 message")
+            looks_like_response = "method" not in data and ("result" in data or "error" in data)
+            if "id" in data and not looks_like_response:
+                self.reply_error(msg_id, INVALID_REQUEST, "not a JSON-RPC 2.0 request")
             return
         if is_request and self._shutdown and method != types.EXIT:
             self.reply_error(msg_id, INVALID_REQUEST, "the server is shutting down")
@@ -241,10 +242,9 @@ class FxlsProtocol(LanguageServerProtocol):
             message = self.structure_message(data)
         except Exception as exc:
             if is_request:
-                detail = str(exc.__cause__ or exc).splitlines()[0][:500] if str(exc) else ""
-                self.reply_error(
-                    msg_id, INVALID_PARAMS, f"invalid params for {method}" + f": {detail}"
-                )
+                lines = str(exc.__cause__ or exc).strip().splitlines()
+                detail = f": {lines[0][:500]}" if lines else ""
+                self.reply_error(msg_id, INVALID_PARAMS, f"invalid params for {method}{detail}")
             else:
                 logger.warning("ignored %s: its params do not structure", method)
             return

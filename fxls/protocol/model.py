@@ -267,6 +267,9 @@ class Construction:
     """Values fxls chose itself, by parameter or field name (shown, never silent)."""
     pin: str | None = None
     """Arguments for ``# fxls: init(...)`` that reproduce this build, when expressible."""
+    expr: str | None = None
+    """A Python expression that rebuilds the same instance in the file's namespace, when
+    expressible (``resnet18()``, ``GPT(GPTConfig()).get_submodule('transformer.h.0')``)."""
     inputs_from: str | None = None
     """For ``parent``: whose ``forward`` the inputs were recorded in (``GPT``)."""
 

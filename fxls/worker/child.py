@@ -72,9 +72,10 @@ class _FrameWriter:
 
 
 def _flush_all() -> None:
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
-            stream.flush()
+            if stream is not None:
+                stream.flush()
         except BaseException:  # user code may have replaced or broken it
             pass
     try:

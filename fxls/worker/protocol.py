@@ -29,6 +29,8 @@ MAX_FRAME_BYTES = 64 * 1024 * 1024
 """Largest frame either side accepts."""
 MAX_RESULT_BYTES = 32 * 1024 * 1024
 """Largest result payload a child may send; larger ones become ``result_too_large``."""
+MAX_ANY_DEPTH = 32
+"""Deepest nesting accepted in an untyped (``Any``) field; typed fields bound the rest."""
 
 _HEADER = struct.Struct(">I")
 
@@ -406,10 +408,28 @@ def _converter(tp: Any) -> Converter:
     return conv
 
 
+def _any_value(value: Any) -> Any:
+    """An untyped field: any JSON value, nested at most ``MAX_ANY_DEPTH`` levels.
+
+    A result frame can come from hostile code; without a bound a deep value passes here and
+    fails later, when it is encoded again or decoded by the server.
+    """
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth >= MAX_ANY_DEPTH:
+                raise _FieldError(f"nested deeper than {MAX_ANY_DEPTH} levels")
+            stack.extend(
+                (v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)
+            )
+    return value
+
+
 def _build_converter(tp: Any) -> Converter:
     origin = typing.get_origin(tp)
     if tp is Any:
-        return lambda value: value
+        return _any_value
     if origin in (Union, types.UnionType):
         options = [o for o in typing.get_args(tp) if o is not type(None)]
         nullable = len(options) < len(typing.get_args(tp))
@@ -564,8 +584,10 @@ def frame_length(header: bytes) -> int:
 def decode_body(body: bytes) -> dict[str, Any]:
     try:
         message = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(f"frame is not JSON: {exc}") from exc
+    except ValueError as exc:  # not UTF-8, not JSON, or an integer over Python's digit limit
+        raise ProtocolError(f"frame is not JSON: {exc}"[:300]) from None
+    except RecursionError:
+        raise ProtocolError("frame is nested deeper than the recursion limit") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise ProtocolError("frame is not an object with a 'type'")
     return message

@@ -145,6 +145,8 @@ SECCOMP_DENIED: tuple[str, ...] = (
     "utime", "utimes", "futimesat", "utimensat", "setxattr", "lsetxattr", "fsetxattr",
     "removexattr", "lremovexattr", "fremovexattr", "setxattrat", "removexattrat",
     "file_setattr",
+    # truncating by path (Landlock before ABI 3 does not cover it; ftruncate needs a writable fd)
+    "truncate",
     # signals that may reach other processes (kill/tgkill are checked below)
     "tkill", "pidfd_send_signal",
     # memory outside RLIMIT_AS that outlives or escapes the job
@@ -164,6 +166,8 @@ SIOCSPGRP = 0x8902
 FS_IOC_SETFLAGS = 0x40086602
 FS_IOC32_SETFLAGS = 0x40046602
 FS_IOC_FSSETXATTR = 0x401C5820
+O_ACCMODE = 0o3
+O_TRUNC = 0o1000
 
 
 @dataclass(frozen=True)
@@ -195,13 +199,13 @@ _X86_64_NR = {
     "futimesat": 261, "utimensat": 280, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
     "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "setxattrat": 463,
     "removexattrat": 466, "file_setattr": 469, "tkill": 200, "pidfd_send_signal": 424,
-    "memfd_create": 319, "memfd_secret": 447, "shmget": 29, "shmat": 30, "shmctl": 31,
+    "truncate": 76, "memfd_create": 319, "memfd_secret": 447, "shmget": 29, "shmat": 30, "shmctl": 31,
     "shmdt": 67, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "semget": 64,
     "semop": 65, "semctl": 66, "semtimedop": 220, "mq_open": 240, "setrlimit": 160,
     # checked arguments
     "clone": 56, "clone3": 435, "prlimit64": 302, "mknod": 133, "mknodat": 259, "kill": 62,
     "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "prctl": 157,
-    "fcntl": 72, "ioctl": 16,
+    "fcntl": 72, "ioctl": 16, "open": 2, "openat": 257, "openat2": 437,
 }  # fmt: skip
 _AARCH64_NR = {  # the generic table (include/uapi/asm-generic/unistd.h)
     "execve": 221, "execveat": 281, "ptrace": 117, "process_vm_readv": 270,
@@ -219,13 +223,14 @@ _AARCH64_NR = {  # the generic table (include/uapi/asm-generic/unistd.h)
     "fchmod": 52, "fchmodat": 53, "fchmodat2": 452, "fchown": 55, "fchownat": 54,
     "utimensat": 88, "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14,
     "lremovexattr": 15, "fremovexattr": 16, "setxattrat": 463, "removexattrat": 466,
-    "file_setattr": 469, "tkill": 130, "pidfd_send_signal": 424, "memfd_create": 279,
+    "file_setattr": 469, "truncate": 45, "tkill": 130, "pidfd_send_signal": 424, "memfd_create": 279,
     "memfd_secret": 447, "shmget": 194, "shmat": 196, "shmctl": 195, "shmdt": 197,
     "msgget": 186, "msgsnd": 189, "msgrcv": 188, "msgctl": 187, "semget": 190, "semop": 193,
     "semctl": 191, "semtimedop": 192, "mq_open": 180, "setrlimit": 164,
     # checked arguments
     "clone": 220, "clone3": 435, "prlimit64": 261, "mknodat": 33, "kill": 129, "tgkill": 131,
     "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "prctl": 167, "fcntl": 25, "ioctl": 29,
+    "openat": 56, "openat2": 437,
 }  # fmt: skip
 
 SECCOMP_ARCHES = {
@@ -297,7 +302,10 @@ def seccomp_program(
     ``rt_tgsigqueueinfo`` only its own thread group; ``prctl`` may not change the parent-death
     signal or the dumpable flag; ``fcntl(F_SETOWN*)`` and ``ioctl(FIOSETOWN, SIOCSPGRP)``
     (SIGIO to another process) and the ``FS_IOC_SETFLAGS``/``FS_IOC_FSSETXATTR`` attribute
-    ioctls fail with EPERM. A foreign architecture's syscall ABI (e.g. x32, i386 via int 0x80)
+    ioctls fail with EPERM; so does opening a file read-only with ``O_TRUNC`` (before ABI 3,
+    Landlock does not ask for write access to truncate), and ``openat2``, whose flags the
+    filter cannot see, fails with ENOSYS (callers fall back to ``openat``). A foreign
+    architecture's syscall ABI (e.g. x32, i386 via int 0x80)
     kills the process.
     """
     arch = SECCOMP_ARCHES.get(machine or platform.machine())
@@ -325,7 +333,8 @@ def seccomp_program(
         "clone": "clone", "clone3": "enosys", "prlimit64": "prlimit", "mknod": "mknod",
         "mknodat": "mknodat", "kill": "kill", "tgkill": "own_tgid",
         "rt_sigqueueinfo": "own_tgid", "rt_tgsigqueueinfo": "own_tgid", "prctl": "prctl",
-        "fcntl": "fcntl", "ioctl": "ioctl",
+        "fcntl": "fcntl", "ioctl": "ioctl", "open": "open", "openat": "openat",
+        "openat2": "enosys",
     }  # fmt: skip
     for name in sorted(denied, key=nr.__getitem__):
         asm.jump(_BPF_JEQ_K, nr[name], jf="next_" + name)
@@ -384,6 +393,13 @@ def seccomp_program(
     for command in (FIOSETOWN, SIOCSPGRP, FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_FSSETXATTR):
         asm.jump(_BPF_JEQ_K, command, jt="eperm")
     asm.goto("allow")
+
+    for label, flags_arg in (("open", 1), ("openat", 2)):
+        asm.label(label)  # O_RDONLY | O_TRUNC truncates without Landlock (< ABI 3) asking
+        asm.load(_arg_low(flags_arg))
+        asm.and_(O_ACCMODE | O_TRUNC)
+        asm.jump(_BPF_JEQ_K, O_TRUNC, jt="eperm")
+        asm.goto("allow")
 
     asm.label("allow")
     asm.ret(RET_ALLOW)
@@ -597,44 +613,56 @@ def _own_cgroup_dir() -> tuple[str | None, str]:
 
 @dataclass
 class MemoryCgroup:
-    """A cgroup v2 folder of this zygote in which each job gets a group with ``memory.max``.
+    """A cgroup v2 folder delegated to this zygote; each job gets a group with ``memory.max``.
 
     Unlike RLIMIT_AS, the cgroup counts every page charged to the job: memfd and tmpfs pages,
-    the page cache it fills, pipe buffers. Created only when the probe proved the whole cycle
-    (create, limit, move a process in, remove) works for this user.
+    the page cache it fills, pipe buffers. fxls uses only a cgroup that is its own to manage
+    (cgroup v2 delegation): the folder named by ``FXLS_CGROUP``, or the zygote's own cgroup
+    when the zygote is the only process in it (a launcher started it in a delegated scope).
+    It never creates groups in a hierarchy that another manager (systemd, a container
+    runtime) owns, and uses the cgroup only after a trial of the whole cycle (create a group,
+    limit it, move a process in, remove it) succeeded.
     """
 
     path: str
 
     @classmethod
-    def probe(cls) -> tuple[MemoryCgroup | None, str]:
-        """Find the nearest writable ancestor cgroup that delegates the memory controller."""
-        own, why = _own_cgroup_dir()
-        if own is None:
-            return None, why
-        candidate, last_error = own, "memory controller not delegated"
-        while True:
-            try:
-                with open(os.path.join(candidate, "cgroup.subtree_control")) as f:
-                    delegated = "memory" in f.read().split()
-            except OSError as exc:
-                delegated, last_error = False, str(exc)
-            if delegated and os.access(candidate, os.W_OK | os.X_OK):
-                group = cls(os.path.join(candidate, f"fxls-{os.getpid()}"))
-                try:
-                    group._create_and_try()
-                    return group, ""
-                except OSError as exc:
-                    group.close()
-                    last_error = f"{candidate}: {exc}"
-            parent = os.path.dirname(candidate)
-            if parent == candidate or not os.path.exists(os.path.join(parent, "cgroup.procs")):
-                break
-            candidate = parent
-        return None, f"no writable cgroup v2 with the memory controller ({last_error})"
+    def probe(cls, requested: str | None = None) -> tuple[MemoryCgroup | None, str]:
+        """The delegated cgroup to use, or None and why there is none."""
+        path = requested
+        try:
+            if path is None:
+                own, why = _own_cgroup_dir()
+                if own is None:
+                    return None, why
+                with open(os.path.join(own, "cgroup.procs")) as f:
+                    if f.read().split() != [str(os.getpid())]:
+                        return None, (
+                            "the worker shares its cgroup with other processes and "
+                            "FXLS_CGROUP names no delegated cgroup"
+                        )
+                path = own
+            with open(os.path.join(path, "cgroup.controllers")) as f:
+                if "memory" not in f.read().split():
+                    return None, f"{path}: the memory controller is not delegated"
+            group = cls(path)
+            group._prepare()
+            return group, ""
+        except OSError as exc:
+            return None, f"{path or 'own cgroup'}: {exc}"
 
-    def _create_and_try(self) -> None:
-        os.mkdir(self.path, 0o755)
+    def _prepare(self) -> None:
+        """Enable the memory controller for child groups and try one job group."""
+        with open(os.path.join(self.path, "cgroup.procs")) as f:
+            procs = f.read().split()
+        if procs:
+            # A cgroup with processes cannot enable controllers for its children: move
+            # ourselves (the only process, checked) into a leaf first.
+            if procs != [str(os.getpid())]:
+                raise OSError(errno.EBUSY, "other processes are in it")
+            leaf = os.path.join(self.path, "zygote")
+            os.makedirs(leaf, 0o755, exist_ok=True)
+            _cgroup_write(os.path.join(leaf, "cgroup.procs"), str(os.getpid()))
         _cgroup_write(os.path.join(self.path, "cgroup.subtree_control"), "+memory")
         trial = self.job_group(0, 256 * 1024 * 1024)
         try:
@@ -648,13 +676,13 @@ class MemoryCgroup:
                 os._exit(code)
             _, status = os.waitpid(pid, 0)
             if os.waitstatus_to_exitcode(status) != 0:
-                raise OSError(errno.EACCES, "cannot move a process into the job group")
+                raise OSError(errno.EACCES, "cannot move a process into a job group")
         finally:
             remove_cgroup(trial)
 
     def job_group(self, job_id: int, memory_bytes: int) -> str:
         """Create the group of one job with its memory limit (no swap; OOM kills the group)."""
-        path = os.path.join(self.path, f"job-{job_id}")
+        path = os.path.join(self.path, f"fxls-job-{os.getpid()}-{job_id}")
         os.mkdir(path, 0o755)
         try:
             _cgroup_write(os.path.join(path, "memory.max"), str(memory_bytes))
@@ -667,9 +695,6 @@ class MemoryCgroup:
             remove_cgroup(path)
             raise
         return path
-
-    def close(self) -> None:
-        remove_cgroup(self.path)
 
 
 def join_cgroup(path: str) -> None:

@@ -981,7 +981,7 @@ def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
         missing["landlock"] = "Landlock turned off with FXLS_LANDLOCK_ABI=0"
     if not sandbox.set_child_subreaper():
         missing["subreaper"] = "PR_SET_CHILD_SUBREAPER failed"
-    cgroup, why = sandbox.MemoryCgroup.probe()
+    cgroup, why = sandbox.MemoryCgroup.probe(os.environ.get("FXLS_CGROUP") or None)
     if cgroup is not None:
         available.append("cgroup")
     else:
@@ -1017,8 +1017,6 @@ def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
             raise
     finally:
         zygote.kill_all()
-        if cgroup is not None:
-            cgroup.close()
     return 0
 
 

@@ -78,10 +78,11 @@ async def nobody_worker(tmp_path_factory) -> AsyncIterator[LoggedClient]:  # typ
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def old_kernel_worker(tmp_path_factory) -> AsyncIterator[LoggedClient]:  # type: ignore[no-untyped-def]
-    """A zygote that uses Landlock ABI 4 at most (Linux 6.7-6.9, e.g. Ubuntu 24.04's 6.8)."""
+    """A zygote that uses Landlock ABI 2 at most (Linux 5.19-6.1, e.g. Debian 12's 6.1): no
+    truncate rights (ABI 3), no TCP rules (ABI 4), no signal scoping (ABI 6)."""
     client = LoggedClient(
-        env=dict(os.environ, FXLS_LANDLOCK_ABI="4"),
-        scratch_dir=str(tmp_path_factory.mktemp("scratch-abi4")),
+        env=dict(os.environ, FXLS_LANDLOCK_ABI="2"),
+        scratch_dir=str(tmp_path_factory.mktemp("scratch-abi2")),
     )
     await client.start()
     yield client

@@ -950,22 +950,37 @@ async def test_64_sigio_cannot_be_aimed_at_another_process(worker: WorkerClient)
     )
 
 
-async def test_65_older_kernel_without_signal_scoping(old_kernel_worker: WorkerClient) -> None:
+async def test_65_older_kernel_without_signal_scoping(
+    old_kernel_worker: WorkerClient, tmp_path: Path
+) -> None:
+    """Landlock ABI 2: seccomp alone keeps signals in the job and files outside it whole."""
     worker = old_kernel_worker
     need(worker, "seccomp", "landlock")
     assert worker.ready is not None
-    assert "landlock-net" in worker.ready.isolation_available
-    assert "ABI 4 < 6" in worker.ready.isolation_missing["landlock-scope"]
-    assert any("landlock-scope" in line and "warning" in line for line in worker.logs)
+    missing = worker.ready.isolation_missing
+    assert "ABI 2 < 6" in missing["landlock-scope"] and "ABI 2 < 4" in missing["landlock-net"]
+    assert any("landlock-scope" in line and "warning" in line for line in worker.logs)  # type: ignore[attr-defined]
+    target = tmp_path / "notes.txt"
+    target.write_text("keep me")
     with victim(worker_uid(worker)) as proc:
-        code = SIGNALS.format(victim=proc.pid) + '\nattempt("zygote", os.kill, os.getppid(), 0)'
+        code = (
+            SIGNALS.format(victim=proc.pid)
+            + f"""
+attempt("zygote", os.kill, os.getppid(), 0)
+attempt("truncate", os.truncate, {str(target)!r}, 0)
+attempt("open_trunc", os.open, {str(target)!r}, os.O_RDONLY | os.O_TRUNC)
+attempt("write", open, {str(target)!r}, "w")
+"""
+        )
         result = await worker.run(attempts(code))
         found = outcomes(result)
         assert proc.poll() is None
-    denied = {"everyone", "victim", "victim_group", "init", "zygote"}
+    assert found.pop("write") == errno.EACCES  # Landlock ABI 1 covers writes
+    denied = {"everyone", "victim", "victim_group", "init", "zygote", "truncate", "open_trunc"}
     assert found == {**dict.fromkeys(denied, errno.EPERM), **SIGNALS_ALLOWED}, found
-    assert {"landlock", "landlock-net", "seccomp"} <= set(result.isolation)
-    assert "landlock-scope" not in result.isolation
+    assert target.read_text() == "keep me"
+    assert {"landlock", "seccomp"} <= set(result.isolation)
+    assert not {"landlock-net", "landlock-scope"} & set(result.isolation)
 
 
 async def test_66_parent_death_signal_and_dumpable_stay(worker: WorkerClient) -> None:

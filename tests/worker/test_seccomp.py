@@ -174,6 +174,18 @@ def test_no_sigio_to_other_processes_no_file_flags(arch: sandbox.SeccompArch) ->
     assert verdict(arch, "ioctl", 1, 0x5401, 0) == ALLOW  # TCGETS
 
 
+def test_no_truncation_by_path(arch: sandbox.SeccompArch) -> None:
+    o_rdonly, o_wronly, o_rdwr, o_creat, o_trunc = 0, 1, 2, 0o100, 0o1000
+    assert verdict(arch, "truncate", 0, 0) == EPERM
+    assert verdict(arch, "openat", -100, 0, o_rdonly | o_trunc) == EPERM
+    for flags in (o_rdonly, o_wronly | o_trunc, o_rdwr | o_creat | o_trunc, o_rdonly | o_creat):
+        assert verdict(arch, "openat", -100, 0, flags) == ALLOW, oct(flags)
+    if "open" in arch.nr:
+        assert verdict(arch, "open", 0, o_rdonly | o_trunc) == EPERM
+        assert verdict(arch, "open", 0, o_wronly | o_trunc) == ALLOW
+    assert verdict(arch, "openat2", -100, 0, 0, 24) == ENOSYS
+
+
 def test_unknown_architecture_has_no_filter() -> None:
     with pytest.raises(sandbox.SandboxError, match="not written for"):
         sandbox.seccomp_program("riscv64")

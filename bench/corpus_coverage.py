@@ -47,7 +47,7 @@ def _manifest() -> ModuleType:
 
 async def _capture(entries: list[Any], manifest: ModuleType) -> list[tuple[Any, Any, float]]:
     from fxls.engine import EngineOptions, analyze
-    from fxls.worker.protocol import Limits
+    from fxls.protocol.model import Limits
     from fxls.workerclient import WorkerClient
 
     options = EngineOptions(limits=Limits(timeout_s=120.0, cpu_s=120.0, memory_mb=4096))
@@ -81,7 +81,7 @@ def _row(entry: Any, analysis: Any, seconds: float, manifest: ModuleType) -> dic
         row.update(capture="none", status="missing", correct=False, fx_failed=True)
         row.update(located=False, explained=False, fix=False, reason=analysis.outcome)
         return row
-    row["capture"] = mod.capture
+    row["capture"] = mod.strategy
     row["status"] = mod.status
     try:
         eager = manifest.eager_outputs(entry)
@@ -97,7 +97,7 @@ def _row(entry: Any, analysis: Any, seconds: float, manifest: ModuleType) -> dic
     ]
     # a failure of the plain strategy: a repair made after an exception, or no FX graph at all
     # (``fx+concrete`` alone can also come from a None default used as a tensor: no failure)
-    row["fx_failed"] = bool(fx1) or mod.capture in ("fake-run", "none")
+    row["fx_failed"] = bool(fx1) or mod.strategy in ("fake-run", "none")
     n_lines = len(entry.source().splitlines())
     located = [d for d in fx1 if 1 <= d.span.line <= n_lines]
     row["fx_codes"] = sorted({f"{d.code}:{d.span.line}" for d in fx1})

@@ -71,7 +71,7 @@ def machine() -> dict[str, Any]:
 
 async def bench_fxls(names: list[str], runs: int) -> dict[str, Any]:
     from fxls.engine import EngineOptions, analyze
-    from fxls.worker.protocol import Limits
+    from fxls.protocol.model import Limits
     from fxls.workerclient import WorkerClient
 
     out: dict[str, Any] = {}
@@ -186,12 +186,12 @@ def worker_peak_rss(name: str) -> int:
     code = (
         "import asyncio, sys\n"
         "from fxls.engine import EngineOptions, analyze\n"
-        "from fxls.worker.protocol import Limits\n"
+        "from fxls.protocol.model import Limits\n"
         "from fxls.workerclient import WorkerClient\n"
         "async def main():\n"
         "    c = WorkerClient(); await c.start()\n"
         f"    job_path = {str(ROOT / 'bench' / 'models' / file)!r}\n"
-        "    from fxls.worker.protocol import CaptureJob\n"
+        "    from fxls.protocol.model import CaptureJob\n"
         "    from fxls.engine import build_requests\n"
         "    from fxls.analysis import parse\n"
         "    text = open(job_path).read()\n"

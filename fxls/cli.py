@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from fxls import __version__
+from fxls import __version__, render
 from fxls.engine import FileAnalysis
-from fxls.worker.protocol import Diagnostic, InputSpec, NodeInfo, Value
+from fxls.protocol.model import Diagnostic, InputSpec, Value
 
 JSON_VERSION = 1
 
@@ -158,7 +158,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``fxls check``; returns the exit code."""
     from fxls.analysis import DirectiveError, parse_init, parse_input_spec
     from fxls.engine import EngineOptions, analyze
-    from fxls.worker.protocol import Limits
+    from fxls.protocol.model import Limits
 
     out = out or sys.stdout
     try:
@@ -244,35 +244,9 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
 # ---------------------------------------------------------------------------------------
 
 
-def _dim(d: Any) -> str:
-    return str(d)
-
-
-def format_value(v: Value) -> str:
-    """A protocol Value -> ``[B, 64, 112, 112] float32`` or its text."""
-    if v.kind == "tensor" and v.shape is not None:
-        shape = "[" + ", ".join(_dim(d) for d in v.shape) + "]"
-        return f"{shape} {v.dtype}" if v.dtype else shape
-    return v.text if v.text is not None else v.kind
-
-
-def _shape_text(v: Value) -> str:
+def _shape_only(v: Value) -> str:
     """Only the shape of a tensor value (``[B, 1000]``); other values as text."""
-    if v.kind == "tensor" and v.shape is not None:
-        return "[" + ", ".join(_dim(d) for d in v.shape) + "]"
-    return format_value(v)
-
-
-def format_params(n: int | None) -> str | None:
-    if n is None:
-        return None
-    if n >= 1_000_000_000:
-        return f"{n / 1e9:.1f} B params"
-    if n >= 1_000_000:
-        return f"{n / 1e6:.1f} M params"
-    if n >= 10_000:
-        return f"{n / 1e3:.1f} k params"
-    return f"{n} params"
+    return render.value_text(v, dtype=False)
 
 
 def _input_specs(
@@ -288,39 +262,19 @@ def _input_text(name: str, value: Value, spec: InputSpec | None, assumed: bool) 
     if spec is not None and spec.kind == "shape" and value.kind == "tensor" and value.shape:
         if len(spec.dims) == len(value.shape):
             parts = [
-                f"{d.name}={d.size}" if d.name and d.size is not None else _dim(s)
+                f"{d.name}={d.size}" if d.name and d.size is not None else str(s)
                 for d, s in zip(spec.dims, value.shape)
             ]
             shown = "[" + ", ".join(parts) + "]"
         else:
-            shown = _shape_text(value)
+            shown = _shape_only(value)
     elif value.kind == "tensor":
-        shown = _shape_text(value)
+        shown = _shape_only(value)
     else:
-        shown = format_value(value)
+        shown = render.value_text(value)
     if value.kind == "tensor" and value.dtype and value.dtype != "float32":
         shown += f" {value.dtype}"
     return f"{name} {shown}" + (" (assumed)" if assumed else "")
-
-
-def _short_target(node: NodeInfo) -> str:
-    if node.op == "call_module":
-        if node.module_type:
-            return node.module_type.split("(", 1)[0]
-        return node.target
-    if node.op == "call_method":
-        return "." + node.target
-    return node.target.rsplit(".", 1)[-1]
-
-
-def _truncate(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def format_call(node: NodeInfo) -> str:
-    """``Conv2d(input=x)``: the target with the arguments the call passed explicitly."""
-    args = ", ".join(f"{a.name}={_truncate(a.value, 30)}" for a in node.args if not a.default)
-    return _truncate(f"{_short_target(node)}({args})", 60)
 
 
 def format_text(
@@ -330,10 +284,10 @@ def format_text(
     lines: list[str] = []
     path = analysis.path
     for m in analysis.modules:
-        parts = [m.status + (f" ({m.capture})" if m.capture and m.capture != "none" else "")]
+        parts = [m.status + (f" ({m.strategy})" if m.strategy and m.strategy != "none" else "")]
         if m.nodes:
             parts.append(f"{len(m.nodes)} nodes")
-        params = format_params(m.params)
+        params = render.params_text(m.params)
         if params:
             parts.append(params)
         specs = _input_specs(analysis, m.name, extra_inputs or {})
@@ -344,7 +298,7 @@ def format_text(
                 _input_text(n, v, specs.get(n), a) for n, v, a in zip(names, m.inputs, assumed)
             )
             if m.outputs:
-                shown += " → " + ", ".join(_shape_text(v) for v in m.outputs)
+                shown += " → " + ", ".join(_shape_only(v) for v in m.outputs)
             parts.append(shown)
         lines.append(f"{path}:{m.line} class {m.name}  " + " · ".join(parts))
         rows = []
@@ -353,8 +307,8 @@ def format_text(
                 continue
             span = n.span or n.call_site
             loc = f"{span.line}:{span.col + 1}" if span else "-"
-            outputs = ", ".join(format_value(v) for v in n.outputs)
-            rows.append((loc, n.name, n.op, format_call(n), outputs))
+            outputs = ", ".join(render.value_text(v) for v in n.outputs)
+            rows.append((loc, n.name, n.op, render.call_text(n), outputs))
         if rows:
             widths = [max(len(r[i]) for r in rows) for i in range(4)]
             for r in rows:
@@ -430,7 +384,7 @@ def to_json(
                 "class": m.name,
                 "line": m.line,
                 "status": m.status,
-                "capture": m.capture,
+                "capture": m.strategy,
                 "build": m.build,
                 "isolation": list(analysis.isolation),
                 "params": m.params,

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from fxls.engine import FileAnalysis
+
 
 @dataclass(frozen=True)
 class LineEdit:
@@ -58,16 +60,6 @@ def line_edits(old: str, new: str) -> list[LineEdit]:
     return edits
 
 
-def line_edit(old: str, new: str) -> LineEdit | None:
-    """The one block of whole lines that covers every difference (None if equal)."""
-    edits = line_edits(old, new)
-    if not edits:
-        return None
-    first, last = edits[-1], edits[0]
-    count = sum(e.delta for e in edits) + (last.end - first.start + 1)
-    return LineEdit(start=first.start, end=last.end, new_count=count)
-
-
 @dataclass
 class LineMap:
     """Maps lines between an analysed text and the current text through a list of edits."""
@@ -108,8 +100,7 @@ class Analysed:
 
     version: int | None
     text: str
-    analysis: Any
-    """The engine's FileAnalysis (kept opaque here)."""
+    analysis: FileAnalysis
 
 
 @dataclass

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from fxls.analysis import ClassInfo, parse
-from fxls.worker import messages
-from fxls.worker.protocol import (
+from fxls.protocol import catalogue
+from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
     ClassRequest,
@@ -110,36 +110,36 @@ def failure_diagnostic(result: JobResult, limits: Limits, cls: str, span: Span) 
     kind = result.kind
     detail = result.message.strip()
     data = {"kind": kind, "phase": result.phase, "class": result.current_class}
-    msg: messages.Message
+    msg: catalogue.Message
     if kind == "timeout":
-        msg = messages.FX501(span, cls=cls, limit=_seconds(limits.timeout_s))
+        msg = catalogue.FX501(span, cls=cls, limit=_seconds(limits.timeout_s))
     elif kind == "oom":
-        msg = messages.FX502(span, cls=cls, limit=f"{limits.memory_mb} MB")
+        msg = catalogue.FX502(span, cls=cls, limit=f"{limits.memory_mb} MB")
     elif kind == "cpu_limit":
-        msg = messages.FX506(span, cls=cls, limit=_seconds(limits.cpu_s))
+        msg = catalogue.FX506(span, cls=cls, limit=_seconds(limits.cpu_s))
     elif kind == "file_size_limit":
-        msg = messages.FX507(span, cls=cls, limit=f"{limits.file_size_mb} MB")
+        msg = catalogue.FX507(span, cls=cls, limit=f"{limits.file_size_mb} MB")
     elif kind in ("exit", "system_exit"):
         code = f"exit code {result.exit_code}" if result.exit_code is not None else "exit"
-        msg = messages.FX504(span, cls=cls, reason=detail or code)
+        msg = catalogue.FX504(span, cls=cls, reason=detail or code)
     elif kind == "result_too_large":
-        msg = messages.FX505(span, cls=cls, reason=detail or "over the size limit")
+        msg = catalogue.FX505(span, cls=cls, reason=detail or "over the size limit")
     elif kind == "protocol_error":
-        msg = messages.FX509(span, cls=cls, reason=detail or "unreadable result")
+        msg = catalogue.FX509(span, cls=cls, reason=detail or "unreadable result")
     elif kind in ("signal", "killed"):
-        msg = messages.FX503(
+        msg = catalogue.FX503(
             span, cls=cls, reason=detail or f"killed by {_signal_name(result.signal)}"
         )
     elif kind in ("exception", "recursion") and result.phase == "trace":
-        msg = messages.FX199(span, cls=cls, error=detail or kind)
+        msg = catalogue.FX199(span, cls=cls, error=detail or kind)
     elif kind in ("exception", "recursion") and result.phase == "init":
-        msg = messages.FX401(span, cls=cls, error=detail or kind, example="...")
+        msg = catalogue.FX401(span, cls=cls, error=detail or kind, example="...")
     elif kind in ("exception", "recursion") and result.phase == "import":
-        msg = messages.FX404(span, error=detail or kind)
+        msg = catalogue.FX404(span, error=detail or kind)
     elif kind in ("exception", "recursion"):
-        msg = messages.FX503(span, cls=cls, reason=detail or kind)
+        msg = catalogue.FX503(span, cls=cls, reason=detail or kind)
     else:  # worker_died, sandbox_setup and anything new
-        msg = messages.FX508(span, reason=detail or kind.replace("_", " "))
+        msg = catalogue.FX508(span, reason=detail or kind.replace("_", " "))
     return msg.diagnostic(data)
 
 
@@ -185,7 +185,7 @@ def _import_error_diagnostic(capture: CaptureResult, path: str, text: str) -> Di
         span = Span(line, start, line, len(raw.rstrip()))
     else:
         span = _file_span(text)
-    return messages.FX404(span, error=f"{error.type}: {error.message}").diagnostic()
+    return catalogue.FX404(span, error=f"{error.type}: {error.message}").diagnostic()
 
 
 def _failed_module(info: ClassInfo, diagnostic: Diagnostic) -> ModuleResult:
@@ -193,7 +193,7 @@ def _failed_module(info: ClassInfo, diagnostic: Diagnostic) -> ModuleResult:
         name=info.name,
         line=info.line,
         status="failed",
-        capture="none",
+        strategy="none",
         diagnostics=[diagnostic],
     )
 
@@ -236,7 +236,7 @@ async def analyze(
     result = FileAnalysis(path=path, version=version, classes=parsed.classes)
     if parsed.syntax_error is not None:
         err = parsed.syntax_error
-        result.syntax_error = messages.FX404(
+        result.syntax_error = catalogue.FX404(
             err.span, error=f"SyntaxError: {err.message}"
         ).diagnostic()
         result.diagnostics = [result.syntax_error]

@@ -1,80 +1,63 @@
 """The fxls language server: pygls wiring only.
 
-Handlers fetch the document and its cached analysis, then delegate to the pure functions in
-``fxls.features``. Captures run in the sandboxed worker (``fxls.workerclient``) through the
-engine (``fxls.engine``); hovers, inlay hints and code lenses never wait for them.
+Each handler is a few lines that delegate to :class:`fxls.session.Session`, which holds the
+documents, settings, worker and captures, and answers from the cached analysis through the
+pure functions in ``fxls.features``. Hovers, inlay hints and code lenses never wait for a
+capture.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import copy
-import hashlib
-import itertools
 import logging
 import os
 import sys
 import time
-from collections import deque
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
-from fxls import __version__, engine
-from fxls.documents import Analysed, Document, DocumentStore
-from fxls.features import code_lens, convert, diagnostics, hover, inlay_hints
-from fxls.settings import SECTION, Settings, merge_settings, parse_settings, parse_trusted
-from fxls.worker import messages
-from fxls.worker.protocol import Span
-from fxls.workerclient import WorkerClient
+from fxls import __version__
+from fxls.session import Session
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
-PROGRESS_DELAY_S = 0.5
-"""Captures that take longer than this show work-done progress."""
-PARENT_POLL_S = 2.0
-
-UNTRUSTED_MESSAGE = (
-    "fxls shows no shapes or diagnostics here because this workspace is not trusted: fxls runs "
-    "your module files (in a sandbox) to capture them. In VS Code, trust this folder "
-    "(Workspace Trust: 'Manage Workspace Trust' in the Command Palette). In other editors, "
-    'start fxls with {"trusted": true} in initializationOptions.'
-)
 STATS = "fxls/stats"
 """Custom request: open documents (version, length, SHA-256 of the text) and recent hover
 handler times, for tests and benchmarks."""
-HOVER_SAMPLES = 10_000
 
 
 class FxlsProtocol(LanguageServerProtocol):
-    """pygls's protocol, except that a ``didChange`` reaches fxls's handler untouched.
+    """pygls's protocol, except that document notifications reach fxls's handlers untouched.
 
-    fxls applies edits to its own copy of each document (``convert.apply_change``). pygls's
-    workspace copy gets a deep copy of each change: pygls rewrites a position past the end
-    of the last line in place (to one character before its end), and raises for an unknown
-    document before the handler runs.
+    fxls keeps its own copy of each document (``fxls.documents``, edits applied by
+    ``features.convert.apply_change``); pygls's workspace copy is not kept at all, so there is
+    one document store. (pygls would also rewrite out-of-range positions in place and raise
+    for an unknown document before the handler runs.)
     """
 
-    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
-    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> Any:
-        for change in params.content_changes:
-            try:
-                self.workspace.update_text_document(params.text_document, copy.deepcopy(change))
-            except Exception:
-                logger.debug("pygls workspace: change not applied", exc_info=True)
-        handler = self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)
+    def _user_handler(self, method: str, params: Any) -> Any:
+        handler = self.fm.features.get(method)
         if handler is not None:
             yield handler, (params,), None
 
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> Any:
+        yield from self._user_handler(types.TEXT_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> Any:
+        yield from self._user_handler(types.TEXT_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> Any:
+        yield from self._user_handler(types.TEXT_DOCUMENT_DID_CLOSE, params)
+
 
 class FxlsServer(LanguageServer):
-    """Server state: settings, documents, the worker and capture tasks."""
+    """The pygls server; all state lives in ``self.session``."""
 
     def __init__(self) -> None:
         super().__init__(
@@ -83,341 +66,7 @@ class FxlsServer(LanguageServer):
             text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
             protocol_cls=FxlsProtocol,
         )
-        self.documents = DocumentStore()
-        self.settings = Settings()
-        self.trusted = True
-        self.root: str | None = None
-        self.init_settings: dict[str, Any] = {}
-        self.worker: WorkerClient | None = None
-        self._worker_python: str | None = None
-        self._worker_lock: asyncio.Lock | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._asking: set[asyncio.Task[Any]] = set()
-        """Requests to the client in flight (refreshes)."""
-        self._tokens = itertools.count(1)
-        self.hover_seconds: deque[float] = deque(maxlen=HOVER_SAMPLES)
-
-    # -- helpers -------------------------------------------------------------------------
-
-    @property
-    def encoding(self) -> convert.Encoding:
-        return convert.encoding_name(self.workspace.position_encoding)
-
-    def log(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
-        logger.info("%s", message)
-        with contextlib.suppress(Exception):
-            self.window_log_message(types.LogMessageParams(type=kind, message=message))
-
-    def show(self, message: str, kind: types.MessageType) -> None:
-        with contextlib.suppress(Exception):
-            self.window_show_message(types.ShowMessageParams(type=kind, message=message))
-
-    def safely(self, feature: str, call: Callable[[], T], default: T) -> T:
-        """Run one feature; a failure is logged and answered with ``default``."""
-        try:
-            return call()
-        except Exception as exc:
-            logger.exception("%s failed", feature)
-            self.log(
-                f"fxls: {feature} failed: {type(exc).__name__}: {exc}", types.MessageType.Error
-            )
-            return default
-
-    def spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def _capability(self, *path: str) -> Any:
-        obj: Any = self.client_capabilities
-        for name in path:
-            obj = getattr(obj, name, None)
-            if obj is None:
-                return None
-        return obj
-
-    # -- settings ------------------------------------------------------------------------
-
-    def apply_settings(self, data: Any) -> None:
-        """Adopt the ``fxls`` section on top of the initializationOptions; problems become
-        one warning, never an error."""
-        new, problems = parse_settings(merge_settings(self.init_settings, data))
-        if problems:
-            self.show("fxls settings: " + "; ".join(problems), types.MessageType.Warning)
-        old = self.settings
-        self.settings = new
-        if new != old:
-            for doc in self.documents:
-                self.schedule(doc, 0.0)
-            self.refresh_views()
-
-    async def pull_settings(self) -> None:
-        """Ask the client for the ``fxls`` section (``workspace/configuration``)."""
-        if not self._capability("workspace", "configuration"):
-            return
-        try:
-            result = await self.workspace_configuration_async(
-                types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)])
-            )
-        except Exception as exc:
-            logger.info("workspace/configuration failed: %s", exc)
-            return
-        if result and result[0] is not None:
-            self.apply_settings(result[0])
-
-    def engine_options(self) -> engine.EngineOptions:
-        s = self.settings
-        return engine.EngineOptions(
-            limits=s.limits.to_protocol(),
-            isolation=s.isolation.to_protocol(),
-            meta_init=s.capture.meta_init,
-            symbolic=s.capture.symbolic,
-        )
-
-    # -- worker --------------------------------------------------------------------------
-
-    async def ensure_worker(self) -> WorkerClient:
-        if self._worker_lock is None:
-            self._worker_lock = asyncio.Lock()
-        async with self._worker_lock:
-            python = self.settings.python or None
-            if self.worker is not None and self._worker_python == python:
-                return self.worker
-            if self.worker is not None:
-                await self.close_worker()
-            client = WorkerClient(python, log=self._worker_log)
-            try:
-                info = await client.start()
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await client.close()
-                raise
-            self.worker, self._worker_python = client, python
-            missing = ", ".join(f"{k} ({why})" for k, why in info.isolation_missing.items())
-            self.log(
-                f"fxls worker ready: {info.python}, torch {info.torch_version}, "
-                f"isolation: {', '.join(info.isolation_available) or 'none'}"
-                + (f"; unavailable: {missing}" if missing else "")
-                + f" (warm-up {info.warm_s:.2f} s)"
-            )
-            return client
-
-    async def warm_up(self) -> None:
-        """Start the worker before the first document needs it."""
-        try:
-            await self.ensure_worker()
-        except Exception as exc:
-            self.log(f"fxls worker could not start: {exc}", types.MessageType.Error)
-
-    def _worker_log(self, message: str, *args: Any) -> None:
-        self.log(f"fxls worker: {message}", types.MessageType.Log)
-
-    async def close_worker(self) -> None:
-        worker, self.worker = self.worker, None
-        if worker is not None:
-            with contextlib.suppress(Exception):
-                await worker.close()
-
-    # -- captures ------------------------------------------------------------------------
-
-    def schedule(self, doc: Document, delay: float) -> None:
-        """Capture ``doc`` at its current version after ``delay``; cancels older jobs."""
-        if not self.trusted or doc.closed:
-            return
-        if doc.task is not None and not doc.task.done():
-            if doc.task_version == doc.version and delay > 0:
-                return
-            doc.task.cancel()
-        doc.task_version = doc.version
-        doc.task = self.spawn(self.capture(doc, doc.version, delay))
-
-    async def capture(self, doc: Document, version: int | None, delay: float) -> None:
-        if delay > 0:
-            await asyncio.sleep(delay)
-        text = doc.text
-        progress = self.spawn(self._progress(doc))
-        try:
-            analysis = await self._analyze(doc, text, version)
-        finally:
-            progress.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await progress
-        if doc.closed or analysis is None or getattr(analysis, "outcome", "") == "cancelled":
-            return
-        done = Analysed(version=version, text=text, analysis=analysis)
-        previous = doc.result
-        if analysis.syntax_error is not None and previous and previous.analysis.modules:
-            doc.syntax = done
-        else:
-            doc.syntax = None
-            doc.set_result(done)
-        self.publish(doc)
-        self.refresh_views()
-
-    async def _analyze(self, doc: Document, text: str, version: int | None) -> Any:
-        """The engine's FileAnalysis; worker and internal failures become an FX508."""
-        try:
-            worker = await self.ensure_worker()
-            return await engine.analyze(
-                worker,
-                doc.path,
-                text,
-                version=version,
-                options=self.engine_options(),
-                root=self.root,
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            logger.exception("capture of %s failed", doc.path)
-            self.log(f"fxls could not capture {doc.path}: {exc}", types.MessageType.Error)
-            first = text.split("\n", 1)[0]
-            diag = messages.FX508(Span(1, 0, 1, len(first)), reason=str(exc)).diagnostic()
-            return engine.FileAnalysis(
-                path=doc.path, version=version, diagnostics=[diag], outcome="worker_died"
-            )
-
-    async def _progress(self, doc: Document) -> None:
-        """Work-done progress for a capture that takes longer than PROGRESS_DELAY_S."""
-        await asyncio.sleep(PROGRESS_DELAY_S)
-        if not self._capability("window", "work_done_progress"):
-            return
-        token = f"fxls-capture-{next(self._tokens)}"
-        await self.work_done_progress.create_async(token)
-        name = os.path.basename(doc.path)
-        try:
-            self.work_done_progress.begin(
-                token, types.WorkDoneProgressBegin(title="fxls", message=f"capturing {name}")
-            )
-            await asyncio.Event().wait()
-        finally:
-            self.work_done_progress.end(token, types.WorkDoneProgressEnd(message="done"))
-
-    def publish(self, doc: Document) -> None:
-        result = doc.syntax or doc.result
-        mapper = (doc.syntax_map() if doc.syntax else doc.line_map()).to_current
-        items: list[types.Diagnostic] = []
-        if result is not None:
-            found = result.analysis.diagnostics
-            items = self.safely(
-                "diagnostics",
-                lambda: diagnostics.lsp_diagnostics(
-                    found, doc.uri, doc.lines, self.encoding, mapper
-                ),
-                [],
-            )
-        self.text_document_publish_diagnostics(
-            types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=items, version=doc.version)
-        )
-
-    def refresh_views(self) -> None:
-        """Ask the client to re-request inlay hints and code lenses (when it supports it)."""
-        if self._capability("workspace", "inlay_hint", "refresh_support"):
-            self._ask(self.workspace_inlay_hint_refresh_async(None))
-        if self._capability("workspace", "code_lens", "refresh_support"):
-            self._ask(self.workspace_code_lens_refresh_async(None))
-
-    def _ask(self, request: Any) -> None:
-        """Send a request to the client without waiting for its answer."""
-        task = self.spawn(self._quiet(request))
-        self._asking.add(task)
-        task.add_done_callback(self._asking.discard)
-
-    @staticmethod
-    async def _quiet(awaitable: Any) -> None:
-        with contextlib.suppress(Exception):
-            await awaitable
-
-    async def watch_parent(self, pid: int) -> None:
-        """Exit when the editor process dies (``processId`` from initialize)."""
-        while True:
-            await asyncio.sleep(PARENT_POLL_S)
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                logger.info("editor process %s is gone; exiting", pid)
-                await self.close_worker()
-                os._exit(0)
-            except PermissionError:
-                pass
-
-    async def stop(self) -> None:
-        for doc in self.documents:
-            self.documents.close(doc.uri)
-        if self._asking:
-            # Let the client answer: pygls logs an error for an answer to a cancelled request.
-            await asyncio.wait(list(self._asking), timeout=1.0)
-        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=5.0)
-        await self.close_worker()
-
-    def stats(self) -> dict[str, Any]:
-        """What ``fxls/stats`` answers: server-side state a client cannot observe otherwise."""
-        worker = self.worker
-        return {
-            "pid": os.getpid(),
-            "workerPid": worker.pid if worker is not None else None,
-            "documents": [
-                {
-                    "uri": doc.uri,
-                    "version": doc.version,
-                    "length": len(doc.text),
-                    "sha256": hashlib.sha256(doc.text.encode("utf-8", "surrogatepass")).hexdigest(),
-                    "resultVersion": doc.result.version if doc.result else None,
-                }
-                for doc in self.documents
-            ],
-            "hoverSeconds": list(self.hover_seconds),
-        }
-
-    # -- feature views -------------------------------------------------------------------
-
-    def hover_at(self, uri: str, position: types.Position) -> types.Hover | None:
-        doc = self.documents.get(uri)
-        if doc is None or doc.result is None:
-            return None
-        result, lines, enc = doc.result, doc.lines, self.encoding
-        line, col = convert.position_from_lsp(position, lines, enc)
-        line_map = doc.line_map()
-        old_line = line_map.to_analysed(line)
-        if old_line is None:
-            return None
-        analysis = result.analysis
-        text = hover.hover_text(
-            analysis.modules,
-            result.text.split("\n"),
-            old_line,
-            col,
-            isolation=analysis.isolation,
-            duration_s=analysis.duration_s,
-        )
-        note = None if not doc.stale else f"from version {result.version}; edited since"
-        return hover.lsp_hover(text, lines, enc, line_map.to_current, note=note)
-
-    def inlay_hints_in(self, uri: str, visible: types.Range) -> list[types.InlayHint]:
-        doc = self.documents.get(uri)
-        if doc is None or doc.result is None or not self.settings.inlay_hints.enabled:
-            return []
-        hints = inlay_hints.shape_hints(doc.result.analysis.modules, doc.result.text)
-        mapper = doc.line_map().to_current
-        return inlay_hints.lsp_inlay_hints(hints, doc.lines, self.encoding, mapper, visible)
-
-    def code_lenses_of(self, uri: str) -> list[types.CodeLens]:
-        doc = self.documents.get(uri)
-        if doc is None or doc.result is None or not self.settings.code_lens.enabled:
-            return []
-        analysis = doc.result.analysis
-        return code_lens.lsp_code_lenses(
-            analysis.modules,
-            analysis.diagnostics,
-            doc.lines,
-            self.encoding,
-            doc.line_map().to_current,
-        )
+        self.session = Session(self)
 
 
 server = FxlsServer()
@@ -425,97 +74,71 @@ server = FxlsServer()
 
 @server.feature(types.INITIALIZE)
 def initialize(ls: FxlsServer, params: types.InitializeParams) -> None:
-    options = params.initialization_options
-    ls.trusted = parse_trusted(options)
-    if isinstance(options, dict):
-        ls.init_settings = merge_settings({}, {k: v for k, v in options.items() if k != "trusted"})
-        ls.apply_settings({})
-    ls.root = ls.workspace.root_path
-    if params.process_id:
-        ls.spawn(ls.watch_parent(params.process_id))
+    ls.session.initialize(params)
 
 
 @server.feature(types.INITIALIZED)
 async def initialized(ls: FxlsServer, params: types.InitializedParams) -> None:
-    if not ls.trusted:
-        ls.show(UNTRUSTED_MESSAGE, types.MessageType.Info)
-        return
-    await ls.pull_settings()
-    ls.spawn(ls.warm_up())
+    await ls.session.initialized()
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
 async def did_change_configuration(
     ls: FxlsServer, params: types.DidChangeConfigurationParams
 ) -> None:
-    settings = params.settings
-    if isinstance(settings, dict) and isinstance(settings.get(SECTION), dict):
-        ls.apply_settings(settings[SECTION])
-    else:
-        await ls.pull_settings()
+    await ls.session.configuration_changed(params.settings)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
 def did_open(ls: FxlsServer, params: types.DidOpenTextDocumentParams) -> None:
     item = params.text_document
-    ls.schedule(ls.documents.open(item.uri, item.text, item.version), 0.0)
+    ls.session.did_open(item.uri, item.text, item.version)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
 def did_change(ls: FxlsServer, params: types.DidChangeTextDocumentParams) -> None:
-    doc = ls.documents.get(params.text_document.uri)
-    if doc is not None:
-        text = doc.text
-        for change in params.content_changes:
-            text = convert.apply_change(text, change, ls.encoding)
-        doc.update(text, params.text_document.version)
-        ls.schedule(doc, ls.settings.debounce_ms / 1000)
+    ls.session.did_change(params)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
 def did_save(ls: FxlsServer, params: types.DidSaveTextDocumentParams) -> None:
-    doc = ls.documents.get(params.text_document.uri)
-    if doc is not None and (doc.result is None or doc.stale) and doc.task_version != doc.version:
-        ls.schedule(doc, 0.0)
+    ls.session.did_save(params.text_document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: FxlsServer, params: types.DidCloseTextDocumentParams) -> None:
-    uri = params.text_document.uri
-    if ls.documents.close(uri) is not None:
-        ls.text_document_publish_diagnostics(
-            types.PublishDiagnosticsParams(uri=uri, diagnostics=[])
-        )
+    ls.session.did_close(params.text_document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_HOVER)
 def on_hover(ls: FxlsServer, params: types.HoverParams) -> types.Hover | None:
-    started = time.perf_counter()
+    session, started = ls.session, time.perf_counter()
     uri, position = params.text_document.uri, params.position
-    result = ls.safely("hover", lambda: ls.hover_at(uri, position), None)
-    ls.hover_seconds.append(time.perf_counter() - started)
+    result = session.safely("hover", lambda: session.hover_at(uri, position), None)
+    session.hover_seconds.append(time.perf_counter() - started)
     return result
 
 
 @server.feature(types.TEXT_DOCUMENT_INLAY_HINT)
 def on_inlay_hint(ls: FxlsServer, params: types.InlayHintParams) -> list[types.InlayHint]:
-    uri, visible = params.text_document.uri, params.range
-    return ls.safely("inlay hints", lambda: ls.inlay_hints_in(uri, visible), [])
+    session, uri, visible = ls.session, params.text_document.uri, params.range
+    return session.safely("inlay hints", lambda: session.inlay_hints_in(uri, visible), [])
 
 
 @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
 def on_code_lens(ls: FxlsServer, params: types.CodeLensParams) -> list[types.CodeLens]:
-    return ls.safely("code lens", lambda: ls.code_lenses_of(params.text_document.uri), [])
+    session, uri = ls.session, params.text_document.uri
+    return session.safely("code lens", lambda: session.code_lenses_of(uri), [])
 
 
 @server.feature(STATS)
 def on_stats(ls: FxlsServer, params: Any) -> dict[str, Any]:
-    return ls.stats()
+    return ls.session.stats()
 
 
 @server.feature(types.SHUTDOWN)
 async def on_shutdown(ls: FxlsServer, params: None) -> None:
-    await ls.stop()
+    await ls.session.stop()
 
 
 def _protect_stdout() -> Any:

@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from fxls.worker.protocol import Isolation, Limits
+from fxls.protocol.model import Isolation, Limits
 
 SECTION = "fxls"
 

@@ -28,18 +28,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from fxls.worker.protocol import (
+from fxls.protocol.codec import ProtocolError, from_dict
+from fxls.protocol.frames import FrameReader, decode_body, encode_frame
+from fxls.protocol.model import (
+    PROTOCOL_VERSION,
     CaptureJob,
     Isolation,
     JobRequest,
     JobResult,
     Limits,
-    ProtocolError,
     ReadyInfo,
-    decode_body,
-    encode_frame,
-    frame_length,
-    from_dict,
 )
 
 State = Literal["stopped", "starting", "running", "errored", "disabled"]
@@ -60,7 +58,8 @@ WORKER_ENV_NAMES = frozenset(
         "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TMP", "TEMP",
         "PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE",
         "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "PYTHONIOENCODING", "PYTHONUTF8",
-        "PYTHONWARNINGS", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH",
+        "PYTHONWARNINGS", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "VIRTUAL_ENV", "CONDA_PREFIX",
+        "LD_LIBRARY_PATH",
     }
 )  # fmt: skip
 WORKER_ENV_PREFIXES = ("LC_", "FXLS_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "TORCH_", "PYTORCH_")
@@ -86,9 +85,13 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parent.parent)
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> dict[str, Any]:
-    header = await reader.readexactly(4)
-    body = await reader.readexactly(frame_length(header))
+async def _read_frame(reader: asyncio.StreamReader, frames: FrameReader) -> dict[str, Any]:
+    """The next message from the zygote; IncompleteReadError at EOF."""
+    while (body := frames.next_body()) is None:
+        chunk = await reader.read(1 << 20)
+        if not chunk:
+            raise asyncio.IncompleteReadError(b"", None)
+        frames.feed(chunk)
     return decode_body(body)
 
 
@@ -114,6 +117,8 @@ class WorkerClient:
         scratch_dir: str | None = None,
     ) -> None:
         self.python = python or sys.executable
+        self._frames = FrameReader()
+        """Frames from the running zygote (a new reader per start)."""
         self._env = worker_environment(os.environ) if env is None else dict(env)
         root = _package_root()
         existing = self._env.get("PYTHONPATH")
@@ -310,6 +315,7 @@ class WorkerClient:
         tail: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL)
         self._spawn_task(self._pump_stderr(proc.stderr, tail))
         messages: list[str] = []
+        self._frames = FrameReader()
         try:
             ready = await asyncio.wait_for(
                 self._await_ready(proc.stdout, messages), START_TIMEOUT_S
@@ -351,9 +357,15 @@ class WorkerClient:
 
     async def _await_ready(self, reader: asyncio.StreamReader, messages: list[str]) -> ReadyInfo:
         while True:
-            frame = await _read_frame(reader)
+            frame = await _read_frame(reader, self._frames)
             if frame["type"] == "ready":
-                return from_dict(ReadyInfo, {k: v for k, v in frame.items() if k != "type"})
+                ready = from_dict(ReadyInfo, {k: v for k, v in frame.items() if k != "type"})
+                if ready.protocol != PROTOCOL_VERSION:
+                    raise ProtocolError(
+                        f"the worker speaks protocol {ready.protocol}, this server "
+                        f"{PROTOCOL_VERSION}: its fxls is another version"
+                    )
+                return ready
             if frame["type"] == "log":
                 messages.append(str(frame.get("message")))
                 self._log(str(frame.get("message")))
@@ -374,9 +386,10 @@ class WorkerClient:
 
     async def _read_loop(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
+        frames = self._frames
         try:
             while True:
-                self._dispatch(await _read_frame(proc.stdout))
+                self._dispatch(await _read_frame(proc.stdout, frames))
         except (asyncio.IncompleteReadError, ProtocolError, ConnectionError) as exc:
             if not isinstance(exc, asyncio.IncompleteReadError):
                 self._log(f"worker control channel broken: {exc}")

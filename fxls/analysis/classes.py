@@ -21,9 +21,9 @@ from fxls.analysis.directives import (
     parse_directive,
 )
 from fxls.analysis.jaxtype import spec_from_annotation
-from fxls.analysis.source import SourceLines
-from fxls.worker.messages import FX403
-from fxls.worker.protocol import ClassRequest, Diagnostic, InputSpec, Span
+from fxls.protocol.catalogue import FX403
+from fxls.protocol.model import ClassRequest, Diagnostic, InputSpec, Span
+from fxls.protocol.positions import SourceText
 
 MODULE_BASES = frozenset(
     {
@@ -240,7 +240,7 @@ def _classify(defs: dict[str, ast.ClassDef]) -> dict[str, tuple[bool, bool]]:
     return {name: visit(name, frozenset()) for name in defs}
 
 
-def _params(src: SourceLines, text: str, fn: ast.FunctionDef) -> list[ForwardParam]:
+def _params(src: SourceText, text: str, fn: ast.FunctionDef) -> list[ForwardParam]:
     a = fn.args
     out: list[ForwardParam] = []
     positional = [*a.posonlyargs, *a.args]
@@ -264,7 +264,7 @@ def _params(src: SourceLines, text: str, fn: ast.FunctionDef) -> list[ForwardPar
     return out
 
 
-def _param(src: SourceLines, text: str, arg: ast.arg, kind: str, has_default: bool) -> ForwardParam:
+def _param(src: SourceText, text: str, arg: ast.arg, kind: str, has_default: bool) -> ForwardParam:
     annotation = ast.get_source_segment(text, arg.annotation) if arg.annotation else None
     spec = None
     if arg.annotation is not None and kind in (
@@ -304,7 +304,7 @@ def _helpers(fn: ast.FunctionDef, functions: set[str], methods: set[str]) -> lis
 
 
 def _forward(
-    src: SourceLines, text: str, node: ast.ClassDef, functions: set[str]
+    src: SourceText, text: str, node: ast.ClassDef, functions: set[str]
 ) -> ForwardInfo | None:
     methods = {s.name for s in node.body if isinstance(s, ast.FunctionDef)}
     for stmt in node.body:
@@ -323,7 +323,7 @@ def _forward(
     return None
 
 
-def _comment_lines(text: str, src: SourceLines) -> set[int]:
+def _comment_lines(text: str, src: SourceText) -> set[int]:
     """Lines that hold nothing but a comment (via tokenize, so strings are not mistaken)."""
     lines: set[int] = set()
     try:
@@ -335,7 +335,7 @@ def _comment_lines(text: str, src: SourceLines) -> set[int]:
     return lines
 
 
-def _directive_lines(node: ast.ClassDef, comments: set[int], src: SourceLines) -> list[int]:
+def _directive_lines(node: ast.ClassDef, comments: set[int], src: SourceText) -> list[int]:
     """Comment lines attached to a class: directly above (decorators may sit between) and the
     comment lines at the start of its body (before and right after a docstring)."""
     above: list[int] = []
@@ -373,7 +373,7 @@ def _fx403(span: Span, error: str) -> Diagnostic:
 
 
 def _read_directives(
-    cls: ClassInfo, lines: list[int], src: SourceLines, diagnostics: list[Diagnostic]
+    cls: ClassInfo, lines: list[int], src: SourceText, diagnostics: list[Diagnostic]
 ) -> None:
     items: list[Directive] = []
     for line in lines:
@@ -442,7 +442,7 @@ def _inputs(cls: ClassInfo) -> list[InputSpec]:
 
 def parse(text: str) -> ParseResult:
     """Classes, directives and the syntax error (if any) of a document. Never raises."""
-    src = SourceLines(text)
+    src = SourceText(text)
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
@@ -520,7 +520,7 @@ def parse(text: str) -> ParseResult:
     return result
 
 
-def _end(src: SourceLines, node: ast.stmt) -> tuple[int, int]:
+def _end(src: SourceText, node: ast.stmt) -> tuple[int, int]:
     end = src.span(node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
     return end.end_line, end.end_col
 

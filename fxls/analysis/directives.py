@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from fxls.worker.protocol import DimSpec, InputSpec, Span
+from fxls.protocol.model import DimSpec, InputSpec, Span
 
 DTYPES: dict[str, str] = {
     "float32": "float32",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
-from fxls.worker.protocol import DimSpec, InputSpec
+from fxls.protocol.model import DimSpec, InputSpec
 
 DTYPE_BY_KIND: dict[str, str | None] = {
     "Float": None,

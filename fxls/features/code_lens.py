@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from lsprotocol import types
 
 from fxls.features.convert import Encoding, LineMapper, lsp_position
-from fxls.features.format import count_text, values_text
-from fxls.worker.protocol import Diagnostic, ModuleResult
+from fxls.protocol.model import Diagnostic, ModuleResult
+from fxls.render import count_text, values_text
 
 _MAX_MESSAGE = 80
 
@@ -35,7 +35,7 @@ def lens_title(module: ModuleResult, diagnostics: Sequence[Diagnostic] = ()) -> 
     if module.status == "failed":
         return f"fxls · failed · {_failure(module, diagnostics)}"
     if module.status == "partial":
-        parts.append(f"partial ({module.capture})")
+        parts.append(f"partial ({module.strategy})")
     if module.nodes:
         parts.append(f"{len(module.nodes)} nodes")
     if module.params is not None:

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 
 from lsprotocol import types
 
-from fxls.worker.messages import docs_url
-from fxls.worker.protocol import Diagnostic, Span
+from fxls.protocol.catalogue import docs_url
+from fxls.protocol.model import Diagnostic, Span
 
 Encoding = str
 UTF8 = types.PositionEncodingKind.Utf8.value

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from lsprotocol import types
 
 from fxls.features.convert import Encoding, LineMapper, lsp_diagnostic
-from fxls.worker.protocol import Diagnostic
+from fxls.protocol.model import Diagnostic
 
 
 def lsp_diagnostics(

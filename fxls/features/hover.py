@@ -13,15 +13,9 @@ from dataclasses import dataclass
 from lsprotocol import types
 
 from fxls.features.convert import Encoding, LineMapper, lsp_range, span_contains
-from fxls.features.format import (
-    count_text,
-    md_cell,
-    md_code_brackets,
-    name_pattern,
-    value_text,
-    values_text,
-)
-from fxls.worker.protocol import ModuleResult, NodeInfo, Span
+from fxls.features.format import md_cell, md_code_brackets
+from fxls.protocol.model import ModuleResult, NodeInfo, Span
+from fxls.render import count_text, display_name, name_pattern, value_text, values_text
 
 _CLASS_RE = re.compile(r"^(\s*class\s+)([A-Za-z_]\w*)")
 _MAX_LISTED = 20
@@ -46,10 +40,6 @@ def _candidate(node: NodeInfo, line: int, col: int) -> Span | None:
     return best
 
 
-def _display_name(node: NodeInfo) -> str:
-    return node.target if node.op == "call_module" else node.name
-
-
 def _outputs(node: NodeInfo) -> str:
     return values_text(node.outputs) or "?"
 
@@ -57,7 +47,7 @@ def _outputs(node: NodeInfo) -> str:
 def node_markdown(node: NodeInfo, module: ModuleResult) -> str:
     """Markdown for one node: header, argument table, output."""
     what = node.module_type if node.op == "call_module" and node.module_type else node.target
-    parts = [f"{_display_name(node)} · {node.op} · {what}"]
+    parts = [f"{display_name(node)} · {node.op} · {what}"]
     if node.args:
         by_name = {n.name: n for n in module.nodes}
         rows = ["| argument | value | shape |", "| --- | --- | --- |"]
@@ -82,7 +72,7 @@ def loop_markdown(nodes: Sequence[NodeInfo], module: ModuleResult) -> str:
     first, last = nodes[0], nodes[-1]
     text = node_markdown(first, module)
     header, _, rest = text.partition("\n\n")
-    summary = f"×{len(nodes)}: {_display_name(first)} … {_display_name(last)}"
+    summary = f"×{len(nodes)}: {display_name(first)} … {display_name(last)}"
     out_first, out_last = _outputs(first), _outputs(last)
     lines = [header, summary]
     body = rest
@@ -124,7 +114,7 @@ def group_markdown(nodes: Sequence[NodeInfo]) -> str:
     rows = ["| node | op | target | output |", "| --- | --- | --- | --- |"]
     for node in listed[:_MAX_LISTED]:
         rows.append(
-            f"| {md_cell(_display_name(node))} | {node.op} | {md_cell(node.target)} "
+            f"| {md_cell(display_name(node))} | {node.op} | {md_cell(node.target)} "
             f"| {md_cell(_outputs(node))} |"
         )
     if len(listed) > _MAX_LISTED:
@@ -147,8 +137,8 @@ def class_markdown(
 ) -> str:
     """Markdown summary of a module class."""
     status: str = module.status
-    if module.capture not in ("none", ""):
-        status = f"{status} ({module.capture})"
+    if module.strategy not in ("none", ""):
+        status = f"{status} ({module.strategy})"
     rows = ["| | |", "| --- | --- |"]
     if module.params is not None:
         rows.append(f"| parameters | {count_text(module.params)} ({module.params:,}) |")
@@ -167,7 +157,7 @@ def class_markdown(
         rows.append(f"| input `{md_cell(name)}` | {md_cell(value_text(value))} ({how}) |")
     if module.outputs:
         rows.append(f"| output | {md_cell(values_text(module.outputs))} |")
-    capture = module.capture if module.capture else "none"
+    capture = module.strategy if module.strategy else "none"
     if module.build:
         capture += f", built on {module.build}"
     rows.append(f"| capture | {capture} |")

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from lsprotocol import types
 
 from fxls.features.convert import Encoding, LineMapper, units
-from fxls.features.format import values_text
-from fxls.worker.protocol import ModuleResult, NodeInfo
+from fxls.protocol.model import ModuleResult, NodeInfo
+from fxls.render import values_text
 
 _SKIP_OPS = {"placeholder", "output", "get_attr"}
 _COMPOUND = (

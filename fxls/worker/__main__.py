@@ -25,6 +25,6 @@ def _detach_control_channel() -> tuple[int, int]:
 if __name__ == "__main__":
     _ctl_in, _ctl_out = _detach_control_channel()
 
-    from fxls.worker.zygote import main
+    from fxls.worker.process.zygote import main
 
     sys.exit(main(_ctl_in, _ctl_out, sys.argv[1:]))

@@ -603,7 +603,7 @@ def plain_fx(entry: Entry) -> FxOutcome:
 
 def capture_job(entry: Entry) -> Any:
     """A ``CaptureJob`` for the entry's class with its constructor text and sized inputs."""
-    from fxls.worker.protocol import CaptureJob, ClassRequest, DimSpec, InputSpec
+    from fxls.protocol.model import CaptureJob, ClassRequest, DimSpec, InputSpec
 
     inputs = [
         InputSpec(name=inp.name, kind="expr", expr=inp.expr)

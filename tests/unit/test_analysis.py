@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fxls.analysis import find_classes, parse
-from fxls.worker.protocol import DimSpec, Span
+from fxls.protocol.model import DimSpec, Span
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 

@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 
 from fxls.engine import EngineOptions, analyze, dedupe, failure_diagnostic
-from fxls.worker.protocol import Diagnostic, JobResult, Limits, Span
+from fxls.protocol.model import Diagnostic, JobResult, Limits, Span
 
 ROOT = Path(__file__).resolve().parents[2]
 SPAN = Span(3, 6, 3, 9)

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from fxls.analysis import DirectiveError, parse, parse_directive, parse_init, parse_input_spec
-from fxls.worker.protocol import DimSpec, Span
+from fxls.protocol.model import DimSpec, Span
 
 
 def test_shape_with_symbols_sizes_and_fixed_dims() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fxls.worker.messages import ALL_MESSAGES
+from fxls.protocol.catalogue import ALL_MESSAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,9 +8,8 @@ import pytest
 from lsprotocol import types
 
 from fxls.features import code_lens, convert, diagnostics, hover, inlay_hints
-from fxls.features.format import count_text, value_text
-from fxls.worker.messages import FX201, FX302, docs_url
-from fxls.worker.protocol import (
+from fxls.protocol.catalogue import FX201, FX302, docs_url
+from fxls.protocol.model import (
     Arg,
     Diagnostic,
     ErrorInfo,
@@ -20,6 +19,7 @@ from fxls.worker.protocol import (
     Span,
     Value,
 )
+from fxls.render import count_text, value_text
 
 SOURCE = textwrap.dedent(
     """\
@@ -120,7 +120,7 @@ MODULE = ModuleResult(
     name="Net",
     line=5,
     status="traced",
-    capture="fx",
+    strategy="fx",
     build="meta",
     params=25_557_032,
     buffers=53_120,
@@ -256,7 +256,7 @@ def test_code_lens_title() -> None:
 
 def test_code_lens_partial_capture_shows_the_first_error() -> None:
     partial = ModuleResult(
-        name="Net", line=5, status="partial", capture="fx", nodes=[CONV1], params=68
+        name="Net", line=5, status="partial", strategy="fx", nodes=[CONV1], params=68
     )
     diag = FX201(Span(12, 0, 12, 5), node="conv1", error="bad").diagnostic()
     title = code_lens.lens_title(partial, [diag])
@@ -374,7 +374,7 @@ def test_diagnostics_on_edited_lines_are_dropped_and_others_shifted() -> None:
 
 def test_code_lens_uses_only_the_diagnostics_of_its_own_class() -> None:
     first = ModuleResult(name="A", line=5, status="traced", nodes=[CONV1], inputs=[X], outputs=[X])
-    second = ModuleResult(name="B", line=20, status="partial", capture="fx", nodes=[CONV1])
+    second = ModuleResult(name="B", line=20, status="partial", strategy="fx", nodes=[CONV1])
     diag = FX201(Span(25, 0, 25, 5), node="fc", error="bad").diagnostic()
     lenses = code_lens.lsp_code_lenses(
         [first, second], [diag], LINES + [""] * 20, convert.UTF16, lambda n: n

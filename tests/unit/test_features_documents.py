@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fxls.documents import Analysed, Document, DocumentStore, LineMap, line_edit
+from fxls.documents import Analysed, Document, DocumentStore, LineMap, line_edits
 
 BASE = "\n".join(f"line {i}" for i in range(1, 11))
 
@@ -61,10 +61,10 @@ def test_older_result_never_replaces_newer_text_mapping() -> None:
     assert doc.result is not None and doc.result.version == 1
 
 
-def test_line_edit_none_for_equal_texts() -> None:
-    assert line_edit("a\nb", "a\nb") is None
-    edit = line_edit("a\nb\nc", "a\nx\ny\nc")
-    assert edit is not None and (edit.start, edit.end, edit.new_count) == (2, 2, 2)
+def test_line_edits_none_for_equal_texts() -> None:
+    assert line_edits("a\nb", "a\nb") == []
+    (edit,) = line_edits("a\nb\nc", "a\nx\ny\nc")
+    assert (edit.start, edit.end, edit.new_count) == (2, 2, 2)
 
 
 texts = st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=8)

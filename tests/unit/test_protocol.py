@@ -12,8 +12,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fxls.worker.protocol import (
+from fxls.protocol.codec import ProtocolError, from_dict, to_dict
+from fxls.protocol.frames import (
     MAX_FRAME_BYTES,
+    FrameReader,
+    decode_body,
+    encode_frame,
+    frame_length,
+    write_frame,
+)
+from fxls.protocol.model import (
     RESULT_KINDS,
     Arg,
     CaptureJob,
@@ -28,18 +36,10 @@ from fxls.worker.protocol import (
     Limits,
     ModuleResult,
     NodeInfo,
-    ProtocolError,
     ReadyInfo,
     ResultKind,
     Span,
     Value,
-    decode_body,
-    encode_frame,
-    frame_length,
-    from_dict,
-    read_frame,
-    to_dict,
-    write_frame,
 )
 
 
@@ -64,7 +64,7 @@ def _result() -> JobResult:
         args=[Arg("input", "x", node="x")],
         outputs=[Value(shape=["B", 8], dtype="torch.float32")],
     )
-    module = ModuleResult("Net", 3, "traced", capture="fx", nodes=[node], timings={"trace": 0.01})
+    module = ModuleResult("Net", 3, "traced", strategy="fx", nodes=[node], timings={"trace": 0.01})
     payload = CaptureResult(modules=[module], torch_version="2.13.0")
     return JobResult(7, "ok", phase="serialize", isolation=["seccomp"], payload=payload)
 
@@ -134,23 +134,35 @@ def test_frames_over_a_pipe() -> None:
 
         thread = threading.Thread(target=writer)
         thread.start()
-        first = read_frame(r)
-        second = read_frame(r)
-        assert read_frame(r) is None  # clean EOF
+        bodies = _read_all(r)
         thread.join()
+        assert len(bodies) == 2
+        first, second = (decode_body(body) for body in bodies)
     finally:
         os.close(r)
     assert first is not None and from_dict(JobRequest, first["job"]) == _job()
     assert second == {"type": "log", "message": "é" * 100_000}
 
 
-def test_truncated_frame_is_an_error() -> None:
+def _read_all(fd: int) -> list[bytes]:
+    """Every whole frame body until EOF (asserts nothing is left over)."""
+    reader = FrameReader()
+    bodies = []
+    while chunk := os.read(fd, 1 << 16):
+        reader.feed(chunk)
+        while (body := reader.next_body()) is not None:
+            bodies.append(body)
+    assert reader.pending == 0, f"{reader.pending} bytes of an unfinished frame"
+    return bodies
+
+
+def test_truncated_frame_is_left_pending() -> None:
     r, w = os.pipe()
     os.write(w, encode_frame({"type": "pong", "id": 1})[:-2])
     os.close(w)
     try:
-        with pytest.raises(ProtocolError, match="inside a frame"):
-            read_frame(r)
+        with pytest.raises(AssertionError, match="unfinished frame"):
+            _read_all(r)
     finally:
         os.close(r)
 
@@ -186,3 +198,28 @@ def test_any_typed_json_object_round_trips(kind: str, fields: dict[str, object])
     frame = encode_frame(message)
     assert frame_length(frame[:4]) == len(frame) - 4
     assert decode_body(frame[4:]) == message
+
+
+def test_frame_reader_splits_and_joins_frames() -> None:
+    from fxls.protocol.frames import FrameReader, decode_body, encode_frame
+
+    data = encode_frame({"type": "a", "n": 1}) + encode_frame({"type": "b", "s": "é" * 10})
+    reader = FrameReader()
+    bodies = []
+    for i in range(len(data)):  # one byte at a time: every split point
+        reader.feed(data[i : i + 1])
+        while (body := reader.next_body()) is not None:
+            bodies.append(decode_body(body))
+    assert bodies == [{"type": "a", "n": 1}, {"type": "b", "s": "é" * 10}]
+    assert reader.pending == 0
+
+
+def test_frame_reader_refuses_oversized_header_and_keeps_the_head() -> None:
+    from fxls.protocol.frames import FrameReader, FrameTooLarge
+
+    reader = FrameReader(limit=100)
+    reader.feed((10**6).to_bytes(4, "big") + b'{"type":"result"')
+    with pytest.raises(FrameTooLarge) as info:
+        reader.next_body()
+    assert info.value.length == 10**6
+    assert info.value.head == b'{"type":"result"'

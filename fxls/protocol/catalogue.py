@@ -1,0 +1,336 @@
+"""Every diagnostic fxls reports: one class per code, with a stable code and message template.
+
+Codes are a public contract (docs/diagnostics.md has one anchor per code, tests assert codes,
+not wording). Standard library only: the server imports this module too.
+
+    FX1xx  tracing: torch.fx could not trace (or traced something other than what runs)
+    FX2xx  shapes: shape/dtype propagation failed
+    FX3xx  graph: lint failures and unused computations
+    FX4xx  set-up: building the module, inputs, directives, executing the file
+    FX5xx  sandbox: the job hit a limit or crashed
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from fxls.protocol.model import Diagnostic, Related, Severity, Span
+
+DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "diagnostics.md"
+"""The diagnostics reference in a source checkout (editable installs, the repository)."""
+
+
+class Message:
+    """Base class: subclasses set ``code``, ``severity``, ``title``, ``template`` and ``fix``.
+
+    ``template`` and ``fix`` are ``str.format`` templates filled from the keyword arguments.
+    """
+
+    code: ClassVar[str] = ""
+    severity: ClassVar[Severity] = "error"
+    title: ClassVar[str] = ""
+    template: ClassVar[str] = ""
+    fix: ClassVar[str | None] = None
+
+    def __init__(self, span: Span, related: list[Related] | None = None, **kwargs: Any):
+        self.span = span
+        self.related = related or []
+        self.kwargs = kwargs
+
+    def diagnostic(self, data: dict[str, Any] | None = None) -> Diagnostic:
+        fmt = _SafeDict(self.kwargs)
+        return Diagnostic(
+            code=self.code,
+            severity=self.severity,
+            message=self.template.format_map(fmt),
+            span=self.span,
+            fix=self.fix.format_map(fmt) if self.fix else None,
+            related=list(self.related),
+            data=dict(data or {}),
+        )
+
+
+class _SafeDict(dict):  # type: ignore[type-arg]
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def docs_url(code: str) -> str | None:
+    """Link to ``code``'s section of the diagnostics reference.
+
+    ``FXLS_DOCS_URL`` (a base URL such as a published docs site) wins; otherwise the page of the
+    source checkout fxls runs from, as a ``file:`` URI; None when neither exists.
+    """
+    base = os.environ.get("FXLS_DOCS_URL")
+    if base:
+        return f"{base.rstrip('/')}/diagnostics/#{code.lower()}"
+    if DOCS_PAGE.is_file():
+        return f"{DOCS_PAGE.as_uri()}#{code.lower()}"
+    return None
+
+
+# --- FX1xx tracing ---------------------------------------------------------------------
+
+
+class FX101(Message):
+    code = "FX101"
+    title = "Traced value used in control flow"
+    template = "symbolically traced value used in control flow: `{source}`"
+    fix = (
+        "torch.fx records operations, not Python decisions. Make the branch independent of "
+        "tensor values (`torch.where`, `torch._assert` for checks), pass a fixed value with "
+        "`# fxls: {arg} = True` when it is a flag argument, or mark the submodule as a leaf "
+        "(`# fxls: leaf ClassName`)."
+    )
+
+
+class FX102(Message):
+    code = "FX102"
+    title = "len() of a traced value"
+    template = "`len()` is not supported on traced values: `{source}`"
+    fix = "Use `{arg}.size(0)` (or `.shape[0]`) instead of `len({arg})`."
+
+
+class FX103(Message):
+    code = "FX103"
+    title = "Traced value iterated"
+    template = "a traced value cannot be iterated: `{source}`"
+    fix = (
+        "Iterate over a known count instead: `x.unbind(0)` for tensors, index sizes "
+        "(`x.shape[0], x.shape[1]`) instead of unpacking `*x.shape`."
+    )
+
+
+class FX104(Message):
+    code = "FX104"
+    title = "Traced value used as a Python number"
+    template = "a traced value is used where Python needs a real number: `{source}`"
+    fix = (
+        "Keep sizes as tensor math (`x.size(1) * r` without `int()`), or move the code into "
+        "a leaf module or a `torch.fx.wrap`-ed function."
+    )
+
+
+class FX105(Message):
+    code = "FX105"
+    title = "Factory function called with traced sizes"
+    template = "`{func}` is called with traced sizes: `{source}`"
+    fix = (
+        "Use `x.new_zeros((a, b))` / `x.new_ones(...)` / `x.new_empty(...)`, which accept "
+        "traced sizes."
+    )
+
+
+class FX106(Message):
+    code = "FX106"
+    title = "Buffer sliced with traced sizes"
+    template = "a buffer is sliced with traced sizes: `{source}`"
+    fix = (
+        "fxls traces buffers as graph values (`proxy_buffer_attributes`); if this persists, "
+        "register the tensor with `self.register_buffer`."
+    )
+
+
+class FX107(Message):
+    code = "FX107"
+    title = "torch module not traceable"
+    template = "`{module}` cannot be traced through: {reason}"
+    fix = "Keep it as a leaf (`# fxls: leaf {cls}`); fxls does this automatically when it can."
+
+
+class FX108(Message):
+    code = "FX108"
+    severity = "warning"
+    title = "Branch specialized during tracing"
+    template = "this check was decided once while tracing and is baked into the graph: `{source}`"
+    fix = (
+        "The traced graph only contains the branch taken for the example inputs. If other "
+        "inputs take the other branch, the graph is wrong for them."
+    )
+
+
+class FX109(Message):
+    code = "FX109"
+    severity = "warning"
+    title = "Traced graph differs from eager execution"
+    template = "the traced graph gives {traced} but running `forward` gives {eager}"
+    fix = "A Python decision in `forward` was specialized during tracing; see the FX108 warnings."
+
+
+class FX199(Message):
+    code = "FX199"
+    title = "Tracing failed"
+    template = "torch.fx could not trace `{cls}`: {error}"
+    fix = (
+        "Mark the failing submodule as a leaf (`# fxls: leaf ClassName`) or skip the class "
+        "(`# fxls: skip`)."
+    )
+
+
+# --- FX2xx shapes ----------------------------------------------------------------------
+
+
+class FX201(Message):
+    code = "FX201"
+    title = "Shape error"
+    template = "shape error in `{node}`: {error}"
+
+
+class FX202(Message):
+    code = "FX202"
+    severity = "warning"
+    title = "Shapes unavailable"
+    template = "shapes could not be propagated past `{node}`: {error}"
+
+
+# --- FX3xx graph -----------------------------------------------------------------------
+
+
+class FX301(Message):
+    code = "FX301"
+    title = "Graph lint failure"
+    template = "the FX graph is invalid: {error}"
+
+
+class FX302(Message):
+    code = "FX302"
+    severity = "hint"
+    title = "Unused computation"
+    template = "`{node}` is computed but never used"
+    fix = "Remove the computation, or use its result."
+
+
+# --- FX4xx set-up ----------------------------------------------------------------------
+
+
+class FX401(Message):
+    code = "FX401"
+    title = "Module cannot be built"
+    template = "`{cls}` could not be built: {error}"
+    fix = "Give constructor arguments with a directive above the class: `# fxls: init({example})`."
+
+
+class FX402(Message):
+    code = "FX402"
+    severity = "warning"
+    title = "Inputs unknown"
+    template = "fxls cannot tell what `{arg}` of `{cls}.forward` should be"
+    fix = (
+        "Declare it above the class: `# fxls: {arg} = (B, 3, 224, 224)` (shape; names are "
+        "symbolic dimensions), optionally followed by a dtype."
+    )
+
+
+class FX403(Message):
+    code = "FX403"
+    title = "Invalid directive"
+    template = "invalid fxls directive: {error}"
+    fix = (
+        "Expected one of: `# fxls: init(...)`, `# fxls: NAME = (dims) [dtype]`, `# fxls: "
+        "NAME = <expression>`, `# fxls: leaf ClassName`, `# fxls: skip`."
+    )
+
+
+class FX404(Message):
+    code = "FX404"
+    title = "File failed to execute"
+    template = "executing this file raised {error}"
+    fix = (
+        "fxls runs the file (in a sandbox) to find its modules; fix the error, or move "
+        'scripts under `if __name__ == "__main__":`.'
+    )
+
+
+class FX405(Message):
+    code = "FX405"
+    severity = "information"
+    title = "Inputs assumed"
+    template = "input {arg} assumed to be {shape} (from {reason})"
+    fix = "Declare the input with `# fxls: {arg} = (...)` to choose the shape yourself."
+
+
+class FX406(Message):
+    code = "FX406"
+    severity = "information"
+    title = "Built on CPU"
+    template = (
+        "`{cls}` could not be built on the meta device ({error}); it was built on the CPU "
+        "with real memory"
+    )
+
+
+# --- FX5xx sandbox ---------------------------------------------------------------------
+
+
+class FX501(Message):
+    code = "FX501"
+    title = "Timed out"
+    template = "capturing `{cls}` did not finish within {limit}"
+    fix = "Raise `fxls.limits.timeoutSeconds`, or skip the class with `# fxls: skip`."
+
+
+class FX502(Message):
+    code = "FX502"
+    title = "Out of memory"
+    template = "capturing `{cls}` ran out of memory (limit {limit})"
+    fix = (
+        "fxls builds modules on the meta device; code that allocates real tensors at import "
+        "or in `__init__` counts. Raise `fxls.limits.memoryMB` or skip the class."
+    )
+
+
+class FX503(Message):
+    code = "FX503"
+    title = "Crashed"
+    template = "the worker crashed while capturing `{cls}`: {reason}"
+
+
+class FX504(Message):
+    code = "FX504"
+    title = "Exited"
+    template = "the code exited the worker while capturing `{cls}` ({reason})"
+    fix = (
+        "Code that runs at import must not call `sys.exit()`/`os._exit()`; guard scripts "
+        'with `if __name__ == "__main__":`.'
+    )
+
+
+class FX505(Message):
+    code = "FX505"
+    title = "Result too large"
+    template = "the capture result for `{cls}` is too large ({reason})"
+
+
+class FX506(Message):
+    code = "FX506"
+    title = "CPU time limit"
+    template = "capturing `{cls}` used more than {limit} of CPU time"
+    fix = "Raise `fxls.limits.cpuSeconds`, or skip the class with `# fxls: skip`."
+
+
+class FX507(Message):
+    code = "FX507"
+    title = "File size limit"
+    template = "capturing `{cls}` wrote a file larger than {limit}"
+
+
+class FX508(Message):
+    code = "FX508"
+    severity = "warning"
+    title = "Worker unavailable"
+    template = "fxls could not capture this file: {reason}"
+
+
+class FX509(Message):
+    code = "FX509"
+    title = "Protocol error"
+    template = "the worker sent an invalid result while capturing `{cls}`: {reason}"
+
+
+ALL_MESSAGES: dict[str, type[Message]] = {
+    cls.code: cls
+    for cls in list(globals().values())
+    if isinstance(cls, type) and issubclass(cls, Message) and cls is not Message
+}

@@ -1,0 +1,326 @@
+"""The data model of the wire contract between the fxls server and its worker.
+
+Everything that crosses a process boundary is one of the dataclasses below, encoded by
+``fxls.protocol.codec`` and sent as a frame of ``fxls.protocol.frames``.
+
+Conventions used throughout:
+- lines are 1-based, columns are 0-based *code point* offsets within the line (not UTF-8
+  bytes, not UTF-16 units); the server converts to the client's position encoding.
+- a dimension is an ``int`` or a ``str`` (a symbol name or expression such as ``"B"`` or
+  ``"T - 1"``).
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+PROTOCOL_VERSION = 1
+
+Dim = Union[int, str]
+
+ResultKind = Literal[
+    "ok",
+    "exception",
+    "system_exit",
+    "recursion",
+    "oom",
+    "timeout",
+    "cpu_limit",
+    "file_size_limit",
+    "killed",
+    "signal",
+    "exit",
+    "protocol_error",
+    "result_too_large",
+    "cancelled",
+    "worker_died",
+    "sandbox_setup",
+]
+RESULT_KINDS: tuple[str, ...] = typing.get_args(ResultKind)
+
+JobKind = Literal["capture"]
+"""Kinds of job a child runs; each kind has one runner in ``fxls.worker.capture.jobs``."""
+
+Phase = Literal["setup", "import", "init", "trace", "serialize"]
+Severity = Literal["error", "warning", "information", "hint"]
+ModuleStatus = Literal["traced", "partial", "failed", "skipped"]
+NodeOp = Literal["placeholder", "get_attr", "call_function", "call_method", "call_module", "output"]
+ValueKind = Literal["tensor", "size", "int", "float", "bool", "none", "device", "dtype", "other"]
+ErrorKind = Literal["exception", "system_exit", "recursion"]
+
+
+# ---------------------------------------------------------------------------------------
+# Requests (server -> worker)
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Span:
+    """A source range. ``end_col`` is exclusive."""
+
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+
+@dataclass
+class DimSpec:
+    """One dimension of a declared input: a fixed size, a symbol, or a symbol with a size.
+
+    ``(B=2, 3, T)`` parses to ``[DimSpec("B", 2), DimSpec(None, 3), DimSpec("T", None)]``.
+    """
+
+    name: str | None = None
+    size: int | None = None
+
+
+@dataclass
+class InputSpec:
+    """How to make one ``forward`` argument.
+
+    kind ``shape``: a tensor of ``dims`` and ``dtype`` (default float32).
+    kind ``expr``: a Python expression evaluated in the file's namespace; tensors it yields
+    become fake/meta tensors of the same shape and dtype, anything else (``None``, ``True``)
+    is passed as a concrete argument.
+    """
+
+    name: str
+    kind: Literal["shape", "expr"] = "shape"
+    dims: list[DimSpec] = field(default_factory=list)
+    dtype: str | None = None
+    expr: str | None = None
+    source: Literal["directive", "annotation", "cli"] = "directive"
+    line: int | None = None
+    """Line of the directive or annotation that declared it, for diagnostics."""
+
+
+@dataclass
+class ClassRequest:
+    """One ``nn.Module`` candidate class found by the server's AST pass."""
+
+    name: str
+    line: int
+    init: str | None = None
+    """Constructor argument text, e.g. ``config=GPTConfig(n_layer=2)``; evaluated as
+    ``Class(<init>)`` in the file's namespace."""
+    init_line: int | None = None
+    inputs: list[InputSpec] = field(default_factory=list)
+    leaf: list[str] = field(default_factory=list)
+    """Submodule class names not to trace into."""
+    skip: bool = False
+
+
+@dataclass
+class CaptureJob:
+    """Capture every requested class of one document version."""
+
+    path: str
+    """The document's path; used as the code object's filename and for linecache."""
+    source: str
+    """The document text (the editor buffer, not the file on disk)."""
+    classes: list[ClassRequest] = field(default_factory=list)
+    sys_path: list[str] = field(default_factory=list)
+    """Prepended to sys.path: the file's folder and the workspace root."""
+    meta_init: bool = True
+    """Build modules on the meta device (no real memory); fall back to CPU if that fails."""
+    symbolic: bool = True
+    """Keep user-named dimensions symbolic (fake tensors + ShapeEnv)."""
+
+
+@dataclass
+class Limits:
+    timeout_s: float = 10.0
+    cpu_s: float = 12.0
+    """Soft RLIMIT_CPU; the hard limit is two seconds more."""
+    memory_mb: int = 2048
+    """Address space the job may add on top of the zygote's size at fork."""
+    file_size_mb: int = 64
+    nofile: int = 256
+
+
+@dataclass
+class Isolation:
+    seccomp: bool = True
+    landlock: bool = True
+    netns: bool = False
+    """Private network namespace (user+net); often unavailable to unprivileged users."""
+
+
+@dataclass
+class JobRequest:
+    id: int
+    capture: CaptureJob
+    """The document and its classes; every job kind works on one."""
+    limits: Limits = field(default_factory=Limits)
+    isolation: Isolation = field(default_factory=Isolation)
+    kind: JobKind = "capture"
+    """What the child computes (``fxls.worker.capture.jobs`` dispatches on it)."""
+
+
+# ---------------------------------------------------------------------------------------
+# Results (worker -> server)
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Value:
+    """What a node produces (or an input is): a tensor's shape and dtype, or another value.
+
+    kind: ``tensor`` (shape, dtype set), ``size`` (a torch.Size: shape set, text like
+    ``"[B, 3, 224, 224]"``), ``int``/``float``/``bool`` (text holds the value,
+    symbolic ints print as the user's names), ``none``, ``device``, ``dtype``, ``other``.
+    """
+
+    kind: ValueKind = "tensor"
+    shape: list[Dim] | None = None
+    dtype: str | None = None
+    text: str | None = None
+    """Readable form for non-tensors, e.g. ``"T"``, ``"3"``, ``"torch.float32"``."""
+
+
+@dataclass
+class Arg:
+    """One named parameter of a call node."""
+
+    name: str
+    value: str
+    """Source-like text: a node name (``conv1``), a literal (``(2, 2)``), ``None``."""
+    default: bool = False
+    """True when the call did not pass it and the signature's default applies."""
+    node: str | None = None
+    """Name of the node whose output is the value, when it is exactly one node."""
+    kind: str = "positional_or_keyword"
+    """inspect.Parameter kind name, lower-case (``var_positional`` for ``*args``)."""
+
+
+@dataclass
+class NodeInfo:
+    name: str
+    op: NodeOp
+    target: str
+    """Readable target: ``conv1``, ``torch.nn.functional.relu``, ``view``, ``operator.add``."""
+    span: Span | None = None
+    """Where the operation is written (innermost user frame)."""
+    call_site: Span | None = None
+    """Where the root ``forward`` calls into it (outermost user frame); equals span when the
+    node is written in ``forward`` itself."""
+    args: list[Arg] = field(default_factory=list)
+    signature: str | None = None
+    """Where the parameter names come from: ``module.forward``, ``python``, ``aten``,
+    ``normalized``, ``approximate``."""
+    outputs: list[Value] = field(default_factory=list)
+    """One entry per output; tuples are flattened in order."""
+    module_type: str | None = None
+    """For call_module: the submodule's class and its ``extra_repr`` (``Conv2d(3, 64, ...)``)."""
+    module_path: str | None = None
+    """Qualified name of the module instance the node belongs to (from nn_module_stack)."""
+    users: int = 0
+
+
+@dataclass
+class Related:
+    span: Span
+    message: str
+
+
+@dataclass
+class Diagnostic:
+    code: str
+    """Stable code ``FXnnn``; see docs/diagnostics.md."""
+    severity: Severity
+    message: str
+    span: Span
+    fix: str | None = None
+    """Plain-language fix."""
+    related: list[Related] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    """Machine-readable details for code actions."""
+
+
+@dataclass
+class ErrorInfo:
+    """An exception caught inside the child for one module (or the file)."""
+
+    kind: ErrorKind
+    phase: Phase
+    type: str
+    message: str
+    traceback: str = ""
+
+
+@dataclass
+class ModuleResult:
+    name: str
+    line: int
+    status: ModuleStatus
+    strategy: str = "none"
+    """How the graph was obtained: ``fx``, ``fx`` with repairs joined by ``+`` (``fx+leaf``,
+    ``fx+wrap``, ``fx+concrete``, ``fx+leaf+wrap``...), ``fake-run``, or ``none``."""
+    build: str | None = None
+    """``meta`` or ``cpu`` (when ``__init__`` needed real values)."""
+    params: int | None = None
+    buffers: int | None = None
+    inputs: list[Value] = field(default_factory=list)
+    input_names: list[str] = field(default_factory=list)
+    inputs_assumed: list[bool] = field(default_factory=list)
+    outputs: list[Value] = field(default_factory=list)
+    nodes: list[NodeInfo] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: ErrorInfo | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class CaptureResult:
+    modules: list[ModuleResult] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    """File-level diagnostics (import failures, bad directives not tied to a class)."""
+    error: ErrorInfo | None = None
+    """Set when the file itself failed to execute (phase ``import``)."""
+    torch_version: str | None = None
+
+
+@dataclass
+class JobResult:
+    id: int
+    kind: ResultKind
+    phase: Phase | None = None
+    """Last phase the child reported before the outcome (for timeouts and crashes too)."""
+    current_class: str | None = None
+    """Class being captured when the child stopped, when known."""
+    message: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    output_head: str = ""
+    """First 64 KiB of what the child wrote to stdout/stderr (fd level)."""
+    output_bytes: int = 0
+    isolation: list[str] = field(default_factory=list)
+    """Isolation layers that were active: ``seccomp``, ``landlock``, ``setsid``, ``rlimits``..."""
+    duration_s: float = 0.0
+    max_rss_kb: int = 0
+    payload: CaptureResult | None = None
+
+
+# Frames on the control channel ---------------------------------------------------------
+# server -> zygote: {"type": "job", "job": JobRequest} | {"type": "cancel", "id": n}
+#                   | {"type": "ping", "id": n} | {"type": "shutdown"}
+# zygote -> server: {"type": "ready", ...ReadyInfo} | {"type": "result", "result": JobResult}
+#                   | {"type": "pong", "id": n} | {"type": "log", "message": str}
+# child -> zygote (fd 3): {"type": "phase", "phase": Phase, "class": str | None} ...,
+#                   then exactly one {"type": "result", "payload": CaptureResult}
+
+
+@dataclass
+class ReadyInfo:
+    pid: int
+    protocol: int
+    python: str
+    torch_version: str
+    isolation_available: list[str] = field(default_factory=list)
+    isolation_missing: dict[str, str] = field(default_factory=dict)
+    """Layer name -> why it is unavailable on this machine."""
+    warm_s: float = 0.0

@@ -1,0 +1,111 @@
+"""Source positions: line splitting and UTF-8 byte columns to code points, in one place.
+
+Python's ``ast`` and ``co_positions()`` report columns as UTF-8 byte offsets; the protocol
+speaks 1-based lines and 0-based code point columns (``fxls.protocol.model.Span``). The AST
+pass on the server and the tracer in the worker both convert here, so a span means the same
+on both sides. Everything here is pure and never raises on odd input.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from types import CodeType
+from typing import Any
+
+from fxls.protocol.model import Span
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str) -> list[str]:
+    """Split like Python's tokenizer does (``\\r\\n``, ``\\r``, ``\\n``), no terminators."""
+    return _NEWLINE.split(text)
+
+
+class SourceText:
+    """A document's lines with 1-based access and byte-to-code-point column conversion."""
+
+    def __init__(self, text: str):
+        self.source = text
+        self.lines = split_lines(text)
+        self._ascii = [line.isascii() for line in self.lines]
+
+    def line(self, lineno: int) -> str:
+        """Text of 1-based line ``lineno`` ('' when out of range)."""
+        if 1 <= lineno <= len(self.lines):
+            return self.lines[lineno - 1]
+        return ""
+
+    def col(self, lineno: int, byte_col: int) -> int:
+        """A UTF-8 byte offset within a line -> code point offset (clamped to the line)."""
+        if byte_col <= 0:
+            return 0
+        if not 1 <= lineno <= len(self.lines):
+            return byte_col
+        line = self.lines[lineno - 1]
+        if self._ascii[lineno - 1]:
+            return min(byte_col, len(line))
+        return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
+
+    def span(
+        self,
+        lineno: int,
+        byte_col: int,
+        end_lineno: int | None = None,
+        end_byte_col: int | None = None,
+    ) -> Span:
+        """A Span from byte positions in AST order (a missing end is the end of the line)."""
+        end_line = end_lineno if end_lineno is not None else lineno
+        end_col = (
+            self.col(end_line, end_byte_col)
+            if end_byte_col is not None
+            else len(self.line(end_line))
+        )
+        return Span(lineno, self.col(lineno, byte_col), end_line, end_col)
+
+    def line_span(self, lineno: int) -> Span:
+        """The stripped text of a whole line (for diagnostics on a comment line)."""
+        line = self.line(lineno)
+        stripped = line.lstrip()
+        start = len(line) - len(stripped)
+        return Span(lineno, start, lineno, len(line.rstrip()))
+
+    def text(self, span: Span) -> str:
+        """The source text a span covers."""
+        if span.line == span.end_line:
+            return self.line(span.line)[span.col : span.end_col]
+        parts = [self.line(span.line)[span.col :]]
+        parts += [self.line(n) for n in range(span.line + 1, span.end_line)]
+        parts.append(self.line(span.end_line)[: span.end_col])
+        return "\n".join(parts)
+
+    def node_span(self, node: ast.AST) -> Span:
+        """The span of an AST node."""
+        line: int = getattr(node, "lineno", 1)
+        col: int = getattr(node, "col_offset", 0)
+        end_line: int | None = getattr(node, "end_lineno", None)
+        end_col: int | None = getattr(node, "end_col_offset", None)
+        return self.span(line, col, end_line or line, end_col if end_col is not None else col)
+
+    def code_span(self, code: CodeType, lasti: int) -> Span | None:
+        """The span of the instruction at byte offset ``lasti`` of ``code``."""
+        positions = _positions(code)
+        index = lasti // 2
+        if not 0 <= index < len(positions):
+            return None
+        line, end_line, col, end_col = positions[index]
+        if line is None or col is None:
+            return None
+        return self.span(line, col, end_line or line, end_col if end_col is not None else col)
+
+
+_POSITIONS: dict[CodeType, list[tuple[Any, Any, Any, Any]]] = {}
+
+
+def _positions(code: CodeType) -> list[tuple[Any, Any, Any, Any]]:
+    cached = _POSITIONS.get(code)
+    if cached is None:
+        cached = list(code.co_positions())
+        _POSITIONS[code] = cached
+    return cached

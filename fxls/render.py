@@ -1,0 +1,111 @@
+"""Text for people: shapes, values, counts and call names, the same in every view.
+
+The CLI report, hovers, inlay hints and code lenses all word things through these functions,
+so a shape or a parameter count reads the same in a terminal and in an editor. Plain text
+only: Markdown escaping belongs to ``fxls.features``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from fxls.protocol.model import Dim, NodeInfo, Value
+
+
+def dtype_name(dtype: str | None) -> str:
+    """``torch.float32`` -> ``float32``."""
+    if not dtype:
+        return ""
+    return dtype.removeprefix("torch.")
+
+
+def shape_text(shape: Sequence[Dim]) -> str:
+    """``[B, 64, 112, 112]``."""
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def value_text(value: Value, *, dtype: bool = True, default_dtype: str | None = None) -> str:
+    """A Value as shown to the user: ``[B, 64, 112, 112] float32``, ``3``, ``None``.
+
+    With ``default_dtype`` set, that dtype is left out (inlay hints omit ``float32``).
+    """
+    if value.kind == "tensor":
+        text = shape_text(value.shape) if value.shape is not None else "tensor"
+        name = dtype_name(value.dtype)
+        if dtype and name and name != default_dtype:
+            text = f"{text} {name}"
+        return text
+    if value.kind == "none":
+        return "None"
+    if value.text is not None:
+        return value.text
+    return value.kind
+
+
+def values_text(
+    values: Sequence[Value], *, dtype: bool = True, default_dtype: str | None = None
+) -> str:
+    """One output as its value, several (a flattened tuple) in parentheses."""
+    if not values:
+        return ""
+    if len(values) == 1:
+        return value_text(values[0], dtype=dtype, default_dtype=default_dtype)
+    inner = ", ".join(value_text(v, dtype=dtype, default_dtype=default_dtype) for v in values)
+    return f"({inner})"
+
+
+def count_text(n: int) -> str:
+    """Counts: ``950``, ``12.3 k``, ``25.6 M``, ``1.5 B``."""
+    for size, suffix in ((1_000_000_000, "B"), (1_000_000, "M"), (1_000, "k")):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {suffix}"
+    return str(n)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 node``, ``3 nodes``."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def params_text(n: int | None) -> str | None:
+    """``25.6 M params`` (None when unknown)."""
+    if n is None:
+        return None
+    return f"{count_text(n)} params" if n >= 1_000 else plural(n, "param")
+
+
+def truncate(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, the last one an ellipsis when cut."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def short_target(node: NodeInfo) -> str:
+    """What a call node calls, briefly: ``Conv2d``, ``.view``, ``relu``."""
+    if node.op == "call_module":
+        if node.module_type:
+            return node.module_type.split("(", 1)[0]
+        return node.target
+    if node.op == "call_method":
+        return "." + node.target
+    return node.target.rsplit(".", 1)[-1]
+
+
+def display_name(node: NodeInfo) -> str:
+    """The node as the user knows it: a submodule's qualified name, else the node's name."""
+    return node.target if node.op == "call_module" else node.name
+
+
+def call_text(node: NodeInfo) -> str:
+    """``Conv2d(input=x)``: the target with the arguments the call passed explicitly."""
+    args = ", ".join(f"{a.name}={truncate(a.value, 30)}" for a in node.args if not a.default)
+    return truncate(f"{short_target(node)}({args})", 60)
+
+
+_INDEX = re.compile(r"(?<![A-Za-z_])\d+")
+
+
+def name_pattern(node: NodeInfo) -> tuple[str, str]:
+    """Key under which nodes of loop iterations agree: ``h.0.attn`` and ``h.7.attn`` match."""
+    target = node.module_path or node.target
+    return node.op, _INDEX.sub("#", target if node.op == "call_module" else node.target)

@@ -1,0 +1,447 @@
+"""One editor session: settings, open documents, the worker, and the captures behind them.
+
+The handlers in ``fxls.server`` call into :class:`Session`; it schedules one capture per
+document version (debounced, newer versions cancel older ones), keeps the worker running,
+publishes diagnostics, asks the client to refresh hints and lenses, and answers feature
+requests from the cached analysis through the pure functions in ``fxls.features``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import logging
+import os
+from collections import deque
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+from fxls import engine
+from fxls.documents import Analysed, Document, DocumentStore
+from fxls.features import code_lens, convert, diagnostics, hover, inlay_hints
+from fxls.protocol import catalogue
+from fxls.protocol.model import Span
+from fxls.settings import SECTION, Settings, merge_settings, parse_settings, parse_trusted
+from fxls.workerclient import WorkerClient
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+PROGRESS_DELAY_S = 0.5
+"""Captures that take longer than this show work-done progress."""
+PARENT_POLL_S = 2.0
+HOVER_SAMPLES = 10_000
+
+UNTRUSTED_MESSAGE = (
+    "fxls shows no shapes or diagnostics here because this workspace is not trusted: fxls runs "
+    "your module files (in a sandbox) to capture them. In VS Code, trust this folder "
+    "(Workspace Trust: 'Manage Workspace Trust' in the Command Palette). In other editors, "
+    'start fxls with {"trusted": true} in initializationOptions.'
+)
+
+
+class Session:
+    """Server state: settings, documents, the worker and capture tasks."""
+
+    def __init__(self, lsp: LanguageServer) -> None:
+        self.lsp = lsp
+        self.documents = DocumentStore()
+        self.settings = Settings()
+        self.trusted = True
+        self.root: str | None = None
+        self.init_settings: dict[str, Any] = {}
+        self.worker: WorkerClient | None = None
+        self._worker_python: str | None = None
+        self._worker_lock: asyncio.Lock | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._asking: set[asyncio.Task[Any]] = set()
+        """Requests to the client in flight (refreshes)."""
+        self._tokens = itertools.count(1)
+        self.hover_seconds: deque[float] = deque(maxlen=HOVER_SAMPLES)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    @property
+    def encoding(self) -> convert.Encoding:
+        return convert.encoding_name(self.lsp.workspace.position_encoding)
+
+    def log(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
+        logger.info("%s", message)
+        with contextlib.suppress(Exception):
+            self.lsp.window_log_message(types.LogMessageParams(type=kind, message=message))
+
+    def show(self, message: str, kind: types.MessageType) -> None:
+        with contextlib.suppress(Exception):
+            self.lsp.window_show_message(types.ShowMessageParams(type=kind, message=message))
+
+    def safely(self, feature: str, call: Callable[[], T], default: T) -> T:
+        """Run one feature; a failure is logged and answered with ``default``."""
+        try:
+            return call()
+        except Exception as exc:
+            logger.exception("%s failed", feature)
+            self.log(
+                f"fxls: {feature} failed: {type(exc).__name__}: {exc}", types.MessageType.Error
+            )
+            return default
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _capability(self, *path: str) -> Any:
+        obj: Any = self.lsp.client_capabilities
+        for name in path:
+            obj = getattr(obj, name, None)
+            if obj is None:
+                return None
+        return obj
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def initialize(self, params: types.InitializeParams) -> None:
+        """Adopt trust and settings from ``initializationOptions``; watch the editor process."""
+        options = params.initialization_options
+        self.trusted = parse_trusted(options)
+        if isinstance(options, dict):
+            self.init_settings = merge_settings(
+                {}, {k: v for k, v in options.items() if k != "trusted"}
+            )
+            self.apply_settings({})
+        self.root = self.lsp.workspace.root_path
+        if params.process_id:
+            self.spawn(self.watch_parent(params.process_id))
+
+    async def initialized(self) -> None:
+        """Tell an untrusted workspace why nothing shows; else pull settings, start the worker."""
+        if not self.trusted:
+            self.show(UNTRUSTED_MESSAGE, types.MessageType.Info)
+            return
+        await self.pull_settings()
+        self.spawn(self.warm_up())
+
+    # -- settings ------------------------------------------------------------------------
+
+    def apply_settings(self, data: Any) -> None:
+        """Adopt the ``fxls`` section on top of the initializationOptions; problems become
+        one warning, never an error."""
+        new, problems = parse_settings(merge_settings(self.init_settings, data))
+        if problems:
+            self.show("fxls settings: " + "; ".join(problems), types.MessageType.Warning)
+        old = self.settings
+        self.settings = new
+        if new != old:
+            for doc in self.documents:
+                self.schedule(doc, 0.0)
+            self.refresh_views()
+
+    async def configuration_changed(self, settings: Any) -> None:
+        """``didChangeConfiguration``: settings pushed with it, or pulled when not."""
+        if isinstance(settings, dict) and isinstance(settings.get(SECTION), dict):
+            self.apply_settings(settings[SECTION])
+        else:
+            await self.pull_settings()
+
+    async def pull_settings(self) -> None:
+        """Ask the client for the ``fxls`` section (``workspace/configuration``)."""
+        if not self._capability("workspace", "configuration"):
+            return
+        try:
+            result = await self.lsp.workspace_configuration_async(
+                types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)])
+            )
+        except Exception as exc:
+            logger.info("workspace/configuration failed: %s", exc)
+            return
+        if result and result[0] is not None:
+            self.apply_settings(result[0])
+
+    def engine_options(self) -> engine.EngineOptions:
+        s = self.settings
+        return engine.EngineOptions(
+            limits=s.limits.to_protocol(),
+            isolation=s.isolation.to_protocol(),
+            meta_init=s.capture.meta_init,
+            symbolic=s.capture.symbolic,
+        )
+
+    # -- worker --------------------------------------------------------------------------
+
+    async def ensure_worker(self) -> WorkerClient:
+        if self._worker_lock is None:
+            self._worker_lock = asyncio.Lock()
+        async with self._worker_lock:
+            python = self.settings.python or None
+            if self.worker is not None and self._worker_python == python:
+                return self.worker
+            if self.worker is not None:
+                await self.close_worker()
+            client = WorkerClient(python, log=self._worker_log)
+            try:
+                info = await client.start()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await client.close()
+                raise
+            self.worker, self._worker_python = client, python
+            missing = ", ".join(f"{k} ({why})" for k, why in info.isolation_missing.items())
+            self.log(
+                f"fxls worker ready: {info.python}, torch {info.torch_version}, "
+                f"isolation: {', '.join(info.isolation_available) or 'none'}"
+                + (f"; unavailable: {missing}" if missing else "")
+                + f" (warm-up {info.warm_s:.2f} s)"
+            )
+            return client
+
+    async def warm_up(self) -> None:
+        """Start the worker before the first document needs it."""
+        try:
+            await self.ensure_worker()
+        except Exception as exc:
+            self.log(f"fxls worker could not start: {exc}", types.MessageType.Error)
+
+    def _worker_log(self, message: str, *args: Any) -> None:
+        self.log(f"fxls worker: {message}", types.MessageType.Log)
+
+    async def close_worker(self) -> None:
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            with contextlib.suppress(Exception):
+                await worker.close()
+
+    # -- captures ------------------------------------------------------------------------
+
+    def schedule(self, doc: Document, delay: float) -> None:
+        """Capture ``doc`` at its current version after ``delay``; cancels older jobs."""
+        if not self.trusted or doc.closed:
+            return
+        if doc.task is not None and not doc.task.done():
+            if doc.task_version == doc.version and delay > 0:
+                return
+            doc.task.cancel()
+        doc.task_version = doc.version
+        doc.task = self.spawn(self.capture(doc, doc.version, delay))
+
+    async def capture(self, doc: Document, version: int | None, delay: float) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        text = doc.text
+        progress = self.spawn(self._progress(doc))
+        try:
+            analysis = await self._analyze(doc, text, version)
+        finally:
+            progress.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await progress
+        if doc.closed or analysis is None or getattr(analysis, "outcome", "") == "cancelled":
+            return
+        done = Analysed(version=version, text=text, analysis=analysis)
+        previous = doc.result
+        if analysis.syntax_error is not None and previous and previous.analysis.modules:
+            doc.syntax = done
+        else:
+            doc.syntax = None
+            doc.set_result(done)
+        self.publish(doc)
+        self.refresh_views()
+
+    async def _analyze(self, doc: Document, text: str, version: int | None) -> Any:
+        """The engine's FileAnalysis; worker and internal failures become an FX508."""
+        try:
+            worker = await self.ensure_worker()
+            return await engine.analyze(
+                worker,
+                doc.path,
+                text,
+                version=version,
+                options=self.engine_options(),
+                root=self.root,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("capture of %s failed", doc.path)
+            self.log(f"fxls could not capture {doc.path}: {exc}", types.MessageType.Error)
+            first = text.split("\n", 1)[0]
+            diag = catalogue.FX508(Span(1, 0, 1, len(first)), reason=str(exc)).diagnostic()
+            return engine.FileAnalysis(
+                path=doc.path, version=version, diagnostics=[diag], outcome="worker_died"
+            )
+
+    async def _progress(self, doc: Document) -> None:
+        """Work-done progress for a capture that takes longer than PROGRESS_DELAY_S."""
+        await asyncio.sleep(PROGRESS_DELAY_S)
+        if not self._capability("window", "work_done_progress"):
+            return
+        token = f"fxls-capture-{next(self._tokens)}"
+        await self.lsp.work_done_progress.create_async(token)
+        name = os.path.basename(doc.path)
+        try:
+            self.lsp.work_done_progress.begin(
+                token, types.WorkDoneProgressBegin(title="fxls", message=f"capturing {name}")
+            )
+            await asyncio.Event().wait()
+        finally:
+            self.lsp.work_done_progress.end(token, types.WorkDoneProgressEnd(message="done"))
+
+    def publish(self, doc: Document) -> None:
+        result = doc.syntax or doc.result
+        mapper = (doc.syntax_map() if doc.syntax else doc.line_map()).to_current
+        items: list[types.Diagnostic] = []
+        if result is not None:
+            found = result.analysis.diagnostics
+            items = self.safely(
+                "diagnostics",
+                lambda: diagnostics.lsp_diagnostics(
+                    found, doc.uri, doc.lines, self.encoding, mapper
+                ),
+                [],
+            )
+        self.lsp.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=items, version=doc.version)
+        )
+
+    def refresh_views(self) -> None:
+        """Ask the client to re-request inlay hints and code lenses (when it supports it)."""
+        if self._capability("workspace", "inlay_hint", "refresh_support"):
+            self._ask(self.lsp.workspace_inlay_hint_refresh_async(None))
+        if self._capability("workspace", "code_lens", "refresh_support"):
+            self._ask(self.lsp.workspace_code_lens_refresh_async(None))
+
+    def _ask(self, request: Any) -> None:
+        """Send a request to the client without waiting for its answer."""
+        task = self.spawn(self._quiet(request))
+        self._asking.add(task)
+        task.add_done_callback(self._asking.discard)
+
+    @staticmethod
+    async def _quiet(awaitable: Any) -> None:
+        with contextlib.suppress(Exception):
+            await awaitable
+
+    async def watch_parent(self, pid: int) -> None:
+        """Exit when the editor process dies (``processId`` from initialize)."""
+        while True:
+            await asyncio.sleep(PARENT_POLL_S)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                logger.info("editor process %s is gone; exiting", pid)
+                await self.close_worker()
+                os._exit(0)
+            except PermissionError:
+                pass
+
+    async def stop(self) -> None:
+        for doc in self.documents:
+            self.documents.close(doc.uri)
+        if self._asking:
+            # Let the client answer: pygls logs an error for an answer to a cancelled request.
+            await asyncio.wait(list(self._asking), timeout=1.0)
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)
+        await self.close_worker()
+
+    def stats(self) -> dict[str, Any]:
+        """What ``fxls/stats`` answers: server-side state a client cannot observe otherwise."""
+        worker = self.worker
+        return {
+            "pid": os.getpid(),
+            "workerPid": worker.pid if worker is not None else None,
+            "documents": [
+                {
+                    "uri": doc.uri,
+                    "version": doc.version,
+                    "length": len(doc.text),
+                    "sha256": hashlib.sha256(doc.text.encode("utf-8", "surrogatepass")).hexdigest(),
+                    "resultVersion": doc.result.version if doc.result else None,
+                }
+                for doc in self.documents
+            ],
+            "hoverSeconds": list(self.hover_seconds),
+        }
+
+    # -- document events -----------------------------------------------------------------
+
+    def did_open(self, uri: str, text: str, version: int | None) -> None:
+        self.schedule(self.documents.open(uri, text, version), 0.0)
+
+    def did_change(self, params: types.DidChangeTextDocumentParams) -> None:
+        doc = self.documents.get(params.text_document.uri)
+        if doc is None:
+            return
+        text = doc.text
+        for change in params.content_changes:
+            text = convert.apply_change(text, change, self.encoding)
+        doc.update(text, params.text_document.version)
+        self.schedule(doc, self.settings.debounce_ms / 1000)
+
+    def did_save(self, uri: str) -> None:
+        doc = self.documents.get(uri)
+        if (
+            doc is not None
+            and (doc.result is None or doc.stale)
+            and doc.task_version != doc.version
+        ):
+            self.schedule(doc, 0.0)
+
+    def did_close(self, uri: str) -> None:
+        if self.documents.close(uri) is not None:
+            self.lsp.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(uri=uri, diagnostics=[])
+            )
+
+    # -- feature views -------------------------------------------------------------------
+
+    def hover_at(self, uri: str, position: types.Position) -> types.Hover | None:
+        doc = self.documents.get(uri)
+        if doc is None or doc.result is None:
+            return None
+        result, lines, enc = doc.result, doc.lines, self.encoding
+        line, col = convert.position_from_lsp(position, lines, enc)
+        line_map = doc.line_map()
+        old_line = line_map.to_analysed(line)
+        if old_line is None:
+            return None
+        analysis = result.analysis
+        text = hover.hover_text(
+            analysis.modules,
+            result.text.split("\n"),
+            old_line,
+            col,
+            isolation=analysis.isolation,
+            duration_s=analysis.duration_s,
+        )
+        note = None if not doc.stale else f"from version {result.version}; edited since"
+        return hover.lsp_hover(text, lines, enc, line_map.to_current, note=note)
+
+    def inlay_hints_in(self, uri: str, visible: types.Range) -> list[types.InlayHint]:
+        doc = self.documents.get(uri)
+        if doc is None or doc.result is None or not self.settings.inlay_hints.enabled:
+            return []
+        hints = inlay_hints.shape_hints(doc.result.analysis.modules, doc.result.text)
+        mapper = doc.line_map().to_current
+        return inlay_hints.lsp_inlay_hints(hints, doc.lines, self.encoding, mapper, visible)
+
+    def code_lenses_of(self, uri: str) -> list[types.CodeLens]:
+        doc = self.documents.get(uri)
+        if doc is None or doc.result is None or not self.settings.code_lens.enabled:
+            return []
+        analysis = doc.result.analysis
+        return code_lens.lsp_code_lenses(
+            analysis.modules,
+            analysis.diagnostics,
+            doc.lines,
+            self.encoding,
+            doc.line_map().to_current,
+        )

@@ -1,0 +1,573 @@
+"""Capturing one ``nn.Module`` class of the document: build, inputs, trace, shapes, checks.
+
+:class:`ClassCapture` holds everything known about the class as the steps go (the request,
+its result, the built module, ``forward``'s AST, the input plan, the trace), so each step is a
+method that reads and writes that state instead of a function with ten parameters. Shapes stay
+where torch.fx passes keep them until ``_record`` turns the graph into wire data once.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import time
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+from torch import nn
+
+from fxls.protocol import catalogue as m
+from fxls.protocol.model import ClassRequest, Diagnostic, ModuleResult, Phase, Related, Span, Value
+from fxls.worker.capture import (
+    failures,
+    fakerun,
+    graphcheck,
+    inputs,
+    shapes,
+    strategies,
+)
+from fxls.worker.capture.build import build
+from fxls.worker.capture.document import Document
+from fxls.worker.capture.nodes import node_info, output_values
+from fxls.worker.capture.reporting import class_span, dedupe, error_info, line_span, one_line
+from fxls.worker.capture.tracer import (
+    CALL_SITE_KEY,
+    SPAN_KEY,
+    SpanTracer,
+    assign_ast_spans,
+    find_function,
+)
+
+PhaseReporter = Callable[[Phase, "str | None"], None]
+
+MAX_AUTO_LEAVES = 8
+"""Submodule classes fxls keeps as leaves on its own when tracing through them fails."""
+
+COMPARE_MAX_NODES = 60
+"""Graphs up to this size are always compared with eager execution (FX109); larger ones only
+when a check was specialized or a repair was applied (the comparison runs `forward` twice on
+fake tensors, which costs several times the shape propagation)."""
+
+ForwardDef = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass
+class InputPlan:
+    """What is known about ``forward``'s inputs before tracing."""
+
+    params: list[inspect.Parameter]
+    symbols: inputs.Symbols
+    planned: dict[str, inputs.PlannedInput] = field(default_factory=dict)
+    """Declared inputs and plain-value defaults, by parameter name."""
+    pending: list[str] = field(default_factory=list)
+    """Parameters to infer from the traced graph."""
+    declared: set[str] = field(default_factory=set)
+    """Parameters given by a directive, an annotation or the CLI."""
+
+    def concrete(self) -> dict[str, Any]:
+        """Declared plain values (``# fxls: flag = True``): always passed as concrete_args."""
+        return {
+            name: p.value
+            for name, p in self.planned.items()
+            if p.kind == "value" and name in self.declared and not _has_tensor(p.value)
+        }
+
+    def defaults(self) -> dict[str, Any]:
+        """Plain-value defaults not declared: placeholders unless a repair fixes them."""
+        return {
+            name: p.value
+            for name, p in self.planned.items()
+            if p.kind == "value" and name not in self.declared
+        }
+
+    def traced_names(self) -> list[str]:
+        return self.pending + [n for n, p in self.planned.items() if p.kind == "tensor"]
+
+    def positional(self) -> list[inspect.Parameter]:
+        """Parameters other than ``*args`` / ``**kwargs``."""
+        return [p for p in self.params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _has_tensor(value: Any, depth: int = 0) -> bool:
+    """Tensors cannot be ``concrete_args`` (FX flattens them into broken code)."""
+    if isinstance(value, torch.Tensor):
+        return True
+    if depth < 4 and isinstance(value, (tuple, list)):
+        return any(_has_tensor(v, depth + 1) for v in value)
+    if depth < 4 and isinstance(value, dict):
+        return any(_has_tensor(v, depth + 1) for v in value.values())
+    return False
+
+
+@dataclass
+class Traced:
+    """What the FX strategies produced."""
+
+    gm: torch.fx.GraphModule | None
+    partial: torch.fx.Graph
+    """The graph recorded so far (the full graph on success)."""
+    leaves: list[str]
+    """Every leaf class used (declared, library and automatic)."""
+    traced_params: dict[types.CodeType, set[str]] = field(default_factory=dict)
+    """Per document function the last trace went through: parameters that held a Proxy."""
+
+
+def _example(planned: inputs.PlannedInput, name: str) -> shapes.ExampleInput:
+    p = planned
+    return shapes.ExampleInput(name=name, kind=p.kind, dims=p.dims, dtype=p.dtype, value=p.value)
+
+
+class ClassCapture:
+    """One class of the document, captured step by step into ``self.mod``."""
+
+    def __init__(self, doc: Document, req: ClassRequest, mod: ModuleResult) -> None:
+        self.doc = doc
+        self.req = req
+        self.mod = mod
+        self.span: Span = class_span(doc.source, req.line, req.name)
+        """The class name on its ``class`` line: where class-wide diagnostics go."""
+        self.module: nn.Module | None = None
+        self.forward_def: ForwardDef | None = None
+        self.plan: InputPlan | None = None
+        self.traced: Traced | None = None
+        self.specialized: list[Diagnostic] = []
+
+    def note(self, text: str) -> None:
+        self.mod.notes.append(text)
+
+    def diagnose(self, diagnostic: Diagnostic) -> None:
+        self.mod.diagnostics.append(diagnostic)
+
+    def timed(self, step: str, started: float) -> None:
+        self.mod.timings[step] = time.perf_counter() - started
+
+    # -- the steps -------------------------------------------------------------------------
+
+    def run(self, report_phase: PhaseReporter) -> None:
+        doc, req, mod = self.doc, self.req, self.mod
+        cls = doc.namespace.get(req.name)
+        if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+            mod.status = "skipped"
+            what = "not defined" if cls is None else "not an nn.Module subclass"
+            self.note(f"`{req.name}` is {what} when the file runs")
+            return
+
+        report_phase("init", req.name)
+        started = time.perf_counter()
+        module = self.module = build(doc, req, cls, mod, self.span)
+        self.timed("build", started)
+        if module is None:
+            return
+        mod.params = sum(p.numel() for p in module.parameters())
+        mod.buffers = sum(b.numel() for b in module.buffers())
+        plan = self.plan = self._plan_inputs(module)
+
+        report_phase("trace", req.name)
+        started = time.perf_counter()
+        self.forward_def = self._find_forward(module)
+        traced = self.traced = self._trace(module, plan)
+        self.timed("trace", started)
+        self._specialized_checks(module, plan, traced)
+        if traced.gm is None:
+            assign_ast_spans(traced.partial, self.forward_def, doc.source)
+            started = time.perf_counter()
+            self._fake_run(module, plan, traced)
+            self.timed("shapes", started)
+            return
+        self._graph(module, plan, traced, traced.gm)
+
+    def _find_forward(self, module: nn.Module) -> ForwardDef | None:
+        tree = self.doc.tree
+        if tree is None:
+            return None
+        fn = inspect.unwrap(getattr(type(module), "forward", None))  # type: ignore[arg-type]
+        code = getattr(fn, "__code__", None)
+        if code is None or code.co_filename != self.doc.path:
+            return None
+        return find_function(tree, code)
+
+    def _specialized_checks(self, module: nn.Module, plan: InputPlan, traced: Traced) -> None:
+        """FX108: checks in ``forward`` and traced-through helpers decided once while tracing."""
+        doc = self.doc
+        checks = failures.specialized_checks(self.forward_def, plan.traced_names(), doc.source)
+        root_code = getattr(inspect.unwrap(type(module).forward), "__code__", None)
+        checks += strategies.traced_through_checks(
+            traced.traced_params, doc.tree, doc.source, skip=[root_code] if root_code else []
+        )
+        self.specialized = dedupe([w.diagnostic() for w in checks])
+        self.mod.diagnostics.extend(self.specialized)
+
+    def _graph(
+        self, module: nn.Module, plan: InputPlan, traced: Traced, gm: torch.fx.GraphModule
+    ) -> None:
+        """An FX graph was had: inputs, shapes, the eager comparison, checks, node records."""
+        doc, mod = self.doc, self.mod
+        assign_ast_spans(gm.graph, self.forward_def, doc.source)
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        ordered = self._complete_inputs(gm, placeholders, plan)
+        values: dict[str, list[Value]] = {}
+        examples: dict[str, Any] = {}
+        if ordered is None:
+            mod.status = "partial"
+            self.note("shapes unavailable: some inputs are unknown")
+        else:
+            started = time.perf_counter()
+            feeds = [_example(p, str(n.target)) for p, n in zip(ordered, placeholders)]
+            values, examples = self._shapes(gm, feeds)
+            self.timed("shapes", started)
+            suspicious = bool(self.specialized) or mod.strategy != "fx"
+            cheap = len(gm.graph.nodes) <= COMPARE_MAX_NODES
+            if (suspicious or cheap) and not any(d.code == "FX201" for d in mod.diagnostics):
+                started = time.perf_counter()
+                self._compare_with_eager(module, gm, feeds, traced)
+                self.timed("compare", started)
+        mod.diagnostics.extend(d.diagnostic() for d in graphcheck.lint(gm.graph, self.span))
+        mod.diagnostics.extend(d.diagnostic() for d in graphcheck.unused(gm.graph, doc.source))
+        self._record(gm, values, examples)
+
+    def _record(
+        self,
+        gm: torch.fx.GraphModule,
+        values: dict[str, list[Value]],
+        examples: dict[str, Any],
+        rename: Callable[[str], str] | None = None,
+    ) -> None:
+        """The graph's nodes and outputs as wire data."""
+        self.mod.nodes = [node_info(gm, n, values, examples, rename) for n in gm.graph.nodes]
+        output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+        if output is not None:
+            self.mod.outputs = values.get(output.name) or output_values(output, values)
+
+    # -- inputs ----------------------------------------------------------------------------
+
+    def _plan_inputs(self, module: nn.Module) -> InputPlan:
+        """Declared inputs (FX403 when invalid), plain-value defaults, and what is left."""
+        req, doc = self.req, self.doc
+        try:
+            params = inputs.forward_parameters(module)
+        except (TypeError, ValueError):
+            params = []
+        plan = InputPlan(params=params, symbols=inputs.Symbols(req.inputs))
+        specs = {spec.name: spec for spec in req.inputs}
+        for param in plan.positional():
+            spec = specs.get(param.name)
+            if spec is not None:
+                try:
+                    plan.planned[param.name] = inputs.from_spec(spec, plan.symbols, doc.namespace)
+                    plan.declared.add(param.name)
+                    continue
+                except inputs.InputError as exc:
+                    span = line_span(doc.source, spec.line) if spec.line else self.span
+                    error = f"`{param.name}`: {exc}"
+                    self.diagnose(m.FX403(span, error=error).diagnostic({"arg": param.name}))
+            if inputs.keeps_default(param):
+                planned = inputs.PlannedInput(param.name, "value", value=param.default)
+                plan.planned[param.name] = planned
+            else:
+                plan.pending.append(param.name)
+        names = {p.name for p in params}
+        for spec in req.inputs:
+            if spec.name not in names:
+                span = line_span(doc.source, spec.line) if spec.line else self.span
+                error = f"`{req.name}.forward` has no parameter `{spec.name}`"
+                self.diagnose(m.FX403(span, error=error).diagnostic({"arg": spec.name}))
+        return plan
+
+    def _inferred(
+        self, graph_owner: Any, node: torch.fx.Node | None, name: str, plan: InputPlan, at: Span
+    ) -> inputs.PlannedInput | None:
+        """An undeclared input inferred from the first layer it reaches (FX405), or FX402."""
+        planned = inputs.infer(graph_owner, node, plan.symbols) if node is not None else None
+        if planned is None:
+            diag = m.FX402(at, arg=name, cls=self.req.name)
+            self.diagnose(diag.diagnostic({"arg": name}))
+            return None
+        planned.name = name
+        shape = planned.shape_text()
+        info = m.FX405(at, arg=f"`{name}`", shape=shape, reason=planned.reason)
+        self.diagnose(info.diagnostic({"arg": name, "shape": shape}))
+        return planned
+
+    def _set_inputs(self, ordered: list[inputs.PlannedInput]) -> None:
+        self.mod.input_names = [p.name for p in ordered]
+        self.mod.inputs = [p.protocol_value() for p in ordered]
+        self.mod.inputs_assumed = [p.assumed for p in ordered]
+
+    def _complete_inputs(
+        self, gm: torch.fx.GraphModule, placeholders: list[torch.fx.Node], plan: InputPlan
+    ) -> list[inputs.PlannedInput] | None:
+        """Inputs in placeholder order, undeclared ones inferred; None when one cannot be."""
+        ordered: list[inputs.PlannedInput] = []
+        missing = False
+        for node, param_name in zip(placeholders, _placeholder_params(placeholders, plan.params)):
+            planned = plan.planned.get(param_name)
+            if planned is None:
+                span = node.meta.get(SPAN_KEY, self.span)
+                planned = self._inferred(gm, node, param_name, plan, span)
+                if planned is None:
+                    missing = True
+                    continue
+            ordered.append(planned)
+        self._set_inputs(ordered)
+        return None if missing else ordered
+
+    # -- tracing ---------------------------------------------------------------------------
+
+    def _trace(self, module: nn.Module, plan: InputPlan) -> Traced:
+        """Trace ``module`` with the FX strategies (see :mod:`fxls.worker.capture.strategies`).
+
+        Each failed attempt is explained (FX1xx at its span) and, when a repair applies (leaf,
+        wrap, concrete), the trace is retried with it, at most ``MAX_AUTO_LEAVES`` leaves and
+        ``strategies.MAX_ATTEMPTS`` attempts in all. Sets ``mod.status``/``strategy``/``notes``
+        on success, ``mod.error`` and status ``failed`` when no FX graph could be had.
+        """
+        doc, req, mod = self.doc, self.req, self.mod
+        functions, library_modules = strategies.library_autowrap()
+        library_leaves = strategies.library_leaf_classes(module)
+        repairs = strategies.Repairs()
+        defaults = plan.defaults()
+        param_names = [p.name for p in plan.positional()]
+        reported: set[tuple[str, int, int]] = set()
+        auto_leaves = 0
+
+        def leaves() -> list[str]:
+            return [*req.leaf, *repairs.leaves]
+
+        tracer = SpanTracer(doc.path, doc.source)
+        for _attempt in range(strategies.MAX_ATTEMPTS):
+            tracer = SpanTracer(
+                doc.path,
+                doc.source,
+                leaves(),
+                autowrap_functions=[*functions, *repairs.wraps],
+                autowrap_modules=library_modules,
+                leaf_predicate=strategies.is_library_leaf,
+            )
+            concrete = plan.concrete()
+            concrete.update({name: defaults[name] for name in repairs.concrete})
+            try:
+                graph = tracer.trace(module, concrete_args=concrete or None)
+                gm = torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
+            except BaseException as exc:
+                failure = failures.explain(exc, doc.path, doc.source, req.name, self.span, doc.tree)
+                text = doc.source.text(failure.span) if failure.span is not None else ""
+                repair = strategies.next_repair(
+                    exc, module, doc.namespace, doc.path, repairs, leaves(), defaults, text
+                )
+                if repair is not None and repair.kind == "leaf" and auto_leaves >= MAX_AUTO_LEAVES:
+                    repair = None
+                data: dict[str, Any] = {"exception": type(exc).__name__}
+                if repair is not None:
+                    data[repair.kind] = repair.target
+                diag = failure.message.diagnostic(data)
+                key = (diag.code, diag.span.line, diag.span.col)
+                if key not in reported:
+                    reported.add(key)
+                    self.diagnose(diag)
+                if repair is None:
+                    mod.error = error_info("trace", exc)
+                    mod.status = "failed"
+                    return Traced(
+                        None, tracer.graph, [*req.leaf, *library_leaves], tracer.traced_params
+                    )
+                auto_leaves += repair.kind == "leaf"
+                repairs.add(repair)
+                continue
+            used = strategies.used_value_placeholders(
+                gm, [n for n in defaults if n not in repairs.concrete], param_names
+            )
+            if used:
+                repairs.add(strategies.Repair("concrete", ", ".join(used), names=used))
+                continue
+            break
+        else:
+            mod.status = "failed"
+            self.note(f"gave up tracing after {strategies.MAX_ATTEMPTS} attempts")
+            return Traced(None, tracer.graph, [*req.leaf, *library_leaves], tracer.traced_params)
+        if concrete:
+            _drop_concrete_guards(gm)
+        mod.status = "partial" if repairs.applied else "traced"
+        mod.strategy = repairs.label(declared_leaves=bool(req.leaf))
+        mod.notes.extend(repairs.notes(defaults))
+        return Traced(gm, gm.graph, leaves() + library_leaves, tracer.traced_params)
+
+    # -- shapes ----------------------------------------------------------------------------
+
+    def _shapes(
+        self, gm: torch.fx.GraphModule, feeds: list[shapes.ExampleInput]
+    ) -> tuple[dict[str, list[Value]], dict[str, Any]]:
+        """Propagate shapes; FX201 at the failing node. Returns (values, examples)."""
+        doc, mod = self.doc, self.mod
+        try:
+            prop = shapes.propagate(gm, feeds, symbolic=doc.job.symbolic)
+        except Exception as exc:
+            mod.status = "partial"
+            self.diagnose(m.FX202(self.span, node=mod.name, error=one_line(exc)).diagnostic())
+            return {}, {}
+        values, examples = dict(prop.values), dict(prop.examples)
+        failed_node = prop.error.node if prop.error is not None else None
+        message = prop.error.message if prop.error is not None else ""
+        if failed_node is not None:
+            mod.status = "partial"
+            node = next((n for n in gm.graph.nodes if n.name == failed_node), None)
+            span = node.meta.get(SPAN_KEY) if node is not None else None
+            call_site = node.meta.get(CALL_SITE_KEY) if node is not None else None
+            related = []
+            if call_site is not None and call_site != span:
+                related.append(Related(call_site, f"called from `{mod.name}.forward` here"))
+            text = doc.source.text(span).strip() if span is not None else ""
+            shown = text if 0 < len(text) <= 60 and "\n" not in text else failed_node
+            diag = m.FX201(span or self.span, related, node=shown, error=message)
+            self.diagnose(diag.diagnostic({"node": failed_node}))
+        return values, examples
+
+    def _compare_with_eager(
+        self,
+        module: nn.Module,
+        gm: torch.fx.GraphModule,
+        feeds: list[shapes.ExampleInput],
+        traced: Traced,
+    ) -> None:
+        """FX109 when the traced graph and eager execution on fake inputs give other outputs."""
+        doc, mod, specialized = self.doc, self.mod, self.specialized
+        try:
+            found = strategies.eager_divergence(
+                gm, module, feeds, doc.path, doc.job.source, traced.leaves
+            )
+        except Exception as exc:  # the comparison is a bonus: never lose the capture over it
+            self.note(f"comparing with eager execution failed: {one_line(exc)}")
+            return
+        if found is None:
+            return
+        span = specialized[0].span if specialized else self.span
+        related = [Related(d.span, "decided once while tracing") for d in specialized[1:]]
+        if specialized:
+            related.insert(0, Related(self.span, f"`{mod.name}` traced with inputs {found.sizes}"))
+        diag = m.FX109(span, related, traced=found.traced, eager=found.eager)
+        self.diagnose(diag.diagnostic({"sizes": found.sizes}))
+        mod.status = "partial"
+
+    # -- the fake-run strategy -------------------------------------------------------------
+
+    def _fake_run(self, module: nn.Module, plan: InputPlan, traced: Traced) -> None:
+        """Strategy 3: run ``forward`` on fake tensors and record every torch call it makes.
+
+        Inputs not declared are inferred from the graph FX recorded before it failed. The
+        recorded graph gives per-line nodes with named arguments and shapes (strategy
+        ``fake-run``, status ``partial``; graph rewrites are not offered for it). When
+        ``forward`` raises on fake tensors too (a data-dependent branch), the nodes recorded
+        before the failure are kept and the FX failure diagnostic stays.
+        """
+        doc, mod = self.doc, self.mod
+        placeholders = [n for n in traced.partial.nodes if n.op == "placeholder"]
+        by_param = dict(zip(_placeholder_params(placeholders, plan.params), placeholders))
+        ordered: list[inputs.PlannedInput] = []
+        for param in plan.positional():
+            planned = plan.planned.get(param.name)
+            if planned is None:
+                node = by_param.get(param.name)
+                span = node.meta.get(SPAN_KEY, self.span) if node is not None else self.span
+                planned = self._inferred(module, node, param.name, plan, span)
+                if planned is None:
+                    return
+            ordered.append(planned)
+        self._set_inputs(ordered)
+
+        feeds = [_example(p, p.name) for p in ordered]
+        try:
+            run = fakerun.fake_run(
+                module,
+                feeds,
+                doc.path,
+                symbolic=doc.job.symbolic,
+                leaf_classes=traced.leaves,
+                source=doc.job.source,
+            )
+            if run.error is not None and run.mode == "symbolic":
+                # some kernels refuse symbolic sizes; static sizes still give the shapes
+                static = fakerun.fake_run(
+                    module,
+                    feeds,
+                    doc.path,
+                    symbolic=False,
+                    leaf_classes=traced.leaves,
+                    source=doc.job.source,
+                )
+                if static.error is None:
+                    run = static
+                    self.note(
+                        "named dimensions could not stay symbolic while running `forward`; "
+                        "the shapes are for the example sizes"
+                    )
+        except Exception as exc:
+            self.note(f"running forward on fake tensors failed: {one_line(exc)}")
+            return
+        gm = run.graph_module
+        if gm is None:
+            self.note("running forward on fake tensors recorded no usable graph")
+            return
+        assign_ast_spans(gm.graph, self.forward_def, doc.source)
+        mod.nodes = [
+            node_info(gm, node, run.values, run.examples, rename=run.rename)
+            for node in gm.graph.nodes
+        ]
+        mod.strategy = "fake-run"
+        output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+        if run.error is None and output is not None:
+            mod.outputs = list(run.values.get(output.name, []))
+            mod.status = "partial"
+            mod.error = None
+            mod.diagnostics.extend(d.diagnostic() for d in graphcheck.unused(gm.graph, doc.source))
+            self.note(
+                "torch.fx could not trace `forward`; its nodes and shapes come from running it "
+                "on fake tensors (no FX graph: graph rewrites are not offered)"
+            )
+            return
+        where = f" at line {run.error_span.line}" if run.error_span is not None else ""
+        error = one_line(run.error) if run.error is not None else "no output"
+        if run.error is not None and "DataDependent" in type(run.error).__name__:
+            error = "a Python decision depends on tensor values, which fake tensors do not have"
+        mod.status = "failed"  # no outputs: the FX error stays, the nodes before it are shown
+        self.note(
+            f"torch.fx could not trace `forward`, and running it on fake tensors stopped{where} "
+            f"({error}); only the operations before that point are shown"
+        )
+
+
+def _drop_concrete_guards(gm: torch.fx.GraphModule) -> None:
+    """Remove the ``_assert(flag == False, "... has been specialized ...")`` nodes FX adds for
+    ``concrete_args``: they have no source line and only guard against other values."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not torch._assert or node.users:
+            continue
+        if "has been specialized to have value" not in str(node.args[1:2]):
+            continue
+        condition = node.args[0]
+        gm.graph.erase_node(node)
+        if isinstance(condition, torch.fx.Node) and not condition.users:
+            gm.graph.erase_node(condition)
+        changed = True
+    if changed:
+        gm.recompile()
+
+
+def _placeholder_params(
+    placeholders: list[torch.fx.Node], params: list[inspect.Parameter]
+) -> list[str]:
+    """The forward parameter each placeholder stands for (fx renames concrete ones ``flag_1``)."""
+    names = [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    out = []
+    for i, node in enumerate(placeholders):
+        target = str(node.target).lstrip("*")
+        if target in names:
+            out.append(target)
+        elif i < len(names):
+            out.append(names[i])
+        else:
+            out.append(target)
+    return out

@@ -1,0 +1,197 @@
+"""Locate and explain trace failures at the exact span of the user code that caused them.
+
+``explain(exc, ...)`` walks the exception's traceback (and its ``__cause__``/``__context__``
+chain) for frames of the document, innermost first, and reads the failing instruction's range
+from ``co_positions``. When the error happens inside ``torch.nn`` code, the user's call into it
+is blamed. The exception type, message and the source text of the span select the FX1xx
+message with a plain-language cause and fix. ``specialized_checks`` finds ``isinstance`` and
+``is None`` checks on traced parameters (FX108): they never fail, they silently pick a branch.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+from types import CodeType, TracebackType
+
+from fxls.protocol import catalogue as m
+from fxls.protocol.model import Related, Span
+from fxls.protocol.positions import SourceText
+from fxls.worker.capture.tracer import user_spans
+
+_FACTORIES = (
+    "zeros|ones|empty|full|rand|randn|randint|randperm|arange|eye|linspace|tensor|zeros_like"
+)
+_FACTORY_CALL = re.compile(rf"^\s*torch\.({_FACTORIES})\s*\(")
+_LEN_CALL = re.compile(r"^\s*len\s*\(\s*(.+?)\s*\)\s*$", re.S)
+_NAME = re.compile(r"^\s*(?:not\s+)?([A-Za-z_]\w*)\s*$")
+
+
+@dataclass
+class Failure:
+    """A located, explained trace failure."""
+
+    message: m.Message
+    span: Span | None
+    """None when no frame of the document was involved (the class line is used instead)."""
+    in_torch: bool = False
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and its causes/contexts, outermost first, without cycles."""
+    out: list[BaseException] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        out.append(current)
+        current = current.__cause__ or current.__context__
+    return out
+
+
+def _frames(tb: TracebackType | None) -> list[tuple[CodeType, int, TracebackType]]:
+    frames = []
+    while tb is not None:
+        frames.append((tb.tb_frame.f_code, tb.tb_lasti, tb))
+        tb = tb.tb_next
+    return frames
+
+
+def _is_torch_nn(code: CodeType) -> bool:
+    filename = code.co_filename.replace("\\", "/")
+    return "/torch/nn/" in filename or "/torch/ao/nn/" in filename
+
+
+def _torch_module_name(frames: list[tuple[CodeType, int, TracebackType]]) -> str | None:
+    """Class name of the torch.nn module whose code raised (the ``self`` of its frame)."""
+    for code, _, tb in reversed(frames):
+        if _is_torch_nn(code) and code.co_name == "forward":
+            owner = tb.tb_frame.f_locals.get("self")
+            if owner is not None:
+                return type(owner).__name__
+    return None
+
+
+def locate(
+    exc: BaseException, path: str, source: SourceText
+) -> tuple[list[Span], bool, str | None]:
+    """User spans of the failure (innermost first), whether it happened inside torch.nn code,
+    and the class name of that torch module."""
+    for e in _chain(exc):
+        frames = _frames(e.__traceback__)
+        pairs = [(code, lasti) for code, lasti, _ in frames]
+        spans = user_spans(pairs, path, source)
+        if not spans:
+            continue
+        last_user = max(i for i, (code, _) in enumerate(pairs) if code.co_filename == path)
+        after = frames[last_user + 1 :]
+        in_torch = any(_is_torch_nn(code) for code, _, _ in after)
+        return list(reversed(spans)), in_torch, _torch_module_name(after) if in_torch else None
+    for e in _chain(exc):
+        frames = _frames(e.__traceback__)
+        if any(_is_torch_nn(code) for code, _, _ in frames):
+            return [], True, _torch_module_name(frames)
+    return [], False, None
+
+
+def explain(
+    exc: BaseException,
+    path: str,
+    source: SourceText,
+    cls: str,
+    class_span: Span,
+    tree: ast.Module | None = None,
+) -> Failure:
+    """The FX1xx message for an exception raised while tracing ``cls``.
+
+    ``tree`` (the document's AST) narrows a span that covers a whole ``if``/``while``/``assert``
+    statement to its condition.
+    """
+    spans, in_torch, torch_module = locate(exc, path, source)
+    span = spans[0] if spans else None
+    if span is not None and tree is not None:
+        span = _narrow(span, tree, source)
+    related = []
+    if len(spans) > 1 and spans[-1] != span:
+        related.append(Related(spans[-1], f"called from `{cls}.forward` here"))
+    at = span or class_span
+    text = source.text(span).strip() if span else ""
+    error = f"{type(exc).__name__}: {exc}".strip()
+    first_line = error.splitlines()[0] if error else type(exc).__name__
+    msg = str(exc)
+
+    def build(kind: type[m.Message], **kwargs: str) -> Failure:
+        fields = {"source": text, "cls": cls, **kwargs}
+        return Failure(kind(at, related, **fields), span, in_torch)
+
+    if in_torch:
+        module = torch_module or "a torch.nn module"
+        return build(m.FX107, module=module, reason=first_line, cls=torch_module or cls)
+    if "cannot be used as inputs to control flow" in msg:
+        name = _NAME.match(text)
+        return build(m.FX101, arg=name.group(1) if name else "flag")
+    if "'len' is not supported" in msg:
+        inner = _LEN_CALL.match(text)
+        return build(m.FX102, arg=inner.group(1) if inner else "x")
+    if "cannot be iterated" in msg:
+        return build(m.FX103)
+    if isinstance(exc, TypeError) and "slice indices must be integers" in msg:
+        return build(m.FX106)
+    factory = _FACTORY_CALL.match(text)
+    if isinstance(exc, TypeError) and factory:
+        return build(m.FX105, func=f"torch.{factory.group(1)}")
+    if isinstance(exc, TypeError) and (
+        "'Proxy'" in msg or "cannot be interpreted as an integer" in msg
+    ):
+        return build(m.FX104)
+    return build(m.FX199, error=first_line)
+
+
+def _narrow(span: Span, tree: ast.Module, source: SourceText) -> Span:
+    """The condition of the statement a span starts, when it starts one."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, (ast.If, ast.While, ast.Assert, ast.IfExp))
+            and node.lineno == span.line
+        ):
+            whole = source.node_span(node)
+            if whole.col == span.col and whole.end_line >= span.end_line:
+                return source.node_span(node.test)
+    return span
+
+
+def specialized_checks(
+    func: ast.FunctionDef | ast.AsyncFunctionDef | None,
+    traced: Collection[str],
+    source: SourceText,
+) -> list[m.Message]:
+    """FX108 warnings for ``isinstance(p, ...)`` and ``p is None`` checks on traced parameters."""
+    if func is None:
+        return []
+    found: list[m.Message] = []
+    for node in ast.walk(func):
+        hit = False
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "isinstance"
+            and node.args
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id in traced
+        ) or (
+            isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Name)
+            and node.left.id in traced
+            and len(node.ops) == 1
+            and isinstance(node.ops[0], (ast.Is, ast.IsNot))
+            and isinstance(node.comparators[0], ast.Constant)
+            and node.comparators[0].value is None
+        ):
+            hit = True
+        if hit:
+            span = source.node_span(node)
+            found.append(m.FX108(span, source=source.text(span)))
+    found.sort(key=lambda msg: (msg.span.line, msg.span.col))
+    return found

@@ -1,0 +1,87 @@
+"""Graph checks: ``Graph.lint()`` plus an exactly-one-output check (FX301), unused nodes (FX302)."""
+
+from __future__ import annotations
+
+import operator
+
+import torch.fx
+
+from fxls.protocol import catalogue as m
+from fxls.protocol.model import Span
+from fxls.protocol.positions import SourceText
+from fxls.worker.capture.tracer import SPAN_KEY
+
+
+def lint(graph: torch.fx.Graph, fallback: Span) -> list[m.Message]:
+    """FX301 when the graph is invalid; ``fallback`` is used when no node span applies."""
+    problems: list[m.Message] = []
+    try:
+        graph.lint()
+    except Exception as exc:  # lint raises RuntimeError, AssertionError, ...
+        problems.append(
+            m.FX301(fallback, error=str(exc).splitlines()[0] if str(exc) else repr(exc))
+        )
+    outputs = [n for n in graph.nodes if n.op == "output"]
+    if len(outputs) != 1:
+        problems.append(
+            m.FX301(fallback, error=f"expected exactly one output node, found {len(outputs)}")
+        )
+    return problems
+
+
+def unused_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """Nodes ``eliminate_dead_code`` would remove: no users, not impure, not placeholder/output."""
+    dead: set[torch.fx.Node] = set()
+    for n in reversed(list(graph.nodes)):
+        if n.op in ("placeholder", "output") or n.is_impure():
+            continue
+        if all(user in dead for user in n.users):
+            dead.add(n)
+    return [n for n in graph.nodes if n in dead]
+
+
+_QUERY_METHODS = frozenset({"size", "dim", "numel", "stride", "type", "is_contiguous"})
+_QUERY_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"})
+
+
+def _is_bookkeeping(node: torch.fx.Node) -> bool:
+    """Unpacking and size queries: ``b, n, _ = x.shape`` or ``out, _ = self.attn(...)`` leave
+    unused ``getitem``/``size`` nodes behind that are not computations anyone wrote."""
+    if node.op == "call_function" and node.target is operator.getitem:
+        return True
+    if node.op == "call_method" and node.target in _QUERY_METHODS:
+        return True
+    return (
+        node.op == "call_function"
+        and node.target is getattr
+        and len(node.args) > 1
+        and node.args[1] in _QUERY_ATTRS
+    )
+
+
+def _contains(outer: Span, inner: Span) -> bool:
+    return (outer.line, outer.col) <= (inner.line, inner.col) and (
+        inner.end_line,
+        inner.end_col,
+    ) <= (
+        outer.end_line,
+        outer.end_col,
+    )
+
+
+def unused(graph: torch.fx.Graph, source: SourceText) -> list[m.Message]:
+    """One FX302 hint per unused expression: spans inside another unused span are folded in."""
+    spans: dict[tuple[int, int, int, int], tuple[Span, torch.fx.Node]] = {}
+    for node in unused_nodes(graph):
+        if _is_bookkeeping(node):
+            continue
+        span = node.meta.get(SPAN_KEY)
+        if span is not None:
+            spans.setdefault((span.line, span.col, span.end_line, span.end_col), (span, node))
+    hints: list[m.Message] = []
+    for key, (span, node) in spans.items():
+        if any(other != key and _contains(s, span) for other, (s, _) in spans.items()):
+            continue
+        text = source.text(span).strip()
+        hints.append(m.FX302(span, node=text if 0 < len(text) <= 60 else node.name))
+    return hints

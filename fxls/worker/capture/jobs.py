@@ -1,0 +1,17 @@
+"""One runner per job kind (``JobRequest.kind``); the job child calls ``run_job``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fxls.protocol.model import CaptureResult, JobRequest, Phase
+from fxls.worker.capture.pipeline import run_capture
+
+PhaseReporter = Callable[[Phase, "str | None"], None]
+
+
+def run_job(request: JobRequest, report: PhaseReporter) -> CaptureResult:
+    """Run ``request`` in this (already sandboxed) process and return its result."""
+    if request.kind == "capture":
+        return run_capture(request.capture, report)
+    raise ValueError(f"unknown job kind {request.kind!r}")

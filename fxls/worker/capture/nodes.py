@@ -1,0 +1,125 @@
+"""FX nodes as wire data: readable targets, submodule descriptions, named arguments.
+
+Shapes and named arguments computed for a graph become ``NodeInfo`` values here, once, at the
+end of a capture.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.fx
+
+from fxls.protocol.model import Arg, NodeInfo, NodeOp, Value
+from fxls.worker.capture import arguments
+from fxls.worker.capture.tracer import CALL_SITE_KEY, SPAN_KEY
+
+
+def output_values(output: torch.fx.Node, values: Mapping[str, list[Value]]) -> list[Value]:
+    found: list[Value] = []
+
+    def collect(n: torch.fx.Node) -> torch.fx.Node:
+        found.extend(values.get(n.name, []))
+        return n
+
+    torch.fx.node.map_arg(output.args, collect)
+    return found
+
+
+def _named_arguments(
+    gm: torch.fx.GraphModule, node: torch.fx.Node, examples: Mapping[str, Any]
+) -> tuple[list[Arg], str | None]:
+    if node.op not in ("call_function", "call_method", "call_module"):
+        return [], None
+    try:
+        args, signature = arguments.named_arguments(gm, node, examples)
+    except Exception:
+        return [], None
+    return list(args), signature
+
+
+_TARGET_NAMES: dict[int, str] = {}
+
+
+def _target_names() -> dict[int, str]:
+    if not _TARGET_NAMES:
+        import operator
+
+        for prefix, namespace in (
+            ("operator", operator),
+            ("torch", torch),
+            ("torch.nn.functional", torch.nn.functional),
+        ):
+            for name in dir(namespace):
+                if name.startswith("_"):
+                    continue
+                obj = getattr(namespace, name, None)
+                if callable(obj) and not isinstance(obj, type):
+                    _TARGET_NAMES.setdefault(id(obj), f"{prefix}.{name}")
+    return _TARGET_NAMES
+
+
+def readable_target(node: torch.fx.Node) -> str:
+    """``conv1``, ``torch.nn.functional.relu``, ``operator.add``, ``view``."""
+    target = node.target
+    if node.op == "call_function":
+        name = _target_names().get(id(target))
+        if name is not None:
+            return name
+        try:
+            return torch.fx.node._get_qualified_name(target)  # type: ignore[arg-type]
+        except Exception:
+            return getattr(target, "__name__", str(target))
+    if node.op == "output":
+        return "output"
+    return str(target)
+
+
+def _module_type(gm: torch.fx.GraphModule, target: str) -> str | None:
+    try:
+        sub = gm.get_submodule(target)
+    except AttributeError:
+        return None
+    try:
+        extra = sub.extra_repr()
+    except Exception:
+        extra = ""
+    text = f"{type(sub).__name__}({extra})"
+    return text if len(text) <= 200 else text[:196] + "...)"
+
+
+def _module_path(node: torch.fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    paths = [path for path, _ in stack.values()]
+    if node.op == "call_module" and paths and paths[-1] == node.target:
+        paths = paths[:-1]
+    return paths[-1] if paths else ""
+
+
+def node_info(
+    gm: torch.fx.GraphModule,
+    node: torch.fx.Node,
+    values: Mapping[str, list[Value]],
+    examples: Mapping[str, Any],
+    rename: Callable[[str], str] | None = None,
+) -> NodeInfo:
+    args, signature = _named_arguments(gm, node, examples)
+    if rename is not None:
+        for arg in args:
+            arg.value = rename(arg.value)
+    return NodeInfo(
+        name=node.name,
+        op=typing.cast(NodeOp, node.op),
+        target=readable_target(node),
+        span=node.meta.get(SPAN_KEY),
+        call_site=node.meta.get(CALL_SITE_KEY),
+        args=args,
+        signature=signature,
+        outputs=list(values.get(node.name, [])),
+        module_type=_module_type(gm, str(node.target)) if node.op == "call_module" else None,
+        module_path=_module_path(node),
+        users=len(node.users),
+    )

@@ -1,0 +1,106 @@
+"""Capture: execute a document, build its nn.Module classes, trace them, report what was found.
+
+Entry point for the sandboxed child: ``run_capture(job, report_phase) -> CaptureResult``.
+
+For each requested class (:class:`~fxls.worker.capture.classcapture.ClassCapture`): build it on
+the meta device (CPU when ``__init__`` needs real values), plan example inputs (declared,
+evaluated, or inferred from the first layer), capture it with the strategies of
+:mod:`fxls.worker.capture.strategies` in order (``fx`` with einops auto-wrapped; FX with
+automatic repairs ``fx+leaf``/``fx+wrap``/``fx+concrete``; the ``fake-run`` recording of
+:mod:`fxls.worker.capture.fakerun` when no FX graph can be had), propagate shapes, name every
+call's arguments, lint the graph, find unused computations, warn about checks baked in while
+tracing (FX108) and compare the traced graph with eager execution on fake inputs (FX109). The
+first FX failure stays visible as its FX1xx diagnostic whatever strategy succeeds. Every
+failure is caught per class, so one class never hides the others.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fxls.protocol import catalogue as m
+from fxls.protocol.model import CaptureJob, CaptureResult, Diagnostic, ModuleResult, Span
+from fxls.protocol.positions import SourceText
+from fxls.worker.capture.classcapture import ClassCapture, PhaseReporter
+from fxls.worker.capture.document import execute, prepare
+from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
+
+
+def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
+    """Execute ``job.source`` and capture each requested class.
+
+    Args:
+        job: the document and the classes the server's AST pass found.
+        report_phase: called with ``("import", None)``, ``("init", cls)`` and ``("trace", cls)``
+            before each step, so a parent can tell where a crash or timeout happened.
+
+    Returns:
+        A ``CaptureResult`` with one ``ModuleResult`` per requested class; ``error`` is set
+        (with an FX404 diagnostic) when the file itself failed to execute.
+    """
+    result = CaptureResult(torch_version=torch.__version__)
+    doc = prepare(job)
+    report_phase("import", None)
+    try:
+        execute(doc)
+    except BaseException as exc:
+        result.error = error_info("import", exc)
+        result.diagnostics.append(_import_diagnostic(exc, job.path, doc.source))
+        return result
+
+    for req in job.classes:
+        if req.skip:
+            result.modules.append(
+                ModuleResult(
+                    name=req.name, line=req.line, status="skipped", notes=["skipped by directive"]
+                )
+            )
+            continue
+        mod = ModuleResult(name=req.name, line=req.line, status="failed")
+        try:
+            ClassCapture(doc, req, mod).run(report_phase)
+        except BaseException as exc:
+            mod.status = "failed"
+            mod.error = mod.error or error_info("trace", exc)
+        _soften_worked_around(mod)
+        result.modules.append(mod)
+    return result
+
+
+_TRACE_FAILURE_CODES = frozenset(
+    {"FX101", "FX102", "FX103", "FX104", "FX105", "FX106", "FX107", "FX199"}
+)
+
+
+def _soften_worked_around(mod: ModuleResult) -> None:
+    """A trace failure that a fallback capture worked around becomes a warning.
+
+    The code is still not traceable by torch.fx (which matters to FX-based tools), but the
+    module itself works and fxls shows its shapes, so it is not an error of the program.
+    """
+    if mod.status != "partial" or not mod.outputs:
+        return
+    for diag in mod.diagnostics:
+        if diag.code in _TRACE_FAILURE_CODES and diag.severity == "error":
+            diag.severity = "warning"
+            diag.data["worked_around"] = mod.strategy
+            note = f"fxls worked around it and still shows shapes (strategy `{mod.strategy}`)."
+            diag.fix = f"{note} {diag.fix}" if diag.fix else note
+
+
+def _import_diagnostic(exc: BaseException, path: str, source: SourceText) -> Diagnostic:
+    span: Span | None = None
+    if isinstance(exc, SyntaxError) and exc.filename == path and exc.lineno:
+        col = max((exc.offset or 1) - 1, 0)
+        end_line = exc.end_lineno or exc.lineno
+        end_col = (
+            max((exc.end_offset or 0) - 1, col + 1)
+            if end_line == exc.lineno
+            else (exc.end_offset or 1) - 1
+        )
+        span = Span(exc.lineno, col, end_line, end_col)
+    if span is None:
+        span = user_span(exc, path, source)
+    if span is None:
+        span = line_span(source, 1)
+    return m.FX404(span, error=one_line(exc)).diagnostic({"type": type(exc).__name__})

@@ -1,0 +1,80 @@
+"""How capture reports what went wrong: error records, one-line causes, spans to blame."""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from fxls.protocol.model import Diagnostic, ErrorInfo, ErrorKind, Phase, Span
+from fxls.protocol.positions import SourceText
+from fxls.worker.capture import failures
+
+
+def error_kind(exc: BaseException) -> ErrorKind:
+    if isinstance(exc, SystemExit):
+        return "system_exit"
+    if isinstance(exc, RecursionError):
+        return "recursion"
+    return "exception"
+
+
+def error_info(phase: Phase, exc: BaseException) -> ErrorInfo:
+    """An exception caught in ``phase`` as plain data (traceback capped)."""
+    try:
+        tb = "".join(traceback.format_exception(exc))
+    except BaseException:
+        tb = ""
+    return ErrorInfo(kind=error_kind(exc), phase=phase, type=type(exc).__name__,
+                     message=safe_str(exc), traceback=tb[-20000:])  # fmt: skip
+
+
+def safe_str(exc: BaseException) -> str:
+    """``str(exc)``, which user code can make raise."""
+    try:
+        text = str(exc)
+    except BaseException:
+        text = ""
+    if isinstance(exc, SystemExit):
+        text = f"SystemExit({text})" if text else "SystemExit"
+    return text
+
+
+def one_line(exc: BaseException) -> str:
+    """``TypeError: first line of the message``."""
+    text = safe_str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    name = type(exc).__name__
+    return f"{name}: {first}" if first and not first.startswith(name) else (first or name)
+
+
+def line_span(source: SourceText, line: int) -> Span:
+    """The stripped text of a whole line."""
+    return source.line_span(line)
+
+
+def class_span(source: SourceText, line: int, name: str) -> Span:
+    """The class name on its ``class`` line (the whole line when not found)."""
+    text = source.line(line)
+    col = text.find(f"class {name}")
+    if col >= 0:
+        start = col + len("class ")
+        return Span(line, start, line, start + len(name))
+    return line_span(source, line)
+
+
+def user_span(exc: BaseException, path: str, source: SourceText) -> Span | None:
+    """Where in the document ``exc`` was raised (innermost frame of the file)."""
+    spans, _, _ = failures.locate(exc, path, source)
+    return spans[0] if spans else None
+
+
+def dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """Diagnostics with the same code and span, once."""
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for d in diagnostics:
+        key = (d.code, d.span.line, d.span.col, d.span.end_line, d.span.end_col)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out

@@ -1,0 +1,197 @@
+"""A torch.fx tracer that records where in the user's file each node was written.
+
+``SpanTracer`` overrides ``create_node``: it walks the Python stack outwards, keeps frames whose
+code object belongs to the document being captured, and reads the executing instruction's
+source range from ``co_positions()``. The innermost user frame is where the operation is
+written (``node.meta["fxls_span"]``); the outermost is where the root ``forward`` calls into it
+(``node.meta["fxls_call_site"]``). Spans use 1-based lines and 0-based code point columns.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections.abc import Callable, Iterable
+from types import CodeType, FrameType, ModuleType
+from typing import Any
+
+import torch
+import torch.fx
+
+from fxls.protocol.model import Span
+from fxls.protocol.positions import SourceText
+
+SPAN_KEY = "fxls_span"
+CALL_SITE_KEY = "fxls_call_site"
+
+
+def user_spans(frames: Iterable[tuple[CodeType, int]], path: str, source: SourceText) -> list[Span]:
+    """Spans of the (code, lasti) pairs that belong to ``path``, in the given order."""
+    spans = []
+    for code, lasti in frames:
+        if code.co_filename == path:
+            span = source.code_span(code, lasti)
+            if span is not None:
+                spans.append(span)
+    return spans
+
+
+def _stack(frame: FrameType | None) -> Iterable[tuple[CodeType, int]]:
+    while frame is not None:
+        yield frame.f_code, frame.f_lasti
+        frame = frame.f_back
+
+
+class SpanTracer(torch.fx.Tracer):
+    """``torch.fx.Tracer`` that stores the user's source span on every node it creates.
+
+    Args:
+        path: filename of the document's code objects (``CaptureJob.path``).
+        source: the document text.
+        leaf_classes: class names of submodules not to trace into.
+        autowrap_functions: functions recorded as one ``call_function`` node wherever the
+            document (or a module in ``autowrap_modules``) refers to them by a global name.
+        autowrap_modules: modules whose global names of ``autowrap_functions`` are patched too
+            (``einops.rearrange`` written with the module prefix).
+        leaf_predicate: another leaf rule (library layers such as ``einops.layers.torch``).
+
+    While tracing, ``traced_params`` collects, per code object of the document that created a
+    node, the names of its parameters that held a ``Proxy`` (for FX108 in helpers and
+    submodules traced through).
+    """
+
+    proxy_buffer_attributes = True
+
+    def __init__(
+        self,
+        path: str,
+        source: SourceText,
+        leaf_classes: Iterable[str] = (),
+        autowrap_functions: Iterable[Callable[..., Any]] = (),
+        autowrap_modules: Iterable[ModuleType] = (),
+        leaf_predicate: Callable[[torch.nn.Module], bool] | None = None,
+    ):
+        super().__init__(autowrap_functions=tuple(autowrap_functions))
+        search = getattr(self, "_autowrap_search", None)
+        if isinstance(search, list):  # torch's list of module dicts to patch at trace start
+            search.extend(m for m in autowrap_modules if m not in search)
+        self.path = path
+        self.source = source
+        self.leaf_classes = set(leaf_classes)
+        self.leaf_predicate = leaf_predicate
+        self.traced_params: dict[CodeType, set[str]] = {}
+
+    def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
+        if type(m).__name__ in self.leaf_classes:
+            return True
+        if self.leaf_predicate is not None and self.leaf_predicate(m):
+            return True
+        return super().is_leaf_module(m, module_qualified_name)
+
+    def create_node(
+        self,
+        kind: str,
+        target: Any,
+        args: Any,
+        kwargs: Any,
+        name: Any = None,
+        type_expr: Any = None,
+    ) -> torch.fx.Node:  # type: ignore[override]
+        node = super().create_node(kind, target, args, kwargs, name, type_expr)
+        frame = sys._getframe(1)
+        spans = user_spans(_stack(frame), self.path, self.source)
+        if spans:
+            node.meta[SPAN_KEY] = spans[0]
+            node.meta[CALL_SITE_KEY] = spans[-1]
+            self._note_params(frame)
+        return node
+
+    def _note_params(self, frame: FrameType | None) -> None:
+        """Record which parameters of each document frame on the stack are proxies."""
+        while frame is not None:
+            code = frame.f_code
+            if code.co_filename == self.path and code not in self.traced_params:
+                count = code.co_argcount + code.co_kwonlyargcount
+                names = code.co_varnames[:count]
+                local = frame.f_locals
+                self.traced_params[code] = {
+                    n for n in names if isinstance(local.get(n), torch.fx.Proxy)
+                }
+            frame = frame.f_back
+
+
+def trace(
+    root: torch.nn.Module,
+    path: str,
+    source: SourceText,
+    leaf_classes: Iterable[str] = (),
+    concrete_args: dict[str, Any] | None = None,
+) -> torch.fx.GraphModule:
+    """Trace ``root`` with a ``SpanTracer``; raises what tracing raises."""
+    tracer = SpanTracer(path, source, leaf_classes)
+    graph = tracer.trace(root, concrete_args=concrete_args)
+    name = type(root).__name__
+    return torch.fx.GraphModule(tracer.root, graph, name)
+
+
+def find_function(
+    tree: ast.Module, code: CodeType
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The ``def`` in ``tree`` whose compiled code object is ``code``."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            if first == code.co_firstlineno:
+                return node
+    return None
+
+
+def _own_returns(func: ast.AST) -> list[ast.Return]:
+    found: list[ast.Return] = []
+    stack = list(ast.iter_child_nodes(func))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            found.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+    return sorted(found, key=lambda r: (r.lineno, r.col_offset))
+
+
+def assign_ast_spans(
+    graph: torch.fx.Graph,
+    func: ast.FunctionDef | ast.AsyncFunctionDef | None,
+    source: SourceText,
+) -> None:
+    """Give placeholders, the output and lazy attribute nodes a span.
+
+    Placeholders take the span of their parameter in ``def forward``, the output takes the last
+    ``return`` statement, and nodes still without a span take their first user's span.
+    """
+    params: dict[str, ast.arg] = {}
+    if func is not None:
+        a = func.args
+        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+            params[arg.arg] = arg
+        for extra_arg in (a.vararg, a.kwarg):
+            if extra_arg is not None:
+                params[extra_arg.arg] = extra_arg
+    returns = _own_returns(func) if func is not None else []
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            target = str(node.target).lstrip("*")
+            param = params.get(target) or params.get(re.sub(r"_\d+$", "", target))
+            if param is not None:
+                span = source.node_span(param)
+                node.meta[SPAN_KEY] = node.meta[CALL_SITE_KEY] = span
+        elif node.op == "output" and returns:
+            span = source.node_span(returns[-1])
+            node.meta[SPAN_KEY] = node.meta[CALL_SITE_KEY] = span
+    for node in reversed(list(graph.nodes)):
+        if SPAN_KEY not in node.meta:
+            for user in node.users:
+                if SPAN_KEY in user.meta:
+                    node.meta[SPAN_KEY] = user.meta[SPAN_KEY]
+                    node.meta[CALL_SITE_KEY] = user.meta.get(CALL_SITE_KEY, user.meta[SPAN_KEY])
+                    break

@@ -1,0 +1,964 @@
+"""The zygote: a pre-warmed process that forks one sandboxed child per capture job.
+
+It multiplexes (``selectors``) the control channel from the server, each child's result pipe
+(fd 3 in the child) and capture pipe (its fds 1 and 2), enforces wall timeouts, cancels, reaps
+with ``wait4`` and classifies every outcome into a ``JobResult``. As a child subreaper it also
+reaps and kills processes that escaped from a job (double forks, ``setsid``).
+
+How a job process is created is behind ``Spawner`` so that a platform without a safe ``fork``
+(macOS) can plug in pre-started single-use workers instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import ctypes
+import errno
+import gc
+import hmac
+import os
+import re
+import secrets
+import selectors
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, get_args
+
+from fxls.protocol.codec import ProtocolError, from_dict, to_dict
+from fxls.protocol.frames import (
+    MAX_RESULT_BYTES,
+    FrameReader,
+    FrameTooLarge,
+    decode_body,
+    encode_frame,
+)
+from fxls.protocol.model import (
+    PROTOCOL_VERSION,
+    CaptureResult,
+    ErrorInfo,
+    JobRequest,
+    JobResult,
+    Limits,
+    Phase,
+    ReadyInfo,
+    ResultKind,
+)
+from fxls.worker.process import sandbox
+from fxls.worker.process.child import MAC_LEN, frame_mac
+
+OUTPUT_HEAD_BYTES = 64 * 1024
+MAX_JOBS = 2
+ESCAPEE_WATCH_S = 5.0
+"""How long after a job ends the zygote keeps looking for its escaped descendants."""
+JOB_DIR_SIZE_FACTOR = 4
+"""The job directory may hold this many times the file size limit (256 MiB by default)."""
+JOB_DIR_MAX_ENTRIES = 10_000
+JOB_DIR_MAX_DEPTH = 32
+DISK_CHECK_S = 0.25
+"""How often the zygote measures each running job's directory."""
+_PHASES = frozenset(get_args(Phase))
+_LAYER_NAME = re.compile(r"[a-z0-9_-]{1,40}")
+_OOM_MARKERS = ("can't allocate memory", "std::bad_alloc", "Cannot allocate memory")
+
+
+# ---------------------------------------------------------------------------------------
+# Spawning
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Spawned:
+    pid: int
+    result_fd: int
+    capture_fd: int
+    frame_key: bytes = b""
+    """The job's key for the MAC of its result frames (``fxls.worker.process.child``)."""
+    cgroup: str | None = None
+    """The job's memory cgroup, when there is one."""
+
+
+class Spawner(Protocol):
+    """Creates the isolated process for one job and returns its pid and read ends."""
+
+    def spawn(self, request: JobRequest, job_dir: str) -> Spawned: ...
+
+
+class ForkSpawner:
+    """Linux: fork the warm zygote; the child isolates itself (``fxls.worker.process.child``)."""
+
+    def __init__(
+        self,
+        available: list[str],
+        landlock_abi: int,
+        cgroup: sandbox.MemoryCgroup | None = None,
+    ) -> None:
+        self.available = available
+        self.landlock_abi = landlock_abi
+        self.cgroup = cgroup
+
+    def spawn(self, request: JobRequest, job_dir: str) -> Spawned:
+        frame_key = secrets.token_bytes(32)
+        job_cgroup = None
+        if self.cgroup is not None:
+            try:
+                job_cgroup = self.cgroup.job_group(request.id, request.limits.memory_mb << 20)
+            except OSError:  # the child falls back to the limits that work without it
+                job_cgroup = None
+        capture_r, capture_w = os.pipe()
+        result_r, result_w = os.pipe()
+        plan = sandbox.ChildPlan(
+            job_dir=job_dir,
+            limits=request.limits,
+            isolation=request.isolation,
+            available=self.available,
+            capture_w=capture_w,
+            result_w=result_w,
+            zygote_pid=os.getpid(),
+            landlock_abi=self.landlock_abi,
+            cgroup=job_cgroup,
+            frame_key=frame_key,
+        )
+        _flush_stdio()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child never returns
+            try:
+                from fxls.worker.process.child import run_child
+
+                run_child(request, plan)
+            finally:
+                os._exit(71)
+        os.close(capture_w)
+        os.close(result_w)
+        return Spawned(pid, result_r, capture_r, frame_key, job_cgroup)
+
+
+def _flush_stdio() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------------------------------
+# Job bookkeeping and classification
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    request: JobRequest
+    job_dir: str
+    spawned: Spawned
+    started: float
+    deadline: float
+    kill_reason: str | None = None
+    phase: Phase | None = "setup"
+    current_class: str | None = None
+    isolation: list[str] = field(default_factory=list)
+    setup_error: str | None = None
+    protocol_error: str | None = None
+    too_large: int | None = None
+    payload: CaptureResult | None = None
+    frames: int = 0
+    frames_in: FrameReader = field(
+        default_factory=lambda: FrameReader(limit=MAX_RESULT_BYTES + 4096)
+    )
+    output_head: bytearray = field(default_factory=bytearray)
+    output_bytes: int = 0
+    status: int | None = None
+    rusage: Any = None
+    disk_error: str | None = None
+    """What the job directory exceeded, when the zygote killed the job for it."""
+    next_disk_check: float = 0.0
+    cgroup_oom: bool = False
+
+    @property
+    def id(self) -> int:
+        return self.request.id
+
+
+def sane_limits(limits: Limits) -> Limits:
+    """Clamp limits to values the sandbox can enforce (a limit can be raised, not removed)."""
+
+    def clamp(value: float, low: float, high: float) -> float:
+        return min(max(value, low), high) if value == value else high  # NaN -> high
+
+    return Limits(
+        timeout_s=clamp(limits.timeout_s, 0.1, 3600.0),
+        cpu_s=clamp(limits.cpu_s, 1.0, 3600.0),
+        memory_mb=int(clamp(limits.memory_mb, 64, 1 << 20)),
+        file_size_mb=int(clamp(limits.file_size_mb, 1, 1 << 20)),
+        nofile=int(clamp(limits.nofile, 32, 65536)),
+    )
+
+
+def _is_oom(error: ErrorInfo) -> bool:
+    return error.type == "MemoryError" or any(m in error.message for m in _OOM_MARKERS)
+
+
+def _first_oom(payload: CaptureResult) -> tuple[ErrorInfo, str | None] | None:
+    if payload.error is not None and _is_oom(payload.error):
+        return payload.error, None
+    for module in payload.modules:
+        if module.error is not None and _is_oom(module.error):
+            return module.error, module.name
+    return None
+
+
+def classify(job: Job) -> JobResult:
+    """Turn everything known about a finished job into its ``JobResult``.
+
+    Precedence: set-up failure, the zygote's own kill reason (timeout, cancel, protocol),
+    the child's frames, how the process ended (signals, exit codes), then the payload. A
+    delivered payload is ``ok``: exceptions, ``SystemExit`` and ``RecursionError`` the capture
+    caught are in its file and module errors. Only an allocation failure caught there (a
+    MemoryError or torch's "can't allocate memory") makes the job ``oom``, with ``phase`` and
+    ``current_class`` of that error.
+    """
+    result = JobResult(
+        id=job.id,
+        kind="ok",
+        phase=job.phase,
+        current_class=job.current_class,
+        output_head=bytes(job.output_head).decode("utf-8", "replace"),
+        output_bytes=job.output_bytes,
+        isolation=list(job.isolation),
+        duration_s=round(time.monotonic() - job.started, 4),
+    )
+    status = job.status if job.status is not None else 0
+    cpu = 0.0
+    if job.rusage is not None:
+        result.max_rss_kb = int(job.rusage.ru_maxrss)
+        cpu = job.rusage.ru_utime + job.rusage.ru_stime
+    signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    result.signal, result.exit_code = signum, code
+    limits = job.request.limits
+
+    def done(kind: ResultKind, message: str) -> JobResult:
+        result.kind = kind
+        result.message = message
+        return result
+
+    if job.setup_error is not None:
+        return done("sandbox_setup", f"sandbox set-up failed: {job.setup_error}")
+    reasons: dict[str, tuple[ResultKind, str]] = {
+        "timeout": ("timeout", f"wall time limit of {limits.timeout_s:g} s reached"),
+        "cancelled": ("cancelled", "cancelled"),
+        "shutdown": ("cancelled", "the worker shut down"),
+        "disk": ("file_size_limit", f"the job directory {job.disk_error}"),
+    }
+    if job.kill_reason in reasons:
+        return done(*reasons[job.kill_reason])
+    if job.too_large is not None:
+        return done(
+            "result_too_large",
+            f"result of {job.too_large} bytes exceeds {MAX_RESULT_BYTES} bytes",
+        )
+    if job.protocol_error is not None:
+        return done("protocol_error", f"bad frame from the job: {job.protocol_error}")
+    if signum is not None:
+        if signum == signal.SIGXCPU or (signum == signal.SIGKILL and cpu >= limits.cpu_s + 1.0):
+            return done("cpu_limit", f"CPU time limit of {limits.cpu_s:g} s reached")
+        if signum == signal.SIGKILL and job.cgroup_oom:
+            return done("oom", f"memory limit of {limits.memory_mb} MiB reached (cgroup)")
+        if signum == signal.SIGXFSZ:
+            return done("file_size_limit", f"file size limit of {limits.file_size_mb} MiB reached")
+        if signum == signal.SIGABRT and "std::bad_alloc" in result.output_head:
+            return done("oom", f"memory limit of {limits.memory_mb} MiB reached")
+        if signum == signal.SIGKILL:
+            return done("killed", "killed by SIGKILL from outside fxls")
+        return done("signal", f"killed by signal {signum} ({signal.Signals(signum).name})")
+    if job.payload is None or code != 0:
+        return done("exit", f"exited with code {code} without a result")
+    result.payload = job.payload
+    oom = _first_oom(job.payload)
+    if oom is None:
+        return done("ok", "")
+    error, result.current_class = oom
+    result.phase = error.phase
+    summary = f"{error.type}: {error.message}"[:500]
+    return done("oom", f"memory limit of {limits.memory_mb} MiB reached ({summary})")
+
+
+# ---------------------------------------------------------------------------------------
+# The event loop
+# ---------------------------------------------------------------------------------------
+
+
+class Zygote:
+    """Serves the control channel until shutdown or EOF; at most ``max_jobs`` run at once."""
+
+    def __init__(
+        self,
+        ctl_in: int,
+        ctl_out: int,
+        scratch: str,
+        spawner: Spawner,
+        *,
+        max_jobs: int = MAX_JOBS,
+    ) -> None:
+        self.ctl_in, self.ctl_out = ctl_in, ctl_out
+        self.scratch = scratch
+        self.spawner = spawner
+        self.max_jobs = max_jobs
+        self.sel = selectors.DefaultSelector()
+        self.jobs: dict[int, Job] = {}  # by pid
+        self.queue: collections.deque[JobRequest] = collections.deque()
+        self.control = FrameReader()
+        self.stopping = False
+        self.watch_until = 0.0
+        self.stale_cgroups: list[str] = []
+        os.set_blocking(ctl_in, False)
+        self.sel.register(ctl_in, selectors.EVENT_READ, self._on_control)
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.sel.register(self.wake_r, selectors.EVENT_READ, self._on_wakeup)
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def send(self, message: Any) -> None:
+        self._send_frame(encode_frame(message))
+
+    def send_result(self, result: JobResult) -> None:
+        """Send a job's result; one that cannot be encoded fails that job, not the zygote.
+
+        Its strings come from the job (lone surrogates do not encode as UTF-8) and its payload
+        from a frame the job could have forged; a failure here must never end the zygote.
+        """
+        try:
+            frame = encode_frame(_result(result))
+        except (ValueError, RecursionError) as exc:  # UnicodeEncodeError, ProtocolError
+            fallback = JobResult(
+                result.id,
+                "protocol_error",
+                message=f"the job's result cannot be forwarded ({type(exc).__name__})",
+                output_head=result.output_head,
+                output_bytes=result.output_bytes,
+                isolation=[x for x in result.isolation if _LAYER_NAME.fullmatch(x)],
+                duration_s=result.duration_s,
+                max_rss_kb=result.max_rss_kb,
+            )
+            frame = encode_frame(_result(fallback))
+        self._send_frame(frame)
+
+    def _send_frame(self, frame: bytes) -> None:
+        data = memoryview(frame)
+        os.set_blocking(self.ctl_out, True)
+        try:
+            while data:
+                data = data[os.write(self.ctl_out, data) :]
+        except BrokenPipeError:  # the server is gone: stop everything
+            self.stopping = True
+            for job in self.jobs.values():
+                self._kill(job, "shutdown")
+
+    def log(self, message: str) -> None:
+        self.send({"type": "log", "message": message})
+
+    # -- control channel -------------------------------------------------------------------
+
+    def _on_control(self, fd: int) -> None:
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self.sel.unregister(fd)
+            self._shutdown()
+            return
+        self.control.feed(chunk)
+        while True:
+            try:
+                body = self.control.next_body()
+                if body is None:
+                    return
+                message = decode_body(body)
+            except ProtocolError as exc:
+                self.log(f"bad control frame, closing: {exc}")
+                self._shutdown()
+                return
+            self._handle(message)
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "ping":
+            self.send({"type": "pong", "id": message.get("id")})
+        elif kind == "job":
+            try:
+                request = from_dict(JobRequest, message.get("job"))
+            except ProtocolError as exc:
+                job_id = (message.get("job") or {}).get("id")
+                self.log(f"invalid job request: {exc}")
+                if isinstance(job_id, int):
+                    self.send_result(JobResult(job_id, "protocol_error", message=str(exc)))
+                return
+            if self.stopping:
+                self.send_result(JobResult(request.id, "cancelled", message="shutting down"))
+            else:
+                request.limits = sane_limits(request.limits)
+                self.queue.append(request)
+        elif kind == "cancel":
+            self._cancel(message.get("id"))
+        elif kind == "shutdown":
+            self._shutdown()
+        else:
+            self.log(f"unknown control frame type {kind!r}")
+
+    def _cancel(self, job_id: Any) -> None:
+        for request in list(self.queue):
+            if request.id == job_id:
+                self.queue.remove(request)
+                self.send_result(JobResult(request.id, "cancelled", message="cancelled"))
+                return
+        for job in self.jobs.values():
+            if job.id == job_id:
+                self._kill(job, "cancelled")
+
+    def _shutdown(self) -> None:
+        self.stopping = True
+        for request in self.queue:
+            self.send_result(JobResult(request.id, "cancelled", message="the worker shut down"))
+        self.queue.clear()
+        for job in self.jobs.values():
+            self._kill(job, "shutdown")
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def _start_queued(self) -> None:
+        while self.queue and len(self.jobs) < self.max_jobs and not self.stopping:
+            request = self.queue.popleft()
+            started = time.monotonic()
+            job_dir = None
+            try:
+                os.makedirs(self.scratch, mode=0o700, exist_ok=True)
+                job_dir = tempfile.mkdtemp(prefix=f"job{request.id}-", dir=self.scratch)
+                spawned = self.spawner.spawn(request, job_dir)
+            except OSError as exc:
+                if job_dir is not None:
+                    remove_tree(job_dir)
+                message = f"could not start the job: {exc}"
+                self.send_result(JobResult(request.id, "sandbox_setup", message=message))
+                continue
+            job = Job(request, job_dir, spawned, started, started + request.limits.timeout_s)
+            self.jobs[spawned.pid] = job
+            for fd, callback in (
+                (spawned.result_fd, self._on_result),
+                (spawned.capture_fd, self._on_capture),
+            ):
+                os.set_blocking(fd, False)
+                self.sel.register(
+                    fd, selectors.EVENT_READ, lambda fd, j=job, cb=callback: cb(j, fd)
+                )
+
+    def _kill(self, job: Job, reason: str | None) -> None:
+        if job.kill_reason is None and reason is not None:
+            job.kill_reason = reason
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(job.spawned.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _close(self, fd: int) -> None:
+        try:
+            self.sel.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+    def _chunks(self, fd: int, size: int, reads: int) -> Iterator[bytes]:
+        """Up to ``reads`` non-blocking reads of ``fd``; closes it at EOF (or a read error)."""
+        for _ in range(reads):
+            try:
+                chunk = os.read(fd, size)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._close(fd)
+                return
+            yield chunk
+
+    def _on_capture(self, job: Job, fd: int, drain: bool = False) -> None:
+        for chunk in self._chunks(fd, 1 << 16, 64 if drain else 1):
+            room = OUTPUT_HEAD_BYTES - len(job.output_head)
+            if room > 0:
+                job.output_head += chunk[:room]
+            job.output_bytes += len(chunk)
+
+    def _on_result(self, job: Job, fd: int, drain: bool = False) -> None:
+        for chunk in self._chunks(fd, 1 << 20, 4096 if drain else 1):
+            job.frames_in.feed(chunk)
+            if not self._parse_child_frames(job):
+                self._close(fd)
+                self._kill(job, None)
+                return
+
+    def _parse_child_frames(self, job: Job) -> bool:
+        """Consume complete frames; False when the job must be stopped."""
+        while True:
+            try:
+                frame = job.frames_in.next_body()
+            except FrameTooLarge as exc:
+                if exc.head == b'{"type":"result"':
+                    job.too_large = exc.length
+                else:
+                    job.protocol_error = f"frame header announces {exc.length} bytes"
+                return False
+            if frame is None:
+                return True
+            body, mac = frame[:-MAC_LEN], frame[-MAC_LEN:]
+            if len(frame) < MAC_LEN or not hmac.compare_digest(
+                mac, frame_mac(job.spawned.frame_key, job.frames, body)
+            ):
+                job.protocol_error = "a frame the capture did not write (no valid job MAC)"
+                return False
+            error = self._child_frame(job, body)
+            if error is not None:
+                job.protocol_error = error
+                return False
+
+    def _child_frame(self, job: Job, body: bytes) -> str | None:
+        try:
+            message = decode_body(body)
+        except ProtocolError as exc:
+            return str(exc)
+        kind = message["type"]
+        job.frames += 1
+        finished = job.payload is not None or job.too_large is not None
+        if finished:
+            return f"unexpected {kind!r} frame after the result"
+        if kind == "setup_error" and job.frames == 1:
+            job.setup_error = str(message.get("message"))[:2000]
+        elif kind == "isolation" and job.frames == 1:
+            layers = message.get("layers")
+            if not isinstance(layers, list) or not all(
+                isinstance(x, str) and _LAYER_NAME.fullmatch(x) for x in layers
+            ):
+                return "bad isolation frame"
+            job.isolation = layers
+        elif kind == "phase" and job.frames > 1:
+            phase, name = message.get("phase"), message.get("class")
+            if phase not in _PHASES or not (name is None or isinstance(name, str)):
+                return "bad phase frame"
+            job.phase, job.current_class = phase, name
+        elif kind == "result" and job.frames > 1:
+            try:
+                job.payload = from_dict(CaptureResult, message.get("payload"))
+            except ProtocolError as exc:
+                return str(exc)[:2000]
+        elif kind == "result_too_large" and job.frames > 1:
+            size = message.get("bytes")
+            job.too_large = size if isinstance(size, int) else -1
+        else:
+            return f"unexpected {kind!r} frame"
+        return None
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None:
+                return
+            pid = info.si_pid
+            job = self.jobs.get(pid)
+            if job is not None:
+                # The rest of its process group, while the unreaped child still holds the pid
+                # and the group id (after wait4 both could name an unrelated process).
+                self._kill(job, None)
+            try:
+                _, status, rusage = os.wait4(pid, 0)
+            except ChildProcessError:
+                continue
+            if job is not None:
+                job.status, job.rusage = status, rusage
+                self._finish(job)
+
+    def _finish(self, job: Job) -> None:
+        for fd, drain in (
+            (job.spawned.result_fd, self._on_result),
+            (job.spawned.capture_fd, self._on_capture),
+        ):
+            if fd in self.sel.get_map():
+                drain(job, fd, True)
+            self._close(fd)
+        del self.jobs[job.spawned.pid]
+        pending = job.frames_in.pending
+        if pending and job.protocol_error is None and job.too_large is None:
+            job.protocol_error = f"{pending} bytes of an unfinished frame"
+        if job.kill_reason is None:
+            self._check_disk(job)
+        cgroup = job.spawned.cgroup
+        if cgroup is not None:
+            job.cgroup_oom = sandbox.cgroup_oom_kills(cgroup) > 0
+            if not sandbox.remove_cgroup(cgroup):
+                self.stale_cgroups.append(cgroup)
+        try:
+            result = classify(job)
+        except Exception as exc:  # never lose a job to a classification bug
+            result = JobResult(job.id, "protocol_error", message=f"unclassifiable result: {exc}")
+        if not remove_tree(job.job_dir):
+            self.log(f"could not remove the job directory {job.job_dir}")
+        self.send_result(result)
+        self.watch_until = time.monotonic() + ESCAPEE_WATCH_S
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        for job in self.jobs.values():
+            if job.kill_reason is None and now >= job.deadline:
+                self._kill(job, "timeout")
+            if job.kill_reason is None and now >= job.next_disk_check:
+                job.next_disk_check = now + DISK_CHECK_S
+                self._check_disk(job)
+
+    def _check_disk(self, job: Job) -> None:
+        """RLIMIT_FSIZE caps each file; this caps the job directory as a whole."""
+        limit = JOB_DIR_SIZE_FACTOR * job.request.limits.file_size_mb * 1024 * 1024
+        error = job_dir_excess(job.job_dir, limit)
+        if error is not None:
+            job.disk_error = error
+            self._kill(job, "disk")
+
+    def kill_all(self) -> None:
+        """Kill every job's process group this zygote knows of, and escaped descendants."""
+        for job in self.jobs.values():
+            self._kill(job, "shutdown")
+        self._kill_escapees()
+        self.stale_cgroups = [c for c in self.stale_cgroups if not sandbox.remove_cgroup(c)]
+
+    def _kill_escapees(self) -> None:
+        """Kill children of ours that are not jobs: descendants orphaned by a job."""
+        for pid in _own_children():
+            if pid in self.jobs:
+                continue
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def _on_wakeup(self, fd: int) -> None:
+        try:
+            while os.read(fd, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.kill_all()
+
+    def _run(self) -> None:
+        while not (self.stopping and not self.jobs):
+            self._start_queued()
+            now = time.monotonic()
+            timeout: float | None = None
+            if self.jobs:
+                timeout = max(0.0, min(j.deadline for j in self.jobs.values()) - now)
+            if self.jobs or now < self.watch_until:
+                timeout = min(timeout if timeout is not None else 0.1, 0.1)
+            for key, _ in self.sel.select(timeout):
+                callback: Callable[[int], None] = key.data
+                callback(key.fd)
+            self._reap()
+            self._check_deadlines()
+            if self.jobs or time.monotonic() < self.watch_until:
+                self._kill_escapees()
+
+
+# ---------------------------------------------------------------------------------------
+# Job directories: measuring and removing what a job left
+# ---------------------------------------------------------------------------------------
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_dir(name: str, dir_fd: int | None = None) -> int:
+    """Open a directory (never through a symlink), giving it u+rwx first when it lacks read.
+
+    The job owns nothing the zygote does not (same user), and a mode-0 directory it made must
+    not hide its content from the size cap or from removal. The mode is changed through an
+    ``O_PATH`` descriptor, so a directory swapped for a symlink is never followed.
+    """
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except PermissionError:
+        pass
+    path_fd = os.open(
+        name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
+    )
+    try:
+        os.chmod(f"/proc/self/fd/{path_fd}", 0o700)
+    finally:
+        os.close(path_fd)
+    return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+
+
+def _make_writable(fd: int) -> None:
+    mode = os.fstat(fd).st_mode
+    if mode & 0o700 != 0o700:
+        os.fchmod(fd, (mode | 0o700) & 0o7777)
+
+
+class _Excess(Exception):
+    pass
+
+
+def job_dir_excess(root: str, max_bytes: int) -> str | None:
+    """None while the tree under ``root`` is within the caps, else what it exceeded.
+
+    Counts allocated blocks (sparse files cost what they use) of everything under ``root``,
+    with at most ``JOB_DIR_MAX_ENTRIES`` entries and ``JOB_DIR_MAX_DEPTH`` levels, so one
+    measurement is bounded however the job shapes the tree. Files the job deleted while
+    keeping them open are not visible here; they are bounded by RLIMIT_NOFILE x RLIMIT_FSIZE.
+    """
+    totals = [0, 0]  # bytes, entries
+
+    def walk(dir_fd: int, depth: int) -> None:
+        with os.scandir(dir_fd) as entries:
+            for entry in entries:
+                totals[1] += 1
+                if totals[1] > JOB_DIR_MAX_ENTRIES:
+                    raise _Excess(f"holds more than {JOB_DIR_MAX_ENTRIES} files and folders")
+                try:
+                    totals[0] += entry.stat(follow_symlinks=False).st_blocks * 512
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:  # removed meanwhile
+                    continue
+                if totals[0] > max_bytes:
+                    raise _Excess(f"grew over {max_bytes >> 20} MiB")
+                if not is_dir:
+                    continue
+                if depth >= JOB_DIR_MAX_DEPTH:
+                    raise _Excess(f"is nested deeper than {JOB_DIR_MAX_DEPTH} levels")
+                try:
+                    fd = _open_dir(entry.name, dir_fd)
+                except OSError:
+                    continue
+                try:
+                    walk(fd, depth + 1)
+                finally:
+                    os.close(fd)
+
+    try:
+        top = _open_dir(root)
+    except OSError:
+        return None
+    try:
+        walk(top, 1)
+    except _Excess as exc:
+        return str(exc)
+    except OSError:
+        return None
+    finally:
+        os.close(top)
+    return None
+
+
+def remove_tree(root: str) -> bool:
+    """Remove ``root`` and whatever a job left in it; True when it is gone.
+
+    Unlike ``shutil.rmtree`` it survives folders without u+rwx (made writable first), any
+    depth (subfolders are moved up into ``root`` and handled there, so neither the recursion
+    nor the open descriptors grow with depth, and paths never get long) and symlinks (never
+    followed). Never raises.
+    """
+    try:
+        top = _open_dir(root)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    prefix = f".fxls-rm-{secrets.token_hex(4)}-"
+    moved = 0
+    try:
+        while True:
+            _make_writable(top)
+            with os.scandir(top) as it:
+                names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+            if not names:
+                break
+            progress = False
+            for name, is_dir in names:
+                try:
+                    if not is_dir:
+                        os.unlink(name, dir_fd=top)
+                        progress = True
+                        continue
+                    sub = _open_dir(name, top)
+                    try:
+                        _make_writable(sub)
+                        with os.scandir(sub) as it:
+                            children = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+                        for child, child_is_dir in children:
+                            if child_is_dir:
+                                moved += 1
+                                os.rename(child, f"{prefix}{moved}", src_dir_fd=sub, dst_dir_fd=top)
+                            else:
+                                os.unlink(child, dir_fd=sub)
+                    finally:
+                        os.close(sub)
+                    os.rmdir(name, dir_fd=top)
+                    progress = True
+                except FileNotFoundError:
+                    progress = True
+                except OSError:
+                    pass
+            if not progress:
+                return False
+    except OSError:
+        return False
+    finally:
+        os.close(top)
+    try:
+        os.rmdir(root)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
+
+
+def _own_children() -> set[int]:
+    pids: set[int] = set()
+    try:
+        tids = os.listdir("/proc/self/task")
+        for tid in tids:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids.update(int(p) for p in f.read().split())
+        return pids
+    except OSError:
+        pass
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[1]) == me:
+                    pids.add(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    return pids
+
+
+def _result(result: JobResult) -> dict[str, Any]:
+    return {"type": "result", "result": result}
+
+
+# ---------------------------------------------------------------------------------------
+# Start-up
+# ---------------------------------------------------------------------------------------
+
+
+def main(ctl_in: int, ctl_out: int, argv: list[str]) -> int:
+    """Zygote entry (after ``__main__`` moved the control channel to ``ctl_in``/``ctl_out``)."""
+    parser = argparse.ArgumentParser(prog="python -m fxls.worker")
+    parser.add_argument("--scratch", default=None, help="folder for per-job directories")
+    parser.add_argument(
+        "--remove-scratch", action="store_true", help="delete the scratch folder on exit"
+    )
+    args = parser.parse_args(argv)
+    scratch = args.scratch or tempfile.mkdtemp(prefix="fxls-jobs-")
+    try:
+        return _serve(ctl_in, ctl_out, scratch)
+    finally:
+        if args.remove_scratch or not args.scratch:
+            remove_tree(scratch)
+
+
+def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
+    started = time.monotonic()
+    try:
+        from fxls.worker.process.warmup import warm_up
+
+        version = warm_up()
+    except BaseException as exc:  # report why, then exit
+        traceback.print_exc()
+        try:
+            encoded = encode_frame({"type": "log", "message": f"worker start-up failed: {exc!r}"})
+            os.write(ctl_out, encoded)
+        except OSError:
+            pass
+        return 3
+    gc.collect()
+    gc.freeze()
+    abi = sandbox.landlock_abi()
+    forced = _forced_landlock_abi()
+    if forced is not None and forced < abi:
+        abi = forced
+    available, missing = sandbox.probe_layers(abi)
+    if forced == 0:
+        missing["landlock"] = "Landlock turned off with FXLS_LANDLOCK_ABI=0"
+    if not sandbox.set_child_subreaper():
+        missing["subreaper"] = "PR_SET_CHILD_SUBREAPER failed"
+    cgroup, why = sandbox.MemoryCgroup.probe(os.environ.get("FXLS_CGROUP") or None)
+    if cgroup is not None:
+        available.append("cgroup")
+    else:
+        missing["cgroup"] = (
+            f"{why}; instead memfd_create is denied and open files are capped at "
+            f"{sandbox.NOFILE_WITHOUT_CGROUP}"
+        )
+    if "landlock" in available:
+        for name, min_abi, what in (
+            ("landlock-net", 4, "TCP bind/connect rules"),
+            ("landlock-scope", 6, "signal and abstract-socket scoping"),
+        ):
+            if abi >= min_abi:
+                available.append(name)
+            else:
+                missing[name] = f"Landlock ABI {abi} < {min_abi}: no {what}"
+    ready = ReadyInfo(
+        pid=os.getpid(),
+        protocol=PROTOCOL_VERSION,
+        python=sys.executable,
+        torch_version=version,
+        isolation_available=available,
+        isolation_missing=missing,
+        warm_s=round(time.monotonic() - started, 3),
+    )
+    zygote = Zygote(ctl_in, ctl_out, scratch, ForkSpawner(available, abi, cgroup))
+    try:
+        zygote.send({"type": "ready", **to_dict(ready)})
+        if abi:
+            zygote.log(f"Landlock ABI {abi}" + (" (FXLS_LANDLOCK_ABI)" if abi == forced else ""))
+        zygote.run()
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise
+    finally:
+        zygote.kill_all()
+    return 0
+
+
+def _forced_landlock_abi() -> int | None:
+    """``FXLS_LANDLOCK_ABI``: use at most this Landlock ABI (simulates an older kernel)."""
+    value = os.environ.get("FXLS_LANDLOCK_ABI", "").strip()
+    try:
+        return max(0, int(value)) if value else None
+    except ValueError:
+        return None

@@ -1,0 +1,83 @@
+"""The diagnostic catalogue and its call sites cannot drift apart.
+
+Every place in fxls that builds a diagnostic passes the fields its message template and fix
+template use; a missing one would show a literal ``{field}`` to the user. Checked statically
+over the source (every construction of an ``FXnnn`` class), so it covers code paths that no
+test happens to run.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import string
+from pathlib import Path
+
+import pytest
+
+from fxls.protocol.catalogue import ALL_MESSAGES, Message
+
+PACKAGE = Path(__file__).resolve().parents[2] / "fxls"
+CODE = re.compile(r"^FX\d{3}$")
+BUILDERS = {"build": {"source", "cls"}}
+"""Helpers that take a message class and add fields of their own (failures.explain)."""
+
+
+def fields(cls: type[Message]) -> set[str]:
+    names: set[str] = set()
+    for template in (cls.template, cls.fix or ""):
+        for _, field, _, _ in string.Formatter().parse(template):
+            if field:
+                names.add(field.split(".")[0].split("[")[0])
+    return names
+
+
+def _code_of(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name) and CODE.match(node.id):
+        return node.id
+    if isinstance(node, ast.Attribute) and CODE.match(node.attr):
+        return node.attr
+    return None
+
+
+def call_sites() -> list[tuple[str, str, set[str]]]:
+    """``(where, code, keywords given)`` for every construction of a message in fxls."""
+    sites = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "catalogue.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            where = f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+            given = {k.arg for k in node.keywords if k.arg is not None}
+            if any(k.arg is None for k in node.keywords):
+                given.add("**")
+            code = _code_of(node.func)
+            if code is not None:
+                sites.append((where, code, given))
+            elif isinstance(node.func, ast.Name) and node.func.id in BUILDERS and node.args:
+                code = _code_of(node.args[0])
+                if code is not None:
+                    sites.append((where, code, given | BUILDERS[node.func.id]))
+    return sites
+
+
+def test_call_sites_are_found() -> None:
+    codes = {code for _, code, _ in call_sites()}
+    assert {"FX101", "FX201", "FX401", "FX501"} <= codes
+
+
+@pytest.mark.parametrize(("where", "code", "given"), call_sites(), ids=lambda v: str(v))
+def test_every_call_site_fills_its_templates(where: str, code: str, given: set[str]) -> None:
+    assert code in ALL_MESSAGES, f"{where}: {code} is not in the catalogue"
+    assert "**" not in given, f"{where}: {code} built from **kwargs cannot be checked"
+    missing = fields(ALL_MESSAGES[code]) - given
+    assert not missing, f"{where}: {code} needs {sorted(missing)}"
+
+
+def test_every_code_is_used_somewhere_or_documented_as_reserved() -> None:
+    used = {code for _, code, _ in call_sites()}
+    unused = set(ALL_MESSAGES) - used
+    assert not unused, f"codes never built by fxls: {sorted(unused)}"

@@ -1,0 +1,410 @@
+"""run_capture in-process on fixture model files: spans, inputs, shapes vs eager, statuses."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from fxls.protocol.codec import from_dict, to_dict
+from fxls.protocol.model import (
+    CaptureJob,
+    CaptureResult,
+    ClassRequest,
+    DimSpec,
+    InputSpec,
+    ModuleResult,
+    NodeInfo,
+    Span,
+)
+from fxls.worker.capture.pipeline import run_capture
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "capture"
+
+
+def _text(name: str) -> str:
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+def _line_of(text: str, needle: str, start: int = 1) -> int:
+    for number, line in enumerate(text.splitlines(), start=1):
+        if number >= start and needle in line:
+            return number
+    raise AssertionError(f"{needle!r} not in fixture")
+
+
+def _span_of(text: str, needle: str, after: str | None = None) -> Span:
+    """Expected span (code point columns) of ``needle`` on its first line (after ``after``)."""
+    start = _line_of(text, after) if after else 1
+    line = _line_of(text, needle, start)
+    col = text.splitlines()[line - 1].index(needle)
+    return Span(line, col, line, col + len(needle))
+
+
+def _request(text: str, name: str, **kwargs: object) -> ClassRequest:
+    return ClassRequest(name=name, line=_line_of(text, f"class {name}"), **kwargs)  # type: ignore[arg-type]
+
+
+def _capture(fixture: str, *requests: ClassRequest, **job_kwargs: object) -> CaptureResult:
+    path = str(FIXTURES / fixture)
+    phases: list[tuple[str, str | None]] = []
+    job = CaptureJob(path=path, source=_text(fixture), classes=list(requests), **job_kwargs)  # type: ignore[arg-type]
+    result = run_capture(job, lambda phase, cls: phases.append((phase, cls)))
+    assert phases[0] == ("import", None)
+    # the result must survive the wire
+    assert from_dict(CaptureResult, to_dict(result)) == result
+    return result
+
+
+def _load(fixture: str) -> ModuleType:
+    """Import the fixture for real, to run it eagerly."""
+    name = f"fxls_fixture_{fixture.removesuffix('.py')}"
+    spec = importlib.util.spec_from_file_location(name, FIXTURES / fixture)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _node(mod: ModuleResult, name: str) -> NodeInfo:
+    return next(n for n in mod.nodes if n.name == name)
+
+
+def _concrete(shape: list[int | str], sizes: dict[str, int]) -> list[int]:
+    return [sizes[d] if isinstance(d, str) else d for d in shape]
+
+
+def _codes(mod: ModuleResult) -> list[str]:
+    return [d.code for d in mod.diagnostics]
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def test_small_cnn_spans_targets_and_shapes_match_eager() -> None:
+    text = _text("cnn.py")
+    result = _capture("cnn.py", _request(text, "SmallCNN"))
+    assert result.error is None
+    (mod,) = result.modules
+    assert mod.status == "traced" and mod.strategy == "fx" and mod.build == "meta"
+    assert mod.params == sum(p.numel() for p in _load("cnn.py").SmallCNN().parameters())
+
+    conv1 = _node(mod, "conv1")
+    assert conv1.op == "call_module" and conv1.target == "conv1"
+    assert conv1.span == _span_of(text, "self.conv1(x)")
+    assert conv1.call_site == conv1.span
+    assert conv1.module_type is not None and conv1.module_type.startswith(
+        "Conv2d(3, 16, kernel_size=(3, 3)"
+    )
+    assert conv1.module_path == "" and conv1.users == 1
+    relu = _node(mod, "relu")
+    assert relu.target == "torch.nn.functional.relu"
+    assert relu.span == _span_of(text, "F.relu(self.bn1(self.conv1(x)))")
+    # named arguments for every call
+    assert [a.name for a in relu.args][:1] == ["input"] and relu.args[0].node == "bn1"
+    assert relu.signature is not None
+    assert _node(mod, "flatten").target == "flatten"
+    assert _node(mod, "flatten").op == "call_method"
+
+    # non-ASCII text before the call: code point columns, not UTF-8 bytes
+    conv2 = _node(mod, "conv2")
+    assert conv2.span == _span_of(text, "self.conv2(x)")
+    line = text.splitlines()[conv2.span.line - 1]
+    assert line[conv2.span.col : conv2.span.end_col] == "self.conv2(x)"
+    assert len(line.encode()) != len(line)
+
+    # placeholder and output spans come from the AST of forward
+    assert _node(mod, "x").span == _span_of(text, "x", after="def forward")
+    out = _node(mod, "output")
+    assert (
+        out.span is not None and text.splitlines()[out.span.line - 1].strip() == "return self.fc(y)"
+    )
+
+    # inferred input: batch symbolic, channels from conv1, marked assumed (FX405)
+    assert mod.input_names == ["x"] and mod.inputs_assumed == [True]
+    assert mod.inputs[0].shape == ["B", 3, 224, 224]
+    fx405 = [d for d in mod.diagnostics if d.code == "FX405"]
+    assert len(fx405) == 1 and fx405[0].severity == "information" and "conv1" in fx405[0].message
+
+    # output shapes equal eager execution with the same concrete sizes
+    net = _load("cnn.py").SmallCNN().eval()
+    sizes = {"B": 2}
+    x = torch.randn(_concrete(mod.inputs[0].shape or [], sizes))
+    with torch.no_grad():
+        eager = net(x)
+    assert _concrete(mod.outputs[0].shape or [], sizes) == list(eager.shape)
+    assert mod.outputs[0].dtype == "float32"
+    assert {"build", "trace", "shapes"} <= set(mod.timings)
+
+
+def test_resnet_traces_through_blocks_and_downsample() -> None:
+    text = _text("resnet.py")
+    result = _capture("resnet.py", _request(text, "ResNet"), _request(text, "BasicBlock"))
+    resnet, block = result.modules
+    assert resnet.status == "traced"
+    # a node written inside BasicBlock.forward: span there, call site in ResNet.forward
+    conv = _node(resnet, "layer1_0_conv1")
+    assert conv.span == _span_of(text, "self.conv1(x)", after="class BasicBlock")
+    assert conv.call_site == _span_of(text, "self.layer1(x)", after="class ResNet")
+    assert conv.module_path == "layer1.0"
+    down = _node(resnet, "layer2_0_downsample_0")
+    assert down.span == _span_of(text, "self.downsample(x)")
+    assert down.module_type is not None and down.module_type.startswith("Conv2d(16, 32")
+    # same concrete sizes as eager
+    net = _load("resnet.py").ResNet().eval()
+    x = torch.randn(_concrete(resnet.inputs[0].shape or [], {"B": 2}))
+    with torch.no_grad():
+        assert _concrete(resnet.outputs[0].shape or [], {"B": 2}) == list(net(x).shape)
+    # BasicBlock needs constructor arguments: FX401 at its class name, with an init example
+    assert block.status == "failed" and block.error is not None and block.error.phase == "init"
+    (fx401,) = [d for d in block.diagnostics if d.code == "FX401"]
+    assert fx401.span == _span_of(text, "BasicBlock", after="class BasicBlock")
+    assert fx401.fix is not None and "init(inplanes=..., planes=...)" in fx401.fix
+
+
+def test_gpt_block_named_dims_buffer_slicing_and_init_text() -> None:
+    text = _text("gpt.py")
+    req = _request(
+        text,
+        "Block",
+        init="n_embd=32, n_head=4, block_size=16",
+        inputs=[InputSpec("x", dims=[DimSpec("B"), DimSpec("T", 8), DimSpec(None, 32)])],
+    )
+    (mod,) = _capture("gpt.py", req).modules
+    assert mod.status == "traced", mod.diagnostics
+    assert mod.inputs_assumed == [False]
+    assert mod.inputs[0].shape == ["B", "T", 32]
+    assert not [d for d in mod.diagnostics if d.severity == "error"]
+    # the causal-mask buffer is a graph value, sliced at the user's line
+    getattr_nodes = [n for n in mod.nodes if n.op == "get_attr" and n.target == "attn.bias"]
+    assert getattr_nodes and getattr_nodes[0].span == _span_of(text, "self.bias")
+    softmax = next(n for n in mod.nodes if n.target == "torch.nn.functional.softmax")
+    assert softmax.span == _span_of(text, "F.softmax(att, dim=-1)")
+    assert softmax.call_site == _span_of(text, "self.attn(self.ln_1(x))")
+    assert softmax.outputs[0].shape == ["B", 4, "T", "T"]
+    assert mod.outputs[0].shape == ["B", "T", 32]
+    # eager with the example sizes (B=2 by default, T as given)
+    block = _load("gpt.py").Block(n_embd=32, n_head=4, block_size=16).eval()
+    with torch.no_grad():
+        eager = block(torch.randn(2, 8, 32))
+    assert _concrete(mod.outputs[0].shape or [], {"B": 2, "T": 8}) == list(eager.shape)
+
+
+def test_expression_inputs_and_flag_defaults() -> None:
+    source = (
+        "import torch\nimport torch.nn as nn\n\n\n"
+        "class Masked(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(5, 3)\n\n"
+        "    def forward(self, x, scale, mask=None, relu=True):\n"
+        "        y = self.fc(x) * scale\n"
+        "        if mask is not None:\n            y = y * mask\n"
+        "        return torch.relu(y) if relu else y\n"
+    )
+    req = ClassRequest(
+        "Masked",
+        5,
+        inputs=[
+            InputSpec("x", kind="expr", expr="torch.randn(4, 7, 5)"),
+            InputSpec("scale", kind="expr", expr="2.0"),
+        ],
+    )
+    result = run_capture(
+        CaptureJob(path="/virtual/masked.py", source=source, classes=[req]), lambda *_: None
+    )
+    (mod,) = result.modules
+    # `if relu` fails plain FX; the flags are fixed to their defaults (concrete_args) and the
+    # failure stays visible where it happened
+    assert mod.status == "partial" and mod.strategy == "fx+concrete"
+    # ... as a warning: the module works and fxls still shows its shapes
+    assert [d.code for d in mod.diagnostics if d.severity == "warning"] == ["FX101"]
+    assert not [d for d in mod.diagnostics if d.severity == "error"]
+    assert mod.input_names == ["x", "scale", "mask", "relu"]
+    assert mod.inputs[0].shape == [4, 7, 5] and mod.inputs[1].text == "2.0"
+    assert mod.inputs[2].kind == "none" and mod.inputs[3].text == "True"
+    assert mod.outputs[0].shape == [4, 7, 3]
+    assert [n.target for n in mod.nodes if n.op == "call_function"].count("torch.relu") == 1
+
+
+def test_cpu_fallback_when_init_needs_real_values() -> None:
+    text = _text("build_cases.py")
+    (mod,) = _capture("build_cases.py", _request(text, "NeedsValues")).modules
+    assert mod.build == "cpu" and mod.status == "traced"
+    assert "FX406" in _codes(mod)
+    assert mod.outputs[0].shape == ["B", 4]
+
+
+def test_build_failures_do_not_hide_other_classes() -> None:
+    text = _text("build_cases.py")
+    result = _capture(
+        "build_cases.py",
+        _request(text, "NeedsArgs"),
+        _request(text, "ExitsInInit"),
+        _request(text, "Recurses"),
+        _request(text, "Plain"),
+        _request(text, "NeedsArgs", init="dim=4, heads=2"),
+    )
+    needs_args, exits, recurses, plain, with_init = result.modules
+    assert needs_args.status == "failed" and "FX401" in _codes(needs_args)
+    assert (
+        exits.error is not None
+        and exits.error.kind == "system_exit"
+        and exits.error.phase == "init"
+    )
+    assert recurses.error is not None and recurses.error.kind == "recursion"
+    assert recurses.error.phase == "trace"
+    assert plain.status == "skipped"
+    assert with_init.status == "traced" and with_init.outputs[0].shape == ["B", 8]
+
+
+def test_unused_computation_hint() -> None:
+    text = _text("unused.py")
+    (mod,) = _capture("unused.py", _request(text, "WithUnused")).modules
+    hints = [d for d in mod.diagnostics if d.code == "FX302"]
+    assert [h.span for h in hints] == [_span_of(text, "self.fc2(x).relu()")]
+    assert hints[0].severity == "hint"
+    assert "FX301" not in _codes(mod)
+
+
+def test_leaf_classes_are_not_traced_into() -> None:
+    text = _text("gpt.py")
+    req = _request(
+        text,
+        "Block",
+        leaf=["CausalSelfAttention"],
+        inputs=[InputSpec("x", dims=[DimSpec("B"), DimSpec("T"), DimSpec(None, 32)])],
+    )
+    (mod,) = _capture("gpt.py", req).modules
+    assert mod.strategy == "fx+leaf"
+    attn = _node(mod, "attn")
+    assert attn.op == "call_module" and attn.span == _span_of(text, "self.attn(self.ln_1(x))")
+    assert not any(n.target == "torch.nn.functional.softmax" for n in mod.nodes)
+
+
+def test_shape_error_at_the_failing_call() -> None:
+    source = (
+        "import torch.nn as nn\n\n"
+        "class Inner(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(8, 4)\n\n"
+        "    def forward(self, h):\n        return self.fc(h)\n\n"
+        "class Outer(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.inner = Inner()\n\n"
+        "    def forward(self, x):\n        y = x.relu()\n        return self.inner(y)\n"
+    )
+    spec = InputSpec("x", dims=[DimSpec("B"), DimSpec(None, 16)])
+    job = CaptureJob(
+        path="/virtual/shape.py", source=source, classes=[ClassRequest("Outer", 11, inputs=[spec])]
+    )
+    (mod,) = run_capture(job, lambda *_: None).modules
+    assert mod.status == "partial"
+    (diag,) = [d for d in mod.diagnostics if d.severity == "error"]
+    assert diag.code == "FX201" and diag.data["node"] == "inner_fc"
+    assert diag.span == Span(9, 15, 9, 25)
+    assert diag.related[0].span == Span(18, 15, 18, 28)
+    # values before the failing node are kept
+    assert _node(mod, "relu").outputs[0].shape == ["B", 16]
+
+
+def test_unknown_inputs_give_fx402() -> None:
+    source = (
+        "import torch.nn as nn\n\n"
+        "class Id(nn.Module):\n    def forward(self, x):\n        return x.relu()\n"
+    )
+    result = run_capture(
+        CaptureJob(path="/virtual/id.py", source=source, classes=[ClassRequest("Id", 3)]),
+        lambda *_: None,
+    )
+    (mod,) = result.modules
+    assert mod.status == "partial"
+    (fx402,) = [d for d in mod.diagnostics if d.code == "FX402"]
+    assert fx402.span == Span(4, 22, 4, 23)
+    assert _node(mod, "relu").span == Span(5, 15, 5, 23)
+
+
+def test_import_failure_reports_fx404_at_the_users_line() -> None:
+    source = "import torch\n\nx = 1\nraise ValueError('boom')\n"
+    result = run_capture(CaptureJob(path="/virtual/bad.py", source=source), lambda *_: None)
+    assert result.error is not None and result.error.phase == "import"
+    (diag,) = result.diagnostics
+    assert diag.code == "FX404" and diag.span.line == 4 and "ValueError" in diag.message
+
+    exits = run_capture(
+        CaptureJob(path="/virtual/exit.py", source="import sys\nsys.exit(2)\n"), lambda *_: None
+    )
+    assert exits.error is not None and exits.error.kind == "system_exit"
+    assert exits.diagnostics[0].span.line == 2
+
+    syntax = run_capture(
+        CaptureJob(path="/virtual/syn.py", source="def f(:\n  pass\n"), lambda *_: None
+    )
+    assert syntax.diagnostics[0].code == "FX404" and syntax.diagnostics[0].span.line == 1
+
+
+def test_document_name_is_not_main() -> None:
+    source = (
+        "import torch.nn as nn\n"
+        "if __name__ == '__main__':\n    raise SystemExit('ran as a script')\n"
+        "class A(nn.Module):\n    def forward(self, x):\n        return x\n"
+    )
+    result = run_capture(CaptureJob(path="/virtual/a.py", source=source), lambda *_: None)
+    assert result.error is None
+
+
+@pytest.mark.slow
+def test_llama_size_model_costs_no_real_memory() -> None:
+    source = (
+        "import torch.nn as nn\n\n"
+        "class Big(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.emb = nn.Embedding(32000, 4096)\n"
+        "        self.layers = nn.Sequential(*[nn.Linear(4096, 4096) for _ in range(32)])\n"
+        "    def forward(self, ids):\n        return self.layers(self.emb(ids))\n"
+    )
+    result = run_capture(
+        CaptureJob(path="/virtual/big.py", source=source, classes=[ClassRequest("Big", 3)]),
+        lambda *_: None,
+    )
+    (mod,) = result.modules
+    assert mod.build == "meta" and mod.params is not None and mod.params > 500_000_000
+    assert mod.inputs[0].shape == ["B", "T"] and mod.inputs[0].dtype == "int64"
+    assert mod.outputs[0].shape == ["B", "T", 4096]
+
+
+def test_declared_input_without_a_parameter_gives_fx403() -> None:
+    source = (
+        "import torch.nn as nn\n\n"
+        "# fxls: y = (B, 3)\n"
+        "class Lin(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(3, 2)\n\n"
+        "    def forward(self, x):\n        return self.fc(x)\n"
+    )
+    spec = InputSpec("y", dims=[DimSpec("B"), DimSpec(None, 3)], line=3)
+    job = CaptureJob(
+        path="/virtual/lin.py", source=source, classes=[ClassRequest("Lin", 4, inputs=[spec])]
+    )
+    (mod,) = run_capture(job, lambda *_: None).modules
+    (fx403,) = [d for d in mod.diagnostics if d.code == "FX403"]
+    assert fx403.span == Span(3, 0, 3, len("# fxls: y = (B, 3)"))
+    # x is still inferred from the first layer
+    assert mod.status == "traced" and mod.inputs_assumed == [True]
+    assert mod.outputs[0].shape == ["B", 2]
+
+
+def test_multi_line_call_span() -> None:
+    source = (
+        "import torch.nn as nn\n\n"
+        "class Lin(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(3, 2)\n\n"
+        "    def forward(self, x):\n"
+        "        y = self.fc(\n"
+        "            x\n"
+        "        )\n"
+        "        return y\n"
+    )
+    job = CaptureJob(path="/virtual/ml.py", source=source, classes=[ClassRequest("Lin", 3)])
+    (mod,) = run_capture(job, lambda *_: None).modules
+    assert _node(mod, "fc").span == Span(9, 12, 11, 9)

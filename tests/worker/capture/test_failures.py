@@ -1,0 +1,208 @@
+"""Trace failures are located at the user's code and explained with the right FX1xx code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fxls.protocol.catalogue import ALL_MESSAGES
+from fxls.protocol.model import (
+    CaptureJob,
+    ClassRequest,
+    Diagnostic,
+    DimSpec,
+    InputSpec,
+    ModuleResult,
+    Span,
+)
+from fxls.worker.capture.pipeline import run_capture
+
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "capture" / "trace_failures.py"
+TEXT = FIXTURE.read_text(encoding="utf-8")
+LINES = TEXT.splitlines()
+
+
+def _span(needle: str, after: str) -> Span:
+    start = next(i for i, line in enumerate(LINES) if after in line)
+    index = next(i for i in range(start, len(LINES)) if needle in LINES[i])
+    col = LINES[index].index(needle)
+    return Span(index + 1, col, index + 1, col + len(needle))
+
+
+def _class_line(name: str) -> int:
+    return next(i for i, line in enumerate(LINES, start=1) if line.startswith(f"class {name}("))
+
+
+def _errors(mod: ModuleResult) -> list[Diagnostic]:
+    return [d for d in mod.diagnostics if d.severity == "error"]
+
+
+CASES = [
+    # class, code, exact source of the blamed span
+    ("ControlFlow", "FX101", "x.sum() > 0"),
+    ("FlagArgument", "FX101", "flag"),
+    ("Asserts", "FX101", "x.dim() == 2"),
+    ("UsesLen", "FX102", "len(x)"),
+    ("Iterates", "FX103", "[r for r in x]"),
+    ("IntSize", "FX104", "int(x.size(1) * 0.5)"),
+    ("RangeSize", "FX104", "range(x.size(0))"),
+    ("Factory", "FX105", "torch.zeros(x.size(0), x.size(1))"),
+    ("PlainTensorSlice", "FX106", "self.mask[:T, :T]"),
+    ("HasEncoder", "FX107", "self.enc(x)"),
+    ("Other", "FX199", "torch.no_such_function_fxls"),
+]
+
+
+@pytest.fixture(scope="module")
+def modules() -> dict[str, ModuleResult]:
+    classes = [ClassRequest(name, _class_line(name)) for name, _, _ in CASES]
+    classes.append(
+        ClassRequest(
+            "Checks",
+            _class_line("Checks"),
+            inputs=[InputSpec("x", dims=[DimSpec("B"), DimSpec(None, 4)])],
+        )
+    )
+    job = CaptureJob(path=str(FIXTURE), source=TEXT, classes=classes)
+    result = run_capture(job, lambda *_: None)
+    assert result.error is None
+    return {mod.name: mod for mod in result.modules}
+
+
+@pytest.mark.parametrize(("name", "code", "source"), CASES, ids=[c[0] for c in CASES])
+def test_failure_located_and_explained(
+    modules: dict[str, ModuleResult], name: str, code: str, source: str
+) -> None:
+    mod = modules[name]
+    if name == "HasEncoder":
+        # the failing submodule is kept as a leaf, the rest of the model still traces
+        assert mod.status == "partial" and mod.strategy == "fx+leaf" and mod.error is None
+        assert any(n.op == "call_module" and n.target == "enc" for n in mod.nodes)
+    elif name == "Iterates":
+        # the module-level helper that failed is recorded as one call (auto-wrapped)
+        assert mod.status == "partial" and mod.strategy == "fx+wrap" and mod.error is None
+        assert any(n.op == "call_function" and n.target.endswith("rows") for n in mod.nodes)
+    else:
+        assert mod.status == "failed" and mod.strategy == "none"
+        assert mod.error is not None and mod.error.phase == "trace"
+        assert mod.error.kind == "exception"
+    # worked-around failures (the module still has shapes) are warnings, the others errors
+    severity = "warning" if mod.status == "partial" and mod.outputs else "error"
+    errors = [d for d in mod.diagnostics if d.severity in ("error", "warning") and d.code == code]
+    assert [d.code for d in mod.diagnostics if d.severity == "error"] == (
+        [] if severity == "warning" else [code]
+    )
+    assert [d.severity for d in errors] == [severity]
+    (diag,) = errors
+    after = {"Iterates": "def rows", "FlagArgument": "if flag:"}.get(name, f"class {name}(")
+    assert diag.span == _span(source, after)
+    assert f"`{source}`" in diag.message or code in ("FX107", "FX199")
+    assert diag.fix
+    assert diag.code in ALL_MESSAGES
+
+
+def test_iteration_in_a_helper_relates_the_forward_call(modules: dict[str, ModuleResult]) -> None:
+    (diag,) = _errors(modules["Iterates"])
+    assert [r.span for r in diag.related] == [_span("rows(x)", "class Iterates(")]
+
+
+def test_flag_fix_names_the_argument(modules: dict[str, ModuleResult]) -> None:
+    (diag,) = _errors(modules["FlagArgument"])
+    assert diag.fix is not None and "# fxls: flag = True" in diag.fix
+
+
+def test_len_fix_names_the_value(modules: dict[str, ModuleResult]) -> None:
+    (diag,) = _errors(modules["UsesLen"])
+    assert diag.fix is not None and "x.size(0)" in diag.fix
+
+
+def test_torch_module_failure_names_the_module(modules: dict[str, ModuleResult]) -> None:
+    (diag,) = [d for d in modules["HasEncoder"].diagnostics if d.code == "FX107"]
+    assert "MyEncoder" in diag.message
+    assert diag.fix is not None and "leaf MyEncoder" in diag.fix
+
+
+def test_specialized_checks_warn(modules: dict[str, ModuleResult]) -> None:
+    mod = modules["Checks"]
+    assert mod.status == "traced"
+    warnings = [d for d in mod.diagnostics if d.code == "FX108"]
+    assert [w.span for w in warnings] == [
+        _span("isinstance(x, torch.Tensor)", "class Checks("),
+        _span("x is None", "class Checks("),
+    ]
+    assert all(w.severity == "warning" for w in warnings)
+    # the isinstance branch was not taken while tracing: fc is missing from the graph
+    assert not any(n.op == "call_module" for n in mod.nodes)
+
+
+def test_failure_in_one_class_keeps_the_others(modules: dict[str, ModuleResult]) -> None:
+    assert len(modules) == len(CASES) + 1
+    assert modules["Checks"].outputs[0].shape == ["B", 4]
+
+
+def test_failure_inside_a_traced_submodule_blames_its_line() -> None:
+    source = (
+        "import torch.nn as nn\n\n"
+        "class Inner(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        if x.mean() > 0:  # ünïcödé\n"
+        "            return x\n"
+        "        return x.relu()\n\n"
+        "class Outer(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.inner = Inner()\n\n"
+        "    def forward(self, x):\n"
+        "        ø = 1; return self.inner(x) * ø\n"
+    )
+    job = CaptureJob(path="/virtual/outer.py", source=source, classes=[ClassRequest("Outer", 9)])
+    (mod,) = run_capture(job, lambda *_: None).modules
+    (diag,) = [d for d in mod.diagnostics if d.severity == "error"]
+    assert diag.code == "FX101" and diag.data["leaf"] == "Inner"
+    assert mod.status == "partial" and mod.strategy == "fx+leaf"
+    assert [n.target for n in mod.nodes if n.op == "call_module"] == ["inner"]
+    assert diag.span == Span(5, 11, 5, 23)
+    call = source.splitlines()[14]
+    col = call.index("self.inner(x)")
+    assert diag.related[0].span == Span(15, col, 15, col + len("self.inner(x)"))
+
+
+def test_torch_module_subclass_as_root_blames_the_class() -> None:
+    line = _class_line("MyEncoder")
+    request = ClassRequest(
+        "MyEncoder", line, init="16, 2, dim_feedforward=32, batch_first=True", init_line=line
+    )
+    job = CaptureJob(path=str(FIXTURE), source=TEXT, classes=[request])
+    (mod,) = run_capture(job, lambda *_: None).modules
+    assert mod.status == "failed" and mod.build == "meta"
+    (diag,) = [d for d in mod.diagnostics if d.severity == "error"]
+    assert diag.code == "FX107" and "MyEncoder" in diag.message
+    col = LINES[line - 1].index("MyEncoder")
+    assert diag.span == Span(line, col, line, col + len("MyEncoder"))
+
+
+def test_untraceable_root_falls_back_to_a_fake_run() -> None:
+    spec = InputSpec("x", dims=[DimSpec("B"), DimSpec("T", 6)])
+    classes = [
+        ClassRequest(name, _class_line(name), inputs=[spec])
+        for name in ("Asserts", "Factory", "ControlFlow")
+    ]
+    job = CaptureJob(path=str(FIXTURE), source=TEXT, classes=classes)
+    asserts, factory, control = run_capture(job, lambda *_: None).modules
+    for mod, code in ((asserts, "FX101"), (factory, "FX105")):
+        # the failure is still reported; shapes come from running forward on fake tensors
+        assert [d.code for d in mod.diagnostics if d.severity == "warning"] == [code]
+        assert not [d for d in mod.diagnostics if d.severity == "error"]
+        assert mod.status == "partial" and mod.strategy == "fake-run" and mod.error is None
+        assert mod.inputs[0].shape == ["B", "T"]
+        assert mod.outputs[0].shape == ["B", "T"]
+    # the fake run records the operations with their spans and shapes
+    (zeros,) = [n for n in factory.nodes if n.target == "torch.zeros"]
+    assert zeros.span == _span("torch.zeros(x.size(0), x.size(1))", "class Factory(")
+    assert zeros.outputs[0].shape == ["B", "T"]
+    # a branch on tensor values cannot run on fake tensors either: what ran before it is kept
+    assert control.status == "failed" and control.strategy == "fake-run"
+    assert control.error is not None
+    assert control.outputs == []
+    (total,) = [n for n in control.nodes if n.target == "sum"]
+    assert total.span == _span("x.sum()", "class ControlFlow(")
+    assert [d.code for d in _errors(control)] == ["FX101"]

@@ -1,0 +1,672 @@
+"""Shape and dtype propagation (fxls.worker.capture.shapes) against eager execution on real tensors."""
+
+from __future__ import annotations
+
+import math
+import resource
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.fx
+import torch.nn.functional as F
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
+
+from fxls.protocol.model import Value
+from fxls.worker.capture.shapes import ExampleInput, Propagation, propagate, warm_up
+
+# --- models ----------------------------------------------------------------------------
+
+
+class SmallCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.pool = nn.MaxPool2d(2)
+        self.conv2 = nn.Conv2d(8, 16, 3, stride=2)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(F.relu(self.bn1(self.conv1(x))))
+        x = F.relu(self.conv2(x))
+        x = F.adaptive_avg_pool2d(x, 1)
+        return self.fc(torch.flatten(x, 1))
+
+
+class ResBlock(nn.Module):
+    def __init__(self, cin: int = 8, cout: int = 16, stride: int = 2) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.down(x))
+
+
+class CausalSelfAttention(nn.Module):
+    bias: torch.Tensor
+
+    def __init__(self, d: int = 768, heads: int = 12, block: int = 64) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        mask = torch.tril(torch.ones(block, block)).view(1, 1, block, block)
+        self.register_buffer("bias", mask)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.size()
+        q, k, v = self.qkv(self.ln(x)).split(C, dim=2)
+        q = q.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        k = k.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        v = v.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return x + self.proj(y)
+
+
+class Recurrent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(16, 32, num_layers=2, batch_first=True)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        out, (h, c) = self.lstm(x)
+        return self.head(out), (h, c)
+
+
+class TokenModel(nn.Module):
+    def __init__(self, vocab: int = 100, d: int = 32) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(64, d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(0, idx.size(1), dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        return self.head(x).half()
+
+
+class Derived(nn.Module):
+    """Sizes derived from named dimensions."""
+
+    def forward(self, x: torch.Tensor) -> Any:
+        shifted = x[:, 1:]
+        flat = x.reshape(-1, x.size(-1))
+        doubled = torch.cat([x, x], dim=1)
+        half = x[:, : x.size(1) // 2]
+        return shifted, flat, doubled, half, x.size(1) - 1, x.shape, x.dtype, x.device, None
+
+
+class Stack(nn.Module):
+    """Repeated layers (outputs are reused across identical ones) with different configs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.Sequential(*[CausalSelfAttention(64, 4, 16) for _ in range(3)])
+        self.up = nn.Linear(64, 96)
+        self.mid = nn.Linear(96, 96)
+        self.down = nn.Linear(96, 64, bias=False)
+        self.norms = nn.ModuleList([nn.LayerNorm(64), nn.LayerNorm(64, elementwise_affine=False)])
+
+    def forward(self, x: torch.Tensor) -> Any:
+        x = self.blocks(x)
+        h = self.mid(self.mid(self.up(x)))
+        y = self.down(h)
+        return self.norms[0](y), self.norms[1](y).half(), self.down(h.float()).transpose(1, 2)
+
+
+class InPlace(nn.Module):
+    """Changes a tensor's shape in place: identical later calls must not reuse results."""
+
+    def forward(self, x: torch.Tensor) -> Any:
+        a = x.clone()
+        a.unsqueeze_(0)
+        b = x.clone()
+        return a, b, b + 1
+
+
+def trace(module: nn.Module) -> torch.fx.GraphModule:
+    """Plain FX tracing; buffers become proxies so `self.bias[:, :, :T, :T]` traces."""
+    tracer = torch.fx.Tracer()
+    tracer.proxy_buffer_attributes = True
+    return torch.fx.GraphModule(module, tracer.trace(module))
+
+
+def build(factory: Callable[[], nn.Module], device: str) -> nn.Module:
+    torch.manual_seed(0)
+    with torch.device(device):
+        return factory()
+
+
+def tensor(
+    name: str, *dims: tuple[str | None, int], dtype: torch.dtype = torch.float32
+) -> ExampleInput:
+    return ExampleInput(name=name, kind="tensor", dims=list(dims), dtype=dtype)
+
+
+class Recorder(torch.fx.Interpreter):
+    """Runs the graph on real tensors and records every node's tensor shapes and dtypes
+    when the node runs (later in-place ops may change the objects)."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        super().__init__(gm, garbage_collect_values=False)
+        self.outputs: dict[str, list[tuple[list[int], torch.dtype]]] = {}
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        result = super().run_node(n)
+        self.outputs[n.name] = [(list(t.shape), t.dtype) for t in flat_tensors(result)]
+        return result
+
+
+def flat_tensors(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)) and not isinstance(obj, torch.Size):
+        return [t for item in obj for t in flat_tensors(item)]
+    return []
+
+
+def evaluate(dim: int | str, sizes: dict[str, int]) -> int:
+    """A propagated dimension (``"B*T"``, ``"T - 1"``) evaluated at the example sizes."""
+    if isinstance(dim, int):
+        return dim
+    return int(eval(dim, {"__builtins__": {}}, dict(sizes)))
+
+
+CASES: dict[str, tuple[Callable[[], nn.Module], list[ExampleInput]]] = {
+    "cnn": (SmallCNN, [tensor("x", ("B", 2), (None, 3), ("H", 32), ("W", 28))]),
+    "resblock": (ResBlock, [tensor("x", ("B", 2), (None, 8), ("H", 15), ("W", 12))]),
+    "attention": (
+        lambda: CausalSelfAttention(64, 4, 16),
+        [tensor("x", ("B", 2), ("T", 7), (None, 64))],
+    ),
+    "lstm": (Recurrent, [tensor("x", ("B", 3), ("T", 5), (None, 16))]),
+    "tokens": (TokenModel, [tensor("idx", ("B", 2), ("T", 9), dtype=torch.int64)]),
+    "derived": (Derived, [tensor("x", ("B", 2), ("T", 6), (None, 4))]),
+    "stack": (Stack, [tensor("x", ("B", 2), ("T", 5), (None, 64))]),
+    "inplace": (InPlace, [tensor("x", ("B", 3), (None, 4))]),
+}
+
+
+def eager_outputs(name: str) -> dict[str, list[tuple[list[int], torch.dtype]]]:
+    factory, inputs = CASES[name]
+    module = build(factory, "cpu").eval()
+    gm = trace(module)
+    args = []
+    for inp in inputs:
+        sizes = [s for _, s in inp.dims]
+        if inp.dtype == torch.int64:
+            args.append(torch.randint(0, 10, sizes))
+        else:
+            args.append(torch.randn(sizes, dtype=inp.dtype))
+    recorder = Recorder(gm)
+    with torch.no_grad():
+        recorder.run(*args)
+    return recorder.outputs
+
+
+def check_against_eager(name: str, prop: Propagation) -> int:
+    """Every tensor output of every node equals eager execution (shape and dtype)."""
+    _, inputs = CASES[name]
+    sizes = {n: s for inp in inputs for n, s in inp.dims if n}
+    real = eager_outputs(name)
+    assert prop.error is None, prop.error
+    assert set(prop.values) == set(real)
+    compared = 0
+    for node, tensors in real.items():
+        propagated = [v for v in prop.values[node] if v.kind == "tensor"]
+        assert len(propagated) == len(tensors), node
+        for (real_shape, real_dtype), v in zip(tensors, propagated):
+            assert v.shape is not None
+            assert [evaluate(d, sizes) for d in v.shape] == real_shape, (node, v.shape)
+            assert v.dtype == str(real_dtype).removeprefix("torch."), node
+            compared += 1
+    return compared
+
+
+# --- shapes equal eager execution --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_static_shapes_match_eager(name: str) -> None:
+    factory, inputs = CASES[name]
+    gm = trace(build(factory, "meta"))
+    prop = propagate(gm, inputs, symbolic=False)
+    assert prop.mode == "meta"
+    assert all(isinstance(d, int) for vs in prop.values.values() for v in vs for d in v.shape or [])
+    assert check_against_eager(name, prop) >= 3
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_symbolic_shapes_match_eager(name: str) -> None:
+    factory, inputs = CASES[name]
+    gm = trace(build(factory, "meta"))
+    prop = propagate(gm, inputs)
+    assert prop.mode == "symbolic"
+    assert check_against_eager(name, prop) >= 3
+    assert prop.notes == []
+
+
+def test_cpu_built_module_uses_fake_tensors() -> None:
+    factory, inputs = CASES["attention"]
+    gm = trace(build(factory, "cpu"))
+    static = propagate(gm, inputs, symbolic=False)
+    assert static.mode == "fake"
+    assert isinstance(static.examples["qkv"], FakeTensor)
+    assert static.examples["qkv"].device.type == "cpu"
+    check_against_eager("attention", static)
+    symbolic = propagate(gm, inputs)
+    assert symbolic.mode == "symbolic"
+    assert symbolic.values["output"][0].shape == ["B", "T", 64]
+
+
+# --- symbolic names ---------------------------------------------------------------------
+
+
+def shape(prop: Propagation, node: str, index: int = 0) -> list[int | str] | None:
+    return prop.values[node][index].shape
+
+
+def test_gpt_attention_names() -> None:
+    gm = trace(build(lambda: CausalSelfAttention(768, 12, 1024), "meta"))
+    prop = propagate(gm, [tensor("x", ("B", 2), ("T", 128), (None, 768))])
+    assert prop.error is None
+    assert shape(prop, "x") == ["B", "T", 768]
+    assert shape(prop, "qkv") == ["B", "T", 2304]
+    assert shape(prop, "matmul") == ["B", 12, "T", "T"]
+    assert shape(prop, "softmax") == ["B", 12, "T", "T"]
+    assert shape(prop, "getitem_6") == [1, 1, "T", "T"]  # the causal mask sliced by T
+    assert shape(prop, "output") == ["B", "T", 768]
+    assert prop.values["getitem_2"] == [Value(kind="int", text="768")]  # C from x.size()
+    assert prop.values["getitem_1"] == [Value(kind="int", text="T")]
+
+
+def test_derived_expressions_print_readably() -> None:
+    gm = trace(Derived())
+    prop = propagate(gm, CASES["derived"][1])
+    out = prop.values["output"]
+    assert [v.shape for v in out[:4]] == [
+        ["B", "T - 1", 4],
+        ["B*T", 4],
+        ["B", "2*T", 4],
+        ["B", "T//2", 4],
+    ]
+    assert out[4] == Value(kind="int", text="T - 1")
+    assert out[5] == Value(kind="size", shape=["B", "T", 4], text="[B, T, 4]")
+    assert out[6] == Value(kind="dtype", text="torch.float32")
+    assert out[7].kind == "device"
+    assert out[8] == Value(kind="none", text="None")
+
+
+def test_strided_conv_expression() -> None:
+    gm = trace(build(SmallCNN, "meta"))
+    prop = propagate(gm, CASES["cnn"][1])
+    assert shape(prop, "pool") == ["B", 8, "H//2", "W//2"]
+    assert shape(prop, "conv2") == ["B", 16, "(H//2 - 3)//2 + 1", "(W//2 - 3)//2 + 1"]
+    assert shape(prop, "fc") == ["B", 10]
+
+
+def test_same_size_for_two_names_keeps_both_until_an_op_equates_them() -> None:
+    gm = trace(Derived())
+    prop = propagate(gm, [tensor("x", ("B", 4), ("T", 4), (None, 3))])
+    assert shape(prop, "x") == ["B", "T", 3]
+    assert prop.values["output"][1].shape == ["B*T", 3]
+
+    class Square(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + x.transpose(0, 1)
+
+    prop = propagate(trace(Square()), [tensor("x", ("B", 4), ("T", 4))])
+    assert shape(prop, "transpose") == ["T", "B"]
+    assert shape(prop, "add") == ["B", "B"]  # the first name, consistently
+    assert prop.notes == ["`add` requires T == B: shapes after it use B"]
+
+
+def test_same_name_on_two_inputs_is_one_symbol() -> None:
+    class Pair(nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> Any:
+            return torch.cat([a, b], dim=0), a + b, a.size(0) - b.size(0)
+
+    prop = propagate(
+        trace(Pair()), [tensor("a", ("N", 3), (None, 2)), tensor("b", ("N", 3), (None, 2))]
+    )
+    assert shape(prop, "cat") == ["2*N", 2]
+    assert shape(prop, "add") == ["N", 2]
+    assert prop.values["sub"] == [Value(kind="int", text="0")]
+    assert prop.notes == []
+
+
+def test_symbolic_false_and_unnamed_dims_are_static() -> None:
+    gm = trace(build(TokenModel, "meta"))
+    named = CASES["tokens"][1]
+    assert propagate(gm, named, symbolic=False).values["head"][0].shape == [2, 9, 100]
+    unnamed = [tensor("idx", (None, 2), (None, 9), dtype=torch.int64)]
+    prop = propagate(gm, unnamed)
+    assert prop.mode == "meta"
+    assert shape(prop, "head") == [2, 9, 100]
+
+
+def test_specialization_is_noted() -> None:
+    class Fixed(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.view(2, -1)
+
+    prop = propagate(trace(Fixed()), [tensor("x", ("B", 2), ("T", 5))])
+    assert prop.error is None
+    assert shape(prop, "view") == [2, "T"]
+    assert len(prop.notes) == 1 and "B = 2" in prop.notes[0] and "`view`" in prop.notes[0]
+
+
+def test_symbolic_limitation_falls_back_to_example_sizes() -> None:
+    class MaskedPool(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = nn.MultiheadAttention(8, 2)
+
+        def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            seq = x.flatten(2).permute(2, 0, 1)
+            return self.attn(seq, seq, seq, key_padding_mask=mask.flatten(1))[0]
+
+    gm = trace(build(MaskedPool, "meta").eval())
+    inputs = [
+        tensor("x", ("B", 2), (None, 8), ("H", 3), ("W", 5)),
+        tensor("mask", ("B", 2), ("H", 3), ("W", 5), dtype=torch.bool),
+    ]
+    prop = propagate(gm, inputs)
+    # torch's fake kernel for masked attention needs concrete sizes
+    assert prop.error is None and prop.mode == "meta"
+    assert shape(prop, "output") == [15, 2, 8]
+    assert "`attn` does not support symbolic sizes" in prop.notes[0]
+
+
+def test_lstm_state_fixes_only_the_batch() -> None:
+    class WithState(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.LSTM(16, 32, num_layers=2)
+
+        def forward(self, x: torch.Tensor, hidden: Any) -> Any:
+            return self.rnn(x, hidden)
+
+    state = (torch.zeros(2, 3, 32), torch.zeros(2, 3, 32))
+    gm = trace(build(WithState, "meta"))
+    inputs = [
+        tensor("x", ("T", 5), ("B", 3), (None, 16)),
+        ExampleInput("hidden", "value", value=state),
+    ]
+    prop = propagate(gm, inputs)
+    assert prop.error is None
+    assert [v.shape for v in prop.values["rnn"]] == [["T", 3, 32], [2, 3, 32], [2, 3, 32]]
+    assert prop.notes == [
+        "`rnn` only works for B = 3: shapes after it use that size instead of the name"
+    ]
+    bad = [inputs[0], ExampleInput("hidden", "value", value=(state[0][:, :2], state[1][:, :2]))]
+    wrong = propagate(gm, bad)
+    assert wrong.error is not None and wrong.error.node == "rnn"
+
+
+# --- dtypes and values -------------------------------------------------------------------
+
+
+def test_dtypes_propagate() -> None:
+    gm = trace(build(TokenModel, "meta"))
+    prop = propagate(gm, CASES["tokens"][1])
+    assert prop.values["idx"][0].dtype == "int64"
+    assert prop.values["arange"][0] == Value(kind="tensor", shape=["T"], dtype="int64")
+    assert prop.values["wte"][0] == Value(kind="tensor", shape=["B", "T", 32], dtype="float32")
+    assert prop.values["half"][0].dtype == "float16"
+
+
+def test_get_attr_and_tuples() -> None:
+    gm = trace(build(Recurrent, "meta"))
+    prop = propagate(gm, CASES["lstm"][1])
+    assert [v.shape for v in prop.values["lstm"]] == [["B", "T", 32], [2, "B", 32], [2, "B", 32]]
+    assert [v.shape for v in prop.values["output"]] == [["B", "T", 4], [2, "B", 32], [2, "B", 32]]
+    attention = trace(build(lambda: CausalSelfAttention(64, 4, 16), "meta"))
+    prop = propagate(attention, CASES["attention"][1])
+    assert prop.values["bias"] == [Value(kind="tensor", shape=[1, 1, 16, 16], dtype="float32")]
+
+
+def test_tensor_constants_from_tracing_follow_the_module() -> None:
+    class Constant(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(2, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x + torch.tensor([1.0, 2.0]))  # a real CPU tensor in the graph
+
+    gm = trace(build(Constant, "meta"))
+    assert any(n.op == "get_attr" for n in gm.graph.nodes)
+    for symbolic in (True, False):
+        prop = propagate(gm, [tensor("x", ("B", 3), (None, 2))], symbolic)
+        assert prop.error is None
+        assert shape(prop, "output") == (["B", 4] if symbolic else [3, 4])
+
+
+def test_value_inputs_with_real_tensors_become_data_free() -> None:
+    class WithPast(nn.Module):
+        def forward(self, x: torch.Tensor, past: Any, flag: Any = None) -> torch.Tensor:
+            return torch.cat([past[0], x], dim=1)
+
+    past = (torch.zeros(2, 3, 16), torch.zeros(2, 3, 16))
+    gm = trace(WithPast())
+    for symbolic in (True, False):
+        prop = propagate(
+            gm,
+            [
+                tensor("x", ("B", 2), ("T", 5), (None, 16)),
+                ExampleInput("past", "value", value=past),
+            ],
+            symbolic=symbolic,
+        )
+        assert prop.error is None
+        examples = prop.examples["past"]
+        assert all(t is not p and t.device.type == "meta" for t, p in zip(examples, past))
+        assert prop.values["flag"] == [Value(kind="none", text="None")]  # the default
+        # cat with the static past fixes B to its example size 2, and says so
+        assert shape(prop, "cat") == ([2, "T + 3", 16] if symbolic else [2, 8, 16])
+        assert len(prop.notes) == symbolic and all("B = 2" in note for note in prop.notes)
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+class BadLinear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.fc1(x))
+        return self.fc2(h).sum()
+
+
+@pytest.mark.parametrize("symbolic", [True, False])
+def test_linear_error_names_node_and_in_features(
+    symbolic: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
+    gm = trace(build(BadLinear, "meta"))
+    prop = propagate(gm, [tensor("x", ("B", 4), (None, 16))], symbolic=symbolic)
+    assert prop.error is not None
+    assert prop.error.node == "fc2"
+    message = prop.error.message
+    assert "in_features=64" in message and "`relu`" in message and "32" in message
+    assert ("[B, 32]" if symbolic else "[4, 32]") in message
+    assert "reduction dim" in prop.error.original
+    assert isinstance(prop.error.exception, RuntimeError)
+    # values before the failing node are kept, none after it
+    assert shape(prop, "relu") == (["B", 32] if symbolic else [4, 32])
+    assert "fc2" not in prop.values and "sum_1" not in prop.values
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
+def test_matmul_error_is_readable() -> None:
+    class MatMul(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.empty(64, 10))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.mm(x, self.w)
+
+    prop = propagate(trace(build(MatMul, "meta")), [tensor("x", (None, 4), (None, 32))])
+    assert prop.error is not None and prop.error.node == "mm"
+    assert prop.error.message.startswith(
+        "mat1 is [4, 32] but mat2 is [64, 10]: inner dimensions 32 and 64 differ"
+    )
+
+
+def test_conv_and_embedding_errors_name_the_module() -> None:
+    gm = trace(build(SmallCNN, "meta"))
+    prop = propagate(gm, [tensor("x", ("B", 2), (None, 4), (None, 32), (None, 32))])
+    assert prop.error is not None and prop.error.node == "conv1"
+    assert "in_channels=3" in prop.error.message and "4 channels" in prop.error.message
+
+    gm = trace(build(TokenModel, "meta"))
+    prop = propagate(gm, [tensor("idx", (None, 2), (None, 9), dtype=torch.float32)])
+    assert prop.error is not None and prop.error.node == "wte"
+    assert "integer indices" in prop.error.message and "float32" in prop.error.message
+
+
+def test_layernorm_and_broadcast_errors() -> None:
+    gm = trace(build(lambda: CausalSelfAttention(64, 4, 16), "meta"))
+    prop = propagate(gm, [tensor("x", ("B", 2), ("T", 7), (None, 32))])
+    assert prop.error is not None and prop.error.node == "ln"
+    assert "LayerNorm([64])" in prop.error.message and "[B, T, 32]" in prop.error.message
+
+    class Broadcast(nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return a + b
+
+    prop = propagate(
+        trace(Broadcast()), [tensor("a", ("B", 2), (None, 5)), tensor("b", ("B", 2), (None, 6))]
+    )
+    assert prop.error is not None and prop.error.node == "add"
+    assert "(5)" in prop.error.message and "(6)" in prop.error.message
+    assert "[B, 5]" in prop.error.message  # the inputs, in the user's names
+
+
+class HalfInput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.fc(x.half()))
+
+
+@pytest.mark.parametrize("symbolic", [True, False])
+def test_dtype_mismatch_is_an_error_as_in_eager(symbolic: bool) -> None:
+    with pytest.raises(RuntimeError):
+        build(HalfInput, "cpu")(torch.randn(2, 8))
+    prop = propagate(trace(build(HalfInput, "meta")), [tensor("x", ("B", 2), (None, 8))], symbolic)
+    assert prop.error is not None and prop.error.node == "fc"
+    assert "float32 weights" in prop.error.message and "float16" in prop.error.message
+
+
+def test_training_batch_norm_keeps_its_batch_size_check() -> None:
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = nn.BatchNorm1d(8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.bn(x)
+
+    gm = trace(build(Head, "meta"))
+    prop = propagate(gm, [tensor("x", (None, 1), (None, 8))])
+    assert prop.error is not None and prop.error.node == "bn"
+    assert "more than 1 value per channel" in prop.error.message
+    gm.eval()
+    assert propagate(gm, [tensor("x", (None, 1), (None, 8))]).error is None
+
+
+def test_data_dependent_ops() -> None:
+    class NonZero(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[x.nonzero()[:, 0]]
+
+    gm = trace(NonZero())
+    static = propagate(gm, [tensor("x", (None, 4), (None, 3))])
+    assert static.error is not None and static.error.node == "nonzero"
+    assert "depends on tensor values" in static.error.message
+    symbolic = propagate(gm, [tensor("x", ("N", 4), (None, 3))])
+    assert symbolic.error is None
+    assert shape(symbolic, "nonzero") == ["?", 2]
+
+    class Item(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.new_zeros(x.sum().item())  # type: ignore[arg-type]
+
+    static = propagate(trace(Item()), [tensor("x", (None, 4))])
+    assert static.error is not None and static.error.node == "item"
+    assert "reads a tensor's values" in static.error.message
+    symbolic = propagate(trace(Item()), [tensor("x", ("N", 4))])
+    assert symbolic.error is not None and symbolic.error.node in {"item", "new_zeros"}
+    assert "`item`, a value read from a tensor's data" in symbolic.error.message
+
+
+def test_missing_input_is_an_error_on_its_placeholder() -> None:
+    prop = propagate(trace(Derived()), [])
+    assert prop.error is not None and prop.error.node == "x"
+    assert "`x`" in prop.error.message
+
+
+def test_warm_up_runs() -> None:
+    warm_up()
+
+
+# --- memory and speed --------------------------------------------------------------------
+
+
+def test_large_model_uses_no_real_memory() -> None:
+    width, batch = 4096, 8192
+
+    class MLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.Sequential(*[nn.Linear(width, width) for _ in range(8)])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layers(x).relu()
+
+    gm = trace(build(MLP, "meta"))  # 134 M parameters: 537 MB if real
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for symbolic in (False, True):
+        # activations of 8192 x 4096 fp32 would be 134 MB each
+        prop = propagate(gm, [tensor("x", ("B", batch), (None, width))], symbolic=symbolic)
+        assert prop.error is None
+        assert prop.values["output"][0].shape == ["B" if symbolic else batch, width]
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 100
+
+
+@pytest.mark.slow
+def test_speed_of_static_propagation() -> None:
+    gm = trace(build(lambda: nn.Sequential(*[ResBlock(16, 16, 1) for _ in range(16)]), "meta"))
+    inputs = [tensor("input", (None, 1), (None, 16), (None, 112), (None, 112))]
+    propagate(gm, inputs)
+    start = time.perf_counter()
+    prop = propagate(gm, inputs)
+    elapsed = time.perf_counter() - start
+    assert prop.error is None
+    assert elapsed < 1.0  # ~0.05 s on an idle machine

@@ -262,7 +262,7 @@ class Progress:
         elapsed = self.clock() - self.start
         text = render.progress_text(self.done, self.total, self.current, elapsed)
         try:
-            width = os.get_terminal_size(self.stream.fileno()).columns
+            width = os.get_terminal_size(self.stream.fileno()).columns or 80
         except (AttributeError, OSError, ValueError):
             width = 80
         return render.truncate(text, max(width - 1, 10))

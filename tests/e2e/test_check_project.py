@@ -89,7 +89,9 @@ def _project(root: Path, extra: dict[str, str] | None = None) -> Path:
     return root
 
 
-def _fxls(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _fxls(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     environ = {**os.environ, **(env or {})}
     environ["PYTHONPATH"] = str(ROOT) + os.pathsep + environ.get("PYTHONPATH", "")
     environ.pop("GITHUB_WORKSPACE", None)
@@ -132,7 +134,9 @@ def test_json_covers_the_project_files_only(json_run: subprocess.CompletedProces
     assert [d["code"] for d in wrong["diagnostics"]] == ["FX201"]
     # the summary goes to stderr in the machine formats
     summary = json_run.stderr.strip().splitlines()[-1]
-    assert summary.startswith("6 files (2 with module classes) · 2 classes: 1 traced, 1 partial, 0 failed")
+    assert summary.startswith(
+        "6 files (2 with module classes) · 2 classes: 1 traced, 1 partial, 0 failed"
+    )
     assert "2 errors, 0 warnings, 1 hint" in summary
 
 
@@ -143,7 +147,9 @@ def test_text_output_and_summary(project: Path) -> None:
     assert lines[-1].startswith("6 files (2 with module classes) · 2 classes: ")
     assert any(line.startswith("models/heads/wrong.py:11:16: error FX201 ") for line in lines)
     assert any(line.startswith("models/broken_syntax.py:2:") for line in lines)
-    assert not any("scratch_1" in line or "build" in line or "node_modules" in line for line in lines)
+    assert not any(
+        "scratch_1" in line or "build" in line or "node_modules" in line for line in lines
+    )
     assert "models/utils.py" not in proc.stdout  # no module classes: not reported, not captured
 
 
@@ -154,7 +160,9 @@ def test_github_annotations(project: Path) -> None:
     assert len(lines) == 3, lines
     assert lines[0].startswith("::error file=models/broken_syntax.py,line=2,")
     assert "title=FX404::" in lines[0]
-    assert lines[1].startswith("::notice file=models/good.py,line=11,") and "title=FX302::" in lines[1]
+    assert (
+        lines[1].startswith("::notice file=models/good.py,line=11,") and "title=FX302::" in lines[1]
+    )
     assert lines[2].startswith("::error file=models/heads/wrong.py,line=11,endLine=11,col=16,")
     assert "title=FX201::" in lines[2]
 

@@ -60,7 +60,9 @@ def resnet_html(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_html_collapses_repeated_bottlenecks(resnet_html: dict[str, Any]) -> None:
     data = resnet_html
     assert data["class"] == "ResNet" and data["total_nodes"] == 177
-    repeats = {c["path"]: (c["repeat"], c["last_path"]) for c in data["clusters"] if c["repeat"] > 1}
+    repeats = {
+        c["path"]: (c["repeat"], c["last_path"]) for c in data["clusters"] if c["repeat"] > 1
+    }
     # layerN.0 has the downsampling branch; the blocks after it are identical
     assert repeats == {
         "layer1.1": (2, "layer1.2"),
@@ -168,7 +170,12 @@ def test_gpt48_renders_quickly_with_blocks_collapsed(tmp_path: Path) -> None:
     script = tmp_path / "layout.js"
     script.write_text(LAYOUT_JS)
     proc = subprocess.run(
-        [node, str(script), str(ROOT / "fxls/graph/vendor/dagre.min.js"), str(tmp_path / "gpt48.html")],
+        [
+            node,
+            str(script),
+            str(ROOT / "fxls/graph/vendor/dagre.min.js"),
+            str(tmp_path / "gpt48.html"),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

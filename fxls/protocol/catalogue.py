@@ -39,11 +39,14 @@ class Message:
         self.related = related or []
         self.kwargs = kwargs
 
-    def diagnostic(self, data: dict[str, Any] | None = None) -> Diagnostic:
+    def diagnostic(
+        self, data: dict[str, Any] | None = None, *, severity: Severity | None = None
+    ) -> Diagnostic:
+        """The wire diagnostic; ``severity`` overrides the code's usual one."""
         fmt = _SafeDict(self.kwargs)
         return Diagnostic(
             code=self.code,
-            severity=self.severity,
+            severity=severity or self.severity,
             message=self.template.format_map(fmt),
             span=self.span,
             fix=self.fix.format_map(fmt) if self.fix else None,
@@ -249,6 +252,17 @@ class FX405(Message):
     title = "Inputs assumed"
     template = "input {arg} assumed to be {shape} (from {reason})"
     fix = "Declare the input with `# fxls: {arg} = (...)` to choose the shape yourself."
+
+
+class FX408(Message):
+    code = "FX408"
+    severity = "information"
+    title = "Built with assumed arguments"
+    template = "`{cls}` was built with values fxls chose: {assumed}"
+    fix = (
+        "Shapes below follow from these values. To use the real ones, write "
+        "`# fxls: init({pin})` above the class with your values."
+    )
 
 
 class FX406(Message):

@@ -254,6 +254,26 @@ class ErrorInfo:
     traceback: str = ""
 
 
+ConstructionSource = Literal[
+    "directive", "defaults", "config", "factory", "call site", "parent", "assumed"
+]
+
+
+@dataclass
+class Construction:
+    """Where a captured instance came from, in words a hover can show."""
+
+    source: ConstructionSource
+    text: str
+    """``GPT(GPTConfig())``, ``resnet18()``, ``GPT.transformer.h[0]``."""
+    assumed: dict[str, str] = field(default_factory=dict)
+    """Values fxls chose itself, by parameter or field name (shown, never silent)."""
+    pin: str | None = None
+    """Arguments for ``# fxls: init(...)`` that reproduce this build, when expressible."""
+    inputs_from: str | None = None
+    """For ``parent``: whose ``forward`` the inputs were recorded in (``GPT``)."""
+
+
 @dataclass
 class ModuleResult:
     name: str
@@ -264,6 +284,8 @@ class ModuleResult:
     ``fx+wrap``, ``fx+concrete``, ``fx+leaf+wrap``...), ``fake-run``, or ``none``."""
     build: str | None = None
     """``meta`` or ``cpu`` (when ``__init__`` needed real values)."""
+    constructed: Construction | None = None
+    """How the instance was obtained (None when it was not built)."""
     params: int | None = None
     buffers: int | None = None
     inputs: list[Value] = field(default_factory=list)

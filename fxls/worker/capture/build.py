@@ -1,75 +1,138 @@
-"""Building a module class: on the meta device first, on the CPU when ``__init__`` needs real
-values (FX406), with FX401 at the constructor call or the class when it cannot be built."""
+"""Building a module class: the directive's arguments, or recipes from ``construct``.
+
+Each build is tried on the meta device first (no real memory) and again on the CPU when
+``__init__`` needs real values (FX406). ``candidates`` yields every instance that builds, best
+recipe first, so the capture can move on to the next one when an assumed build does not run.
+When nothing builds, FX401 says why: an error for a directive's arguments (the user asked for
+them), information otherwise (fxls only tried).
+"""
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from fxls.protocol import catalogue as m
-from fxls.protocol.model import ClassRequest, Diagnostic, ModuleResult, Related, Span
+from fxls.protocol.model import (
+    ClassRequest,
+    Construction,
+    Diagnostic,
+    ModuleResult,
+    Related,
+    Span,
+)
+from fxls.worker.capture import construct
 from fxls.worker.capture.document import Document
 from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
 
+_META_HINTS = ("meta", "item()", "is not implemented for", "NotImplementedError", "data_ptr")
 
-def build(
+
+@dataclass
+class Built:
+    module: nn.Module
+    device: str
+    """``meta`` or ``cpu``."""
+    construction: Construction
+    meta_error: BaseException | None = None
+    """Why the meta build failed when the CPU build was used."""
+
+
+def candidates(
     doc: Document, req: ClassRequest, cls: type, mod: ModuleResult, class_span: Span
-) -> nn.Module | None:
-    """Build ``cls`` as ``req`` says; records ``mod.build`` and diagnostics on the way."""
+) -> Iterator[Built]:
+    """Instances of ``cls`` as ``req`` says, or by the recipes of ``construct`` (in order).
 
-    def construct() -> Any:
-        if req.init and req.init.strip():
-            return eval(f"_fxls_class({req.init})", doc.namespace, {"_fxls_class": cls})
-        return cls()
+    When none builds, ``mod`` gets FX401 and ``mod.error``.
+    """
+    if req.init and req.init.strip():
+        init = req.init
 
+        def from_directive() -> Any:
+            return eval(f"_fxls_class({init})", doc.namespace, {"_fxls_class": cls})
+
+        how = Construction("directive", f"{cls.__name__}({init})", pin=init)
+        built, error = _build(doc, from_directive, how)
+        if built is not None:
+            yield built
+        elif error is not None:
+            mod.error = error_info("init", error)
+            mod.diagnostics.append(_build_failed(doc, req, cls, error, class_span, "error"))
+        return
+
+    first_error: BaseException | None = None
+    tried = built_any = 0
+    for recipe in construct.recipes(doc, cls):
+        tried += 1
+        if tried > construct.MAX_RECIPES:
+            break
+        how = Construction(
+            recipe.source, recipe.text, assumed=dict(recipe.assumed), pin=recipe.init
+        )
+        built, error = _build(doc, recipe.make, how)
+        if built is not None:
+            built_any += 1
+            yield built
+            continue
+        if isinstance(error, SystemExit):
+            mod.error = error_info("init", error)
+            mod.diagnostics.append(_build_failed(doc, req, cls, error, class_span, "information"))
+            return
+        first_error = first_error or error
+    if built_any:
+        return
+    if first_error is not None:
+        mod.error = error_info("init", first_error)
+        mod.diagnostics.append(_build_failed(doc, req, cls, first_error, class_span, "information"))
+    elif tried == 0:
+        error = TypeError("fxls found no way to call its constructor")
+        mod.diagnostics.append(_build_failed(doc, req, cls, error, class_span, "information"))
+
+
+def _build(
+    doc: Document, make: Callable[[], Any], how: Construction
+) -> tuple[Built | None, BaseException | None]:
     meta_error: BaseException | None = None
     if doc.job.meta_init:
         try:
             with torch.device("meta"):
-                module = construct()
-            mod.build = "meta"
-            return _checked(module, req, mod, class_span)
+                module = make()
+            if isinstance(module, nn.Module):
+                return Built(module.eval(), "meta", how), None
+            return None, TypeError(f"the constructor returned {type(module).__name__}")
+        except SystemExit as exc:
+            return None, exc
         except BaseException as exc:
             meta_error = exc
-            if isinstance(exc, SystemExit):
-                mod.error = error_info("init", exc)
-                mod.diagnostics.append(_build_failed(doc, req, cls, exc, class_span))
-                return None
+            if not _may_need_real_memory(exc) and how.source not in ("directive", "defaults"):
+                return None, exc
     try:
-        module = construct()
+        module = make()
     except BaseException as exc:
-        mod.error = error_info("init", exc)
-        mod.diagnostics.append(_build_failed(doc, req, cls, exc, class_span))
-        return None
-    mod.build = "cpu"
-    if meta_error is not None:
-        mod.diagnostics.append(
-            m.FX406(class_span, cls=req.name, error=one_line(meta_error)).diagnostic()
-        )
-    return _checked(module, req, mod, class_span)
-
-
-def _checked(
-    module: Any, req: ClassRequest, mod: ModuleResult, class_span: Span
-) -> nn.Module | None:
+        return None, exc
     if not isinstance(module, nn.Module):
-        mod.diagnostics.append(
-            m.FX401(
-                class_span,
-                cls=req.name,
-                error=f"the constructor returned {type(module).__name__}",
-                example="...",
-            ).diagnostic()
-        )
-        return None
-    return module.eval()
+        return None, TypeError(f"the constructor returned {type(module).__name__}")
+    return Built(module.eval(), "cpu", how, meta_error), None
+
+
+def _may_need_real_memory(exc: BaseException) -> bool:
+    """Whether a failed meta build might succeed on the CPU (values read in ``__init__``)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(hint in text for hint in _META_HINTS)
 
 
 def _build_failed(
-    doc: Document, req: ClassRequest, cls: type, exc: BaseException, class_span: Span
+    doc: Document,
+    req: ClassRequest,
+    cls: type,
+    exc: BaseException,
+    class_span: Span,
+    severity: str,
 ) -> Diagnostic:
     example = init_example(cls)
     span = class_span
@@ -79,8 +142,9 @@ def _build_failed(
     inner = user_span(exc, doc.path, doc.source)
     if inner is not None and inner != span:
         related.append(Related(inner, f"raised here: {one_line(exc)}"))
-    return m.FX401(span, related, cls=req.name, error=one_line(exc), example=example).diagnostic(
-        {"example": example}
+    message = m.FX401(span, related, cls=req.name, error=one_line(exc), example=example)
+    return message.diagnostic(
+        {"example": example}, severity="error" if severity == "error" else "information"
     )
 
 
@@ -96,3 +160,20 @@ def init_example(cls: type) -> str:
         if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     ]
     return ", ".join(required) or "..."
+
+
+def record(mod: ModuleResult, built: Built, class_span: Span) -> None:
+    """What a successful build tells: device, construction, FX406/FX408."""
+    mod.build = built.device
+    mod.constructed = built.construction
+    mod.error = None
+    if built.meta_error is not None:
+        mod.diagnostics.append(
+            m.FX406(class_span, cls=mod.name, error=one_line(built.meta_error)).diagnostic()
+        )
+    how = built.construction
+    if how.assumed:
+        assumed = ", ".join(f"{k}={v}" for k, v in how.assumed.items())
+        pin = how.pin if how.pin is not None else "..."
+        diag = m.FX408(class_span, cls=mod.name, assumed=assumed, pin=pin)
+        mod.diagnostics.append(diag.diagnostic({"assumed": dict(how.assumed), "init": how.pin}))

@@ -23,6 +23,7 @@ from torch import nn
 from fxls.protocol import catalogue as m
 from fxls.protocol.model import ClassRequest, Diagnostic, ModuleResult, Phase, Related, Span, Value
 from fxls.worker.capture import (
+    build,
     failures,
     fakerun,
     graphcheck,
@@ -30,7 +31,6 @@ from fxls.worker.capture import (
     shapes,
     strategies,
 )
-from fxls.worker.capture.build import build
 from fxls.worker.capture.document import Document
 from fxls.worker.capture.nodes import node_info, output_values
 from fxls.worker.capture.reporting import class_span, dedupe, error_info, line_span, one_line
@@ -121,8 +121,53 @@ def _example(planned: inputs.PlannedInput, name: str) -> shapes.ExampleInput:
     return shapes.ExampleInput(name=name, kind=p.kind, dims=p.dims, dtype=p.dtype, value=p.value)
 
 
+MAX_ASSUMED_BUILDS = 3
+"""Builds with assumed arguments tried before fxls keeps the first one's result."""
+
+
+def capture_class(doc: Document, req: ClassRequest, report_phase: PhaseReporter) -> ModuleResult:
+    """Build ``req``'s class and capture it; builds with assumed arguments that do not run
+    through ``forward`` give way to the next candidate."""
+    failed = ModuleResult(name=req.name, line=req.line, status="failed")
+    cls = doc.namespace.get(req.name)
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        failed.status = "skipped"
+        what = "not defined" if cls is None else "not an nn.Module subclass"
+        failed.notes.append(f"`{req.name}` is {what} when the file runs")
+        return failed
+    span = class_span(doc.source, req.line, req.name)
+    report_phase("init", req.name)
+    started = time.perf_counter()
+    first: ModuleResult | None = None
+    assumed_tries = 0
+    for built in build.candidates(doc, req, cls, failed, span):
+        mod = ModuleResult(name=req.name, line=req.line, status="failed")
+        mod.timings["build"] = time.perf_counter() - started
+        build.record(mod, built, span)
+        ClassCapture(doc, req, mod).run(built.module, report_phase)
+        if built.construction.source != "assumed" or _runs(mod):
+            return mod
+        first = first or mod
+        assumed_tries += 1  # noqa: SIM113 - counts assumed builds only
+        if assumed_tries >= MAX_ASSUMED_BUILDS:
+            break
+        report_phase("init", req.name)
+        started = time.perf_counter()
+    if first is not None:
+        return first
+    failed.timings["build"] = time.perf_counter() - started
+    return failed
+
+
+def _runs(mod: ModuleResult) -> bool:
+    """Whether a capture went all the way through ``forward`` with shapes."""
+    if not mod.outputs or mod.status == "failed":
+        return False
+    return not any(d.code in ("FX201", "FX202") for d in mod.diagnostics)
+
+
 class ClassCapture:
-    """One class of the document, captured step by step into ``self.mod``."""
+    """One built class of the document, captured step by step into ``self.mod``."""
 
     def __init__(self, doc: Document, req: ClassRequest, mod: ModuleResult) -> None:
         self.doc = doc
@@ -147,21 +192,10 @@ class ClassCapture:
 
     # -- the steps -------------------------------------------------------------------------
 
-    def run(self, report_phase: PhaseReporter) -> None:
+    def run(self, module: nn.Module, report_phase: PhaseReporter) -> None:
+        """Every step after the build: inputs, trace, shapes, checks, records."""
         doc, req, mod = self.doc, self.req, self.mod
-        cls = doc.namespace.get(req.name)
-        if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-            mod.status = "skipped"
-            what = "not defined" if cls is None else "not an nn.Module subclass"
-            self.note(f"`{req.name}` is {what} when the file runs")
-            return
-
-        report_phase("init", req.name)
-        started = time.perf_counter()
-        module = self.module = build(doc, req, cls, mod, self.span)
-        self.timed("build", started)
-        if module is None:
-            return
+        self.module = module
         mod.params = sum(p.numel() for p in module.parameters())
         mod.buffers = sum(b.numel() for b in module.buffers())
         plan = self.plan = self._plan_inputs(module)

@@ -21,7 +21,7 @@ import torch
 from fxls.protocol import catalogue as m
 from fxls.protocol.model import CaptureJob, CaptureResult, Diagnostic, ModuleResult, Span
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture.classcapture import ClassCapture, PhaseReporter
+from fxls.worker.capture.classcapture import PhaseReporter, capture_class
 from fxls.worker.capture.document import execute, prepare
 from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
 
@@ -56,12 +56,11 @@ def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
                 )
             )
             continue
-        mod = ModuleResult(name=req.name, line=req.line, status="failed")
         try:
-            ClassCapture(doc, req, mod).run(report_phase)
+            mod = capture_class(doc, req, report_phase)
         except BaseException as exc:
-            mod.status = "failed"
-            mod.error = mod.error or error_info("trace", exc)
+            mod = ModuleResult(name=req.name, line=req.line, status="failed")
+            mod.error = error_info("trace", exc)
         _soften_worked_around(mod)
         result.modules.append(mod)
     return result

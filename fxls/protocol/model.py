@@ -218,6 +218,9 @@ class NodeInfo:
     module_path: str | None = None
     """Qualified name of the module instance the node belongs to (from nn_module_stack)."""
     users: int = 0
+    inputs: list[str] = field(default_factory=list)
+    """Names of the nodes whose outputs this node reads, in order, each once (the graph's
+    data-flow edges; ``args[].node`` names only arguments that are exactly one node)."""
 
 
 @dataclass

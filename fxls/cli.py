@@ -1,8 +1,10 @@
-"""Command line: ``fxls check`` (the engine without an editor), ``fxls serve``, ``--version``.
+"""Command line: ``fxls check`` (the engine without an editor), ``fxls graph``, ``fxls serve``.
 
-``fxls check`` prints results to stdout (text, or JSON version 1 with ``--json``; see
-docs/cli.md) and everything else to stderr. Exit codes: 0 no error diagnostics, 1 error
-diagnostics, 2 usage error or unreadable file, 3 the worker could not run.
+Argument parsing and wiring only: discovery, configuration and running live in
+``fxls.check``, the output formats in ``fxls.report``, graphs in ``fxls.graph``.
+``fxls check`` prints results to stdout (text, JSON version 1, GitHub workflow commands or
+SARIF; see docs/cli.md) and everything else to stderr. Exit codes: 0 no error diagnostics,
+1 error diagnostics, 2 usage error or unreadable file, 3 the worker could not run.
 """
 
 from __future__ import annotations
@@ -10,16 +12,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from fxls import __version__, render
-from fxls.engine import FileAnalysis
-from fxls.protocol.model import Diagnostic, InputSpec, Value
-
-JSON_VERSION = 1
+from fxls import __version__
+from fxls.check.run import UsageError
+from fxls.report import FORMATS
 
 EXIT_OK = 0
 EXIT_ERRORS = 1
@@ -27,8 +28,22 @@ EXIT_USAGE = 2
 EXIT_WORKER = 3
 
 
-class UsageError(Exception):
-    """Bad command line (exit code 2)."""
+def _add_capture_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--input",
+        dest="inputs",
+        action="append",
+        default=[],
+        metavar="NAME=SHAPE",
+        help="input of forward, e.g. 'x=(B, 3, 224, 224)' or 'tokens=(B=2, T) int64' "
+        "(repeatable; overrides directives)",
+    )
+    p.add_argument("--init", metavar="ARGS", help="constructor arguments, e.g. 'n_layer=2'")
+    p.add_argument(
+        "--timeout", type=float, metavar="S", help="seconds per capture job (default 10)"
+    )
+    p.add_argument("--python", metavar="PATH", help="interpreter that runs the worker")
+    p.add_argument("-v", "--verbose", action="store_true", help="log messages on stderr")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,10 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser(
         "check",
         help="capture the nn.Module classes of files and print shapes and diagnostics",
-        description="Capture every nn.Module class of each FILE in the sandboxed worker and "
-        "print its graph (one line per call), shapes and diagnostics.",
+        description="Capture every nn.Module class of each PATH (a file, a directory or a "
+        "glob) in the sandboxed worker and print its graph, shapes and diagnostics.",
     )
-    check.add_argument("files", nargs="+", metavar="FILE")
+    check.add_argument("files", nargs="+", metavar="PATH")
     check.add_argument(
         "--class",
         dest="classes",
@@ -53,22 +68,55 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="only this class (repeatable)",
     )
-    check.add_argument("--json", action="store_true", help="print JSON (schema version 1)")
     check.add_argument(
-        "--input",
-        dest="inputs",
+        "--output-format",
+        choices=FORMATS,
+        help="text (default), json (schema version 1), github (workflow commands), sarif",
+    )
+    check.add_argument("--json", action="store_true", help="the same as --output-format json")
+    check.add_argument(
+        "--select",
         action="append",
-        default=[],
-        metavar="NAME=SHAPE",
-        help="input of forward, e.g. 'x=(B, 3, 224, 224)' or 'tokens=(B=2, T) int64' "
-        "(repeatable; overrides directives)",
+        metavar="CODES",
+        help="report only these codes or prefixes, e.g. FX1,FX201 (repeatable)",
     )
-    check.add_argument("--init", metavar="ARGS", help="constructor arguments, e.g. 'n_layer=2'")
     check.add_argument(
-        "--timeout", type=float, metavar="S", help="seconds per capture job (default 10)"
+        "--ignore",
+        action="append",
+        metavar="CODES",
+        help="never report these codes or prefixes, e.g. FX302 (repeatable)",
     )
-    check.add_argument("--python", metavar="PATH", help="interpreter that runs the worker")
-    check.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    check.add_argument(
+        "--exclude",
+        action="append",
+        metavar="PATTERN",
+        help="skip paths matching this gitignore-style pattern (repeatable; replaces "
+        "[tool.fxls] exclude)",
+    )
+    check.add_argument(
+        "--exit-zero", action="store_true", help="exit 0 even when errors are reported"
+    )
+    check.add_argument(
+        "--jobs", type=int, default=2, metavar="N", help="files captured at once (default 2)"
+    )
+    _add_capture_options(check)
+
+    graph = sub.add_parser(
+        "graph",
+        help="draw the graph of a module class (SVG, HTML or Graphviz dot)",
+        description="Capture one nn.Module class and write its graph: nodes with op, target, "
+        "output shape and source line, data-flow edges, submodules as clusters, repeated "
+        "blocks collapsed (×N).",
+    )
+    graph.add_argument("target", metavar="FILE[:CLASS]")
+    graph.add_argument(
+        "-o", "--output", required=True, metavar="OUT", help="out.svg, out.html or out.dot"
+    )
+    graph.add_argument(
+        "--format", choices=("svg", "html", "dot"), help="default: from the output's extension"
+    )
+    graph.add_argument("--no-collapse", action="store_true", help="draw every repeated block")
+    _add_capture_options(graph)
 
     serve = sub.add_parser("serve", help="run the language server")
     mode = serve.add_mutually_exclusive_group()
@@ -81,9 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fxls`` script; returns the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command == "check":
+    if args.command in ("check", "graph"):
+        runner = check if args.command == "check" else graph
         try:
-            return asyncio.run(check(args))
+            return asyncio.run(runner(args))
         except UsageError as exc:
             print(f"fxls: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -108,305 +157,286 @@ def serve(tcp: str | None) -> int:
 
 
 # ---------------------------------------------------------------------------------------
-# fxls check
+# Shared by check and graph
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Plan:
-    """What to capture in one file."""
-
-    path: str
-    text: str
-    only: list[str] | None
-    inputs: dict[str, list[InputSpec]] = field(default_factory=dict)
-    init: dict[str, str] = field(default_factory=dict)
-    needs_worker: bool = True
-    found: list[str] = field(default_factory=list)
-    inputs_taken: set[str] = field(default_factory=set)
-    """Module classes of the file (to check ``--class`` names)."""
-    """False when there is nothing to capture (syntax error, no module classes)."""
+def _warn(message: str) -> None:
+    print(f"fxls: warning: {message}", file=sys.stderr)
 
 
-def _plan(path: str, text: str, args: argparse.Namespace, specs: list[InputSpec]) -> _Plan:
-    from fxls.analysis import parse
-
-    parsed = parse(text)
-    names = [c.name for c in parsed.classes]
-    only = list(args.classes) if args.classes else None
-    selected = [c for c in parsed.classes if only is None or c.name in only]
-    plan = _Plan(path, text, only, needs_worker=parsed.syntax_error is None and bool(selected))
-    plan.found = names
-    for spec in specs:
-        takers = []
-        for c in selected:
-            fwd = c.effective_forward
-            if fwd is None or fwd.accepts_any_keyword or spec.name in [p.name for p in fwd.params]:
-                takers.append(c.name)
-                plan.inputs.setdefault(c.name, []).append(spec)
-        if takers:
-            plan.inputs_taken.add(spec.name)
-    if args.init is not None:
-        if len(selected) > 1:
-            raise UsageError(f"{path}: --init needs --class NAME when a file has several classes")
-        for c in selected:
-            plan.init[c.name] = args.init
-    return plan
-
-
-async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """Run ``fxls check``; returns the exit code."""
+def _capture_settings(args: argparse.Namespace, paths: list[str]) -> tuple[Any, Any, Any]:
+    """(project config, EngineOptions, python) from [tool.fxls] and the command line."""
     from fxls.analysis import DirectiveError, parse_init, parse_input_spec
-    from fxls.engine import EngineOptions, analyze
+    from fxls.check.config import load_config
+    from fxls.engine import EngineOptions
     from fxls.protocol.model import Limits
 
-    out = out or sys.stdout
     try:
-        specs = [parse_input_spec(text) for text in args.inputs]
+        args.specs = [parse_input_spec(text) for text in args.inputs]
         if args.init is not None:
             args.init = parse_init(args.init)
     except DirectiveError as exc:
         raise UsageError(str(exc)) from exc
-    limits = Limits()
+    config = load_config(paths)
+    for warning in config.warnings:
+        _warn(warning)
+    settings = config.settings
+    limits = settings.limits.to_protocol()
     if args.timeout is not None:
         if args.timeout <= 0:
             raise UsageError("--timeout must be positive")
-        limits = Limits(timeout_s=args.timeout, cpu_s=max(args.timeout + 2, 1.0))
+        limits = Limits(
+            timeout_s=args.timeout,
+            cpu_s=max(args.timeout + 2, 1.0),
+            memory_mb=limits.memory_mb,
+            file_size_mb=limits.file_size_mb,
+        )
+    options = EngineOptions(
+        limits=limits,
+        isolation=settings.isolation.to_protocol(),
+        meta_init=settings.capture.meta_init,
+        symbolic=settings.capture.symbolic,
+    )
+    python = args.python or settings.python or None
+    return config, options, python
 
-    plans: list[_Plan] = []
-    exit_code = EXIT_OK
-    for path in args.files:
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            print(f"fxls: cannot read {path}: {exc}", file=sys.stderr)
-            exit_code = EXIT_USAGE
+
+# ---------------------------------------------------------------------------------------
+# fxls check
+# ---------------------------------------------------------------------------------------
+
+
+def _output_format(args: argparse.Namespace) -> str:
+    if args.json and args.output_format not in (None, "json"):
+        raise UsageError(f"--json contradicts --output-format {args.output_format}")
+    return "json" if args.json else (args.output_format or "text")
+
+
+def _code_filter(args: argparse.Namespace, config: Any) -> Any:
+    from fxls.check.config import CodeFilter, parse_codes
+
+    select, ignore = config.select, config.ignore
+    for name in ("select", "ignore"):
+        values = getattr(args, name)
+        if values is None:
             continue
-        plans.append(_plan(path, text, args, specs))
-    if not plans:
+        codes, problems = parse_codes(values)
+        if problems:
+            raise UsageError(f"--{name}: " + "; ".join(problems))
+        if name == "select":
+            select = codes
+        else:
+            ignore = codes
+    return CodeFilter(select, ignore)
+
+
+async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run ``fxls check``; returns the exit code."""
+    from fxls.check.discovery import discover, exclude_rules
+    from fxls.check.run import Checked, Progress, Summary, read_plans, run_plans, validate
+    from fxls.report.github import format_github
+    from fxls.report.jsondoc import to_json
+    from fxls.report.paths import report_base
+    from fxls.report.sarif import sarif_log
+    from fxls.report.text import format_text
+
+    out = out or sys.stdout
+    started = time.monotonic()
+    fmt = _output_format(args)
+    if args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    config, options, python = _capture_settings(args, args.files)
+    codes = _code_filter(args, config)
+    if args.exclude is not None:
+        excludes = exclude_rules(args.exclude, os.getcwd())
+    else:
+        excludes = exclude_rules(config.exclude, config.root)
+
+    found = discover(args.files, excludes)
+    exit_code = EXIT_OK
+    for error in found.errors:
+        print(f"fxls: {error}", file=sys.stderr)
+        exit_code = EXIT_USAGE
+    read_errors: list[str] = []
+    plans = read_plans(found.targets, args.classes, args.specs, args.init, read_errors)
+    for error in read_errors:
+        print(f"fxls: {error}", file=sys.stderr)
+        exit_code = EXIT_USAGE
+    if not found.targets and not found.errors:
+        print(f"fxls: no Python files found in {' '.join(args.files)}", file=sys.stderr)
+    if plans:
+        validate(plans, args.classes, args.specs)
+    elif found.targets or found.errors:
         return exit_code
-    for name in args.classes or []:
-        if not any(name in plan.found for plan in plans):
-            found = sorted({n for plan in plans for n in plan.found})
-            raise UsageError(f"no module class {name} (found: {', '.join(found) or 'none'})")
-    for spec in specs:
-        if not any(spec.name in plan.inputs_taken for plan in plans):
-            raise UsageError(f"--input {spec.name}: no selected class takes an input of that name")
 
     from fxls.workerclient import WorkerClient
+
+    progress = Progress(len(plans))
+
+    def log(message: str) -> None:
+        if args.verbose:
+            progress.write(sys.stderr, f"fxls: {message}\n")
+
+    summary = Summary(skipped_paths=found.skipped)
+    documents: list[dict[str, Any]] = []
+    sarif_files = []
+    base = report_base()
+    client = WorkerClient(python=python, log=log)
+
+    def emit(checked: Checked) -> None:
+        summary.add(checked)
+        if not checked.reported:
+            return
+        analysis = checked.analysis
+        if fmt == "text":
+            progress.write(out, format_text(analysis, checked.plan.inputs))
+        elif fmt == "github":
+            progress.write(out, format_github(analysis, base))
+        elif fmt == "json":
+            documents.append(to_json(analysis, checked.plan.inputs))
+        else:
+            sarif_files.append((analysis, checked.plan.text))
+
+    try:
+        with progress:
+            if any(plan.needs_worker for plan in plans):
+                progress.begin("starting the worker")
+                try:
+                    ready = await client.start()
+                except Exception as exc:
+                    progress.hide()
+                    print(f"fxls: the worker could not start: {exc}", file=sys.stderr)
+                    return EXIT_WORKER
+                log(f"worker ready: torch {ready.torch_version} ({ready.python})")
+
+            def begin(plan: Any) -> None:
+                log(f"checking {plan.path}")
+                progress.begin(plan.path)
+
+            async for checked in run_plans(
+                client, plans, options, codes, concurrency=args.jobs, started=begin
+            ):
+                progress.finish_one()
+                analysis = checked.analysis
+                if analysis.outcome in ("worker_died", "sandbox_setup"):
+                    exit_code = max(exit_code, EXIT_WORKER)
+                elif analysis.has_errors and not args.exit_zero:
+                    exit_code = max(exit_code, EXIT_ERRORS)
+                emit(checked)
+    finally:
+        await client.close()
+
+    summary.seconds = time.monotonic() - started
+    if fmt == "json":
+        single = len(args.files) == 1 and len(documents) == 1 and found.targets[0].explicit
+        doc: Any = documents[0] if single else documents
+        out.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    elif fmt == "sarif":
+        log_doc = sarif_log(sarif_files, base, successful=exit_code != EXIT_WORKER)
+        out.write(json.dumps(log_doc, indent=2, ensure_ascii=False) + "\n")
+    out.flush()
+    print(summary.text(), file=out if fmt == "text" else sys.stderr)
+    return exit_code
+
+
+# ---------------------------------------------------------------------------------------
+# fxls graph
+# ---------------------------------------------------------------------------------------
+
+
+def _graph_target(target: str) -> tuple[str, str | None]:
+    """``model.py:GPT`` -> (``model.py``, ``GPT``); ``model.py`` -> (``model.py``, None)."""
+    path, sep, cls = target.rpartition(":")
+    if sep and cls.isidentifier() and path and not os.path.exists(target):
+        return path, cls
+    return target, None
+
+
+async def graph(args: argparse.Namespace) -> int:
+    """Run ``fxls graph``; returns the exit code."""
+    from fxls.check.discovery import Target
+    from fxls.check.run import plan_file, validate
+    from fxls.engine import analyze
+    from fxls.graph import FORMATS as GRAPH_FORMATS
+    from fxls.graph import build_graph, render_graph
+    from fxls.graph.dot import NO_DOT, GraphvizMissing, dot_binary
+    from fxls.workerclient import WorkerClient
+
+    path, cls = _graph_target(args.target)
+    fmt = args.format or os.path.splitext(args.output)[1].lstrip(".").lower()
+    if fmt not in GRAPH_FORMATS:
+        raise UsageError(f"cannot tell the format of {args.output}: use .svg, .html or .dot")
+    if fmt == "svg" and dot_binary() is None:
+        raise UsageError(NO_DOT)
+    _config, options, python = _capture_settings(args, [path])
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from exc
+    plan = plan_file(Target(path, True), text, [cls] if cls else None, args.specs, args.init)
+    if cls is None:
+        if len(plan.found) != 1:
+            found = ", ".join(plan.found) or "none"
+            raise UsageError(
+                f"{path} has {len(plan.found)} module classes ({found}); name one: {path}:CLASS"
+            )
+        cls = plan.found[0]
+        plan = plan_file(Target(path, True), text, [cls], args.specs, args.init)
+    validate([plan], [cls], args.specs)
 
     def log(message: str) -> None:
         if args.verbose:
             print(f"fxls: {message}", file=sys.stderr)
 
-    client = WorkerClient(python=args.python, log=log)
+    client = WorkerClient(python=python, log=log)
     try:
-        if any(plan.needs_worker for plan in plans):
-            try:
-                ready = await client.start()
-            except Exception as exc:
-                print(f"fxls: the worker could not start: {exc}", file=sys.stderr)
-                return EXIT_WORKER
-            log(f"worker ready: torch {ready.torch_version} ({ready.python})")
-        options = EngineOptions(limits=limits)
-        documents = []
-        for plan in plans:
-            log(f"checking {plan.path}")
-            analysis = await analyze(
-                client,
-                plan.path,
-                plan.text,
-                options=options,
-                only=plan.only,
-                extra_inputs=plan.inputs,
-                init_override=plan.init,
-            )
-            if analysis.outcome in ("worker_died", "sandbox_setup"):
-                exit_code = max(exit_code, EXIT_WORKER)
-            elif analysis.has_errors:
-                exit_code = max(exit_code, EXIT_ERRORS)
-            if args.json:
-                documents.append(to_json(analysis, plan.inputs))
-            else:
-                out.write(format_text(analysis, plan.inputs))
-                out.flush()
-        if args.json:
-            doc: Any = documents[0] if len(args.files) == 1 else documents
-            out.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        try:
+            await client.start()
+        except Exception as exc:
+            print(f"fxls: the worker could not start: {exc}", file=sys.stderr)
+            return EXIT_WORKER
+        analysis = await analyze(
+            client,
+            path,
+            text,
+            options=options,
+            only=[cls],
+            extra_inputs=plan.inputs,
+            init_override=plan.init,
+        )
     finally:
         await client.close()
-    return exit_code
-
-
-# ---------------------------------------------------------------------------------------
-# Output
-# ---------------------------------------------------------------------------------------
-
-
-def _shape_only(v: Value) -> str:
-    """Only the shape of a tensor value (``[B, 1000]``); other values as text."""
-    return render.value_text(v, dtype=False)
-
-
-def _input_specs(
-    analysis: FileAnalysis, cls: str, extra: dict[str, list[InputSpec]]
-) -> dict[str, InputSpec]:
-    info = next((c for c in analysis.classes if c.name == cls), None)
-    specs = {s.name: s for s in (info.inputs if info else [])}
-    specs.update({s.name: s for s in extra.get(cls, [])})
-    return specs
-
-
-def _input_text(name: str, value: Value, spec: InputSpec | None, assumed: bool) -> str:
-    if spec is not None and spec.kind == "shape" and value.kind == "tensor" and value.shape:
-        if len(spec.dims) == len(value.shape):
-            parts = [
-                f"{d.name}={d.size}" if d.name and d.size is not None else str(s)
-                for d, s in zip(spec.dims, value.shape)
-            ]
-            shown = "[" + ", ".join(parts) + "]"
-        else:
-            shown = _shape_only(value)
-    elif value.kind == "tensor":
-        shown = _shape_only(value)
-    else:
-        shown = render.value_text(value)
-    if value.kind == "tensor" and value.dtype and value.dtype != "float32":
-        shown += f" {value.dtype}"
-    return f"{name} {shown}" + (" (assumed)" if assumed else "")
-
-
-def format_text(
-    analysis: FileAnalysis, extra_inputs: dict[str, list[InputSpec]] | None = None
-) -> str:
-    """The human-readable report of one file (columns 1-based, like compilers print them)."""
-    lines: list[str] = []
-    path = analysis.path
-    for m in analysis.modules:
-        parts = [m.status + (f" ({m.strategy})" if m.strategy and m.strategy != "none" else "")]
-        if m.nodes:
-            parts.append(f"{len(m.nodes)} nodes")
-        params = render.params_text(m.params)
-        if params:
-            parts.append(params)
-        specs = _input_specs(analysis, m.name, extra_inputs or {})
-        if m.inputs:
-            names = m.input_names or [f"arg{i}" for i in range(len(m.inputs))]
-            assumed = m.inputs_assumed or [False] * len(m.inputs)
-            shown = ", ".join(
-                _input_text(n, v, specs.get(n), a) for n, v, a in zip(names, m.inputs, assumed)
-            )
-            if m.outputs:
-                shown += " → " + ", ".join(_shape_only(v) for v in m.outputs)
-            parts.append(shown)
-        lines.append(f"{path}:{m.line} class {m.name}  " + " · ".join(parts))
-        rows = []
-        for n in m.nodes:
-            if not n.op.startswith("call_"):
-                continue
-            span = n.span or n.call_site
-            loc = f"{span.line}:{span.col + 1}" if span else "-"
-            outputs = ", ".join(render.value_text(v) for v in n.outputs)
-            rows.append((loc, n.name, n.op, render.call_text(n), outputs))
-        if rows:
-            widths = [max(len(r[i]) for r in rows) for i in range(4)]
-            for r in rows:
-                row = "  " + "  ".join(r[i].ljust(widths[i]) for i in range(4))
-                lines.append(f"{row}  → {r[4]}" if r[4] else row.rstrip())
     for d in analysis.diagnostics:
-        s = d.span
-        lines.append(f"{path}:{s.line}:{s.col + 1}: {d.severity} {d.code} {d.message}")
-    if not analysis.modules and not analysis.diagnostics:
-        lines.append(f"{path}: no nn.Module classes found")
-    return "\n".join(lines) + "\n"
-
-
-def _json_diag(d: Diagnostic) -> dict[str, Any]:
-    s = d.span
-    return {
-        "code": d.code,
-        "severity": d.severity,
-        "message": d.message,
-        "line": s.line,
-        "col": s.col,
-        "end_line": s.end_line,
-        "end_col": s.end_col,
-    }
-
-
-def _json_value(v: Value) -> dict[str, Any]:
-    return {"kind": v.kind, "shape": v.shape, "dtype": v.dtype, "text": v.text}
-
-
-def to_json(
-    analysis: FileAnalysis, extra_inputs: dict[str, list[InputSpec]] | None = None
-) -> dict[str, Any]:
-    """One file's result as the version-1 JSON document (docs/cli.md)."""
-    by_class = {c.name: c for c in analysis.classes}
-    claimed: set[int] = set()
-    modules = []
-    for m in analysis.modules:
-        info = by_class.get(m.name)
-        own = list(m.diagnostics)
-        for i, d in enumerate(analysis.diagnostics):
-            inside = info is not None and info.span.line <= d.span.line <= info.span.end_line
-            directive = info is not None and any(
-                x.line == d.span.line for x in info.directives.items
+        if d.severity == "error":
+            print(
+                f"{path}:{d.span.line}:{d.span.col + 1}: {d.severity} {d.code} {d.message}",
+                file=sys.stderr,
             )
-            if d in m.diagnostics or inside or directive:
-                claimed.add(i)
-                if d not in own:
-                    own.append(d)
-        names = m.input_names or [f"arg{i}" for i in range(len(m.inputs))]
-        assumed = m.inputs_assumed or [False] * len(m.inputs)
-        nodes = []
-        for n in m.nodes:
-            span = n.span
-            nodes.append(
-                {
-                    "name": n.name,
-                    "op": n.op,
-                    "target": n.target,
-                    "line": span.line if span else None,
-                    "col": span.col if span else None,
-                    "end_line": span.end_line if span else None,
-                    "end_col": span.end_col if span else None,
-                    "call_site_line": n.call_site.line if n.call_site else None,
-                    "args": [
-                        {"name": a.name, "value": a.value, "default": a.default} for a in n.args
-                    ],
-                    "outputs": [_json_value(v) for v in n.outputs],
-                }
-            )
-        modules.append(
-            {
-                "class": m.name,
-                "line": m.line,
-                "status": m.status,
-                "capture": m.strategy,
-                "build": m.build,
-                "isolation": list(analysis.isolation),
-                "params": m.params,
-                "inputs": [
-                    {"name": n, **_json_value(v), "assumed": a}
-                    for n, v, a in zip(names, m.inputs, assumed)
-                ],
-                "outputs": [_json_value(v) for v in m.outputs],
-                "nodes": nodes,
-                "diagnostics": [_json_diag(d) for d in sorted(own, key=_pos)],
-            }
-        )
-    rest = [d for i, d in enumerate(analysis.diagnostics) if i not in claimed]
-    return {
-        "version": JSON_VERSION,
-        "file": analysis.path,
-        "outcome": analysis.outcome,
-        "torch_version": analysis.torch_version,
-        "modules": modules,
-        "diagnostics": [_json_diag(d) for d in rest],
-    }
-
-
-def _pos(d: Diagnostic) -> tuple[int, int, str]:
-    return (d.span.line, d.span.col, d.code)
+    module = analysis.module(cls)
+    if analysis.outcome in ("worker_died", "sandbox_setup"):
+        return EXIT_WORKER
+    if module is None or not module.nodes:
+        print(f"fxls: no graph for {cls}: it could not be captured", file=sys.stderr)
+        return EXIT_ERRORS
+    started = time.monotonic()
+    drawn = build_graph(path, module, collapse=not args.no_collapse)
+    try:
+        output = render_graph(drawn, fmt)
+    except GraphvizMissing as exc:
+        raise UsageError(str(exc)) from exc
+    if args.output == "-":
+        sys.stdout.write(output)
+    else:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(output)
+    collapsed = ", ".join(f"{c.path} ×{c.repeat}" for c in drawn.collapsed)
+    print(
+        f"fxls: {cls}: {drawn.total_nodes} nodes, {len(drawn.nodes)} drawn"
+        + (f" (collapsed {collapsed})" if collapsed else "")
+        + f", {len(drawn.clusters)} clusters, {len(drawn.edges)} edges"
+        + f" → {args.output} ({time.monotonic() - started:.1f} s)",
+        file=sys.stderr,
+    )
+    return EXIT_ERRORS if module.status == "failed" else EXIT_OK

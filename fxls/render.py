@@ -8,7 +8,7 @@ only: Markdown escaping belongs to ``fxls.features``.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from fxls.protocol.model import Dim, NodeInfo, Value
 
@@ -109,3 +109,51 @@ def name_pattern(node: NodeInfo) -> tuple[str, str]:
     """Key under which nodes of loop iterations agree: ``h.0.attn`` and ``h.7.attn`` match."""
     target = node.module_path or node.target
     return node.op, _INDEX.sub("#", target if node.op == "call_module" else node.target)
+
+
+def seconds_text(seconds: float) -> str:
+    """``0.4 s``, ``12 s``, ``2 min 5 s``."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s"
+
+
+def check_summary(
+    *,
+    files: int,
+    module_files: int,
+    statuses: Mapping[str, int],
+    severities: Mapping[str, int],
+    seconds: float | None = None,
+) -> str:
+    """The last line of ``fxls check``: files, classes by status, diagnostics by severity.
+
+    ``3 files (2 with module classes) · 4 classes: 3 traced, 0 partial, 1 failed ·
+    1 error, 0 warnings, 2 hints · 2.3 s``
+    """
+    parts = [f"{plural(files, 'file')} ({module_files} with module classes)"]
+    classes = sum(statuses.values())
+    counts = [f"{statuses.get(s, 0)} {s}" for s in ("traced", "partial", "failed")]
+    if statuses.get("skipped"):
+        counts.append(f"{statuses['skipped']} skipped")
+    parts.append(f"{plural(classes, 'class', 'classes')}: " + ", ".join(counts))
+    diags = [
+        plural(severities.get("error", 0), "error"),
+        plural(severities.get("warning", 0), "warning"),
+    ]
+    if severities.get("information"):
+        diags.append(f"{severities['information']} information")
+    if severities.get("hint"):
+        diags.append(plural(severities["hint"], "hint"))
+    parts.append(", ".join(diags))
+    if seconds is not None:
+        parts.append(seconds_text(seconds))
+    return " · ".join(parts)
+
+
+def progress_text(done: int, total: int, current: str, seconds: float) -> str:
+    """``fxls check [3/12] models/gpt.py · 4.2 s``."""
+    return f"fxls check [{done}/{total}] {current} · {seconds_text(seconds)}"

@@ -24,7 +24,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,6 +53,28 @@ _STDERR_TAIL = 40
 
 _logger = logging.getLogger("fxls.worker")
 
+WORKER_ENV_NAMES = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TMP", "TEMP",
+        "PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE",
+        "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "PYTHONIOENCODING", "PYTHONUTF8",
+        "PYTHONWARNINGS", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "VIRTUAL_ENV", "CONDA_PREFIX",
+        "LD_LIBRARY_PATH",
+    }
+)  # fmt: skip
+WORKER_ENV_PREFIXES = ("LC_", "FXLS_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "TORCH_", "PYTORCH_")
+"""The worker runs user code: it gets only these variables of the server's environment (the
+locale, paths, Python's and the thread pools' settings, fxls's own), never API tokens."""
+
+
+def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The allow-listed part of ``environ`` that the worker is started with."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name in WORKER_ENV_NAMES or name.startswith(WORKER_ENV_PREFIXES)
+    }
+
 
 class WorkerStartError(RuntimeError):
     """The zygote did not become ready (bad interpreter, torch missing, crash in start-up)."""
@@ -78,8 +100,9 @@ class WorkerClient:
 
     Args:
         python: interpreter that runs the worker (needs torch); default ``sys.executable``.
-        env: environment for the worker; default the server's. ``PYTHONPATH`` gets the folder
-            of this ``fxls`` package prepended.
+        env: environment for the worker; default the allow-listed part of the server's
+            (``worker_environment``). ``PYTHONPATH`` gets the folder of this ``fxls`` package
+            prepended.
         log: receives the zygote's log lines and stderr; default the ``fxls.worker`` logger.
         scratch_dir: folder for per-job directories; default a private temporary folder that
             ``close()`` removes.
@@ -96,7 +119,7 @@ class WorkerClient:
         self.python = python or sys.executable
         self._frames = FrameReader()
         """Frames from the running zygote (a new reader per start)."""
-        self._env = dict(os.environ if env is None else env)
+        self._env = worker_environment(os.environ) if env is None else dict(env)
         root = _package_root()
         existing = self._env.get("PYTHONPATH")
         self._env["PYTHONPATH"] = root + (os.pathsep + existing if existing else "")
@@ -322,6 +345,14 @@ class WorkerClient:
             f"worker {ready.pid} ready in {ready.warm_s:.2f}s (torch {ready.torch_version}; "
             f"isolation {', '.join(ready.isolation_available) or 'none'})"
         )
+        if ready.isolation_missing:
+            missing = "; ".join(f"{k}: {why}" for k, why in ready.isolation_missing.items())
+            warning = (
+                f"warning: sandbox layers unavailable, jobs run with less isolation: {missing}"
+            )
+            _logger.warning(warning)
+            if self._log != _logger.info:
+                self._log(warning)
         return ready
 
     async def _await_ready(self, reader: asyncio.StreamReader, messages: list[str]) -> ReadyInfo:

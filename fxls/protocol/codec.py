@@ -84,10 +84,32 @@ def _converter(tp: Any) -> Converter:
     return conv
 
 
+MAX_ANY_DEPTH = 32
+"""Deepest nesting accepted in an untyped (``Any``) field; typed fields bound the rest."""
+
+
+def _any_value(value: Any) -> Any:
+    """An untyped field: any JSON value, nested at most ``MAX_ANY_DEPTH`` levels.
+
+    A result frame can come from hostile code; without a bound a deep value passes here and
+    fails later, when it is encoded again or decoded by the server.
+    """
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth >= MAX_ANY_DEPTH:
+                raise _FieldError(f"nested deeper than {MAX_ANY_DEPTH} levels")
+            stack.extend(
+                (v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)
+            )
+    return value
+
+
 def _build_converter(tp: Any) -> Converter:
     origin = typing.get_origin(tp)
     if tp is Any:
-        return lambda value: value
+        return _any_value
     if origin in (Union, types.UnionType):
         options = [o for o in typing.get_args(tp) if o is not type(None)]
         nullable = len(options) < len(typing.get_args(tp))

@@ -41,8 +41,10 @@ def frame_length(header: bytes) -> int:
 def decode_body(body: bytes) -> dict[str, Any]:
     try:
         message = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(f"frame is not JSON: {exc}") from exc
+    except ValueError as exc:  # not UTF-8, not JSON, or an integer over Python's digit limit
+        raise ProtocolError(f"frame is not JSON: {exc}"[:300]) from None
+    except RecursionError:
+        raise ProtocolError("frame is nested deeper than the recursion limit") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise ProtocolError("frame is not an object with a 'type'")
     return message

@@ -218,6 +218,9 @@ class NodeInfo:
     module_path: str | None = None
     """Qualified name of the module instance the node belongs to (from nn_module_stack)."""
     users: int = 0
+    inputs: list[str] = field(default_factory=list)
+    """Names of the nodes whose outputs this node reads, in order, each once (the graph's
+    data-flow edges; ``args[].node`` names only arguments that are exactly one node)."""
 
 
 @dataclass
@@ -267,6 +270,9 @@ class Construction:
     """Values fxls chose itself, by parameter or field name (shown, never silent)."""
     pin: str | None = None
     """Arguments for ``# fxls: init(...)`` that reproduce this build, when expressible."""
+    expr: str | None = None
+    """A Python expression that rebuilds the same instance in the file's namespace, when
+    expressible (``resnet18()``, ``GPT(GPTConfig()).get_submodule('transformer.h.0')``)."""
     inputs_from: str | None = None
     """For ``parent``: whose ``forward`` the inputs were recorded in (``GPT``)."""
 

@@ -21,8 +21,10 @@ DOC_KEYS = {"version", "file", "outcome", "torch_version", "modules", "diagnosti
 MODULE_KEYS = {"class", "line", "status", "capture", "build", "isolation", "params", "inputs",
                "outputs", "nodes", "diagnostics"}  # fmt: skip
 NODE_KEYS = {"name", "op", "target", "line", "col", "end_line", "end_col", "call_site_line",
-             "args", "outputs"}  # fmt: skip
-DIAG_KEYS = {"code", "severity", "message", "line", "col", "end_line", "end_col"}
+             "args", "outputs",
+             "inputs", "module_path"}  # fmt: skip  (the last line: added in fxls 0.1.0, docs/cli.md)
+DIAG_KEYS = {"code", "severity", "message", "line", "col", "end_line", "end_col",
+             "fix"}  # fmt: skip  (fix: added in fxls 0.1.0)
 
 
 def _eager(module_name: str, build: str, *inputs: str) -> tuple[int, ...]:
@@ -82,6 +84,7 @@ def test_json_schema_version_1(examples_json: dict[str, dict[str, Any]]) -> None
     line = (EXAMPLES / "cnn.py").read_text().splitlines()[conv1["line"] - 1]
     assert line[conv1["col"] : conv1["end_col"]] == "self.conv1(x)"  # 0-based code points
     assert conv1["args"] == [{"name": "input", "value": "x", "default": False}]
+    assert conv1["inputs"] == ["x"] and conv1["module_path"] is None
 
 
 @needs_worker
@@ -122,7 +125,7 @@ def test_broken_example_reports_both_errors(examples_json: dict[str, dict[str, A
     source = (EXAMPLES / "broken.py").read_text().splitlines()
     gate = _module(doc, "DataDependentGate")
     assert gate["status"] == "failed"
-    codes = {d["code"] for d in gate["diagnostics"] if d["severity"] == "error"}
+    codes = {d["code"] for d in gate["diagnostics"] if d["severity"] == "warning"}
     assert codes & {"FX101", "FX199"}, gate["diagnostics"]  # a trace failure, not a crash
     wrong = _module(doc, "WrongInFeatures")
     (fx201,) = [d for d in wrong["diagnostics"] if d["code"] == "FX201"]
@@ -183,9 +186,10 @@ def test_text_output_with_input_and_init_options(run_fxls: RunFxls, tmp_path: Pa
     )
     proc = run_fxls("check", str(model), "--init", "n=5", "--input", "x=(N=3, 5)")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    header, *rows = proc.stdout.splitlines()
+    header, *rows, summary = proc.stdout.splitlines()
     assert header.startswith(f"{model}:3 class Lin  traced (fx) · ")
     assert header.endswith(" · 60 params · x [N=3, 5] → [N, 10]")
+    assert summary.startswith("1 file (1 with module classes) · 1 class: 1 traced, 0 partial, ")
     (fc,) = rows
     assert re.fullmatch(r"  9:16  fc  call_module  Linear\(input=x\)  → \[N, 10\] float32", fc)
 

@@ -174,11 +174,16 @@ async def _stats(client: LanguageClient) -> Any:
 
 
 async def _job_running(client: LanguageClient, server_pid: int, timeout: float = 60.0) -> None:
-    """Wait until a job child runs next to the zygote."""
+    """Wait until a job child runs next to the zygote.
+
+    Only once the worker is ready: while it starts, the zygote forks short-lived probe children
+    that would otherwise pass for a job.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         procs = family(server_pid)
-        if len(zygotes(server_pid, procs)) == 1 and len(procs) >= 2:
+        running = len(zygotes(server_pid, procs)) == 1 and len(procs) >= 2
+        if running and (await _stats(client)).workerPid is not None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"no job child appeared: {family(server_pid)}")

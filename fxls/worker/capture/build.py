@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -41,6 +41,8 @@ class Built:
     construction: Construction
     meta_error: BaseException | None = None
     """Why the meta build failed when the CPU build was used."""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    """Constructor arguments by name, when known (for sizes the build names)."""
 
 
 def candidates(
@@ -56,7 +58,8 @@ def candidates(
         def from_directive() -> Any:
             return eval(f"_fxls_class({init})", doc.namespace, {"_fxls_class": cls})
 
-        how = Construction("directive", f"{cls.__name__}({init})", pin=init)
+        text = f"{cls.__name__}({init})"
+        how = Construction("directive", text, pin=init, expr=text)
         built, error = _build(doc, from_directive, how)
         if built is not None:
             yield built
@@ -72,10 +75,15 @@ def candidates(
         if tried > construct.MAX_RECIPES:
             break
         how = Construction(
-            recipe.source, recipe.text, assumed=dict(recipe.assumed), pin=recipe.init
+            recipe.source,
+            recipe.text,
+            assumed=dict(recipe.assumed),
+            pin=recipe.init,
+            expr=recipe.expr(cls.__name__),
         )
         built, error = _build(doc, recipe.make, how)
         if built is not None:
+            built.arguments = {**_defaults(cls), **recipe.kwargs}
             built_any += 1
             yield built
             continue
@@ -118,6 +126,14 @@ def _build(
     if not isinstance(module, nn.Module):
         return None, TypeError(f"the constructor returned {type(module).__name__}")
     return Built(module.eval(), "cpu", how, meta_error), None
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: p.default for p in params if p.default is not p.empty}
 
 
 def _may_need_real_memory(exc: BaseException) -> bool:

@@ -9,10 +9,12 @@ where torch.fx passes keep them until ``_record`` turns the graph into wire data
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
+import re
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +23,23 @@ import torch.fx
 from torch import nn
 
 from fxls.protocol import catalogue as m
-from fxls.protocol.model import ClassRequest, Diagnostic, ModuleResult, Phase, Related, Span, Value
+from fxls.protocol.model import (
+    ClassRequest,
+    Construction,
+    Diagnostic,
+    ModuleResult,
+    Phase,
+    Related,
+    Span,
+    Value,
+)
 from fxls.worker.capture import (
     build,
     failures,
     fakerun,
     graphcheck,
     inputs,
+    parents,
     shapes,
     strategies,
 )
@@ -125,9 +137,15 @@ MAX_ASSUMED_BUILDS = 3
 """Builds with assumed arguments tried before fxls keeps the first one's result."""
 
 
-def capture_class(doc: Document, req: ClassRequest, report_phase: PhaseReporter) -> ModuleResult:
+def capture_class(
+    doc: Document,
+    req: ClassRequest,
+    report_phase: PhaseReporter,
+    wanted: dict[type, str] | None = None,
+) -> ModuleResult:
     """Build ``req``'s class and capture it; builds with assumed arguments that do not run
-    through ``forward`` give way to the next candidate."""
+    through ``forward`` give way to the next candidate. Instances of ``wanted`` classes that
+    this class builds and calls are recorded into ``doc.records`` for their own capture."""
     failed = ModuleResult(name=req.name, line=req.line, status="failed")
     cls = doc.namespace.get(req.name)
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
@@ -140,12 +158,22 @@ def capture_class(doc: Document, req: ClassRequest, report_phase: PhaseReporter)
     started = time.perf_counter()
     first: ModuleResult | None = None
     assumed_tries = 0
-    for built in build.candidates(doc, req, cls, failed, span):
+    recorded = doc.records.get(req.name) if not req.init else None
+    options = (
+        [_from_parent(recorded)]
+        if recorded is not None
+        else build.candidates(doc, req, cls, failed, span)
+    )
+    for built in options:
         mod = ModuleResult(name=req.name, line=req.line, status="failed")
         mod.timings["build"] = time.perf_counter() - started
         build.record(mod, built, span)
-        ClassCapture(doc, req, mod).run(built.module, report_phase)
+        given = recorded.inputs if recorded is not None else {}
+        capture = ClassCapture(doc, req, mod, given)
+        capture.run(built.module, report_phase, built.arguments)
         if built.construction.source != "assumed" or _runs(mod):
+            if wanted:
+                capture.record_children(wanted)
             return mod
         first = first or mod
         assumed_tries += 1  # noqa: SIM113 - counts assumed builds only
@@ -159,6 +187,28 @@ def capture_class(doc: Document, req: ClassRequest, report_phase: PhaseReporter)
     return failed
 
 
+def _from_parent(recorded: parents.Recorded) -> build.Built:
+    device = "meta"
+    for tensor in recorded.instance.parameters():
+        device = tensor.device.type
+        break
+    how = Construction(
+        "parent",
+        recorded.text,
+        expr=recorded.expr,
+        inputs_from=recorded.parent,
+    )
+    return build.Built(recorded.instance, "cpu" if device == "cpu" else "meta", how)
+
+
+_POSITION = re.compile(r"^(start_pos|pos|offset|step|start|position|past_length|seqlen_offset)$")
+_STATE = re.compile(r"^(hidden|hiddens|hx|h0|h|state|states|memory|mems|carry)$")
+
+
+def _image_like(name: str) -> bool:
+    return name.lower() in ("x", "img", "image", "images", "imgs", "pixel_values", "input", "inp")
+
+
 def _runs(mod: ModuleResult) -> bool:
     """Whether a capture went all the way through ``forward`` with shapes."""
     if not mod.outputs or mod.status == "failed":
@@ -169,10 +219,25 @@ def _runs(mod: ModuleResult) -> bool:
 class ClassCapture:
     """One built class of the document, captured step by step into ``self.mod``."""
 
-    def __init__(self, doc: Document, req: ClassRequest, mod: ModuleResult) -> None:
+    def __init__(
+        self,
+        doc: Document,
+        req: ClassRequest,
+        mod: ModuleResult,
+        given: dict[str, inputs.PlannedInput] | None = None,
+    ) -> None:
         self.doc = doc
         self.req = req
         self.mod = mod
+        self.given = given or {}
+        """Inputs recorded in a parent's forward, by parameter name (directives still win)."""
+        self.feeds: list[shapes.ExampleInput] | None = None
+        """The inputs the capture ran with, once known."""
+        self.feeds_planned: list[inputs.PlannedInput] = []
+        self.assumed_inputs: list[tuple[inputs.PlannedInput, Span]] = []
+        """Inputs fxls inferred, with where to report them (FX405)."""
+        self.hints: dict[str, int] = {}
+        """Sizes the build names (image size, channels), for inferred inputs."""
         self.span: Span = class_span(doc.source, req.line, req.name)
         """The class name on its ``class`` line: where class-wide diagnostics go."""
         self.module: nn.Module | None = None
@@ -192,10 +257,16 @@ class ClassCapture:
 
     # -- the steps -------------------------------------------------------------------------
 
-    def run(self, module: nn.Module, report_phase: PhaseReporter) -> None:
+    def run(
+        self,
+        module: nn.Module,
+        report_phase: PhaseReporter,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
         """Every step after the build: inputs, trace, shapes, checks, records."""
         doc, req, mod = self.doc, self.req, self.mod
         self.module = module
+        self.hints = inputs.size_hints(module, arguments or {})
         mod.params = sum(p.numel() for p in module.parameters())
         mod.buffers = sum(b.numel() for b in module.buffers())
         plan = self.plan = self._plan_inputs(module)
@@ -213,6 +284,28 @@ class ClassCapture:
             self.timed("shapes", started)
             return
         self._graph(module, plan, traced, traced.gm)
+
+    def record_children(self, wanted: dict[type, str]) -> None:
+        """Record the instances of ``wanted`` classes this module builds and calls."""
+        module, feeds = self.module, self.feeds
+        if module is None or feeds is None or not wanted:
+            return
+        inside = {type(m) for m in module.modules()} & set(wanted)
+        if not inside:
+            return
+        started = time.perf_counter()
+        constructed = self.mod.constructed
+        found = parents.record(
+            module,
+            feeds,
+            {cls: wanted[cls] for cls in inside},
+            path=self.doc.path,
+            source=self.doc.job.source,
+            symbolic=self.doc.job.symbolic,
+            parent_expr=constructed.expr if constructed is not None else None,
+        )
+        self.doc.records.update(found)
+        self.timed("record", started)
 
     def _find_forward(self, module: nn.Module) -> ForwardDef | None:
         tree = self.doc.tree
@@ -247,11 +340,17 @@ class ClassCapture:
         examples: dict[str, Any] = {}
         if ordered is None:
             mod.status = "partial"
+            self._report_assumed([])
             self.note("shapes unavailable: some inputs are unknown")
         else:
             started = time.perf_counter()
+            ordered, prop = self._settle_sizes(gm, placeholders, ordered)
+            self.feeds_planned = ordered
+            self._set_inputs(ordered)
+            self._report_assumed(ordered)
             feeds = [_example(p, str(n.target)) for p, n in zip(ordered, placeholders)]
-            values, examples = self._shapes(gm, feeds)
+            self.feeds = [_example(p, p.name) for p in ordered]
+            values, examples = self._shapes(gm, prop)
             self.timed("shapes", started)
             suspicious = bool(self.specialized) or mod.strategy != "fx"
             cheap = len(gm.graph.nodes) <= COMPARE_MAX_NODES
@@ -298,6 +397,11 @@ class ClassCapture:
                     span = line_span(doc.source, spec.line) if spec.line else self.span
                     error = f"`{param.name}`: {exc}"
                     self.diagnose(m.FX403(span, error=error).diagnostic({"arg": param.name}))
+            recorded = self.given.get(param.name)
+            if recorded is not None:
+                plan.planned[param.name] = recorded
+                plan.declared.add(param.name)
+                continue
             if inputs.keeps_default(param):
                 planned = inputs.PlannedInput(param.name, "value", value=param.default)
                 plan.planned[param.name] = planned
@@ -314,17 +418,69 @@ class ClassCapture:
     def _inferred(
         self, graph_owner: Any, node: torch.fx.Node | None, name: str, plan: InputPlan, at: Span
     ) -> inputs.PlannedInput | None:
-        """An undeclared input inferred from the first layer it reaches (FX405), or FX402."""
-        planned = inputs.infer(graph_owner, node, plan.symbols) if node is not None else None
+        """An undeclared input inferred from the first layer it reaches (FX405 once the sizes
+        are settled, ``_report_assumed``), or FX402."""
+        spatial = self.hints.get("spatial", inputs.SPATIAL)
+        planned = None
+        if node is not None:
+            planned = inputs.infer(graph_owner, node, plan.symbols, spatial)
+        if planned is None and self.module is not None:
+            planned = inputs.infer_from_source(
+                self.module, name, self.doc.tree, plan.symbols, spatial
+            )
+        if planned is None and "spatial" in self.hints and _image_like(name):
+            b = (inputs.BATCH, plan.symbols.size(inputs.BATCH))
+            dims = [b, (None, self.hints.get("channels", 3)), (None, spatial), (None, spatial)]
+            planned = inputs.PlannedInput(
+                name, "tensor", dims, assumed=True, reason=f"image size {spatial} of the build"
+            )
+        if planned is None:
+            planned = self._plain_value(name, plan)
         if planned is None:
             diag = m.FX402(at, arg=name, cls=self.req.name)
             self.diagnose(diag.diagnostic({"arg": name}))
             return None
         planned.name = name
-        shape = planned.shape_text()
-        info = m.FX405(at, arg=f"`{name}`", shape=shape, reason=planned.reason)
-        self.diagnose(info.diagnostic({"arg": name, "shape": shape}))
+        self.assumed_inputs.append((planned, at))
         return planned
+
+    def _plain_value(self, name: str, plan: InputPlan) -> inputs.PlannedInput | None:
+        """Inputs that are not tensors fed to a layer: a position (``start_pos: int`` -> 0), a
+        flag, or a recurrent state made by the module's own ``init_hidden(batch)``."""
+        param = next((p for p in plan.params if p.name == name), None)
+        annotation = param.annotation if param is not None else inspect.Parameter.empty
+        if annotation is bool:
+            return inputs.PlannedInput(name, "value", value=False, assumed=True, reason="a flag")
+        if annotation is int or _POSITION.match(name):
+            return inputs.PlannedInput(name, "value", value=0, assumed=True, reason="a position, 0")
+        module = self.module
+        if module is not None and _STATE.match(name):
+            for method in ("init_hidden", "init_hidden_state", "init_state", "initial_state",
+                           "begin_state"):  # fmt: skip
+                make = getattr(module, method, None)
+                if not callable(make):
+                    continue
+                batch = plan.symbols.size(inputs.BATCH)
+                try:
+                    with torch.device("meta"):
+                        value = make(batch)
+                except Exception:
+                    continue
+                return inputs.PlannedInput(
+                    name, "value", value=value, assumed=True,
+                    reason=f"`self.{method}({batch})`",
+                )  # fmt: skip
+        return None
+
+    def _report_assumed(self, ordered: list[inputs.PlannedInput]) -> None:
+        """FX405 for each assumed input, with the sizes the capture ran with."""
+        final = {p.name: p for p in ordered}
+        for planned, at in self.assumed_inputs:
+            used = final.get(planned.name, planned)
+            shape = used.shape_text()
+            info = m.FX405(at, arg=f"`{used.name}`", shape=shape, reason=used.reason)
+            self.diagnose(info.diagnostic({"arg": used.name, "shape": shape}))
+        self.assumed_inputs = []
 
     def _set_inputs(self, ordered: list[inputs.PlannedInput]) -> None:
         self.mod.input_names = [p.name for p in ordered]
@@ -384,8 +540,9 @@ class ClassCapture:
             concrete = plan.concrete()
             concrete.update({name: defaults[name] for name in repairs.concrete})
             try:
-                graph = tracer.trace(module, concrete_args=concrete or None)
-                gm = torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
+                with _state_kept(module):  # forward may store proxies on self while tracing
+                    graph = tracer.trace(module, concrete_args=concrete or None)
+                    gm = torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
             except BaseException as exc:
                 failure = failures.explain(exc, doc.path, doc.source, req.name, self.span, doc.tree)
                 text = doc.source.text(failure.span) if failure.span is not None else ""
@@ -431,18 +588,48 @@ class ClassCapture:
 
     # -- shapes ----------------------------------------------------------------------------
 
-    def _shapes(
-        self, gm: torch.fx.GraphModule, feeds: list[shapes.ExampleInput]
-    ) -> tuple[dict[str, list[Value]], dict[str, Any]]:
-        """Propagate shapes; FX201 at the failing node. Returns (values, examples)."""
-        doc, mod = self.doc, self.mod
+    def _propagate(
+        self, gm: torch.fx.GraphModule, ordered: list[inputs.PlannedInput],
+        placeholders: list[torch.fx.Node],
+    ) -> shapes.Propagation | BaseException:  # fmt: skip
+        feeds = [_example(p, str(n.target)) for p, n in zip(ordered, placeholders)]
         try:
-            prop = shapes.propagate(gm, feeds, symbolic=doc.job.symbolic)
+            return shapes.propagate(gm, feeds, symbolic=self.doc.job.symbolic)
         except Exception as exc:
+            return exc
+
+    def _settle_sizes(
+        self,
+        gm: torch.fx.GraphModule,
+        placeholders: list[torch.fx.Node],
+        ordered: list[inputs.PlannedInput],
+    ) -> tuple[list[inputs.PlannedInput], shapes.Propagation | BaseException]:
+        """Shapes for the planned inputs; when they fail and an image size was assumed, the
+        first other size that runs through (``fc1 = Linear(9216, 128)`` means 28×28)."""
+        prop = self._propagate(gm, ordered, placeholders)
+        if isinstance(prop, shapes.Propagation) and prop.error is None:
+            return ordered, prop
+        for index, planned in enumerate(ordered):
+            for alternative in inputs.spatial_alternatives(planned):
+                trial = [*ordered[:index], alternative, *ordered[index + 1 :]]
+                attempt = self._propagate(gm, trial, placeholders)
+                if isinstance(attempt, shapes.Propagation) and attempt.error is None:
+                    return trial, attempt
+        return ordered, prop
+
+    def _shapes(
+        self, gm: torch.fx.GraphModule, prop: shapes.Propagation | BaseException
+    ) -> tuple[dict[str, list[Value]], dict[str, Any]]:
+        """Report a propagation: FX201 at the failing node. Returns (values, examples)."""
+        doc, mod = self.doc, self.mod
+        if isinstance(prop, BaseException):
             mod.status = "partial"
-            self.diagnose(m.FX202(self.span, node=mod.name, error=one_line(exc)).diagnostic())
+            self.diagnose(m.FX202(self.span, node=mod.name, error=one_line(prop)).diagnostic())
             return {}, {}
         values, examples = dict(prop.values), dict(prop.examples)
+        for note in prop.notes:  # named dimensions fixed to their example size, and why
+            if note not in mod.notes:
+                mod.notes.append(note)
         failed_node = prop.error.node if prop.error is not None else None
         message = prop.error.message if prop.error is not None else ""
         if failed_node is not None:
@@ -456,7 +643,19 @@ class ClassCapture:
             text = doc.source.text(span).strip() if span is not None else ""
             shown = text if 0 < len(text) <= 60 and "\n" not in text else failed_node
             diag = m.FX201(span or self.span, related, node=shown, error=message)
-            self.diagnose(diag.diagnostic({"node": failed_node}))
+            assumed = [p for p in self.feeds_planned if p.assumed]
+            if assumed:
+                # the error may come from fxls's guess, not from the code: say so, quietly
+                guessed = ", ".join(f"`{p.name}` {p.shape_text()}" for p in assumed)
+                found = diag.diagnostic({"node": failed_node, "assumed_inputs": True})
+                found.severity = "hint"
+                found.fix = (
+                    f"This shape error happens with inputs fxls assumed ({guessed}); declare "
+                    f"the real input with `# fxls: {assumed[0].name} = (...)` above the class."
+                )
+                self.diagnose(found)
+            else:
+                self.diagnose(diag.diagnostic({"node": failed_node}))
         return values, examples
 
     def _compare_with_eager(
@@ -510,8 +709,10 @@ class ClassCapture:
                     return
             ordered.append(planned)
         self._set_inputs(ordered)
+        self._report_assumed(ordered)
+        self.feeds_planned = ordered
 
-        feeds = [_example(p, p.name) for p in ordered]
+        feeds = self.feeds = [_example(p, p.name) for p in ordered]
         try:
             run = fakerun.fake_run(
                 module,
@@ -540,6 +741,11 @@ class ClassCapture:
         except Exception as exc:
             self.note(f"running forward on fake tensors failed: {one_line(exc)}")
             return
+        for name, size in run.specialized.items():
+            self.note(
+                f"`forward` only works for {name} = {size}: shapes use that size instead of "
+                "the name"
+            )
         gm = run.graph_module
         if gm is None:
             self.note("running forward on fake tensors recorded no usable graph")
@@ -570,6 +776,28 @@ class ClassCapture:
             f"torch.fx could not trace `forward`, and running it on fake tensors stopped{where} "
             f"({error}); only the operations before that point are shown"
         )
+
+
+@contextlib.contextmanager
+def _state_kept(module: nn.Module) -> Iterator[None]:
+    """Put back every attribute ``forward`` assigned while it ran (``self.mask = ...`` stores a
+    Proxy during tracing, which would break every later run of the same instance)."""
+    saved = [
+        (m, dict(m.__dict__), dict(m._parameters), dict(m._buffers), dict(m._modules))
+        for m in module.modules()
+    ]
+    try:
+        yield
+    finally:
+        for m, attrs, params, buffers, modules in saved:
+            m.__dict__.clear()
+            m.__dict__.update(attrs)
+            m._parameters.clear()
+            m._parameters.update(params)
+            m._buffers.clear()
+            m._buffers.update(buffers)
+            m._modules.clear()
+            m._modules.update(modules)
 
 
 def _drop_concrete_guards(gm: torch.fx.GraphModule) -> None:

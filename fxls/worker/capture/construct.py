@@ -66,6 +66,16 @@ class Recipe:
     """Arguments for ``# fxls: init(...)`` that pin this recipe (None when not expressible)."""
     assumed: dict[str, str] = field(default_factory=dict)
     """Assumed values by parameter or field name (text), for ``assumed``/filled configs."""
+    call: str | None = None
+    """An expression that builds it in the file's namespace, when it is not ``Cls(init)``."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """The constructor arguments, when known (defaults not included)."""
+
+    def expr(self, cls_name: str) -> str | None:
+        """A Python expression that rebuilds the instance, when expressible."""
+        if self.call is not None:
+            return self.call
+        return None if self.init is None else f"{cls_name}({self.init})"
 
 
 # ---------------------------------------------------------------------------------------
@@ -106,6 +116,12 @@ _FLOAT_GUESSES: tuple[tuple[re.Pattern[str], tuple[float, ...]], ...] = tuple(
 )
 
 
+_CLASS_VALUED = frozenset(
+    {"norm_layer", "act_layer", "activation_layer", "activation", "act", "block", "layer",
+     "block_fn", "conv_layer", "norm", "norm_fn"}
+)  # fmt: skip
+
+
 def _first(table: Any, name: str) -> tuple[Any, ...]:
     lowered = name.lower()
     for pattern, values in table:
@@ -118,7 +134,11 @@ def guesses(name: str, annotation: Any, choices: list[str]) -> list[Any]:
     """Candidate values for a required parameter, most plausible first ([] when none)."""
     origin = typing.get_origin(annotation)
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if annotation is bool or name.startswith(("use_", "is_", "with_", "tie", "enable")):
+    if (
+        annotation is bool
+        or name.startswith(("use_", "is_", "with_", "tie", "enable"))
+        or name in ("bias", "affine", "batch_first", "bidirectional", "inplace")
+    ):
         return [False, True]
     if annotation is str or choices:
         return list(choices) or []
@@ -134,7 +154,8 @@ def guesses(name: str, annotation: Any, choices: list[str]) -> list[Any]:
     if annotation is int or annotation is inspect.Parameter.empty:
         if re.search(r"drop|eps|prob|^p$", name.lower()):
             return list(_first(_FLOAT_GUESSES, name))
-        if re.search(r"mask|weight|bias_init|init_|act|norm_layer|block$|layer$", name.lower()):
+        lowered = name.lower()
+        if re.search(r"mask|weight|bias_init|init_", lowered) or lowered in _CLASS_VALUED:
             return [None]
         return list(_first(_INT_GUESSES, name))
     return []
@@ -215,7 +236,9 @@ def _annotations(cls: type, namespace: dict[str, Any]) -> dict[str, Any]:
 
 
 def _is_config_class(tp: Any) -> bool:
-    if not isinstance(tp, type) or issubclass(tp, nn.Module):
+    if not isinstance(tp, type) or issubclass(tp, nn.Module) or tp.__module__ == "builtins":
+        return False
+    if tp.__module__ in ("inspect", "typing", "torch") or tp.__module__.startswith("torch."):
         return False
     if dataclasses.is_dataclass(tp) or (issubclass(tp, tuple) and hasattr(tp, "_fields")):
         return True
@@ -235,7 +258,7 @@ def _config_classes(doc: Document) -> list[type]:
             continue
         if not isinstance(value, type) or not _is_config_class(value):
             continue
-        if dataclasses.is_dataclass(value) or re.search(r"(Config|Args|Params|Cfg)$", name):
+        if dataclasses.is_dataclass(value) or re.search(r"Config|Args|Params|Cfg|Settings", name):
             out.append(value)
     return out
 
@@ -267,20 +290,30 @@ def _fill_config(config: Any, cls_name: str, init_text: str | None) -> Iterator[
     fields = _config_fields(config)
     if fields is None:
         return
-    holes = {k: v for k, v in fields.items() if v is None or (isinstance(v, int) and v < 0)}
-    strings = {k: v for k, v in fields.items() if isinstance(v, str)}
-    if not holes and not strings:
+    negative = [
+        k for k, v in fields.items() if isinstance(v, int) and not isinstance(v, bool) and v < 0
+    ]
+    missing = [k for k, v in fields.items() if v is None]
+    strings = [k for k, v in fields.items() if isinstance(v, str)]
+    if not negative and not missing and not strings:
         return
-    fills: dict[str, Any] = {}
-    for key, value in holes.items():
-        options = guesses(key, type(value) if value is not None else int, [])
-        if options:
-            fills[key] = options[0]
+
+    def filled(keys: list[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in keys:
+            options = guesses(key, int, [])
+            if options and options[0] is not None:
+                out[key] = options[0]
+        return out
+
+    # sizes that cannot work (-1) first, then unset ones (None: often "same as another")
     variants: list[dict[str, Any]] = []
-    if fills:
-        variants.append(fills)
+    for fills in (filled(negative), filled(negative + missing)):
+        if fills and fills not in variants:
+            variants.append(fills)
+    base = variants[-1] if variants else {}
     for key in strings:  # a preset name may block explicit sizes: try it unset too
-        variants.append({**fills, key: None})
+        variants.append({**base, key: None})
     for variant in variants:
         filled = _with_fields(config, variant)
         if filled is None:
@@ -328,7 +361,7 @@ def _config_candidates(
 ) -> list[_ConfigCandidate]:
     """Configuration objects for ``param`` (empty when it does not take one)."""
     found: list[_ConfigCandidate] = []
-    tp = _unwrap_optional(annotation)
+    tp = None if annotation is inspect.Parameter.empty else _unwrap_optional(annotation)
     sources: list[tuple[Callable[[], Any], str]] = []
     if isinstance(tp, type) and _is_config_class(tp):
         sources.append((tp, f"{tp.__name__}()"))
@@ -378,6 +411,7 @@ def recipes(doc: Document, cls: type) -> Iterator[Recipe]:
                 text,
                 init=init,
                 assumed=assumed,
+                kwargs=kwargs,
             )
 
     yield from _factories(doc, cls)
@@ -437,7 +471,7 @@ def _assumed(
         init = ", ".join(init_parts) if all(i is not None for _, _, i in combo) else None
         assumed = {p.name: text for p, (_, text, _) in zip(required, combo)}
         yield Recipe("assumed", _bound(cls, kwargs), f"{cls.__name__}({', '.join(parts)})",
-                     init=init, assumed=assumed)  # fmt: skip
+                     init=init, assumed=assumed, kwargs=kwargs)  # fmt: skip
 
 
 def _value_text(value: Any) -> str:
@@ -494,7 +528,7 @@ def _factories(doc: Document, cls: type) -> Iterator[Recipe]:
         func = doc.namespace.get(name)
         if not callable(func):
             continue
-        yield Recipe("factory", _limited(func, cls), f"{name}()")
+        yield Recipe("factory", _limited(func, cls), f"{name}()", call=f"{name}()")
 
 
 def _no_required(fn: ast.FunctionDef) -> bool:

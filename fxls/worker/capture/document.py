@@ -7,7 +7,7 @@ import builtins
 import linecache
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fxls.protocol.model import CaptureJob
@@ -25,6 +25,8 @@ class Document:
     source: SourceText
     namespace: dict[str, Any]
     tree: ast.Module | None
+    records: dict[str, Any] = field(default_factory=dict)
+    """Class name -> ``parents.Recorded``: the instance a parent built and called."""
 
     @property
     def path(self) -> str:

@@ -101,6 +101,14 @@ _DUNDER_OPERATORS: dict[str, tuple[Callable[..., Any], bool]] = {
 }
 
 
+Watch = Callable[[torch.nn.Module, tuple[Any, ...], dict[str, Any], Any], bool]
+"""``watch(submodule, args, kwargs, namer) -> stop?``: sees every submodule call of a run."""
+
+
+class Enough(Exception):
+    """Raised by a watch that has seen what it wanted: the run stops there, without error."""
+
+
 @dataclass
 class FakeRun:
     """What one fake execution of ``forward`` recorded."""
@@ -126,6 +134,8 @@ class FakeRun:
     """sympy Symbol -> the user's dimension name, for rendering other values."""
     mode: str = "fake"
     """``symbolic`` (named dims kept as symbols) or ``fake`` (static sizes)."""
+    specialized: dict[str, int] = field(default_factory=dict)
+    """Named dimensions the run had to fix to their example size (``len(x)``, ``int(n)``)."""
 
     def rename(self, text: str) -> str:
         """Raw symbols in a text (``s26*s49`` in an argument) -> the user's names (``B*T``)."""
@@ -257,6 +267,8 @@ class _Recorder:
         """Spans of the call whose node is being made (given to attributes it reads)."""
         self._constants = 0
         self._anonymous = 0
+        self.watch: Watch | None = None
+        """Called before each submodule call; True stops the run (``Enough``)."""
 
     # -- objects -> nodes ---------------------------------------------------------------
 
@@ -510,6 +522,8 @@ def _patched_module_call(recorder: _Recorder) -> Iterator[None]:
     def call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         if recorder.suppress or module is recorder.root:
             return original(module, *args, **kwargs)
+        if recorder.watch is not None and recorder.watch(module, args, kwargs, recorder.namer):
+            raise Enough()
         if is_builtin_leaf(module, recorder.leaf_classes):
             recorder.suppress += 1
             try:
@@ -630,6 +644,7 @@ def fake_run(
     symbolic: bool = True,
     leaf_classes: Iterable[str] = (),
     source: str | None = None,
+    watch: Watch | None = None,
 ) -> FakeRun:
     """Run ``module`` on fake tensors and record what ran into an FX graph.
 
@@ -642,6 +657,8 @@ def fake_run(
         symbolic: keep named dims symbolic; False uses static fake tensors.
         leaf_classes: names of user classes recorded as one ``call_module`` node.
         source: the document text; read from ``linecache`` when omitted.
+        watch: sees every submodule call (with the namer of the run's dimension names) and
+            may stop the run by returning True; the run then ends without ``error``.
 
     Returns:
         A :class:`FakeRun`. When ``forward`` raises, ``error`` is set and the graph has the nodes
@@ -662,6 +679,7 @@ def fake_run(
     spans = _Spans(path, _source(path, source))
     recorder = _Recorder(spans, list(leaf_classes))
     recorder.root = module
+    recorder.watch = watch
     named = any(n for inp in inputs if inp.kind == "tensor" for n, _ in inp.dims)
     use_symbols = symbolic and named
     shape_env = ShapeEnv() if use_symbols else None
@@ -708,12 +726,20 @@ def fake_run(
             with swap, fake_mode, torch.no_grad(), _patched_module_call(recorder), _Mode(recorder):
                 out = module(*args, **kwargs)
             recorder.output(out)
+        except Enough:
+            pass
         except BaseException as exc:  # user code may raise anything
             if isinstance(exc, KeyboardInterrupt):
                 raise
             error = exc
             error_span = spans.of_traceback(exc)
 
+    specialized: dict[str, int] = {}
+    if shape_env is not None:
+        for sym, name in names.items():
+            value = shape_env.replacements.get(sym)
+            if value is not None and getattr(value, "is_number", False):
+                specialized[name] = int(value)
     gm = _graph_module(recorder, module)
     return FakeRun(
         graph_module=gm,
@@ -725,6 +751,7 @@ def fake_run(
         values=recorder.values,
         names=names,
         mode="symbolic" if use_symbols else "fake",
+        specialized=specialized,
     )
 
 

@@ -9,7 +9,9 @@ placeholder feeds (``Conv2d.in_channels``, ``Linear.in_features``, ...) and mark
 
 from __future__ import annotations
 
+import ast
 import inspect
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -44,10 +46,22 @@ class PlannedInput:
         return value_of(self.value)
 
     def shape_text(self) -> str:
+        if self.kind == "value":
+            return _value_text(self.value)
         inner = ", ".join(name or str(size) for name, size in self.dims)
         if len(self.dims) == 1:
             inner += ","
         return f"({inner})" + ("" if self.dtype == torch.float32 else f" {dtype_name(self.dtype)}")
+
+
+def _value_text(value: Any, depth: int = 0) -> str:
+    if isinstance(value, torch.Tensor):
+        return "[" + ", ".join(str(int(s)) for s in value.shape) + "]"
+    if depth < 3 and isinstance(value, (tuple, list)):
+        inner = ", ".join(_value_text(v, depth + 1) for v in value)
+        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 class InputError(Exception):
@@ -204,7 +218,15 @@ def first_layer(root: nn.Module, placeholder: torch.fx.Node) -> tuple[str, nn.Mo
     return None
 
 
-def infer(root: nn.Module, placeholder: torch.fx.Node, symbols: Symbols) -> PlannedInput | None:
+SPATIAL = 224
+"""Image height and width fxls assumes first when nothing says otherwise."""
+SPATIAL_ALTERNATIVES = (224, 32, 28, 64, 96, 128, 256, 299, 512, 16)
+"""Sizes tried in turn when an assumed image size does not run through ``forward``."""
+
+
+def infer(
+    root: nn.Module, placeholder: torch.fx.Node, symbols: Symbols, spatial: int = SPATIAL
+) -> PlannedInput | None:
     """Infer a tensor input from the first layer it reaches; None when fxls cannot tell.
 
     ``root`` resolves ``call_module`` targets: the traced GraphModule, or the module itself
@@ -214,6 +236,31 @@ def infer(root: nn.Module, placeholder: torch.fx.Node, symbols: Symbols) -> Plan
     if found is None:
         return None
     target, m = found
+    owner = root if isinstance(root, nn.Module) else None
+    seq_first = sequence_first(owner) if owner is not None else False
+    return layer_input(str(placeholder.target), target, m, symbols, spatial, seq_first)
+
+
+def sequence_first(root: nn.Module) -> bool:
+    """Whether the module's sequence layers take ``[T, B, ...]`` (an RNN or a transformer
+    layer without ``batch_first``), so token ids feeding them are sequence-first too."""
+    for m in root.modules():
+        if isinstance(m, nn.RNNBase):
+            return not m.batch_first
+        if isinstance(m, nn.MultiheadAttention):
+            return not m.batch_first
+    return False
+
+
+def layer_input(
+    name: str,
+    target: str,
+    m: nn.Module,
+    symbols: Symbols,
+    spatial: int = SPATIAL,
+    seq_first: bool = False,
+) -> PlannedInput | None:
+    """The input a layer of this kind takes (batch ``B``, sequence ``T``), marked assumed."""
     b: tuple[str | None, int] = (BATCH, symbols.size(BATCH))
     dims: list[tuple[str | None, int]] | None = None
     dtype = torch.float32
@@ -224,20 +271,21 @@ def infer(root: nn.Module, placeholder: torch.fx.Node, symbols: Symbols) -> Plan
     if isinstance(m, nn.Conv1d):
         dims = [b, *fixed(m.in_channels, 128)]
     elif isinstance(m, nn.Conv2d):
-        dims = [b, *fixed(m.in_channels, 224, 224)]
+        dims = [b, *fixed(m.in_channels, spatial, spatial)]
     elif isinstance(m, nn.Conv3d):
         dims = [b, *fixed(m.in_channels, 16, 112, 112)]
     elif isinstance(m, nn.Linear):
         dims = [b, *fixed(m.in_features)]
     elif isinstance(m, nn.Embedding):
-        dims = [b, (SEQUENCE, symbols.size(SEQUENCE))]
+        t0: tuple[str | None, int] = (SEQUENCE, symbols.size(SEQUENCE))
+        dims = [t0, b] if seq_first else [b, t0]
         dtype = torch.int64
     elif isinstance(m, nn.LayerNorm):
         dims = [b, (SEQUENCE, symbols.size(SEQUENCE)), *fixed(*m.normalized_shape)]
     elif isinstance(m, nn.BatchNorm1d):
         dims = [b, *fixed(m.num_features)]
     elif isinstance(m, nn.BatchNorm2d):
-        dims = [b, *fixed(m.num_features, 224, 224)]
+        dims = [b, *fixed(m.num_features, spatial, spatial)]
     elif isinstance(m, nn.BatchNorm3d):
         dims = [b, *fixed(m.num_features, 16, 112, 112)]
     elif isinstance(m, nn.RNNBase):
@@ -253,7 +301,205 @@ def infer(root: nn.Module, placeholder: torch.fx.Node, symbols: Symbols) -> Plan
         t = (SEQUENCE, symbols.size(SEQUENCE))
         dims = [b, t] if attn.batch_first else [t, b]
         dims.append((None, attn.embed_dim))
+    elif isinstance(m, (nn.TransformerEncoder, nn.TransformerDecoder)) and len(m.layers):
+        return layer_input(name, f"{target}.layers.0", m.layers[0], symbols, spatial, seq_first)
     if dims is None:
         return None
-    name = str(placeholder.target)
     return PlannedInput(name, "tensor", dims, dtype, assumed=True, reason=_describe(target, m))
+
+
+def spatial_alternatives(planned: PlannedInput) -> list[PlannedInput]:
+    """The same assumed image input at other heights/widths (for a 4-d ``[B, C, H, W]``)."""
+    if not planned.assumed or planned.kind != "tensor" or len(planned.dims) != 4:
+        return []
+    (_, h), (_, w) = planned.dims[2], planned.dims[3]
+    if h != w or planned.dims[2][0] is not None:
+        return []
+    out = []
+    for size in SPATIAL_ALTERNATIVES:
+        if size == h:
+            continue
+        dims = [*planned.dims[:2], (None, size), (None, size)]
+        out.append(PlannedInput(planned.name, "tensor", dims, planned.dtype, assumed=True,
+                                reason=planned.reason))  # fmt: skip
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# The first layer, read from the source of ``forward`` (when no graph reached it)
+# ---------------------------------------------------------------------------------------
+
+MAX_SOURCE_DEPTH = 4
+
+
+def infer_from_source(
+    module: nn.Module,
+    param: str,
+    tree: ast.Module | None,
+    symbols: Symbols,
+    spatial: int = SPATIAL,
+) -> PlannedInput | None:
+    """The input ``param`` of ``module.forward`` from the first layer its source passes it to.
+
+    Follows ``self.a.b(x)``, ``self.blocks[0](x)``, ``self.features(x)`` into a Sequential's
+    first layer, ``self._forward_impl(x)`` into that method and a custom submodule into its own
+    ``forward``. Used when tracing stopped before the input reached a layer.
+    """
+    if tree is None:
+        return None
+    found = _first_in_source(module, "forward", param, "", tree, 0)
+    if found is None:
+        return None
+    target, layer = found
+    return layer_input(param, target, layer, symbols, spatial, sequence_first(module))
+
+
+def _class_def(tree: ast.Module, cls: type) -> ast.ClassDef | None:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
+            return node
+    return None
+
+
+def _method_def(tree: ast.Module, cls: type, name: str) -> ast.FunctionDef | None:
+    for klass in cls.__mro__:
+        node = _class_def(tree, klass)
+        if node is None:
+            continue
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name == name:
+                return item
+    return None
+
+
+def _first_in_source(
+    module: nn.Module, method: str, param: str, prefix: str, tree: ast.Module, depth: int
+) -> tuple[str, nn.Module] | None:
+    if depth > MAX_SOURCE_DEPTH:
+        return None
+    fn = _method_def(tree, type(module), method)
+    if fn is None:
+        return None
+    calls = sorted(
+        (n for n in ast.walk(fn) if isinstance(n, ast.Call) and n.args),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    assigned = {
+        id(n.value): n.targets[0].id
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+    }
+    aliases = {param}
+    for call in calls:
+        first = call.args[0]
+        if not (isinstance(first, ast.Name) and first.id in aliases):
+            continue
+        resolved = _resolve(module, call.func)
+        if resolved is None:
+            continue
+        path, obj = resolved
+        qualified = f"{prefix}{path}"
+        if isinstance(obj, nn.Module) and isinstance(obj, _KEEPS_CHANNELS):
+            # padding, activations, pooling: the value passes on under the name it is given
+            target = assigned.get(id(call))
+            if target is not None:
+                aliases.add(target)
+            continue
+        if isinstance(obj, nn.Module):
+            found = _into_module(obj, qualified, tree, depth)
+            if found is not None:
+                return found
+        elif inspect.ismethod(obj) and obj.__self__ is module:
+            params = [p for p in inspect.signature(obj).parameters]
+            if params:
+                found = _first_in_source(module, obj.__name__, params[0], prefix, tree, depth + 1)
+                if found is not None:
+                    return found
+    return None
+
+
+_KEEPS_CHANNELS = (
+    nn.ReflectionPad1d, nn.ReflectionPad2d, nn.ReflectionPad3d, nn.ZeroPad2d,
+    nn.ConstantPad1d, nn.ConstantPad2d, nn.ConstantPad3d, nn.ReplicationPad1d,
+    nn.ReplicationPad2d, nn.ReplicationPad3d, nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Tanh,
+    nn.Sigmoid, nn.LeakyReLU, nn.ELU, nn.Hardswish, nn.Mish, nn.MaxPool1d, nn.MaxPool2d,
+    nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.Upsample, nn.Dropout,
+    nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.Identity,
+)  # fmt: skip
+
+_LAYERS = (
+    nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, nn.Embedding, nn.LayerNorm, nn.BatchNorm1d,
+    nn.BatchNorm2d, nn.BatchNorm3d, nn.RNNBase, nn.MultiheadAttention,
+    nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.TransformerEncoder,
+    nn.TransformerDecoder,
+)  # fmt: skip
+
+
+def _into_module(
+    obj: nn.Module, path: str, tree: ast.Module, depth: int
+) -> tuple[str, nn.Module] | None:
+    if isinstance(obj, _LAYERS):
+        return path, obj
+    if isinstance(obj, _PASS_THROUGH):
+        return None
+    if isinstance(obj, (nn.Sequential, nn.ModuleList)) and len(obj):
+        for index, child in enumerate(obj):
+            if isinstance(child, _PASS_THROUGH):
+                continue
+            return _into_module(child, f"{path}.{index}", tree, depth + 1)
+        return None
+    try:
+        params = [p for p in inspect.signature(obj.forward).parameters]
+    except (TypeError, ValueError):
+        return None
+    if not params:
+        return None
+    return _first_in_source(obj, "forward", params[0], f"{path}.", tree, depth + 1)
+
+
+def _resolve(module: nn.Module, func: ast.expr) -> tuple[str, Any] | None:
+    """``self.a.b`` / ``self.a[0]`` / ``self.a['k']`` -> (qualified name, object)."""
+    steps: list[tuple[str, Any]] = []
+    node = func
+    while True:
+        if isinstance(node, ast.Attribute):
+            steps.append(("attr", node.attr))
+            node = node.value
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            steps.append(("item", node.slice.value))
+            node = node.value
+        else:
+            break
+    if not (isinstance(node, ast.Name) and node.id == "self") or not steps:
+        return None
+    obj: Any = module
+    names: list[str] = []
+    for kind, key in reversed(steps):
+        try:
+            obj = getattr(obj, key) if kind == "attr" else obj[key]
+        except Exception:
+            return None
+        names.append(str(key))
+    return ".".join(names), obj
+
+
+def size_hints(module: nn.Module, arguments: dict[str, Any]) -> dict[str, int]:
+    """Sizes the constructor arguments (or the module's attributes) name: an image size, a
+    number of input channels."""
+    found: dict[str, int] = {}
+    sources: list[dict[str, Any]] = [arguments]
+    for attr in ("config", "args", "params", "cfg"):
+        value = getattr(module, attr, None)
+        if value is not None and hasattr(value, "__dict__"):
+            sources.append(vars(value))
+    sources.append({k: v for k, v in vars(module).items() if not k.startswith("_")})
+    for source in sources:
+        for key, value in source.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                continue
+            lowered = key.lower()
+            if re.search(r"image_size|img_size|input_resolution|resolution|imsize", lowered):
+                found.setdefault("spatial", value)
+            elif re.search(r"^channels$|in_chans|in_channels|input_channels|num_channels", lowered):
+                found.setdefault("channels", value)
+    return found

@@ -122,4 +122,5 @@ def node_info(
         module_type=_module_type(gm, str(node.target)) if node.op == "call_module" else None,
         module_path=_module_path(node),
         users=len(node.users),
+        inputs=[n.name for n in node.all_input_nodes],
     )

@@ -21,8 +21,9 @@ import torch
 from fxls.protocol import catalogue as m
 from fxls.protocol.model import CaptureJob, CaptureResult, Diagnostic, ModuleResult, Span
 from fxls.protocol.positions import SourceText
+from fxls.worker.capture import parents
 from fxls.worker.capture.classcapture import PhaseReporter, capture_class
-from fxls.worker.capture.document import execute, prepare
+from fxls.worker.capture.document import Document, execute, prepare
 from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
 
 
@@ -48,22 +49,46 @@ def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
         result.diagnostics.append(_import_diagnostic(exc, job.path, doc.source))
         return result
 
-    for req in job.classes:
+    names = list(dict.fromkeys(req.name for req in job.classes))
+    rank = {name: i for i, name in enumerate(parents.parent_first(names, doc.tree))}
+    order = sorted(range(len(job.classes)), key=lambda i: (rank[job.classes[i].name], i))
+    done: dict[str, ModuleResult] = {}
+    results: dict[int, ModuleResult] = {}
+    # parents first: a class built and called by a parent is captured from that instance
+    for index in order:
+        req = job.classes[index]
         if req.skip:
-            result.modules.append(
-                ModuleResult(
-                    name=req.name, line=req.line, status="skipped", notes=["skipped by directive"]
-                )
+            mod = ModuleResult(
+                name=req.name, line=req.line, status="skipped", notes=["skipped by directive"]
             )
-            continue
-        try:
-            mod = capture_class(doc, req, report_phase)
-        except BaseException as exc:
-            mod = ModuleResult(name=req.name, line=req.line, status="failed")
-            mod.error = error_info("trace", exc)
-        _soften_worked_around(mod)
-        result.modules.append(mod)
+        else:
+            try:
+                wanted = _wanted(doc, job, done, req.name)
+                mod = capture_class(doc, req, report_phase, wanted=wanted)
+            except BaseException as exc:
+                mod = ModuleResult(name=req.name, line=req.line, status="failed")
+                mod.error = error_info("trace", exc)
+            _soften_worked_around(mod)
+        done.setdefault(req.name, mod)
+        results[index] = mod
+    result.modules = [results[i] for i in range(len(job.classes))]
     return result
+
+
+def _wanted(
+    doc: Document, job: CaptureJob, done: dict[str, ModuleResult], current: str
+) -> dict[type, str]:
+    """Classes still to capture whose instances a parent may record (no ``init`` directive)."""
+    wanted: dict[type, str] = {}
+    for req in job.classes:
+        if req.name in done or req.name == current or req.skip or req.init:
+            continue
+        if req.name in doc.records:
+            continue
+        cls = doc.namespace.get(req.name)
+        if isinstance(cls, type):
+            wanted[cls] = req.name
+    return wanted
 
 
 _TRACE_FAILURE_CODES = frozenset(
@@ -72,19 +97,26 @@ _TRACE_FAILURE_CODES = frozenset(
 
 
 def _soften_worked_around(mod: ModuleResult) -> None:
-    """A trace failure that a fallback capture worked around becomes a warning.
+    """Trace failures are about torch.fx, not about the program: never errors.
 
-    The code is still not traceable by torch.fx (which matters to FX-based tools), but the
-    module itself works and fxls shows its shapes, so it is not an error of the program.
+    A failure that a fallback capture worked around (the module still has shapes) is
+    information with what fxls used instead; one it could not work around is a warning. The
+    code is still not traceable by torch.fx, which matters to FX-based tools, so it is said.
     """
-    if mod.status != "partial" or not mod.outputs:
-        return
+    worked_around = mod.status == "partial" and bool(mod.outputs)
     for diag in mod.diagnostics:
-        if diag.code in _TRACE_FAILURE_CODES and diag.severity == "error":
-            diag.severity = "warning"
+        if diag.code not in _TRACE_FAILURE_CODES or diag.severity != "error":
+            continue
+        if worked_around:
+            diag.severity = "information"
             diag.data["worked_around"] = mod.strategy
-            note = f"fxls worked around it and still shows shapes (strategy `{mod.strategy}`)."
+            note = (
+                f"torch.fx.symbolic_trace fails here; fxls used `{mod.strategy}` and still shows "
+                "shapes."
+            )
             diag.fix = f"{note} {diag.fix}" if diag.fix else note
+        else:
+            diag.severity = "warning"
 
 
 def _import_diagnostic(exc: BaseException, path: str, source: SourceText) -> Diagnostic:

@@ -1,15 +1,24 @@
 """What a forked job child runs: isolate itself, capture, send one result frame, ``_exit``.
 
-Frames on fd 3 (child -> zygote), all length-prefixed JSON:
+Frames on fd 3 (child -> zygote): a 4-byte big-endian length, UTF-8 JSON, then a 32-byte MAC.
 ``{"type": "isolation", "layers": [...]}`` first, then any number of
 ``{"type": "phase", "phase": ..., "class": ...}``, then exactly one of
 ``{"type": "result", "payload": CaptureResult}`` or ``{"type": "result_too_large", "bytes": n}``.
 A failed set-up sends ``{"type": "setup_error", "message": ...}`` instead of everything else.
+
+The MAC is keyed BLAKE2b over the frame's sequence number and its JSON, with a random key the
+zygote made for this job only (``frame_mac``). The zygote drops a job whose frames do not
+verify (``protocol_error``): user code that writes a frame to fd 3 and exits, or a library
+that scribbles on fd 3, cannot pass a result off as the capture's. The key is in this
+process's memory while user code runs in the same process, so code that looks for it (``gc``,
+frames, ``ctypes``) can still forge frames for its own job: the MAC stops forgeries, not a
+determined attacker, and everything in a frame is still checked as hostile by the zygote.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import sys
@@ -17,18 +26,48 @@ import traceback
 from typing import NoReturn
 
 from fxls.protocol.codec import to_dict
-from fxls.protocol.frames import MAX_RESULT_BYTES, frame_bytes, write_all, write_frame
+from fxls.protocol.frames import MAX_RESULT_BYTES, frame_bytes, write_all
 from fxls.protocol.model import CaptureResult, ErrorInfo, JobRequest, Phase
 from fxls.worker.process import sandbox
 
+MAC_LEN = 32
 EXIT_SETUP_FAILED = 70
 EXIT_INTERNAL = 71
 
 
+def frame_mac(key: bytes, seq: int, body: bytes) -> bytes:
+    """The MAC of the ``seq``-th frame (0-based) of a job with JSON ``body``."""
+    return hashlib.blake2b(seq.to_bytes(8, "big") + body, key=key, digest_size=MAC_LEN).digest()
+
+
+def _json_bytes(message: object) -> bytes:
+    """Compact UTF-8 JSON; lone surrogates (valid in a str, not in UTF-8) become ``?``."""
+    text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "replace")
+
+
+class _FrameWriter:
+    """Writes this job's MAC'd frames to one fd, numbering them."""
+
+    def __init__(self, fd: int, key: bytes) -> None:
+        self.fd = fd
+        self._key = key
+        self._seq = 0
+
+    def send_body(self, body: bytes) -> None:
+        mac = frame_mac(self._key, self._seq, body)
+        self._seq += 1
+        write_all(self.fd, frame_bytes(body + mac))
+
+    def send(self, message: object) -> None:
+        self.send_body(_json_bytes(message))
+
+
 def _flush_all() -> None:
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
-            stream.flush()
+            if stream is not None:
+                stream.flush()
         except BaseException:  # user code may have replaced or broken it
             pass
     try:
@@ -37,17 +76,9 @@ def _flush_all() -> None:
         pass
 
 
-def _report_phase(phase: Phase, class_name: str | None) -> None:
-    write_frame(sandbox.RESULT_FD, {"type": "phase", "phase": phase, "class": class_name})
-
-
 def _encode_result(result: CaptureResult) -> bytes:
     try:
-        return json.dumps(
-            {"type": "result", "payload": to_dict(result)},
-            separators=(",", ":"),
-            ensure_ascii=False,
-        ).encode()
+        return _json_bytes({"type": "result", "payload": to_dict(result)})
     except BaseException as exc:  # a capture bug must not lose the job
         failed = CaptureResult(
             torch_version=result.torch_version,
@@ -59,36 +90,39 @@ def _encode_result(result: CaptureResult) -> bytes:
                 traceback="".join(traceback.format_exception(exc))[-20000:],
             ),
         )
-        return json.dumps({"type": "result", "payload": to_dict(failed)}).encode()
-
-
-def _send_body(body: bytes) -> None:
-    write_all(sandbox.RESULT_FD, frame_bytes(body))
+        return _json_bytes({"type": "result", "payload": to_dict(failed)})
 
 
 def run_child(request: JobRequest, plan: sandbox.ChildPlan) -> NoReturn:
     """Entry point in the forked child; never returns."""
     code = 0
+    writer = _FrameWriter(plan.result_w, plan.frame_key)
+    plan.frame_key = b""
     try:
         try:
             layers = sandbox.setup_child(plan)
         except BaseException as exc:
             try:
-                fd = sandbox.RESULT_FD if sandbox.fds_moved() else plan.result_w
-                write_frame(fd, {"type": "setup_error", "message": repr(exc)})
+                if sandbox.fds_moved():
+                    writer.fd = sandbox.RESULT_FD
+                writer.send({"type": "setup_error", "message": repr(exc)})
             finally:
                 os._exit(EXIT_SETUP_FAILED)
-        write_frame(sandbox.RESULT_FD, {"type": "isolation", "layers": layers})
+        writer.fd = sandbox.RESULT_FD
+        writer.send({"type": "isolation", "layers": layers})
 
         from fxls.worker.capture.jobs import run_job
 
-        result = run_job(request, _report_phase)
+        def report_phase(phase: Phase, class_name: str | None) -> None:
+            writer.send({"type": "phase", "phase": phase, "class": class_name})
+
+        result = run_job(request, report_phase)
         _flush_all()
-        _report_phase("serialize", None)
+        report_phase("serialize", None)
         body = _encode_result(result)
         if len(body) > MAX_RESULT_BYTES:
-            body = json.dumps({"type": "result_too_large", "bytes": len(body)}).encode()
-        _send_body(body)
+            body = _json_bytes({"type": "result_too_large", "bytes": len(body)})
+        writer.send_body(body)
     except BaseException:  # never fall back into the zygote's code
         code = EXIT_INTERNAL
         try:

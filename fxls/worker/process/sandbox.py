@@ -8,8 +8,12 @@ layers that were active are reported with every result.
 ``setup_child`` runs in the freshly forked child, in this order: setsid; PDEATHSIG (then a
 re-check that the zygote is still the parent); fds (/dev/null -> 0, capture pipe -> 1 and 2,
 result pipe -> 3, everything else closed); default signal handlers; faulthandler; the job dir
-(chdir, umask 077, TMPDIR); rlimits; no_new_privs; network namespace; Landlock; seccomp;
-PR_SET_DUMPABLE 0. rlimits come before seccomp because the filter forbids raising them.
+(chdir, umask 077, TMPDIR); the job's memory cgroup (when the zygote has one); rlimits;
+no_new_privs; network namespace; all capabilities dropped; PR_SET_DUMPABLE 0; Landlock;
+seccomp. rlimits come before seccomp because the filter forbids raising them, the cgroup
+before Landlock because joining it writes outside the job dir, the namespace before dropping
+capabilities (root needs CAP_SYS_ADMIN for it), and seccomp last because it forbids changing
+PDEATHSIG and the dumpable flag.
 """
 
 from __future__ import annotations
@@ -42,10 +46,15 @@ _libc.prctl.argtypes = [
 ]
 
 PR_SET_PDEATHSIG = 1
+PR_GET_PDEATHSIG = 2
 PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
+PR_CAPBSET_READ = 23
+PR_CAPBSET_DROP = 24
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
 CLONE_THREAD = 0x00010000
 CLONE_NEWNET = 0x40000000
@@ -92,129 +101,322 @@ def set_child_subreaper() -> bool:
 # ---------------------------------------------------------------------------------------
 
 _BPF_LD_W_ABS = 0x20
+_BPF_ALU_AND_K = 0x54
+_BPF_JA = 0x05
 _BPF_JEQ_K = 0x15
 _BPF_JGE_K = 0x35
 _BPF_JSET_K = 0x45
 _BPF_RET_K = 0x06
-_RET_ALLOW = 0x7FFF0000
-_RET_ERRNO = 0x00050000
-_RET_KILL_PROCESS = 0x80000000
+RET_ALLOW = 0x7FFF0000
+RET_ERRNO = 0x00050000
+RET_KILL_PROCESS = 0x80000000
+_OFF_NR = 0
+_OFF_ARCH = 4
+
+
+def _arg_low(index: int) -> int:
+    """Offset of the low 32 bits of ``seccomp_data.args[index]`` (little-endian arches).
+
+    The checked arguments are C ``int``/``unsigned int`` (pids, options, commands, modes) or
+    flag words whose interesting bits are low: the kernel truncates ``int`` arguments to 32
+    bits, so the high word must not be compared (userspace may leave garbage there).
+    """
+    return 16 + 8 * index
+
+
+# The policy, by syscall name. Names an architecture does not have (aarch64 has no chmod,
+# fork, mknod...) are skipped for it.
+SECCOMP_DENIED: tuple[str, ...] = (
+    # new processes, other programs, other processes' memory
+    "fork", "vfork", "execve", "execveat", "ptrace", "process_vm_readv", "process_vm_writev",
+    "process_madvise", "pidfd_getfd",
+    # sockets (pathname UNIX sockets, TCP, UDP)
+    "socket", "connect", "accept", "accept4", "bind", "listen",
+    # mounts, namespaces, the kernel
+    "mount", "umount2", "open_tree", "open_tree_attr", "move_mount", "fsopen", "fsconfig",
+    "fsmount", "fspick", "mount_setattr", "pivot_root", "chroot", "unshare", "setns", "bpf",
+    "userfaultfd", "perf_event_open", "keyctl", "add_key", "request_key", "io_uring_setup",
+    "io_uring_enter", "io_uring_register", "kexec_load", "kexec_file_load", "init_module",
+    "finit_module", "delete_module", "reboot", "sethostname", "setdomainname", "acct",
+    "syslog", "fanotify_init", "swapon", "swapoff", "quotactl", "quotactl_fd",
+    "settimeofday", "clock_settime", "iopl", "ioperm", "vhangup", "uselib", "open_by_handle_at",
+    # file modes, owners, times and extended attributes (Landlock does not cover them)
+    "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
+    "utime", "utimes", "futimesat", "utimensat", "setxattr", "lsetxattr", "fsetxattr",
+    "removexattr", "lremovexattr", "fremovexattr", "setxattrat", "removexattrat",
+    "file_setattr",
+    # truncating by path (Landlock before ABI 3 does not cover it; ftruncate needs a writable fd)
+    "truncate",
+    # signals that may reach other processes (kill/tgkill are checked below)
+    "tkill", "pidfd_send_signal",
+    # memory outside RLIMIT_AS that outlives or escapes the job
+    "memfd_secret", "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv",
+    "msgctl", "semget", "semop", "semctl", "semtimedop", "mq_open",
+    # raising a resource limit (prlimit64 is checked below)
+    "setrlimit",
+)  # fmt: skip
+
+S_IFMT = 0o170000
+S_IFCHR = 0o020000
+S_IFBLK = 0o060000
+F_SETOWN = 8
+F_SETOWN_EX = 15
+FIOSETOWN = 0x8901
+SIOCSPGRP = 0x8902
+FS_IOC_SETFLAGS = 0x40086602
+FS_IOC32_SETFLAGS = 0x40046602
+FS_IOC_FSSETXATTR = 0x401C5820
+O_ACCMODE = 0o3
+O_TRUNC = 0o1000
 
 
 @dataclass(frozen=True)
-class _Arch:
+class SeccompArch:
+    name: str
     audit: int
-    blocked: dict[str, int]
-    clone: int
-    clone3: int
-    set_limit: dict[str, int]
-    """Syscalls that change rlimits: setrlimit (always), prlimit64 (when new_limit != NULL)."""
+    """``AUDIT_ARCH_*`` value the filter requires in ``seccomp_data.arch``."""
+    nr: dict[str, int]
     x32_bit: int = 0
+    """Syscall numbers with this bit set belong to another ABI (x32) and kill the process."""
 
 
-_X86_64 = {
-    "socket": 41, "connect": 42, "accept": 43, "bind": 49, "listen": 50, "accept4": 288,
-    "execve": 59, "execveat": 322, "ptrace": 101, "process_vm_readv": 310,
-    "process_vm_writev": 311, "mount": 165, "umount2": 166, "unshare": 272, "setns": 308,
+_X86_64_NR = {
+    "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "ptrace": 101,
+    "process_vm_readv": 310, "process_vm_writev": 311, "process_madvise": 440,
+    "pidfd_getfd": 438, "socket": 41, "connect": 42, "accept": 43, "accept4": 288, "bind": 49,
+    "listen": 50, "mount": 165, "umount2": 166, "open_tree": 428, "open_tree_attr": 467,
+    "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+    "mount_setattr": 442, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308,
     "bpf": 321, "userfaultfd": 323, "perf_event_open": 298, "keyctl": 250, "add_key": 248,
-    "request_key": 249, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-    "pivot_root": 155, "chroot": 161, "kexec_load": 246, "init_module": 175,
-    "finit_module": 313, "delete_module": 176, "reboot": 169, "open_tree": 428,
-    "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-    "mount_setattr": 442, "fork": 57, "vfork": 58,
+    "request_key": 249, "io_uring_setup": 425, "io_uring_enter": 426,
+    "io_uring_register": 427, "kexec_load": 246, "kexec_file_load": 320, "init_module": 175,
+    "finit_module": 313, "delete_module": 176, "reboot": 169, "sethostname": 170,
+    "setdomainname": 171, "acct": 163, "syslog": 103, "fanotify_init": 300, "swapon": 167,
+    "swapoff": 168, "quotactl": 179, "quotactl_fd": 443, "settimeofday": 164,
+    "clock_settime": 227, "iopl": 172, "ioperm": 173, "vhangup": 153, "uselib": 134,
+    "open_by_handle_at": 304, "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452,
+    "chown": 92, "fchown": 93, "lchown": 94, "fchownat": 260, "utime": 132, "utimes": 235,
+    "futimesat": 261, "utimensat": 280, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
+    "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "setxattrat": 463,
+    "removexattrat": 466, "file_setattr": 469, "tkill": 200, "pidfd_send_signal": 424,
+    "truncate": 76, "memfd_create": 319, "memfd_secret": 447, "shmget": 29, "shmat": 30, "shmctl": 31,
+    "shmdt": 67, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "semget": 64,
+    "semop": 65, "semctl": 66, "semtimedop": 220, "mq_open": 240, "setrlimit": 160,
+    # checked arguments
+    "clone": 56, "clone3": 435, "prlimit64": 302, "mknod": 133, "mknodat": 259, "kill": 62,
+    "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "prctl": 157,
+    "fcntl": 72, "ioctl": 16, "open": 2, "openat": 257, "openat2": 437,
 }  # fmt: skip
-_AARCH64 = {
-    "socket": 198, "bind": 200, "listen": 201, "accept": 202, "connect": 203, "accept4": 242,
+_AARCH64_NR = {  # the generic table (include/uapi/asm-generic/unistd.h)
     "execve": 221, "execveat": 281, "ptrace": 117, "process_vm_readv": 270,
-    "process_vm_writev": 271, "mount": 40, "umount2": 39, "unshare": 97, "setns": 268,
-    "bpf": 280, "userfaultfd": 282, "perf_event_open": 241, "keyctl": 219, "add_key": 217,
-    "request_key": 218, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-    "pivot_root": 41, "chroot": 51, "kexec_load": 104, "init_module": 105,
-    "finit_module": 273, "delete_module": 106, "reboot": 142, "open_tree": 428,
-    "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-    "mount_setattr": 442,
+    "process_vm_writev": 271, "process_madvise": 440, "pidfd_getfd": 438, "socket": 198,
+    "connect": 203, "accept": 202, "accept4": 242, "bind": 200, "listen": 201, "mount": 40,
+    "umount2": 39, "open_tree": 428, "open_tree_attr": 467, "move_mount": 429, "fsopen": 430,
+    "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "pivot_root": 41,
+    "chroot": 51, "unshare": 97, "setns": 268, "bpf": 280, "userfaultfd": 282,
+    "perf_event_open": 241, "keyctl": 219, "add_key": 217, "request_key": 218,
+    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "kexec_load": 104,
+    "kexec_file_load": 294, "init_module": 105, "finit_module": 273, "delete_module": 106,
+    "reboot": 142, "sethostname": 161, "setdomainname": 162, "acct": 89, "syslog": 116,
+    "fanotify_init": 262, "swapon": 224, "swapoff": 225, "quotactl": 60, "quotactl_fd": 443,
+    "settimeofday": 170, "clock_settime": 112, "vhangup": 58, "open_by_handle_at": 265,
+    "fchmod": 52, "fchmodat": 53, "fchmodat2": 452, "fchown": 55, "fchownat": 54,
+    "utimensat": 88, "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14,
+    "lremovexattr": 15, "fremovexattr": 16, "setxattrat": 463, "removexattrat": 466,
+    "file_setattr": 469, "truncate": 45, "tkill": 130, "pidfd_send_signal": 424, "memfd_create": 279,
+    "memfd_secret": 447, "shmget": 194, "shmat": 196, "shmctl": 195, "shmdt": 197,
+    "msgget": 186, "msgsnd": 189, "msgrcv": 188, "msgctl": 187, "semget": 190, "semop": 193,
+    "semctl": 191, "semtimedop": 192, "mq_open": 180, "setrlimit": 164,
+    # checked arguments
+    "clone": 220, "clone3": 435, "prlimit64": 261, "mknodat": 33, "kill": 129, "tgkill": 131,
+    "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "prctl": 167, "fcntl": 25, "ioctl": 29,
+    "openat": 56, "openat2": 437,
 }  # fmt: skip
 
-_ARCHES = {
-    "x86_64": _Arch(0xC000003E, _X86_64, 56, 435, {"setrlimit": 160, "prlimit64": 302},
-                    x32_bit=0x40000000),
-    "aarch64": _Arch(0xC00000B7, _AARCH64, 220, 435, {"setrlimit": 164, "prlimit64": 261}),
-}  # fmt: skip
+SECCOMP_ARCHES = {
+    "x86_64": SeccompArch("x86_64", 0xC000003E, _X86_64_NR, x32_bit=0x40000000),
+    "aarch64": SeccompArch("aarch64", 0xC00000B7, _AARCH64_NR),
+}
 
 
-def _arch() -> _Arch | None:
-    return _ARCHES.get(platform.machine())
+def _arch() -> SeccompArch | None:
+    return SECCOMP_ARCHES.get(platform.machine())
 
 
-def seccomp_program() -> bytes:
+class _Bpf:
+    """A tiny classic-BPF assembler with labels (jumps are resolved in ``assemble``)."""
+
+    def __init__(self) -> None:
+        self.ins: list[list[int]] = []
+        self.labels: dict[str, int] = {}
+        self.fixups: list[tuple[int, int, str]] = []  # (instruction, field 1=jt 2=jf 3=k, label)
+
+    def label(self, name: str) -> None:
+        self.labels[name] = len(self.ins)
+
+    def load(self, offset: int) -> None:
+        self.ins.append([_BPF_LD_W_ABS, 0, 0, offset])
+
+    def and_(self, mask: int) -> None:
+        self.ins.append([_BPF_ALU_AND_K, 0, 0, mask])
+
+    def ret(self, value: int) -> None:
+        self.ins.append([_BPF_RET_K, 0, 0, value])
+
+    def jump(self, code: int, k: int, jt: str | None = None, jf: str | None = None) -> None:
+        """A conditional jump; a ``None`` target falls through to the next instruction."""
+        for field_index, target in ((1, jt), (2, jf)):
+            if target is not None:
+                self.fixups.append((len(self.ins), field_index, target))
+        self.ins.append([code, 0, 0, k])
+
+    def goto(self, target: str) -> None:
+        self.fixups.append((len(self.ins), 3, target))
+        self.ins.append([_BPF_JA, 0, 0, 0])
+
+    def assemble(self) -> bytes:
+        for index, field_index, target in self.fixups:
+            offset = self.labels[target] - index - 1
+            if offset < 0 or (field_index != 3 and offset > 255):
+                raise SandboxError(f"seccomp jump to {target} out of range ({offset})")
+            self.ins[index][field_index] = offset
+        if len(self.ins) > 4096:
+            raise SandboxError("seccomp program longer than 4096 instructions")
+        return b"".join(struct.pack("=HBBI", *i) for i in self.ins)
+
+
+def seccomp_program(
+    machine: str | None = None, *, pid: int | None = None, deny_memfd: bool = True
+) -> bytes:
     """The BPF program as raw ``struct sock_filter`` bytes (raises SandboxError if no arch).
 
-    Blocked syscalls fail with EPERM; clone without CLONE_THREAD (a new process) too; clone3
-    fails with ENOSYS so libc falls back to clone for threads; raising an rlimit is EPERM; a
-    foreign architecture's syscall ABI kills the process.
+    ``machine`` selects the syscall table (default: this machine); ``pid`` is the job's own
+    pid, the only process it may signal (default: the caller's); ``deny_memfd`` denies
+    ``memfd_create`` (when no memory cgroup counts its pages).
+
+    Verdicts: the syscalls in ``SECCOMP_DENIED`` fail with EPERM; ``clone`` without
+    CLONE_THREAD (a new process) too, and ``clone3`` with ENOSYS so libc falls back to clone
+    for threads; ``prlimit64`` may only read limits; ``mknod``/``mknodat`` may not create
+    character or block devices; ``kill`` may target only the job itself (its pid, 0 or its
+    own process group, which has the same id after ``setsid``), ``tgkill``/``rt_sigqueueinfo``/
+    ``rt_tgsigqueueinfo`` only its own thread group; ``prctl`` may not change the parent-death
+    signal or the dumpable flag; ``fcntl(F_SETOWN*)`` and ``ioctl(FIOSETOWN, SIOCSPGRP)``
+    (SIGIO to another process) and the ``FS_IOC_SETFLAGS``/``FS_IOC_FSSETXATTR`` attribute
+    ioctls fail with EPERM; so does opening a file read-only with ``O_TRUNC`` (before ABI 3,
+    Landlock does not ask for write access to truncate), and ``openat2``, whose flags the
+    filter cannot see, fails with ENOSYS (callers fall back to ``openat``). A foreign
+    architecture's syscall ABI (e.g. x32, i386 via int 0x80)
+    kills the process.
     """
-    arch = _arch()
+    arch = SECCOMP_ARCHES.get(machine or platform.machine())
     if arch is None:
-        raise SandboxError(f"seccomp filter not written for {platform.machine()}")
-    ins: list[tuple[int, int, int, int]] = []
-    # Forward jumps to shared return blocks are patched once the labels are known.
-    pending: list[tuple[int, str]] = []
-    labels: dict[str, int] = {}
-
-    def emit(code: int, jt: int = 0, jf: int = 0, k: int = 0) -> None:
-        ins.append((code, jt, jf, k))
-
-    def jeq_to(k: int, label: str) -> None:
-        pending.append((len(ins), label))
-        emit(_BPF_JEQ_K, 0, 0, k)
-
-    emit(_BPF_LD_W_ABS, k=4)  # seccomp_data.arch
-    emit(_BPF_JEQ_K, 1, 0, arch.audit)
-    emit(_BPF_RET_K, k=_RET_KILL_PROCESS)
-    emit(_BPF_LD_W_ABS, k=0)  # seccomp_data.nr
+        raise SandboxError(f"seccomp filter not written for {machine or platform.machine()}")
+    own = (os.getpid() if pid is None else pid) & 0xFFFFFFFF
+    own_group = -own & 0xFFFFFFFF
+    eperm = RET_ERRNO | errno.EPERM
+    nr = arch.nr
+    asm = _Bpf()
+    asm.load(_OFF_ARCH)
+    asm.jump(_BPF_JEQ_K, arch.audit, jt="arch_ok")
+    asm.ret(RET_KILL_PROCESS)
+    asm.label("arch_ok")
+    asm.load(_OFF_NR)
     if arch.x32_bit:
-        emit(_BPF_JGE_K, 0, 1, arch.x32_bit)
-        emit(_BPF_RET_K, k=_RET_KILL_PROCESS)
-    for name in sorted(arch.blocked):
-        jeq_to(arch.blocked[name], "eperm")
-    jeq_to(arch.clone3, "enosys")
-    jeq_to(arch.set_limit["setrlimit"], "eperm")
-    jeq_to(arch.clone, "clone")
-    jeq_to(arch.set_limit["prlimit64"], "prlimit")
-    emit(_BPF_RET_K, k=_RET_ALLOW)
-    labels["clone"] = len(ins)
-    emit(_BPF_LD_W_ABS, k=16)  # args[0] low word: clone flags
-    emit(_BPF_JSET_K, 1, 0, CLONE_THREAD)
-    emit(_BPF_RET_K, k=_RET_ERRNO | errno.EPERM)
-    emit(_BPF_RET_K, k=_RET_ALLOW)
-    labels["prlimit"] = len(ins)
-    emit(_BPF_LD_W_ABS, k=32)  # args[2] low word: new_limit pointer
-    emit(_BPF_JEQ_K, 1, 0, 0)
-    emit(_BPF_RET_K, k=_RET_ERRNO | errno.EPERM)
-    emit(_BPF_LD_W_ABS, k=36)  # args[2] high word
-    emit(_BPF_JEQ_K, 1, 0, 0)
-    emit(_BPF_RET_K, k=_RET_ERRNO | errno.EPERM)
-    emit(_BPF_RET_K, k=_RET_ALLOW)
-    labels["eperm"] = len(ins)
-    emit(_BPF_RET_K, k=_RET_ERRNO | errno.EPERM)
-    labels["enosys"] = len(ins)
-    emit(_BPF_RET_K, k=_RET_ERRNO | errno.ENOSYS)
-    for index, label in pending:
-        offset = labels[label] - index - 1
-        if not 0 <= offset < 256:
-            raise SandboxError("seccomp program too long for a BPF jump")
-        code, _, jf, k = ins[index]
-        ins[index] = (code, offset, jf, k)
-    return b"".join(struct.pack("=HBBI", *i) for i in ins)
+        asm.jump(_BPF_JGE_K, arch.x32_bit, jf="native")
+        asm.ret(RET_KILL_PROCESS)
+        asm.label("native")
+
+    denied = [n for n in SECCOMP_DENIED if n in nr]
+    if deny_memfd:
+        denied.append("memfd_create")
+    checked = {
+        "clone": "clone", "clone3": "enosys", "prlimit64": "prlimit", "mknod": "mknod",
+        "mknodat": "mknodat", "kill": "kill", "tgkill": "own_tgid",
+        "rt_sigqueueinfo": "own_tgid", "rt_tgsigqueueinfo": "own_tgid", "prctl": "prctl",
+        "fcntl": "fcntl", "ioctl": "ioctl", "open": "open", "openat": "openat",
+        "openat2": "enosys",
+    }  # fmt: skip
+    for name in sorted(denied, key=nr.__getitem__):
+        asm.jump(_BPF_JEQ_K, nr[name], jf="next_" + name)
+        asm.ret(eperm)
+        asm.label("next_" + name)
+    for name, block in checked.items():
+        if name in nr:
+            asm.jump(_BPF_JEQ_K, nr[name], jt=block)
+    asm.ret(RET_ALLOW)
+
+    asm.label("clone")  # a thread (CLONE_THREAD) is fine, a new process is not
+    asm.load(_arg_low(0))
+    asm.jump(_BPF_JSET_K, CLONE_THREAD, jt="allow")
+    asm.goto("eperm")
+
+    asm.label("prlimit")  # prlimit64(pid, resource, new_limit, old_limit): new_limit NULL
+    asm.load(_arg_low(2))
+    asm.jump(_BPF_JEQ_K, 0, jf="eperm")
+    asm.load(_arg_low(2) + 4)
+    asm.jump(_BPF_JEQ_K, 0, jt="allow")
+    asm.goto("eperm")
+
+    for label, mode_arg in (("mknod", 1), ("mknodat", 2)):
+        asm.label(label)  # FIFOs, sockets and regular files yes; devices no
+        asm.load(_arg_low(mode_arg))
+        asm.and_(S_IFMT)
+        asm.jump(_BPF_JEQ_K, S_IFCHR, jt="eperm")
+        asm.jump(_BPF_JEQ_K, S_IFBLK, jt="eperm")
+        asm.goto("allow")
+
+    asm.label("kill")  # kill(pid, sig): itself, its process group (0 or -pid)
+    asm.load(_arg_low(0))
+    for target in (own, 0, own_group):
+        asm.jump(_BPF_JEQ_K, target, jt="allow")
+    asm.goto("eperm")
+
+    asm.label("own_tgid")  # tgkill / rt_(tg)sigqueueinfo(tgid, ...): its own thread group
+    asm.load(_arg_low(0))
+    asm.jump(_BPF_JEQ_K, own, jt="allow")
+    asm.goto("eperm")
+
+    asm.label("prctl")
+    asm.load(_arg_low(0))
+    asm.jump(_BPF_JEQ_K, PR_SET_PDEATHSIG, jt="eperm")
+    asm.jump(_BPF_JEQ_K, PR_SET_DUMPABLE, jt="eperm")
+    asm.goto("allow")
+
+    asm.label("fcntl")
+    asm.load(_arg_low(1))
+    asm.jump(_BPF_JEQ_K, F_SETOWN, jt="eperm")
+    asm.jump(_BPF_JEQ_K, F_SETOWN_EX, jt="eperm")
+    asm.goto("allow")
+
+    asm.label("ioctl")
+    asm.load(_arg_low(1))
+    for command in (FIOSETOWN, SIOCSPGRP, FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_FSSETXATTR):
+        asm.jump(_BPF_JEQ_K, command, jt="eperm")
+    asm.goto("allow")
+
+    for label, flags_arg in (("open", 1), ("openat", 2)):
+        asm.label(label)  # O_RDONLY | O_TRUNC truncates without Landlock (< ABI 3) asking
+        asm.load(_arg_low(flags_arg))
+        asm.and_(O_ACCMODE | O_TRUNC)
+        asm.jump(_BPF_JEQ_K, O_TRUNC, jt="eperm")
+        asm.goto("allow")
+
+    asm.label("allow")
+    asm.ret(RET_ALLOW)
+    asm.label("eperm")
+    asm.ret(eperm)
+    asm.label("enosys")
+    asm.ret(RET_ERRNO | errno.ENOSYS)
+    return asm.assemble()
 
 
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def install_seccomp() -> None:
+def install_seccomp(*, deny_memfd: bool = True) -> None:
     """Install the filter on the calling thread (needs no_new_privs)."""
-    program = seccomp_program()
+    program = seccomp_program(deny_memfd=deny_memfd)
     buf = ctypes.create_string_buffer(program, len(program))
     prog = _SockFprog(len(program) // 8, ctypes.addressof(buf))
     _check(
@@ -237,6 +439,8 @@ FS_EXECUTE = 1 << 0
 FS_WRITE_FILE = 1 << 1
 FS_READ_FILE = 1 << 2
 FS_READ_DIR = 1 << 3
+FS_MAKE_CHAR = 1 << 6
+FS_MAKE_BLOCK = 1 << 11
 FS_TRUNCATE = 1 << 14
 FS_IOCTL_DEV = 1 << 15
 _FS_WRITE_ABI1 = FS_WRITE_FILE | sum(1 << b for b in range(4, 13))  # remove/make *
@@ -267,6 +471,7 @@ def _landlock_fs_rights(abi: int) -> int:
 def install_landlock(writable_dir: str, abi: int) -> None:
     """Deny writes outside ``writable_dir``, exec, TCP and (ABI >= 6) signals/abstract sockets.
 
+    Inside ``writable_dir`` everything but executing and creating device nodes is allowed.
     Reading stays allowed everywhere (imports need it); Landlock's ptrace rules also deny
     ``/proc/<pid>/mem`` of processes outside the sandbox.
     """
@@ -282,7 +487,8 @@ def install_landlock(writable_dir: str, abi: int) -> None:
     )
     try:
         file_rights = FS_WRITE_FILE | (handled_fs & (FS_TRUNCATE | FS_IOCTL_DEV))
-        rules = [(writable_dir, handled_fs & ~FS_EXECUTE), (os.devnull, file_rights)]
+        dir_rights = handled_fs & ~(FS_EXECUTE | FS_MAKE_CHAR | FS_MAKE_BLOCK | FS_IOCTL_DEV)
+        rules = [(writable_dir, dir_rights), (os.devnull, file_rights)]
         for path, rights in rules:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             try:
@@ -319,18 +525,226 @@ def enter_netns() -> None:
 
 
 # ---------------------------------------------------------------------------------------
+# Capabilities
+# ---------------------------------------------------------------------------------------
+
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 63
+
+
+def drop_capabilities() -> None:
+    """Drop every capability: the bounding set (when allowed), ambient, then capset to zero.
+
+    As root this leaves uid 0 without CAP_SYS_ADMIN, CAP_MKNOD, CAP_DAC_OVERRIDE...; as an
+    ordinary user the sets are already empty except the bounding set, which needs
+    CAP_SETPCAP to shrink and is harmless under no_new_privs (exec cannot gain capabilities).
+    """
+    for cap in range(_last_cap() + 1):
+        if _libc.prctl(PR_CAPBSET_READ, cap, 0, 0, 0) != 1:
+            continue
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            if err == errno.EPERM:  # no CAP_SETPCAP: an unprivileged user
+                break
+            raise SandboxError(f"PR_CAPBSET_DROP({cap}): {os.strerror(err)}")
+    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # EINVAL before 4.3: none
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+
+
+# ---------------------------------------------------------------------------------------
+# Memory cgroup (cgroup v2)
+# ---------------------------------------------------------------------------------------
+
+NOFILE_WITHOUT_CGROUP = 64
+"""RLIMIT_NOFILE cap when no memory cgroup counts kernel-held pages (pipes, unlinked files)."""
+
+
+def _cgroup_write(path: str, value: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def _own_cgroup_dir() -> tuple[str | None, str]:
+    """This process's cgroup v2 folder, or None and why not."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            rel = next((ln[3:].strip() for ln in f if ln.startswith("0::")), None)
+        with open("/proc/self/mountinfo") as f:
+            mounts = [ln.split() for ln in f]
+    except OSError as exc:
+        return None, f"cannot read /proc/self/cgroup: {exc}"
+    if rel is None:
+        return None, "not in a cgroup v2 hierarchy"
+    for fields in mounts:
+        if "-" not in fields:
+            continue
+        fstype = fields[fields.index("-") + 1]
+        root, mount_point = fields[3], fields[4]
+        if fstype == "cgroup2" and (rel + "/").startswith(root.rstrip("/") + "/"):
+            path = os.path.join(mount_point, rel[len(root.rstrip("/")) :].lstrip("/"))
+            if os.path.isdir(path):
+                return os.path.normpath(path), ""
+    return None, "no cgroup2 file system mounted"
+
+
+@dataclass
+class MemoryCgroup:
+    """A cgroup v2 folder delegated to this zygote; each job gets a group with ``memory.max``.
+
+    Unlike RLIMIT_AS, the cgroup counts every page charged to the job: memfd and tmpfs pages,
+    the page cache it fills, pipe buffers. fxls uses only a cgroup that is its own to manage
+    (cgroup v2 delegation): the folder named by ``FXLS_CGROUP``, or the zygote's own cgroup
+    when the zygote is the only process in it (a launcher started it in a delegated scope).
+    It never creates groups in a hierarchy that another manager (systemd, a container
+    runtime) owns, and uses the cgroup only after a trial of the whole cycle (create a group,
+    limit it, move a process in, remove it) succeeded.
+    """
+
+    path: str
+
+    @classmethod
+    def probe(cls, requested: str | None = None) -> tuple[MemoryCgroup | None, str]:
+        """The delegated cgroup to use, or None and why there is none."""
+        path = requested
+        try:
+            if path is None:
+                own, why = _own_cgroup_dir()
+                if own is None:
+                    return None, why
+                with open(os.path.join(own, "cgroup.procs")) as f:
+                    if f.read().split() != [str(os.getpid())]:
+                        return None, (
+                            "the worker shares its cgroup with other processes and "
+                            "FXLS_CGROUP names no delegated cgroup"
+                        )
+                path = own
+            with open(os.path.join(path, "cgroup.controllers")) as f:
+                if "memory" not in f.read().split():
+                    return None, f"{path}: the memory controller is not delegated"
+            group = cls(path)
+            group._prepare()
+            return group, ""
+        except OSError as exc:
+            return None, f"{path or 'own cgroup'}: {exc}"
+
+    def _prepare(self) -> None:
+        """Enable the memory controller for child groups and try one job group."""
+        with open(os.path.join(self.path, "cgroup.procs")) as f:
+            procs = f.read().split()
+        if procs:
+            # A cgroup with processes cannot enable controllers for its children: move
+            # ourselves (the only process, checked) into a leaf first.
+            if procs != [str(os.getpid())]:
+                raise OSError(errno.EBUSY, "other processes are in it")
+            leaf = os.path.join(self.path, "zygote")
+            os.makedirs(leaf, 0o755, exist_ok=True)
+            _cgroup_write(os.path.join(leaf, "cgroup.procs"), str(os.getpid()))
+        _cgroup_write(os.path.join(self.path, "cgroup.subtree_control"), "+memory")
+        trial = self.job_group(0, 256 * 1024 * 1024)
+        try:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the probe child
+                code = 0
+                try:
+                    join_cgroup(trial)
+                except BaseException:
+                    code = 1
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise OSError(errno.EACCES, "cannot move a process into a job group")
+        finally:
+            remove_cgroup(trial)
+
+    def job_group(self, job_id: int, memory_bytes: int) -> str:
+        """Create the group of one job with its memory limit (no swap; OOM kills the group)."""
+        path = os.path.join(self.path, f"fxls-job-{os.getpid()}-{job_id}")
+        os.mkdir(path, 0o755)
+        try:
+            _cgroup_write(os.path.join(path, "memory.max"), str(memory_bytes))
+            for name, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
+                try:
+                    _cgroup_write(os.path.join(path, name), value)
+                except OSError:  # no swap accounting / an older kernel
+                    pass
+        except OSError:
+            remove_cgroup(path)
+            raise
+        return path
+
+
+def join_cgroup(path: str) -> None:
+    """Move the calling process into the cgroup at ``path`` (in the child, before Landlock)."""
+    _cgroup_write(os.path.join(path, "cgroup.procs"), "0")
+
+
+def cgroup_oom_kills(path: str) -> int:
+    """How many processes of the group the kernel's OOM killer killed (memory.events)."""
+    try:
+        with open(os.path.join(path, "memory.events")) as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def remove_cgroup(path: str) -> bool:
+    """Kill what is left in a job group and remove it; False when it is still busy."""
+    try:
+        _cgroup_write(os.path.join(path, "cgroup.kill"), "1")  # Linux >= 5.14
+    except OSError:
+        pass
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------
 # Probing and the child set-up
 # ---------------------------------------------------------------------------------------
 
 
-def probe_layers() -> tuple[list[str], dict[str, str]]:
+def probe_layers(abi: int | None = None) -> tuple[list[str], dict[str, str]]:
     """Which optional layers work here: fork a throw-away child that tries each one.
 
-    Returns (available, missing-with-reason). Never runs user code.
+    ``abi`` is the Landlock ABI to use (default: the kernel's; lower to simulate an older
+    kernel). Returns (available, missing-with-reason). Never runs user code.
     """
     available: list[str] = []
     missing: dict[str, str] = {}
-    abi = landlock_abi()
+    if abi is None:
+        abi = landlock_abi()
     checks: list[tuple[str, str | None]] = [
         ("seccomp", None if _arch() else f"no seccomp filter for {platform.machine()}"),
         ("landlock", None if abi else "kernel has no Landlock (syscall 444 failed)"),
@@ -382,6 +796,10 @@ class ChildPlan:
     result_w: int
     zygote_pid: int
     landlock_abi: int = 0
+    cgroup: str | None = None
+    """The job's memory cgroup to join, when the zygote has one."""
+    frame_key: bytes = b""
+    """Per-job key of the result frames' MAC (see ``fxls.worker.process.child``)."""
 
 
 def _vm_size_bytes() -> int:
@@ -392,14 +810,15 @@ def _vm_size_bytes() -> int:
     return 0
 
 
-def _set_rlimits(limits: Limits) -> None:
+def _set_rlimits(limits: Limits, in_cgroup: bool) -> None:
     cpu = max(1, math.ceil(limits.cpu_s))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 2))
     mem = _vm_size_bytes() + limits.memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     fsize = limits.file_size_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (limits.nofile, limits.nofile))
+    nofile = limits.nofile if in_cgroup else min(limits.nofile, NOFILE_WITHOUT_CGROUP)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
@@ -447,17 +866,33 @@ def setup_child(plan: ChildPlan) -> list[str]:
     tempfile.tempdir = plan.job_dir
     sys.dont_write_bytecode = True
 
-    _set_rlimits(plan.limits)
+    in_cgroup = False
+    if plan.cgroup is not None:
+        try:
+            join_cgroup(plan.cgroup)
+            in_cgroup = True
+            active.append("cgroup")
+        except OSError:  # fall back to the limits that work without it
+            pass
+    _set_rlimits(plan.limits, in_cgroup)
     active.append("rlimits")
     prctl(PR_SET_NO_NEW_PRIVS, 1)
+    active.append("no_new_privs")
     if plan.isolation.netns and "netns" in plan.available:
         enter_netns()
         active.append("netns")
+    drop_capabilities()
+    active.append("capabilities")
+    prctl(PR_SET_DUMPABLE, 0)
+    active.append("dumpable")
     if plan.isolation.landlock and "landlock" in plan.available:
         install_landlock(plan.job_dir, plan.landlock_abi)
         active.append("landlock")
+        if plan.landlock_abi >= 4:
+            active.append("landlock-net")
+        if plan.landlock_abi >= 6:
+            active.append("landlock-scope")
     if plan.isolation.seccomp and "seccomp" in plan.available:
-        install_seccomp()
+        install_seccomp(deny_memfd=not in_cgroup)
         active.append("seccomp")
-    prctl(PR_SET_DUMPABLE, 0)
     return active

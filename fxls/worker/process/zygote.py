@@ -16,9 +16,11 @@ import collections
 import ctypes
 import errno
 import gc
+import hmac
 import os
+import re
+import secrets
 import selectors
-import shutil
 import signal
 import sys
 import tempfile
@@ -48,12 +50,20 @@ from fxls.protocol.model import (
     ResultKind,
 )
 from fxls.worker.process import sandbox
+from fxls.worker.process.child import MAC_LEN, frame_mac
 
 OUTPUT_HEAD_BYTES = 64 * 1024
 MAX_JOBS = 2
 ESCAPEE_WATCH_S = 5.0
 """How long after a job ends the zygote keeps looking for its escaped descendants."""
+JOB_DIR_SIZE_FACTOR = 4
+"""The job directory may hold this many times the file size limit (256 MiB by default)."""
+JOB_DIR_MAX_ENTRIES = 10_000
+JOB_DIR_MAX_DEPTH = 32
+DISK_CHECK_S = 0.25
+"""How often the zygote measures each running job's directory."""
 _PHASES = frozenset(get_args(Phase))
+_LAYER_NAME = re.compile(r"[a-z0-9_-]{1,40}")
 _OOM_MARKERS = ("can't allocate memory", "std::bad_alloc", "Cannot allocate memory")
 
 
@@ -67,6 +77,10 @@ class Spawned:
     pid: int
     result_fd: int
     capture_fd: int
+    frame_key: bytes = b""
+    """The job's key for the MAC of its result frames (``fxls.worker.process.child``)."""
+    cgroup: str | None = None
+    """The job's memory cgroup, when there is one."""
 
 
 class Spawner(Protocol):
@@ -78,11 +92,24 @@ class Spawner(Protocol):
 class ForkSpawner:
     """Linux: fork the warm zygote; the child isolates itself (``fxls.worker.process.child``)."""
 
-    def __init__(self, available: list[str], landlock_abi: int) -> None:
+    def __init__(
+        self,
+        available: list[str],
+        landlock_abi: int,
+        cgroup: sandbox.MemoryCgroup | None = None,
+    ) -> None:
         self.available = available
         self.landlock_abi = landlock_abi
+        self.cgroup = cgroup
 
     def spawn(self, request: JobRequest, job_dir: str) -> Spawned:
+        frame_key = secrets.token_bytes(32)
+        job_cgroup = None
+        if self.cgroup is not None:
+            try:
+                job_cgroup = self.cgroup.job_group(request.id, request.limits.memory_mb << 20)
+            except OSError:  # the child falls back to the limits that work without it
+                job_cgroup = None
         capture_r, capture_w = os.pipe()
         result_r, result_w = os.pipe()
         plan = sandbox.ChildPlan(
@@ -94,6 +121,8 @@ class ForkSpawner:
             result_w=result_w,
             zygote_pid=os.getpid(),
             landlock_abi=self.landlock_abi,
+            cgroup=job_cgroup,
+            frame_key=frame_key,
         )
         _flush_stdio()
         pid = os.fork()
@@ -106,7 +135,7 @@ class ForkSpawner:
                 os._exit(71)
         os.close(capture_w)
         os.close(result_w)
-        return Spawned(pid, result_r, capture_r)
+        return Spawned(pid, result_r, capture_r, frame_key, job_cgroup)
 
 
 def _flush_stdio() -> None:
@@ -149,6 +178,10 @@ class Job:
     output_bytes: int = 0
     status: int | None = None
     rusage: Any = None
+    disk_error: str | None = None
+    """What the job directory exceeded, when the zygote killed the job for it."""
+    next_disk_check: float = 0.0
+    cgroup_oom: bool = False
 
     @property
     def id(self) -> int:
@@ -224,6 +257,7 @@ def classify(job: Job) -> JobResult:
         "timeout": ("timeout", f"wall time limit of {limits.timeout_s:g} s reached"),
         "cancelled": ("cancelled", "cancelled"),
         "shutdown": ("cancelled", "the worker shut down"),
+        "disk": ("file_size_limit", f"the job directory {job.disk_error}"),
     }
     if job.kill_reason in reasons:
         return done(*reasons[job.kill_reason])
@@ -237,6 +271,8 @@ def classify(job: Job) -> JobResult:
     if signum is not None:
         if signum == signal.SIGXCPU or (signum == signal.SIGKILL and cpu >= limits.cpu_s + 1.0):
             return done("cpu_limit", f"CPU time limit of {limits.cpu_s:g} s reached")
+        if signum == signal.SIGKILL and job.cgroup_oom:
+            return done("oom", f"memory limit of {limits.memory_mb} MiB reached (cgroup)")
         if signum == signal.SIGXFSZ:
             return done("file_size_limit", f"file size limit of {limits.file_size_mb} MiB reached")
         if signum == signal.SIGABRT and "std::bad_alloc" in result.output_head:
@@ -283,6 +319,7 @@ class Zygote:
         self.control = FrameReader()
         self.stopping = False
         self.watch_until = 0.0
+        self.stale_cgroups: list[str] = []
         os.set_blocking(ctl_in, False)
         self.sel.register(ctl_in, selectors.EVENT_READ, self._on_control)
         self.wake_r, wake_w = os.pipe()
@@ -295,7 +332,32 @@ class Zygote:
     # -- sending ---------------------------------------------------------------------------
 
     def send(self, message: Any) -> None:
-        data = memoryview(encode_frame(message))
+        self._send_frame(encode_frame(message))
+
+    def send_result(self, result: JobResult) -> None:
+        """Send a job's result; one that cannot be encoded fails that job, not the zygote.
+
+        Its strings come from the job (lone surrogates do not encode as UTF-8) and its payload
+        from a frame the job could have forged; a failure here must never end the zygote.
+        """
+        try:
+            frame = encode_frame(_result(result))
+        except (ValueError, RecursionError) as exc:  # UnicodeEncodeError, ProtocolError
+            fallback = JobResult(
+                result.id,
+                "protocol_error",
+                message=f"the job's result cannot be forwarded ({type(exc).__name__})",
+                output_head=result.output_head,
+                output_bytes=result.output_bytes,
+                isolation=[x for x in result.isolation if _LAYER_NAME.fullmatch(x)],
+                duration_s=result.duration_s,
+                max_rss_kb=result.max_rss_kb,
+            )
+            frame = encode_frame(_result(fallback))
+        self._send_frame(frame)
+
+    def _send_frame(self, frame: bytes) -> None:
+        data = memoryview(frame)
         os.set_blocking(self.ctl_out, True)
         try:
             while data:
@@ -343,10 +405,10 @@ class Zygote:
                 job_id = (message.get("job") or {}).get("id")
                 self.log(f"invalid job request: {exc}")
                 if isinstance(job_id, int):
-                    self.send(_result(JobResult(job_id, "protocol_error", message=str(exc))))
+                    self.send_result(JobResult(job_id, "protocol_error", message=str(exc)))
                 return
             if self.stopping:
-                self.send(_result(JobResult(request.id, "cancelled", message="shutting down")))
+                self.send_result(JobResult(request.id, "cancelled", message="shutting down"))
             else:
                 request.limits = sane_limits(request.limits)
                 self.queue.append(request)
@@ -361,7 +423,7 @@ class Zygote:
         for request in list(self.queue):
             if request.id == job_id:
                 self.queue.remove(request)
-                self.send(_result(JobResult(request.id, "cancelled", message="cancelled")))
+                self.send_result(JobResult(request.id, "cancelled", message="cancelled"))
                 return
         for job in self.jobs.values():
             if job.id == job_id:
@@ -370,7 +432,7 @@ class Zygote:
     def _shutdown(self) -> None:
         self.stopping = True
         for request in self.queue:
-            self.send(_result(JobResult(request.id, "cancelled", message="the worker shut down")))
+            self.send_result(JobResult(request.id, "cancelled", message="the worker shut down"))
         self.queue.clear()
         for job in self.jobs.values():
             self._kill(job, "shutdown")
@@ -388,9 +450,9 @@ class Zygote:
                 spawned = self.spawner.spawn(request, job_dir)
             except OSError as exc:
                 if job_dir is not None:
-                    shutil.rmtree(job_dir, ignore_errors=True)
+                    remove_tree(job_dir)
                 message = f"could not start the job: {exc}"
-                self.send(_result(JobResult(request.id, "sandbox_setup", message=message)))
+                self.send_result(JobResult(request.id, "sandbox_setup", message=message))
                 continue
             job = Job(request, job_dir, spawned, started, started + request.limits.timeout_s)
             self.jobs[spawned.pid] = job
@@ -455,15 +517,21 @@ class Zygote:
         """Consume complete frames; False when the job must be stopped."""
         while True:
             try:
-                body = job.frames_in.next_body()
+                frame = job.frames_in.next_body()
             except FrameTooLarge as exc:
                 if exc.head == b'{"type":"result"':
                     job.too_large = exc.length
                 else:
                     job.protocol_error = f"frame header announces {exc.length} bytes"
                 return False
-            if body is None:
+            if frame is None:
                 return True
+            body, mac = frame[:-MAC_LEN], frame[-MAC_LEN:]
+            if len(frame) < MAC_LEN or not hmac.compare_digest(
+                mac, frame_mac(job.spawned.frame_key, job.frames, body)
+            ):
+                job.protocol_error = "a frame the capture did not write (no valid job MAC)"
+                return False
             error = self._child_frame(job, body)
             if error is not None:
                 job.protocol_error = error
@@ -483,7 +551,9 @@ class Zygote:
             job.setup_error = str(message.get("message"))[:2000]
         elif kind == "isolation" and job.frames == 1:
             layers = message.get("layers")
-            if not isinstance(layers, list) or not all(isinstance(x, str) for x in layers):
+            if not isinstance(layers, list) or not all(
+                isinstance(x, str) and _LAYER_NAME.fullmatch(x) for x in layers
+            ):
                 return "bad isolation frame"
             job.isolation = layers
         elif kind == "phase" and job.frames > 1:
@@ -506,18 +576,26 @@ class Zygote:
     def _reap(self) -> None:
         while True:
             try:
-                pid, status, rusage = os.wait4(-1, os.WNOHANG)
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 return
-            if pid == 0:
+            if info is None:
                 return
+            pid = info.si_pid
             job = self.jobs.get(pid)
+            if job is not None:
+                # The rest of its process group, while the unreaped child still holds the pid
+                # and the group id (after wait4 both could name an unrelated process).
+                self._kill(job, None)
+            try:
+                _, status, rusage = os.wait4(pid, 0)
+            except ChildProcessError:
+                continue
             if job is not None:
                 job.status, job.rusage = status, rusage
                 self._finish(job)
 
     def _finish(self, job: Job) -> None:
-        self._kill(job, None)  # the rest of its process group
         for fd, drain in (
             (job.spawned.result_fd, self._on_result),
             (job.spawned.capture_fd, self._on_capture),
@@ -529,12 +607,20 @@ class Zygote:
         pending = job.frames_in.pending
         if pending and job.protocol_error is None and job.too_large is None:
             job.protocol_error = f"{pending} bytes of an unfinished frame"
+        if job.kill_reason is None:
+            self._check_disk(job)
+        cgroup = job.spawned.cgroup
+        if cgroup is not None:
+            job.cgroup_oom = sandbox.cgroup_oom_kills(cgroup) > 0
+            if not sandbox.remove_cgroup(cgroup):
+                self.stale_cgroups.append(cgroup)
         try:
             result = classify(job)
         except Exception as exc:  # never lose a job to a classification bug
             result = JobResult(job.id, "protocol_error", message=f"unclassifiable result: {exc}")
-        shutil.rmtree(job.job_dir, ignore_errors=True)
-        self.send(_result(result))
+        if not remove_tree(job.job_dir):
+            self.log(f"could not remove the job directory {job.job_dir}")
+        self.send_result(result)
         self.watch_until = time.monotonic() + ESCAPEE_WATCH_S
 
     def _check_deadlines(self) -> None:
@@ -542,6 +628,24 @@ class Zygote:
         for job in self.jobs.values():
             if job.kill_reason is None and now >= job.deadline:
                 self._kill(job, "timeout")
+            if job.kill_reason is None and now >= job.next_disk_check:
+                job.next_disk_check = now + DISK_CHECK_S
+                self._check_disk(job)
+
+    def _check_disk(self, job: Job) -> None:
+        """RLIMIT_FSIZE caps each file; this caps the job directory as a whole."""
+        limit = JOB_DIR_SIZE_FACTOR * job.request.limits.file_size_mb * 1024 * 1024
+        error = job_dir_excess(job.job_dir, limit)
+        if error is not None:
+            job.disk_error = error
+            self._kill(job, "disk")
+
+    def kill_all(self) -> None:
+        """Kill every job's process group this zygote knows of, and escaped descendants."""
+        for job in self.jobs.values():
+            self._kill(job, "shutdown")
+        self._kill_escapees()
+        self.stale_cgroups = [c for c in self.stale_cgroups if not sandbox.remove_cgroup(c)]
 
     def _kill_escapees(self) -> None:
         """Kill children of ours that are not jobs: descendants orphaned by a job."""
@@ -562,6 +666,12 @@ class Zygote:
             pass
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.kill_all()
+
+    def _run(self) -> None:
         while not (self.stopping and not self.jobs):
             self._start_queued()
             now = time.monotonic()
@@ -577,7 +687,159 @@ class Zygote:
             self._check_deadlines()
             if self.jobs or time.monotonic() < self.watch_until:
                 self._kill_escapees()
-        self._kill_escapees()
+
+
+# ---------------------------------------------------------------------------------------
+# Job directories: measuring and removing what a job left
+# ---------------------------------------------------------------------------------------
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_dir(name: str, dir_fd: int | None = None) -> int:
+    """Open a directory (never through a symlink), giving it u+rwx first when it lacks read.
+
+    The job owns nothing the zygote does not (same user), and a mode-0 directory it made must
+    not hide its content from the size cap or from removal. The mode is changed through an
+    ``O_PATH`` descriptor, so a directory swapped for a symlink is never followed.
+    """
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except PermissionError:
+        pass
+    path_fd = os.open(
+        name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
+    )
+    try:
+        os.chmod(f"/proc/self/fd/{path_fd}", 0o700)
+    finally:
+        os.close(path_fd)
+    return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+
+
+def _make_writable(fd: int) -> None:
+    mode = os.fstat(fd).st_mode
+    if mode & 0o700 != 0o700:
+        os.fchmod(fd, (mode | 0o700) & 0o7777)
+
+
+class _Excess(Exception):
+    pass
+
+
+def job_dir_excess(root: str, max_bytes: int) -> str | None:
+    """None while the tree under ``root`` is within the caps, else what it exceeded.
+
+    Counts allocated blocks (sparse files cost what they use) of everything under ``root``,
+    with at most ``JOB_DIR_MAX_ENTRIES`` entries and ``JOB_DIR_MAX_DEPTH`` levels, so one
+    measurement is bounded however the job shapes the tree. Files the job deleted while
+    keeping them open are not visible here; they are bounded by RLIMIT_NOFILE x RLIMIT_FSIZE.
+    """
+    totals = [0, 0]  # bytes, entries
+
+    def walk(dir_fd: int, depth: int) -> None:
+        with os.scandir(dir_fd) as entries:
+            for entry in entries:
+                totals[1] += 1
+                if totals[1] > JOB_DIR_MAX_ENTRIES:
+                    raise _Excess(f"holds more than {JOB_DIR_MAX_ENTRIES} files and folders")
+                try:
+                    totals[0] += entry.stat(follow_symlinks=False).st_blocks * 512
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:  # removed meanwhile
+                    continue
+                if totals[0] > max_bytes:
+                    raise _Excess(f"grew over {max_bytes >> 20} MiB")
+                if not is_dir:
+                    continue
+                if depth >= JOB_DIR_MAX_DEPTH:
+                    raise _Excess(f"is nested deeper than {JOB_DIR_MAX_DEPTH} levels")
+                try:
+                    fd = _open_dir(entry.name, dir_fd)
+                except OSError:
+                    continue
+                try:
+                    walk(fd, depth + 1)
+                finally:
+                    os.close(fd)
+
+    try:
+        top = _open_dir(root)
+    except OSError:
+        return None
+    try:
+        walk(top, 1)
+    except _Excess as exc:
+        return str(exc)
+    except OSError:
+        return None
+    finally:
+        os.close(top)
+    return None
+
+
+def remove_tree(root: str) -> bool:
+    """Remove ``root`` and whatever a job left in it; True when it is gone.
+
+    Unlike ``shutil.rmtree`` it survives folders without u+rwx (made writable first), any
+    depth (subfolders are moved up into ``root`` and handled there, so neither the recursion
+    nor the open descriptors grow with depth, and paths never get long) and symlinks (never
+    followed). Never raises.
+    """
+    try:
+        top = _open_dir(root)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    prefix = f".fxls-rm-{secrets.token_hex(4)}-"
+    moved = 0
+    try:
+        while True:
+            _make_writable(top)
+            with os.scandir(top) as it:
+                names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+            if not names:
+                break
+            progress = False
+            for name, is_dir in names:
+                try:
+                    if not is_dir:
+                        os.unlink(name, dir_fd=top)
+                        progress = True
+                        continue
+                    sub = _open_dir(name, top)
+                    try:
+                        _make_writable(sub)
+                        with os.scandir(sub) as it:
+                            children = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+                        for child, child_is_dir in children:
+                            if child_is_dir:
+                                moved += 1
+                                os.rename(child, f"{prefix}{moved}", src_dir_fd=sub, dst_dir_fd=top)
+                            else:
+                                os.unlink(child, dir_fd=sub)
+                    finally:
+                        os.close(sub)
+                    os.rmdir(name, dir_fd=top)
+                    progress = True
+                except FileNotFoundError:
+                    progress = True
+                except OSError:
+                    pass
+            if not progress:
+                return False
+    except OSError:
+        return False
+    finally:
+        os.close(top)
+    try:
+        os.rmdir(root)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
 
 
 def _own_children() -> set[int]:
@@ -625,7 +887,7 @@ def main(ctl_in: int, ctl_out: int, argv: list[str]) -> int:
         return _serve(ctl_in, ctl_out, scratch)
     finally:
         if args.remove_scratch or not args.scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch)
 
 
 def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
@@ -644,10 +906,23 @@ def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
         return 3
     gc.collect()
     gc.freeze()
-    available, missing = sandbox.probe_layers()
+    abi = sandbox.landlock_abi()
+    forced = _forced_landlock_abi()
+    if forced is not None and forced < abi:
+        abi = forced
+    available, missing = sandbox.probe_layers(abi)
+    if forced == 0:
+        missing["landlock"] = "Landlock turned off with FXLS_LANDLOCK_ABI=0"
     if not sandbox.set_child_subreaper():
         missing["subreaper"] = "PR_SET_CHILD_SUBREAPER failed"
-    abi = sandbox.landlock_abi()
+    cgroup, why = sandbox.MemoryCgroup.probe(os.environ.get("FXLS_CGROUP") or None)
+    if cgroup is not None:
+        available.append("cgroup")
+    else:
+        missing["cgroup"] = (
+            f"{why}; instead memfd_create is denied and open files are capped at "
+            f"{sandbox.NOFILE_WITHOUT_CGROUP}"
+        )
     if "landlock" in available:
         for name, min_abi, what in (
             ("landlock-net", 4, "TCP bind/connect rules"),
@@ -666,13 +941,24 @@ def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
         isolation_missing=missing,
         warm_s=round(time.monotonic() - started, 3),
     )
-    zygote = Zygote(ctl_in, ctl_out, scratch, ForkSpawner(available, abi))
-    zygote.send({"type": "ready", **to_dict(ready)})
-    if abi:
-        zygote.log(f"Landlock ABI {abi}")
+    zygote = Zygote(ctl_in, ctl_out, scratch, ForkSpawner(available, abi, cgroup))
     try:
+        zygote.send({"type": "ready", **to_dict(ready)})
+        if abi:
+            zygote.log(f"Landlock ABI {abi}" + (" (FXLS_LANDLOCK_ABI)" if abi == forced else ""))
         zygote.run()
     except OSError as exc:
         if exc.errno != errno.EPIPE:
             raise
+    finally:
+        zygote.kill_all()
     return 0
+
+
+def _forced_landlock_abi() -> int | None:
+    """``FXLS_LANDLOCK_ABI``: use at most this Landlock ABI (simulates an older kernel)."""
+    value = os.environ.get("FXLS_LANDLOCK_ABI", "").strip()
+    try:
+        return max(0, int(value)) if value else None
+    except ValueError:
+        return None

@@ -35,6 +35,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+import dataclasses
 import sys
 from dataclasses import dataclass, field
 from functools import cache
@@ -87,6 +88,8 @@ class Truth:
     setup: str = ""
     device: str = "meta"
     note: str = ""
+    expr: str = ""
+    """When set, the module is this expression (how fxls built it) instead of ``cls(init)``."""
 
     @property
     def id(self) -> str:
@@ -404,7 +407,10 @@ def build(t: Truth, seed: int = 0) -> Any:
     with torch.device(t.device), contextlib.redirect_stdout(io.StringIO()):
         if t.setup:
             exec(t.setup, namespace)
-        module = eval(f"_cls({t.init})", namespace, {"_cls": namespace[t.cls]})
+        if t.expr:
+            module = eval(t.expr, namespace)
+        else:
+            module = eval(f"_cls({t.init})", namespace, {"_cls": namespace[t.cls]})
     return module.eval()
 
 
@@ -681,11 +687,14 @@ def _value_text(v: Any) -> str:
     return v.text if v.text is not None else v.kind
 
 
-def _bind(t: Truth, inputs: list[tuple[str, Any]], prefer_truth: bool) -> dict[str, int]:
+def _bind(
+    t: Truth, inputs: list[tuple[str, Any]], prefer_truth: bool, fixed: dict[str, int] | None = None
+) -> dict[str, int]:
     """Sizes for the symbols of fxls's tensor inputs: the truth's size at the same place when
-    ``prefer_truth``, otherwise (and for the rest) the smallest unused primes, as fxls picks."""
-    sizes: dict[str, int] = {}
-    used: set[int] = {1}
+    ``prefer_truth``, otherwise (and for the rest) the smallest unused primes, as fxls picks.
+    ``fixed``: sizes fxls says a name was specialized to (they win)."""
+    sizes: dict[str, int] = dict(fixed or {})
+    used: set[int] = {1, *sizes.values()}
     for _, v in inputs:
         if v.kind == "tensor":
             used.update(d for d in v.shape or [] if isinstance(d, int))
@@ -796,12 +805,27 @@ def compare(t: Truth, mod: Any) -> Verdict:
     )
     if not verdict.has_shapes:
         return verdict
+    constructed = getattr(mod, "constructed", None)
+    if constructed is not None and constructed.source != "directive":
+        if not constructed.expr:
+            verdict.eager_error = f"fxls's build ({constructed.text}) cannot be rebuilt here"
+            verdict.unchecked = verdict.shaped_nodes
+            return verdict
+        # check what fxls shows against the instance fxls built, not the truth's
+        t = dataclasses.replace(t, expr=constructed.expr, setup="")
 
     # the truth's sizes for fxls's symbols first; fxls's own kind of sizes if that fails
     eager: EagerRun | None = None
     sizes: dict[str, int] = {}
-    for prefer_truth in (True, False):
-        attempt_sizes = _bind(t, inputs, prefer_truth)
+    # a named dimension fxls says it had to fix to its example size is checked at that size
+    fixed = {
+        name: int(size)
+        for note in getattr(mod, "notes", [])
+        for name, size in re.findall(r"only works for (\w+) = (\d+)", note)
+    }
+    order = (False, True) if any("for the example sizes" in n for n in mod.notes) else (True, False)
+    for prefer_truth in order:
+        attempt_sizes = _bind(t, inputs, prefer_truth, fixed)
         replace, problem = _replacements(t, inputs, attempt_sizes)
         if problem is not None:
             verdict.eager_error = problem

@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import textwrap
 import time
@@ -671,17 +672,27 @@ def read_server_memory() -> str:
     """
 
 
+def assert_server_memory_read_as_expected(result: JobResult) -> None:
+    """Without Landlock an unprivileged job reads the server's memory (same user). As root it
+    cannot: the job dropped every capability, and the kernel lets a process read another's
+    memory only when it has all of that process's capabilities."""
+    assert result.kind == "ok", result
+    if os.geteuid() == 0:
+        assert f"[Errno {errno.EACCES}]" in file_error(result).message
+        assert SECRET.decode() not in result.output_head
+    else:
+        assert SECRET.decode() in result.output_head
+
+
 async def test_52_server_memory_is_readable_without_layers(worker: WorkerClient) -> None:
     result = await worker.run(import_job(read_server_memory()), isolation=NONE)
-    assert result.kind == "ok", result
-    assert SECRET.decode() in result.output_head
+    assert_server_memory_read_as_expected(result)
 
 
 async def test_53_seccomp_alone_does_not_protect_server_memory(worker: WorkerClient) -> None:
     need(worker, "seccomp")
     result = await worker.run(import_job(read_server_memory()), isolation=SECCOMP_ONLY)
-    assert result.kind == "ok", result
-    assert SECRET.decode() in result.output_head
+    assert_server_memory_read_as_expected(result)
 
 
 async def test_54_landlock_protects_server_memory(worker: WorkerClient) -> None:
@@ -729,6 +740,479 @@ async def test_result_too_large(worker: WorkerClient) -> None:
     result = await worker.run(module_job(forward=f"raise ValueError('x' * {MAX_RESULT_BYTES})"))
     assert result.kind == "result_too_large", result
     assert result.payload is None
+
+
+# ---------------------------------------------------------------------------------------
+# 59-75: file metadata, root, signals, the zygote's robustness, memory, disk, frames, env
+# ---------------------------------------------------------------------------------------
+
+ATTEMPT = """
+import json, os
+results = {}
+def attempt(name, fn, *args):
+    try:
+        fn(*args)
+        results[name] = 0
+    except OSError as exc:
+        results[name] = exc.errno
+"""
+LIBC = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def c_attempt(name, fn, *args):
+    ctypes.set_errno(0)
+    results[name] = ctypes.get_errno() if fn(*args) == -1 else 0
+"""
+REPORT = "\nprint('RESULTS', json.dumps(results))\n"
+
+
+def attempts(code: str, libc: bool = False) -> CaptureJob:
+    """User code that records ``attempt(name, fn, *args)`` outcomes (0 or an errno)."""
+    return import_job(ATTEMPT + (LIBC if libc else "") + textwrap.dedent(code) + REPORT)
+
+
+def outcomes(result: JobResult) -> dict[str, int]:
+    assert result.kind == "ok", result
+    assert result.payload is not None and result.payload.error is None, result.payload
+    line = next(ln for ln in result.output_head.splitlines() if ln.startswith("RESULTS "))
+    return dict(json.loads(line[len("RESULTS ") :]))
+
+
+def worker_uid(worker: WorkerClient) -> int:
+    assert worker.pid is not None
+    return os.stat(f"/proc/{worker.pid}").st_uid
+
+
+@contextlib.contextmanager
+def victim(uid: int):  # type: ignore[no-untyped-def]
+    """A process of the job's user that no job may signal: its own session and group."""
+    kwargs = {"user": uid} if uid != os.geteuid() else {}
+    proc = subprocess.Popen(["sleep", "1000"], start_new_session=True, **kwargs)  # type: ignore[call-overload]
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_59_file_metadata_outside_the_job_dir(worker: WorkerClient, tmp_path: Path) -> None:
+    need(worker, "seccomp")
+    target = tmp_path / "id_rsa"
+    target.write_text("secret")
+    target.chmod(0o600)
+    before = target.stat()
+    code = f"""
+    path = {str(target)!r}
+    fd = os.open(path, os.O_RDONLY)
+    attempt("chmod", os.chmod, path, 0o666)
+    attempt("fchmod", os.chmod, fd, 0o666)
+    attempt("chown", os.chown, path, os.getuid(), os.getgid())
+    attempt("fchown", os.chown, fd, os.getuid(), os.getgid())
+    attempt("lchown", os.lchown, path, os.getuid(), os.getgid())
+    attempt("utime", os.utime, path, (0, 0))
+    attempt("futimens", os.utime, fd, (0, 0))
+    attempt("setxattr", os.setxattr, path, "user.fxls", b"x")
+    attempt("fsetxattr", os.setxattr, fd, "user.fxls", b"x")
+    attempt("removexattr", os.removexattr, path, "user.fxls")
+    c_attempt("utimes", libc.utimes, path.encode(), None)
+    c_attempt("chattr", libc.ioctl, fd, 0x40086602, ctypes.byref(ctypes.c_long(0)))
+    """
+    result = await worker.run(attempts(code, libc=True))
+    assert outcomes(result) == dict.fromkeys(
+        ["chmod", "fchmod", "chown", "fchown", "lchown", "utime", "futimens", "setxattr",
+         "fsetxattr", "removexattr", "utimes", "chattr"], errno.EPERM
+    )  # fmt: skip
+    after = target.stat()
+    assert (after.st_mode, after.st_uid, after.st_mtime_ns) == (
+        before.st_mode, before.st_uid, before.st_mtime_ns
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "isolation",
+    [Isolation(), LANDLOCK_ONLY, SECCOMP_ONLY, NONE],
+    ids=["default", "landlock", "seccomp", "none"],
+)
+async def test_60_no_device_nodes_as_root(worker: WorkerClient, isolation: Isolation) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("an unprivileged user never has CAP_MKNOD")
+    if isolation.landlock:
+        need(worker, "landlock")
+    if isolation.seccomp:
+        need(worker, "seccomp")
+    code = """
+    import stat
+    attempt("char", os.mknod, "kmsg", stat.S_IFCHR | 0o600, os.makedev(1, 11))
+    attempt("block", os.mknod, "loop7", stat.S_IFBLK | 0o600, os.makedev(7, 7))
+    attempt("fifo", os.mkfifo, "fifo")
+    """
+    found = outcomes(await worker.run(attempts(code), isolation=isolation))
+    # seccomp and the dropped CAP_MKNOD say EPERM, Landlock EACCES
+    assert found["char"] in (errno.EPERM, errno.EACCES), found
+    assert found["block"] in (errno.EPERM, errno.EACCES), found
+    assert found["fifo"] == 0, found
+
+
+async def test_61_kernel_facing_calls_are_denied(worker: WorkerClient) -> None:
+    need(worker, "seccomp", "landlock")
+    # Harmless arguments: the same host name, a missing file; as root on a bare kernel
+    # these calls would succeed (or fail with ENOENT), never change anything.
+    code = """
+    import socket
+    host = socket.gethostname().encode()
+    domain = open("/proc/sys/kernel/domainname", "rb").read().strip()
+    c_attempt("sethostname", libc.sethostname, host, len(host))
+    c_attempt("setdomainname", libc.setdomainname, domain, len(domain))
+    c_attempt("acct", libc.acct, b"/nonexistent/fxls-acct")
+    c_attempt("syslog", libc.klogctl, 10, None, 0)
+    c_attempt("fanotify_init", libc.fanotify_init, 0, 0)
+    c_attempt("swapoff", libc.swapoff, b"/nonexistent/fxls-swap")
+    attempt("kmsg", open, "/dev/kmsg", "w")
+    """
+    found = outcomes(await worker.run(attempts(code, libc=True)))
+    assert found.pop("kmsg") == errno.EACCES  # Landlock: no writes outside the job dir
+    assert found == dict.fromkeys(found, errno.EPERM) and len(found) == 6, found
+
+
+@pytest.mark.parametrize("isolation", [Isolation(), NONE], ids=["default", "none"])
+async def test_62_no_capabilities_and_no_new_privileges(
+    worker: WorkerClient, isolation: Isolation
+) -> None:
+    result = await worker.run(
+        import_job("print(open('/proc/self/status').read())"), isolation=isolation
+    )
+    assert result.kind == "ok", result
+    status = dict(line.split(":", 1) for line in result.output_head.splitlines() if ":" in line)
+    for name in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
+        assert int(status[name], 16) == 0, (name, status[name])
+    if os.geteuid() == 0:  # dropping the bounding set needs CAP_SETPCAP
+        assert int(status["CapBnd"], 16) == 0
+    assert status["NoNewPrivs"].strip() == "1"
+    assert {"no_new_privs", "capabilities", "dumpable"} <= set(result.isolation)
+
+
+SIGNALS = """
+import signal, threading
+attempt("everyone", os.kill, -1, 0)  # signal 0: only the permission check
+attempt("victim", os.kill, {victim}, signal.SIGKILL)
+attempt("victim_group", os.killpg, {victim}, signal.SIGKILL)
+attempt("init", os.kill, 1, 0)
+attempt("self", os.kill, os.getpid(), 0)
+attempt("own_group", os.kill, 0, 0)
+attempt("own_group_by_id", os.killpg, os.getpgrp(), 0)
+attempt("own_thread", signal.pthread_kill, threading.get_ident(), 0)
+"""
+SIGNALS_ALLOWED = {"self": 0, "own_group": 0, "own_group_by_id": 0, "own_thread": 0}
+
+
+@pytest.mark.parametrize("user", ["same-user", "nobody"])
+async def test_63_signals_reach_only_the_job_with_seccomp_alone(
+    worker: WorkerClient, nobody_worker: WorkerClient, user: str
+) -> None:
+    """Landlock before ABI 6 does not scope signals: seccomp must stop kill(-1, SIGKILL).
+
+    Only signal 0 goes to -1 and SIGKILL only to a sacrificial process, so a failure here
+    cannot kill anything else on the machine.
+    """
+    worker = worker if user == "same-user" else nobody_worker
+    need(worker, "seccomp")
+    with victim(worker_uid(worker)) as proc:
+        code = SIGNALS.format(victim=proc.pid)
+        found = outcomes(await worker.run(attempts(code), isolation=SECCOMP_ONLY))
+        await asyncio.sleep(0.2)
+        assert proc.poll() is None, "the job killed another process"
+    denied = {"everyone", "victim", "victim_group", "init"}
+    assert found == {**dict.fromkeys(denied, errno.EPERM), **SIGNALS_ALLOWED}, found
+
+
+async def test_64_sigio_cannot_be_aimed_at_another_process(worker: WorkerClient) -> None:
+    need(worker, "seccomp")
+    with victim(worker_uid(worker)) as proc:
+        code = f"""
+        import fcntl, signal, struct, time
+        def arm(name, fn, *args):
+            r, w = os.pipe()
+            attempt(name, fn, r, *args)
+            fcntl.fcntl(r, 10, signal.SIGKILL)  # F_SETSIG: send SIGKILL instead of SIGIO
+            fcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC)
+            os.write(w, b"x")  # readable now: the owner gets the signal
+        arm("F_SETOWN", fcntl.fcntl, fcntl.F_SETOWN, {proc.pid})
+        arm("F_SETOWN_EX", fcntl.fcntl, 15, struct.pack("ii", 1, {proc.pid}))
+        arm("FIOSETOWN", fcntl.ioctl, 0x8901, struct.pack("i", {proc.pid}))
+        arm("SIOCSPGRP", fcntl.ioctl, 0x8902, struct.pack("i", -{proc.pid}))
+        time.sleep(0.2)
+        """
+        found = outcomes(await worker.run(attempts(code), isolation=SECCOMP_ONLY))
+        await asyncio.sleep(0.2)
+        assert proc.poll() is None, "SIGIO killed another process"
+    assert found == dict.fromkeys(
+        ["F_SETOWN", "F_SETOWN_EX", "FIOSETOWN", "SIOCSPGRP"], errno.EPERM
+    )
+
+
+async def test_65_older_kernel_without_signal_scoping(
+    old_kernel_worker: WorkerClient, tmp_path: Path
+) -> None:
+    """Landlock ABI 2: seccomp alone keeps signals in the job and files outside it whole."""
+    worker = old_kernel_worker
+    need(worker, "seccomp", "landlock")
+    assert worker.ready is not None
+    missing = worker.ready.isolation_missing
+    assert "ABI 2 < 6" in missing["landlock-scope"] and "ABI 2 < 4" in missing["landlock-net"]
+    assert any("landlock-scope" in line and "warning" in line for line in worker.logs)  # type: ignore[attr-defined]
+    target = tmp_path / "notes.txt"
+    target.write_text("keep me")
+    with victim(worker_uid(worker)) as proc:
+        code = (
+            SIGNALS.format(victim=proc.pid)
+            + f"""
+attempt("zygote", os.kill, os.getppid(), 0)
+attempt("truncate", os.truncate, {str(target)!r}, 0)
+attempt("open_trunc", os.open, {str(target)!r}, os.O_RDONLY | os.O_TRUNC)
+attempt("write", open, {str(target)!r}, "w")
+"""
+        )
+        result = await worker.run(attempts(code))
+        found = outcomes(result)
+        assert proc.poll() is None
+    assert found.pop("write") == errno.EACCES  # Landlock ABI 1 covers writes
+    denied = {"everyone", "victim", "victim_group", "init", "zygote", "truncate", "open_trunc"}
+    assert found == {**dict.fromkeys(denied, errno.EPERM), **SIGNALS_ALLOWED}, found
+    assert target.read_text() == "keep me"
+    assert {"landlock", "seccomp"} <= set(result.isolation)
+    assert not {"landlock-net", "landlock-scope"} & set(result.isolation)
+
+
+async def test_66_parent_death_signal_and_dumpable_stay(worker: WorkerClient) -> None:
+    need(worker, "seccomp")
+    code = """
+    c_attempt("clear_pdeathsig", libc.prctl, 1, 0, 0, 0, 0)
+    c_attempt("dumpable", libc.prctl, 4, 1, 0, 0, 0)
+    value = ctypes.c_int()
+    libc.prctl(2, ctypes.byref(value), 0, 0, 0)
+    results["pdeathsig"] = value.value
+    results["dumpable_now"] = libc.prctl(3, 0, 0, 0, 0)
+    """
+    found = outcomes(await worker.run(attempts(code, libc=True)))
+    assert found == {
+        "clear_pdeathsig": errno.EPERM,
+        "dumpable": errno.EPERM,
+        "pdeathsig": signal.SIGKILL,
+        "dumpable_now": 0,
+    }
+
+
+async def test_67_a_job_does_not_outlive_its_zygote(own_worker: WorkerClient) -> None:
+    need(own_worker, "seccomp")
+    zygote = own_worker.pid
+    assert zygote is not None
+    code = "import ctypes, time\nctypes.CDLL(None).prctl(1, 0, 0, 0, 0)\ntime.sleep(30)"
+    task = asyncio.ensure_future(own_worker.run(import_job(code)))
+    assert await wait_until(lambda: bool(zygote_children(zygote)), 10)
+    children = zygote_children(zygote)
+    await asyncio.sleep(1.0)  # the job has tried to clear its parent-death signal
+    os.kill(zygote, signal.SIGKILL)
+    result = await asyncio.wait_for(task, 5)
+    assert result.kind == "worker_died", result
+    assert await wait_until(lambda: not any(alive(c) for c in children), 2.0)
+
+
+# A job that finds its frame writer in its own memory (the documented limit of the MAC) and
+# sends a frame the zygote accepts as authentic. Older zygotes had no MAC at all.
+FORGE = """
+import gc, hashlib, os
+writer = next((o for o in gc.get_objects() if type(o).__name__ == "_FrameWriter"), None)
+def frame(body):
+    if writer is None:
+        return len(body).to_bytes(4, "big") + body
+    seq = writer._seq.to_bytes(8, "big")
+    mac = hashlib.blake2b(seq + body, key=writer._key, digest_size=32).digest()
+    return len(body + mac).to_bytes(4, "big") + body + mac
+os.write(3, frame({body!r}))
+os._exit(0)
+"""
+DEEP_DATA = (
+    '{"code":"FX000","severity":"error","message":"m",'
+    '"span":{"line":1,"col":0,"end_line":1,"end_col":1},"data":{"x":' + "[" * 500 + "]" * 500 + "}}"
+)
+BAD_FRAMES = [
+    b'{"type":"result","payload":{"torch_version":"\\ud800"}}',  # lone surrogate
+    b'{"type":"phase","phase":"init","class":"\\udcff"}',  # ... in the class being captured
+    b'{"type":"result","payload":' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # nesting
+    b'{"type":"result","payload":{"torch_version":' + b"1" * 5000 + b"}}",  # int digits
+    b'{"type":"result","payload":{"diagnostics":[' + DEEP_DATA.encode() + b"]}}",  # deep Any
+    b'{"type":"result","payload":{"torch_version":"\xff"}}',  # not UTF-8
+]
+
+
+async def test_68_bad_frames_fail_the_job_not_the_zygote(worker: WorkerClient) -> None:
+    pid = worker.pid
+    for body in BAD_FRAMES:
+        result = await worker.run(import_job(FORGE.format(body=body)))
+        assert result.kind == "protocol_error", (body[:60], result)
+        assert "MAC" not in result.message  # the frame was authentic: its content failed
+        assert worker.pid == pid and worker.state == "running"
+    assert await worker.ping() < 2
+    assert (await worker.run(import_job("x = 1"))).kind == "ok"
+
+
+async def test_69_memory_outside_rlimit_as(worker: WorkerClient) -> None:
+    need(worker, "seccomp")
+    code = """
+    import resource
+    attempt("memfd_create", os.memfd_create, "fxls")
+    shmid = libc.shmget(0, 1 << 20, 0o600)  # IPC_PRIVATE
+    results["shmget"] = ctypes.get_errno() if shmid == -1 else 0
+    if shmid >= 0:
+        libc.shmctl(shmid, 0, None)  # IPC_RMID: do not leave it behind on failure
+    attempt("dev_shm", open, "/dev/shm/fxls-test", "w")
+    results["nofile"] = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    """
+    found = outcomes(await worker.run(attempts(code, libc=True)))
+    assert found["shmget"] == errno.EPERM
+    if "landlock" in (worker.ready.isolation_available if worker.ready else []):
+        assert found["dev_shm"] == errno.EACCES
+    assert not os.path.exists("/dev/shm/fxls-test")
+    pin = """
+    import os
+    fds = []
+    for _ in range(16):  # 1 GiB of memfd pages, never mapped, so RLIMIT_AS does not see them
+        fd = os.memfd_create("pin")
+        for _ in range(64):
+            os.write(fd, b"x" * (1 << 20))
+        fds.append(fd)
+    """
+    result = await worker.run(import_job(pin), Limits(memory_mb=512))
+    if "cgroup" in result.isolation:
+        assert found["memfd_create"] == 0
+        assert result.kind == "oom", result
+    else:
+        assert found["memfd_create"] == errno.EPERM
+        assert found["nofile"] <= 64
+        assert result.kind == "ok" and file_error(result).type == "PermissionError", result
+
+
+@pytest.mark.parametrize("shape", ["then-sleeps", "then-ends", "many-files"])
+async def test_70_the_job_directory_has_a_total_size(worker: WorkerClient, shape: str) -> None:
+    write = """
+    import time
+    for i in range(6):  # each file under the 4 MiB file size limit, 24 MiB in all
+        with open(f"part{i}.bin", "wb") as f:
+            f.write(b"x" * (4 * 1024 * 1024 - 1))
+    """
+    code = {
+        "then-sleeps": write + "time.sleep(30)\n",
+        "then-ends": write,
+        "many-files": "for i in range(10_001):\n    open(f'f{i}', 'w').close()\n",
+    }[shape]
+    started = time.monotonic()
+    result = await worker.run(import_job(code), Limits(file_size_mb=4, timeout_s=8))
+    assert result.kind == "file_size_limit", result
+    assert "job directory" in result.message
+    if shape == "many-files":
+        assert "10000 files" in result.message
+    else:
+        assert "16 MiB" in result.message
+    if shape == "then-sleeps":
+        assert result.signal == signal.SIGKILL
+        assert time.monotonic() - started < 5
+
+
+async def test_71_a_deep_tree_is_removed(worker: WorkerClient) -> None:
+    pid = worker.pid
+    code = """
+    import os
+    print(os.getcwd(), flush=True)
+    for _ in range(3000):
+        os.mkdir("d")
+        os.chdir("d")
+    """
+    result = await worker.run(import_job(code))
+    assert result.kind == "file_size_limit", result
+    assert "deeper than" in result.message
+    job_dir = result.output_head.splitlines()[0]
+    assert job_dir and not os.path.exists(job_dir)
+    assert worker.pid == pid
+
+
+async def test_72_unreadable_folders_do_not_defeat_cleanup(nobody_worker: WorkerClient) -> None:
+    need(nobody_worker, "landlock")
+    code = """
+    import os
+    print(os.getcwd())
+    os.makedirs("a/b/c")
+    open("a/b/c/f", "w").write("x")
+    os.symlink("/etc/passwd", "a/b/c/link")
+    os.chmod("a/b/c", 0)
+    os.chmod("a/b", 0o100)
+    os.chmod("a", 0)
+    """
+    # chmod needs seccomp off; Landlock keeps it inside the job dir
+    result = await nobody_worker.run(import_job(code), isolation=LANDLOCK_ONLY)
+    assert result.kind == "ok", result
+    assert result.payload is not None and result.payload.error is None, result.payload
+    job_dir = result.output_head.splitlines()[0]
+    assert job_dir and not os.path.exists(job_dir)
+    assert os.path.exists("/etc/passwd")
+
+
+async def test_73_forged_result_frames_are_rejected(worker: WorkerClient) -> None:
+    forged = {"type": "result", "payload": {"torch_version": "forged", "modules": []}}
+    body = json.dumps(forged).encode()
+    for frame in (
+        "len(body).to_bytes(4, 'big') + body",  # the frame format without a MAC
+        "(len(body) + 32).to_bytes(4, 'big') + body + os.urandom(32)",  # a guessed MAC
+    ):
+        code = f"import os\nbody = {body!r}\nos.write(3, {frame})\nos._exit(0)"
+        result = await worker.run(import_job(code))
+        assert result.kind == "protocol_error", result
+        assert "MAC" in result.message and result.payload is None
+    # The documented limit: the key is in the job's own memory, so code that reads it can
+    # still forge its own job's result (it is checked like any other frame).
+    result = await worker.run(import_job(FORGE.format(body=body)))
+    assert result.kind == "ok" and result.payload is not None, result
+    assert result.payload.torch_version == "forged"
+
+
+async def test_74_the_worker_gets_an_allow_listed_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fxls-test")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-fxls-test")
+    monkeypatch.setenv("FXLS_TEST_SETTING", "kept")
+    monkeypatch.setenv("LC_MESSAGES", "C")
+    client = WorkerClient(log=lambda _: None, scratch_dir=str(tmp_path / "scratch"))
+    await client.start()
+    try:
+        assert client.pid is not None
+        with open(f"/proc/{client.pid}/environ", "rb") as f:
+            names = {item.split(b"=", 1)[0].decode() for item in f.read().split(b"\0") if item}
+        assert not names & {"OPENAI_API_KEY", "GITHUB_TOKEN"}
+        assert {"PATH", "PYTHONPATH", "FXLS_TEST_SETTING", "LC_MESSAGES"} <= names
+        result = await client.run(import_job("import os\nprint(sorted(os.environ))"))
+        assert result.kind == "ok", result
+        assert "FXLS_TEST_SETTING" in result.output_head
+        assert "sk-fxls-test" not in result.output_head and "TOKEN" not in result.output_head
+    finally:
+        await client.close()
+
+
+async def test_75_results_list_every_layer_and_missing_ones_are_warned(
+    worker: WorkerClient,
+) -> None:
+    assert worker.ready is not None
+    result = await worker.run(import_job("x = 1"))
+    assert result.kind == "ok", result
+    base = {"setsid", "pdeathsig", "rlimits", "no_new_privs", "capabilities", "dumpable"}
+    assert base <= set(result.isolation)
+    for layer in ("seccomp", "landlock", "landlock-net", "landlock-scope", "cgroup"):
+        assert (layer in result.isolation) == (layer in worker.ready.isolation_available), layer
+    warnings = [line for line in worker.logs if line.startswith("warning: sandbox layers")]
+    if worker.ready.isolation_missing:
+        assert len(warnings) == 1
+        assert all(name in warnings[0] for name in worker.ready.isolation_missing)
+    else:
+        assert not warnings
 
 
 # ---------------------------------------------------------------------------------------
@@ -780,9 +1264,9 @@ async def test_40_58_zygote_killed_restarted_then_disabled(
     worker = own_worker
     first = worker.pid
     assert first is not None
-    # 40: without Landlock a job can kill its zygote.
+    # 40: without Landlock and seccomp a job can kill its zygote (each alone stops it: 39, 62).
     kill_parent = import_job("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
-    result = await worker.run(kill_parent, isolation=Isolation(seccomp=True, landlock=False))
+    result = await worker.run(kill_parent, isolation=NONE)
     assert result.kind == "worker_died", result
     assert await wait_until(lambda: worker.state == "running", 60)
     assert (await worker.run(import_job("x = 1"))).kind == "ok"

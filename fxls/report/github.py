@@ -1,0 +1,44 @@
+"""GitHub Actions workflow commands: one ``::error``/``::warning``/``::notice`` per diagnostic.
+
+GitHub turns them into annotations on the pull request's changed lines. Escaping follows the
+Actions toolkit: in the message ``%``, ``\\r`` and ``\\n``; in properties also ``:`` and ``,``.
+Columns are 1-based; ``endColumn`` is the last column of the span (inclusive).
+"""
+
+from __future__ import annotations
+
+from fxls.engine import FileAnalysis
+from fxls.protocol.model import Diagnostic
+from fxls.report.paths import display_path
+
+COMMANDS = {"error": "error", "warning": "warning", "information": "notice", "hint": "notice"}
+
+
+def escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def annotation(path: str, d: Diagnostic) -> str:
+    """``::error file=m.py,line=3,endLine=3,col=5,endColumn=9,title=FX201::message``."""
+    s = d.span
+    props = [
+        ("file", path),
+        ("line", str(s.line)),
+        ("endLine", str(s.end_line)),
+        ("col", str(s.col + 1)),
+        ("endColumn", str(max(s.end_col, s.col + 1))),
+        ("title", d.code),
+    ]
+    message = d.message + (f"\n{d.fix}" if d.fix else "")
+    head = ",".join(f"{key}={escape_property(value)}" for key, value in props)
+    return f"::{COMMANDS.get(d.severity, 'notice')} {head}::{escape_data(message)}"
+
+
+def format_github(analysis: FileAnalysis, base: str) -> str:
+    """The annotations of one file (an empty string when it has no diagnostics)."""
+    path = display_path(analysis.path, base)
+    return "".join(annotation(path, d) + "\n" for d in analysis.diagnostics)

@@ -1,0 +1,88 @@
+"""The text report of ``fxls check``: one header per class, one line per call, diagnostics.
+
+Columns are 1-based here, as compilers print them, so editors can jump to them.
+"""
+
+from __future__ import annotations
+
+from fxls import render
+from fxls.engine import FileAnalysis
+from fxls.protocol.model import InputSpec, Value
+
+
+def _shape_only(v: Value) -> str:
+    """Only the shape of a tensor value (``[B, 1000]``); other values as text."""
+    return render.value_text(v, dtype=False)
+
+
+def _input_specs(
+    analysis: FileAnalysis, cls: str, extra: dict[str, list[InputSpec]]
+) -> dict[str, InputSpec]:
+    info = next((c for c in analysis.classes if c.name == cls), None)
+    specs = {s.name: s for s in (info.inputs if info else [])}
+    specs.update({s.name: s for s in extra.get(cls, [])})
+    return specs
+
+
+def _input_text(name: str, value: Value, spec: InputSpec | None, assumed: bool) -> str:
+    if spec is not None and spec.kind == "shape" and value.kind == "tensor" and value.shape:
+        if len(spec.dims) == len(value.shape):
+            parts = [
+                f"{d.name}={d.size}" if d.name and d.size is not None else str(s)
+                for d, s in zip(spec.dims, value.shape)
+            ]
+            shown = "[" + ", ".join(parts) + "]"
+        else:
+            shown = _shape_only(value)
+    elif value.kind == "tensor":
+        shown = _shape_only(value)
+    else:
+        shown = render.value_text(value)
+    if value.kind == "tensor" and value.dtype and value.dtype != "float32":
+        shown += f" {value.dtype}"
+    return f"{name} {shown}" + (" (assumed)" if assumed else "")
+
+
+def format_text(
+    analysis: FileAnalysis, extra_inputs: dict[str, list[InputSpec]] | None = None
+) -> str:
+    """The human-readable report of one file (columns 1-based, like compilers print them)."""
+    lines: list[str] = []
+    path = analysis.path
+    for m in analysis.modules:
+        parts = [m.status + (f" ({m.strategy})" if m.strategy and m.strategy != "none" else "")]
+        if m.nodes:
+            parts.append(f"{len(m.nodes)} nodes")
+        params = render.params_text(m.params)
+        if params:
+            parts.append(params)
+        specs = _input_specs(analysis, m.name, extra_inputs or {})
+        if m.inputs:
+            names = m.input_names or [f"arg{i}" for i in range(len(m.inputs))]
+            assumed = m.inputs_assumed or [False] * len(m.inputs)
+            shown = ", ".join(
+                _input_text(n, v, specs.get(n), a) for n, v, a in zip(names, m.inputs, assumed)
+            )
+            if m.outputs:
+                shown += " → " + ", ".join(_shape_only(v) for v in m.outputs)
+            parts.append(shown)
+        lines.append(f"{path}:{m.line} class {m.name}  " + " · ".join(parts))
+        rows = []
+        for n in m.nodes:
+            if not n.op.startswith("call_"):
+                continue
+            span = n.span or n.call_site
+            loc = f"{span.line}:{span.col + 1}" if span else "-"
+            outputs = ", ".join(render.value_text(v) for v in n.outputs)
+            rows.append((loc, n.name, n.op, render.call_text(n), outputs))
+        if rows:
+            widths = [max(len(r[i]) for r in rows) for i in range(4)]
+            for r in rows:
+                row = "  " + "  ".join(r[i].ljust(widths[i]) for i in range(4))
+                lines.append(f"{row}  → {r[4]}" if r[4] else row.rstrip())
+    for d in analysis.diagnostics:
+        s = d.span
+        lines.append(f"{path}:{s.line}:{s.col + 1}: {d.severity} {d.code} {d.message}")
+    if not analysis.modules and not analysis.diagnostics:
+        lines.append(f"{path}: no nn.Module classes found")
+    return "\n".join(lines) + "\n"

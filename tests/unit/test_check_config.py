@@ -1,0 +1,110 @@
+"""``[tool.fxls]`` in pyproject.toml and the ``--select``/``--ignore`` code filter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fxls.check.config import CodeFilter, find_pyproject, load_config, parse_codes
+
+
+def test_code_filter_prefixes_and_specificity() -> None:
+    everything = CodeFilter()
+    assert everything.allows("FX101") and everything.allows("FX302")
+    only_shapes = CodeFilter(select=["FX2"])
+    assert only_shapes.allows("FX201") and not only_shapes.allows("FX101")
+    no_hints = CodeFilter(ignore=["FX302"])
+    assert not no_hints.allows("FX302") and no_hints.allows("FX301")
+    # the longer prefix decides: select FX2 but not FX202; ignore FX1 but keep FX101
+    assert not CodeFilter(select=["FX2"], ignore=["FX202"]).allows("FX202")
+    assert CodeFilter(select=["FX101"], ignore=["FX1"]).allows("FX101")
+    assert not CodeFilter(select=["FX101"], ignore=["FX1"]).allows("FX102")
+    assert not CodeFilter(select=[]).allows("FX101")
+
+
+def test_parse_codes() -> None:
+    codes, problems = parse_codes(["fx1, FX201", "FX3"])
+    assert codes == ["FX1", "FX201", "FX3"] and problems == []
+    codes, problems = parse_codes(["E501", "FX999", "FX2"])
+    assert codes == ["FX2"]
+    assert len(problems) == 2 and "E501" in problems[0] and "FX999" in problems[1]
+
+
+def _project(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "pyproject.toml").write_text(body)
+    (tmp_path / "src" / "models").mkdir(parents=True)
+    return tmp_path / "src" / "models"
+
+
+def test_nearest_pyproject_from_the_common_folder(tmp_path: Path) -> None:
+    models = _project(tmp_path, "[project]\nname='x'\n")
+    inner = models / "pyproject.toml"
+    assert find_pyproject([str(models)]) == str(tmp_path / "pyproject.toml")
+    inner.write_text("")
+    assert find_pyproject([str(models / "a.py"), str(models / "b.py")]) == str(inner)
+    assert find_pyproject([str(models), str(tmp_path / "src")]) == str(tmp_path / "pyproject.toml")
+
+
+def test_tool_fxls_section(tmp_path: Path) -> None:
+    models = _project(
+        tmp_path,
+        """
+[tool.fxls]
+select = ["FX1", "FX2"]
+ignore = "FX202"
+exclude = ["legacy/"]
+python = ".venv/bin/python"
+debounceMs = 100
+
+[tool.fxls.limits]
+timeoutSeconds = 30
+memoryMB = 4096
+
+[tool.fxls.capture]
+symbolic = false
+""",
+    )
+    config = load_config([str(models)])
+    assert config.warnings == []
+    assert config.select == ["FX1", "FX2"] and config.ignore == ["FX202"]
+    assert config.exclude == ["legacy/"] and config.root == str(tmp_path)
+    assert config.settings.limits.timeout_seconds == 30
+    assert config.settings.limits.memory_mb == 4096
+    assert config.settings.capture.symbolic is False
+    assert config.settings.python == str(tmp_path / ".venv" / "bin" / "python")
+    assert config.given == {"python", "debounceMs", "limits.timeoutSeconds", "limits.memoryMB",
+                            "capture.symbolic"}  # fmt: skip
+
+
+def test_unknown_keys_and_bad_values_warn_and_keep_defaults(tmp_path: Path) -> None:
+    models = _project(
+        tmp_path,
+        """
+[tool.fxls]
+select = ["FX9", "nope"]
+ignore = 3
+colour = "blue"
+limits = { timeoutSeconds = -1, walltime = 5 }
+""",
+    )
+    config = load_config([str(models)])
+    text = "\n".join(config.warnings)
+    assert "unknown key `tool.fxls.colour`" in text
+    assert "unknown key `tool.fxls.limits.walltime`" in text
+    assert "`tool.fxls.limits.timeoutSeconds` must be a number ≥ 0.1" in text
+    assert "`tool.fxls.ignore` must be a list of strings" in text
+    assert "FX9" in text and "nope" in text
+    assert config.select == [] and config.ignore == []
+    assert config.settings.limits.timeout_seconds == 10.0
+
+
+def test_a_broken_pyproject_is_a_warning(tmp_path: Path) -> None:
+    models = _project(tmp_path, "[tool.fxls\nselect = \n")
+    config = load_config([str(models)])
+    assert len(config.warnings) == 1 and "cannot read it" in config.warnings[0]
+    assert config.select is None
+
+
+def test_no_pyproject_no_section(tmp_path: Path) -> None:
+    models = _project(tmp_path, "[tool.other]\nx = 1\n")
+    config = load_config([str(models)])
+    assert config.warnings == [] and config.select is None and config.exclude == []

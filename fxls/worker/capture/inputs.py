@@ -236,20 +236,7 @@ def infer(
     if found is None:
         return None
     target, m = found
-    owner = root if isinstance(root, nn.Module) else None
-    seq_first = sequence_first(owner) if owner is not None else False
-    return layer_input(str(placeholder.target), target, m, symbols, spatial, seq_first)
-
-
-def sequence_first(root: nn.Module) -> bool:
-    """Whether the module's sequence layers take ``[T, B, ...]`` (an RNN or a transformer
-    layer without ``batch_first``), so token ids feeding them are sequence-first too."""
-    for m in root.modules():
-        if isinstance(m, nn.RNNBase):
-            return not m.batch_first
-        if isinstance(m, nn.MultiheadAttention):
-            return not m.batch_first
-    return False
+    return layer_input(str(placeholder.target), target, m, symbols, spatial)
 
 
 def layer_input(
@@ -308,21 +295,28 @@ def layer_input(
     return PlannedInput(name, "tensor", dims, dtype, assumed=True, reason=_describe(target, m))
 
 
-def spatial_alternatives(planned: PlannedInput) -> list[PlannedInput]:
-    """The same assumed image input at other heights/widths (for a 4-d ``[B, C, H, W]``)."""
-    if not planned.assumed or planned.kind != "tensor" or len(planned.dims) != 4:
+def alternatives(planned: PlannedInput) -> list[PlannedInput]:
+    """Other plausible forms of an assumed input, tried in turn when it does not run through:
+    other heights/widths for an image ``[B, C, H, W]``, sequence-first ``[T, B]`` token ids."""
+    if not planned.assumed or planned.kind != "tensor":
         return []
-    (_, h), (_, w) = planned.dims[2], planned.dims[3]
-    if h != w or planned.dims[2][0] is not None:
-        return []
-    out = []
-    for size in SPATIAL_ALTERNATIVES:
-        if size == h:
-            continue
-        dims = [*planned.dims[:2], (None, size), (None, size)]
-        out.append(PlannedInput(planned.name, "tensor", dims, planned.dtype, assumed=True,
-                                reason=planned.reason))  # fmt: skip
-    return out
+
+    def like(dims: list[tuple[str | None, int]]) -> PlannedInput:
+        return PlannedInput(planned.name, "tensor", dims, planned.dtype, assumed=True,
+                            reason=planned.reason)  # fmt: skip
+
+    if len(planned.dims) == 4:
+        (_, h), (_, w) = planned.dims[2], planned.dims[3]
+        if h != w or planned.dims[2][0] is not None:
+            return []
+        return [
+            like([*planned.dims[:2], (None, size), (None, size)])
+            for size in SPATIAL_ALTERNATIVES
+            if size != h
+        ]
+    if len(planned.dims) == 2 and not planned.dtype.is_floating_point:
+        return [like([planned.dims[1], planned.dims[0]])]
+    return []
 
 
 # ---------------------------------------------------------------------------------------
@@ -351,7 +345,7 @@ def infer_from_source(
     if found is None:
         return None
     target, layer = found
-    return layer_input(param, target, layer, symbols, spatial, sequence_first(module))
+    return layer_input(param, target, layer, symbols, spatial)
 
 
 def _class_def(tree: ast.Module, cls: type) -> ast.ClassDef | None:

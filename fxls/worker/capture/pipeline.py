@@ -17,12 +17,20 @@ failure is caught per class, so one class never hides the others.
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from fxls.protocol import catalogue as m
-from fxls.protocol.model import CaptureJob, CaptureResult, Diagnostic, ModuleResult, Span
+from fxls.protocol.model import (
+    CaptureJob,
+    CaptureResult,
+    ClassRequest,
+    Diagnostic,
+    ModuleResult,
+    Span,
+)
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture import parents
-from fxls.worker.capture.classcapture import PhaseReporter, capture_class
+from fxls.worker.capture import build, construct, parents
+from fxls.worker.capture.classcapture import ClassCapture, PhaseReporter, capture_class, runs
 from fxls.worker.capture.document import Document, execute, prepare
 from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
 
@@ -71,8 +79,48 @@ def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
             _soften_worked_around(mod)
         done.setdefault(req.name, mod)
         results[index] = mod
+    for index, req in enumerate(job.classes):
+        if req.skip or req.init or runs(results[index]) or req.name in doc.records:
+            continue
+        # no parent of the file called it: perhaps one a factory of the file builds does
+        # (``resnet50()`` builds the ``Bottleneck`` that ``resnet18()`` does not)
+        try:
+            if _record_via_factories(doc, job, req, report_phase):
+                retry = capture_class(doc, req, report_phase)
+                if runs(retry):
+                    _soften_worked_around(retry)
+                    results[index] = retry
+        except BaseException:
+            pass
     result.modules = [results[i] for i in range(len(job.classes))]
     return result
+
+
+def _record_via_factories(
+    doc: Document, job: CaptureJob, req: ClassRequest, report_phase: PhaseReporter
+) -> bool:
+    """Record an instance of ``req``'s class from the product of a factory of another class."""
+    cls = doc.namespace.get(req.name)
+    if not isinstance(cls, type):
+        return False
+    for other in job.classes:
+        parent_cls = doc.namespace.get(other.name)
+        if other.name == req.name or not (
+            isinstance(parent_cls, type) and issubclass(parent_cls, nn.Module)
+        ):
+            continue
+        for recipe in construct.factories(doc, parent_cls):
+            built = build.from_recipe(doc, parent_cls, recipe)
+            if built is None or not any(isinstance(m, cls) for m in built.module.modules()):
+                continue
+            scratch = ModuleResult(name=other.name, line=other.line, status="failed")
+            build.record(scratch, built, Span(other.line, 0, other.line, 0))
+            capture = ClassCapture(doc, ClassRequest(other.name, other.line), scratch)
+            capture.run(built.module, report_phase, built.arguments)
+            capture.record_children({cls: req.name})
+            if req.name in doc.records:
+                return True
+    return False
 
 
 def _wanted(

@@ -102,6 +102,21 @@ def candidates(
         mod.diagnostics.append(_build_failed(doc, req, cls, error, class_span, "information"))
 
 
+def from_recipe(doc: Document, cls: type, recipe: construct.Recipe) -> Built | None:
+    """One recipe built (meta first), or None when it raises."""
+    how = Construction(
+        recipe.source,
+        recipe.text,
+        assumed=dict(recipe.assumed),
+        pin=recipe.init,
+        expr=recipe.expr(cls.__name__),
+    )
+    built, _ = _build(doc, recipe.make, how)
+    if built is not None:
+        built.arguments = {**_defaults(cls), **recipe.kwargs}
+    return built
+
+
 def _build(
     doc: Document, make: Callable[[], Any], how: Construction
 ) -> tuple[Built | None, BaseException | None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import inspect
 import re
 import time
@@ -171,9 +172,10 @@ def capture_class(
         given = recorded.inputs if recorded is not None else {}
         capture = ClassCapture(doc, req, mod, given)
         capture.run(built.module, report_phase, built.arguments)
-        if built.construction.source != "assumed" or _runs(mod):
+        if built.construction.source != "assumed" or runs(mod):
             if wanted:
                 capture.record_children(wanted)
+            doc.captures[req.name] = capture
             return mod
         first = first or mod
         assumed_tries += 1  # noqa: SIM113 - counts assumed builds only
@@ -209,7 +211,7 @@ def _image_like(name: str) -> bool:
     return name.lower() in ("x", "img", "image", "images", "imgs", "pixel_values", "input", "inp")
 
 
-def _runs(mod: ModuleResult) -> bool:
+def runs(mod: ModuleResult) -> bool:
     """Whether a capture went all the way through ``forward`` with shapes."""
     if not mod.outputs or mod.status == "failed":
         return False
@@ -236,6 +238,8 @@ class ClassCapture:
         self.feeds_planned: list[inputs.PlannedInput] = []
         self.assumed_inputs: list[tuple[inputs.PlannedInput, Span]] = []
         """Inputs fxls inferred, with where to report them (FX405)."""
+        self.called_with: dict[str, inputs.PlannedInput] | None = None
+        """Inputs found in the file's own calls of the class (computed once)."""
         self.hints: dict[str, int] = {}
         """Sizes the build names (image size, channels), for inferred inputs."""
         self.span: Span = class_span(doc.source, req.line, req.name)
@@ -421,8 +425,8 @@ class ClassCapture:
         """An undeclared input inferred from the first layer it reaches (FX405 once the sizes
         are settled, ``_report_assumed``), or FX402."""
         spatial = self.hints.get("spatial", inputs.SPATIAL)
-        planned = None
-        if node is not None:
+        planned = self._from_calls(plan).get(name)
+        if planned is None and node is not None:
             planned = inputs.infer(graph_owner, node, plan.symbols, spatial)
         if planned is None and self.module is not None:
             planned = inputs.infer_from_source(
@@ -437,12 +441,46 @@ class ClassCapture:
         if planned is None:
             planned = self._plain_value(name, plan)
         if planned is None:
-            diag = m.FX402(at, arg=name, cls=self.req.name)
-            self.diagnose(diag.diagnostic({"arg": name}))
             return None
         planned.name = name
         self.assumed_inputs.append((planned, at))
         return planned
+
+    def _fill_missing(
+        self, ordered: list[inputs.PlannedInput | None], names: list[str], spans: list[Span]
+    ) -> bool:
+        """Inputs nothing told: shaped like the first tensor input that is known (``memory``
+        like ``tgt``), else FX402. Returns whether every input is now planned."""
+        known = next((p for p in ordered if p is not None and p.kind == "tensor"), None)
+        complete = True
+        for index, planned in enumerate(ordered):
+            if planned is not None:
+                continue
+            name, at = names[index], spans[index]
+            if known is None:
+                diag = m.FX402(at, arg=name, cls=self.req.name)
+                self.diagnose(diag.diagnostic({"arg": name}))
+                complete = False
+                continue
+            like = inputs.PlannedInput(
+                name, "tensor", list(known.dims), known.dtype, assumed=True,
+                reason=f"shaped like `{known.name}`",
+            )  # fmt: skip
+            ordered[index] = like
+            self.assumed_inputs.append((like, at))
+        return complete
+
+    def _from_calls(self, plan: InputPlan) -> dict[str, inputs.PlannedInput]:
+        """Inputs the file passes to this class in its own calls (evidence before guesses)."""
+        if self.called_with is None:
+            module = self.module
+            self.called_with = {}
+            if module is not None:
+                names = [p.name for p in plan.positional()]
+                self.called_with = inputs.from_calls(
+                    self.doc.tree, self.doc.namespace, type(module), names, plan.symbols
+                )
+        return {k: copy.copy(v) for k, v in self.called_with.items()}
 
     def _plain_value(self, name: str, plan: InputPlan) -> inputs.PlannedInput | None:
         """Inputs that are not tensors fed to a layer: a position (``start_pos: int`` -> 0), a
@@ -491,19 +529,18 @@ class ClassCapture:
         self, gm: torch.fx.GraphModule, placeholders: list[torch.fx.Node], plan: InputPlan
     ) -> list[inputs.PlannedInput] | None:
         """Inputs in placeholder order, undeclared ones inferred; None when one cannot be."""
-        ordered: list[inputs.PlannedInput] = []
-        missing = False
-        for node, param_name in zip(placeholders, _placeholder_params(placeholders, plan.params)):
+        found: list[inputs.PlannedInput | None] = []
+        names = _placeholder_params(placeholders, plan.params)
+        spans = [node.meta.get(SPAN_KEY, self.span) for node in placeholders]
+        for node, param_name, span in zip(placeholders, names, spans):
             planned = plan.planned.get(param_name)
             if planned is None:
-                span = node.meta.get(SPAN_KEY, self.span)
                 planned = self._inferred(gm, node, param_name, plan, span)
-                if planned is None:
-                    missing = True
-                    continue
-            ordered.append(planned)
+            found.append(planned)
+        complete = self._fill_missing(found, names, spans)
+        ordered = [p for p in found if p is not None]
         self._set_inputs(ordered)
-        return None if missing else ordered
+        return ordered if complete else None
 
     # -- tracing ---------------------------------------------------------------------------
 
@@ -604,13 +641,14 @@ class ClassCapture:
         placeholders: list[torch.fx.Node],
         ordered: list[inputs.PlannedInput],
     ) -> tuple[list[inputs.PlannedInput], shapes.Propagation | BaseException]:
-        """Shapes for the planned inputs; when they fail and an image size was assumed, the
-        first other size that runs through (``fc1 = Linear(9216, 128)`` means 28×28)."""
+        """Shapes for the planned inputs; when they fail and an input was assumed, its first
+        other form that runs through (``fc1 = Linear(9216, 128)`` means 28×28; token ids
+        sequence-first for an RNN)."""
         prop = self._propagate(gm, ordered, placeholders)
         if isinstance(prop, shapes.Propagation) and prop.error is None:
             return ordered, prop
         for index, planned in enumerate(ordered):
-            for alternative in inputs.spatial_alternatives(planned):
+            for alternative in inputs.alternatives(planned):
                 trial = [*ordered[:index], alternative, *ordered[index + 1 :]]
                 attempt = self._propagate(gm, trial, placeholders)
                 if isinstance(attempt, shapes.Propagation) and attempt.error is None:
@@ -644,6 +682,7 @@ class ClassCapture:
             shown = text if 0 < len(text) <= 60 and "\n" not in text else failed_node
             diag = m.FX201(span or self.span, related, node=shown, error=message)
             assumed = [p for p in self.feeds_planned if p.assumed]
+            how = mod.constructed
             if assumed:
                 # the error may come from fxls's guess, not from the code: say so, quietly
                 guessed = ", ".join(f"`{p.name}` {p.shape_text()}" for p in assumed)
@@ -652,6 +691,14 @@ class ClassCapture:
                 found.fix = (
                     f"This shape error happens with inputs fxls assumed ({guessed}); declare "
                     f"the real input with `# fxls: {assumed[0].name} = (...)` above the class."
+                )
+                self.diagnose(found)
+            elif how is not None and how.source == "assumed":
+                found = diag.diagnostic({"node": failed_node, "assumed_init": True})
+                found.severity = "hint"
+                found.fix = (
+                    f"This shape error happens with constructor arguments fxls assumed "
+                    f"({how.text}); give the real ones with `# fxls: init(...)` above the class."
                 )
                 self.diagnose(found)
             else:
@@ -698,16 +745,21 @@ class ClassCapture:
         doc, mod = self.doc, self.mod
         placeholders = [n for n in traced.partial.nodes if n.op == "placeholder"]
         by_param = dict(zip(_placeholder_params(placeholders, plan.params), placeholders))
-        ordered: list[inputs.PlannedInput] = []
+        found: list[inputs.PlannedInput | None] = []
+        names, spans = [], []
         for param in plan.positional():
+            node = by_param.get(param.name)
+            span = node.meta.get(SPAN_KEY, self.span) if node is not None else self.span
             planned = plan.planned.get(param.name)
             if planned is None:
-                node = by_param.get(param.name)
-                span = node.meta.get(SPAN_KEY, self.span) if node is not None else self.span
                 planned = self._inferred(module, node, param.name, plan, span)
-                if planned is None:
-                    return
-            ordered.append(planned)
+            found.append(planned)
+            names.append(param.name)
+            spans.append(span)
+        if not self._fill_missing(found, names, spans):
+            self._report_assumed([])
+            return
+        ordered = [p for p in found if p is not None]
         self._set_inputs(ordered)
         self._report_assumed(ordered)
         self.feeds_planned = ordered

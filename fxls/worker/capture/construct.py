@@ -116,6 +116,8 @@ _FLOAT_GUESSES: tuple[tuple[re.Pattern[str], tuple[float, ...]], ...] = tuple(
 )
 
 
+_PER_STAGE = re.compile(r"^(layers|depths|blocks|stages|num_blocks|block_counts|stage_depths)$")
+
 _CLASS_VALUED = frozenset(
     {"norm_layer", "act_layer", "activation_layer", "activation", "act", "block", "layer",
      "block_fn", "conv_layer", "norm", "norm_fn"}
@@ -154,6 +156,9 @@ def guesses(name: str, annotation: Any, choices: list[str]) -> list[Any]:
     if annotation is int or annotation is inspect.Parameter.empty:
         if re.search(r"drop|eps|prob|^p$", name.lower()):
             return list(_first(_FLOAT_GUESSES, name))
+        if annotation is inspect.Parameter.empty and _PER_STAGE.search(name.lower()):
+            # ``layers`` may be a count or one count per stage (``[2, 2, 2, 2]``)
+            return [*_first(_INT_GUESSES, name)[:2], [2, 2, 2, 2], [1, 1, 1, 1]]
         lowered = name.lower()
         if re.search(r"mask|weight|bias_init|init_", lowered) or lowered in _CLASS_VALUED:
             return [None]
@@ -414,7 +419,7 @@ def recipes(doc: Document, cls: type) -> Iterator[Recipe]:
                 kwargs=kwargs,
             )
 
-    yield from _factories(doc, cls)
+    yield from factories(doc, cls)
     yield from _call_sites(doc, cls)
 
     if required:
@@ -506,7 +511,7 @@ def _mentions(fn: ast.FunctionDef, names: set[str]) -> bool:
     return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(fn))
 
 
-def _factories(doc: Document, cls: type) -> Iterator[Recipe]:
+def factories(doc: Document, cls: type) -> Iterator[Recipe]:
     """Module-level functions without required parameters that return an instance of ``cls``."""
     if doc.tree is None:
         return

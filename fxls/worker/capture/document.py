@@ -27,6 +27,8 @@ class Document:
     tree: ast.Module | None
     records: dict[str, Any] = field(default_factory=dict)
     """Class name -> ``parents.Recorded``: the instance a parent built and called."""
+    captures: dict[str, Any] = field(default_factory=dict)
+    """Class name -> the ``ClassCapture`` whose result was kept (its module and inputs)."""
 
     @property
     def path(self) -> str:

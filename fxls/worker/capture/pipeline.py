@@ -17,12 +17,20 @@ failure is caught per class, so one class never hides the others.
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from fxls.protocol import catalogue as m
-from fxls.protocol.model import CaptureJob, CaptureResult, Diagnostic, ModuleResult, Span
+from fxls.protocol.model import (
+    CaptureJob,
+    CaptureResult,
+    ClassRequest,
+    Diagnostic,
+    ModuleResult,
+    Span,
+)
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture import parents
-from fxls.worker.capture.classcapture import PhaseReporter, capture_class
+from fxls.worker.capture import build, construct, parents
+from fxls.worker.capture.classcapture import ClassCapture, PhaseReporter, capture_class, runs
 from fxls.worker.capture.document import Document, execute, prepare
 from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
 
@@ -71,8 +79,71 @@ def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
             _soften_worked_around(mod)
         done.setdefault(req.name, mod)
         results[index] = mod
+    for index, req in enumerate(job.classes):
+        mod = results[index]
+        how = mod.constructed.source if mod.constructed is not None else None
+        if req.skip or req.init or how == "parent":
+            continue
+        try:
+            # a parent the file's order did not reveal (``block(width)`` built from a
+            # parameter), else one a factory of the file builds (``resnet50()`` builds the
+            # ``Bottleneck`` that ``resnet18()`` does not)
+            found = _record_via_captures(doc, req) or (
+                (how == "assumed" or not runs(mod))
+                and _record_via_factories(doc, job, req, report_phase)
+            )
+            if found:
+                retry = capture_class(doc, req, report_phase)
+                if runs(retry) or not runs(mod):
+                    _soften_worked_around(retry)
+                    results[index] = retry
+        except BaseException:
+            pass
     result.modules = [results[i] for i in range(len(job.classes))]
     return result
+
+
+def _record_via_captures(doc: Document, req: ClassRequest) -> bool:
+    """Record an instance of ``req``'s class from a module captured earlier in this job."""
+    cls = doc.namespace.get(req.name)
+    if not isinstance(cls, type) or req.name in doc.records:
+        return req.name in doc.records
+    for name, capture in doc.captures.items():
+        module = capture.module
+        if name == req.name or module is None:
+            continue
+        if any(isinstance(m, cls) for m in module.modules()):
+            capture.record_children({cls: req.name})
+            if req.name in doc.records:
+                return True
+    return False
+
+
+def _record_via_factories(
+    doc: Document, job: CaptureJob, req: ClassRequest, report_phase: PhaseReporter
+) -> bool:
+    """Record an instance of ``req``'s class from the product of a factory of another class."""
+    cls = doc.namespace.get(req.name)
+    if not isinstance(cls, type):
+        return False
+    for other in job.classes:
+        parent_cls = doc.namespace.get(other.name)
+        if other.name == req.name or not (
+            isinstance(parent_cls, type) and issubclass(parent_cls, nn.Module)
+        ):
+            continue
+        for recipe in construct.factories(doc, parent_cls):
+            built = build.from_recipe(doc, parent_cls, recipe)
+            if built is None or not any(isinstance(m, cls) for m in built.module.modules()):
+                continue
+            scratch = ModuleResult(name=other.name, line=other.line, status="failed")
+            build.record(scratch, built, Span(other.line, 0, other.line, 0))
+            capture = ClassCapture(doc, ClassRequest(other.name, other.line), scratch)
+            capture.run(built.module, report_phase, built.arguments)
+            capture.record_children({cls: req.name})
+            if req.name in doc.records:
+                return True
+    return False
 
 
 def _wanted(

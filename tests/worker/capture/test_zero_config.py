@@ -38,12 +38,14 @@ ZEROCONFIG = ROOT / "tests" / "corpus" / "zeroconfig"
 # the module classes show shapes (51 of 56) and that no error diagnostic appears on these files
 # (all of them run). Whoever improves the numbers raises CLASSES_WITH_SHAPES / CORRECT_OUTPUTS
 # and lowers ERRORS here, in the same change, so that they never slide back.
-CLASSES_WITH_SHAPES = 3
-"""Classes where some node shows a tensor shape (today: MobileNetV2, SqueezeNet, MNIST Net)."""
-CORRECT_OUTPUTS = 2
-"""Classes whose output shapes are shown and equal eager execution."""
-ERRORS = 50
-"""Error-severity diagnostics over all files (today: 49 FX401 and one FX201)."""
+CLASSES_WITH_SHAPES = 52
+"""Classes where some node shows a tensor shape (all but DETR's Transformer, encoder and
+decoder stacks, and the word-language-model PositionalEncoding)."""
+CORRECT_OUTPUTS = 46
+"""Classes whose output shapes are shown and equal eager execution of the same build (the
+minGPT classes are built from a configuration fxls fills in, which the checker cannot rebuild)."""
+ERRORS = 0
+"""Error-severity diagnostics over all files: none (every file runs)."""
 
 ALLOWED_IMPORTS = {
     "torch",

@@ -27,7 +27,7 @@ STATS = "fxls/stats"
 """Custom request: open documents (version, length, SHA-256 of the text) and recent hover
 handler times, for tests and benchmarks."""
 GRAPH = "fxls/graph"
-"""Custom request ``{"uri", "class"}``: the self-contained HTML page of ``fxls graph`` for that
+"""Custom request ``{"uri", "className"}``: the self-contained HTML page of ``fxls graph`` for that
 class, from the document's last capture (``{"html", "nodes"}``), or ``{"error"}``. The VS Code
 "Show graph" view asks for it: no second capture, and the server's own settings apply."""
 
@@ -117,7 +117,7 @@ def on_graph(ls: FxlsServer, params: Any) -> dict[str, Any]:
     def get(name: str) -> Any:
         return params.get(name) if isinstance(params, dict) else getattr(params, name, None)
 
-    uri, cls = get("uri"), get("class")
+    uri, cls = get("uri"), get("className")
     return ls.session.safely("graph", lambda: graph_page(ls.session, uri, cls), {"error": "failed"})
 
 

@@ -239,6 +239,29 @@ async def test_inlay_hints_and_code_lens(client: LanguageClient) -> None:
     _close(client, uri)
 
 
+async def test_graph_request(client: LanguageClient) -> None:
+    """``fxls/graph`` (the VS Code "Show graph" view): the HTML page of the captured class,
+    with the nodes' source lines; an error for an unknown class."""
+    uri, text = _open(client, "resnet_block.py")
+    await _diagnostics(client, uri)
+    graph = await client.protocol.send_request_async(
+        "fxls/graph", {"uri": uri, "className": "Stem"}
+    )
+    html = graph.html
+    assert html.startswith("<!DOCTYPE html>") and "dagre" in html and graph.nodes > 3
+    conv_line = _pos(text, "x = self.conv1(x)").line + 1
+    assert f'"line":{conv_line}' in html
+    missing = await client.protocol.send_request_async(
+        "fxls/graph", {"uri": uri, "className": "Nope"}
+    )
+    assert "no graph for Nope" in missing.error
+    unopened = await client.protocol.send_request_async(
+        "fxls/graph", {"uri": uri + "x", "className": "Stem"}
+    )
+    assert "not been analysed" in unopened.error
+    _close(client, uri)
+
+
 async def test_diagnostics_codes_ranges_and_links(client: LanguageClient) -> None:
     uri, text = _open(client, "shape_error.py")
     diags = await _diagnostics(client, uri)

@@ -64,7 +64,7 @@ export class GraphView implements vscode.Disposable {
     }
     const answer = await vscode.window.withProgress(
       { location: vscode.ProgressLocation.Window, title: `fxls: graph of ${name}` },
-      () => client.sendRequest<GraphAnswer>(GRAPH_REQUEST, { uri: target.toString(), class: name }),
+      () => client.sendRequest<GraphAnswer>(GRAPH_REQUEST, { uri: target.toString(), className: name }),
     );
     if (!answer?.html) {
       const message = `fxls: no graph for ${name}: ${answer?.error ?? "no answer from the server"}`;

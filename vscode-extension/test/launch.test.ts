@@ -4,7 +4,6 @@ import {
   bundledLibsDir,
   chooseFxls,
   compareVersions,
-  graphArgs,
   safePythonPath,
   SERVER_MODULE_ARGS,
   serverLaunch,
@@ -49,8 +48,4 @@ test("an installed fxls runs when it is at least the extension's version", () =>
   assert.equal(chooseFxls(null, "0.1.0", true), "bundled");
   // a development build without bundled/libs: the interpreter's, whatever it is
   assert.equal(chooseFxls(null, "0.1.0", false), "installed");
-});
-
-test("the graph runs as python -m fxls graph", () => {
-  assert.deepEqual(graphArgs("/w/m.py", "Net", "/t/g.html"), ["-m", "fxls", "graph", "/w/m.py:Net", "-o", "/t/g.html"]);
 });

@@ -86,11 +86,6 @@ export function serverLaunch(
 /** The default server arguments after the interpreter. */
 export const SERVER_MODULE_ARGS = ["-m", "fxls", "serve"];
 
-/** `python -m fxls graph FILE:CLASS -o OUT` (same launch form as the server). */
-export function graphArgs(file: string, cls: string, output: string): string[] {
-  return ["-m", "fxls", "graph", `${file}:${cls}`, "-o", output];
-}
-
 /** -1, 0 or 1 comparing dotted versions numerically ("0.10.0" > "0.9.1"; "2.13.0+cpu" = "2.13.0"). */
 export function compareVersions(a: string, b: string): number {
   const parts = (v: string) =>

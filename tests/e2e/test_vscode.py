@@ -30,6 +30,8 @@ from typing import Any
 
 import pytest
 
+from fxls import __version__
+
 pytestmark = [pytest.mark.editor, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -392,7 +394,7 @@ def test_diagnostics_and_hover_in_vscode(
     assert starts == [
         f"{python} -m fxls serve (interpreter from setting; fxls bundled; workspace trusted)"
     ], context
-    assert "fxls 0.1.0 bundled with the extension" in result["fxls_log"], context
+    assert f"fxls {__version__} bundled with the extension" in result["fxls_log"], context
     assert "torch 2.13.0" in result["fxls_log"], context
     # The graph: opened from the code lens, nodes drawn, a click on conv1 reveals line 15.
     graph = summary["graph"]
@@ -428,6 +430,9 @@ def test_restricted_mode_until_trusted(
     # One start in restricted mode, then exactly one restart when trust is granted.
     starts = re.findall(r"Starting: .*workspace (.*)\)", result["fxls_log"])
     assert starts == ["NOT trusted: restricted mode", "trusted"], context
+    # this interpreter has fxls installed (the same version): that one runs, not the bundled copy
+    assert re.findall(r"; fxls (\w+); workspace", result["fxls_log"]) == ["installed"] * 2, context
+    assert f"fxls {__version__} installed in the interpreter" in result["fxls_log"], context
     assert after["squiggles"]["errors"] >= 1, context
     assert "codicon-check" in after["status"]["icons"], context
 

@@ -40,13 +40,6 @@ const SOURCE_TEXT: Record<InterpreterSource, string> = {
   default: "python3 from PATH",
 };
 
-/** How the running server was started: `python` and `env` also run `fxls graph`. */
-export interface RunningServer {
-  python?: string;
-  fxls?: FxlsSource;
-  launch: Launch;
-}
-
 /** Runs the probe (see ./probe.ts) with `launch`'s working directory and environment. */
 export function runProbe(python: string, launch: Launch, timeoutMs = 20000): Promise<ProbeRun> {
   return new Promise((resolve) => {
@@ -113,8 +106,6 @@ export class ServerManager implements vscode.Disposable {
   private queue: Promise<void> = Promise.resolve();
   private pending: { timer: NodeJS.Timeout; done: Promise<void> } | undefined;
   private disposed = false;
-  /** How the current server was started (undefined before the first start or after a failure). */
-  running: RunningServer | undefined;
 
   /**
    * @param neutralDir the server's working directory: a folder the extension owns (never the
@@ -172,7 +163,6 @@ export class ServerManager implements vscode.Disposable {
     const resource = workspaceResource();
     const trusted = vscode.workspace.isTrusted;
     const server = await resolveServerCommand(resource);
-    this.running = undefined;
     this.status.set("starting");
     let launch = serverLaunch(server.command, server.args, this.neutralDir, process.env);
     let fxls: FxlsSource | undefined;
@@ -249,11 +239,6 @@ export class ServerManager implements vscode.Disposable {
     this.client = client;
     try {
       await client.start();
-      this.running = {
-        python: server.interpreterSource ? server.command : undefined,
-        fxls,
-        launch,
-      };
     } catch (error) {
       this.status.set("error", String(error));
       this.output.error(`The fxls server did not start: ${String(error)}`);

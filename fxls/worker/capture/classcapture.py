@@ -630,11 +630,13 @@ class ClassCapture:
 
     def _propagate(
         self, gm: torch.fx.GraphModule, ordered: list[inputs.PlannedInput],
-        placeholders: list[torch.fx.Node],
+        placeholders: list[torch.fx.Node], symbolic: bool | None = None,
     ) -> shapes.Propagation | BaseException:  # fmt: skip
         feeds = [_example(p, str(n.target)) for p, n in zip(ordered, placeholders)]
+        if symbolic is None:
+            symbolic = self.doc.job.symbolic
         try:
-            return shapes.propagate(gm, feeds, symbolic=self.doc.job.symbolic)
+            return shapes.propagate(gm, feeds, symbolic=symbolic)
         except Exception as exc:
             return exc
 
@@ -653,9 +655,10 @@ class ClassCapture:
         for index, planned in enumerate(ordered):
             for alternative in inputs.alternatives(planned):
                 trial = [*ordered[:index], alternative, *ordered[index + 1 :]]
-                attempt = self._propagate(gm, trial, placeholders)
+                # trials run with static sizes (cheap); only the one that fits runs symbolic
+                attempt = self._propagate(gm, trial, placeholders, symbolic=False)
                 if isinstance(attempt, shapes.Propagation) and attempt.error is None:
-                    return trial, attempt
+                    return trial, self._propagate(gm, trial, placeholders)
         return ordered, prop
 
     def _shapes(

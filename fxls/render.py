@@ -157,3 +157,44 @@ def check_summary(
 def progress_text(done: int, total: int, current: str, seconds: float) -> str:
     """``fxls check [3/12] models/gpt.py · 4.2 s``."""
     return f"fxls check [{done}/{total}] {current} · {seconds_text(seconds)}"
+
+
+_POSITIONAL_KEYS = ("in_features=", "out_features=", "num_embeddings=", "embedding_dim=")
+_DEFAULT_PARTS = {"bias=True", "elementwise_affine=True", "inplace=False", "batch_first=False"}
+
+
+def _split_top(text: str) -> list[str]:
+    """``a, (b, c), d=e`` -> ``["a", "(b, c)", "d=e"]`` (commas outside brackets)."""
+    parts: list[str] = []
+    depth = 0
+    current: list[str] = []
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    if "".join(current).strip():
+        parts.append("".join(current).strip())
+    return parts
+
+
+def module_summary(module_type: str) -> str:
+    """A submodule's constructor, briefly: ``Linear(in_features=768, out_features=3072,
+    bias=True)`` -> ``Linear(768, 3072)``; parts that repeat a default are left out."""
+    name, paren, rest = module_type.partition("(")
+    if not paren or not rest.endswith(")"):
+        return module_type
+    parts = []
+    for part in _split_top(rest[:-1]):
+        if part in _DEFAULT_PARTS:
+            continue
+        for key in _POSITIONAL_KEYS:
+            if part.startswith(key):
+                part = part[len(key) :]
+        parts.append(part)
+    return f"{name}({', '.join(parts)})"

@@ -148,8 +148,9 @@ def _argument_texts(node: NodeInfo, parts: CallParts | None) -> dict[str, str]:
     out: dict[str, str] = {}
     args = list(node.args)
     queue = list(parts.positional)
-    if node.op == "call_method" and parts.receiver is not None and args:
-        out[args[0].name] = parts.receiver
+    if node.op == "call_method" and args:
+        if parts.receiver is not None:  # else the span starts at the method's name
+            out[args[0].name] = parts.receiver
         args = args[1:]
     for arg in args:
         if arg.name in parts.keywords:
@@ -209,7 +210,7 @@ def _callee(node: NodeInfo) -> tuple[str, str | None]:
         return node.target, module_summary(node.module_type) if node.module_type else None
     if node.op == "call_method":
         return f"Tensor.{node.target}", None
-    return node.target, None
+    return node.target.removeprefix("__fxls_document__."), None
 
 
 def node_view(
@@ -284,9 +285,7 @@ def _is_plumbing(node: NodeInfo) -> bool:
     short = node.target.rsplit(".", 1)[-1]
     if node.op == "call_method":
         return short in _PLUMBING_METHODS
-    if node.op == "call_function" and short in _PLUMBING_FUNCTIONS:
-        return short != "getitem" or not any(v.kind == "tensor" for v in node.outputs)
-    return False
+    return node.op == "call_function" and short in _PLUMBING_FUNCTIONS
 
 
 def _is_tensor(node: NodeInfo) -> bool:
@@ -335,17 +334,35 @@ def group_view(
                 entering.append(source)
     written = [*parts.positional, *parts.keywords.values()] if parts else []
     rows: list[tuple[str, str, str]] = []
-    if len(written) == len(entering):
-        for expr, source in zip(written, entering):
-            rows.append(("input", expr, values_text(source.outputs)))
-    else:
-        rows.extend(("input", expr, "") for expr in written)
+    for index, expr in enumerate(written):  # tensors first, as calls usually pass them
+        shape = values_text(entering[index].outputs) if index < len(entering) else ""
+        rows.append(("input", expr, shape))
     layers = [n for n in listed if n.op == "call_module"]
     if not layers:
         layers = [n for n in listed if not _is_plumbing(n) and _is_tensor(n)]
+    children: list[tuple[str, list[NodeInfo]]] = []
     for node in layers:
-        what = module_summary(node.module_type) if node.module_type else ""
-        rows.append((_layer_name(node, base), what, _outputs_text(node)))
+        name = _layer_name(node, base)
+        child = name.split(".", 1)[0] if node.op == "call_module" else name
+        if children and children[-1][0] == child and node.op == "call_module":
+            children[-1][1].append(node)
+        else:
+            children.append((child, [node]))
+    last_in: dict[str, NodeInfo] = {}
+    for node in listed:
+        path = _path(node)
+        rel = path[len(base) + 1 :] if base and path.startswith(base + ".") else path
+        if rel and _is_tensor(node):
+            last_in[rel.split(".", 1)[0]] = node
+    for child, members in children:
+        node = members[-1]
+        if len(members) > 1 and child in last_in:
+            node = last_in[child]
+        if len(members) == 1 and _layer_name(node, base) == child:
+            what = module_summary(node.module_type) if node.module_type else ""
+        else:
+            what = plural(len(members), "layer")
+        rows.append((child, what, _outputs_text(node)))
     view.columns = ("", "", "shape")
     view.rows = rows
     return view
@@ -591,8 +608,13 @@ def call_view(
         parts = call_parts(span_text(lines, span))
         if parts is not None and parts.func:
             view.callee = parts.func
-        view.repeat = f"×{len(group)}: {_path(group[0]) or group[0].name} … "
-        view.repeat += _path(group[-1]) or group[-1].name
+        sites = {(n.call_site.line, n.call_site.col) for n in group if n.call_site is not None}
+        if len(sites) > 1:  # a helper called from several places, not a loop
+            view.repeat = f"{plural(len(sites), 'call')}; arguments of the first"
+        elif _path(group[0]) and _path(group[0]) != _path(group[-1]):
+            view.repeat = f"×{len(group)}: {_path(group[0])} … {_path(group[-1])}"
+        else:
+            view.repeat = f"×{len(group)}"
         return view
     return group_view(group, module, lines, span)
 

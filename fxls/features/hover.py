@@ -402,7 +402,7 @@ def render_view(view: CallView, style: Style = "table") -> str:
         lines.extend(view.notes)
         return md.code_block(lines)
     parts = [f"→ {md.code(view.output)}"]
-    head = md.code(view.callee)
+    head = md.word(view.callee)
     if view.summary:
         head += f" · {md.code(view.summary)}"
     parts.append(head)
@@ -595,8 +595,10 @@ def call_view(
     group: Sequence[NodeInfo], module: ModuleResult, lines: Sequence[str], span: Span
 ) -> CallView:
     """The view of the nodes one hovered span produced."""
-    if len(group) == 1:
+    if len(group) == 1 and group[0].span in (span, None):
         return node_view(group[0], module, lines, span)
+    if len(group) == 1:  # the one node of a helper, hovered where forward calls it
+        return group_view(group, module, lines, span)
     unpacked = unpacking_view(group, module, lines, span)
     if unpacked is not None:
         return unpacked

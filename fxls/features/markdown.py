@@ -161,15 +161,16 @@ def code_block(lines: Sequence[str], limit: int = MAX_MARKDOWN) -> str:
     no line can close it. Lines that do not fit in ``limit`` are dropped whole.
     """
     body = [one_line(clip(line)) for line in lines]
+    fence = "`" * max(3, max((longest_run(line) for line in body), default=0) + 1)
+    budget = limit - 2 * len(fence) - 40
     kept: list[str] = []
     size = 0
     for index, line in enumerate(body):
-        if size + len(line) + 1 > limit - 100:
+        if size + len(line) + 1 > budget:
             kept.append(f"{ELLIPSIS} {len(body) - index} more")
             break
         kept.append(line)
         size += len(line) + 1
-    fence = "`" * max(3, max((longest_run(line) for line in kept), default=0) + 1)
     return "\n".join([fence + "text", *kept, fence])
 
 

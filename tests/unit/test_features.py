@@ -138,40 +138,62 @@ def hover_at(line: int, needle: str, offset: int = 0) -> hover.HoverText | None:
     return hover.hover_text([MODULE], LINES, line, col, isolation=["seccomp", "rlimits"])
 
 
-def test_hover_call_module_shows_module_args_and_shapes() -> None:
+def test_hover_call_module_shows_output_first_then_the_module_and_its_arguments() -> None:
     result = hover_at(12, "conv1", 2)
     assert result is not None
     md = result.markdown
-    assert md.startswith(
-        "conv1 · call_module · `Conv2d(3, 64, kernel_size=(7, 7), stride=(2, 2), padding=(3, 3)"
-    )
-    assert "| input | x | `[B, 3, 224, 224]` float32 |" in md
-    assert "→ `[B, 64, 112, 112]` float32" in md
+    assert md.startswith("→ `[B, 64, 112, 112] float32`\n\nconv1 · `Conv2d(3, 64, kernel_size=(7, 7)")
+    assert "| input | `x` | `[B, 3, 224, 224] float32` |" in md
     assert result.span == CONV1.span
 
 
-def test_hover_call_function_lists_defaults() -> None:
+def test_hover_call_function_lists_defaults_last() -> None:
     result = hover_at(13, "conv2d")
     assert result is not None
     md = result.markdown
-    assert "| stride | 2 |" in md
-    assert "| padding | 0 · default |" in md
-    assert "| weight | w | `[8, 3, 7, 7]` float32 |" in md
-    assert "· default" not in md.split("| stride")[1].split("\n")[0]
+    assert "| stride | `2` |  |" in md
+    assert "| padding | `0` | *default* |" in md
+    assert "| weight | `w` | `[8, 3, 7, 7] float32` |" in md
+    assert md.index("stride") < md.index("bias")  # explicit arguments before defaults
+
+
+def test_hover_argument_expressions_are_the_source_text_never_node_names() -> None:
+    # the loop's Linear reads `h_1` (a node name); the hover shows what the user wrote
+    result = hover_at(15, "block")
+    assert result is not None
+    assert "`y`" in result.markdown and "h_1" not in result.markdown
 
 
 def test_hover_loop_aggregates_iterations() -> None:
     result = hover_at(15, "block")
     assert result is not None
-    assert "×3: `h.0` … `h.2`" in result.markdown
-    assert result.markdown.count("call_module") == 1
+    assert "`×3: h.0 … h.2`" in result.markdown
+    assert result.markdown.count("Linear") == 1
+
+
+def test_hover_block_style_is_one_code_block_with_aligned_columns() -> None:
+    result = hover.hover_text([MODULE], LINES, 13, LINES[12].index("conv2d"), style="block")
+    assert result is not None
+    lines = result.markdown.split("\n")
+    assert lines[0] == "```text" and lines[-1] == "```"
+    assert lines[1] == "→ [B, 8, 109, 109] float32"
+    assert lines[2] == "torch.nn.functional.conv2d"
+    assert lines[3] == "  input     x     [B, 3, 224, 224] float32"
+    assert "  padding   0     (default)" in lines
+    assert "|" not in result.markdown
+
+
+def test_style_for_client() -> None:
+    assert hover.style_for_client("Neovim") == "block"
+    assert hover.style_for_client("Visual Studio Code") == "table"
+    assert hover.style_for_client(None) == "table"
 
 
 def test_hover_helper_node_at_its_own_span_and_at_the_call_site() -> None:
     own = hover_at(21, "relu")
-    assert own is not None and own.markdown.startswith("relu · call_method · relu")
+    assert own is not None and "Tensor.relu" in own.markdown
     call = hover_at(16, "helper")
-    assert call is not None and "relu" in call.markdown
+    assert call is not None and "self.helper" in call.markdown
     assert hover_at(17, "y)") is not None  # second line of the multi-line call
 
 
@@ -181,7 +203,7 @@ def test_hover_prefers_smallest_span() -> None:
     )
     module = ModuleResult(name="Net", line=5, status="traced", nodes=[outer, CONV1])
     result = hover.hover_text([module], LINES, 12, LINES[11].index("conv1"))
-    assert result is not None and result.markdown.startswith("conv1")
+    assert result is not None and "conv1 · " in result.markdown
 
 
 def test_hover_nothing_outside_nodes() -> None:
@@ -197,13 +219,39 @@ def test_hover_class_summary() -> None:
     assert "| parameters | 25.6 M (25,557,032) |" in md
     assert "| buffers | 53,120 |" in md
     assert "2 placeholder" in md and "4 call_module" in md
-    assert "| input `x` | `[B, 3, 224, 224]` float32 (assumed) |" in md
-    assert "| input `w` | `[8, 3, 7, 7]` float32 (declared) |" in md
-    assert "| output | `[B, 64, 112, 8]` float32 |" in md
+    assert "| input x | `[B, 3, 224, 224] float32 (assumed)` |" in md
+    assert "| input w | `[8, 3, 7, 7] float32 (declared)` |" in md
+    assert "| output | `[B, 64, 112, 8] float32` |" in md
     assert "seccomp, rlimits" in md
     assert "| capture time | 0.30 s |" in md
     assert "fx, built on meta" in md
     assert result.span == Span(5, 6, 5, 9)
+
+
+def test_hover_class_construction_and_grammar() -> None:
+    from fxls.protocol.model import Construction
+
+    one = NodeInfo(name="x", op="placeholder", target="x", outputs=[X])
+    module = ModuleResult(
+        name="Net",
+        line=5,
+        status="traced",
+        nodes=[one],
+        notes=["specialized T=8"],
+        constructed=Construction(
+            source="parent", text="transformer.h.0", inputs_from="GPT"
+        ),
+    )
+    md = hover.class_markdown(module, style="block")
+    assert "1 node:" in md and "1 nodes" not in md
+    assert "built by GPT.forward as transformer.h.0" in md
+    assert "specialized T=8" in md
+    module.constructed = Construction(
+        source="assumed", text="Net(dim=64, heads=4)", assumed={"dim": "64", "heads": "4"},
+        pin="dim=64, heads=4",
+    )
+    md = hover.class_markdown(module, style="block")
+    assert "assumed: dim=64, heads=4 — pin with # fxls: init(dim=64, heads=4)" in md
 
 
 def test_format_helpers() -> None:
@@ -402,8 +450,8 @@ def test_hover_traced_through_loop_summarises_iterations() -> None:
     module = ModuleResult(name="Net", line=5, status="traced", nodes=nodes)
     result = hover.hover_text([module], LINES, 15, call_site.col + 1)
     assert result is not None
-    assert result.markdown.startswith("×48: `h.0` … `h.47` · 2 nodes each")
-    assert result.markdown.count("| call_function |") == 2
+    assert result.markdown.startswith("→ `[B, 64] float32`\n\nblock\n\n`×48: h.0 … h.47`")
+    assert "| add |  | `[B, 64] float32` |\n| relu |" in result.markdown  # one iteration
 
 
 def test_hover_markdown_puts_shapes_in_code_spans() -> None:

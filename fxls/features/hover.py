@@ -480,7 +480,8 @@ def class_markdown(
         status = f"{status} ({module.strategy})"
     rows: list[tuple[str, str]] = []
     if module.params is not None:
-        rows.append(("parameters", f"{count_text(module.params)} ({module.params:,})"))
+        exact = f" ({module.params:,})" if module.params >= 1_000 else ""
+        rows.append(("parameters", f"{count_text(module.params)}{exact}"))
     if module.buffers is not None:
         rows.append(("buffers", f"{module.buffers:,}"))
     if module.nodes:

@@ -38,9 +38,34 @@ def value_text(value: Value, *, dtype: bool = True, default_dtype: str | None = 
         return text
     if value.kind == "none":
         return "None"
+    if value.text is not None and value.kind == "other" and value.text.startswith("tensor("):
+        return _tensor_repr_shape(value.text)
     if value.text is not None:
         return value.text
     return value.kind
+
+
+_SIZE = re.compile(r"size=\(([^()]*)\)")
+
+
+def _tensor_repr_shape(text: str) -> str:
+    """``tensor(..., device='meta', size=(2, 2, 16))`` -> ``[2, 2, 16]`` (never the repr)."""
+    found = _SIZE.search(text)
+    if found is None:
+        return "tensor"
+    return "[" + ", ".join(p.strip() for p in found.group(1).split(",") if p.strip()) + "]"
+
+
+def unpacked_text(
+    names: Sequence[str], values: Sequence[Value], *, default_dtype: str | None = None
+) -> str:
+    """One part per assigned name of an unpacking line: ``B=B, T=T, C=768`` for sizes,
+    ``q: [B, nh, T, hs], k: ...`` for tensors (hovers and inlay hints say it alike)."""
+    parts = []
+    for name, value in zip(names, values):
+        text = value_text(value, default_dtype=default_dtype)
+        parts.append(f"{name}: {text}" if value.kind == "tensor" else f"{name}={text}")
+    return ", ".join(parts)
 
 
 def values_text(

@@ -24,6 +24,7 @@ from fxls.render import (
     name_pattern,
     plural,
     short_target,
+    unpacked_text,
     values_text,
 )
 
@@ -580,8 +581,8 @@ def unpacking_view(
     first = group[0].args[0] if group[0].args else None
     source = by_name.get(first.node) if first is not None and first.node else None
     whole = _fallback_text(first, by_name, lines) if first is not None else "…"
-    if len(set(values)) == 1 and "[" in values[0]:
-        output = f"{values[0]} each"
+    if all(len(n.outputs) == 1 for n in group):
+        output = unpacked_text(names, [n.outputs[0] for n in group])
     else:
         output = ", ".join(f"{n}={v}" for n, v in zip(names, values))
     callee = f"unpacking {whole}"

@@ -11,7 +11,7 @@ from lsprotocol import types
 from fxls.features import markdown as md
 from fxls.features.convert import Encoding, LineMapper, units
 from fxls.protocol.model import ModuleResult, NodeInfo
-from fxls.render import values_text
+from fxls.render import unpacked_text, values_text
 
 _SKIP_OPS = {"placeholder", "output", "get_attr"}
 _COMPOUND = (
@@ -61,15 +61,82 @@ def statement_ends(source: str) -> dict[int, int]:
     return ends
 
 
+@dataclass
+class Unpacking:
+    """``B, T, C = x.size()``: the assigned names and where the target tuple is written."""
+
+    names: list[str]
+    line: int
+    col: int
+    """Code-point column of the target tuple."""
+    end: int
+    """Last line of the statement (where the hint goes)."""
+
+
+def unpackings(source: str) -> dict[tuple[int, int], Unpacking]:
+    """(line, column) of each tuple target of plain names -> its Unpacking."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    lines = source.split("\n")
+    out: dict[tuple[int, int], Unpacking] = {}
+    for stmt in ast.walk(tree):
+        if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+            continue
+        target = stmt.targets[0]
+        if not isinstance(target, (ast.Tuple, ast.List)) or len(target.elts) < 2:
+            continue
+        if not all(isinstance(e, ast.Name) for e in target.elts):
+            continue
+        text = lines[target.lineno - 1] if target.lineno <= len(lines) else ""
+        col = len(text.encode()[: target.col_offset].decode(errors="ignore"))
+        names = [e.id for e in target.elts]  # type: ignore[attr-defined]
+        end = stmt.end_lineno or stmt.lineno
+        out[(target.lineno, col)] = Unpacking(names, target.lineno, col, end)
+    return out
+
+
+def _is_meta_value(node: NodeInfo) -> bool:
+    """Devices (``meta``: fxls builds on it, not the user), dtypes: nothing to hint."""
+    return any(v.kind in ("device", "dtype") for v in node.outputs)
+
+
+def _unpacking_hints(modules: Sequence[ModuleResult], source: str) -> dict[int, str]:
+    """Statement end line -> ``B=B, T=T, C=768`` for unpacking lines, from the getitem nodes
+    written at the target (the same words as the hover on the target)."""
+    targets = unpackings(source)
+    out: dict[int, str] = {}
+    for module in modules:
+        found: dict[tuple[int, int], list[NodeInfo]] = {}
+        for node in module.nodes:
+            span = node.span
+            if span is None or not node.target.endswith("getitem") or len(node.outputs) != 1:
+                continue
+            if (span.line, span.col) in targets:
+                found.setdefault((span.line, span.col), []).append(node)
+        for key, nodes in found.items():
+            unpack = targets[key]
+            if len(nodes) < len(unpack.names) or unpack.end in out:
+                continue
+            values = [n.outputs[0] for n in nodes[: len(unpack.names)]]
+            out[unpack.end] = unpacked_text(unpack.names, values, default_dtype="float32")
+    return out
+
+
 def shape_hints(modules: Sequence[ModuleResult], source: str) -> list[ShapeHint]:
-    """One hint per statement: the output of its last node (graph order). A call into a
-    helper counts for the helper's statement and for the calling statement."""
+    """One hint per statement: the output of its last node (graph order); on an unpacking
+    line one part per assigned name. A call into a helper counts for the helper's statement
+    and for the calling statement."""
     ends = statement_ends(source)
+    unpacked = _unpacking_hints(modules, source)
     last: dict[int, NodeInfo] = {}
     for module in modules:
         seen: dict[int, NodeInfo] = {}
         for node in module.nodes:
             if node.op in _SKIP_OPS or node.span is None or not node.outputs:
+                continue
+            if _is_meta_value(node):
                 continue
             spans = [node.span]
             if node.call_site is not None and node.call_site != node.span:
@@ -79,7 +146,11 @@ def shape_hints(modules: Sequence[ModuleResult], source: str) -> list[ShapeHint]
         for line, node in seen.items():
             last.setdefault(line, node)
     hints = []
-    for line in sorted(last):
+    for line in sorted(set(last) | set(unpacked)):
+        if line in unpacked:
+            label = md.plain(f"▸ {unpacked[line]}", md.MAX_LABEL)
+            hints.append(ShapeHint(line=line, label=label, node=last[line].name if line in last else ""))
+            continue
         node = last[line]
         text = values_text(node.outputs, default_dtype="float32")
         if text:

@@ -308,7 +308,7 @@ def test_code_lens_partial_capture_shows_the_first_error() -> None:
     )
     diag = FX201(Span(12, 0, 12, 5), node="conv1", error="bad").diagnostic()
     title = code_lens.lens_title(partial, [diag])
-    assert title == "fxls · partial (fx) · 1 nodes · 68 params · FX201 shape error in `conv1`: bad"
+    assert title == "fxls · partial (fx) · 1 node · 68 params · FX201 shape error in `conv1`: bad"
 
 
 def test_code_lens_failure_summary() -> None:
@@ -460,3 +460,55 @@ def test_hover_markdown_puts_shapes_in_code_spans() -> None:
     assert result is not None
     outside = result.markdown.split("`")[::2]  # the text between code spans
     assert not any("[" in part for part in outside), result.markdown
+
+
+def test_inlay_hints_one_part_per_name_on_unpacking_lines_and_the_hover_agrees() -> None:
+    source = "def forward(self, x):\n    B, T, C = x.size()\n    return x\n"
+    lines = source.split("\n")
+    size = NodeInfo(
+        name="size", op="call_method", target="size", span=Span(2, 14, 2, 22),
+        args=[Arg(name="self", value="x", node="x")], outputs=[Value(kind="size", shape=["B", "T", 768])],
+    )  # fmt: skip
+    getitems = [
+        NodeInfo(
+            name=f"getitem_{i}", op="call_function", target="operator.getitem",
+            span=Span(2, 4, 2, 11), args=[Arg(name="a", value="size", node="size")],
+            outputs=[Value(kind="int", text=text)],
+        )  # fmt: skip
+        for i, text in enumerate(["B", "T", "768"])
+    ]
+    module = ModuleResult(
+        name="Net", line=1, status="traced",
+        nodes=[NodeInfo(name="x", op="placeholder", target="x", outputs=[X]), size, *getitems],
+    )  # fmt: skip
+    hints = inlay_hints.shape_hints([module], source)
+    assert [h.label for h in hints if h.line == 2] == ["▸ B=B, T=T, C=768"]
+    found = hover.hover_text([module], lines, 2, 5, style="block")
+    assert found is not None
+    assert found.markdown.split("\n")[1] == "→ B=B, T=T, C=768"
+    assert "unpacking x.size()" in found.markdown and "getitem_" not in found.markdown
+
+
+def test_no_hint_for_devices_and_no_tensor_repr() -> None:
+    device = NodeInfo(
+        name="device", op="call_function", target="getattr", span=Span(2, 4, 2, 10),
+        outputs=[Value(kind="device", text="meta")],
+    )  # fmt: skip
+    module = ModuleResult(name="Net", line=1, status="traced", nodes=[device])
+    assert inlay_hints.shape_hints([module], "def f():\n    d = x.device\n") == []
+    repr_value = Value(kind="other", text="tensor(..., device='meta', size=(2, 2, 16))")
+    assert value_text(repr_value) == "[2, 2, 16]"
+
+
+def test_code_lens_grammar_and_no_lens_on_classes_that_are_not_modules() -> None:
+    one = ModuleResult(
+        name="One", line=1, status="traced",
+        nodes=[NodeInfo(name="x", op="placeholder", target="x", outputs=[X])],
+    )  # fmt: skip
+    assert "· 1 node ·" in code_lens.lens_title(one) + " ·"
+    plain = ModuleResult(
+        name="Config", line=3, status="skipped",
+        notes=["`Config` is not an nn.Module subclass when the file runs"],
+    )  # fmt: skip
+    lenses = code_lens.lsp_code_lenses([one, plain], [], ["a", "b", "c"], convert.UTF16, lambda n: n)
+    assert len(lenses) == 1

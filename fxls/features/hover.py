@@ -16,7 +16,6 @@ from lsprotocol import types
 
 from fxls.features import markdown as md
 from fxls.features.convert import Encoding, LineMapper, lsp_range, span_contains
-from fxls.features.format import value_md, values_md
 from fxls.protocol.model import Arg, ModuleResult, NodeInfo, Span
 from fxls.render import (
     count_text,
@@ -396,7 +395,9 @@ def render_view(view: CallView, style: Style = "table") -> str:
             lines.append(view.repeat)
         widths = [min(max((len(r[i]) for r in rows), default=0), 28) for i in range(3)]
         for row in rows:
-            cells = [("(default)" if row[i] == "default" else row[i]).ljust(widths[i]) for i in keep]
+            cells = [
+                ("(default)" if row[i] == "default" else row[i]).ljust(widths[i]) for i in keep
+            ]
             lines.append(("  " + "  ".join(cells)).rstrip())
         if more:
             lines.append(f"  … {more} more")
@@ -476,7 +477,7 @@ def class_markdown(
     style: Style = "table",
 ) -> str:
     """Markdown summary of a module class (a table, or one code block for ``block``)."""
-    status = module.status
+    status: str = module.status
     if module.strategy not in ("none", ""):
         status = f"{status} ({module.strategy})"
     rows: list[tuple[str, str]] = []
@@ -522,7 +523,9 @@ def class_markdown(
         if error is not None:
             lines.append(f"failed in {error[0]}: {error[1]}")
         return md.code_block(lines)
-    cells = [f"| {md.text(label, cell=True)} | {md.text(value, cell=True)} |" for label, value in rows]
+    cells = [
+        f"| {md.text(label, cell=True)} | {md.text(value, cell=True)} |" for label, value in rows
+    ]
     parts = [
         f"{md.word(module.name)} · nn.Module · {md.text(status)}",
         _table("| | |\n| --- | --- |", cells, "| … {n} more | |"),

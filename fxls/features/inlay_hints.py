@@ -149,7 +149,9 @@ def shape_hints(modules: Sequence[ModuleResult], source: str) -> list[ShapeHint]
     for line in sorted(set(last) | set(unpacked)):
         if line in unpacked:
             label = md.plain(f"▸ {unpacked[line]}", md.MAX_LABEL)
-            hints.append(ShapeHint(line=line, label=label, node=last[line].name if line in last else ""))
+            hints.append(
+                ShapeHint(line=line, label=label, node=last[line].name if line in last else "")
+            )
             continue
         node = last[line]
         text = values_text(node.outputs, default_dtype="float32")

@@ -98,8 +98,9 @@ def test_neovim_shows_diagnostics_hovers_hints_and_lenses(tmp_path: Path) -> Non
     assert "  approximate  'none'  (default)" in gelu["float"]
     assert cls["float"][1] == "Mlp · nn.Module · traced (fx)"
     assert "input x       [B, 16] float32 (declared)" in cls["float"]
-    assert "nodes         5 nodes: 1 placeholder · 2 call_module · 1 call_function · 1 output" in (
-        cls["float"]
+    assert (
+        "nodes         5 nodes: 1 placeholder · 2 call_module · 1 call_function · 1 output"
+        in (cls["float"])
     )
     assert not any("|" in line for h in result["hovers"] for line in h["float"])
     # lenses came after the first capture without an edit or an explicit refresh

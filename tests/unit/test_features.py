@@ -142,7 +142,9 @@ def test_hover_call_module_shows_output_first_then_the_module_and_its_arguments(
     result = hover_at(12, "conv1", 2)
     assert result is not None
     md = result.markdown
-    assert md.startswith("→ `[B, 64, 112, 112] float32`\n\nconv1 · `Conv2d(3, 64, kernel_size=(7, 7)")
+    assert md.startswith(
+        "→ `[B, 64, 112, 112] float32`\n\nconv1 · `Conv2d(3, 64, kernel_size=(7, 7)"
+    )
     assert "| input | `x` | `[B, 3, 224, 224] float32` |" in md
     assert result.span == CONV1.span
 
@@ -238,16 +240,16 @@ def test_hover_class_construction_and_grammar() -> None:
         status="traced",
         nodes=[one],
         notes=["specialized T=8"],
-        constructed=Construction(
-            source="parent", text="transformer.h.0", inputs_from="GPT"
-        ),
+        constructed=Construction(source="parent", text="transformer.h.0", inputs_from="GPT"),
     )
     md = hover.class_markdown(module, style="block")
     assert "1 node:" in md and "1 nodes" not in md
     assert "built by GPT.forward as transformer.h.0" in md
     assert "specialized T=8" in md
     module.constructed = Construction(
-        source="assumed", text="Net(dim=64, heads=4)", assumed={"dim": "64", "heads": "4"},
+        source="assumed",
+        text="Net(dim=64, heads=4)",
+        assumed={"dim": "64", "heads": "4"},
         pin="dim=64, heads=4",
     )
     md = hover.class_markdown(module, style="block")
@@ -471,10 +473,13 @@ def test_inlay_hints_one_part_per_name_on_unpacking_lines_and_the_hover_agrees()
     )  # fmt: skip
     getitems = [
         NodeInfo(
-            name=f"getitem_{i}", op="call_function", target="operator.getitem",
-            span=Span(2, 4, 2, 11), args=[Arg(name="a", value="size", node="size")],
+            name=f"getitem_{i}",
+            op="call_function",
+            target="operator.getitem",
+            span=Span(2, 4, 2, 11),
+            args=[Arg(name="a", value="size", node="size")],
             outputs=[Value(kind="int", text=text)],
-        )  # fmt: skip
+        )
         for i, text in enumerate(["B", "T", "768"])
     ]
     module = ModuleResult(
@@ -510,5 +515,7 @@ def test_code_lens_grammar_and_no_lens_on_classes_that_are_not_modules() -> None
         name="Config", line=3, status="skipped",
         notes=["`Config` is not an nn.Module subclass when the file runs"],
     )  # fmt: skip
-    lenses = code_lens.lsp_code_lenses([one, plain], [], ["a", "b", "c"], convert.UTF16, lambda n: n)
+    lenses = code_lens.lsp_code_lenses(
+        [one, plain], [], ["a", "b", "c"], convert.UTF16, lambda n: n
+    )
     assert len(lenses) == 1

@@ -141,14 +141,14 @@ def call_parts(text: str | None) -> CallParts | None:
     return None
 
 
-def _argument_texts(node: NodeInfo, parts: CallParts | None) -> dict[str, str]:
+def argument_texts(node: NodeInfo, parts: CallParts | None) -> dict[str, str]:
     """Argument name -> the expression the call wrote for it (as far as it can be told)."""
     if parts is None:
         return {}
     out: dict[str, str] = {}
     args = list(node.args)
     queue = list(parts.positional)
-    if node.op == "call_method" and args:
+    if node.op == "call_method" and args and parts.func is not None:
         if parts.receiver is not None:  # else the span starts at the method's name
             out[args[0].name] = parts.receiver
         args = args[1:]
@@ -190,7 +190,7 @@ def _arg_rows(
     node: NodeInfo, module: ModuleResult, lines: Sequence[str], call_text: str | None
 ) -> list[tuple[str, str, str]]:
     by_name = {n.name: n for n in module.nodes}
-    written = _argument_texts(node, call_parts(call_text))
+    written = argument_texts(node, call_parts(call_text))
     explicit: list[tuple[str, str, str]] = []
     defaults: list[tuple[str, str, str]] = []
     for arg in node.args:

@@ -519,3 +519,29 @@ def test_code_lens_grammar_and_no_lens_on_classes_that_are_not_modules() -> None
         [one, plain], [], ["a", "b", "c"], convert.UTF16, lambda n: n
     )
     assert len(lenses) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "op", "expected"),
+    [
+        ("xq_ * freqs_cis", "call_method", {"self": "xq_", "other": "freqs_cis"}),
+        ("x.view(B, T, C)", "call_method", {"self": "x", "size": "B, T, C"}),
+        ("view(B, T)", "call_method", {"size": "B, T"}),  # a chain split across lines
+        ("F.conv2d(x, w, stride=2)", "call_function", {"input": "x", "weight": "w", "stride": "2"}),
+    ],
+)
+def test_argument_expressions_as_written(text: str, op: str, expected: dict[str, str]) -> None:
+    names = {
+        "xq_ * freqs_cis": [("self", "positional_or_keyword"), ("other", "positional_or_keyword")],
+        "x.view(B, T, C)": [("self", "positional_or_keyword"), ("size", "var_positional")],
+        "view(B, T)": [("self", "positional_or_keyword"), ("size", "var_positional")],
+        "F.conv2d(x, w, stride=2)": [
+            ("input", "positional_or_keyword"),
+            ("weight", "positional_or_keyword"),
+            ("bias", "positional_or_keyword"),
+            ("stride", "positional_or_keyword"),
+        ],
+    }[text]
+    args = [Arg(name=n, value="v", kind=k, default=(n == "bias")) for n, k in names]
+    node = NodeInfo(name="n", op=op, target="t", args=args)  # type: ignore[arg-type]
+    assert hover.argument_texts(node, hover.call_parts(text)) == expected

@@ -61,6 +61,13 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
         ins = ", ".join(values_text([v], dtype=False) for v in module.inputs)
         outs = values_text(module.outputs, dtype=False) or "?"
         parts.append(f"{ins} → {outs}")
+    built = module.constructed
+    if built is not None and built.source == "parent" and built.inputs_from:
+        parts.append(f"as {built.text} in {built.inputs_from}")
+    elif built is not None and built.assumed:
+        parts.append("assumed " + ", ".join(f"{k}={v}" for k, v in built.assumed.items()))
+    if any(module.inputs_assumed):
+        parts.append("inputs assumed")
     return " · ".join(parts)
 
 

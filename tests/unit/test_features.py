@@ -299,9 +299,30 @@ def test_lsp_inlay_hints_position_end_of_line_and_range_filter() -> None:
 
 def test_code_lens_title() -> None:
     title = code_lens.lens_title(MODULE)
-    assert (
-        title == "fxls · 8 nodes · 25.6 M params · [B, 3, 224, 224], [8, 3, 7, 7] → [B, 64, 112, 8]"
+    assert title == (
+        "fxls · 8 nodes · 25.6 M params · [B, 3, 224, 224], [8, 3, 7, 7] → [B, 64, 112, 8]"
+        " · inputs assumed"
     )
+
+
+def test_code_lens_says_how_the_instance_was_built() -> None:
+    from dataclasses import replace
+
+    from fxls.protocol.model import Construction
+
+    block = replace(
+        MODULE,
+        inputs_assumed=[False, False],
+        constructed=Construction(source="parent", text="transformer.h.0", inputs_from="GPT"),
+    )
+    assert code_lens.lens_title(block).endswith("· as transformer.h.0 in GPT")
+    guessed = replace(
+        block,
+        constructed=Construction(
+            source="assumed", text="Net(dim=64)", assumed={"dim": "64", "heads": "4"}
+        ),
+    )
+    assert code_lens.lens_title(guessed).endswith("· assumed dim=64, heads=4")
 
 
 def test_code_lens_partial_capture_shows_the_first_error() -> None:

@@ -566,3 +566,25 @@ def test_argument_expressions_as_written(text: str, op: str, expected: dict[str,
     args = [Arg(name=n, value="v", kind=k, default=(n == "bias")) for n, k in names]
     node = NodeInfo(name="n", op=op, target="t", args=args)  # type: ignore[arg-type]
     assert hover.argument_texts(node, hover.call_parts(text)) == expected
+
+
+def test_inlay_hints_unpacking_a_tuple_of_calls_and_a_shape() -> None:
+    source = "def f(self, x):\n    a, b = self.p(x), self.q(x)\n    _b, t = x.shape\n"
+    p = NodeInfo(
+        name="p", op="call_module", target="p", span=Span(2, 11, 2, 20), outputs=[t("B", 8)]
+    )
+    q = NodeInfo(
+        name="q", op="call_module", target="q", span=Span(2, 22, 2, 31), outputs=[t("B", 4)]
+    )
+    shape = NodeInfo(
+        name="getattr_1", op="call_function", target="getattr", span=Span(3, 12, 3, 19),
+        outputs=[Value(kind="size", shape=["B", "T"], text="[B, T]")],
+    )  # fmt: skip
+    item = NodeInfo(
+        name="getitem", op="call_function", target="operator.getitem", span=Span(3, 12, 3, 19),
+        args=[Arg(name="a", value="getattr_1", node="getattr_1")],
+        outputs=[Value(kind="int", text="T")],
+    )  # fmt: skip
+    module = ModuleResult(name="Net", line=1, status="traced", nodes=[p, q, shape, item])
+    labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
+    assert labels == {2: "▸ a: [B, 8], b: [B, 4]", 3: "▸ _b=B, t=T"}

@@ -419,7 +419,7 @@ def render_view(view: CallView, style: Style = "table") -> str:
         if more:
             table.append(f"| … {more} more |" + " |" * (len(keep) - 1))
         parts.append("\n".join(table))
-    parts.extend(f"*{md.plain(note)}*" for note in view.notes)
+    parts.extend(f"*{md.text(note, md.MAX_VALUE)}*" for note in view.notes)
     return _paragraphs(parts)
 
 

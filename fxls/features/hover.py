@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -111,15 +112,24 @@ class CallParts:
     keywords: dict[str, str] = field(default_factory=dict)
 
 
+def _parse(source: str) -> ast.Expression | None:
+    """``source`` as an expression, or None; quiet about the user's invalid escapes."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return ast.parse(source, mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+
+
 def call_parts(text: str | None) -> CallParts | None:
     """Parse ``self.c_fc(x)``, ``x.view(B, T, C)``, ``a + b``, ``x[:, -1]`` into the
     expressions the user wrote (whitespace runs collapsed), or None."""
     if not text or len(text) > _MAX_SOURCE:
         return None
     source = "(" + text + "\n)"
-    try:
-        tree = ast.parse(source, mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = _parse(source)
+    if tree is None:
         return None
 
     def seg(node: ast.AST) -> str:
@@ -572,10 +582,10 @@ def unpacking_view(
     if not all(n.target.rsplit(".", 1)[-1] == "getitem" for n in group):
         return None
     text = span_text(lines, span)
-    try:
-        target = ast.parse(text or "", mode="eval").body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    parsed = _parse(text or "")
+    if parsed is None:
         return None
+    target = parsed.body
     if not isinstance(target, ast.Tuple) or len(target.elts) != len(group):
         return None
     names = [ast.get_source_segment(text or "", e) or "?" for e in target.elts]

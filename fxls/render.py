@@ -57,14 +57,21 @@ def _tensor_repr_shape(text: str) -> str:
 
 
 def unpacked_text(
-    names: Sequence[str], values: Sequence[Value], *, default_dtype: str | None = None
+    names: Sequence[str],
+    values: Sequence[Value | Sequence[Value]],
+    *,
+    default_dtype: str | None = None,
 ) -> str:
     """One part per assigned name of an unpacking line: ``B=B, T=T, C=768`` for sizes,
-    ``q: [B, nh, T, hs], k: ...`` for tensors (hovers and inlay hints say it alike)."""
+    ``q: [B, nh, T, hs], k: ...`` for tensors, ``hidden: ([2, B, 32], [2, B, 32])`` for a
+    tuple (hovers and inlay hints say it alike)."""
     parts = []
     for name, value in zip(names, values):
-        text = value_text(value, default_dtype=default_dtype)
-        parts.append(f"{name}: {text}" if value.kind == "tensor" else f"{name}={text}")
+        if isinstance(value, Value):
+            text = value_text(value, default_dtype=default_dtype)
+            parts.append(f"{name}: {text}" if value.kind == "tensor" else f"{name}={text}")
+        else:
+            parts.append(f"{name}: {values_text(value, default_dtype=default_dtype)}")
     return ", ".join(parts)
 
 

@@ -594,10 +594,9 @@ def unpacking_view(
     first = group[0].args[0] if group[0].args else None
     source = by_name.get(first.node) if first is not None and first.node else None
     whole = _fallback_text(first, by_name, lines) if first is not None else "…"
-    if all(len(n.outputs) == 1 for n in group):
-        output = unpacked_text(names, [n.outputs[0] for n in group])
-    else:
-        output = ", ".join(f"{n}={v}" for n, v in zip(names, values))
+    output = unpacked_text(
+        names, [n.outputs[0] if len(n.outputs) == 1 else n.outputs for n in group]
+    )
     callee = f"unpacking {whole}"
     if source is not None and source.outputs:
         callee += f" · {values_text(source.outputs)}"

@@ -141,17 +141,20 @@ def _unpacking_hints(modules: Sequence[ModuleResult], source: str) -> dict[int, 
         found: dict[tuple[int, int], list[NodeInfo]] = {}
         for node in module.nodes:
             span = node.span
-            if span is None or len(node.outputs) != 1:
+            if span is None or not node.outputs:
+                continue
+            if node.target.endswith("getitem") and (span.line, span.col) in targets:
+                found.setdefault((span.line, span.col), []).append(node)
+            if len(node.outputs) != 1:
                 continue
             key = (span.line, span.col, span.end_line, span.end_col)
             by_span[key] = node  # the last
             if node.outputs[0].kind == "size":
                 sizes.setdefault(key, node)
-            if node.target.endswith("getitem") and (span.line, span.col) in targets:
-                found.setdefault((span.line, span.col), []).append(node)
         for unpack in targets.values():
             if unpack.end in out:
                 continue
+            values: Sequence[Value | list[Value]] | None
             values = _unpacked_values(unpack, found.get((unpack.line, unpack.col), []), by_name)
             size = sizes.get(unpack.value) if unpack.value is not None else None
             if values is None and size is not None:  # `_b, t, _h, d = x.shape`
@@ -167,11 +170,11 @@ def _unpacking_hints(modules: Sequence[ModuleResult], source: str) -> dict[int, 
 
 def _unpacked_values(
     unpack: Unpacking, getitems: list[NodeInfo], by_name: dict[str, NodeInfo]
-) -> list[Value] | None:
+) -> Sequence[Value | list[Value]] | None:
     """The value of each name: the getitem nodes at the target, or (when the graph has only
     the items it uses, ``_b, t, _h, d = x.shape``) the dimensions of the size unpacked."""
     if len(getitems) >= len(unpack.names):
-        return [n.outputs[0] for n in getitems[: len(unpack.names)]]
+        return [n.outputs[0] if len(n.outputs) == 1 else n.outputs for n in getitems]
     if not getitems or not getitems[0].args or getitems[0].args[0].node is None:
         return None
     source = by_name.get(getitems[0].args[0].node)

@@ -231,7 +231,10 @@ def node_view(
     text = span_text(lines, call or node.span)
     view = CallView(_outputs_text(node), callee, summary)
     if node.op in ("placeholder", "output"):
-        view.callee = f"input {node.target}" if node.op == "placeholder" else "return"
+        # the parameter as written (FX renames `hidden` to `hidden_1` when it is fixed)
+        written = (text or "").split(":", 1)[0].split("=", 1)[0].strip().lstrip("*")
+        name = written if written.isidentifier() else node.target
+        view.callee = f"input {name}" if node.op == "placeholder" else "return"
         return view
     view.rows = _arg_rows(node, module, lines, text)
     if node.signature == "approximate":

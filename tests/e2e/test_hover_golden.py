@@ -29,6 +29,7 @@ CASES = {
     "corpus_llama": ROOT / "tests" / "corpus" / "llama.py",
     "corpus_transformer_torch": ROOT / "tests" / "corpus" / "transformer_torch.py",
     "corpus_squeezenet": ROOT / "tests" / "corpus" / "squeezenet.py",
+    "corpus_lstm_lm": ROOT / "tests" / "corpus" / "lstm_lm.py",
 }
 MAX_LINES = 14
 """Most lines of a call hover: output, callee, up to 12 rows (the last one "… N more")."""

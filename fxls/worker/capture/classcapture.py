@@ -172,9 +172,12 @@ def capture_class(
         given = recorded.inputs if recorded is not None else {}
         capture = ClassCapture(doc, req, mod, given)
         capture.run(built.module, report_phase, built.arguments)
+        if wanted:
+            # what the parent called before any failure is evidence for the children even if
+            # the parent itself does not run through
+            capture.record_children({c: n for c, n in wanted.items() if n not in doc.records})
+        doc.captures.setdefault(req.name, capture)
         if built.construction.source != "assumed" or runs(mod):
-            if wanted:
-                capture.record_children(wanted)
             doc.captures[req.name] = capture
             return mod
         first = first or mod
@@ -630,11 +633,13 @@ class ClassCapture:
 
     def _propagate(
         self, gm: torch.fx.GraphModule, ordered: list[inputs.PlannedInput],
-        placeholders: list[torch.fx.Node],
+        placeholders: list[torch.fx.Node], symbolic: bool | None = None,
     ) -> shapes.Propagation | BaseException:  # fmt: skip
         feeds = [_example(p, str(n.target)) for p, n in zip(ordered, placeholders)]
+        if symbolic is None:
+            symbolic = self.doc.job.symbolic
         try:
-            return shapes.propagate(gm, feeds, symbolic=self.doc.job.symbolic)
+            return shapes.propagate(gm, feeds, symbolic=symbolic)
         except Exception as exc:
             return exc
 
@@ -653,9 +658,10 @@ class ClassCapture:
         for index, planned in enumerate(ordered):
             for alternative in inputs.alternatives(planned):
                 trial = [*ordered[:index], alternative, *ordered[index + 1 :]]
-                attempt = self._propagate(gm, trial, placeholders)
+                # trials run with static sizes (cheap); only the one that fits runs symbolic
+                attempt = self._propagate(gm, trial, placeholders, symbolic=False)
                 if isinstance(attempt, shapes.Propagation) and attempt.error is None:
-                    return trial, attempt
+                    return trial, self._propagate(gm, trial, placeholders)
         return ordered, prop
 
     def _shapes(

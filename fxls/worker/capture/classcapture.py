@@ -461,7 +461,7 @@ class ClassCapture:
                 continue
             name, at = names[index], spans[index]
             if known is None:
-                diag = m.FX402(at, arg=name, cls=self.req.name)
+                diag = m.FX402(at, arg=name, cls=self.req.name, example=m.suggested_shape(name))
                 self.diagnose(diag.diagnostic({"arg": name}))
                 complete = False
                 continue
@@ -519,7 +519,10 @@ class ClassCapture:
         for planned, at in self.assumed_inputs:
             used = final.get(planned.name, planned)
             shape = used.shape_text()
-            info = m.FX405(at, arg=f"`{used.name}`", shape=shape, reason=used.reason)
+            directive = shape
+            if shape.startswith("[") and isinstance(used.value, torch.Tensor):
+                directive = "(" + shape[1:-1] + ")"  # a tensor, not a list
+            info = m.FX405(at, arg=used.name, shape=shape, reason=used.reason, directive=directive)
             self.diagnose(info.diagnostic({"arg": used.name, "shape": shape}))
         self.assumed_inputs = []
 

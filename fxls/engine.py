@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from fxls.analysis import ClassInfo, parse
+from fxls.analysis import ClassInfo, parse, workspace
 from fxls.protocol import catalogue
 from fxls.protocol.model import (
     CaptureJob,
@@ -27,6 +27,7 @@ from fxls.protocol.model import (
     InputSpec,
     Isolation,
     JobResult,
+    KnownCall,
     Limits,
     ModuleResult,
     Span,
@@ -224,6 +225,23 @@ def build_requests(
     return requests
 
 
+def _add_call_sites(
+    requests: list[ClassRequest], root: str | None, path: str, defined: set[str]
+) -> None:
+    """Calls of the classes without an ``init`` directive in other files of the workspace."""
+    names = [r.name for r in requests if not r.init and not r.skip]
+    if not names:
+        return
+    try:
+        found = workspace.call_sites(root, path, names, defined)
+    except Exception:  # evidence is a bonus: an unreadable workspace changes nothing
+        return
+    for req in requests:
+        for site in found.get(req.name, []):
+            where = os.path.relpath(site.path, root) if root else site.path
+            req.call_sites.append(KnownCall(site.init, f"{where}:{site.line}"))
+
+
 async def analyze(
     client: Runner,
     path: str,
@@ -256,6 +274,7 @@ async def analyze(
     diagnostics = list(parsed.diagnostics)
     if classes:
         requests = build_requests(classes, extra_inputs, init_override)
+        _add_call_sites(requests, root, path, parsed.defined)
         folder = os.path.dirname(os.path.abspath(path))
         sys_path = [folder] + ([root] if root and root != folder else [])
         job = CaptureJob(

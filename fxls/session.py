@@ -71,6 +71,8 @@ class Session:
         """Requests to the client in flight (refreshes)."""
         self._tokens = itertools.count(1)
         self.hover_seconds: deque[float] = deque(maxlen=HOVER_SAMPLES)
+        self.hover_style: hover.Style = "table"
+        """``block`` for clients whose hover shows Markdown tables raw (Neovim)."""
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -117,6 +119,8 @@ class Session:
     def initialize(self, params: types.InitializeParams) -> None:
         """Adopt trust and settings from ``initializationOptions``; watch the editor process."""
         options = params.initialization_options
+        client = params.client_info.name if params.client_info is not None else None
+        self.hover_style = hover.style_for_client(client)
         self.trusted = parse_trusted(options)
         if isinstance(options, dict):
             self.init_settings = merge_settings(
@@ -457,6 +461,7 @@ class Session:
             col,
             isolation=analysis.isolation,
             duration_s=analysis.duration_s,
+            style=self.hover_style,
         )
         note = None if not doc.stale else f"from version {result.version}; edited since"
         return hover.lsp_hover(text, lines, enc, line_map.to_current, note=note)

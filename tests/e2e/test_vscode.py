@@ -388,8 +388,9 @@ def test_diagnostics_and_hover_in_vscode(
     # The healthy model has no errors, and hovering the call in forward shows its node and shape.
     assert model["squiggles"]["errors"] == 0, context
     hover = model["hover"]
-    assert hover.startswith("conv1 · call_module · Conv2d(3, 64"), context
-    assert "→ [B, 64, 32, 32] float32" in hover, context
+    # the output first, then the module and its constructor
+    assert hover.startswith("→ [B, 64, 32, 32] float32"), context
+    assert "conv1 · Conv2d(3, 64" in hover, context
     starts = re.findall(r"Starting: (.*)", result["fxls_log"])
     assert starts == [
         f"{python} -m fxls serve (interpreter from setting; fxls bundled; workspace trusted)"

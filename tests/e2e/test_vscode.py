@@ -357,7 +357,7 @@ def test_diagnostics_and_hover_in_vscode(
                 "hover": {
                     "line": "x = F.relu(self.conv1(x))",
                     "word": "conv1",
-                    "expect": ["conv1", "call_module", "[B, 64, 32, 32]"],
+                    "expect": ["conv1 · Conv2d", "→ [B, 64, 32, 32]"],
                 },
                 "timeoutMs": 60000,
             },

@@ -216,6 +216,27 @@ def build_requests(
     return requests
 
 
+def capture_job(
+    path: str,
+    text: str,
+    requests: list[ClassRequest],
+    options: EngineOptions,
+    root: str | None = None,
+) -> CaptureJob:
+    """The job that captures ``requests`` of one document version (``sys.path`` gets the
+    file's folder and the workspace root)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    sys_path = [folder] + ([root] if root and root != folder else [])
+    return CaptureJob(
+        path=path,
+        source=text,
+        classes=requests,
+        sys_path=sys_path,
+        meta_init=options.meta_init,
+        symbolic=options.symbolic,
+    )
+
+
 async def analyze(
     client: Runner,
     path: str,
@@ -248,16 +269,7 @@ async def analyze(
     diagnostics = list(parsed.diagnostics)
     if classes:
         requests = build_requests(classes, extra_inputs, init_override)
-        folder = os.path.dirname(os.path.abspath(path))
-        sys_path = [folder] + ([root] if root and root != folder else [])
-        job = CaptureJob(
-            path=path,
-            source=text,
-            classes=requests,
-            sys_path=sys_path,
-            meta_init=options.meta_init,
-            symbolic=options.symbolic,
-        )
+        job = capture_job(path, text, requests, options, root)
         await _capture(client, job, classes, text, options, result, diagnostics)
     result.diagnostics = dedupe(diagnostics + [d for m in result.modules for d in m.diagnostics])
     result.duration_s = time.monotonic() - started

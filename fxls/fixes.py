@@ -1,0 +1,446 @@
+"""Fixes: which ones an analysis offers, how they are computed, and the edits they make.
+
+Shared by the language server (code actions) and ``fxls check --fix``; no LSP types, no torch.
+
+- :func:`candidates` lists the fixes an analysis offers, from its diagnostics (FX302 unused
+  statements, FX405/FX408 assumptions to pin, FX101/FX107/FX199 leaf and flag directives,
+  FX101 ``assert``, FX102 ``len``, FX105 ``torch.zeros``), fast and without the worker;
+  :func:`refactors_at` the refactors at a position (name every argument of a call).
+- :func:`compute` sends them to the worker as one ``rewrite`` job, which computes each edit and
+  verifies it in the sandbox (``fxls.worker.capture.rewrites``).
+- :func:`minimal_edits` turns an edited text back into the smallest edits (difflib), so that
+  everything else in the file stays byte for byte.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import difflib
+import functools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+from fxls.analysis import ClassInfo, parse
+from fxls.engine import EngineOptions, FileAnalysis, build_requests, capture_job
+from fxls.protocol.edits import apply_edits, line_starts, span_of
+from fxls.protocol.model import (
+    CaptureJob,
+    Diagnostic,
+    FixKind,
+    FixOutcome,
+    FixRequest,
+    Isolation,
+    JobResult,
+    Limits,
+    ModuleResult,
+    RewriteJob,
+    RewriteResult,
+    Span,
+    TextEdit,
+)
+from fxls.protocol.positions import SourceText
+
+Category = Literal["quickfix", "refactor"]
+
+FIX_ALL_KINDS: frozenset[str] = frozenset(
+    {"dead-code", "directive", "leaf", "concrete", "assert", "len", "factory"}
+)
+"""Fixes that ``source.fixAll.fxls`` and ``fxls check --fix`` apply (when they verify safe)."""
+
+REWRITE_MIN_TIMEOUT_S = 30.0
+"""A rewrite job captures the file, then captures and runs each edited version: it gets at
+least this long, and three times the capture limit."""
+
+
+class RewriteRunner(Protocol):
+    """What :func:`compute` needs from ``fxls.workerclient.WorkerClient``."""
+
+    async def run(
+        self,
+        job: CaptureJob,
+        limits: Limits | None = None,
+        isolation: Isolation | None = None,
+        *,
+        rewrite: RewriteJob | None = None,
+    ) -> JobResult: ...
+
+
+@dataclass
+class Candidate:
+    """A fix an analysis offers, before the worker has computed or verified it."""
+
+    id: str
+    kind: FixKind
+    cls: str
+    span: Span
+    """Where it applies, in the analysed text."""
+    title: str
+    category: Category = "quickfix"
+    code: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    diagnostic: Diagnostic | None = None
+
+    @property
+    def fix_all(self) -> bool:
+        return self.kind in FIX_ALL_KINDS
+
+    def request(self, span: Span | None = None) -> FixRequest:
+        """The worker request; ``span`` when the text moved since the analysis."""
+        return FixRequest(
+            id=self.id,
+            kind=self.kind,
+            cls=self.cls,
+            span=span or self.span,
+            code=self.code,
+            params=dict(self.params),
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# What an analysis offers
+# ---------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def _tree(text: str) -> ast.Module | None:
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _contains(outer: Span, inner: Span) -> bool:
+    return (outer.line, outer.col) <= (inner.line, inner.col) and (
+        inner.end_line,
+        inner.end_col,
+    ) <= (outer.end_line, outer.end_col)
+
+
+def _short(text: str, limit: int = 40) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _forward_owner(classes: list[ClassInfo], span: Span) -> str | None:
+    """The class whose own ``forward`` contains ``span``."""
+    for info in classes:
+        if info.forward is not None and _contains(info.forward.span, span):
+            return info.name
+    return None
+
+
+def _statement(tree: ast.Module, src: SourceText, span: Span) -> ast.stmt | None:
+    best: ast.stmt | None = None
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.stmt)
+            and _contains(src.node_span(node), span)
+            and (best is None or _contains(src.node_span(best), src.node_span(node)))
+        ):
+            best = node
+    return best
+
+
+def _is_assert_test(tree: ast.Module, src: SourceText, span: Span) -> bool:
+    return any(isinstance(n, ast.Assert) and src.node_span(n.test) == span for n in ast.walk(tree))
+
+
+def _call_at(tree: ast.Module, src: SourceText, span: Span) -> ast.Call | None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and src.node_span(node) == span:
+            return node
+    return None
+
+
+def candidates(analysis: FileAnalysis, text: str) -> list[Candidate]:
+    """The fixes ``analysis`` (of ``text``) offers, one per place, in text order."""
+    tree = _tree(text)
+    if tree is None:
+        return []
+    src = SourceText(text)
+    found: dict[tuple[Any, ...], Candidate] = {}
+    for mod in analysis.modules:
+        for diag in mod.diagnostics:
+            for cand in _from_diagnostic(analysis, mod, diag, tree, src):
+                key: tuple[Any, ...] = (cand.kind, cand.span.line, cand.span.col, cand.span.end_line,
+                       cand.span.end_col, repr(sorted(cand.params.items())))  # fmt: skip
+                if cand.kind in ("directive", "leaf", "concrete"):
+                    key = (*key, cand.cls)
+                found.setdefault(key, cand)
+    out = list(found.values())
+    out.sort(key=lambda c: (c.span.line, c.span.col, c.id))
+    return out
+
+
+def _from_diagnostic(
+    analysis: FileAnalysis,
+    mod: ModuleResult,
+    diag: Diagnostic,
+    tree: ast.Module,
+    src: SourceText,
+) -> Iterable[Candidate]:
+    code, span, data = diag.code, diag.span, diag.data
+    at = f"{span.line}:{span.col}"
+    owner = _forward_owner(analysis.classes, span)
+
+    def make(kind: FixKind, cls: str, title: str, **params: Any) -> Candidate:
+        suffix = "".join(f":{v}" for v in params.values())
+        return Candidate(
+            id=f"{code}:{kind}:{cls}:{at}{suffix}",
+            kind=kind,
+            cls=cls,
+            span=span,
+            title=title,
+            code=code,
+            params=params,
+            diagnostic=diag,
+        )
+
+    if code == "FX302" and owner is not None:
+        stmt = _statement(tree, src, span)
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr)):
+            shown = _short(src.text(src.node_span(stmt)))
+            yield make("dead-code", owner, f"Remove unused `{shown}`")
+    elif code == "FX405" and data.get("arg"):
+        arg = str(data["arg"])
+        shape = str(data.get("shape", ""))
+        yield make(
+            "directive", mod.name, f"Pin the assumed input `{arg}` {shape} with `# fxls: {arg} = ...`",
+            what="input", arg=arg,
+        )  # fmt: skip
+    elif code == "FX408" and data.get("init"):
+        yield make(
+            "directive",
+            mod.name,
+            f"Pin the constructor arguments: `# fxls: init({_short(str(data['init']), 60)})`",
+            what="init",
+        )
+    if code in ("FX101", "FX107", "FX199") and data.get("leaf"):
+        leaf = str(data["leaf"])
+        yield make("leaf", mod.name, f"Keep `{leaf}` as a leaf: `# fxls: leaf {leaf}`", leaf=leaf)
+    if code == "FX101" and data.get("concrete"):
+        args = str(data["concrete"])
+        yield make("concrete", mod.name, f"Trace with `{args}` fixed by a directive", args=args)
+    if code == "FX101" and _is_assert_test(tree, src, span):
+        yield make(
+            "assert", owner or mod.name, "Replace `assert` with `torch._assert(...)` (traceable)"
+        )
+    if code == "FX102":
+        call = _call_at(tree, src, span)
+        if call is not None and len(call.args) == 1:
+            inner = src.text(src.node_span(call.args[0]))
+            yield make(
+                "len",
+                owner or mod.name,
+                f"Replace `{_short(src.text(span))}` with `{_short(inner)}.size(0)` (traceable)",
+            )
+    if code == "FX105":
+        call = _call_at(tree, src, span)
+        func = call.func if call is not None else None
+        if isinstance(func, ast.Attribute) and func.attr in ("zeros", "ones", "empty", "full"):
+            yield make(
+                "factory",
+                owner or mod.name,
+                f"Replace `torch.{func.attr}(...)` with `x.new_{func.attr}(...)` (traceable)",
+            )
+
+
+def refactors_at(analysis: FileAnalysis, text: str, line: int, col: int) -> list[Candidate]:
+    """Refactors at a position of the analysed text: name every argument of the call there
+    (the innermost call with a positional argument whose parameter names are known)."""
+    tree = _tree(text)
+    if tree is None:
+        return []
+    src = SourceText(text)
+    best: tuple[str, Span, ast.Call] | None = None
+    for mod in analysis.modules:
+        for node in mod.nodes:
+            span = node.span
+            if node.op not in ("call_function", "call_method", "call_module") or span is None:
+                continue
+            if node.signature in (None, "approximate") or not _inside(span, line, col):
+                continue
+            if best is not None and not _contains(best[1], span):
+                continue
+            call = _call_at(tree, src, span)
+            if call is None or not call.args or any(isinstance(a, ast.Starred) for a in call.args):
+                continue
+            owner = analysis.module(_forward_owner(analysis.classes, span) or "")
+            cls = mod.name
+            if owner is not None and any(n.span == span for n in owner.nodes):
+                cls = owner.name
+            if best is None or best[1] != span:
+                best = (cls, span, call)
+    if best is None:
+        return []
+    cls, span, call = best
+    callee = _short(src.text(src.node_span(call.func)), 30)
+    return [
+        Candidate(
+            id=f"name-args:{cls}:{span.line}:{span.col}",
+            kind="name-args",
+            cls=cls,
+            span=span,
+            title=f"Name every argument of `{callee}(...)`",
+            category="refactor",
+        )
+    ]
+
+
+def _inside(span: Span, line: int, col: int) -> bool:
+    if not span.line <= line <= span.end_line:
+        return False
+    if line == span.line and col < span.col:
+        return False
+    return not (line == span.end_line and col > span.end_col)
+
+
+# ---------------------------------------------------------------------------------------
+# Computing them in the worker
+# ---------------------------------------------------------------------------------------
+
+
+def rewrite_limits(limits: Limits) -> Limits:
+    timeout = max(limits.timeout_s * 3, REWRITE_MIN_TIMEOUT_S)
+    return replace(limits, timeout_s=timeout, cpu_s=max(limits.cpu_s * 3, timeout + 2))
+
+
+async def compute(
+    runner: RewriteRunner,
+    path: str,
+    text: str,
+    fixes: list[FixRequest],
+    *,
+    options: EngineOptions | None = None,
+    root: str | None = None,
+    combine: bool = False,
+    unsafe: bool = False,
+    max_params: int | None = None,
+) -> RewriteResult:
+    """Compute and verify ``fixes`` on ``text`` in the worker (one ``rewrite`` job).
+
+    Never raises for worker failures: every fix is then ``unavailable`` with the reason.
+    ``asyncio.CancelledError`` propagates.
+    """
+    options = options or EngineOptions()
+    parsed = parse(text)
+    if parsed.syntax_error is not None:
+        return _failed(fixes, f"the file does not parse: {parsed.syntax_error.message}")
+    job = capture_job(path, text, build_requests(parsed.classes), options, root)
+    rewrite = RewriteJob(fixes=list(fixes), combine=combine, unsafe=unsafe)
+    if max_params is not None:
+        rewrite.max_params = max_params
+    try:
+        result = await runner.run(
+            job, rewrite_limits(options.limits), options.isolation, rewrite=rewrite
+        )
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return _failed(fixes, f"the worker failed: {type(exc).__name__}: {exc}")
+    payload = result.payload
+    if result.kind != "ok" or payload is None or payload.rewrite is None:
+        why = result.message.strip() or result.kind.replace("_", " ")
+        return _failed(fixes, f"the sandbox could not verify it ({why})")
+    return payload.rewrite
+
+
+def _failed(fixes: list[FixRequest], reason: str) -> RewriteResult:
+    return RewriteResult(
+        outcomes=[FixOutcome(f.id, "unavailable", f.id, reason=reason) for f in fixes]
+    )
+
+
+def applies(outcome: FixOutcome | None, unsafe: bool) -> bool:
+    """Whether an outcome may be applied (safe, or unsafe when the user asked for those)."""
+    if outcome is None or not outcome.edits:
+        return False
+    return outcome.applicability == "safe" or (unsafe and outcome.applicability == "unsafe")
+
+
+# ---------------------------------------------------------------------------------------
+# Minimal edits
+# ---------------------------------------------------------------------------------------
+
+_CHAR_DIFF_LIMIT = 4000
+"""Changed blocks up to this many characters are diffed character by character."""
+
+
+def minimal_edits(old: str, new: str) -> list[TextEdit]:
+    """The smallest edits (difflib) that turn ``old`` into ``new``, against ``old``.
+
+    Lines are matched first; each changed block is then narrowed to the characters that
+    differ, so applying the edits leaves every other character of ``old`` untouched.
+    """
+    if old == new:
+        return []
+    starts = line_starts(old)
+    a = old.splitlines(keepends=True)
+    b = new.splitlines(keepends=True)
+    offsets_a = [0]
+    for line in a:
+        offsets_a.append(offsets_a[-1] + len(line))
+    offsets_b = [0]
+    for line in b:
+        offsets_b.append(offsets_b[-1] + len(line))
+    edits: list[TextEdit] = []
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        begin, end = offsets_a[i1], offsets_a[i2]
+        new_begin, new_end = offsets_b[j1], offsets_b[j2]
+        for s, e, replacement in _narrow(old[begin:end], new[new_begin:new_end]):
+            edits.append(TextEdit(span_of(starts, begin + s, begin + e), replacement))
+    return edits
+
+
+def _narrow(a: str, b: str) -> list[tuple[int, int, str]]:
+    """Edits within one changed block: (start, end) in ``a`` and the replacement."""
+    prefix = 0
+    limit = min(len(a), len(b))
+    while prefix < limit and a[prefix] == b[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and a[len(a) - 1 - suffix] == b[len(b) - 1 - suffix]:
+        suffix += 1
+    mid_a, mid_b = a[prefix : len(a) - suffix], b[prefix : len(b) - suffix]
+    if len(mid_a) + len(mid_b) > _CHAR_DIFF_LIMIT or not mid_a or not mid_b:
+        return [(prefix, prefix + len(mid_a), mid_b)]
+    out = []
+    matcher = difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            out.append((prefix + i1, prefix + i2, mid_b[j1:j2]))
+    return _merge_close(out, a)
+
+
+def _merge_close(edits: list[tuple[int, int, str]], a: str) -> list[tuple[int, int, str]]:
+    """Join edits separated by fewer than three unchanged characters (readable, no
+    confetti of one-letter edits)."""
+    merged: list[tuple[int, int, str]] = []
+    for start, end, text in edits:
+        if merged and start - merged[-1][1] < 3:
+            p_start, p_end, p_text = merged[-1]
+            merged[-1] = (p_start, end, p_text + a[p_end:start] + text)
+        else:
+            merged.append((start, end, text))
+    return merged
+
+
+def edited_text(text: str, outcome: FixOutcome) -> str:
+    """``text`` with the outcome's edits applied."""
+    return apply_edits(text, outcome.edits)
+
+
+Mapper = Callable[[int], "int | None"]
+
+
+def moved(span: Span, mapper: Mapper) -> Span | None:
+    """``span`` of the analysed text on the current text, None when its lines were edited."""
+    start, end = mapper(span.line), mapper(span.end_line)
+    if start is None or end is None:
+        return None
+    return Span(start, span.col, end, span.end_col)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -154,7 +155,7 @@ def _apply(text: str, edit: types.WorkspaceEdit, uri: str, encoding: str) -> str
         assert edit.changes is not None
         edits.extend(edit.changes[uri])
     ordered = sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character))
-    for a, b in zip(ordered, ordered[1:]):
+    for a, b in itertools.pairwise(ordered):
         assert (a.range.end.line, a.range.end.character) <= (
             b.range.start.line,
             b.range.start.character,
@@ -304,7 +305,7 @@ async def test_name_every_argument(client: LanguageClient) -> None:
 
 async def test_in_place_statement_is_never_removed(client: LanguageClient) -> None:
     """``h.mul_(2)``'s result is unused, but removing it changes what the module computes."""
-    uri, text = _open(client, "unsafe_before.py")
+    uri, _text = _open(client, "unsafe_before.py")
     diags = await _diagnostics(client, uri)
     diag = next(d for d in diags if d.code == "FX302")
     (fix,) = await _actions(client, uri, diag.range, [diag], only=["quickfix"])
@@ -339,7 +340,7 @@ async def test_unsafe_fix_refused_by_default(client: LanguageClient) -> None:
         types.DidChangeConfigurationParams(settings={"fxls": {"codeActions": {"maxParams": 0}}})
     )
     try:
-        uri, text = _open(client, "dead_code_before.py")
+        uri, _text = _open(client, "dead_code_before.py")
         diags = await _diagnostics(client, uri)
         diag = next(d for d in diags if d.code == "FX302")
         (fix,) = await _actions(client, uri, diag.range, [diag], only=["quickfix"])

@@ -31,6 +31,7 @@ from fxls.protocol.model import (
     FixKind,
     FixOutcome,
     FixRequest,
+    InputSpec,
     Isolation,
     JobResult,
     Limits,
@@ -318,6 +319,8 @@ async def compute(
     combine: bool = False,
     unsafe: bool = False,
     max_params: int | None = None,
+    extra_inputs: dict[str, list[InputSpec]] | None = None,
+    init_override: dict[str, str] | None = None,
 ) -> RewriteResult:
     """Compute and verify ``fixes`` on ``text`` in the worker (one ``rewrite`` job).
 
@@ -328,7 +331,8 @@ async def compute(
     parsed = parse(text)
     if parsed.syntax_error is not None:
         return _failed(fixes, f"the file does not parse: {parsed.syntax_error.message}")
-    job = capture_job(path, text, build_requests(parsed.classes), options, root)
+    requests = build_requests(parsed.classes, extra_inputs, init_override)
+    job = capture_job(path, text, requests, options, root)
     rewrite = RewriteJob(fixes=list(fixes), combine=combine, unsafe=unsafe)
     if max_params is not None:
         rewrite.max_params = max_params

@@ -39,6 +39,7 @@ from fxls.worker.capture.rewrites import (
     name_args,
 )
 from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable
+from fxls.worker.capture.rewrites.text import ordered
 from fxls.worker.capture.rewrites.verify import Change, Verdict, change_of, merge, verify
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
@@ -177,7 +178,7 @@ def _combined(
         "all",
         applicability,
         title,
-        [e for o in chosen for e in changes[o.id].edits],
+        ordered([e for o in chosen for e in changes[o.id].edits]),
         verdict.reason or "; ".join(o.reason for o in unsafe),
         verdict.checks,
         fixes=[o.id for o in chosen],

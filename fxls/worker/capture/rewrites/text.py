@@ -137,6 +137,17 @@ def insert_directives(
     return TextEdit(Span(line, 0, line, 0), text)
 
 
+_INIT_DIRECTIVE = re.compile(r"^[ \t]*# fxls: init\(")
+
+
+def ordered(edits: list[TextEdit]) -> list[TextEdit]:
+    """Edits in text order; of several directives inserted above one class, ``init`` first."""
+    return sorted(
+        edits,
+        key=lambda e: (e.span.line, e.span.col, 0 if _INIT_DIRECTIVE.match(e.text) else 1),
+    )
+
+
 def needs_parentheses(node: ast.expr) -> bool:
     """Whether ``node`` must be parenthesized before ``.attr`` (``(a + b).size(0)``)."""
     return not isinstance(

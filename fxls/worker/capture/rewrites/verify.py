@@ -53,7 +53,7 @@ from fxls.worker.capture.document import Document
 from fxls.worker.capture.pipeline import capture_document
 from fxls.worker.capture.reporting import one_line
 from fxls.worker.capture.rewrites.base import Original, Proposal
-from fxls.worker.capture.rewrites.text import contains
+from fxls.worker.capture.rewrites.text import contains, ordered
 from fxls.worker.capture.shapes import ExampleInput
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
@@ -105,7 +105,7 @@ def change_of(fix_cls: str, proposal: Proposal, edits: list[TextEdit] | None = N
 def merge(changes: Sequence[Change]) -> Change:
     out = Change([], [], False, False)
     for change in changes:
-        out.edits.extend(change.edits)
+        out.edits = ordered([*out.edits, *change.edits])
         out.classes.extend(c for c in change.classes if c not in out.classes)
         out.numeric = out.numeric or change.numeric
         out.traces_past = out.traces_past or change.traces_past

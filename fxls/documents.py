@@ -94,6 +94,10 @@ class LineMap:
         return line
 
 
+MAX_DOCUMENT_CHARS = 2_000_000
+"""Documents longer than this are kept (edits still apply) but not parsed or captured."""
+
+
 @dataclass
 class Analysed:
     """One finished analysis and the text it was computed from."""
@@ -119,6 +123,12 @@ class Document:
     """The debounce/capture task for the newest version."""
     task_version: int | None = None
     closed: bool = False
+    told_too_large: bool = False
+    """The user was told once that this document is too large to analyse."""
+
+    @property
+    def too_large(self) -> bool:
+        return len(self.text) > MAX_DOCUMENT_CHARS
 
     @property
     def lines(self) -> list[str]:
@@ -126,7 +136,14 @@ class Document:
         return [line[:-1] if line.endswith("\r") else line for line in self.text.split("\n")]
 
     def update(self, text: str, version: int | None) -> None:
-        """Record a new text; remembers how lines moved for the cached result."""
+        """Record a new text; remembers how lines moved for the cached result. A text over
+        MAX_DOCUMENT_CHARS (before or after) drops the result instead: no line diff of a
+        huge text, and no capture of an older version is pending for it."""
+        if len(text) > MAX_DOCUMENT_CHARS or self.too_large:
+            self.text, self.version = text, version
+            self.result = self.syntax = None
+            self.edits = []
+            return
         edits = line_edits(self.text, text)
         if edits:
             self.edits.extend((version, edit) for edit in edits)

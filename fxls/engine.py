@@ -45,8 +45,13 @@ class EngineOptions:
     isolation: Isolation = field(default_factory=Isolation)
     meta_init: bool = True
     symbolic: bool = True
-    parallel_retries: int = 2
-    """How many single-class re-runs may run at once after a job failed."""
+    parallel_retries: int = 1
+    """How many single-class re-runs of one file may run at once after a job failed (one: the
+    worker runs at most two jobs, so the other slot stays free for other files)."""
+    max_failed_retries: int = 2
+    """Single-class re-runs of one file that may hit a sandbox limit (time, memory, a crash)
+    before the file's remaining classes are given up (FX510): a file full of classes that hang
+    holds one worker slot for at most ``1 + max_failed_retries`` time-outs."""
 
 
 @dataclass
@@ -90,6 +95,9 @@ _RETRYABLE = frozenset(
     }
 )
 """Job outcomes after which the other classes of the file are worth capturing one by one."""
+
+_EXPENSIVE = frozenset({"timeout", "oom", "cpu_limit", "file_size_limit", "killed", "signal"})
+"""Outcomes that cost a whole limit (or a crash) each; re-runs that end so are capped."""
 
 
 def _signal_name(num: int | None) -> str:
@@ -348,9 +356,13 @@ async def _capture(
     if not rest:
         return
     semaphore = asyncio.Semaphore(max(1, options.parallel_retries))
+    failed = 0
 
-    async def one(req: ClassRequest) -> tuple[ClassRequest, JobResult]:
+    async def one(req: ClassRequest) -> tuple[ClassRequest, JobResult | None]:
+        nonlocal failed
         async with semaphore:
+            if failed >= options.max_failed_retries:
+                return req, None
             single = CaptureJob(
                 path=job.path,
                 source=job.source,
@@ -359,13 +371,22 @@ async def _capture(
                 meta_init=job.meta_init,
                 symbolic=job.symbolic,
             )
-            return req, await _run(client, single, options)
+            res = await _run(client, single, options)
+            if res.kind in _EXPENSIVE:
+                failed += 1
+            return req, res
 
     for req, res in await asyncio.gather(*(one(r) for r in rest)):
-        if res.kind == "ok":
+        info = by_name[req.name]
+        if res is None:
+            if req.skip:
+                _absorb(JobResult(id=-1, kind="ok"), [req], job.path, text, result, diagnostics)
+                continue
+            diag = catalogue.FX510(info.name_span, cls=info.name, failed=failed).diagnostic()
+            result.modules.append(_failed_module(info, diag))
+        elif res.kind == "ok":
             _absorb(res, [req], job.path, text, result, diagnostics)
         elif res.kind != "cancelled":
-            info = by_name[req.name]
             diag = failure_diagnostic(res, options.limits, info.name, info.name_span)
             result.modules.append(_failed_module(info, diag))
     result.modules.sort(key=lambda m: m.line)

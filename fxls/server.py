@@ -16,10 +16,9 @@ from typing import Any
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
-from pygls.protocol.language_server import lsp_method
 
 from fxls import __version__
+from fxls.rpc import FxlsProtocol, serve_stdio, serve_tcp
 from fxls.session import CODE_ACTION_KINDS, Session
 
 logger = logging.getLogger(__name__)
@@ -27,33 +26,6 @@ logger = logging.getLogger(__name__)
 STATS = "fxls/stats"
 """Custom request: open documents (version, length, SHA-256 of the text) and recent hover
 handler times, for tests and benchmarks."""
-
-
-class FxlsProtocol(LanguageServerProtocol):
-    """pygls's protocol, except that document notifications reach fxls's handlers untouched.
-
-    fxls keeps its own copy of each document (``fxls.documents``, edits applied by
-    ``features.convert.apply_change``); pygls's workspace copy is not kept at all, so there is
-    one document store. (pygls would also rewrite out-of-range positions in place and raise
-    for an unknown document before the handler runs.)
-    """
-
-    def _user_handler(self, method: str, params: Any) -> Any:
-        handler = self.fm.features.get(method)
-        if handler is not None:
-            yield handler, (params,), None
-
-    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
-    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> Any:
-        yield from self._user_handler(types.TEXT_DOCUMENT_DID_OPEN, params)
-
-    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
-    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> Any:
-        yield from self._user_handler(types.TEXT_DOCUMENT_DID_CHANGE, params)
-
-    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
-    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> Any:
-        yield from self._user_handler(types.TEXT_DOCUMENT_DID_CLOSE, params)
 
 
 class FxlsServer(LanguageServer):
@@ -176,12 +148,10 @@ def main_stdio() -> int:
     """Serve one client on stdin/stdout."""
     _configure_logging()
     out = _protect_stdout()
-    server.start_io(sys.stdin.buffer, out)
-    return 0
+    return serve_stdio(server, sys.stdin.buffer, out)
 
 
 def main_tcp(host: str, port: int) -> int:
     """Serve one client over TCP."""
     _configure_logging()
-    server.start_tcp(host, port)
-    return 0
+    return serve_tcp(server, host, port)

@@ -22,11 +22,19 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
 from fxls import engine, fixes
-from fxls.documents import Analysed, Document, DocumentStore
+from fxls.documents import MAX_DOCUMENT_CHARS, Analysed, Document, DocumentStore
 from fxls.features import code_actions, code_lens, convert, diagnostics, hover, inlay_hints
 from fxls.protocol import catalogue
 from fxls.protocol.model import FixOutcome, FixRequest, Span
-from fxls.settings import SECTION, Settings, merge_settings, parse_settings, parse_trusted
+from fxls.settings import (
+    SECTION,
+    Settings,
+    merge_settings,
+    parse_settings,
+    parse_trusted,
+    protected_differences,
+    split_protected,
+)
 from fxls.workerclient import WorkerClient
 
 logger = logging.getLogger(__name__)
@@ -135,8 +143,18 @@ class Session:
     # -- settings ------------------------------------------------------------------------
 
     def apply_settings(self, data: Any) -> None:
-        """Adopt the ``fxls`` section on top of the initializationOptions; problems become
-        one warning, never an error."""
+        """Adopt a ``workspace/configuration`` answer on top of the initializationOptions,
+        without its protected keys (``settings.PROTECTED``); problems become one warning,
+        never an error."""
+        data, protected = split_protected(data)
+        ignored = protected_differences(protected, self.settings)
+        if ignored:
+            self.log(
+                f"fxls ignores {', '.join(ignored)} from the editor's configuration: the "
+                "sandbox settings are read once, from initializationOptions (in VS Code: user "
+                "settings; the server restarts when they change)",
+                types.MessageType.Warning,
+            )
         new, problems = parse_settings(merge_settings(self.init_settings, data))
         if problems:
             self.show("fxls settings: " + "; ".join(problems), types.MessageType.Warning)
@@ -227,6 +245,11 @@ class Session:
         """Capture ``doc`` at its current version after ``delay``; cancels older jobs."""
         if not self.trusted or doc.closed:
             return
+        if doc.too_large:
+            if doc.task is not None:
+                doc.task.cancel()
+            self.publish_too_large(doc)
+            return
         if doc.task is not None and not doc.task.done():
             if doc.task_version == doc.version and delay > 0:
                 return
@@ -245,7 +268,9 @@ class Session:
             progress.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await progress
-        if doc.closed or analysis is None or getattr(analysis, "outcome", "") == "cancelled":
+        if doc.closed or doc.too_large or analysis is None:
+            return
+        if getattr(analysis, "outcome", "") == "cancelled":
             return
         done = Analysed(version=version, text=text, analysis=analysis)
         previous = doc.result
@@ -312,6 +337,17 @@ class Session:
         self.lsp.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=items, version=doc.version)
         )
+
+    def publish_too_large(self, doc: Document) -> None:
+        """One information diagnostic, and one message per document, instead of a capture."""
+        found = diagnostics.too_large(len(doc.text), MAX_DOCUMENT_CHARS)
+        self.lsp.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=[found], version=doc.version)
+        )
+        if not doc.told_too_large:
+            doc.told_too_large = True
+            name = os.path.basename(doc.path)
+            self.show(f"{name}: {found.message}", types.MessageType.Info)
 
     def refresh_views(self) -> None:
         """Ask the client to re-request inlay hints and code lenses (when it supports it)."""

@@ -21,6 +21,13 @@ from fxls.protocol.model import Isolation, Limits
 
 SECTION = "fxls"
 
+PROTECTED = ("python", "limits", "isolation")
+"""Top-level keys of the settings that decide what runs outside the sandbox or how strong the
+sandbox is: the worker's interpreter, the resource limits, the isolation layers. The server
+takes them from ``initializationOptions`` only (the editor's or the user's own configuration,
+which starts the server); in ``workspace/configuration`` and ``didChangeConfiguration``
+answers they may come from a repository's settings file, so there they are ignored."""
+
 
 def _setting(
     default: Any, doc: str, *, wire: str | None = None, minimum: float | None = None
@@ -271,6 +278,38 @@ def to_wire(settings: Settings) -> dict[str, Any]:
         }
 
     return typing.cast(dict[str, Any], convert(settings))
+
+
+def split_protected(data: Any) -> tuple[Any, dict[str, Any]]:
+    """A configuration answer -> (the answer without protected keys, the protected part).
+
+    Accepts the same shapes as :func:`parse_settings` (nested, dotted, under ``"fxls"``)."""
+    if not isinstance(data, dict):
+        return data, {}
+    if isinstance(data.get(SECTION), dict):
+        data = data[SECTION]
+    expanded = _expand_dotted(data)
+    kept = {k: v for k, v in expanded.items() if k not in PROTECTED}
+    protected = {k: v for k, v in expanded.items() if k in PROTECTED}
+    return kept, protected
+
+
+def protected_differences(protected: dict[str, Any], current: Settings) -> list[str]:
+    """Dotted names (``fxls.limits.timeoutSeconds``) of protected values that differ from the
+    settings in force (what a user may have meant to change, and was ignored)."""
+    wire = to_wire(current)
+    out: list[str] = []
+
+    def walk(value: Any, have: Any, name: str) -> None:
+        if isinstance(value, dict) and isinstance(have, dict):
+            for key, sub in value.items():
+                walk(sub, have.get(key), f"{name}.{key}")
+        elif value is not None and value != have:
+            out.append(name)
+
+    for key, value in protected.items():
+        walk(value, wire.get(key), f"{SECTION}.{key}")
+    return sorted(out)
 
 
 _TRUSTED_RE = re.compile(r"^(true|1|yes)$", re.IGNORECASE)

@@ -2,7 +2,8 @@
 --
 -- Try it:      nvim -u nvim-fxls.lua path/to/model.py
 -- Or copy the body into your init.lua. `fxls` must be on PATH (pip install fxls), or set
--- vim.g.fxls_cmd = { "/path/to/python", "-m", "fxls", "serve" } before this file runs.
+-- vim.g.fxls_cmd = { "/path/to/python", "-P", "-m", "fxls", "serve" } before this file runs
+-- (leave out -P on Python 3.10).
 
 vim.g.loaded_python3_provider = 0 -- fxls does not need Neovim's Python provider
 
@@ -10,12 +11,9 @@ vim.g.loaded_python3_provider = 0 -- fxls does not need Neovim's Python provider
 -- Every key is optional; docs/configuration.md lists them with their defaults.
 local settings = {
   fxls = {
-    python = "", -- interpreter with torch for the worker; "" = the server's own
     debounceMs = 300,
-    limits = { timeoutSeconds = 10, cpuSeconds = 12, memoryMB = 2048, fileSizeMB = 64 },
     inlayHints = { enabled = true },
     codeLens = { enabled = true },
-    isolation = { seccomp = true, landlock = true },
     capture = { metaInit = true, symbolic = true },
   },
 }
@@ -23,12 +21,29 @@ if vim.g.fxls_settings then
   settings.fxls = vim.tbl_deep_extend("force", settings.fxls, vim.g.fxls_settings)
 end
 
+-- The sandbox settings go in init_options: the server reads them once, at start, and ignores
+-- them in workspace/configuration answers (a project-local config could set those).
+local init_options = {
+  -- fxls executes the files you open (in a sandbox). Set trusted = false to turn that off.
+  trusted = true,
+  python = "", -- interpreter with torch for the worker; "" = the server's own
+  limits = { timeoutSeconds = 10, cpuSeconds = 12, memoryMB = 2048, fileSizeMB = 64 },
+  isolation = { seccomp = true, landlock = true },
+}
+
+-- Start the server outside the project: `python -m` puts its working directory first on
+-- sys.path, so a project's own logging.py or fxls/ would run inside the server. A directory
+-- of Neovim's own, and PYTHONSAFEPATH (Python 3.11+), keep the project off sys.path.
+local server_cwd = vim.fn.stdpath("cache") .. "/fxls"
+vim.fn.mkdir(server_cwd, "p")
+
 vim.lsp.config("fxls", {
   cmd = vim.g.fxls_cmd or { "fxls", "serve" },
+  cmd_cwd = server_cwd,
+  cmd_env = { PYTHONSAFEPATH = "1" },
   filetypes = { "python" },
   root_markers = { "pyproject.toml", "setup.py", "setup.cfg", ".git" },
-  -- fxls executes the files you open (in a sandbox). Set trusted = false to turn that off.
-  init_options = { trusted = true },
+  init_options = init_options,
   settings = settings,
 })
 vim.lsp.enable("fxls")

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from lsprotocol import types
 
+from fxls.features import markdown as md
 from fxls.features.convert import Encoding, LineMapper, lsp_position
 from fxls.protocol.model import Diagnostic, ModuleResult
 from fxls.render import count_text, values_text
@@ -13,22 +14,36 @@ from fxls.render import count_text, values_text
 _MAX_MESSAGE = 80
 
 
+def _first_line(text: str) -> str:
+    """The first line of ``text`` without splitting all of it."""
+    end = len(text)
+    for stop in ("\n", "\r"):
+        found = text.find(stop, 0, end)
+        if found != -1:
+            end = found
+    return text[:end]
+
+
 def _failure(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
     errors = [d for d in diagnostics if d.severity == "error"]
     if errors:
         first = errors[0]
-        message = first.message.splitlines()[0] if first.message else ""
-        if len(message) > _MAX_MESSAGE:
-            message = message[: _MAX_MESSAGE - 1] + "…"
-        return f"{first.code} {message}"
+        message = _first_line(first.message)
+        return f"{md.clip(first.code, 16)} {md.clip(message, _MAX_MESSAGE)}"
     if module.error is not None:
-        return f"{module.error.type}: {module.error.message.splitlines()[0][:_MAX_MESSAGE]}"
+        message = _first_line(module.error.message)
+        return md.clip(f"{module.error.type}: {message}", _MAX_MESSAGE)
     return "no graph"
 
 
 def lens_title(module: ModuleResult, diagnostics: Sequence[Diagnostic] = ()) -> str:
     """``fxls · 177 nodes · 25.6 M params · [B, 3, 224, 224] → [B, 1000]``; the first error
-    instead of the shapes when there is one; ``fxls · failed · <error>`` without a graph."""
+    instead of the shapes when there is one; ``fxls · failed · <error>`` without a graph.
+    Plain text on one line, at most ``markdown.MAX_LABEL`` characters."""
+    return md.plain(_title(module, diagnostics), md.MAX_LABEL)
+
+
+def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
     if module.status == "skipped":
         return "fxls · skipped"
     parts = ["fxls"]

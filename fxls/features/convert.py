@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from lsprotocol import types
 
+from fxls.features import markdown as md
 from fxls.protocol.catalogue import docs_url
 from fxls.protocol.model import Diagnostic, Span
 
@@ -29,6 +30,9 @@ _SEVERITY = {
     "hint": types.DiagnosticSeverity.Hint,
 }
 _UNNECESSARY = {"FX302"}
+MAX_MESSAGE = 4_000
+"""Longest diagnostic message sent to the client (worker text is clipped to this)."""
+_MAX_RELATED = 20
 
 
 def _identity(line: int) -> int | None:
@@ -140,52 +144,101 @@ def lsp_diagnostic(
         if rel_range is not None:
             related.append(
                 types.DiagnosticRelatedInformation(
-                    location=types.Location(uri=uri, range=rel_range), message=rel.message
+                    location=types.Location(uri=uri, range=rel_range),
+                    message=md.plain(rel.message, md.MAX_VALUE),
                 )
             )
-    message = diagnostic.message
+            if len(related) >= _MAX_RELATED:
+                break
+    message = md.plain(diagnostic.message, MAX_MESSAGE, newlines=True)
     if diagnostic.fix:
-        message = f"{message}\n\n{diagnostic.fix}"
+        message = f"{message}\n\n{md.plain(diagnostic.fix, md.MAX_VALUE, newlines=True)}"
     data = dict(diagnostic.data)
     if diagnostic.fix:
         data.setdefault("fix", diagnostic.fix)
-    href = docs_url(diagnostic.code)
+    code = diagnostic.code if md.is_word(diagnostic.code) else md.plain(diagnostic.code, 32)
+    href = docs_url(code) if md.is_word(code) else None
     return types.Diagnostic(
         range=rng,
         message=message,
         severity=_SEVERITY.get(diagnostic.severity, types.DiagnosticSeverity.Error),
-        code=diagnostic.code,
+        code=code,
         code_description=types.CodeDescription(href=href) if href else None,
         source="fxls",
         related_information=related or None,
-        tags=[types.DiagnosticTag.Unnecessary] if diagnostic.code in _UNNECESSARY else None,
+        tags=[types.DiagnosticTag.Unnecessary] if code in _UNNECESSARY else None,
         data=data or None,
     )
 
 
-def _line_starts(text: str) -> list[tuple[int, int]]:
-    """(start offset, end offset without the terminator) of each line; LSP line terminators
-    are ``\\n``, ``\\r\\n`` and ``\\r`` only (not the other breaks ``str.splitlines`` knows)."""
-    out = []
-    start = 0
-    index = 0
+_BLOCK = 1 << 16
+
+
+def _nth_newline_start(text: str, line: int) -> int | None:
+    """Offset where 0-based ``line`` starts when ``\\n`` is the only terminator that
+    matters; None past the last line. Counts newlines a block at a time (C speed), then walks
+    the last block: no Python loop over characters or over every line."""
+    if line <= 0:
+        return 0
+    pos, remaining, size = 0, line, len(text)
+    while pos < size:
+        end = min(pos + _BLOCK, size)
+        count = text.count("\n", pos, end)
+        if count >= remaining:
+            index = pos - 1
+            for _ in range(remaining):
+                index = text.find("\n", index + 1, end)
+            return index + 1
+        remaining -= count
+        pos = end
+    return None
+
+
+def _walk_line_bounds(text: str, line: int) -> tuple[int, int] | None:
+    """Like :func:`_line_bounds` for texts with lone ``\\r`` terminators: one step per line,
+    each terminator found with ``str.find``."""
     size = len(text)
-    while index < size:
-        ch = text[index]
-        if ch == "\n" or ch == "\r":
-            out.append((start, index))
-            index += 2 if ch == "\r" and text.startswith("\n", index + 1) else 1
-            start = index
-        else:
-            index += 1
-    out.append((start, size))
-    return out
+    start, current = 0, 0
+    next_lf, next_cr = text.find("\n"), text.find("\r")
+    while True:
+        lf = next_lf if next_lf != -1 else size
+        cr = next_cr if next_cr != -1 else size
+        end = min(lf, cr)
+        if current == line:
+            return start, end
+        if end == size:
+            return None
+        start = end + 2 if end == cr and cr + 1 == lf else end + 1
+        current += 1
+        if next_lf != -1 and next_lf < start:
+            next_lf = text.find("\n", start)
+        if next_cr != -1 and next_cr < start:
+            next_cr = text.find("\r", start)
 
 
-def _offset(lines: list[tuple[int, int]], text: str, position: types.Position, enc: str) -> int:
-    if position.line >= len(lines):
+def _line_bounds(text: str, line: int) -> tuple[int, int] | None:
+    """(start offset, end offset without the terminator) of 0-based ``line``, None past the
+    last line. LSP line terminators are ``\\n``, ``\\r\\n`` and ``\\r`` only (not the
+    other breaks ``str.splitlines`` knows)."""
+    crs = text.count("\r")
+    if crs and crs != text.count("\r\n"):
+        return _walk_line_bounds(text, line)
+    start = _nth_newline_start(text, line)
+    if start is None:
+        return None
+    end = text.find("\n", start)
+    if end == -1:
+        return start, len(text)
+    if crs and end > start and text[end - 1] == "\r":
+        end -= 1
+    return start, end
+
+
+def _offset(text: str, position: types.Position, enc: str) -> int:
+    bounds = _line_bounds(text, max(position.line, 0))
+    if bounds is None:
         return len(text)
-    start, end = lines[max(position.line, 0)]
+    start, end = bounds
     return start + from_units(text[start:end], max(position.character, 0), enc)
 
 
@@ -199,9 +252,8 @@ def apply_change(
     """
     if not isinstance(change, types.TextDocumentContentChangePartial):
         return change.text
-    lines = _line_starts(text)
-    start = _offset(lines, text, change.range.start, encoding)
-    end = _offset(lines, text, change.range.end, encoding)
+    start = _offset(text, change.range.start, encoding)
+    end = _offset(text, change.range.end, encoding)
     if end < start:
         start, end = end, start
     return text[:start] + change.text + text[end:]

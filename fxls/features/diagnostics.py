@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from lsprotocol import types
 
 from fxls.features.convert import Encoding, LineMapper, lsp_diagnostic
-from fxls.protocol.model import Diagnostic
+from fxls.protocol.catalogue import FX407
+from fxls.protocol.model import Diagnostic, Span
 
 
 def lsp_diagnostics(
@@ -38,3 +39,12 @@ def lsp_diagnostics(
             seen.add(key)
             out.append(converted)
     return out
+
+
+def too_large(size: int, limit: int) -> types.Diagnostic:
+    """FX407 at the start of a document fxls does not analyse (an empty range: measuring the
+    first line of a huge one-line file would cost as much as parsing it)."""
+    found = FX407(Span(1, 0, 1, 0), size=f"{size:,}", limit=f"{limit:,}").diagnostic()
+    converted = lsp_diagnostic(found, "", [""], "utf-16")
+    assert converted is not None
+    return converted

@@ -1,30 +1,35 @@
-"""Markdown helpers shared by hover, inlay hints and code lenses (text forms: ``fxls.render``)."""
+"""Values as Markdown for hovers (their text forms: ``fxls.render``; escaping:
+``fxls.features.markdown``)."""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
+
+from fxls.features import markdown as md
+from fxls.protocol.model import Value
+from fxls.render import dtype_name, shape_text, value_text
 
 
-def md_cell(text: str) -> str:
-    """Text safe inside a Markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")
+def value_md(value: Value, *, cell: bool = False) -> str:
+    """A Value as Markdown: the shape as a code span, the dtype as a word (`[B, 64]`
+    float32); other values as a word or code span. Every part is escaped by
+    :mod:`fxls.features.markdown`."""
+    limit = md.MAX_CELL if cell else md.MAX_VALUE
+    if value.kind == "tensor":
+        shape = shape_text(value.shape) if value.shape is not None else "tensor"
+        text = md.code(shape, limit, cell=cell)
+        name = dtype_name(value.dtype)
+        return f"{text} {md.word(name, limit, cell=cell)}" if name else text
+    return md.word(value_text(value), limit, cell=cell)
 
 
-_CODE_SPAN = re.compile(r"(`+)(?:.*?)\1", re.DOTALL)
-_BRACKETED = re.compile(r"\[([^\[\]`]*)\]")
-
-
-def md_code_brackets(markdown: str) -> str:
-    """Put bracketed text outside code spans into code spans: ``[B, T, 64]`` -> `` `[B, T, 64]` ``.
-
-    A bare ``[B, T, 64]`` is link syntax to some Markdown views (Neovim's hover hides the
-    brackets), and they show a backslash escape literally; a code span reads right everywhere.
-    """
-    out: list[str] = []
-    last = 0
-    for match in _CODE_SPAN.finditer(markdown):
-        out.append(_BRACKETED.sub(r"`[\1]`", markdown[last : match.start()]))
-        out.append(match.group(0))
-        last = match.end()
-    out.append(_BRACKETED.sub(r"`[\1]`", markdown[last:]))
-    return "".join(out)
+def values_md(values: Sequence[Value], *, cell: bool = False) -> str:
+    """Like :func:`fxls.render.values_text`, as Markdown."""
+    if not values:
+        return ""
+    if len(values) == 1:
+        return value_md(values[0], cell=cell)
+    shown = [value_md(v, cell=cell) for v in values[: md.MAX_LISTED_VALUES]]
+    if len(values) > md.MAX_LISTED_VALUES:
+        shown.append(f"… {len(values) - md.MAX_LISTED_VALUES} more")
+    return "(" + ", ".join(shown) + ")"

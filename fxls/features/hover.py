@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 from lsprotocol import types
 
+from fxls.features import markdown as md
 from fxls.features.convert import Encoding, LineMapper, lsp_range, span_contains
-from fxls.features.format import md_cell, md_code_brackets
+from fxls.features.format import value_md, values_md
 from fxls.protocol.model import ModuleResult, NodeInfo, Span
-from fxls.render import count_text, display_name, name_pattern, value_text, values_text
+from fxls.render import count_text, display_name, name_pattern
 
 _CLASS_RE = re.compile(r"^(\s*class\s+)([A-Za-z_]\w*)")
 _MAX_LISTED = 20
@@ -40,31 +41,44 @@ def _candidate(node: NodeInfo, line: int, col: int) -> Span | None:
     return best
 
 
-def _outputs(node: NodeInfo) -> str:
-    return values_text(node.outputs) or "?"
+def _outputs(node: NodeInfo, *, cell: bool = False) -> str:
+    return values_md(node.outputs, cell=cell) or "?"
+
+
+def _table(header: str, rows: Sequence[str], more: str, max_rows: int = md.MAX_ROWS) -> str:
+    """A Markdown table of at most ``max_rows`` rows and MAX_MARKDOWN / 2 characters."""
+    body = md.join_blocks(rows, "\n", md.MAX_MARKDOWN // 2, more, max_count=max_rows)
+    return header + ("\n" + body if body else "")
+
+
+def _paragraphs(parts: Sequence[str]) -> str:
+    return md.join_blocks(parts, "\n\n", md.MAX_MARKDOWN)
+
+
+def _header(node: NodeInfo) -> str:
+    what = node.module_type if node.op == "call_module" and node.module_type else node.target
+    return f"{md.word(display_name(node))} · {md.word(node.op)} · {md.word(what)}"
 
 
 def node_markdown(node: NodeInfo, module: ModuleResult) -> str:
     """Markdown for one node: header, argument table, output."""
-    what = node.module_type if node.op == "call_module" and node.module_type else node.target
-    parts = [f"{display_name(node)} · {node.op} · {what}"]
+    parts = [_header(node)]
     if node.args:
         by_name = {n.name: n for n in module.nodes}
-        rows = ["| argument | value | shape |", "| --- | --- | --- |"]
+        rows = []
         for arg in node.args:
-            name = f"*{arg.name}" if arg.kind == "var_positional" else arg.name
-            if arg.kind == "var_keyword":
-                name = f"**{arg.name}"
-            value = f"{arg.value} · default" if arg.default else arg.value
+            prefix = {"var_positional": "\\*", "var_keyword": "\\*\\*"}.get(arg.kind, "")
+            value = md.cell(arg.value) + (" · default" if arg.default else "")
             source = by_name.get(arg.node) if arg.node else None
-            shape = values_text(source.outputs) if source is not None else ""
-            rows.append(f"| {md_cell(name)} | {md_cell(value)} | {md_cell(shape)} |")
-        parts.append("\n".join(rows))
+            shape = values_md(source.outputs, cell=True) if source is not None else ""
+            rows.append(f"| {prefix}{md.cell(arg.name)} | {value} | {shape} |")
+        header = "| argument | value | shape |\n| --- | --- | --- |"
+        parts.append(_table(header, rows, "| … {n} more | | |"))
     if node.outputs:
         parts.append(f"→ {_outputs(node)}")
     if node.signature == "approximate":
         parts.append("*argument names are approximate*")
-    return "\n\n".join(parts)
+    return _paragraphs(parts)
 
 
 def loop_markdown(nodes: Sequence[NodeInfo], module: ModuleResult) -> str:
@@ -72,27 +86,36 @@ def loop_markdown(nodes: Sequence[NodeInfo], module: ModuleResult) -> str:
     first, last = nodes[0], nodes[-1]
     text = node_markdown(first, module)
     header, _, rest = text.partition("\n\n")
-    summary = f"×{len(nodes)}: {display_name(first)} … {display_name(last)}"
+    summary = f"×{len(nodes)}: {md.word(display_name(first))} … {md.word(display_name(last))}"
     out_first, out_last = _outputs(first), _outputs(last)
     lines = [header, summary]
     body = rest
     if out_first != out_last:
         body = body.replace(f"→ {out_first}", f"→ {out_first} … {out_last}")
-    return "\n\n".join([*lines, body] if body else lines)
+    return _paragraphs([*lines, body] if body else lines)
 
 
-_ITERATION = re.compile(r"^(.*?\.\d+)(?:\.|$)")
+def iteration_prefix(path: str) -> str | None:
+    """``h.3`` for ``h.3.attn.proj``: the path up to its first all-digit part (not the
+    first part), or None. One pass over the dotted parts."""
+    parts = path.split(".")
+    for index in range(1, len(parts)):
+        if parts[index].isdecimal():
+            return ".".join(parts[: index + 1])
+    return None
 
 
 def _iterations(nodes: Sequence[NodeInfo]) -> list[str] | None:
     """Distinct ``h.0``, ``h.1`` ... prefixes when every node belongs to one loop iteration."""
     seen: list[str] = []
+    known: set[str] = set()
     for node in nodes:
-        match = _ITERATION.match(node.module_path or "")
-        if match is None:
+        prefix = iteration_prefix(node.module_path or "")
+        if prefix is None:
             return None
-        if match.group(1) not in seen:
-            seen.append(match.group(1))
+        if prefix not in known:
+            known.add(prefix)
+            seen.append(prefix)
     return seen if len(seen) > 1 else None
 
 
@@ -102,24 +125,22 @@ def group_markdown(nodes: Sequence[NodeInfo]) -> str:
     head = f"{len(nodes)} nodes"
     listed = list(nodes)
     if iterations is not None:
-        head = f"×{len(iterations)}: {iterations[0]} … {iterations[-1]}"
-        first = _ITERATION.match(nodes[0].module_path or "")
-        prefix = first.group(1) if first else ""
+        head = f"×{len(iterations)}: {md.word(iterations[0])} … {md.word(iterations[-1])}"
+        prefix = iteration_prefix(nodes[0].module_path or "") or ""
         listed = [
             n
             for n in nodes
             if (n.module_path or "") == prefix or (n.module_path or "").startswith(prefix + ".")
         ]
         head += f" · {len(listed)} nodes each"
-    rows = ["| node | op | target | output |", "| --- | --- | --- | --- |"]
-    for node in listed[:_MAX_LISTED]:
-        rows.append(
-            f"| {md_cell(display_name(node))} | {node.op} | {md_cell(node.target)} "
-            f"| {md_cell(_outputs(node))} |"
-        )
-    if len(listed) > _MAX_LISTED:
-        rows.append(f"| … {len(listed) - _MAX_LISTED} more | | | |")
-    return "\n\n".join([head, "\n".join(rows), f"→ {_outputs(nodes[-1])}"])
+    rows = [
+        f"| {md.cell(display_name(node))} | {md.cell(node.op)} | {md.cell(node.target)} "
+        f"| {_outputs(node, cell=True)} |"
+        for node in listed
+    ]
+    header = "| node | op | target | output |\n| --- | --- | --- | --- |"
+    table = _table(header, rows, "| … {n} more | | | |", _MAX_LISTED)
+    return _paragraphs([head, table, f"→ {_outputs(nodes[-1])}"])
 
 
 def class_name_span(module: ModuleResult, lines: Sequence[str]) -> Span | None:
@@ -136,10 +157,10 @@ def class_markdown(
     module: ModuleResult, *, isolation: Sequence[str] = (), duration_s: float | None = None
 ) -> str:
     """Markdown summary of a module class."""
-    status: str = module.status
+    status = md.word(module.status)
     if module.strategy not in ("none", ""):
-        status = f"{status} ({module.strategy})"
-    rows = ["| | |", "| --- | --- |"]
+        status = f"{status} ({md.word(module.strategy)})"
+    rows = []
     if module.params is not None:
         rows.append(f"| parameters | {count_text(module.params)} ({module.params:,}) |")
     if module.buffers is not None:
@@ -148,29 +169,36 @@ def class_markdown(
         kinds: dict[str, int] = {}
         for node in module.nodes:
             kinds[node.op] = kinds.get(node.op, 0) + 1
-        by_kind = " · ".join(f"{n} {op}" for op, n in kinds.items())
+        by_kind = " · ".join(f"{n} {md.cell(op)}" for op, n in list(kinds.items())[:10])
         rows.append(f"| nodes | {len(module.nodes)}: {by_kind} |")
     for index, value in enumerate(module.inputs):
         name = module.input_names[index] if index < len(module.input_names) else f"#{index}"
         assumed = index < len(module.inputs_assumed) and module.inputs_assumed[index]
         how = "assumed" if assumed else "declared"
-        rows.append(f"| input `{md_cell(name)}` | {md_cell(value_text(value))} ({how}) |")
+        rows.append(
+            f"| input {md.code(name, md.MAX_CELL, cell=True)} "
+            f"| {value_md(value, cell=True)} ({how}) |"
+        )
     if module.outputs:
-        rows.append(f"| output | {md_cell(values_text(module.outputs))} |")
-    capture = module.strategy if module.strategy else "none"
+        rows.append(f"| output | {values_md(module.outputs, cell=True)} |")
+    capture = md.cell(module.strategy) if module.strategy else "none"
     if module.build:
-        capture += f", built on {module.build}"
+        capture += f", built on {md.cell(module.build)}"
     rows.append(f"| capture | {capture} |")
     if isolation:
-        rows.append(f"| isolation | {', '.join(isolation)} |")
+        rows.append(f"| isolation | {', '.join(md.cell(layer) for layer in isolation)} |")
     seconds = sum(module.timings.values()) if module.timings else duration_s
     if seconds is not None:
         rows.append(f"| capture time | {seconds:.2f} s |")
-    parts = [f"{module.name} · nn.Module · {status}", "\n".join(rows)]
+    parts = [
+        f"{md.word(module.name)} · nn.Module · {status}",
+        _table("| | |\n| --- | --- |", rows, "| … {n} more | |"),
+    ]
     if module.error is not None:
         err = module.error
-        parts.append(f"failed in {err.phase}: `{err.type}: {md_cell(err.message)[:300]}`")
-    return "\n\n".join(parts)
+        error = md.code(f"{err.type}: {err.message}", md.MAX_VALUE // 4)
+        parts.append(f"failed in {md.word(err.phase)}: {error}")
+    return _paragraphs(parts)
 
 
 def hover_text(
@@ -219,8 +247,7 @@ def lsp_hover(
     rng = lsp_range(text.span, current_lines, encoding, mapper)
     if rng is None:
         return None
-    value = text.markdown if note is None else f"{text.markdown}\n\n*{note}*"
-    value = md_code_brackets(value)
+    value = text.markdown if note is None else f"{text.markdown}\n\n*{md.plain(note)}*"
     return types.Hover(
         contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=value), range=rng
     )

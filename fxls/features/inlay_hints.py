@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from lsprotocol import types
 
+from fxls.features import markdown as md
 from fxls.features.convert import Encoding, LineMapper, units
 from fxls.protocol.model import ModuleResult, NodeInfo
 from fxls.render import values_text
@@ -82,7 +83,8 @@ def shape_hints(modules: Sequence[ModuleResult], source: str) -> list[ShapeHint]
         node = last[line]
         text = values_text(node.outputs, default_dtype="float32")
         if text:
-            hints.append(ShapeHint(line=line, label=f"▸ {text}", node=node.name))
+            label = md.plain(f"▸ {text}", md.MAX_LABEL)
+            hints.append(ShapeHint(line=line, label=label, node=node.name))
     return hints
 
 
@@ -108,7 +110,9 @@ def lsp_inlay_hints(
                 label=hint.label,
                 kind=types.InlayHintKind.Type,
                 padding_left=True,
-                tooltip=f"output of `{hint.node}`",
+                tooltip=types.MarkupContent(
+                    kind=types.MarkupKind.Markdown, value=f"output of {md.code(hint.node)}"
+                ),
             )
         )
     return out

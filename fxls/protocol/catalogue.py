@@ -278,6 +278,17 @@ class FX406(Message):
 # --- FX5xx sandbox ---------------------------------------------------------------------
 
 
+class FX407(Message):
+    code = "FX407"
+    severity = "information"
+    title = "File too large"
+    template = (
+        "fxls does not analyse this file: it has {size} characters, more than the {limit} "
+        "fxls reads"
+    )
+    fix = "Move the model classes into a smaller module."
+
+
 class FX501(Message):
     code = "FX501"
     title = "Timed out"
@@ -341,6 +352,20 @@ class FX509(Message):
     code = "FX509"
     title = "Protocol error"
     template = "the worker sent an invalid result while capturing `{cls}`: {reason}"
+
+
+class FX510(Message):
+    code = "FX510"
+    severity = "warning"
+    title = "Not captured: retries stopped"
+    template = (
+        "`{cls}` was not captured: {failed} other classes of this file already hit a sandbox "
+        "limit, so fxls stopped capturing the file class by class"
+    )
+    fix = (
+        "Fix or skip (`# fxls: skip`) the classes that time out; the others are captured "
+        "again on the next edit."
+    )
 
 
 ALL_MESSAGES: dict[str, type[Message]] = {

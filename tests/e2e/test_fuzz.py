@@ -445,7 +445,7 @@ async def test_still_serves_after_the_fuzzing(client: LanguageClient) -> None:
         )
     )
     assert result is not None and isinstance(result.contents, types.MarkupContent)
-    assert result.contents.value.startswith("fc · call_module · Linear")
+    assert result.contents.value.startswith("fc · call_module · `Linear(")
     doc.do_close()
     assert session.errors() == []
 

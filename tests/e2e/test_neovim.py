@@ -83,7 +83,8 @@ def test_neovim_shows_diagnostics_hovers_hints_and_lenses(tmp_path: Path) -> Non
     assert shape["source"] == "fxls"
 
     fc1, gelu, cls = result["hovers"]
-    assert fc1["value"].startswith("fc1 · call_module · Linear(in_features=16, out_features=32")
+    # worker strings reach Neovim as code spans (module_type) or plain words (names, ops)
+    assert fc1["value"].startswith("fc1 · call_module · `Linear(in_features=16, out_features=32")
     # shapes reach Neovim as code spans, so its Markdown view does not hide the brackets
     assert "→ `[B, 32]` float32" in fc1["value"]
     fc1_line = lines[fc1["range"]["start"]["line"]]
@@ -91,7 +92,7 @@ def test_neovim_shows_diagnostics_hovers_hints_and_lenses(tmp_path: Path) -> Non
     assert fc1["range"]["start"]["character"] == len(
         fc1_line[: fc1_line.index("self.fc1")].encode()
     )
-    assert "| approximate | 'none' · default |" in gelu["value"]
+    assert "| approximate | `'none'` · default |" in gelu["value"]
     assert cls["value"].startswith("Mlp · nn.Module · traced")
 
     hints = {lines[h["line"]].strip(): h for h in result["inlay_hints"]}

@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.editor, pytest.mark.slow, pytest.mark.timeout(1800)]
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent / "vscode"
 ARTIFACTS = ROOT / "tests" / "artifacts" / "vscode"
+SHADOWS = ["fxls/__init__.py", "logging.py", "json.py", "typing.py", "token.py"]
 SETUP_CANNOT_INSTALL = 3
 """setup.sh exits with this when a prerequisite (apt, code-server, ...) cannot be installed."""
 
@@ -63,16 +64,15 @@ BROKEN = textwrap.dedent(
     import torch.nn as nn
 
 
-    # fxls: x = (B, 16)
+    # fxls: x = (B, 8)
     class Gate(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.proj = nn.Linear(16, 16)
 
         def forward(self, x):
-            if x.sum() > 0:
-                return self.proj(x)
-            return x
+            y = self.proj(x)
+            return y
     """
 )
 
@@ -148,7 +148,27 @@ def _start_code_server(
     (workspace / ".vscode").mkdir(parents=True)
     (workspace / "model.py").write_text(MODEL)
     (workspace / "broken.py").write_text(BROKEN)
-    _write_json(workspace / ".vscode" / "settings.json", {"fxls.python": python})
+    # Modules that shadow fxls and the standard library: the server must never import them.
+    markers = tmp / "markers"
+    markers.mkdir()
+    for name in SHADOWS:
+        path = workspace / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            "import os, sys\n"
+            f"open(os.path.join({str(markers)!r}, {name.replace('/', '.')!r} + '-' + "
+            "str(os.getpid())), 'w').write(repr(sys.argv))\n"
+        )
+    # A workspace cannot choose the interpreter or weaken the sandbox (machine-scoped
+    # settings): these must be ignored, the user setting below applies.
+    _write_json(
+        workspace / ".vscode" / "settings.json",
+        {
+            "fxls.python": str(tmp / "no-such-workspace-python"),
+            "fxls.isolation.seccomp": False,
+            "fxls.limits.timeoutSeconds": 0.5,
+        },
+    )
     user_settings: dict[str, Any] = {
         "editor.hover.delay": 100,
         "editor.minimap.enabled": False,
@@ -160,9 +180,7 @@ def _start_code_server(
         "telemetry.telemetryLevel": "off",
         "security.workspace.trust.startupPrompt": "never",
     }
-    if not trust:
-        # Restricted mode ignores the workspace's fxls.python; the user setting still applies.
-        user_settings["fxls.python"] = python
+    user_settings["fxls.python"] = python
     _write_json(data / "User" / "settings.json", user_settings)
     config = tmp / "config.yaml"
     config.write_text("auth: none\ncert: false\n")
@@ -302,7 +320,7 @@ def _drive(
 BROKEN_STEP: dict[str, Any] = {
     "name": "broken",
     "file": "broken.py",
-    "expectText": "if x.sum() > 0:",
+    "expectText": "y = self.proj(x)",
     "waitSquiggle": "error",
     "squiggleHover": True,
     "timeoutMs": 90000,
@@ -332,17 +350,29 @@ def test_diagnostics_and_hover_in_vscode(
                 },
                 "timeoutMs": 60000,
             },
+            {
+                "name": "class",
+                "file": "model.py",
+                "expectText": "class SmallCNN",
+                "hover": {
+                    "line": "class SmallCNN(nn.Module):",
+                    "word": "SmallCNN",
+                    "expect": ["isolation"],
+                },
+                "timeoutMs": 60000,
+            },
         ],
     )
-    broken, model = result["steps"]
+    broken, model, summary = result["steps"]
     context = json.dumps(result, indent=1)[-6000:]
     # The status bar item is there and says the server runs.
     assert broken["status"]["text"] == "fxls", context
     assert "codicon-check" in model["status"]["icons"], context
-    # The trace failure (data-dependent `if`) is an error with an fxls code and the reason.
+    # The shape error (an (B, 8) input to Linear(16, 16)) is an error with an fxls code and the
+    # reason. (A data-dependent `if` is only a warning since captures work around it.)
     assert broken["squiggles"]["errors"] >= 1, context
-    assert re.search(r"fxls\(?FX101", broken["squiggle_hover"]), context
-    assert "control flow" in broken["squiggle_hover"], context
+    assert re.search(r"fxls\(?FX201", broken["squiggle_hover"]), context
+    assert "shape error" in broken["squiggle_hover"], context
     # The healthy model has no errors, and hovering the call in forward shows its node and shape.
     assert model["squiggles"]["errors"] == 0, context
     hover = model["hover"]
@@ -352,6 +382,10 @@ def test_diagnostics_and_hover_in_vscode(
     assert starts == [
         f"{sys.executable} -m fxls serve (interpreter from setting; workspace trusted)"
     ], context
+    # the server never imported the workspace's fxls/, logging.py, json.py ...
+    assert list((tmp_path / "markers").iterdir()) == [], context
+    # the workspace's seccomp=false (and its interpreter) did not reach the server
+    assert "seccomp" in summary["hover"].split("isolation", 1)[1], context
 
 
 def test_restricted_mode_until_trusted(
@@ -362,7 +396,7 @@ def test_restricted_mode_until_trusted(
     untrusted = {
         "name": "untrusted",
         "file": "broken.py",
-        "expectText": "if x.sum() > 0:",
+        "expectText": "y = self.proj(x)",
         "settleMs": 8000,
         "timeoutMs": 30000,
     }

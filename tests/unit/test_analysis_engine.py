@@ -153,3 +153,34 @@ async def test_syntax_error_and_cancellation_need_no_worker() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_retries_of_a_file_whose_classes_all_time_out_are_capped() -> None:
+    """Six classes that hang: the first job and two single-class re-runs time out, one job
+    at a time; the other three classes get FX510 without running."""
+    source = "import torch.nn as nn\n" + "".join(
+        f"\n\nclass Hang{i}(nn.Module):\n    def forward(self, x):\n        while True: pass\n"
+        for i in range(6)
+    )
+
+    class AllTimeOut:
+        def __init__(self) -> None:
+            self.jobs: list[list[str]] = []
+            self.running = self.most = 0
+
+        async def run(self, job: object, *args: object) -> JobResult:
+            names = [c.name for c in job.classes]  # type: ignore[attr-defined]
+            self.jobs.append(names)
+            self.running += 1
+            self.most = max(self.most, self.running)
+            await asyncio.sleep(0.01)
+            self.running -= 1
+            return JobResult(len(self.jobs), "timeout", phase="trace", current_class=names[0])
+
+    runner = AllTimeOut()
+    result = await analyze(runner, "x.py", source)  # type: ignore[arg-type]
+    assert len(runner.jobs) == 3 and runner.most == 1
+    codes = {m.name: [d.code for d in m.diagnostics] for m in result.modules}
+    assert sorted(codes.values()).count(["FX501"]) == 3
+    assert sorted(codes.values()).count(["FX510"]) == 3
+    assert len(result.modules) == 6

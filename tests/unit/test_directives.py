@@ -295,3 +295,15 @@ def test_directives_win_over_jaxtyping_annotations() -> None:
     x, y = net.inputs
     assert (x.source, x.dims[0], x.dtype) == ("directive", DimSpec("N", 4), "float64")
     assert (y.source, y.dims[0]) == ("annotation", DimSpec("batch", None))
+
+
+def test_long_whitespace_runs_parse_in_linear_time() -> None:
+    """A quadratic regular expression over a 100,000-space dimension froze the server."""
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(DirectiveError):
+        parse_input_spec("x = (a=" + " " * 100_000 + "!)")
+    spec = parse_input_spec("x = (B=2, " + " " * 100_000 + "T)")
+    assert [d.name for d in spec.dims] == ["B", "T"]
+    assert time.perf_counter() - started < 1.0

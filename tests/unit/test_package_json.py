@@ -96,3 +96,37 @@ def test_integer_settings_are_integers_in_package_json() -> None:
         n for n, d in defaults_flat().items() if type(d) is int and props[n]["type"] != "integer"
     ]
     assert loose == []
+
+
+def _protected_names() -> set[str]:
+    from fxls.settings import PROTECTED, SECTION
+
+    return {
+        name
+        for name in defaults_flat()
+        if name.removeprefix(f"{SECTION}.").split(".")[0] in PROTECTED
+    }
+
+
+def test_settings_that_decide_what_runs_are_user_settings_only() -> None:
+    """What the server ignores from workspace/configuration (settings.PROTECTED) is exactly
+    what VS Code never takes from a workspace: machine scope, and restricted in untrusted
+    workspaces. The server command (client only) is the same kind of setting."""
+    props = _properties()
+    protected = _protected_names() | {"fxls.server.command"}
+    assert {"fxls.python", "fxls.limits.timeoutSeconds", "fxls.isolation.seccomp"} <= protected
+    for name in protected:
+        assert props[name].get("scope") in ("machine", "application"), name
+    package = json.loads(PACKAGE.read_text())
+    restricted = set(package["capabilities"]["untrustedWorkspaces"]["restrictedConfigurations"])
+    assert protected <= restricted, protected - restricted
+    unprotected = set(props) - protected
+    assert not {props[n].get("scope") for n in unprotected} & {"machine", "application"}
+
+
+def test_the_extension_restarts_the_server_when_a_protected_setting_changes() -> None:
+    """The server reads protected settings once, so a change must restart it."""
+    constants = (ROOT / "vscode-extension" / "src" / "common" / "constants.ts").read_text()
+    block = constants.split("RESTART_SETTINGS", 1)[1].split(";", 1)[0]
+    for prefix in ("fxls.python", "fxls.server.command", "fxls.limits", "fxls.isolation"):
+        assert f'"{prefix}"' in block, prefix

@@ -117,3 +117,28 @@ def test_configuration_overrides_initialization_options_key_by_key() -> None:
     assert settings.limits.timeout_seconds == 4.0
     assert merge_settings(base, None) == base
     assert parse_settings(merge_settings(base, "junk"))[1]  # reported, not ignored
+
+
+def test_protected_keys_are_split_off_configuration_answers() -> None:
+    from fxls.settings import Settings, protected_differences, split_protected
+
+    answer = {
+        "fxls": {
+            "debounceMs": 10,
+            "python": "/tmp/evil/python",
+            "limits.timeoutSeconds": 999,
+            "isolation": {"seccomp": False, "landlock": True},
+        }
+    }
+    kept, protected = split_protected(answer)
+    assert kept == {"debounceMs": 10}
+    assert set(protected) == {"python", "limits", "isolation"}
+    assert protected_differences(protected, Settings()) == [
+        "fxls.isolation.seccomp",
+        "fxls.limits.timeoutSeconds",
+        "fxls.python",
+    ]
+    # values equal to the settings in force (VS Code sends every key) are not worth a word
+    _, same = split_protected({"limits": {"timeoutSeconds": 10}, "python": ""})
+    assert protected_differences(same, Settings()) == []
+    assert split_protected(None) == (None, {})

@@ -11,7 +11,7 @@ let manager: ServerManager | undefined;
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const output = vscode.window.createOutputChannel(EXTENSION_NAME, { log: true });
   const status = new StatusItem();
-  manager = new ServerManager(output, status);
+  manager = new ServerManager(output, status, context.extensionUri.fsPath);
   const server = manager;
   context.subscriptions.push(
     output,

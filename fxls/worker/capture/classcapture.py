@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import inspect
 import re
 import time
@@ -240,6 +241,8 @@ class ClassCapture:
         self.feeds_planned: list[inputs.PlannedInput] = []
         self.assumed_inputs: list[tuple[inputs.PlannedInput, Span]] = []
         """Inputs fxls inferred, with where to report them (FX405)."""
+        self.called_with: dict[str, inputs.PlannedInput] | None = None
+        """Inputs found in the file's own calls of the class (computed once)."""
         self.hints: dict[str, int] = {}
         """Sizes the build names (image size, channels), for inferred inputs."""
         self.span: Span = class_span(doc.source, req.line, req.name)
@@ -425,8 +428,8 @@ class ClassCapture:
         """An undeclared input inferred from the first layer it reaches (FX405 once the sizes
         are settled, ``_report_assumed``), or FX402."""
         spatial = self.hints.get("spatial", inputs.SPATIAL)
-        planned = None
-        if node is not None:
+        planned = self._from_calls(plan).get(name)
+        if planned is None and node is not None:
             planned = inputs.infer(graph_owner, node, plan.symbols, spatial)
         if planned is None and self.module is not None:
             planned = inputs.infer_from_source(
@@ -469,6 +472,18 @@ class ClassCapture:
             ordered[index] = like
             self.assumed_inputs.append((like, at))
         return complete
+
+    def _from_calls(self, plan: InputPlan) -> dict[str, inputs.PlannedInput]:
+        """Inputs the file passes to this class in its own calls (evidence before guesses)."""
+        if self.called_with is None:
+            module = self.module
+            self.called_with = {}
+            if module is not None:
+                names = [p.name for p in plan.positional()]
+                self.called_with = inputs.from_calls(
+                    self.doc.tree, self.doc.namespace, type(module), names, plan.symbols
+                )
+        return {k: copy.copy(v) for k, v in self.called_with.items()}
 
     def _plain_value(self, name: str, plan: InputPlan) -> inputs.PlannedInput | None:
         """Inputs that are not tensors fed to a layer: a position (``start_pos: int`` -> 0), a

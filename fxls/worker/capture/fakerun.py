@@ -61,7 +61,7 @@ from torch.overrides import TorchFunctionMode
 from fxls.protocol.model import Span, Value
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture import shapes
-from fxls.worker.capture.tracer import CALL_SITE_KEY, SPAN_KEY
+from fxls.worker.capture.tracer import CALL_SITE_KEY, SPAN_KEY, call_site_frame, method_codes
 
 __all__ = ["FakeRun", "fake_run", "is_builtin_leaf"]
 
@@ -163,20 +163,19 @@ class _Spans:
     def __init__(self, path: str, source: SourceText) -> None:
         self.path = path
         self.source = source
+        self.root_codes: set[Any] = set()
+        """Code objects of the root module's methods (``tracer.method_codes``)."""
 
     def of_stack(self, frame: FrameType | None) -> tuple[Span, Span] | None:
-        inner: tuple[Any, int] | None = None
-        outer: tuple[Any, int] | None = None
+        frames: list[tuple[Any, int]] = []
         while frame is not None:
             if frame.f_code.co_filename == self.path:
-                if inner is None:
-                    inner = (frame.f_code, frame.f_lasti)
-                outer = (frame.f_code, frame.f_lasti)
+                frames.append((frame.f_code, frame.f_lasti))
             frame = frame.f_back
-        if inner is None or outer is None:
+        if not frames:
             return None
-        span = self.source.code_span(*inner)
-        call_site = self.source.code_span(*outer)
+        span = self.source.code_span(*frames[0])
+        call_site = self.source.code_span(*call_site_frame(frames, self.root_codes))
         if span is None:
             return None
         return span, call_site or span
@@ -677,6 +676,7 @@ def fake_run(
     )
 
     spans = _Spans(path, _source(path, source))
+    spans.root_codes = method_codes(type(module), path)
     recorder = _Recorder(spans, list(leaf_classes))
     recorder.root = module
     recorder.watch = watch

@@ -10,6 +10,7 @@ placeholder feeds (``Conv2d.in_channels``, ``Linear.in_features``, ...) and mark
 from __future__ import annotations
 
 import ast
+import builtins
 import inspect
 import re
 from dataclasses import dataclass, field
@@ -497,3 +498,71 @@ def size_hints(module: nn.Module, arguments: dict[str, Any]) -> dict[str, int]:
             elif re.search(r"^channels$|in_chans|in_channels|input_channels|num_channels", lowered):
                 found.setdefault("channels", value)
     return found
+
+
+# ---------------------------------------------------------------------------------------
+# Inputs the file itself passes: ``model(torch.randn(1, 1, 28, 28))``
+# ---------------------------------------------------------------------------------------
+
+
+def from_calls(
+    tree: ast.Module | None,
+    namespace: dict[str, Any],
+    cls: type,
+    params: list[str],
+    symbols: Symbols,
+) -> dict[str, PlannedInput]:
+    """Inputs of ``cls`` from calls in the file whose arguments are computable from the file's
+    names alone: ``Net()(torch.randn(1, 1, 28, 28))``, or ``model = Net()`` then ``model(x)``
+    with ``x = torch.zeros(2, 16, dtype=torch.long)`` at module level. The first dimension of a
+    tensor is the batch ``B``."""
+    if tree is None:
+        return {}
+    instances = {
+        t.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and _builds(node.value, cls.__name__)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        if not (
+            (isinstance(func, ast.Name) and func.id in instances) or _builds(func, cls.__name__)
+        ):
+            continue
+        found: dict[str, PlannedInput] = {}
+        for name, arg in zip(params, node.args):
+            value = _evaluate(arg, namespace)
+            if not isinstance(value, torch.Tensor) or value.dim() == 0:
+                break
+            dims: list[tuple[str | None, int]] = [(None, int(s)) for s in value.shape]
+            dims[0] = (BATCH, symbols.size(BATCH))
+            found[name] = PlannedInput(
+                name, "tensor", dims, value.dtype, assumed=True,
+                reason=f"the call at line {node.lineno}",
+            )  # fmt: skip
+        if found:
+            return found
+    return {}
+
+
+def _builds(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+
+
+def _evaluate(node: ast.expr, namespace: dict[str, Any]) -> Any:
+    """The value of an argument made only of the file's names and literals (None otherwise)."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and sub.id not in namespace and not hasattr(builtins, sub.id):
+            return None
+        if isinstance(sub, (ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
+            return None
+    try:
+        code = compile(ast.Expression(body=node), "<fxls call argument>", "eval")
+        with torch.device("meta"):
+            return eval(code, namespace)
+    except Exception:
+        return None

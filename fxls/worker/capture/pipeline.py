@@ -88,15 +88,22 @@ def capture_document(
         done.setdefault(req.name, mod)
         results[index] = mod
     for index, req in enumerate(job.classes):
-        if req.skip or req.init or runs(results[index]) or req.name in doc.records:
+        mod = results[index]
+        how = mod.constructed.source if mod.constructed is not None else None
+        if req.skip or req.init or how == "parent":
             continue
-        # no parent of the file called it: perhaps one a factory of the file builds does
-        # (``resnet50()`` builds the ``Bottleneck`` that ``resnet18()`` does not)
         try:
-            if _record_via_factories(doc, job, req, report_phase):
+            # a parent the file's order did not reveal (``block(width)`` built from a
+            # parameter), else one a factory of the file builds (``resnet50()`` builds the
+            # ``Bottleneck`` that ``resnet18()`` does not)
+            found = _record_via_captures(doc, req) or (
+                (how == "assumed" or not runs(mod))
+                and _record_via_factories(doc, job, req, report_phase)
+            )
+            if found:
                 kept = doc.captures.get(req.name)
                 retry = capture_class(doc, req, report_phase)
-                if runs(retry):
+                if runs(retry) or not runs(mod):
                     _soften_worked_around(retry)
                     results[index] = retry
                 elif kept is not None:
@@ -105,6 +112,22 @@ def capture_document(
             pass
     result.modules = [results[i] for i in range(len(job.classes))]
     return doc, result
+
+
+def _record_via_captures(doc: Document, req: ClassRequest) -> bool:
+    """Record an instance of ``req``'s class from a module captured earlier in this job."""
+    cls = doc.namespace.get(req.name)
+    if not isinstance(cls, type) or req.name in doc.records:
+        return req.name in doc.records
+    for name, capture in doc.captures.items():
+        module = capture.module
+        if name == req.name or module is None:
+            continue
+        if any(isinstance(m, cls) for m in module.modules()):
+            capture.record_children({cls: req.name})
+            if req.name in doc.records:
+                return True
+    return False
 
 
 def _record_via_factories(

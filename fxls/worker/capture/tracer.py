@@ -10,6 +10,7 @@ written (``node.meta["fxls_span"]``); the outermost is where the root ``forward`
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 import sys
 from collections.abc import Callable, Iterable
@@ -35,6 +36,35 @@ def user_spans(frames: Iterable[tuple[CodeType, int]], path: str, source: Source
             if span is not None:
                 spans.append(span)
     return spans
+
+
+def method_codes(cls: type, path: str) -> set[CodeType]:
+    """Code objects of the methods of ``cls`` (and its bases) written in the document: the
+    frames where a call of the root module's own code is written (``forward``, and helpers such
+    as ``_forward_impl`` that it delegates to)."""
+    codes: set[CodeType] = set()
+    for klass in cls.__mro__:
+        for value in vars(klass).values():
+            func = getattr(value, "__func__", value)
+            try:
+                func = inspect.unwrap(func)
+            except ValueError:
+                continue
+            code = getattr(func, "__code__", None)
+            if isinstance(code, CodeType) and code.co_filename == path:
+                codes.add(code)
+    return codes
+
+
+def call_site_frame(
+    frames: list[tuple[CodeType, int]], root_codes: set[CodeType]
+) -> tuple[CodeType, int]:
+    """Of the document frames (innermost first), the innermost one in a method of the root
+    module, else the outermost: where the user wrote the call that led to the operation."""
+    for code, lasti in frames:
+        if code in root_codes:
+            return code, lasti
+    return frames[-1]
 
 
 def _stack(frame: FrameType | None) -> Iterable[tuple[CodeType, int]]:
@@ -81,6 +111,12 @@ class SpanTracer(torch.fx.Tracer):
         self.leaf_classes = set(leaf_classes)
         self.leaf_predicate = leaf_predicate
         self.traced_params: dict[CodeType, set[str]] = {}
+        self.root_codes: set[CodeType] = set()
+
+    def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> torch.fx.Graph:
+        if isinstance(root, torch.nn.Module):
+            self.root_codes = method_codes(type(root), self.path)
+        return super().trace(root, concrete_args)
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         if type(m).__name__ in self.leaf_classes:
@@ -100,10 +136,13 @@ class SpanTracer(torch.fx.Tracer):
     ) -> torch.fx.Node:  # type: ignore[override]
         node = super().create_node(kind, target, args, kwargs, name, type_expr)
         frame = sys._getframe(1)
-        spans = user_spans(_stack(frame), self.path, self.source)
-        if spans:
-            node.meta[SPAN_KEY] = spans[0]
-            node.meta[CALL_SITE_KEY] = spans[-1]
+        frames = [(code, lasti) for code, lasti in _stack(frame) if code.co_filename == self.path]
+        if frames:
+            span = self.source.code_span(*frames[0])
+            if span is not None:
+                node.meta[SPAN_KEY] = span
+                site = self.source.code_span(*call_site_frame(frames, self.root_codes))
+                node.meta[CALL_SITE_KEY] = site or span
             self._note_params(frame)
         return node
 

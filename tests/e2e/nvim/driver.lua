@@ -1,7 +1,8 @@
 -- Headless Neovim driver for tests/e2e/test_neovim.py.
 --
 -- Environment: FXLS_NVIM_CONFIG (the documented config), FXLS_NVIM_FILE (a Python file),
--- FXLS_NVIM_OUT (where to write the JSON result), FXLS_CMD (JSON array: the server command),
+-- FXLS_NVIM_OUT (where to write the JSON result), FXLS_CMD (JSON array: the server command;
+-- unset: the config's default),
 -- FXLS_NVIM_HOVERS (JSON array of {needle, offset} to hover).
 -- Writes {attached, encoding, diagnostics, hovers, inlay_hints, code_lenses, error}.
 
@@ -25,7 +26,11 @@ local function fail(message)
   finish(2)
 end
 
-vim.g.fxls_cmd = vim.json.decode(assert(os.getenv("FXLS_CMD")))
+-- FXLS_CMD unset or empty: the config's own default command (`fxls serve` from PATH)
+local cmd = os.getenv("FXLS_CMD")
+if cmd and cmd ~= "" then
+  vim.g.fxls_cmd = vim.json.decode(cmd)
+end
 vim.g.fxls_settings = { debounceMs = 50 }
 dofile(assert(os.getenv("FXLS_NVIM_CONFIG")))
 vim.lsp.config("fxls", {

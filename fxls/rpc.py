@@ -1,0 +1,370 @@
+"""The server's JSON-RPC transport: message framing with limits, and pygls's protocol with
+the answers the specifications require.
+
+pygls 2.1 reads messages in ``pygls.io_.run_async``: a header line of any length, then
+``readexactly(Content-Length)``, so ``Content-Length: 1000000000000`` raised MemoryError and
+ended the server. A request whose params do not structure was logged and never answered, and
+so was every request after ``shutdown``. This module replaces that loop:
+
+- a header line is at most :data:`MAX_HEADER_LINE` bytes and a header block at most
+  :data:`MAX_HEADER_LINES` lines; a body is at most :data:`MAX_MESSAGE` bytes. A message over
+  a limit is skipped without being held in memory: the reader discards bytes until the next
+  ``Content-Length: N\\r\\n`` header (a raw CR LF cannot occur inside JSON text, so that is a
+  real header) and the client gets one ``window/showMessage``;
+- a body that is not JSON gets a ParseError response (-32700), a message that is not a
+  JSON-RPC 2.0 request or notification an InvalidRequest (-32600), a request whose params do
+  not fit its method an InvalidParams (-32602), and a request after ``shutdown`` an
+  InvalidRequest, as the LSP specification says;
+- ``didOpen``/``didChange``/``didClose`` go straight to fxls's handlers: fxls keeps its own copy
+  of each document (``fxls.documents``), so pygls's workspace copy is not maintained (for a
+  large document it cost a copy and a re-split of every line on each change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from lsprotocol import types
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
+
+logger = logging.getLogger(__name__)
+
+MAX_MESSAGE = 64 * 1024 * 1024
+"""Largest message body (bytes) the server reads; larger ones are skipped."""
+MAX_HEADER_LINE = 8 * 1024
+MAX_HEADER_LINES = 32
+_CHUNK = 1024 * 1024
+_HEADER = b"Content-Length:"
+"""What a resync looks for (the spelling every client writes; parsing is case-insensitive)."""
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
+
+ReadSome = Callable[[int], Awaitable[bytes]]
+"""Reads up to n bytes; returns b"" at the end of the stream."""
+
+
+@dataclass
+class Skipped:
+    """A message that was not read (over a limit, or no usable header)."""
+
+    reason: str
+
+
+class FrameReader:
+    """Length-prefixed messages (``Content-Length: N\\r\\n\\r\\n`` + N bytes) from a byte
+    stream, with the limits above. Standard library only."""
+
+    def __init__(
+        self,
+        read_some: ReadSome,
+        *,
+        max_message: int = MAX_MESSAGE,
+        max_header_line: int = MAX_HEADER_LINE,
+    ) -> None:
+        self._read_some = read_some
+        self._buf = bytearray()
+        self._eof = False
+        self.max_message = max_message
+        self.max_header_line = max_header_line
+
+    async def _fill(self) -> bool:
+        """Read more into the buffer; False at the end of the stream."""
+        if self._eof:
+            return False
+        data = await self._read_some(_CHUNK)
+        if not data:
+            self._eof = True
+            return False
+        self._buf += data
+        return True
+
+    async def _line(self) -> bytes | Skipped | None:
+        """One header line (with its terminator); None at the end of the stream."""
+        searched = 0
+        while True:
+            end = self._buf.find(b"\n", searched)
+            if end != -1 and end < self.max_header_line:
+                line = bytes(self._buf[: end + 1])
+                del self._buf[: end + 1]
+                return line
+            if end != -1 or len(self._buf) >= self.max_header_line:
+                return Skipped(f"a header line longer than {self.max_header_line} bytes")
+            searched = len(self._buf)
+            if not await self._fill():
+                return None
+
+    async def _exactly(self, n: int) -> bytes | None:
+        while len(self._buf) < n:
+            if not await self._fill():
+                return None
+        body = bytes(self._buf[:n])
+        del self._buf[:n]
+        return body
+
+    def _header_at(self, index: int) -> bool | None:
+        """Whether a complete ``Content-Length: N\\r\\n`` starts at ``index`` of the buffer
+        (None: not enough bytes yet to tell)."""
+        buf = self._buf
+        pos = index + len(_HEADER)
+        while pos < len(buf) and buf[pos] == 0x20 and pos - index < 64:
+            pos += 1
+        first_digit = pos
+        while pos < len(buf) and 0x30 <= buf[pos] <= 0x39 and pos - first_digit < 20:
+            pos += 1
+        if pos + 2 > len(buf):
+            return None if pos - index < 64 else False
+        return pos > first_digit and buf[pos : pos + 2] == b"\r\n"
+
+    async def _resync(self) -> bool:
+        """Discard bytes up to the next real header; False at the end of the stream."""
+        while True:
+            index = self._buf.find(_HEADER)
+            while index != -1:
+                found = self._header_at(index)
+                if found is None:
+                    break  # need more bytes to decide
+                if found:
+                    del self._buf[:index]
+                    return True
+                index = self._buf.find(_HEADER, index + 1)
+            # keep what may be the start of a header, drop the rest
+            keep = index if index != -1 else max(len(self._buf) - len(_HEADER), 0)
+            del self._buf[:keep]
+            if not await self._fill():
+                return False
+
+    async def read(self) -> bytes | Skipped | None:
+        """The next message body, a Skipped, or None at the end of the stream."""
+        length: int | None = None
+        lines = 0
+        while True:
+            line = await self._line()
+            if line is None:
+                return None
+            if isinstance(line, Skipped):
+                return await self._skip(line.reason)
+            if line.strip() == b"":
+                if lines == 0:
+                    continue  # a stray blank line between messages
+                break
+            lines += 1
+            if lines > MAX_HEADER_LINES:
+                return await self._skip(f"more than {MAX_HEADER_LINES} header lines")
+            name, sep, value = line.partition(b":")
+            if sep and name.strip().lower() == b"content-length":
+                text = value.strip()
+                if not text.isdigit() or len(text) > 20:
+                    return await self._skip(f"an invalid Content-Length {text[:40]!r}")
+                length = int(text)
+        if length is None:
+            return await self._skip("a message without Content-Length")
+        if length > self.max_message:
+            return await self._skip(
+                f"a message of {length:,} bytes (the limit is {self.max_message:,})"
+            )
+        return await self._exactly(length)
+
+    async def _skip(self, reason: str) -> Skipped | None:
+        """Resynchronise after a message that is not read; None at the end of the stream."""
+        return Skipped(reason) if await self._resync() else None
+
+
+# ---------------------------------------------------------------------------------------
+# Dispatch
+# ---------------------------------------------------------------------------------------
+
+
+class FxlsProtocol(LanguageServerProtocol):
+    """pygls's protocol, except that document notifications reach fxls's handlers untouched.
+
+    fxls applies edits to its own copy of each document (``convert.apply_change``); pygls's
+    workspace copy is not kept (pygls also rewrote a position past the end of the last line in
+    place, and raised for an unknown document before the handler ran).
+    """
+
+    def _forward(self, method: str, params: Any) -> Any:
+        handler = self.fm.features.get(method)
+        if handler is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> Any:
+        yield from self._forward(types.TEXT_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> Any:
+        yield from self._forward(types.TEXT_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> Any:
+        yield from self._forward(types.TEXT_DOCUMENT_DID_CLOSE, params)
+
+    # -- incoming messages -----------------------------------------------------------------
+
+    def reply_error(self, msg_id: Any, code: int, message: str) -> None:
+        """A JSON-RPC error response (``msg_id`` None when it could not be read)."""
+        self._send_data(
+            {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
+        )
+
+    def receive(self, body: bytes) -> None:
+        """Handle one message body: answer what pygls would drop, pass the rest on."""
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            self.reply_error(None, PARSE_ERROR, f"the message is not JSON: {exc}")
+            return
+        if not isinstance(data, dict):
+            self.reply_error(None, INVALID_REQUEST, "a message must be a JSON object")
+            return
+        msg_id = data.get("id")
+        method = data.get("method")
+        is_request = "id" in data and "method" in data
+        if data.get("jsonrpc") != "2.0" or ("method" in data and not isinstance(method, str)):
+            looks_like_response = "method" not in data and ("result" in data or "error" in data)
+            if "id" in data and not looks_like_response:
+                self.reply_error(msg_id, INVALID_REQUEST, "not a JSON-RPC 2.0 request")
+            return
+        if is_request and self._shutdown and method != types.EXIT:
+            self.reply_error(msg_id, INVALID_REQUEST, "the server is shutting down")
+            return
+        try:
+            message = self.structure_message(data)
+        except Exception as exc:
+            if is_request:
+                lines = str(exc.__cause__ or exc).strip().splitlines()
+                detail = f": {lines[0][:500]}" if lines else ""
+                self.reply_error(msg_id, INVALID_PARAMS, f"invalid params for {method}{detail}")
+            else:
+                logger.warning("ignored %s: its params do not structure", method)
+            return
+        try:
+            self.handle_message(message)
+        except Exception:
+            logger.exception("cannot handle %s", method)
+
+
+# ---------------------------------------------------------------------------------------
+# Transports
+# ---------------------------------------------------------------------------------------
+
+
+class _StdoutWriter:
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+
+    def write(self, data: bytes) -> None:
+        self._out.write(data)
+        self._out.flush()
+
+    def close(self) -> None:
+        self._out.close()
+
+
+def _stdin_reader(stdin: BinaryIO, loop: asyncio.AbstractEventLoop) -> ReadSome:
+    """Reads stdin in a daemon thread (it never keeps the process alive) into a short queue:
+    at most four chunks wait, so a client that floods the server is slowed, not buffered.
+    The thread reads the file descriptor itself: a daemon thread blocked inside a buffered
+    reader holds its lock, and Python aborts at exit when it finds that lock taken."""
+    chunks: asyncio.Queue[bytes] = asyncio.Queue(maxsize=4)
+    fd = stdin.fileno()
+
+    def run() -> None:
+        while True:
+            try:
+                data = os.read(fd, _CHUNK)
+            except OSError:
+                data = b""
+            try:
+                asyncio.run_coroutine_threadsafe(chunks.put(data), loop).result()
+            except Exception:
+                return  # the loop is gone
+            if not data:
+                return
+
+    threading.Thread(target=run, name="fxls-stdin", daemon=True).start()
+
+    async def read_some(n: int) -> bytes:
+        return await chunks.get()
+
+    return read_some
+
+
+async def _serve(server: Any, reader: FrameReader, stop: threading.Event) -> None:
+    protocol: FxlsProtocol = server.protocol
+    warned = False
+    while not stop.is_set():
+        message = await reader.read()
+        if message is None:
+            return
+        if isinstance(message, Skipped):
+            logger.warning("skipped %s", message.reason)
+            if not warned:
+                warned = True
+                text = f"fxls skipped {message.reason}; the editor and fxls may now disagree."
+                protocol.notify(
+                    types.WINDOW_SHOW_MESSAGE,
+                    types.ShowMessageParams(type=types.MessageType.Warning, message=text),
+                )
+            continue
+        protocol.receive(message)
+
+
+def serve_stdio(server: Any, stdin: BinaryIO, stdout: BinaryIO) -> int:
+    """Serve one client over a pair of pipes; returns the exit code (0 after shutdown and
+    exit, 1 after exit without shutdown, as the LSP specification says)."""
+    stop = threading.Event()
+    server._stop_event = stop
+    server.protocol.set_writer(_StdoutWriter(stdout))
+
+    async def main() -> None:
+        reader = FrameReader(_stdin_reader(stdin, asyncio.get_running_loop()))
+        await _serve(server, reader, stop)
+
+    code = 0
+    try:
+        asyncio.run(main())
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0
+    except (BrokenPipeError, KeyboardInterrupt):
+        logger.error("the connection to the client is lost")
+    finally:
+        server.shutdown()
+    return code
+
+
+def serve_tcp(server: Any, host: str, port: int) -> int:
+    """Serve one client at a time on a TCP address until a session ends."""
+    stop = threading.Event()
+    server._stop_event = stop
+
+    async def session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        server.protocol.set_writer(writer)
+        try:
+            await _serve(server, FrameReader(reader.read), stop)
+        finally:
+            server.shutdown()
+
+    async def main() -> None:
+        server._server = await asyncio.start_server(session, host, port)
+        async with server._server:
+            await server._server.serve_forever()
+
+    code = 0
+    try:
+        asyncio.run(main())
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        pass
+    return code

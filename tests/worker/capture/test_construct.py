@@ -1,0 +1,231 @@
+"""Building and feeding classes nobody described: each source of evidence, one small file each.
+
+Every case runs the real capture (``run_capture``) on a document without ``# fxls:`` directives
+and checks where the instance and its inputs came from, and what fxls says about it.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from fxls.protocol.model import CaptureJob, ClassRequest, ModuleResult
+from fxls.worker.capture.pipeline import run_capture
+
+
+def _capture(source: str, *names: str) -> dict[str, ModuleResult]:
+    text = textwrap.dedent(source)
+    lines = text.splitlines()
+    requests = [
+        ClassRequest(name, next(i for i, t in enumerate(lines, 1) if t.startswith(f"class {name}")))
+        for name in names
+    ]
+    job = CaptureJob(path="/virtual/model.py", source=text, classes=requests)
+    result = run_capture(job, lambda *_: None)
+    assert result.error is None, result.error
+    return {m.name: m for m in result.modules}
+
+
+HEADER = """\
+import math
+from dataclasses import dataclass
+import torch
+from torch import nn
+"""
+
+
+def test_sub_block_is_captured_from_its_parent_with_the_parents_names() -> None:
+    mods = _capture(
+        HEADER
+        + """
+@dataclass
+class Config:
+    n_embd: int = 48
+    vocab: int = 100
+
+class Block(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.fc = nn.Linear(config.n_embd, config.n_embd)
+
+    def forward(self, x):
+        return self.fc(x).relu()
+
+class Model(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.emb = nn.Embedding(config.vocab, config.n_embd)
+        self.blocks = nn.ModuleList([Block(config) for _ in range(3)])
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        for block in self.blocks:
+            x = block(x)
+        return x
+""",
+        "Block",
+        "Model",
+    )
+    model, block = mods["Model"], mods["Block"]
+    assert model.constructed is not None and model.constructed.source == "config"
+    assert model.constructed.text == "Model(Config())"
+    assert model.inputs[0].shape == ["B", "T"] and model.inputs[0].dtype == "int64"
+    assert block.constructed is not None and block.constructed.source == "parent"
+    assert block.constructed.text == "Model.blocks.0" and block.constructed.inputs_from == "Model"
+    # the block's input is what Model.forward gives it, in Model's dimension names
+    assert block.inputs[0].shape == ["B", "T", 48] and block.inputs_assumed == [False]
+    assert block.outputs[0].shape == ["B", "T", 48]
+    assert not [d for d in block.diagnostics if d.code in ("FX401", "FX402", "FX408")]
+
+
+def test_required_arguments_are_assumed_and_said() -> None:
+    mods = _capture(
+        HEADER
+        + """
+class Encoder(nn.Module):
+    def __init__(self, rnn_type, ntoken, ninp, nlayers, dropout=0.5):
+        super().__init__()
+        assert rnn_type in ["LSTM", "GRU"]
+        self.emb = nn.Embedding(ntoken, ninp)
+        self.rnn = getattr(nn, rnn_type)(ninp, ninp, nlayers)
+
+    def forward(self, tokens, hidden):
+        out, hidden = self.rnn(self.emb(tokens), hidden)
+        return out, hidden
+
+    def init_hidden(self, bsz):
+        weight = next(self.parameters())
+        return (weight.new_zeros(self.rnn.num_layers, bsz, self.rnn.hidden_size),
+                weight.new_zeros(self.rnn.num_layers, bsz, self.rnn.hidden_size))
+""",
+        "Encoder",
+    )
+    enc = mods["Encoder"]
+    assert enc.constructed is not None and enc.constructed.source == "assumed"
+    # the string comes from what __init__ compares it with, sizes from the parameter names
+    assert enc.constructed.assumed == {
+        "rnn_type": "'LSTM'", "ntoken": "256", "ninp": "64", "nlayers": "2"
+    }  # fmt: skip
+    (fx408,) = [d for d in enc.diagnostics if d.code == "FX408"]
+    assert fx408.severity == "information"
+    assert "init(rnn_type='LSTM', ntoken=256, ninp=64, nlayers=2)" in (fx408.fix or "")
+    # token ids run sequence-first into the RNN; the state comes from init_hidden(batch)
+    assert enc.input_names == ["tokens", "hidden"]
+    assert enc.inputs[0].shape == ["T", "B"] and enc.inputs[0].dtype == "int64"
+    assert enc.outputs[0].shape is not None and enc.outputs[0].shape[-1] == 64
+    assert not [d for d in enc.diagnostics if d.severity == "error"]
+
+
+def test_factory_function_and_a_block_only_another_factory_builds() -> None:
+    mods = _capture(
+        HEADER
+        + """
+class Small(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.conv = nn.Conv2d(width, width, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+class Wide(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.conv = nn.Conv2d(width, width * 4, 1)
+        self.back = nn.Conv2d(width * 4, width, 1)
+
+    def forward(self, x):
+        return x + self.back(self.conv(x))
+
+class Net(nn.Module):
+    def __init__(self, block, width, n):
+        super().__init__()
+        self.stem = nn.Conv2d(3, width, 3, padding=1)
+        self.blocks = nn.Sequential(*[block(width) for _ in range(n)])
+
+    def forward(self, x):
+        return self.blocks(self.stem(x))
+
+def _net(block, n):
+    return Net(block, 16, n)
+
+def small_net():
+    return _net(Small, 2)
+
+def wide_net():
+    return _net(Wide, 3)
+""",
+        "Small",
+        "Wide",
+        "Net",
+    )
+    net, small, wide = mods["Net"], mods["Small"], mods["Wide"]
+    assert net.constructed is not None and net.constructed.source == "factory"
+    assert net.constructed.text == "small_net()"
+    assert small.constructed is not None and small.constructed.source == "parent"
+    assert small.inputs[0].shape == ["B", 16, 224, 224]
+    # no parent the file captures calls Wide, but wide_net() builds one
+    assert wide.constructed is not None and wide.constructed.source == "parent"
+    assert wide.inputs[0].shape == ["B", 16, 224, 224]
+    assert wide.outputs[0].shape == ["B", 16, 224, 224]
+
+
+def test_input_size_that_runs_through_and_inputs_the_file_passes() -> None:
+    mods = _capture(
+        HEADER
+        + """
+import torch.nn.functional as F
+
+class Mnist(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.fc1 = nn.Linear(32 * 13 * 13, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        return self.fc1(torch.flatten(x, 1))
+
+class Probe(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(12, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+if __name__ == "__main__":
+    print(Probe()(torch.randn(5, 7, 12)).shape)
+""",
+        "Mnist",
+        "Probe",
+    )
+    mnist, probe = mods["Mnist"], mods["Probe"]
+    # 224x224 does not fit fc1; 28x28 is the first size that runs through
+    assert mnist.inputs[0].shape == ["B", 1, 28, 28] and mnist.outputs[0].shape == ["B", 10]
+    assert not [d for d in mnist.diagnostics if d.code == "FX201"]
+    (fx405,) = [d for d in mnist.diagnostics if d.code == "FX405"]
+    assert "(B, 1, 28, 28)" in fx405.message
+    # the file's own call says the input is [*, 7, 12], not the first layer's [B, 12]
+    assert probe.inputs[0].shape == ["B", 7, 12]
+    assert "the call at line" in next(d.message for d in probe.diagnostics if d.code == "FX405")
+
+
+def test_nothing_works_gives_information_not_an_error() -> None:
+    mods = _capture(
+        HEADER
+        + """
+class FromCheckpoint(nn.Module):
+    def __init__(self, state_dict):
+        super().__init__()
+        self.fc = nn.Linear(state_dict["fc.weight"].shape[1], 2)
+
+    def forward(self, x):
+        return self.fc(x)
+""",
+        "FromCheckpoint",
+    )
+    mod = mods["FromCheckpoint"]
+    assert mod.status == "failed"
+    (fx401,) = [d for d in mod.diagnostics if d.code == "FX401"]
+    assert fx401.severity == "information"
+    assert "init(state_dict=...)" in (fx401.fix or "")

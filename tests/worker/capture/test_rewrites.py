@@ -234,7 +234,7 @@ def _replace(text: str, old: str, new: str) -> TextEdit:
 def test_an_edit_that_changes_results_is_unsafe_with_a_counterexample() -> None:
     original = _original("dead_code_after.py")
     edit = _replace(original.source, "kept = h * 2", "kept = h * 3")
-    verdict = verify(original, Change([edit], ["Head"], True, False), RewriteJob(), lambda *a: None)
+    verdict = verify(original, Change([edit], ["Head"], ["Head"]), RewriteJob(), lambda *a: None)
     assert verdict.applicability == "unsafe"
     assert "outputs differ on x [2, 8]" in verdict.reason and "max |Δ|" in verdict.reason
 
@@ -262,7 +262,7 @@ def test_conv_bn_fusion_pasted_into_forward_is_caught() -> None:
     original = _original("conv_bn.py", CONV_BN)
     edit = _replace(original.source, "self.bn(self.conv(x))", "self.conv(x)")
     verdict = verify(
-        original, Change([edit], ["ConvBN"], True, False), RewriteJob(), lambda *a: None
+        original, Change([edit], ["ConvBN"], ["ConvBN"]), RewriteJob(), lambda *a: None
     )
     assert verdict.applicability == "unsafe", verdict
     assert "outputs differ" in verdict.reason
@@ -281,12 +281,12 @@ def test_edits_that_do_not_parse_or_build_are_unavailable() -> None:
     original = _original("dead_code_after.py")
     broken = _replace(original.source, "kept = h * 2", "kept = h *")
     verdict = verify(
-        original, Change([broken], ["Head"], True, False), RewriteJob(), lambda *a: None
+        original, Change([broken], ["Head"], ["Head"]), RewriteJob(), lambda *a: None
     )
     assert verdict.applicability == "unavailable" and "does not parse" in verdict.reason
     no_build = _replace(original.source, "nn.Linear(8, 8)", "nn.Linear(8, 8, nope=1)")
     verdict = verify(
-        original, Change([no_build], ["Head"], True, False), RewriteJob(), lambda *a: None
+        original, Change([no_build], ["Head"], ["Head"]), RewriteJob(), lambda *a: None
     )
     assert verdict.applicability == "unavailable" and "build" in verdict.reason
 

@@ -12,7 +12,7 @@ import ast
 
 from fxls.protocol.model import FixRequest
 from fxls.worker.capture.rewrites import text
-from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable
+from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable, gone_of
 
 
 def torch_name(original: Original) -> str:
@@ -49,5 +49,5 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
         [text.replace(source, stmt, new)],
         check="numeric",
         traces_past=True,
-        gone=[(fix.code, fix.span.line)] if fix.code else [],
+        gone=gone_of(fix),
     )

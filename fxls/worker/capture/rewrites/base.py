@@ -7,7 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from fxls.protocol.model import CaptureResult, ClassRequest, ModuleResult, TextEdit
+from fxls.protocol.model import (
+    CaptureResult,
+    ClassRequest,
+    FixRequest,
+    ModuleResult,
+    Span,
+    TextEdit,
+)
 from fxls.worker.capture.classcapture import ClassCapture
 from fxls.worker.capture.document import Document
 
@@ -33,11 +40,18 @@ class Proposal:
     text (it may fail further on)."""
     alternatives: list[list[TextEdit]] = field(default_factory=list)
     """Other edits for the same fix, tried in order when ``edits`` does not verify safe."""
-    gone: list[tuple[str, int]] = field(default_factory=list)
-    """(code, line in the original) of diagnostics the re-capture must no longer report."""
+    gone: list[tuple[str, str, Span]] = field(default_factory=list)
+    """(code, class, span in the original) of diagnostics the re-capture of that class must no
+    longer report."""
     requests: dict[str, Callable[[ClassRequest], None]] = field(default_factory=dict)
     """Per class: what the edit changes in its capture request (the directives it adds, as
     the server's parser reads them), applied to the request of the edited file."""
+
+
+def gone_of(fix: FixRequest, code: str | None = None) -> list[tuple[str, str, Span]]:
+    """The diagnostic ``fix`` is for, which the edited capture must no longer report."""
+    code = code or fix.code
+    return [(code, fix.cls, fix.span)] if code else []
 
 
 @dataclass

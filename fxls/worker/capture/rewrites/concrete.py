@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fxls.protocol.model import ClassRequest, FixRequest, InputSpec
 from fxls.worker.capture.rewrites import text
-from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable
+from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable, gone_of
 from fxls.worker.capture.rewrites.directives import value_directive
 
 
@@ -33,7 +33,7 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
         bodies.append(body)
         specs.append(spec)
     edit = text.insert_directives(original.doc.source, original.tree, fix.cls, bodies)
-    gone = [(fix.code, fix.span.line)] if fix.code else []
+    gone = gone_of(fix)
     shown = "; ".join(f"`# fxls: {b}`" for b in bodies)
 
     def update(req: ClassRequest) -> None:

@@ -17,7 +17,7 @@ import torch
 from fxls.protocol.model import ClassRequest, DimSpec, FixRequest, InputSpec
 from fxls.worker.capture import inputs
 from fxls.worker.capture.rewrites import text
-from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable
+from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable, gone_of
 
 _LITERALS = (type(None), bool, int, float, str)
 
@@ -28,7 +28,7 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
         pin = init_args(original, fix.cls)
         body = f"init({pin})"
         title = f"Pin the constructor arguments: `# fxls: {body}`"
-        gone = [("FX408", original.module(fix.cls).line)]
+        gone = gone_of(fix, "FX408")
 
         def update(req: ClassRequest) -> None:
             req.init, req.init_line = pin, None
@@ -36,7 +36,7 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
     elif what == "input":
         body, spec = input_directive(original, fix.cls, str(fix.params.get("arg", "")))
         title = f"Pin the assumed input: `# fxls: {body}`"
-        gone = [("FX405", fix.span.line)]
+        gone = gone_of(fix, "FX405")
 
         def update(req: ClassRequest) -> None:
             req.inputs = [s for s in req.inputs if s.name != spec.name] + [spec]

@@ -14,7 +14,7 @@ import ast
 from fxls.protocol.model import FixRequest, TextEdit
 from fxls.worker.capture.rewrites import text
 from fxls.worker.capture.rewrites.assertion import torch_name
-from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable
+from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable, gone_of
 
 FACTORIES = ("zeros", "ones", "empty", "full")
 
@@ -91,6 +91,6 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
         edit([]),
         check="numeric",
         traces_past=True,
-        gone=[(fix.code, fix.span.line)] if fix.code else [],
+        gone=gone_of(fix),
         alternatives=alternatives,
     )

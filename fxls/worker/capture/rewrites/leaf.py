@@ -12,7 +12,7 @@ import re
 
 from fxls.protocol.model import ClassRequest, FixRequest
 from fxls.worker.capture.rewrites import text
-from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable
+from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable, gone_of
 
 _NAME = re.compile(r"^[A-Za-z_]\w*$")
 
@@ -26,7 +26,7 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
     if leaf in original.capture(fix.cls).req.leaf:
         raise Unavailable(f"`{leaf}` is already declared a leaf")
     edit = text.insert_directives(original.doc.source, original.tree, fix.cls, [f"leaf {leaf}"])
-    gone = [(fix.code, fix.span.line)] if fix.code else []
+    gone = gone_of(fix)
 
     def update(req: ClassRequest) -> None:
         if leaf not in req.leaf:

@@ -10,7 +10,7 @@ import ast
 
 from fxls.protocol.model import FixRequest
 from fxls.worker.capture.rewrites import text
-from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable
+from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable, gone_of
 
 
 def propose(original: Original, fix: FixRequest) -> Proposal:
@@ -36,5 +36,5 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
         [text.replace(source, call, new)],
         check="numeric",
         traces_past=True,
-        gone=[(fix.code, fix.span.line)] if fix.code else [],
+        gone=gone_of(fix),
     )

@@ -64,6 +64,7 @@ INT_HIGH = 10
 """Exclusive upper bound of random integer inputs when no embedding bounds them."""
 
 _RANK = {"traced": 3, "partial": 2, "failed": 0, "skipped": 0}
+_REACH_TEXT = {3: "traced", 2: "partial, with shapes", 1: "nodes only", 0: "not captured"}
 
 
 @dataclass
@@ -83,10 +84,12 @@ class Change:
 
     edits: list[TextEdit]
     classes: list[str]
-    """Classes to compare (each fix's class)."""
-    numeric: bool
-    traces_past: bool
-    gone: list[tuple[str, int]] = field(default_factory=list)
+    """The classes of the fixes (every class of the file is captured again and compared)."""
+    numeric: list[str] = field(default_factory=list)
+    """Classes whose code changed: they must compute the same on real tensors."""
+    traces_past: list[str] = field(default_factory=list)
+    """Classes of trace fix-its: plain torch.fx must no longer fail at the edit."""
+    gone: list[tuple[str, str, Span]] = field(default_factory=list)
     requests: dict[str, Callable[[ClassRequest], None]] = field(default_factory=dict)
     """Per class: how the edit changes its capture request (directives added)."""
 
@@ -95,20 +98,20 @@ def change_of(fix_cls: str, proposal: Proposal, edits: list[TextEdit] | None = N
     return Change(
         edits=list(edits if edits is not None else proposal.edits),
         classes=[fix_cls],
-        numeric=proposal.check == "numeric",
-        traces_past=proposal.traces_past,
+        numeric=[fix_cls] if proposal.check == "numeric" else [],
+        traces_past=[fix_cls] if proposal.traces_past else [],
         gone=list(proposal.gone),
         requests=dict(proposal.requests),
     )
 
 
 def merge(changes: Sequence[Change]) -> Change:
-    out = Change([], [], False, False)
+    out = Change([], [])
     for change in changes:
         out.edits = ordered([*out.edits, *change.edits])
         out.classes.extend(c for c in change.classes if c not in out.classes)
-        out.numeric = out.numeric or change.numeric
-        out.traces_past = out.traces_past or change.traces_past
+        out.numeric.extend(c for c in change.numeric if c not in out.numeric)
+        out.traces_past.extend(c for c in change.traces_past if c not in out.traces_past)
         out.gone.extend(change.gone)
         for cls, update in change.requests.items():
             previous = out.requests.get(cls)
@@ -205,22 +208,22 @@ def verify(
         return Verdict.unavailable(
             f"the edited file does not run: {result.error.type}: {result.error.message}", checks
         )
-    for name in change.classes:
-        before = original.module(name)
-        after = next((m for m in result.modules if m.name == name), None)
+    for before in original.result.modules:
+        if before.status == "skipped":
+            continue
+        after = next((m for m in result.modules if m.name == before.name), None)
         problem = _compare_captures(before, after, change, shift)
         if problem is not None:
             return Verdict.unavailable(problem, checks)
     checks.append(_capture_check(change.classes, result))
-    if change.traces_past:
-        for name in change.classes:
-            problem, done = _plain_trace(original, doc, name, source, change.edits)
-            if problem is not None:
-                return Verdict.unavailable(problem, checks)
-            checks.append(done)
-    if not change.numeric or not rewrite.verify:
+    for name in change.traces_past:
+        problem, done = _plain_trace(original, doc, name, source, change.edits)
+        if problem is not None:
+            return Verdict.unavailable(problem, checks)
+        checks.append(done)
+    if not rewrite.verify:
         return Verdict("safe", "", checks)
-    for name in change.classes:
+    for name in change.numeric:
         verdict = compare_outputs(original, doc, name, rewrite)
         checks.extend(verdict.checks)
         if verdict.applicability != "safe":
@@ -230,11 +233,8 @@ def verify(
 
 def _edited_job(original: Original, edited: str, change: Change, shift: LineShift) -> CaptureJob:
     job = original.doc.job
-    needed = _needed_classes(original, change.classes)
     classes = []
     for req in job.classes:
-        if req.name not in needed:
-            continue
         new = ClassRequest(
             name=req.name,
             line=shift.line(req.line),
@@ -270,24 +270,6 @@ def _shifted_spec(spec: InputSpec, shift: LineShift) -> InputSpec:
     )
 
 
-def _needed_classes(original: Original, names: list[str]) -> set[str]:
-    """The classes to capture again: ``names`` and the parents their instances came from."""
-    needed: set[str] = set()
-    queue = list(names)
-    while queue:
-        name = queue.pop()
-        if name in needed:
-            continue
-        needed.add(name)
-        try:
-            how = original.module(name).constructed
-        except Exception:
-            continue
-        if how is not None and how.source == "parent" and how.inputs_from:
-            queue.append(how.inputs_from)
-    return needed
-
-
 def _reach(mod: ModuleResult) -> int:
     if mod.status == "partial":
         return 2 if mod.outputs else 1
@@ -310,8 +292,8 @@ def _compare_captures(
         )
     if _reach(after) < _reach(before):
         return (
-            f"`{before.name}` captures less far than before ({after.status} instead of "
-            f"{before.status})"
+            f"`{before.name}` captures less far than before ({_REACH_TEXT[_reach(after)]} "
+            f"instead of {_REACH_TEXT[_reach(before)]})"
         )
     lint_before = {d.message for d in before.diagnostics if d.code == "FX301"}
     for d in after.diagnostics:
@@ -321,16 +303,24 @@ def _compare_captures(
     for d in after.diagnostics:
         if d.severity == "error" and d.code not in errors_before:
             return f"`{before.name}` now reports {d.code}: {d.message}"
-    if before.outputs and after.outputs and _shape_key(before) != _shape_key(after):
-        return f"the output shapes of `{before.name}` change"
-    for code, line in change.gone:
-        moved = shift.line(line)
+    same_build = _built_as(before) == _built_as(after) and before.inputs == after.inputs
+    own = before.name in change.classes
+    if (own or same_build) and before.outputs and after.outputs:
+        if _shape_key(before) != _shape_key(after):
+            return f"the output shapes of `{before.name}` change"
+    for code, cls, span in change.gone:
+        if cls != before.name:
+            continue
+        line = shift.line(span.line)
         for d in after.diagnostics:
-            if d.code == code and d.span.line == moved and d.severity != "hint":
-                return f"`{before.name}` still reports {code} at line {moved}: {d.message}"
-            if d.code == code == "FX302" and d.span.line == moved:
-                return f"`{before.name}` still reports {code} at line {moved}"
+            if d.code == code and (d.span.line, d.span.col) == (line, span.col):
+                return f"`{before.name}` still reports {code} at line {line}: {d.message}"
     return None
+
+
+def _built_as(mod: ModuleResult) -> tuple[str | None, str | None]:
+    how = mod.constructed
+    return (how.source, how.text) if how is not None else (None, None)
 
 
 def _capture_check(names: list[str], result: CaptureResult) -> str:

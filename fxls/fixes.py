@@ -104,12 +104,37 @@ class Candidate:
 # ---------------------------------------------------------------------------------------
 
 
+@dataclass
+class _Index:
+    """What the listing needs from a text's AST, by span."""
+
+    src: SourceText
+    statements: list[tuple[Span, ast.stmt]]
+    calls: dict[tuple[int, int, int, int], ast.Call]
+    assert_tests: set[tuple[int, int, int, int]]
+
+
+def _key(span: Span) -> tuple[int, int, int, int]:
+    return (span.line, span.col, span.end_line, span.end_col)
+
+
 @functools.lru_cache(maxsize=8)
-def _tree(text: str) -> ast.Module | None:
+def _index(text: str) -> _Index | None:
+    """The AST of ``text``, indexed once (the listing runs on every cursor move)."""
     try:
-        return ast.parse(text)
+        tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+    src = SourceText(text)
+    index = _Index(src, [], {}, set())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt):
+            index.statements.append((src.node_span(node), node))
+        if isinstance(node, ast.Call):
+            index.calls.setdefault(_key(src.node_span(node)), node)
+        if isinstance(node, ast.Assert):
+            index.assert_tests.add(_key(src.node_span(node.test)))
+    return index
 
 
 def _contains(outer: Span, inner: Span) -> bool:
@@ -132,39 +157,24 @@ def _forward_owner(classes: list[ClassInfo], span: Span) -> str | None:
     return None
 
 
-def _statement(tree: ast.Module, src: SourceText, span: Span) -> ast.stmt | None:
-    best: ast.stmt | None = None
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.stmt)
-            and _contains(src.node_span(node), span)
-            and (best is None or _contains(src.node_span(best), src.node_span(node)))
-        ):
-            best = node
-    return best
-
-
-def _is_assert_test(tree: ast.Module, src: SourceText, span: Span) -> bool:
-    return any(isinstance(n, ast.Assert) and src.node_span(n.test) == span for n in ast.walk(tree))
-
-
-def _call_at(tree: ast.Module, src: SourceText, span: Span) -> ast.Call | None:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and src.node_span(node) == span:
-            return node
-    return None
+def _statement(index: _Index, span: Span) -> ast.stmt | None:
+    """The innermost statement containing ``span``."""
+    best: tuple[Span, ast.stmt] | None = None
+    for where, node in index.statements:
+        if _contains(where, span) and (best is None or _contains(best[0], where)):
+            best = (where, node)
+    return best[1] if best is not None else None
 
 
 def candidates(analysis: FileAnalysis, text: str) -> list[Candidate]:
     """The fixes ``analysis`` (of ``text``) offers, one per place, in text order."""
-    tree = _tree(text)
-    if tree is None:
+    index = _index(text)
+    if index is None:
         return []
-    src = SourceText(text)
     found: dict[tuple[Any, ...], Candidate] = {}
     for mod in analysis.modules:
         for diag in mod.diagnostics:
-            for cand in _from_diagnostic(analysis, mod, diag, tree, src):
+            for cand in _from_diagnostic(analysis, mod, diag, index):
                 key: tuple[Any, ...] = (cand.kind, cand.span.line, cand.span.col, cand.span.end_line,
                        cand.span.end_col, repr(sorted(cand.params.items())))  # fmt: skip
                 if cand.kind in ("directive", "leaf", "concrete"):
@@ -179,10 +189,10 @@ def _from_diagnostic(
     analysis: FileAnalysis,
     mod: ModuleResult,
     diag: Diagnostic,
-    tree: ast.Module,
-    src: SourceText,
+    index: _Index,
 ) -> Iterable[Candidate]:
     code, span, data = diag.code, diag.span, diag.data
+    src = index.src
     at = f"{span.line}:{span.col}"
     owner = _forward_owner(analysis.classes, span)
 
@@ -200,7 +210,7 @@ def _from_diagnostic(
         )
 
     if code == "FX302" and owner is not None:
-        stmt = _statement(tree, src, span)
+        stmt = _statement(index, span)
         if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr)):
             shown = _short(src.text(src.node_span(stmt)))
             yield make("dead-code", owner, f"Remove unused `{shown}`")
@@ -224,12 +234,12 @@ def _from_diagnostic(
     if code == "FX101" and data.get("concrete"):
         args = str(data["concrete"])
         yield make("concrete", mod.name, f"Trace with `{args}` fixed by a directive", args=args)
-    if code == "FX101" and _is_assert_test(tree, src, span):
+    if code == "FX101" and _key(span) in index.assert_tests:
         yield make(
             "assert", owner or mod.name, "Replace `assert` with `torch._assert(...)` (traceable)"
         )
     if code == "FX102":
-        call = _call_at(tree, src, span)
+        call = index.calls.get(_key(span))
         if call is not None and len(call.args) == 1:
             inner = src.text(src.node_span(call.args[0]))
             yield make(
@@ -238,7 +248,7 @@ def _from_diagnostic(
                 f"Replace `{_short(src.text(span))}` with `{_short(inner)}.size(0)` (traceable)",
             )
     if code == "FX105":
-        call = _call_at(tree, src, span)
+        call = index.calls.get(_key(span))
         func = call.func if call is not None else None
         if isinstance(func, ast.Attribute) and func.attr in ("zeros", "ones", "empty", "full"):
             yield make(
@@ -251,10 +261,10 @@ def _from_diagnostic(
 def refactors_at(analysis: FileAnalysis, text: str, line: int, col: int) -> list[Candidate]:
     """Refactors at a position of the analysed text: name every argument of the call there
     (the innermost call with a positional argument whose parameter names are known)."""
-    tree = _tree(text)
-    if tree is None:
+    index = _index(text)
+    if index is None:
         return []
-    src = SourceText(text)
+    src = index.src
     best: tuple[str, Span, ast.Call] | None = None
     for mod in analysis.modules:
         for node in mod.nodes:
@@ -265,7 +275,7 @@ def refactors_at(analysis: FileAnalysis, text: str, line: int, col: int) -> list
                 continue
             if best is not None and not _contains(best[1], span):
                 continue
-            call = _call_at(tree, src, span)
+            call = index.calls.get(_key(span))
             if call is None or not call.args or any(isinstance(a, ast.Starred) for a in call.args):
                 continue
             owner = analysis.module(_forward_owner(analysis.classes, span) or "")

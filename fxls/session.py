@@ -76,6 +76,8 @@ class Session:
         self.hover_seconds: deque[float] = deque(maxlen=HOVER_SAMPLES)
         self.fix_outcomes: dict[str, tuple[int | None, dict[str, FixOutcome]]] = {}
         """Per document: the version and the fixes the worker computed for it."""
+        self._candidates: dict[str, tuple[Any, list[fixes.Candidate]]] = {}
+        """Per document: the analysis and the fixes it offers (listed on every cursor move)."""
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -437,6 +439,8 @@ class Session:
             self.schedule(doc, 0.0)
 
     def did_close(self, uri: str) -> None:
+        self._candidates.pop(uri, None)
+        self.fix_outcomes.pop(uri, None)
         if self.documents.close(uri) is not None:
             self.lsp.text_document_publish_diagnostics(
                 types.PublishDiagnosticsParams(uri=uri, diagnostics=[])
@@ -502,8 +506,12 @@ class Session:
             return []
         mapper = doc.line_map().to_current
         known = self._outcomes(doc)
+        cached = self._candidates.get(doc.uri)
+        if cached is None or cached[0] is not doc.result:
+            cached = (doc.result, fixes.candidates(doc.result.analysis, doc.result.text))
+            self._candidates[doc.uri] = cached
         out = []
-        for cand in fixes.candidates(doc.result.analysis, doc.result.text):
+        for cand in cached[1]:
             span = fixes.moved(cand.span, mapper)
             if span is not None:
                 out.append(code_actions.Offered(cand, span, known.get(cand.id)))

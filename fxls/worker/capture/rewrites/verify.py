@@ -305,9 +305,13 @@ def _compare_captures(
             return f"`{before.name}` now reports {d.code}: {d.message}"
     same_build = _built_as(before) == _built_as(after) and before.inputs == after.inputs
     own = before.name in change.classes
-    if (own or same_build) and before.outputs and after.outputs:
-        if _shape_key(before) != _shape_key(after):
-            return f"the output shapes of `{before.name}` change"
+    if (
+        (own or same_build)
+        and before.outputs
+        and after.outputs
+        and _shape_key(before) != _shape_key(after)
+    ):
+        return f"the output shapes of `{before.name}` change"
     for code, cls, span in change.gone:
         if cls != before.name:
             continue

@@ -5,7 +5,8 @@ Shared by the language server (code actions) and ``fxls check --fix``; no LSP ty
 - :func:`candidates` lists the fixes an analysis offers, from its diagnostics (FX302 unused
   statements, FX405/FX408 assumptions to pin, FX101/FX107/FX199 leaf and flag directives,
   FX101 ``assert``, FX102 ``len``, FX105 ``torch.zeros``), fast and without the worker;
-  :func:`refactors_at` the refactors at a position (name every argument of a call).
+  :func:`refactors_at` the refactors at a position (name every argument of a call, use
+  ``F.scaled_dot_product_attention`` for a hand-written attention).
 - :func:`compute` sends them to the worker as one ``rewrite`` job, which computes each edit and
   verifies it in the sandbox (``fxls.worker.capture.rewrites``).
 - :func:`minimal_edits` turns an edited text back into the smallest edits (difflib), so that
@@ -36,6 +37,7 @@ from fxls.protocol.model import (
     JobResult,
     Limits,
     ModuleResult,
+    NodeInfo,
     RewriteJob,
     RewriteResult,
     Span,
@@ -284,8 +286,9 @@ def refactors_at(analysis: FileAnalysis, text: str, line: int, col: int) -> list
                 cls = owner.name
             if best is None or best[1] != span:
                 best = (cls, span, call)
+    found = _attention_at(analysis, line, col)
     if best is None:
-        return []
+        return found
     cls, span, call = best
     callee = _short(src.text(src.node_span(call.func)), 30)
     return [
@@ -296,8 +299,87 @@ def refactors_at(analysis: FileAnalysis, text: str, line: int, col: int) -> list
             span=span,
             title=f"Name every argument of `{callee}(...)`",
             category="refactor",
-        )
+        ),
+        *found,
     ]
+
+
+def _attention_at(analysis: FileAnalysis, line: int, col: int) -> list[Candidate]:
+    """ "Use scaled_dot_product_attention" when the cursor is on a hand-written attention of
+    a class's own ``forward``."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for mod in analysis.modules:
+        for covering, softmax in attention_spans(mod):
+            owner = _forward_owner(analysis.classes, softmax)
+            if owner != mod.name or not _inside(covering, line, col):
+                continue
+            if (covering.line, covering.col) in seen:
+                continue
+            seen.add((covering.line, covering.col))
+            out.append(
+                Candidate(
+                    id=f"attention:{mod.name}:{covering.line}:{covering.col}",
+                    kind="attention",
+                    cls=mod.name,
+                    span=covering,
+                    title="Use `F.scaled_dot_product_attention` (fused attention)",
+                    category="refactor",
+                )
+            )
+    return out
+
+
+_SOFTMAX = frozenset({"torch.nn.functional.softmax", "torch.softmax", "softmax"})
+_MATMUL = frozenset({"operator.matmul", "torch.matmul", "matmul"})
+_SCALE = frozenset({"operator.mul", "operator.truediv"})
+
+
+def _is_softmax(node: NodeInfo) -> bool:
+    if node.op == "call_module":
+        return (node.module_type or "").startswith("Softmax(")
+    return node.target in _SOFTMAX
+
+
+def _is_dropout(node: NodeInfo) -> bool:
+    if node.op == "call_module":
+        return (node.module_type or "").startswith("Dropout(")
+    return node.target == "torch.nn.functional.dropout"
+
+
+def attention_spans(mod: ModuleResult) -> list[tuple[Span, Span]]:
+    """(covering span, softmax span) of each hand-written attention in a captured graph:
+    ``q @ kᵀ`` [scaled] [masked] → softmax → [dropout] → ``@ v``, each step used once. A quick
+    look at the wire graph; the worker matches the real FX graph when the refactor is picked."""
+    by_name = {n.name: n for n in mod.nodes}
+    users: dict[str, list[NodeInfo]] = {}
+    for n in mod.nodes:
+        for name in n.inputs:
+            users.setdefault(name, []).append(n)
+
+    def only_user(n: NodeInfo) -> NodeInfo | None:
+        found = users.get(n.name, [])
+        return found[0] if len(found) == 1 else None
+
+    out = []
+    for soft in mod.nodes:
+        if not _is_softmax(soft) or not soft.inputs or soft.span is None:
+            continue
+        node = by_name.get(soft.inputs[0])
+        if node is not None and node.target == "masked_fill" and node.inputs:
+            node = by_name.get(node.inputs[0])
+        if node is not None and node.target in _SCALE:
+            node = next((by_name[i] for i in node.inputs if by_name[i].target in _MATMUL), None)
+        if node is None or node.target not in _MATMUL or node.span is None:
+            continue
+        after = only_user(soft)
+        if after is not None and _is_dropout(after):
+            after = only_user(after)
+        if after is None or after.target not in _MATMUL or after.span is None:
+            continue
+        start, end = node.span, after.span
+        out.append((Span(start.line, start.col, end.end_line, end.end_col), soft.span))
+    return out
 
 
 def _inside(span: Span, line: int, col: int) -> bool:

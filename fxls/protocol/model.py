@@ -44,7 +44,15 @@ JobKind = Literal["capture", "rewrite"]
 """Kinds of job a child runs; each kind has one runner in ``fxls.worker.capture.jobs``."""
 
 FixKind = Literal[
-    "dead-code", "directive", "assert", "len", "factory", "concrete", "leaf", "name-args"
+    "dead-code",
+    "directive",
+    "assert",
+    "len",
+    "factory",
+    "concrete",
+    "leaf",
+    "name-args",
+    "attention",
 ]
 """The rewrites of ``fxls.worker.capture.rewrites`` (one module each)."""
 Applicability = Literal["safe", "unsafe", "unavailable"]

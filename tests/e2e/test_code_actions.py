@@ -303,6 +303,24 @@ async def test_name_every_argument(client: LanguageClient) -> None:
     _close(client, uri)
 
 
+async def test_modernize_attention(client: LanguageClient) -> None:
+    uri, text = _open(client, "attention_before.py")
+    await _diagnostics(client, uri)
+    line = text.split("\n").index("        att = F.softmax(att, dim=-1)")
+    at = types.Position(line, 12)
+    actions = await _actions(client, uri, types.Range(at, at), only=["refactor.rewrite"])
+    (refactor,) = [a for a in actions if "scaled_dot_product_attention" in a.title]
+    done = await client.code_action_resolve_async(refactor)
+    assert done.edit is not None, done.disabled
+    after = _apply(text, done.edit, uri, "utf-16")
+    assert (
+        "        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, "
+        "dropout_p=self.drop.p if self.training else 0.0)  # (B, h, T, d)\n"
+    ) in after
+    assert "att = F.softmax(att, dim=-1)\n        att = self.drop(att)" not in after
+    _close(client, uri)
+
+
 async def test_in_place_statement_is_never_removed(client: LanguageClient) -> None:
     """``h.mul_(2)``'s result is unused, but removing it changes what the module computes."""
     uri, _text = _open(client, "unsafe_before.py")

@@ -280,9 +280,7 @@ def test_randomize_moves_batchnorm_away_from_the_identity() -> None:
 def test_edits_that_do_not_parse_or_build_are_unavailable() -> None:
     original = _original("dead_code_after.py")
     broken = _replace(original.source, "kept = h * 2", "kept = h *")
-    verdict = verify(
-        original, Change([broken], ["Head"], ["Head"]), RewriteJob(), lambda *a: None
-    )
+    verdict = verify(original, Change([broken], ["Head"], ["Head"]), RewriteJob(), lambda *a: None)
     assert verdict.applicability == "unavailable" and "does not parse" in verdict.reason
     no_build = _replace(original.source, "nn.Linear(8, 8)", "nn.Linear(8, 8, nope=1)")
     verdict = verify(
@@ -345,3 +343,47 @@ async def test_rewrite_job_through_the_zygote(worker: Any) -> None:
     (outcome,) = result.payload.rewrite.outcomes
     assert outcome.applicability == "safe", outcome.reason
     assert "seccomp" in result.isolation or result.isolation
+
+
+# ---------------------------------------------------------------------------------------
+# Attention -> scaled_dot_product_attention
+# ---------------------------------------------------------------------------------------
+
+
+def test_attention_rewrites_verify_with_the_right_mask_and_scale() -> None:
+    """nanoGPT's causal mask becomes ``is_causal=True``; a banded mask cannot, so it becomes
+    ``attn_mask=``; a scale that is not the default stays; dropout keeps its probability in
+    training. Each verified in eval mode on real tensors."""
+    from fxls import fixes
+    from fxls.engine import FileAnalysis
+
+    job = _job("attention_before.py")
+    _, result = capture_document(job, lambda *a: None)
+    analysis = FileAnalysis(
+        path=job.path, version=1, modules=result.modules, classes=parse(job.source).classes
+    )
+    requests = []
+    for mod in result.modules:
+        for covering, softmax in fixes.attention_spans(mod):
+            (cand,) = [
+                c
+                for c in fixes.refactors_at(analysis, job.source, softmax.line, softmax.col)
+                if c.kind == "attention"
+            ]
+            assert cand.span == covering
+            requests.append(cand.request())
+    assert [r.cls for r in requests] == ["Causal", "Banded", "ViTStyle"]
+    outcome = _rewrite(job, *requests, combine=True)
+    assert outcome.rewrite is not None and outcome.rewrite.combined is not None
+    assert [o.applicability for o in outcome.rewrite.outcomes] == ["safe"] * 3
+    after = apply_edits(job.source, outcome.rewrite.combined.edits)
+    assert after == (FIXTURES / "attention_after.py").read_text()
+
+
+def test_attention_whose_weights_are_used_is_not_rewritten() -> None:
+    job = _job("attention_before.py")
+    text = job.source
+    line = text.split("\n").index("        att = F.softmax(att, dim=-1)", 80) + 1
+    outcome = _one(job, _fix("attention", "ReturnsWeights", Span(line - 1, 0, line + 1, 20)))
+    assert outcome.applicability == "unavailable"
+    assert "no attention pattern" in outcome.reason

@@ -3,7 +3,8 @@
 The ``rewrite`` job (``JobRequest.kind``) executes and captures the document once, asks the
 module of each requested fix for its edits (one module per rewrite: ``dead_code``,
 ``directives``, ``leaf``, ``concrete``, ``assertion``, ``length``, ``factory``,
-``name_args``), and verifies them with :mod:`~fxls.worker.capture.rewrites.verify`. With
+``name_args``, ``attention``), and verifies them with
+:mod:`~fxls.worker.capture.rewrites.verify`. With
 ``RewriteJob.combine`` the fixes that verified are applied together and verified again.
 
 Edits are computed against the job's source and touch only what they must; the server turns
@@ -30,6 +31,7 @@ from fxls.worker.capture.pipeline import capture_document
 from fxls.worker.capture.reporting import one_line
 from fxls.worker.capture.rewrites import (
     assertion,
+    attention,
     concrete,
     dead_code,
     directives,
@@ -53,6 +55,7 @@ REWRITES: dict[str, ModuleType] = {
     "len": length,
     "factory": factory,
     "name-args": name_args,
+    "attention": attention,
 }
 
 _ORDER = {"safe": 0, "unsafe": 1, "unavailable": 2}

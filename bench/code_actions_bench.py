@@ -6,7 +6,9 @@
              analysis (which indexes the AST) is reported apart;
   resolve  - one rewrite job in the warm worker (capture, edit, verify: re-capture and real
              tensors): the `assert` fix-it of tests/corpus/gpt.py, the FX302 fix of the fixture,
-             and fix-all of tests/corpus/zeroconfig/nanogpt.py (directives pinned).
+             fix-all of tests/corpus/zeroconfig/nanogpt.py (directives pinned), and the attention
+             rewrite on a 12-layer GPT-2 (bench/models/gpt48.py with 12 layers and a directive on
+             its attention class, so that the class is built and verified on its own).
 
 Usage: .venv/bin/python bench/code_actions_bench.py [--runs 3]
 """
@@ -29,6 +31,22 @@ from fxls import engine, fixes  # noqa: E402
 from fxls.features import code_actions  # noqa: E402
 from fxls.features.convert import UTF16  # noqa: E402
 from fxls.workerclient import WorkerClient  # noqa: E402
+
+GPT12_DIRECTIVES = (
+    "# fxls: init(n_embd=768, n_head=12, block_size=1024)\n# fxls: x = (B=2, T=128, 768)\n"
+)
+
+
+def gpt12(folder: Path) -> Path:
+    """bench/models/gpt48.py with 12 layers (GPT-2 small) and its attention class pinned."""
+    text = (ROOT / "bench/models/gpt48.py").read_text()
+    text = text.replace("n_layer: int = 48", "n_layer: int = 12")
+    text = text.replace(
+        "class CausalSelfAttention(", GPT12_DIRECTIVES + "class CausalSelfAttention(", 1
+    )
+    path = folder / "gpt12.py"
+    path.write_text(text)
+    return path
 
 
 def _stats(samples: list[float]) -> str:
@@ -80,10 +98,14 @@ async def main() -> None:
                 f"list {path.name} ({nodes} nodes): first {first * 1000:.1f} ms; {_stats(samples)}"
             )
 
+        import tempfile
+
+        scratch = Path(tempfile.mkdtemp(prefix="fxls-bench-"))
         cases = [
             (ROOT / "tests/corpus/gpt.py", "assert", False),
             (ROOT / "tests/fixtures/rewrites/dead_code_before.py", "dead-code", False),
             (ROOT / "tests/corpus/zeroconfig/nanogpt.py", None, True),
+            (gpt12(scratch), "attention", False),
         ]
         for path, kind, combine in cases:
             text = path.read_text()
@@ -92,6 +114,12 @@ async def main() -> None:
                 c for c in fixes.candidates(analysis, text)
                 if (kind is None and c.fix_all) or c.kind == kind
             ][: None if combine else 1]  # fmt: skip
+            if kind == "attention":
+                line = text.split("\n").index("        att = F.softmax(att, dim=-1)") + 1
+                wanted = [
+                    c for c in fixes.refactors_at(analysis, text, line, 12)
+                    if c.kind == "attention"
+                ]  # fmt: skip
             times = []
             for _ in range(args.runs):
                 started = time.perf_counter()

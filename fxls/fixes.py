@@ -309,25 +309,38 @@ def _attention_at(analysis: FileAnalysis, line: int, col: int) -> list[Candidate
     a class's own ``forward``."""
     seen: set[tuple[int, int]] = set()
     out = []
-    for mod in analysis.modules:
-        for covering, softmax in attention_spans(mod):
-            owner = _forward_owner(analysis.classes, softmax)
-            if owner != mod.name or not _inside(covering, line, col):
-                continue
-            if (covering.line, covering.col) in seen:
-                continue
-            seen.add((covering.line, covering.col))
-            out.append(
-                Candidate(
-                    id=f"attention:{mod.name}:{covering.line}:{covering.col}",
-                    kind="attention",
-                    cls=mod.name,
-                    span=covering,
-                    title="Use `F.scaled_dot_product_attention` (fused attention)",
-                    category="refactor",
-                )
+    for mod, covering, softmax in _attentions(analysis):
+        owner = _forward_owner(analysis.classes, softmax)
+        if owner != mod.name or not _inside(covering, line, col):
+            continue
+        if (covering.line, covering.col) in seen:
+            continue
+        seen.add((covering.line, covering.col))
+        out.append(
+            Candidate(
+                id=f"attention:{mod.name}:{covering.line}:{covering.col}",
+                kind="attention",
+                cls=mod.name,
+                span=covering,
+                title="Use `F.scaled_dot_product_attention` (fused attention)",
+                category="refactor",
             )
+        )
     return out
+
+
+_ATTENTIONS: list[tuple[FileAnalysis, list[tuple[ModuleResult, Span, Span]]]] = []
+
+
+def _attentions(analysis: FileAnalysis) -> list[tuple[ModuleResult, Span, Span]]:
+    """Every module's attention spans, computed once per analysis (a few recent ones kept)."""
+    for known, found in _ATTENTIONS:
+        if known is analysis:
+            return found
+    found = [(mod, cov, soft) for mod in analysis.modules for cov, soft in attention_spans(mod)]
+    _ATTENTIONS.insert(0, (analysis, found))
+    del _ATTENTIONS[8:]
+    return found
 
 
 _SOFTMAX = frozenset({"torch.nn.functional.softmax", "torch.softmax", "softmax"})

@@ -241,7 +241,15 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
     if first not in block or last not in block:
         raise Unavailable("the attention spans several blocks")
     stmts = block[block.index(first) : block.index(last) + 1]
-    _check_statements(stmts, match, traced.gm.graph, src, forward)
+    out_span = _at(match.out)
+    value = getattr(last, "value", None)
+    exact = (
+        isinstance(last, (ast.Assign, ast.Return))
+        and isinstance(value, ast.expr)
+        and src.node_span(value) == out_span
+        and (isinstance(last, ast.Return) or _single_name(last))
+    )
+    _check_statements(stmts, match, traced.gm.graph, src, forward, exact)
     lead = f"{last.targets[0].id} = " if isinstance(last, ast.Assign) else "return "  # type: ignore[attr-defined]
 
     scores = _ast_at(tree, src, _at(match.scores))
@@ -266,7 +274,7 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
     pad = indent.group(0) if indent else ""
     comments = [
         src.line(n)
-        for n in range(first.lineno, (last.end_lineno or last.lineno) + 1)
+        for n in range(first.lineno, (last.end_lineno or last.lineno) + 1 if exact else last.lineno)
         if src.line(n).strip().startswith("#")
     ]
     tail = src.line(last.end_lineno or last.lineno)[src.node_span(last).end_col :].rstrip()
@@ -276,6 +284,15 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
         call = (
             f"{functional}.scaled_dot_product_attention({', '.join(args[:3] + extra + args[3:])})"
         )
+        if not exact:
+            # the product is part of the last statement: drop the statements before it (their
+            # comment lines stay) and put the call where the product was
+            assert out_span is not None
+            kept = "".join(c + nl for c in comments)
+            return [
+                TextEdit(Span(first.lineno, 0, last.lineno, 0), kept),
+                TextEdit(out_span, call),
+            ]
         body = "".join(c + nl for c in comments) + f"{pad}{lead}{call}{tail}{nl}"
         end = (last.end_lineno or last.lineno) + 1
         return [TextEdit(Span(first.lineno, 0, end, 0), body)]
@@ -295,13 +312,35 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
     )
 
 
+def _single_name(stmt: ast.stmt) -> bool:
+    return (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+    )
+
+
+def _downstream(node: torch.fx.Node) -> set[torch.fx.Node]:
+    found: set[torch.fx.Node] = set()
+    queue = list(node.users)
+    while queue:
+        n = queue.pop()
+        if n not in found:
+            found.add(n)
+            queue.extend(n.users)
+    return found
+
+
 def _check_statements(
     stmts: list[ast.stmt],
     match: Match,
     graph: torch.fx.Graph,
     src: SourceText,
     forward: ast.AST,
+    exact: bool,
 ) -> None:
+    """The statements compute the attention and nothing else (with ``exact`` False, the last
+    one may go on with the result: ``y = (att @ v).transpose(1, 2)``)."""
     spans = [src.node_span(s) for s in stmts]
     inside = [
         n
@@ -319,22 +358,21 @@ def _check_statements(
                 covered.add(node)
                 grown = True
     for stmt in stmts:
-        if stmt is stmts[-1] and isinstance(stmt, ast.Return) and stmt.value is not None:
-            if src.node_span(stmt.value) != _at(match.out):
-                raise Unavailable("the attention's result is returned inside another expression")
+        if stmt is stmts[-1] and (isinstance(stmt, ast.Return) or not exact):
             continue
-        if not (
-            isinstance(stmt, ast.Assign)
-            and len(stmt.targets) == 1
-            and isinstance(stmt.targets[0], ast.Name)
-        ):
+        if not _single_name(stmt):
             raise Unavailable("the attention's statements are not simple assignments")
+    last = src.node_span(stmts[-1])
+    later = set() if exact else _downstream(match.out)
     for node in inside:
+        at = _at(node)
+        if node in later and at is not None and text.contains(last, at):
+            continue  # the last statement goes on with the result
         if node not in covered:
             raise Unavailable(f"these statements also compute `{node.name}`")
     bound = {s.targets[0].id for s in stmts[:-1] if isinstance(s, ast.Assign)}  # type: ignore[attr-defined]
-    last = stmts[-1]
-    end = (last.end_lineno or last.lineno, last.end_col_offset or 0)
+    final = stmts[-1]
+    end = (final.end_lineno or final.lineno, final.end_col_offset or 0)
     for node in ast.walk(forward):
         if (
             isinstance(node, ast.Name)

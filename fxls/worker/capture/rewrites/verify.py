@@ -391,11 +391,14 @@ def compare_outputs(
 ) -> Verdict:
     """Build both classes on the CPU and compare their outputs on random inputs."""
     mod = original.module(name)
-    if mod.params is not None and mod.params > rewrite.max_params:
+    built, params = _built_from(original, mod)
+    if params is None or params > rewrite.max_params:
+        inside = f" (built inside `{built}`)" if built != name else ""
+        count = f"{params:,} parameters" if params is not None else "size unknown"
         return Verdict(
             "unsafe",
-            f"unsafe: too large to verify ({mod.params:,} parameters; fxls runs modules up to "
-            f"{rewrite.max_params:,} on real tensors)",
+            f"unsafe: too large to verify{inside}: {count}; fxls runs modules up to "
+            f"{rewrite.max_params:,} parameters on real tensors",
         )
     how = mod.constructed
     if how is None or how.expr is None:
@@ -459,6 +462,22 @@ def compare_outputs(
             + " and ".join(compared)
         ],
     )
+
+
+def _built_from(original: Original, mod: ModuleResult) -> tuple[str, int | None]:
+    """The class whose instance the verification builds (a parent's, for a submodule captured
+    from it) and its parameter count."""
+    seen = {mod.name}
+    while mod.constructed is not None and mod.constructed.source == "parent":
+        parent = mod.constructed.inputs_from
+        if parent is None or parent in seen:
+            return mod.name, None
+        seen.add(parent)
+        try:
+            mod = original.module(parent)
+        except Exception:
+            return parent, None
+    return mod.name, mod.params
 
 
 def randomize(module: nn.Module, seed: int) -> None:

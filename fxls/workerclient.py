@@ -86,6 +86,11 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parent.parent)
 
 
+_REPLACED_LAYERS = frozenset({"cgroup"})
+"""Layers whose absence another rule makes up for (no memory cgroup: memfd_create denied and
+open files capped), so it is logged, not warned about."""
+
+
 async def _read_frame(reader: asyncio.StreamReader, frames: FrameReader) -> dict[str, Any]:
     """The next message from the zygote; IncompleteReadError at EOF."""
     while (body := frames.next_body()) is None:
@@ -356,8 +361,12 @@ class WorkerClient:
             f"worker {ready.pid} ready in {ready.warm_s:.2f}s (torch {ready.torch_version}; "
             f"isolation {', '.join(ready.isolation_available) or 'none'})"
         )
-        if ready.isolation_missing:
-            missing = "; ".join(f"{k}: {why}" for k, why in ready.isolation_missing.items())
+        replaced = {k: why for k, why in ready.isolation_missing.items() if k in _REPLACED_LAYERS}
+        lost = {k: why for k, why in ready.isolation_missing.items() if k not in replaced}
+        if replaced:
+            self._log("sandbox: " + "; ".join(f"{k}: {why}" for k, why in replaced.items()))
+        if lost:
+            missing = "; ".join(f"{k}: {why}" for k, why in lost.items())
             warning = (
                 f"warning: sandbox layers unavailable, jobs run with less isolation: {missing}"
             )

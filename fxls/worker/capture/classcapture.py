@@ -173,9 +173,12 @@ def capture_class(
         given = recorded.inputs if recorded is not None else {}
         capture = ClassCapture(doc, req, mod, given)
         capture.run(built.module, report_phase, built.arguments)
+        if wanted:
+            # what the parent called before any failure is evidence for the children even if
+            # the parent itself does not run through
+            capture.record_children({c: n for c, n in wanted.items() if n not in doc.records})
+        doc.captures.setdefault(req.name, capture)
         if built.construction.source != "assumed" or runs(mod):
-            if wanted:
-                capture.record_children(wanted)
             doc.captures[req.name] = capture
             return mod
         if first is None:

@@ -87,74 +87,111 @@ def capture_document(
             _soften_worked_around(mod)
         done.setdefault(req.name, mod)
         results[index] = mod
+    _adopt_parents(doc, job, results, report_phase)
+    result.modules = [results[i] for i in range(len(job.classes))]
+    return doc, result
+
+
+MAX_FACTORY_PRODUCTS = 3
+"""Factory products of the file captured per job to find instances no parent called."""
+
+
+def _adopt_parents(
+    doc: Document,
+    job: CaptureJob,
+    results: dict[int, ModuleResult],
+    report_phase: PhaseReporter,
+) -> None:
+    """Re-capture, from an instance a parent called, the classes captured without one.
+
+    The parent may be a class of this job that the file's order did not reveal (``block``
+    passed as a parameter), or the product of a factory of the file (``resnet50()`` builds the
+    ``Bottleneck`` that ``resnet18()`` does not); factory products are tried only for classes
+    that were built with assumed arguments or did not run through, at most
+    ``MAX_FACTORY_PRODUCTS`` per job, each captured once for all of them.
+    """
+    pending: dict[str, list[int]] = {}
     for index, req in enumerate(job.classes):
         mod = results[index]
         how = mod.constructed.source if mod.constructed is not None else None
         if req.skip or req.init or how == "parent":
             continue
-        try:
-            # a parent the file's order did not reveal (``block(width)`` built from a
-            # parameter), else one a factory of the file builds (``resnet50()`` builds the
-            # ``Bottleneck`` that ``resnet18()`` does not)
-            found = _record_via_captures(doc, req) or (
-                (how == "assumed" or not runs(mod))
-                and _record_via_factories(doc, job, req, report_phase)
-            )
-            if found:
-                kept = doc.captures.get(req.name)
-                retry = capture_class(doc, req, report_phase)
-                if runs(retry) or not runs(mod):
-                    _soften_worked_around(retry)
-                    results[index] = retry
-                elif kept is not None:
-                    doc.captures[req.name] = kept
-        except BaseException:
-            pass
-    result.modules = [results[i] for i in range(len(job.classes))]
-    return doc, result
-
-
-def _record_via_captures(doc: Document, req: ClassRequest) -> bool:
-    """Record an instance of ``req``'s class from a module captured earlier in this job."""
-    cls = doc.namespace.get(req.name)
-    if not isinstance(cls, type) or req.name in doc.records:
-        return req.name in doc.records
-    for name, capture in doc.captures.items():
-        module = capture.module
-        if name == req.name or module is None:
-            continue
-        if any(isinstance(m, cls) for m in module.modules()):
-            capture.record_children({cls: req.name})
-            if req.name in doc.records:
-                return True
-    return False
-
-
-def _record_via_factories(
-    doc: Document, job: CaptureJob, req: ClassRequest, report_phase: PhaseReporter
-) -> bool:
-    """Record an instance of ``req``'s class from the product of a factory of another class."""
-    cls = doc.namespace.get(req.name)
-    if not isinstance(cls, type):
-        return False
+        pending.setdefault(req.name, []).append(index)
+    classes = {
+        name: cls
+        for name in pending
+        if isinstance(cls := doc.namespace.get(name), type) and issubclass(cls, nn.Module)
+    }
+    for name, cls in classes.items():
+        _record_from(doc, cls, name, exclude=name)
+    weak = {
+        name: cls
+        for name, cls in classes.items()
+        if name not in doc.records and any(_weak(results[i]) for i in pending[name])
+    }
+    products = 0
     for other in job.classes:
+        if not weak or products >= MAX_FACTORY_PRODUCTS:
+            break
         parent_cls = doc.namespace.get(other.name)
-        if other.name == req.name or not (
-            isinstance(parent_cls, type) and issubclass(parent_cls, nn.Module)
-        ):
+        if not (isinstance(parent_cls, type) and issubclass(parent_cls, nn.Module)):
             continue
         for recipe in construct.factories(doc, parent_cls):
+            if not weak or products >= MAX_FACTORY_PRODUCTS:
+                break
             built = build.from_recipe(doc, parent_cls, recipe)
-            if built is None or not any(isinstance(m, cls) for m in built.module.modules()):
+            if built is None:
                 continue
+            kinds = {type(m) for m in built.module.modules()}
+            inside = {c: n for n, c in weak.items() if n != other.name and c in kinds}
+            if not inside:
+                continue
+            products += 1
             scratch = ModuleResult(name=other.name, line=other.line, status="failed")
             build.record(scratch, built, Span(other.line, 0, other.line, 0))
             capture = ClassCapture(doc, ClassRequest(other.name, other.line), scratch)
-            capture.run(built.module, report_phase, built.arguments)
-            capture.record_children({cls: req.name})
-            if req.name in doc.records:
-                return True
-    return False
+            try:
+                capture.run(built.module, report_phase, built.arguments)
+                capture.record_children(inside)
+            except Exception:
+                continue
+            for found in [n for n in weak if n in doc.records]:
+                del weak[found]
+    for name, indices in pending.items():
+        if name not in doc.records:
+            continue
+        for index in indices:
+            req = job.classes[index]
+            kept = doc.captures.get(req.name)
+            try:
+                retry = capture_class(doc, req, report_phase)
+            except Exception:
+                continue
+            if runs(retry) or not runs(results[index]):
+                _soften_worked_around(retry)
+                results[index] = retry
+            elif kept is not None:
+                doc.captures[req.name] = kept  # the capture whose result is kept
+
+
+def _weak(mod: ModuleResult) -> bool:
+    """Built only with assumed arguments, or not run through ``forward``."""
+    how = mod.constructed.source if mod.constructed is not None else None
+    return how == "assumed" or not runs(mod)
+
+
+def _record_from(doc: Document, cls: type, name: str, exclude: str) -> None:
+    """Record an instance of ``cls`` from a module captured earlier in this job."""
+    if name in doc.records:
+        return
+    for other, capture in doc.captures.items():
+        module = capture.module
+        if other == exclude or module is None:
+            continue
+        if any(type(m) is cls for m in module.modules()):
+            capture.record_children({cls: name})
+            if name in doc.records:
+                return
 
 
 def _wanted(

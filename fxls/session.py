@@ -163,6 +163,7 @@ class Session:
         old = self.settings
         self.settings = new
         if new != old:
+            self.fix_outcomes.clear()  # verdicts depend on the settings (maxParams, limits)
             for doc in self.documents:
                 self.schedule(doc, 0.0)
             self.refresh_views()
@@ -568,6 +569,8 @@ class Session:
 
     async def _resolve(self, action: types.CodeAction) -> types.CodeAction:
         data = action.data if isinstance(action.data, dict) else {}
+        if not self.trusted:
+            return code_actions.refused(action, "this workspace is not trusted")
         doc = self.documents.get(str(data.get("uri", "")))
         version = data.get("version")
         if doc is None or doc.version != version:
@@ -627,5 +630,9 @@ class Session:
             for outcome in result.outcomes:
                 known[outcome.id] = outcome
         if combine:
-            return result.combined
+            if result.combined is not None:
+                return result.combined
+            reasons = sorted({o.reason for o in result.outcomes if o.reason})
+            why = "; ".join(reasons[:3]) or "nothing to change"
+            return FixOutcome("all", "unavailable", "", reason=f"no fix verified safe ({why})")
         return result.outcomes[0] if result.outcomes else None

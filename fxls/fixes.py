@@ -4,7 +4,8 @@ Shared by the language server (code actions) and ``fxls check --fix``; no LSP ty
 
 - :func:`candidates` lists the fixes an analysis offers, from its diagnostics (FX302 unused
   statements, FX405/FX408 assumptions to pin, FX101/FX107/FX199 leaf and flag directives,
-  FX101 ``assert``, FX102 ``len``, FX105 ``torch.zeros``), fast and without the worker;
+  ``torch.fx.wrap`` of a helper, FX101 ``assert``, FX102 ``len``, FX105 ``torch.zeros``),
+  fast and without the worker;
   :func:`refactors_at` the refactors at a position (name every argument of a call, use
   ``F.scaled_dot_product_attention`` for a hand-written attention).
 - :func:`compute` sends them to the worker as one ``rewrite`` job, which computes each edit and
@@ -48,7 +49,7 @@ from fxls.protocol.positions import SourceText
 Category = Literal["quickfix", "refactor"]
 
 FIX_ALL_KINDS: frozenset[str] = frozenset(
-    {"dead-code", "directive", "leaf", "concrete", "assert", "len", "factory"}
+    {"dead-code", "directive", "leaf", "wrap", "concrete", "assert", "len", "factory"}
 )
 """Fixes that ``source.fixAll.fxls`` and ``fxls check --fix`` apply (when they verify safe)."""
 
@@ -233,6 +234,14 @@ def _from_diagnostic(
     if code in ("FX101", "FX107", "FX199") and data.get("leaf"):
         leaf = str(data["leaf"])
         yield make("leaf", mod.name, f"Keep `{leaf}` as a leaf: `# fxls: leaf {leaf}`", leaf=leaf)
+    if code.startswith("FX1") and data.get("wrap"):
+        helper = str(data["wrap"])
+        yield make(
+            "wrap",
+            owner or mod.name,
+            f'Wrap `{helper}` for torch.fx: `torch.fx.wrap("{helper}")`',
+            wrap=helper,
+        )
     if code == "FX101" and data.get("concrete"):
         args = str(data["concrete"])
         yield make("concrete", mod.name, f"Trace with `{args}` fixed by a directive", args=args)

@@ -51,6 +51,7 @@ FixKind = Literal[
     "factory",
     "concrete",
     "leaf",
+    "wrap",
     "name-args",
     "attention",
 ]

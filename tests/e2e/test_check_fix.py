@@ -83,8 +83,8 @@ def _inputs(info: Any, namespace: dict[str, Any], batch: int, module: Any) -> li
             for d in spec.dims
         ]
         dtype = getattr(torch, spec.dtype or "float32")
-        if dtype.is_floating_point:
-            out.append(torch.randn(sizes))
+        if dtype.is_floating_point or dtype.is_complex:
+            out.append(torch.randn(sizes, dtype=dtype))
         elif dtype == torch.bool:
             out.append(torch.zeros(sizes, dtype=torch.bool))
         else:
@@ -199,7 +199,8 @@ def test_fix_keeps_every_module_computing_the_same(tmp_path: Path) -> None:
     compared: list[str] = []
     for name in sorted(changed):
         compared += compare_eager(work / name, originals[name], (work / name).read_text())
-    assert {"GPT", "LengthNormalized", "ZeroState"} <= set(compared), compared
+    assert {"GPT", "LengthNormalized", "ZeroState", "Attention"} <= set(compared), compared
+    assert 'torch.fx.wrap("apply_rotary_emb")' in (work / "llama.py").read_text()
 
     again = _fxls(".", "--diff", cwd=work)
     assert again.returncode == 0, again.stdout[-3000:]

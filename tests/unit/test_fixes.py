@@ -138,6 +138,7 @@ def test_candidates_from_diagnostics() -> None:
                 _diag("FX408", "Net", init="dim=64", assumed={"dim": "64"}),
                 _diag("FX405", "x):", arg="x", shape="(B, 64)"),
                 _diag("FX101", "x.dim() == 2", leaf="Sub"),
+                _diag("FX103", "len(x)", wrap="helper"),
                 _diag("FX201", "self.fc(x)"),  # nothing to fix
             ]
         ),
@@ -155,6 +156,7 @@ def test_candidates_from_diagnostics() -> None:
         ("leaf", "Net", "Keep `Sub` as a leaf: `# fxls: leaf Sub`"),
         ("dead-code", "Net", "Remove unused `wasted = self.fc(x).relu()`"),
         ("len", "Net", "Replace `len(x)` with `x.size(0)` (traceable)"),
+        ("wrap", "Net", 'Wrap `helper` for torch.fx: `torch.fx.wrap("helper")`'),
         ("factory", "Net", "Replace `torch.zeros(...)` with `x.new_zeros(...)` (traceable)"),
     ]
     assert all(c.fix_all for c in found)

@@ -387,3 +387,17 @@ def test_attention_whose_weights_are_used_is_not_rewritten() -> None:
     outcome = _one(job, _fix("attention", "ReturnsWeights", Span(line - 1, 0, line + 1, 20)))
     assert outcome.applicability == "unavailable"
     assert "no attention pattern" in outcome.reason
+
+
+def test_wrap_a_helper_for_plain_torch_fx() -> None:
+    job = _job("wrap_before.py")
+    diag = _diagnostic(job, "Normalized", "FX101")
+    assert diag.data["wrap"] == "normalize"
+    outcome = _one(job, _fix("wrap", "Normalized", diag.span, "FX101", wrap="normalize"))
+    assert outcome.applicability == "safe", outcome.reason
+    assert "plain `torch.fx.symbolic_trace` of `Normalized` succeeds" in outcome.checks
+    assert apply_edits(job.source, outcome.edits) == (FIXTURES / "wrap_after.py").read_text()
+    # already wrapped: nothing to do
+    job = _job("wrap_after.py")
+    outcome = _one(job, _fix("wrap", "Normalized", diag.span, "FX101", wrap="normalize"))
+    assert outcome.applicability == "unavailable" and "already wrapped" in outcome.reason

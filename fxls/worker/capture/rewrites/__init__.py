@@ -2,7 +2,7 @@
 
 The ``rewrite`` job (``JobRequest.kind``) executes and captures the document once, asks the
 module of each requested fix for its edits (one module per rewrite: ``dead_code``,
-``directives``, ``leaf``, ``concrete``, ``assertion``, ``length``, ``factory``,
+``directives``, ``leaf``, ``wrap``, ``concrete``, ``assertion``, ``length``, ``factory``,
 ``name_args``, ``attention``), and verifies them with
 :mod:`~fxls.worker.capture.rewrites.verify`. With
 ``RewriteJob.combine`` the fixes that verified are applied together and verified again.
@@ -39,6 +39,7 @@ from fxls.worker.capture.rewrites import (
     leaf,
     length,
     name_args,
+    wrap,
 )
 from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable
 from fxls.worker.capture.rewrites.text import ordered
@@ -50,6 +51,7 @@ REWRITES: dict[str, ModuleType] = {
     "dead-code": dead_code,
     "directive": directives,
     "leaf": leaf,
+    "wrap": wrap,
     "concrete": concrete,
     "assert": assertion,
     "len": length,

@@ -217,7 +217,12 @@ def verify(
             return Verdict.unavailable(problem, checks)
     checks.append(_capture_check(change.classes, result))
     for name in change.traces_past:
-        problem, done = _plain_trace(original, doc, name, source, change.edits)
+        where = [
+            Span(shift.line(s.line), s.col, shift.line(s.end_line), s.end_col)
+            for _, cls, s in change.gone
+            if cls == name
+        ]
+        problem, done = _plain_trace(original, doc, name, source, change.edits, where)
         if problem is not None:
             return Verdict.unavailable(problem, checks)
         checks.append(done)
@@ -349,9 +354,15 @@ def _build(doc: Document, expr: str, device: str) -> nn.Module:
 
 
 def _plain_trace(
-    original: Original, doc: Document, name: str, source: str, edits: list[TextEdit]
+    original: Original,
+    doc: Document,
+    name: str,
+    source: str,
+    edits: list[TextEdit],
+    failed_at: list[Span],
 ) -> tuple[str | None, str]:
-    """Plain ``torch.fx.symbolic_trace`` of the edited class must not fail in the edit."""
+    """Plain ``torch.fx.symbolic_trace`` of the edited class must not fail in the edit, nor
+    where the original failed (``failed_at``, on the edited text)."""
     how = original.module(name).constructed
     if how is None or how.expr is None:
         return None, f"`{name}`: cannot be rebuilt to trace with plain torch.fx (skipped)"
@@ -367,6 +378,8 @@ def _plain_trace(
         regions = edited_regions(source, edits)
         if spans and any(contains(r, spans[0]) or contains(spans[0], r) for r in regions):
             return f"torch.fx still fails at the edit: {one_line(exc)}", ""
+        if spans and any((s.line, s.col) == (spans[0].line, spans[0].col) for s in failed_at):
+            return f"torch.fx still fails where it did: {one_line(exc)}", ""
         where = f" at line {spans[0].line}" if spans else ""
         return None, f"plain torch.fx traces past the edit (it fails later{where}: {one_line(exc)})"
     return None, f"plain `torch.fx.symbolic_trace` of `{name}` succeeds"

@@ -102,7 +102,7 @@ async def soak(messages: int, seed: int) -> dict[str, Any]:
                 position=types.Position(line=line, character=lines[line].index("self.fc") + 5),
             )
         )
-        answers = hover is not None and "call_module" in str(hover.contents)
+        answers = hover is not None and "→" in str(hover.contents)
     finally:
         await asyncio.wait_for(client.shutdown_session(), timeout=60)
         await client.stop()

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from fxls.analysis import ClassInfo, parse
+from fxls.analysis import ClassInfo, ParseResult, parse, workspace
 from fxls.protocol import catalogue
 from fxls.protocol.model import (
     CaptureJob,
@@ -27,6 +27,7 @@ from fxls.protocol.model import (
     InputSpec,
     Isolation,
     JobResult,
+    KnownCall,
     Limits,
     ModuleResult,
     Span,
@@ -245,6 +246,37 @@ def capture_job(
     )
 
 
+def class_requests(
+    parsed: ParseResult,
+    path: str,
+    root: str | None = None,
+    extra_inputs: dict[str, list[InputSpec]] | None = None,
+    init_override: dict[str, str] | None = None,
+) -> list[ClassRequest]:
+    """The requests :func:`analyze` sends for every class of ``parsed``: directives, CLI
+    overrides and the calls found in the workspace (for jobs that must capture the same)."""
+    requests = build_requests(parsed.classes, extra_inputs, init_override)
+    _add_call_sites(requests, root, path, parsed.defined)
+    return requests
+
+
+def _add_call_sites(
+    requests: list[ClassRequest], root: str | None, path: str, defined: set[str]
+) -> None:
+    """Calls of the classes without an ``init`` directive in other files of the workspace."""
+    names = [r.name for r in requests if not r.init and not r.skip]
+    if not names:
+        return
+    try:
+        found = workspace.call_sites(root, path, names, defined)
+    except Exception:  # evidence is a bonus: an unreadable workspace changes nothing
+        return
+    for req in requests:
+        for site in found.get(req.name, []):
+            where = os.path.relpath(site.path, root) if root else site.path
+            req.call_sites.append(KnownCall(site.init, f"{where}:{site.line}"))
+
+
 async def analyze(
     client: Runner,
     path: str,
@@ -277,6 +309,7 @@ async def analyze(
     diagnostics = list(parsed.diagnostics)
     if classes:
         requests = build_requests(classes, extra_inputs, init_override)
+        _add_call_sites(requests, root, path, parsed.defined)
         job = capture_job(path, text, requests, options, root)
         await _capture(client, job, classes, text, options, result, diagnostics)
     result.diagnostics = dedupe(diagnostics + [d for m in result.modules for d in m.diagnostics])

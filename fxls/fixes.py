@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from fxls.analysis import ClassInfo, parse
-from fxls.engine import EngineOptions, FileAnalysis, build_requests, capture_job
+from fxls.engine import EngineOptions, FileAnalysis, capture_job, class_requests
 from fxls.protocol.edits import apply_edits, line_starts, span_of
 from fxls.protocol.model import (
     CaptureJob,
@@ -445,7 +445,7 @@ async def compute(
     parsed = parse(text)
     if parsed.syntax_error is not None:
         return _failed(fixes, f"the file does not parse: {parsed.syntax_error.message}")
-    requests = build_requests(parsed.classes, extra_inputs, init_override)
+    requests = class_requests(parsed, path, root, extra_inputs, init_override)
     job = capture_job(path, text, requests, options, root)
     rewrite = RewriteJob(fixes=list(fixes), combine=combine, unsafe=unsafe)
     if max_params is not None:

@@ -38,9 +38,41 @@ def value_text(value: Value, *, dtype: bool = True, default_dtype: str | None = 
         return text
     if value.kind == "none":
         return "None"
+    if value.text is not None and value.kind == "other" and value.text.startswith("tensor("):
+        return _tensor_repr_shape(value.text)
     if value.text is not None:
         return value.text
     return value.kind
+
+
+_SIZE = re.compile(r"size=\(([^()]*)\)")
+
+
+def _tensor_repr_shape(text: str) -> str:
+    """``tensor(..., device='meta', size=(2, 2, 16))`` -> ``[2, 2, 16]`` (never the repr)."""
+    found = _SIZE.search(text)
+    if found is None:
+        return "tensor"
+    return "[" + ", ".join(p.strip() for p in found.group(1).split(",") if p.strip()) + "]"
+
+
+def unpacked_text(
+    names: Sequence[str],
+    values: Sequence[Value | Sequence[Value]],
+    *,
+    default_dtype: str | None = None,
+) -> str:
+    """One part per assigned name of an unpacking line: ``B=B, T=T, C=768`` for sizes,
+    ``q: [B, nh, T, hs], k: ...`` for tensors, ``hidden: ([2, B, 32], [2, B, 32])`` for a
+    tuple (hovers and inlay hints say it alike)."""
+    parts = []
+    for name, value in zip(names, values):
+        if isinstance(value, Value):
+            text = value_text(value, default_dtype=default_dtype)
+            parts.append(f"{name}: {text}" if value.kind == "tensor" else f"{name}={text}")
+        else:
+            parts.append(f"{name}: {values_text(value, default_dtype=default_dtype)}")
+    return ", ".join(parts)
 
 
 def values_text(
@@ -157,3 +189,44 @@ def check_summary(
 def progress_text(done: int, total: int, current: str, seconds: float) -> str:
     """``fxls check [3/12] models/gpt.py · 4.2 s``."""
     return f"fxls check [{done}/{total}] {current} · {seconds_text(seconds)}"
+
+
+_POSITIONAL_KEYS = ("in_features=", "out_features=", "num_embeddings=", "embedding_dim=")
+_DEFAULT_PARTS = {"bias=True", "elementwise_affine=True", "inplace=False", "batch_first=False"}
+
+
+def _split_top(text: str) -> list[str]:
+    """``a, (b, c), d=e`` -> ``["a", "(b, c)", "d=e"]`` (commas outside brackets)."""
+    parts: list[str] = []
+    depth = 0
+    current: list[str] = []
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    if "".join(current).strip():
+        parts.append("".join(current).strip())
+    return parts
+
+
+def module_summary(module_type: str) -> str:
+    """A submodule's constructor, briefly: ``Linear(in_features=768, out_features=3072,
+    bias=True)`` -> ``Linear(768, 3072)``; parts that repeat a default are left out."""
+    name, paren, rest = module_type.partition("(")
+    if not paren or not rest.endswith(")"):
+        return module_type
+    parts = []
+    for part in _split_top(rest[:-1]):
+        if part in _DEFAULT_PARTS:
+            continue
+        for key in _POSITIONAL_KEYS:
+            if part.startswith(key):
+                part = part[len(key) :]
+        parts.append(part)
+    return f"{name}({', '.join(parts)})"

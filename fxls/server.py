@@ -26,6 +26,10 @@ logger = logging.getLogger(__name__)
 STATS = "fxls/stats"
 """Custom request: open documents (version, length, SHA-256 of the text) and recent hover
 handler times, for tests and benchmarks."""
+GRAPH = "fxls/graph"
+"""Custom request ``{"uri", "className"}``: the self-contained HTML page of ``fxls graph`` for that
+class, from the document's last capture (``{"html", "nodes"}``), or ``{"error"}``. The VS Code
+"Show graph" view asks for it: no second capture, and the server's own settings apply."""
 
 
 class FxlsServer(LanguageServer):
@@ -122,6 +126,31 @@ async def on_code_action_resolve(ls: FxlsServer, params: types.CodeAction) -> ty
 @server.feature(STATS)
 def on_stats(ls: FxlsServer, params: Any) -> dict[str, Any]:
     return ls.session.stats()
+
+
+@server.feature(GRAPH)
+def on_graph(ls: FxlsServer, params: Any) -> dict[str, Any]:
+    def get(name: str) -> Any:
+        return params.get(name) if isinstance(params, dict) else getattr(params, name, None)
+
+    uri, cls = get("uri"), get("className")
+    return ls.session.safely("graph", lambda: graph_page(ls.session, uri, cls), {"error": "failed"})
+
+
+def graph_page(session: Session, uri: Any, cls: Any) -> dict[str, Any]:
+    """The ``fxls/graph`` answer for class ``cls`` of the open document ``uri``."""
+    from fxls.graph import build_graph, render_graph
+
+    doc = session.documents.get(uri) if isinstance(uri, str) else None
+    if doc is None or doc.result is None:
+        why = "" if session.trusted else " (the workspace is not trusted, so fxls runs none of it)"
+        return {"error": f"this file has not been analysed yet{why}"}
+    module = doc.result.analysis.module(cls) if isinstance(cls, str) else None
+    if module is None or not module.nodes:
+        return {"error": f"no graph for {cls}: it is not a module class fxls could capture"}
+    path = doc.path if getattr(doc, "path", None) else uri
+    drawn = build_graph(str(path), module)
+    return {"html": render_graph(drawn, "html"), "nodes": drawn.total_nodes}
 
 
 @server.feature(types.SHUTDOWN)

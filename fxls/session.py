@@ -78,6 +78,8 @@ class Session:
         """Per document: the version and the fixes the worker computed for it."""
         self._candidates: dict[str, tuple[Any, list[fixes.Candidate]]] = {}
         """Per document: the analysis and the fixes it offers (listed on every cursor move)."""
+        self.hover_style: hover.Style = "table"
+        """``block`` for clients whose hover shows Markdown tables raw (Neovim)."""
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -124,6 +126,8 @@ class Session:
     def initialize(self, params: types.InitializeParams) -> None:
         """Adopt trust and settings from ``initializationOptions``; watch the editor process."""
         options = params.initialization_options
+        client = params.client_info.name if params.client_info is not None else None
+        self.hover_style = hover.style_for_client(client)
         self.trusted = parse_trusted(options)
         if isinstance(options, dict):
             self.init_settings = merge_settings(
@@ -467,6 +471,7 @@ class Session:
             col,
             isolation=analysis.isolation,
             duration_s=analysis.duration_s,
+            style=self.hover_style,
         )
         note = None if not doc.stale else f"from version {result.version}; edited since"
         return hover.lsp_hover(text, lines, enc, line_map.to_current, note=note)

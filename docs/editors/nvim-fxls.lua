@@ -60,7 +60,11 @@ vim.api.nvim_create_autocmd("LspAttach", {
     vim.lsp.inlay_hint.enable(true, { bufnr = buf })
     -- The summary above each class: `fxls · 177 nodes · 25.6 M params · ...`
     vim.lsp.codelens.refresh({ bufnr = buf })
-    vim.api.nvim_create_autocmd({ "BufEnter", "InsertLeave", "BufWritePost" }, {
+    -- Neovim 0.11 does not advertise workspace/codeLens/refresh, and the refresh above runs
+    -- before the first capture has finished. fxls publishes diagnostics after every capture
+    -- (an empty list too), so refresh the lenses whenever they change.
+    local events = { "BufEnter", "InsertLeave", "BufWritePost", "DiagnosticChanged" }
+    vim.api.nvim_create_autocmd(events, {
       group = vim.api.nvim_create_augroup("fxls-codelens-" .. buf, { clear = true }),
       buffer = buf,
       callback = function()

@@ -21,6 +21,7 @@ from fxls.analysis.directives import (
     parse_directive,
 )
 from fxls.analysis.jaxtype import spec_from_annotation
+from fxls.analysis.workspace import top_level_names
 from fxls.protocol.catalogue import FX403
 from fxls.protocol.model import ClassRequest, Diagnostic, InputSpec, Span
 from fxls.protocol.positions import SourceText
@@ -160,6 +161,8 @@ class ParseResult:
     syntax_error: SyntaxErrorInfo | None = None
     diagnostics: list[Diagnostic] = field(default_factory=list)
     """FX403 for directives that do not parse or are not attached to a class."""
+    defined: set[str] = field(default_factory=set)
+    """Names the document defines at its top level (for evidence from other files)."""
 
     def find(self, name: str) -> ClassInfo | None:
         return next((c for c in self.classes if c.name == name), None)
@@ -467,7 +470,7 @@ def parse(text: str) -> ParseResult:
     kinds = _classify(defs)
     functions = _module_functions(tree)
     comments = _comment_lines(text, src)
-    result = ParseResult()
+    result = ParseResult(defined=top_level_names(tree))
     attached: set[int] = set()
     forwards: dict[str, ForwardInfo | None] = {}
     for node in defs_list:

@@ -9,7 +9,7 @@ from lsprotocol import types
 from fxls.features import markdown as md
 from fxls.features.convert import Encoding, LineMapper, lsp_position
 from fxls.protocol.model import Diagnostic, ModuleResult
-from fxls.render import count_text, values_text
+from fxls.render import count_text, plural, values_text
 
 _MAX_MESSAGE = 80
 
@@ -52,7 +52,7 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
     if module.status == "partial":
         parts.append(f"partial ({module.strategy})")
     if module.nodes:
-        parts.append(f"{len(module.nodes)} nodes")
+        parts.append(plural(len(module.nodes), "node"))
     if module.params is not None:
         parts.append(f"{count_text(module.params)} params")
     if any(d.severity == "error" for d in diagnostics):
@@ -61,6 +61,13 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
         ins = ", ".join(values_text([v], dtype=False) for v in module.inputs)
         outs = values_text(module.outputs, dtype=False) or "?"
         parts.append(f"{ins} → {outs}")
+    built = module.constructed
+    if built is not None and built.source == "parent" and built.inputs_from:
+        parts.append(f"as {built.text} in {built.inputs_from}")
+    elif built is not None and built.assumed:
+        parts.append("assumed " + ", ".join(f"{k}={v}" for k, v in built.assumed.items()))
+    if any(module.inputs_assumed):
+        parts.append("inputs assumed")
     return " · ".join(parts)
 
 
@@ -76,6 +83,14 @@ def module_diagnostics(
     return own
 
 
+def not_a_module(module: ModuleResult) -> bool:
+    """Skipped because the class is no ``nn.Module`` when the file runs (the AST pass could
+    not tell): no lens, it is not fxls's business."""
+    return module.status == "skipped" and any(
+        note.endswith("is not an nn.Module subclass when the file runs") for note in module.notes
+    )
+
+
 def lsp_code_lenses(
     modules: Sequence[ModuleResult],
     diagnostics: Sequence[Diagnostic],
@@ -88,7 +103,7 @@ def lsp_code_lenses(
     starts = sorted({m.line for m in modules})
     for module in modules:
         line = mapper(module.line)
-        if line is None:
+        if line is None or not_a_module(module):
             continue
         following = [s for s in starts if s > module.line]
         found = module_diagnostics(module, diagnostics, following[0] if following else None)

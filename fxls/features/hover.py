@@ -6,20 +6,29 @@ protocol positions (1-based lines, code-point columns).
 
 from __future__ import annotations
 
+import ast
 import re
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from lsprotocol import types
 
 from fxls.features import markdown as md
 from fxls.features.convert import Encoding, LineMapper, lsp_range, span_contains
-from fxls.features.format import value_md, values_md
-from fxls.protocol.model import ModuleResult, NodeInfo, Span
-from fxls.render import count_text, display_name, name_pattern
+from fxls.protocol.model import Arg, ModuleResult, NodeInfo, Span
+from fxls.render import (
+    count_text,
+    module_summary,
+    name_pattern,
+    plural,
+    short_target,
+    unpacked_text,
+    values_text,
+)
 
 _CLASS_RE = re.compile(r"^(\s*class\s+)([A-Za-z_]\w*)")
-_MAX_LISTED = 20
 
 
 @dataclass
@@ -41,58 +50,196 @@ def _candidate(node: NodeInfo, line: int, col: int) -> Span | None:
     return best
 
 
-def _outputs(node: NodeInfo, *, cell: bool = False) -> str:
-    return values_md(node.outputs, cell=cell) or "?"
+Style = Literal["table", "block"]
+"""How a hover is laid out: ``table`` (Markdown tables: VS Code and most clients) or
+``block`` (one fenced code block with aligned columns: Neovim, whose float shows tables raw
+and hides ``_`` inside words)."""
+
+MAX_ROWS = 8
+"""Most argument or layer rows of a call hover before a "… N more" line (the whole hover
+stays within about 12 lines)."""
+_MAX_SOURCE = 2_000
+"""Longest call text parsed for its argument expressions."""
+_PLUMBING_METHODS = {
+    "size", "dim", "contiguous", "view", "reshape", "transpose", "permute", "split", "chunk",
+    "unsqueeze", "squeeze", "flatten", "expand", "to", "type", "float", "type_as", "numel",
+}  # fmt: skip
+_PLUMBING_FUNCTIONS = {"getattr", "getitem", "size", "contiguous", "view", "reshape"}
 
 
-def _table(header: str, rows: Sequence[str], more: str, max_rows: int = md.MAX_ROWS) -> str:
-    """A Markdown table of at most ``max_rows`` rows and MAX_MARKDOWN / 2 characters."""
-    body = md.join_blocks(rows, "\n", md.MAX_MARKDOWN // 2, more, max_count=max_rows)
-    return header + ("\n" + body if body else "")
+def style_for_client(name: str | None) -> Style:
+    """The hover style for a client, by ``clientInfo.name`` (Neovim: ``block``)."""
+    lowered = (name or "").lower()
+    return "block" if "neovim" in lowered or lowered in ("nvim", "vim") else "table"
 
 
-def _paragraphs(parts: Sequence[str]) -> str:
-    return md.join_blocks(parts, "\n\n", md.MAX_MARKDOWN)
+@dataclass
+class CallView:
+    """What a call hover says, as plain text; :func:`render_view` escapes it per style."""
+
+    output: str
+    callee: str
+    summary: str | None = None
+    repeat: str | None = None
+    columns: tuple[str, str, str] = ("argument", "expression", "shape")
+    rows: list[tuple[str, str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
-def _header(node: NodeInfo) -> str:
-    what = node.module_type if node.op == "call_module" and node.module_type else node.target
-    return f"{md.word(display_name(node))} · {md.word(node.op)} · {md.word(what)}"
+def _outputs_text(node: NodeInfo) -> str:
+    return values_text(node.outputs) or "?"
 
 
-def node_markdown(node: NodeInfo, module: ModuleResult) -> str:
-    """Markdown for one node: header, argument table, output."""
-    parts = [_header(node)]
-    if node.args:
-        by_name = {n.name: n for n in module.nodes}
-        rows = []
-        for arg in node.args:
-            prefix = {"var_positional": "\\*", "var_keyword": "\\*\\*"}.get(arg.kind, "")
-            value = md.cell(arg.value) + (" · default" if arg.default else "")
-            source = by_name.get(arg.node) if arg.node else None
-            shape = values_md(source.outputs, cell=True) if source is not None else ""
-            rows.append(f"| {prefix}{md.cell(arg.name)} | {value} | {shape} |")
-        header = "| argument | value | shape |\n| --- | --- | --- |"
-        parts.append(_table(header, rows, "| … {n} more | | |"))
-    if node.outputs:
-        parts.append(f"→ {_outputs(node)}")
+def span_text(lines: Sequence[str], span: Span | None) -> str | None:
+    """The document text of ``span`` (lines joined with ``\n``), or None."""
+    if span is None or not 1 <= span.line <= span.end_line <= len(lines):
+        return None
+    if span.line == span.end_line:
+        return lines[span.line - 1][span.col : span.end_col]
+    parts = [lines[span.line - 1][span.col :], *lines[span.line : span.end_line - 1]]
+    parts.append(lines[span.end_line - 1][: span.end_col])
+    text = "\n".join(parts)
+    return text if len(text) <= _MAX_SOURCE else None
+
+
+@dataclass
+class CallParts:
+    """The expressions a call passes, as written: receiver, positional, keywords."""
+
+    func: str | None = None
+    receiver: str | None = None
+    positional: list[str] = field(default_factory=list)
+    keywords: dict[str, str] = field(default_factory=dict)
+
+
+def _parse(source: str) -> ast.Expression | None:
+    """``source`` as an expression, or None; quiet about the user's invalid escapes."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return ast.parse(source, mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+
+
+def call_parts(text: str | None) -> CallParts | None:
+    """Parse ``self.c_fc(x)``, ``x.view(B, T, C)``, ``a + b``, ``x[:, -1]`` into the
+    expressions the user wrote (whitespace runs collapsed), or None."""
+    if not text or len(text) > _MAX_SOURCE:
+        return None
+    source = "(" + text + "\n)"
+    tree = _parse(source)
+    if tree is None:
+        return None
+
+    def seg(node: ast.AST) -> str:
+        return " ".join((ast.get_source_segment(source, node) or "?").split())
+
+    body = tree.body
+    if isinstance(body, ast.Call):
+        receiver = seg(body.func.value) if isinstance(body.func, ast.Attribute) else None
+        keywords = {kw.arg: seg(kw.value) for kw in body.keywords if kw.arg}
+        return CallParts(seg(body.func), receiver, [seg(a) for a in body.args], keywords)
+    if isinstance(body, ast.BinOp):
+        return CallParts(None, None, [seg(body.left), seg(body.right)])
+    if isinstance(body, ast.Subscript):
+        return CallParts(None, None, [seg(body.value), seg(body.slice)])
+    if isinstance(body, ast.UnaryOp):
+        return CallParts(None, None, [seg(body.operand)])
+    if isinstance(body, ast.Compare) and len(body.comparators) == 1:
+        return CallParts(None, None, [seg(body.left), seg(body.comparators[0])])
+    return None
+
+
+def argument_texts(node: NodeInfo, parts: CallParts | None) -> dict[str, str]:
+    """Argument name -> the expression the call wrote for it (as far as it can be told)."""
+    if parts is None:
+        return {}
+    out: dict[str, str] = {}
+    args = list(node.args)
+    queue = list(parts.positional)
+    if node.op == "call_method" and args and parts.func is not None:
+        if parts.receiver is not None:  # else the span starts at the method's name
+            out[args[0].name] = parts.receiver
+        args = args[1:]
+    for arg in args:
+        if arg.name in parts.keywords:
+            out[arg.name] = parts.keywords[arg.name]
+        elif arg.kind == "var_positional":
+            if queue:
+                out[arg.name] = ", ".join(queue)
+                queue = []
+        elif arg.kind in ("keyword_only", "var_keyword") or arg.default:
+            continue
+        elif queue:
+            out[arg.name] = queue.pop(0)
+    return out
+
+
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+def _fallback_text(arg: Arg, by_name: dict[str, NodeInfo], lines: Sequence[str]) -> str:
+    """An argument's expression when the call text did not tell: a placeholder's name, the
+    producing node's own source (one short line), a literal; never an FX node name."""
+    source = by_name.get(arg.node) if arg.node else None
+    if source is not None:
+        if source.op == "placeholder":
+            return source.target
+        text = span_text(lines, source.span)
+        if text and "\n" not in text and len(text) <= 60:
+            return text
+        return "…"
+    internal = {n for n, info in by_name.items() if info.op != "placeholder"}
+    if any(w in internal for w in _WORD.findall(arg.value)):
+        return "…"
+    return arg.value
+
+
+def _arg_rows(
+    node: NodeInfo, module: ModuleResult, lines: Sequence[str], call_text: str | None
+) -> list[tuple[str, str, str]]:
+    by_name = {n.name: n for n in module.nodes}
+    written = argument_texts(node, call_parts(call_text))
+    explicit: list[tuple[str, str, str]] = []
+    defaults: list[tuple[str, str, str]] = []
+    for arg in node.args:
+        prefix = {"var_positional": "*", "var_keyword": "**"}.get(arg.kind, "")
+        if arg.default:
+            defaults.append((prefix + arg.name, arg.value, "default"))
+            continue
+        expr = written.get(arg.name) or _fallback_text(arg, by_name, lines)
+        source = by_name.get(arg.node) if arg.node else None
+        shape = values_text(source.outputs) if source is not None else ""
+        explicit.append((prefix + arg.name, expr, shape))
+    return explicit + defaults
+
+
+def _callee(node: NodeInfo) -> tuple[str, str | None]:
+    if node.op == "call_module":
+        return node.target, module_summary(node.module_type) if node.module_type else None
+    if node.op == "call_method":
+        return f"Tensor.{node.target}", None
+    return node.target.removeprefix("__fxls_document__."), None
+
+
+def node_view(
+    node: NodeInfo, module: ModuleResult, lines: Sequence[str], call: Span | None = None
+) -> CallView:
+    """One call node: output, callee, arguments as written."""
+    callee, summary = _callee(node)
+    text = span_text(lines, call or node.span)
+    view = CallView(_outputs_text(node), callee, summary)
+    if node.op in ("placeholder", "output"):
+        # the parameter as written (FX renames `hidden` to `hidden_1` when it is fixed)
+        written = (text or "").split(":", 1)[0].split("=", 1)[0].strip().lstrip("*")
+        name = written if written.isidentifier() else node.target
+        view.callee = f"input {name}" if node.op == "placeholder" else "return"
+        return view
+    view.rows = _arg_rows(node, module, lines, text)
     if node.signature == "approximate":
-        parts.append("*argument names are approximate*")
-    return _paragraphs(parts)
-
-
-def loop_markdown(nodes: Sequence[NodeInfo], module: ModuleResult) -> str:
-    """Markdown for the same line run several times (a loop over blocks)."""
-    first, last = nodes[0], nodes[-1]
-    text = node_markdown(first, module)
-    header, _, rest = text.partition("\n\n")
-    summary = f"×{len(nodes)}: {md.word(display_name(first))} … {md.word(display_name(last))}"
-    out_first, out_last = _outputs(first), _outputs(last)
-    lines = [header, summary]
-    body = rest
-    if out_first != out_last:
-        body = body.replace(f"→ {out_first}", f"→ {out_first} … {out_last}")
-    return _paragraphs([*lines, body] if body else lines)
+        view.notes.append("argument names are approximate")
+    return view
 
 
 def iteration_prefix(path: str) -> str | None:
@@ -105,42 +252,198 @@ def iteration_prefix(path: str) -> str | None:
     return None
 
 
-def _iterations(nodes: Sequence[NodeInfo]) -> list[str] | None:
-    """Distinct ``h.0``, ``h.1`` ... prefixes when every node belongs to one loop iteration."""
-    seen: list[str] = []
-    known: set[str] = set()
+def _path(node: NodeInfo) -> str:
+    """The module instance a node runs in, a call_module node's own submodule included."""
+    return node.target if node.op == "call_module" else (node.module_path or "")
+
+
+def _shape_key(node: NodeInfo) -> tuple[str, str, str]:
+    """What must agree between two iterations of a real loop: op, target with indices
+    hidden, and the submodule's constructor."""
+    return (*name_pattern(node), node.module_type or "")
+
+
+def repetitions(nodes: Sequence[NodeInfo]) -> list[list[NodeInfo]] | None:
+    """The iterations of a real loop (``for block in self.h``: ``h.0``, ``h.1`` ... doing
+    the same thing), or None. A Sequential called once whose layers differ is no loop."""
+    if len(nodes) > 1 and len({_shape_key(n) for n in nodes}) == 1:
+        return [[n] for n in nodes]
+    groups: dict[str, list[NodeInfo]] = {}
     for node in nodes:
-        prefix = iteration_prefix(node.module_path or "")
+        prefix = iteration_prefix(_path(node))
         if prefix is None:
             return None
-        if prefix not in known:
-            known.add(prefix)
-            seen.append(prefix)
-    return seen if len(seen) > 1 else None
+        groups.setdefault(prefix, []).append(node)
+    if len(groups) < 2:
+        return None
+    keys = {tuple(_shape_key(n) for n in group) for group in groups.values()}
+    return list(groups.values()) if len(keys) == 1 else None
 
 
-def group_markdown(nodes: Sequence[NodeInfo]) -> str:
-    """Markdown for a call whose nodes are in a helper or submodule (hovered at the call site)."""
-    iterations = _iterations(nodes)
-    head = f"{len(nodes)} nodes"
-    listed = list(nodes)
-    if iterations is not None:
-        head = f"×{len(iterations)}: {md.word(iterations[0])} … {md.word(iterations[-1])}"
-        prefix = iteration_prefix(nodes[0].module_path or "") or ""
-        listed = [
-            n
-            for n in nodes
-            if (n.module_path or "") == prefix or (n.module_path or "").startswith(prefix + ".")
-        ]
-        head += f" · {len(listed)} nodes each"
-    rows = [
-        f"| {md.cell(display_name(node))} | {md.cell(node.op)} | {md.cell(node.target)} "
-        f"| {_outputs(node, cell=True)} |"
-        for node in listed
-    ]
-    header = "| node | op | target | output |\n| --- | --- | --- | --- |"
-    table = _table(header, rows, "| … {n} more | | | |", _MAX_LISTED)
-    return _paragraphs([head, table, f"→ {_outputs(nodes[-1])}"])
+def _common_path(nodes: Sequence[NodeInfo]) -> str:
+    paths = [_path(n).split(".") for n in nodes if _path(n)]
+    if not paths or len(paths) < len(nodes):
+        return ""
+    common: list[str] = []
+    for parts in zip(*paths):
+        if len(set(parts)) != 1:
+            break
+        common.append(parts[0])
+    return ".".join(common)
+
+
+def _is_plumbing(node: NodeInfo) -> bool:
+    if node.op in ("get_attr", "placeholder", "output"):
+        return True
+    short = node.target.rsplit(".", 1)[-1]
+    if node.op == "call_method":
+        return short in _PLUMBING_METHODS
+    return node.op == "call_function" and short in _PLUMBING_FUNCTIONS
+
+
+def _is_tensor(node: NodeInfo) -> bool:
+    return any(v.kind == "tensor" for v in node.outputs)
+
+
+def _layer_name(node: NodeInfo, base: str) -> str:
+    if node.op == "call_module":
+        path = node.target
+        return path[len(base) + 1 :] if base and path.startswith(base + ".") else path
+    return short_target(node)
+
+
+def group_view(
+    nodes: Sequence[NodeInfo], module: ModuleResult, lines: Sequence[str], call: Span
+) -> CallView:
+    """A call whose nodes are in a submodule or helper: one call, input → output, its layers
+    (plumbing left out) with their output shapes; ×N with first and last shapes for a loop."""
+    loops = repetitions(nodes)
+    listed = loops[0] if loops else list(nodes)
+    text = span_text(lines, call)
+    parts = call_parts(text)
+    callee = (parts.func if parts and parts.func else None) or (text or "").split("(", 1)[0]
+    base = _common_path(listed)
+    if loops:
+        base = iteration_prefix(_path(listed[0])) or base
+    view = CallView(_outputs_text(nodes[-1]), " ".join(callee.split()) or "call")
+    if loops:
+        last = loops[-1]
+        first_out, last_out = _outputs_text(listed[-1]), _outputs_text(last[-1])
+        view.output = first_out if first_out == last_out else f"{first_out} … {last_out}"
+        end = iteration_prefix(_path(last[0])) or _common_path(last)
+        view.repeat = f"×{len(loops)}: {base} … {end}"
+    elif base and base != view.callee.removeprefix("self."):
+        view.summary = base
+    # inputs: the values that enter the group from outside, paired with the call's text
+    inside = {n.name for n in nodes}
+    by_name = {n.name: n for n in module.nodes}
+    entering: list[NodeInfo] = []
+    for node in listed:
+        for name in node.inputs:
+            source = by_name.get(name)
+            if name in inside or source is None or source.op == "get_attr" or source in entering:
+                continue
+            if any(v.kind == "tensor" for v in source.outputs):
+                entering.append(source)
+    written = [*parts.positional, *parts.keywords.values()] if parts else []
+    rows: list[tuple[str, str, str]] = []
+    for index, expr in enumerate(written):  # tensors first, as calls usually pass them
+        shape = values_text(entering[index].outputs) if index < len(entering) else ""
+        rows.append(("input", expr, shape))
+    layers = [n for n in listed if n.op == "call_module"]
+    if not layers:
+        layers = [n for n in listed if not _is_plumbing(n) and _is_tensor(n)]
+    children: list[tuple[str, list[NodeInfo]]] = []
+    for node in layers:
+        name = _layer_name(node, base)
+        child = name.split(".", 1)[0] if node.op == "call_module" else name
+        if children and children[-1][0] == child and node.op == "call_module":
+            children[-1][1].append(node)
+        else:
+            children.append((child, [node]))
+    last_in: dict[str, NodeInfo] = {}
+    for node in listed:
+        path = _path(node)
+        rel = path[len(base) + 1 :] if base and path.startswith(base + ".") else path
+        if rel and _is_tensor(node):
+            last_in[rel.split(".", 1)[0]] = node
+    for child, members in children:
+        node = members[-1]
+        if len(members) > 1 and child in last_in:
+            node = last_in[child]
+        if len(members) == 1 and _layer_name(node, base) == child:
+            what = module_summary(node.module_type) if node.module_type else ""
+        else:
+            what = plural(len(members), "layer")
+        rows.append((child, what, _outputs_text(node)))
+    view.columns = ("", "", "shape")
+    view.rows = rows
+    return view
+
+
+def _clip_rows(rows: Sequence[tuple[str, str, str]]) -> tuple[list[tuple[str, str, str]], int]:
+    if len(rows) <= MAX_ROWS + 1:
+        return list(rows), 0
+    return list(rows[:MAX_ROWS]), len(rows) - MAX_ROWS
+
+
+def _md_shape(text: str) -> str:
+    if not text:
+        return ""
+    if text == "default":
+        return "*default*"
+    return md.code(text, md.MAX_CELL, cell=True)
+
+
+def render_view(view: CallView, style: Style = "table") -> str:
+    """A CallView as hover Markdown: a table (``table``) or one aligned code block
+    (``block``). Every string passes through :mod:`fxls.features.markdown`."""
+    rows, more = _clip_rows(view.rows)
+    keep = [i for i in range(3) if i == 0 or any(row[i] for row in rows)]
+    columns = [view.columns[i] for i in keep]
+    callee = view.callee + (f" · {view.summary}" if view.summary else "")
+    if style == "block":
+        lines = [f"→ {view.output}", callee]
+        if view.repeat:
+            lines.append(view.repeat)
+        widths = [min(max((len(r[i]) for r in rows), default=0), 28) for i in range(3)]
+        for row in rows:
+            cells = [
+                ("(default)" if row[i] == "default" else row[i]).ljust(widths[i]) for i in keep
+            ]
+            lines.append(("  " + "  ".join(cells)).rstrip())
+        if more:
+            lines.append(f"  … {more} more")
+        lines.extend(view.notes)
+        return md.code_block(lines)
+    parts = [f"→ {md.code(view.output)}"]
+    head = md.word(view.callee)
+    if view.summary:
+        head += f" · {md.code(view.summary)}"
+    parts.append(head)
+    if view.repeat:
+        parts.append(md.code(view.repeat))
+    if rows:
+        table = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(keep)]
+        for name, expr, shape in rows:
+            cells = [md.cell(name) if name else "", md.code(expr, md.MAX_CELL, cell=True)]
+            cells.append(_md_shape(shape))
+            table.append("| " + " | ".join(cells[i] for i in keep) + " |")
+        if more:
+            table.append(f"| … {more} more |" + " |" * (len(keep) - 1))
+        parts.append("\n".join(table))
+    parts.extend(f"*{md.text(note, md.MAX_VALUE)}*" for note in view.notes)
+    return _paragraphs(parts)
+
+
+def _paragraphs(parts: Sequence[str]) -> str:
+    return md.join_blocks(parts, "\n\n", md.MAX_MARKDOWN)
+
+
+def _table(header: str, rows: Sequence[str], more: str, max_rows: int = md.MAX_ROWS) -> str:
+    """A Markdown table of at most ``max_rows`` rows and MAX_MARKDOWN / 2 characters."""
+    body = md.join_blocks(rows, "\n", md.MAX_MARKDOWN // 2, more, max_count=max_rows)
+    return header + ("\n" + body if body else "")
 
 
 def class_name_span(module: ModuleResult, lines: Sequence[str]) -> Span | None:
@@ -153,51 +456,95 @@ def class_name_span(module: ModuleResult, lines: Sequence[str]) -> Span | None:
     return Span(module.line, match.start(2), module.line, match.end(2))
 
 
+def construction_text(module: ModuleResult) -> list[str]:
+    """How the instance was built, in words: ``built by `GPT.forward` as `transformer.h.0```,
+    ``assumed: dim=64, heads=4 — pin with `# fxls: init(dim=64, heads=4)```."""
+    built = module.constructed
+    if built is None:
+        return []
+    how = {
+        "directive": "built from the directive",
+        "defaults": "built with its defaults",
+        "config": "built from a config",
+        "factory": "built by a factory",
+        "call site": "built as the file calls it",
+        "assumed": "built with assumed arguments",
+    }.get(built.source, f"built from {built.source}")
+    if built.source == "parent":
+        whose = built.inputs_from or built.text.split(".", 1)[0]
+        lines = [f"built by {whose}.forward as {built.text}"]
+    else:
+        lines = [f"{how}: {built.text}"]
+    if built.assumed:
+        assumed = ", ".join(f"{k}={v}" for k, v in built.assumed.items())
+        pin = f" — pin with # fxls: init({built.pin})" if built.pin else ""
+        lines.append(f"assumed: {assumed}{pin}")
+    return lines
+
+
 def class_markdown(
-    module: ModuleResult, *, isolation: Sequence[str] = (), duration_s: float | None = None
+    module: ModuleResult,
+    *,
+    isolation: Sequence[str] = (),
+    duration_s: float | None = None,
+    style: Style = "table",
 ) -> str:
-    """Markdown summary of a module class."""
-    status = md.word(module.status)
+    """Markdown summary of a module class (a table, or one code block for ``block``)."""
+    status: str = module.status
     if module.strategy not in ("none", ""):
-        status = f"{status} ({md.word(module.strategy)})"
-    rows = []
+        status = f"{status} ({module.strategy})"
+    rows: list[tuple[str, str]] = []
     if module.params is not None:
-        rows.append(f"| parameters | {count_text(module.params)} ({module.params:,}) |")
+        exact = f" ({module.params:,})" if module.params >= 1_000 else ""
+        rows.append(("parameters", f"{count_text(module.params)}{exact}"))
     if module.buffers is not None:
-        rows.append(f"| buffers | {module.buffers:,} |")
+        rows.append(("buffers", f"{module.buffers:,}"))
     if module.nodes:
         kinds: dict[str, int] = {}
         for node in module.nodes:
             kinds[node.op] = kinds.get(node.op, 0) + 1
-        by_kind = " · ".join(f"{n} {md.cell(op)}" for op, n in list(kinds.items())[:10])
-        rows.append(f"| nodes | {len(module.nodes)}: {by_kind} |")
+        by_kind = " · ".join(f"{n} {op}" for op, n in list(kinds.items())[:10])
+        rows.append(("nodes", f"{plural(len(module.nodes), 'node')}: {by_kind}"))
     for index, value in enumerate(module.inputs):
         name = module.input_names[index] if index < len(module.input_names) else f"#{index}"
         assumed = index < len(module.inputs_assumed) and module.inputs_assumed[index]
         how = "assumed" if assumed else "declared"
-        rows.append(
-            f"| input {md.code(name, md.MAX_CELL, cell=True)} "
-            f"| {value_md(value, cell=True)} ({how}) |"
-        )
+        rows.append((f"input {name}", f"{values_text([value])} ({how})"))
     if module.outputs:
-        rows.append(f"| output | {values_md(module.outputs, cell=True)} |")
-    capture = md.cell(module.strategy) if module.strategy else "none"
+        rows.append(("output", values_text(module.outputs)))
+    for line in construction_text(module):
+        rows.append(("built", line))
+    capture = module.strategy or "none"
     if module.build:
-        capture += f", built on {md.cell(module.build)}"
-    rows.append(f"| capture | {capture} |")
+        capture += f", built on {module.build}"
+    rows.append(("capture", capture))
+    for note in module.notes[:4]:
+        rows.append(("note", note))
     if isolation:
-        rows.append(f"| isolation | {', '.join(md.cell(layer) for layer in isolation)} |")
+        rows.append(("isolation", ", ".join(isolation)))
     seconds = sum(module.timings.values()) if module.timings else duration_s
     if seconds is not None:
-        rows.append(f"| capture time | {seconds:.2f} s |")
-    parts = [
-        f"{md.word(module.name)} · nn.Module · {status}",
-        _table("| | |\n| --- | --- |", rows, "| … {n} more | |"),
-    ]
+        rows.append(("capture time", f"{seconds:.2f} s"))
+    error = None
     if module.error is not None:
         err = module.error
-        error = md.code(f"{err.type}: {err.message}", md.MAX_VALUE // 4)
-        parts.append(f"failed in {md.word(err.phase)}: {error}")
+        error = (err.phase, md.clip(f"{err.type}: {err.message}", md.MAX_VALUE // 4))
+    title = f"{module.name} · nn.Module · {status}"
+    if style == "block":
+        width = max((len(label) for label, _ in rows), default=0)
+        lines = [title, *(f"{label.ljust(width)}  {value}" for label, value in rows)]
+        if error is not None:
+            lines.append(f"failed in {error[0]}: {error[1]}")
+        return md.code_block(lines)
+    cells = [
+        f"| {md.text(label, cell=True)} | {md.text(value, cell=True)} |" for label, value in rows
+    ]
+    parts = [
+        f"{md.word(module.name)} · nn.Module · {md.text(status)}",
+        _table("| | |\n| --- | --- |", cells, "| … {n} more | |"),
+    ]
+    if error is not None:
+        parts.append(f"failed in {md.word(error[0])}: {md.code(error[1])}")
     return _paragraphs(parts)
 
 
@@ -209,13 +556,14 @@ def hover_text(
     *,
     isolation: Sequence[str] = (),
     duration_s: float | None = None,
+    style: Style = "table",
 ) -> HoverText | None:
     """The hover at a position of the analysed text, or None."""
     for module in modules:
         name_span = class_name_span(module, lines)
         if name_span is not None and span_contains(name_span, line, col):
-            md = class_markdown(module, isolation=isolation, duration_s=duration_s)
-            return HoverText(md, name_span)
+            text = class_markdown(module, isolation=isolation, duration_s=duration_s, style=style)
+            return HoverText(text, name_span)
     best: tuple[tuple[int, int], Span, ModuleResult] | None = None
     for module in modules:
         for node in module.nodes:
@@ -226,11 +574,68 @@ def hover_text(
         return None
     _, span, module = best
     group = [n for n in module.nodes if _candidate(n, line, col) == span]
-    if len(group) == 1:
-        return HoverText(node_markdown(group[0], module), span)
-    if len({name_pattern(n) for n in group}) == 1:
-        return HoverText(loop_markdown(group, module), span)
-    return HoverText(group_markdown(group), span)
+    return HoverText(render_view(call_view(group, module, lines, span), style), span)
+
+
+def unpacking_view(
+    group: Sequence[NodeInfo], module: ModuleResult, lines: Sequence[str], span: Span
+) -> CallView | None:
+    """``B, T, C = x.size()`` / ``q, k, v = ....split(...)``: one row per assigned name, or
+    None when the span is not such a target."""
+    if not all(n.target.rsplit(".", 1)[-1] == "getitem" for n in group):
+        return None
+    text = span_text(lines, span)
+    parsed = _parse(text or "")
+    if parsed is None:
+        return None
+    target = parsed.body
+    if not isinstance(target, ast.Tuple) or len(target.elts) != len(group):
+        return None
+    names = [ast.get_source_segment(text or "", e) or "?" for e in target.elts]
+    values = [values_text(n.outputs) or "?" for n in group]
+    by_name = {n.name: n for n in module.nodes}
+    first = group[0].args[0] if group[0].args else None
+    source = by_name.get(first.node) if first is not None and first.node else None
+    whole = _fallback_text(first, by_name, lines) if first is not None else "…"
+    output = unpacked_text(
+        names, [n.outputs[0] if len(n.outputs) == 1 else n.outputs for n in group]
+    )
+    callee = f"unpacking {whole}"
+    if source is not None and source.outputs:
+        callee += f" · {values_text(source.outputs)}"
+    view = CallView(output, callee, columns=("name", "", "value"))
+    view.rows = [(n, "", v) for n, v in zip(names, values)]
+    return view
+
+
+def call_view(
+    group: Sequence[NodeInfo], module: ModuleResult, lines: Sequence[str], span: Span
+) -> CallView:
+    """The view of the nodes one hovered span produced."""
+    if len(group) == 1 and group[0].span in (span, None):
+        return node_view(group[0], module, lines, span)
+    if len(group) == 1:  # the one node of a helper, hovered where forward calls it
+        return group_view(group, module, lines, span)
+    unpacked = unpacking_view(group, module, lines, span)
+    if unpacked is not None:
+        return unpacked
+    loops = repetitions(group)
+    if loops is not None and all(len(it) == 1 for it in loops):
+        view = node_view(group[0], module, lines, span)
+        first, last = _outputs_text(group[0]), _outputs_text(group[-1])
+        view.output = first if first == last else f"{first} … {last}"
+        parts = call_parts(span_text(lines, span))
+        if parts is not None and parts.func:
+            view.callee = parts.func
+        sites = {(n.call_site.line, n.call_site.col) for n in group if n.call_site is not None}
+        if len(sites) > 1:  # a helper called from several places, not a loop
+            view.repeat = f"{plural(len(sites), 'call')}; arguments of the first"
+        elif _path(group[0]) and _path(group[0]) != _path(group[-1]):
+            view.repeat = f"×{len(group)}: {_path(group[0])} … {_path(group[-1])}"
+        else:
+            view.repeat = f"×{len(group)}"
+        return view
+    return group_view(group, module, lines, span)
 
 
 def lsp_hover(

@@ -150,3 +150,44 @@ def join_blocks(
         out.append(block)
         size += extra
     return sep.join(out)
+
+
+def code_block(lines: Sequence[str], limit: int = MAX_MARKDOWN) -> str:
+    """Plain lines as one fenced code block (``text``), for clients whose hover does not
+    render tables or eats ``_`` inside words (Neovim's float).
+
+    Inside a fenced block nothing is markup. Each line is made one line (control characters
+    as spaces) and clipped; the fence is a backtick run longer than any inside the block, so
+    no line can close it. Lines that do not fit in ``limit`` are dropped whole.
+    """
+    body = [one_line(clip(line)) for line in lines]
+    fence = "`" * max(3, max((longest_run(line) for line in body), default=0) + 1)
+    budget = limit - 2 * len(fence) - 40
+    kept: list[str] = []
+    size = 0
+    for index, line in enumerate(body):
+        if size + len(line) + 1 > budget:
+            kept.append(f"{ELLIPSIS} {len(body) - index} more")
+            break
+        kept.append(line)
+        size += len(line) + 1
+    return "\n".join([fence + "text", *kept, fence])
+
+
+_SAFE_PUNCTUATION = frozenset(" ,.·:=+-/×…()%")
+
+
+def is_safe_text(text: str) -> bool:
+    """Text that cannot form any Markdown construct that matters here (no link, image, HTML,
+    emphasis, code or table syntax): starts with an ASCII letter or digit and holds only
+    those, spaces and ``,.·:=+-/×…()%``."""
+    if not text or not (text[0].isascii() and text[0].isalnum()):
+        return False
+    return all((ch.isascii() and ch.isalnum()) or ch in _SAFE_PUNCTUATION for ch in text)
+
+
+def text(value: str, limit: int = MAX_CELL, *, cell: bool = False) -> str:
+    """Words and numbers as they are (``16.6 k (16,640)``, ``fx, built on meta``), anything
+    else as a code span."""
+    value = one_line(clip(value, limit))
+    return value if is_safe_text(value) else code(value, limit, cell=cell)

@@ -79,6 +79,8 @@ def docs_url(code: str) -> str | None:
 
 class FX101(Message):
     code = "FX101"
+    severity = "warning"
+    """Information instead when a fallback capture worked around it (pipeline)."""
     title = "Traced value used in control flow"
     template = "symbolically traced value used in control flow: `{source}`"
     fix = (
@@ -91,6 +93,8 @@ class FX101(Message):
 
 class FX102(Message):
     code = "FX102"
+    severity = "warning"
+    """Information instead when a fallback capture worked around it (pipeline)."""
     title = "len() of a traced value"
     template = "`len()` is not supported on traced values: `{source}`"
     fix = "Use `{arg}.size(0)` (or `.shape[0]`) instead of `len({arg})`."
@@ -98,6 +102,8 @@ class FX102(Message):
 
 class FX103(Message):
     code = "FX103"
+    severity = "warning"
+    """Information instead when a fallback capture worked around it (pipeline)."""
     title = "Traced value iterated"
     template = "a traced value cannot be iterated: `{source}`"
     fix = (
@@ -108,6 +114,8 @@ class FX103(Message):
 
 class FX104(Message):
     code = "FX104"
+    severity = "warning"
+    """Information instead when a fallback capture worked around it (pipeline)."""
     title = "Traced value used as a Python number"
     template = "a traced value is used where Python needs a real number: `{source}`"
     fix = (
@@ -118,6 +126,8 @@ class FX104(Message):
 
 class FX105(Message):
     code = "FX105"
+    severity = "warning"
+    """Information instead when a fallback capture worked around it (pipeline)."""
     title = "Factory function called with traced sizes"
     template = "`{func}` is called with traced sizes: `{source}`"
     fix = (
@@ -128,6 +138,8 @@ class FX105(Message):
 
 class FX106(Message):
     code = "FX106"
+    severity = "warning"
+    """Information instead when a fallback capture worked around it (pipeline)."""
     title = "Buffer sliced with traced sizes"
     template = "a buffer is sliced with traced sizes: `{source}`"
     fix = (
@@ -138,6 +150,8 @@ class FX106(Message):
 
 class FX107(Message):
     code = "FX107"
+    severity = "warning"
+    """Information instead when a fallback capture worked around it (pipeline)."""
     title = "torch module not traceable"
     template = "`{module}` cannot be traced through: {reason}"
     fix = "Keep it as a leaf (`# fxls: leaf {cls}`); fxls does this automatically when it can."
@@ -164,6 +178,8 @@ class FX109(Message):
 
 class FX199(Message):
     code = "FX199"
+    severity = "warning"
+    """Information instead when a fallback capture worked around it (pipeline)."""
     title = "Tracing failed"
     template = "torch.fx could not trace `{cls}`: {error}"
     fix = (
@@ -210,9 +226,32 @@ class FX302(Message):
 
 class FX401(Message):
     code = "FX401"
+    severity = "information"
+    """An error when the arguments came from the user's ``init(...)`` (build)."""
     title = "Module cannot be built"
     template = "`{cls}` could not be built: {error}"
     fix = "Give constructor arguments with a directive above the class: `# fxls: init({example})`."
+
+
+def suggested_shape(arg: str) -> str:
+    """A directive right-hand side that fits what an argument's name says it is: a mask is
+    ``(B, T, T) bool``, token ids ``(B, T) int64``, an image ``(B, 3, 224, 224)``."""
+    name = arg.lower()
+    if "mask" in name:
+        return "(B, T, T) bool"
+    if name in ("idx", "ids", "tokens", "labels", "targets", "target", "y") or name.endswith(
+        ("_ids", "_idx", "tokens", "labels")
+    ):
+        return "(B, T) int64"
+    if name in ("lengths", "lens") or name.endswith("_lengths"):
+        return "(B,) int64"
+    if name in ("img", "image", "images", "pixel_values") or name.startswith("im"):
+        return "(B, 3, 224, 224)"
+    if name in ("t", "timestep", "timesteps", "step"):
+        return "(B,) int64"
+    if name in ("x", "input", "inputs"):
+        return "(B, 3, 224, 224)"
+    return "(B, T, C)"
 
 
 class FX402(Message):
@@ -221,9 +260,13 @@ class FX402(Message):
     title = "Inputs unknown"
     template = "fxls cannot tell what `{arg}` of `{cls}.forward` should be"
     fix = (
-        "Declare it above the class: `# fxls: {arg} = (B, 3, 224, 224)` (shape; names are "
-        "symbolic dimensions), optionally followed by a dtype."
+        "Declare it above the class: `# fxls: {arg} = {example}` (shape; names are "
+        "symbolic dimensions, then a dtype when it is not float32)."
     )
+
+    def __init__(self, span: Span, related: list[Related] | None = None, **kwargs: Any):
+        kwargs.setdefault("example", suggested_shape(str(kwargs.get("arg", ""))))
+        super().__init__(span, related, **kwargs)
 
 
 class FX403(Message):
@@ -250,8 +293,8 @@ class FX405(Message):
     code = "FX405"
     severity = "information"
     title = "Inputs assumed"
-    template = "input {arg} assumed to be {shape} (from {reason})"
-    fix = "Declare the input with `# fxls: {arg} = (...)` to choose the shape yourself."
+    template = "input `{arg}` assumed to be {shape} (from {reason})"
+    fix = "Declare the input with `# fxls: {arg} = {directive}` to choose the shape yourself."
 
 
 class FX408(Message):

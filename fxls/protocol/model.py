@@ -115,6 +115,15 @@ class InputSpec:
 
 
 @dataclass
+class KnownCall:
+    """``Cls(<init>)`` written in another file of the workspace."""
+
+    init: str
+    where: str
+    """``train.py:42`` (relative to the workspace when possible)."""
+
+
+@dataclass
 class ClassRequest:
     """One ``nn.Module`` candidate class found by the server's AST pass."""
 
@@ -128,6 +137,8 @@ class ClassRequest:
     leaf: list[str] = field(default_factory=list)
     """Submodule class names not to trace into."""
     skip: bool = False
+    call_sites: list[KnownCall] = field(default_factory=list)
+    """Calls of the class found in other files of the workspace (evidence for building it)."""
 
 
 @dataclass

@@ -445,7 +445,10 @@ async def test_still_serves_after_the_fuzzing(client: LanguageClient) -> None:
         )
     )
     assert result is not None and isinstance(result.contents, types.MarkupContent)
-    assert result.contents.value.startswith("fc · call_module · `Linear(")
+    # the shape error is at fc: no output shape, the callee and its argument as written
+    value = result.contents.value
+    assert value.startswith("→ `?`") and "fc · `Linear(10, 5)`" in value, value
+    assert "| input | `x` | `[B, 20] float32` |" in value
     doc.do_close()
     assert session.errors() == []
 

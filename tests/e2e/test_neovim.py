@@ -83,18 +83,28 @@ def test_neovim_shows_diagnostics_hovers_hints_and_lenses(tmp_path: Path) -> Non
     assert shape["source"] == "fxls"
 
     fc1, gelu, cls = result["hovers"]
-    # worker strings reach Neovim as code spans (module_type) or plain words (names, ops)
-    assert fc1["value"].startswith("fc1 · call_module · `Linear(in_features=16, out_features=32")
-    # shapes reach Neovim as code spans, so its Markdown view does not hide the brackets
-    assert "→ `[B, 32]` float32" in fc1["value"]
+    # Neovim gets one code block (its float shows tables raw and hides `_` inside words);
+    # the float's lines are what the user reads
+    assert fc1["float"][1:-1] == [
+        "→ [B, 32] float32",
+        "fc1 · Linear(16, 32)",
+        "  input  x  [B, 16] float32",
+    ]
     fc1_line = lines[fc1["range"]["start"]["line"]]
     # Neovim negotiated UTF-8: the range is in bytes, after "größe 😀" on the same line.
     assert fc1["range"]["start"]["character"] == len(
         fc1_line[: fc1_line.index("self.fc1")].encode()
     )
-    assert "| approximate | `'none'` · default |" in gelu["value"]
-    assert cls["value"].startswith("Mlp · nn.Module · traced")
-
+    assert "  approximate  'none'  (default)" in gelu["float"]
+    assert cls["float"][1] == "Mlp · nn.Module · traced (fx)"
+    assert "input x       [B, 16] float32 (declared)" in cls["float"]
+    assert (
+        "nodes         5 nodes: 1 placeholder · 2 call_module · 1 call_function · 1 output"
+        in (cls["float"])
+    )
+    assert not any("|" in line for h in result["hovers"] for line in h["float"])
+    # lenses came after the first capture without an edit or an explicit refresh
+    assert result["lenses_on_open"] == 2
     hints = {lines[h["line"]].strip(): h for h in result["inlay_hints"]}
     fc1_hint = hints['s = "größe 😀"; h = self.fc1(x)']
     assert fc1_hint["label"] == "▸ [B, 32]"

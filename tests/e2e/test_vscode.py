@@ -1,10 +1,13 @@
 """The fxls VS Code extension in a real VS Code: code-server driven by headless Chromium.
 
-``tests/e2e/vscode/setup.sh`` installs Chromium, code-server and playwright-core (into
-``~/.cache/fxls-e2e``, reused when present) and builds ``vscode-extension/fxls.vsix``. The test
-installs the .vsix into a private code-server, opens a workspace whose ``fxls.python`` is this
-interpreter, and drives the editor like a user: open a file, wait for squiggles, hover a call.
-Screenshots go to ``tests/artifacts/vscode/``.
+``tests/e2e/vscode/setup.sh`` installs Chromium, code-server, playwright-core and a virtualenv
+with only torch (into ``~/.cache/fxls-e2e``, reused when present) and builds
+``vscode-extension/fxls.vsix`` with the documented command (``npm ci && npm run package``). The
+main test installs that .vsix into a private code-server, opens a workspace whose ``fxls.python``
+is the torch-only interpreter (so the fxls bundled in the .vsix is what runs), and drives the
+editor like a user: open a file, wait for squiggles, hover a call, open the graph and click a
+node. Every step waits for what a user would wait for (the hover's content, not just its
+widget) and fails with the last text it saw. Screenshots go to ``tests/artifacts/vscode/``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from fxls import __version__
 
 pytestmark = [pytest.mark.editor, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -104,6 +109,8 @@ class Toolchain:
     chromium: str
     node_modules: Path
     vsix: Path
+    torch_python: str
+    """A virtualenv's interpreter with torch and nothing else (no fxls, no pygls)."""
     seconds: int
 
 
@@ -131,6 +138,7 @@ def toolchain() -> Toolchain:
         chromium=info["chromium"],
         node_modules=Path(info["node_modules"]),
         vsix=Path(info["vsix"]),
+        torch_python=info["torch_python"],
         seconds=int(info["seconds"]),
     )
 
@@ -344,7 +352,7 @@ BROKEN_STEP: dict[str, Any] = {
     "file": "broken.py",
     "expectText": "y = self.proj(x)",
     "waitSquiggle": "error",
-    "squiggleHover": True,
+    "squiggleHover": ["fxls", "FX201"],
     "timeoutMs": 90000,
 }
 
@@ -352,8 +360,11 @@ BROKEN_STEP: dict[str, Any] = {
 def test_diagnostics_and_hover_in_vscode(
     toolchain: Toolchain, start_code_server: StartCodeServer, tmp_path: Path
 ) -> None:
-    """A trace failure shows as an error squiggle; hovering `conv1` shows the call and its shape."""
-    server = start_code_server(True)
+    """With only torch in the interpreter (fxls from the .vsix): a shape error shows as an error
+    squiggle; hovering `conv1` shows the call and its shape; the graph opens from the code lens
+    and clicking a node reveals its line."""
+    python = toolchain.torch_python
+    server = start_code_server(True, python=python)
     result = _drive(
         toolchain,
         server,
@@ -368,7 +379,7 @@ def test_diagnostics_and_hover_in_vscode(
                 "hover": {
                     "line": "x = F.relu(self.conv1(x))",
                     "word": "conv1",
-                    "expect": ["conv1", "call_module", "[B, 64, 32, 32]"],
+                    "expect": ["conv1 · Conv2d", "→ [B, 64, 32, 32]"],
                 },
                 "timeoutMs": 60000,
             },
@@ -381,6 +392,7 @@ def test_diagnostics_and_hover_in_vscode(
                     "word": "SmallCNN",
                     "expect": ["isolation"],
                 },
+                "graph": {"click": "conv1", "expectLine": 15, "timeoutMs": 60000},
                 "timeoutMs": 60000,
             },
         ],
@@ -398,12 +410,21 @@ def test_diagnostics_and_hover_in_vscode(
     # The healthy model has no errors, and hovering the call in forward shows its node and shape.
     assert model["squiggles"]["errors"] == 0, context
     hover = model["hover"]
-    assert hover.startswith("conv1 · call_module · Conv2d(3, 64"), context
-    assert "→ [B, 64, 32, 32] float32" in hover, context
+    # the output first, then the module and its constructor
+    assert hover.startswith("→ [B, 64, 32, 32] float32"), context
+    assert "conv1 · Conv2d(3, 64" in hover, context
     starts = re.findall(r"Starting: (.*)", result["fxls_log"])
     assert starts == [
-        f"{sys.executable} -m fxls serve (interpreter from setting; workspace trusted)"
+        f"{python} -m fxls serve (interpreter from setting; fxls bundled; workspace trusted)"
     ], context
+    assert f"fxls {__version__} bundled with the extension" in result["fxls_log"], context
+    assert "torch 2.13.0" in result["fxls_log"], context
+    # The graph: opened from the code lens, nodes drawn, a click on conv1 reveals line 15.
+    graph = summary["graph"]
+    assert graph["opened_by"] == "code lens", context
+    assert graph["title"] == "SmallCNN", context
+    assert any("conv1" in n and "[B, 64, 32, 32]" in n for n in graph["nodes"]), context
+    assert graph["selection"].startswith("Ln 15,"), context
     # the server never imported the workspace's fxls/, logging.py, json.py ...
     assert list((tmp_path / "markers").iterdir()) == [], context
     # the workspace's seccomp=false (and its interpreter) did not reach the server
@@ -469,20 +490,46 @@ def test_restricted_mode_until_trusted(
     # One start in restricted mode, then exactly one restart when trust is granted.
     starts = re.findall(r"Starting: .*workspace (.*)\)", result["fxls_log"])
     assert starts == ["NOT trusted: restricted mode", "trusted"], context
+    # this interpreter has fxls installed (the same version): that one runs, not the bundled copy
+    assert re.findall(r"; fxls (\w+); workspace", result["fxls_log"]) == ["installed"] * 2, context
+    assert f"fxls {__version__} installed in the interpreter" in result["fxls_log"], context
     assert after["squiggles"]["errors"] >= 1, context
     assert "codicon-check" in after["status"]["icons"], context
 
 
-def test_missing_interpreter_is_reported(
-    toolchain: Toolchain, start_code_server: StartCodeServer, tmp_path: Path
+def _venv_without_torch(tmp: Path) -> str:
+    """A fresh virtualenv (no pip, no torch): a Python a user has before installing anything."""
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(tmp / "bare-env")], check=True
+    )
+    return str(tmp / "bare-env" / "bin" / "python")
+
+
+@pytest.mark.parametrize("case", ["missing", "no-torch"])
+def test_interpreter_problems_are_reported(
+    toolchain: Toolchain, start_code_server: StartCodeServer, tmp_path: Path, case: str
 ) -> None:
-    """An interpreter that does not exist: an error status item and a message that says why."""
-    missing = str(tmp_path / "no-such-env" / "bin" / "python")
-    server = start_code_server(python=missing)
-    step = {"name": "no-server", "file": "model.py", "expectText": "self.conv1(x)"}
-    result = _drive(toolchain, server, tmp_path, "no-server", [{**step, "settleMs": 5000}])
+    """No interpreter at the configured path, or one without torch: an error status item and a
+    message that says what to do (for torch, the exact pip command), with its buttons."""
+    if case == "missing":
+        python = str(tmp_path / "no-such-env" / "bin" / "python")
+        expected = [f'"{python}" (the fxls.python setting) was not found', "Open Setting"]
+    else:
+        python = _venv_without_torch(tmp_path)
+        expected = [
+            "PyTorch is not installed",
+            f"{python} -m pip install torch",
+            "Copy Command",
+            "Open Setting",
+            "Show Log",
+        ]
+    server = start_code_server(python=python)
+    step = {"name": case, "file": "model.py", "expectText": "self.conv1(x)"}
+    result = _drive(toolchain, server, tmp_path, case, [{**step, "settleMs": 5000}])
     (observed,) = result["steps"]
     context = json.dumps(result, indent=1)[-6000:]
     assert "codicon-error" in observed["status"]["icons"], context
-    assert "could not start the language server" in observed["notifications"], context
-    assert missing in result["fxls_log"], context
+    for text in expected:
+        assert text in observed["notifications"], context
+    assert python in result["fxls_log"], context
+    assert "Starting:" not in result["fxls_log"], context

@@ -81,3 +81,41 @@ def test_every_code_is_used_somewhere_or_documented_as_reserved() -> None:
     used = {code for _, code, _ in call_sites()}
     unused = set(ALL_MESSAGES) - used
     assert not unused, f"codes never built by fxls: {sorted(unused)}"
+
+
+def test_severities_match_the_documentation() -> None:
+    import re
+    from pathlib import Path
+
+    from fxls.protocol import catalogue
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "diagnostics.md").read_text()
+    found = re.findall(r"## (FX\d+)\n\n\*\*[^*]+\*\* \((\w+)", doc)
+    assert len(found) > 20
+    for code, severity in found:
+        assert getattr(catalogue, code).severity == severity, code
+
+
+def test_suggested_directives_parse_when_copied() -> None:
+    import re
+
+    from fxls.analysis.directives import parse_directive
+    from fxls.protocol import catalogue
+    from fxls.protocol.model import Span
+
+    at = Span(1, 0, 1, 1)
+    fixes = [
+        catalogue.FX405(
+            at, arg="x", shape="(B, 3, 32, 32)", reason="r", directive="(B, 3, 32, 32)"
+        ),
+        catalogue.FX402(at, arg="mask", cls="Net"),
+        catalogue.FX402(at, arg="input_ids", cls="Net"),
+        catalogue.FX402(at, arg="x", cls="Net"),
+    ]
+    for message in fixes:
+        fix = message.diagnostic().fix or ""
+        directive = re.search(r"`# fxls: ([^`]*)`", fix)
+        assert directive is not None, fix
+        parse_directive(directive.group(1))  # raises on a directive that does not parse
+    assert "(B, T, T) bool" in (fixes[1].diagnostic().fix or "")
+    assert "(B, T) int64" in (fixes[2].diagnostic().fix or "")

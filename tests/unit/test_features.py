@@ -138,40 +138,64 @@ def hover_at(line: int, needle: str, offset: int = 0) -> hover.HoverText | None:
     return hover.hover_text([MODULE], LINES, line, col, isolation=["seccomp", "rlimits"])
 
 
-def test_hover_call_module_shows_module_args_and_shapes() -> None:
+def test_hover_call_module_shows_output_first_then_the_module_and_its_arguments() -> None:
     result = hover_at(12, "conv1", 2)
     assert result is not None
     md = result.markdown
     assert md.startswith(
-        "conv1 · call_module · `Conv2d(3, 64, kernel_size=(7, 7), stride=(2, 2), padding=(3, 3)"
+        "→ `[B, 64, 112, 112] float32`\n\nconv1 · `Conv2d(3, 64, kernel_size=(7, 7)"
     )
-    assert "| input | x | `[B, 3, 224, 224]` float32 |" in md
-    assert "→ `[B, 64, 112, 112]` float32" in md
+    assert "| input | `x` | `[B, 3, 224, 224] float32` |" in md
     assert result.span == CONV1.span
 
 
-def test_hover_call_function_lists_defaults() -> None:
+def test_hover_call_function_lists_defaults_last() -> None:
     result = hover_at(13, "conv2d")
     assert result is not None
     md = result.markdown
-    assert "| stride | 2 |" in md
-    assert "| padding | 0 · default |" in md
-    assert "| weight | w | `[8, 3, 7, 7]` float32 |" in md
-    assert "· default" not in md.split("| stride")[1].split("\n")[0]
+    assert "| stride | `2` |  |" in md
+    assert "| padding | `0` | *default* |" in md
+    assert "| weight | `w` | `[8, 3, 7, 7] float32` |" in md
+    assert md.index("stride") < md.index("bias")  # explicit arguments before defaults
+
+
+def test_hover_argument_expressions_are_the_source_text_never_node_names() -> None:
+    # the loop's Linear reads `h_1` (a node name); the hover shows what the user wrote
+    result = hover_at(15, "block")
+    assert result is not None
+    assert "`y`" in result.markdown and "h_1" not in result.markdown
 
 
 def test_hover_loop_aggregates_iterations() -> None:
     result = hover_at(15, "block")
     assert result is not None
-    assert "×3: `h.0` … `h.2`" in result.markdown
-    assert result.markdown.count("call_module") == 1
+    assert "`×3: h.0 … h.2`" in result.markdown
+    assert result.markdown.count("Linear") == 1
+
+
+def test_hover_block_style_is_one_code_block_with_aligned_columns() -> None:
+    result = hover.hover_text([MODULE], LINES, 13, LINES[12].index("conv2d"), style="block")
+    assert result is not None
+    lines = result.markdown.split("\n")
+    assert lines[0] == "```text" and lines[-1] == "```"
+    assert lines[1] == "→ [B, 8, 109, 109] float32"
+    assert lines[2] == "torch.nn.functional.conv2d"
+    assert lines[3] == "  input     x     [B, 3, 224, 224] float32"
+    assert "  padding   0     (default)" in lines
+    assert "|" not in result.markdown
+
+
+def test_style_for_client() -> None:
+    assert hover.style_for_client("Neovim") == "block"
+    assert hover.style_for_client("Visual Studio Code") == "table"
+    assert hover.style_for_client(None) == "table"
 
 
 def test_hover_helper_node_at_its_own_span_and_at_the_call_site() -> None:
     own = hover_at(21, "relu")
-    assert own is not None and own.markdown.startswith("relu · call_method · relu")
+    assert own is not None and "Tensor.relu" in own.markdown
     call = hover_at(16, "helper")
-    assert call is not None and "relu" in call.markdown
+    assert call is not None and "self.helper" in call.markdown
     assert hover_at(17, "y)") is not None  # second line of the multi-line call
 
 
@@ -181,7 +205,7 @@ def test_hover_prefers_smallest_span() -> None:
     )
     module = ModuleResult(name="Net", line=5, status="traced", nodes=[outer, CONV1])
     result = hover.hover_text([module], LINES, 12, LINES[11].index("conv1"))
-    assert result is not None and result.markdown.startswith("conv1")
+    assert result is not None and "conv1 · " in result.markdown
 
 
 def test_hover_nothing_outside_nodes() -> None:
@@ -197,13 +221,39 @@ def test_hover_class_summary() -> None:
     assert "| parameters | 25.6 M (25,557,032) |" in md
     assert "| buffers | 53,120 |" in md
     assert "2 placeholder" in md and "4 call_module" in md
-    assert "| input `x` | `[B, 3, 224, 224]` float32 (assumed) |" in md
-    assert "| input `w` | `[8, 3, 7, 7]` float32 (declared) |" in md
-    assert "| output | `[B, 64, 112, 8]` float32 |" in md
+    assert "| input x | `[B, 3, 224, 224] float32 (assumed)` |" in md
+    assert "| input w | `[8, 3, 7, 7] float32 (declared)` |" in md
+    assert "| output | `[B, 64, 112, 8] float32` |" in md
     assert "seccomp, rlimits" in md
     assert "| capture time | 0.30 s |" in md
     assert "fx, built on meta" in md
     assert result.span == Span(5, 6, 5, 9)
+
+
+def test_hover_class_construction_and_grammar() -> None:
+    from fxls.protocol.model import Construction
+
+    one = NodeInfo(name="x", op="placeholder", target="x", outputs=[X])
+    module = ModuleResult(
+        name="Net",
+        line=5,
+        status="traced",
+        nodes=[one],
+        notes=["specialized T=8"],
+        constructed=Construction(source="parent", text="transformer.h.0", inputs_from="GPT"),
+    )
+    md = hover.class_markdown(module, style="block")
+    assert "1 node:" in md and "1 nodes" not in md
+    assert "built by GPT.forward as transformer.h.0" in md
+    assert "specialized T=8" in md
+    module.constructed = Construction(
+        source="assumed",
+        text="Net(dim=64, heads=4)",
+        assumed={"dim": "64", "heads": "4"},
+        pin="dim=64, heads=4",
+    )
+    md = hover.class_markdown(module, style="block")
+    assert "assumed: dim=64, heads=4 — pin with # fxls: init(dim=64, heads=4)" in md
 
 
 def test_format_helpers() -> None:
@@ -249,9 +299,30 @@ def test_lsp_inlay_hints_position_end_of_line_and_range_filter() -> None:
 
 def test_code_lens_title() -> None:
     title = code_lens.lens_title(MODULE)
-    assert (
-        title == "fxls · 8 nodes · 25.6 M params · [B, 3, 224, 224], [8, 3, 7, 7] → [B, 64, 112, 8]"
+    assert title == (
+        "fxls · 8 nodes · 25.6 M params · [B, 3, 224, 224], [8, 3, 7, 7] → [B, 64, 112, 8]"
+        " · inputs assumed"
     )
+
+
+def test_code_lens_says_how_the_instance_was_built() -> None:
+    from dataclasses import replace
+
+    from fxls.protocol.model import Construction
+
+    block = replace(
+        MODULE,
+        inputs_assumed=[False, False],
+        constructed=Construction(source="parent", text="transformer.h.0", inputs_from="GPT"),
+    )
+    assert code_lens.lens_title(block).endswith("· as transformer.h.0 in GPT")
+    guessed = replace(
+        block,
+        constructed=Construction(
+            source="assumed", text="Net(dim=64)", assumed={"dim": "64", "heads": "4"}
+        ),
+    )
+    assert code_lens.lens_title(guessed).endswith("· assumed dim=64, heads=4")
 
 
 def test_code_lens_partial_capture_shows_the_first_error() -> None:
@@ -260,7 +331,7 @@ def test_code_lens_partial_capture_shows_the_first_error() -> None:
     )
     diag = FX201(Span(12, 0, 12, 5), node="conv1", error="bad").diagnostic()
     title = code_lens.lens_title(partial, [diag])
-    assert title == "fxls · partial (fx) · 1 nodes · 68 params · FX201 shape error in `conv1`: bad"
+    assert title == "fxls · partial (fx) · 1 node · 68 params · FX201 shape error in `conv1`: bad"
 
 
 def test_code_lens_failure_summary() -> None:
@@ -402,8 +473,8 @@ def test_hover_traced_through_loop_summarises_iterations() -> None:
     module = ModuleResult(name="Net", line=5, status="traced", nodes=nodes)
     result = hover.hover_text([module], LINES, 15, call_site.col + 1)
     assert result is not None
-    assert result.markdown.startswith("×48: `h.0` … `h.47` · 2 nodes each")
-    assert result.markdown.count("| call_function |") == 2
+    assert result.markdown.startswith("→ `[B, 64] float32`\n\nblock\n\n`×48: h.0 … h.47`")
+    assert "| add |  | `[B, 64] float32` |\n| relu |" in result.markdown  # one iteration
 
 
 def test_hover_markdown_puts_shapes_in_code_spans() -> None:
@@ -412,3 +483,108 @@ def test_hover_markdown_puts_shapes_in_code_spans() -> None:
     assert result is not None
     outside = result.markdown.split("`")[::2]  # the text between code spans
     assert not any("[" in part for part in outside), result.markdown
+
+
+def test_inlay_hints_one_part_per_name_on_unpacking_lines_and_the_hover_agrees() -> None:
+    source = "def forward(self, x):\n    B, T, C = x.size()\n    return x\n"
+    lines = source.split("\n")
+    size = NodeInfo(
+        name="size", op="call_method", target="size", span=Span(2, 14, 2, 22),
+        args=[Arg(name="self", value="x", node="x")], outputs=[Value(kind="size", shape=["B", "T", 768])],
+    )  # fmt: skip
+    getitems = [
+        NodeInfo(
+            name=f"getitem_{i}",
+            op="call_function",
+            target="operator.getitem",
+            span=Span(2, 4, 2, 11),
+            args=[Arg(name="a", value="size", node="size")],
+            outputs=[Value(kind="int", text=text)],
+        )
+        for i, text in enumerate(["B", "T", "768"])
+    ]
+    module = ModuleResult(
+        name="Net", line=1, status="traced",
+        nodes=[NodeInfo(name="x", op="placeholder", target="x", outputs=[X]), size, *getitems],
+    )  # fmt: skip
+    hints = inlay_hints.shape_hints([module], source)
+    assert [h.label for h in hints if h.line == 2] == ["▸ B=B, T=T, C=768"]
+    found = hover.hover_text([module], lines, 2, 5, style="block")
+    assert found is not None
+    assert found.markdown.split("\n")[1] == "→ B=B, T=T, C=768"
+    assert "unpacking x.size()" in found.markdown and "getitem_" not in found.markdown
+
+
+def test_no_hint_for_devices_and_no_tensor_repr() -> None:
+    device = NodeInfo(
+        name="device", op="call_function", target="getattr", span=Span(2, 4, 2, 10),
+        outputs=[Value(kind="device", text="meta")],
+    )  # fmt: skip
+    module = ModuleResult(name="Net", line=1, status="traced", nodes=[device])
+    assert inlay_hints.shape_hints([module], "def f():\n    d = x.device\n") == []
+    repr_value = Value(kind="other", text="tensor(..., device='meta', size=(2, 2, 16))")
+    assert value_text(repr_value) == "[2, 2, 16]"
+
+
+def test_code_lens_grammar_and_no_lens_on_classes_that_are_not_modules() -> None:
+    one = ModuleResult(
+        name="One", line=1, status="traced",
+        nodes=[NodeInfo(name="x", op="placeholder", target="x", outputs=[X])],
+    )  # fmt: skip
+    assert "· 1 node ·" in code_lens.lens_title(one) + " ·"
+    plain = ModuleResult(
+        name="Config", line=3, status="skipped",
+        notes=["`Config` is not an nn.Module subclass when the file runs"],
+    )  # fmt: skip
+    lenses = code_lens.lsp_code_lenses(
+        [one, plain], [], ["a", "b", "c"], convert.UTF16, lambda n: n
+    )
+    assert len(lenses) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "op", "expected"),
+    [
+        ("xq_ * freqs_cis", "call_method", {"self": "xq_", "other": "freqs_cis"}),
+        ("x.view(B, T, C)", "call_method", {"self": "x", "size": "B, T, C"}),
+        ("view(B, T)", "call_method", {"size": "B, T"}),  # a chain split across lines
+        ("F.conv2d(x, w, stride=2)", "call_function", {"input": "x", "weight": "w", "stride": "2"}),
+    ],
+)
+def test_argument_expressions_as_written(text: str, op: str, expected: dict[str, str]) -> None:
+    names = {
+        "xq_ * freqs_cis": [("self", "positional_or_keyword"), ("other", "positional_or_keyword")],
+        "x.view(B, T, C)": [("self", "positional_or_keyword"), ("size", "var_positional")],
+        "view(B, T)": [("self", "positional_or_keyword"), ("size", "var_positional")],
+        "F.conv2d(x, w, stride=2)": [
+            ("input", "positional_or_keyword"),
+            ("weight", "positional_or_keyword"),
+            ("bias", "positional_or_keyword"),
+            ("stride", "positional_or_keyword"),
+        ],
+    }[text]
+    args = [Arg(name=n, value="v", kind=k, default=(n == "bias")) for n, k in names]
+    node = NodeInfo(name="n", op=op, target="t", args=args)  # type: ignore[arg-type]
+    assert hover.argument_texts(node, hover.call_parts(text)) == expected
+
+
+def test_inlay_hints_unpacking_a_tuple_of_calls_and_a_shape() -> None:
+    source = "def f(self, x):\n    a, b = self.p(x), self.q(x)\n    _b, t = x.shape\n"
+    p = NodeInfo(
+        name="p", op="call_module", target="p", span=Span(2, 11, 2, 20), outputs=[t("B", 8)]
+    )
+    q = NodeInfo(
+        name="q", op="call_module", target="q", span=Span(2, 22, 2, 31), outputs=[t("B", 4)]
+    )
+    shape = NodeInfo(
+        name="getattr_1", op="call_function", target="getattr", span=Span(3, 12, 3, 19),
+        outputs=[Value(kind="size", shape=["B", "T"], text="[B, T]")],
+    )  # fmt: skip
+    item = NodeInfo(
+        name="getitem", op="call_function", target="operator.getitem", span=Span(3, 12, 3, 19),
+        args=[Arg(name="a", value="getattr_1", node="getattr_1")],
+        outputs=[Value(kind="int", text="T")],
+    )  # fmt: skip
+    module = ModuleResult(name="Net", line=1, status="traced", nodes=[p, q, shape, item])
+    labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
+    assert labels == {2: "▸ a: [B, 8], b: [B, 4]", 3: "▸ _b=B, t=T"}

@@ -142,15 +142,31 @@ def _hostile_module(text: str) -> ModuleResult:
 
 
 def _hovers(module: ModuleResult) -> list[str]:
-    lines = [f"class {module.name}:", "    pass", "0123456789"]
+    """Every hover form, in both styles, with the hostile text in the worker's strings and in
+    the document (argument expressions are read from the source)."""
+    text = module.name
+    lines = [f"class {module.name}:", "    pass", "0123456789", f"    {text[:2000]}"]
     node = module.nodes[1]
-    return [
-        hover.class_markdown(module, isolation=[module.name]),
-        hover.node_markdown(node, module),
-        hover.loop_markdown([node, node], module),
-        hover.group_markdown([node, module.nodes[0]]),
-        (hover.hover_text([module], lines, 3, 2) or hover.HoverText("", Span(1, 0, 1, 0))).markdown,
-    ]
+    span = Span(3, 0, 3, 5)
+    source = Span(4, 0, 4, len(lines[3]))
+    from fxls.protocol.model import Construction
+
+    module.constructed = Construction(
+        source="assumed", text=text, assumed={text: text}, pin=text, inputs_from=text
+    )
+    module.notes = [text]
+    out: list[str] = []
+    for style in ("table", "block"):
+        views = [
+            hover.node_view(node, module, lines, source),
+            hover.group_view([node, module.nodes[0]], module, lines, source),
+            hover.call_view([node, node], module, lines, span),
+        ]
+        out += [hover.render_view(view, style) for view in views]
+        out.append(hover.class_markdown(module, isolation=[module.name], style=style))
+        found = hover.hover_text([module], lines, 3, 2, style=style)
+        out.append(found.markdown if found else "")
+    return out
 
 
 @pytest.mark.parametrize("text", HOSTILE)

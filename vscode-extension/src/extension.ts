@@ -1,6 +1,14 @@
 /** Entry point: activation only. The logic lives in ./common. */
 import * as vscode from "vscode";
-import { COMMAND_RESTART, COMMAND_SHOW_OUTPUT, EXTENSION_NAME, RESTART_SETTINGS } from "./common/constants";
+import {
+  COMMAND_RESTART,
+  COMMAND_SHOW_GRAPH,
+  COMMAND_SHOW_LOG,
+  COMMAND_SHOW_OUTPUT,
+  EXTENSION_NAME,
+  RESTART_SETTINGS,
+} from "./common/constants";
+import { GraphView } from "./common/graph";
 import { onDidChangePythonInterpreter } from "./common/python";
 import { ServerManager } from "./common/server";
 import { getPythonSetting, getServerCommandSetting } from "./common/settings";
@@ -11,14 +19,20 @@ let manager: ServerManager | undefined;
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const output = vscode.window.createOutputChannel(EXTENSION_NAME, { log: true });
   const status = new StatusItem();
-  manager = new ServerManager(output, status, context.extensionUri.fsPath);
+  const version = String(context.extension.packageJSON.version ?? "0.0.0");
+  manager = new ServerManager(output, status, context.extensionUri.fsPath, version);
   const server = manager;
+  const graph = new GraphView(() => server.languageClient, output);
+  const showLog = () => output.show(true);
   context.subscriptions.push(
     output,
     status,
+    graph,
     { dispose: () => void server.dispose() },
     vscode.commands.registerCommand(COMMAND_RESTART, () => server.restart()),
-    vscode.commands.registerCommand(COMMAND_SHOW_OUTPUT, () => output.show(true)),
+    vscode.commands.registerCommand(COMMAND_SHOW_LOG, showLog),
+    vscode.commands.registerCommand(COMMAND_SHOW_OUTPUT, showLog),
+    vscode.commands.registerCommand(COMMAND_SHOW_GRAPH, (uri?: vscode.Uri, cls?: string) => graph.show(uri, cls)),
     vscode.workspace.onDidChangeConfiguration((event) => {
       if (RESTART_SETTINGS.some((name) => event.affectsConfiguration(name))) {
         void server.requestRestart();

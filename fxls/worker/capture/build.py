@@ -70,7 +70,7 @@ def candidates(
 
     first_error: BaseException | None = None
     tried = built_any = 0
-    for recipe in construct.recipes(doc, cls):
+    for recipe in construct.recipes(doc, cls, req.call_sites):
         tried += 1
         if tried > construct.MAX_RECIPES:
             break

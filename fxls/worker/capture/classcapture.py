@@ -464,7 +464,7 @@ class ClassCapture:
                 continue
             name, at = names[index], spans[index]
             if known is None:
-                diag = m.FX402(at, arg=name, cls=self.req.name)
+                diag = m.FX402(at, arg=name, cls=self.req.name, example=m.suggested_shape(name))
                 self.diagnose(diag.diagnostic({"arg": name}))
                 complete = False
                 continue
@@ -522,7 +522,10 @@ class ClassCapture:
         for planned, at in self.assumed_inputs:
             used = final.get(planned.name, planned)
             shape = used.shape_text()
-            info = m.FX405(at, arg=f"`{used.name}`", shape=shape, reason=used.reason)
+            directive = shape
+            if shape.startswith("[") and isinstance(used.value, torch.Tensor):
+                directive = "(" + shape[1:-1] + ")"  # a tensor, not a list
+            info = m.FX405(at, arg=used.name, shape=shape, reason=used.reason, directive=directive)
             self.diagnose(info.diagnostic({"arg": used.name, "shape": shape}))
         self.assumed_inputs = []
 
@@ -633,11 +636,13 @@ class ClassCapture:
 
     def _propagate(
         self, gm: torch.fx.GraphModule, ordered: list[inputs.PlannedInput],
-        placeholders: list[torch.fx.Node],
+        placeholders: list[torch.fx.Node], symbolic: bool | None = None,
     ) -> shapes.Propagation | BaseException:  # fmt: skip
         feeds = [_example(p, str(n.target)) for p, n in zip(ordered, placeholders)]
+        if symbolic is None:
+            symbolic = self.doc.job.symbolic
         try:
-            return shapes.propagate(gm, feeds, symbolic=self.doc.job.symbolic)
+            return shapes.propagate(gm, feeds, symbolic=symbolic)
         except Exception as exc:
             return exc
 
@@ -656,9 +661,10 @@ class ClassCapture:
         for index, planned in enumerate(ordered):
             for alternative in inputs.alternatives(planned):
                 trial = [*ordered[:index], alternative, *ordered[index + 1 :]]
-                attempt = self._propagate(gm, trial, placeholders)
+                # trials run with static sizes (cheap); only the one that fits runs symbolic
+                attempt = self._propagate(gm, trial, placeholders, symbolic=False)
                 if isinstance(attempt, shapes.Propagation) and attempt.error is None:
-                    return trial, attempt
+                    return trial, self._propagate(gm, trial, placeholders)
         return ordered, prop
 
     def _shapes(

@@ -32,12 +32,13 @@ import inspect
 import re
 import signal
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from torch import nn
 
+from fxls.protocol.model import KnownCall
 from fxls.worker.capture.document import Document
 
 RecipeSource = Literal["defaults", "config", "factory", "call site", "assumed"]
@@ -386,7 +387,7 @@ def _config_candidates(
     return found
 
 
-def recipes(doc: Document, cls: type) -> Iterator[Recipe]:
+def recipes(doc: Document, cls: type, known_calls: Sequence[KnownCall] = ()) -> Iterator[Recipe]:
     """Ways to build ``cls`` without a directive, best evidence first (see the module doc)."""
     params = _parameters(cls)
     required = [p for p in params if p.default is p.empty]
@@ -421,6 +422,11 @@ def recipes(doc: Document, cls: type) -> Iterator[Recipe]:
 
     yield from factories(doc, cls)
     yield from _call_sites(doc, cls)
+    for known in known_calls:
+        yield Recipe(
+            "call site", _evaluated(doc, cls, known.init), f"{name}({known.init}) in {known.where}",
+            init=known.init,
+        )  # fmt: skip
 
     if required:
         yield from _assumed(doc, cls, required, annotations, config_options)

@@ -689,7 +689,7 @@ def fake_run(
     error_span: Span | None = None
     swap = _Swap(module, fake_mode, recorder)
 
-    with shapes._quiet_loggers(), warnings.catch_warnings():
+    with shapes._quiet_loggers(), shapes.data_free_torch(), warnings.catch_warnings():
         # symbolic sizes computed in Python (B * T) stay constants of the graph on purpose
         warnings.filterwarnings("ignore", message="Raw SymInt value")
         try:

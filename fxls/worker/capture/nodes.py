@@ -78,6 +78,25 @@ def readable_target(node: torch.fx.Node) -> str:
     return str(target)
 
 
+_SUMMARY_ATTRIBUTES = (
+    "embed_dim", "num_heads", "d_model", "nhead", "input_size", "hidden_size", "num_layers",
+    "in_features", "out_features", "dropout", "batch_first",
+)  # fmt: skip
+
+
+def _attribute_summary(sub: torch.nn.Module) -> str:
+    """``embed_dim=64, num_heads=4`` for modules whose ``extra_repr`` is empty
+    (``MultiheadAttention``, ``Transformer``): the dimensions they were built with."""
+    parts = []
+    for name in _SUMMARY_ATTRIBUTES:
+        value = getattr(sub, name, None)
+        if isinstance(value, (bool, int, float)) and not (name == "dropout" and not value):
+            if name == "batch_first" and not value:
+                continue
+            parts.append(f"{name}={value}")
+    return ", ".join(parts)
+
+
 def _module_type(gm: torch.fx.GraphModule, target: str) -> str | None:
     try:
         sub = gm.get_submodule(target)
@@ -87,6 +106,8 @@ def _module_type(gm: torch.fx.GraphModule, target: str) -> str | None:
         extra = sub.extra_repr()
     except Exception:
         extra = ""
+    if not extra:
+        extra = _attribute_summary(sub)
     text = f"{type(sub).__name__}({extra})"
     return text if len(text) <= 200 else text[:196] + "...)"
 

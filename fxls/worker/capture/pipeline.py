@@ -224,7 +224,7 @@ def _soften_worked_around(mod: ModuleResult) -> None:
     """
     worked_around = mod.status == "partial" and bool(mod.outputs)
     for diag in mod.diagnostics:
-        if diag.code not in _TRACE_FAILURE_CODES or diag.severity != "error":
+        if diag.code not in _TRACE_FAILURE_CODES or diag.severity not in ("error", "warning"):
             continue
         if worked_around:
             diag.severity = "information"

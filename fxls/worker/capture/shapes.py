@@ -122,6 +122,36 @@ def _quiet_loggers() -> Iterator[None]:
             logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def data_free_torch() -> Iterator[None]:
+    """Make torch's layers run on tensors without data.
+
+    ``nn.TransformerEncoder`` compares a given mask with a causal one (``bool((mask ==
+    causal).all())``) only to pick a faster kernel; on fake or meta tensors that question has
+    no answer and stops the run. While fxls propagates shapes, the check answers with what the
+    caller said (``is_causal``), which changes no shape.
+    """
+    import torch.nn.modules.transformer as transformer
+
+    original = getattr(transformer, "_detect_is_causal_mask", None)
+    if original is None:
+        yield
+        return
+
+    def detect(mask: Any, is_causal: Any = None, size: Any = None) -> bool:
+        if isinstance(mask, torch.Tensor) and (
+            mask.device.type == "meta" or type(mask).__name__ == "FakeTensor"
+        ):
+            return bool(is_causal)
+        return bool(original(mask, is_causal, size))
+
+    transformer._detect_is_causal_mask = detect
+    try:
+        yield
+    finally:
+        transformer._detect_is_causal_mask = original
+
+
 # ---------------------------------------------------------------------------------------
 # Rendering values
 # ---------------------------------------------------------------------------------------
@@ -692,7 +722,7 @@ def propagate(
         ['B', 3]
     """
     device = _module_device(gm)
-    with _quiet_loggers():
+    with _quiet_loggers(), data_free_torch():
         if not (symbolic and _is_named(inputs)):
             return _run_static(gm, inputs, device)
         result = _run_fake(gm, inputs, device, symbolic=True)

@@ -440,6 +440,12 @@ def make_inputs(
     symbols = {**t.sizes(), **(sizes or {})}
     gen = torch.Generator().manual_seed(seed)
     replace = replace or {}
+    # token ids stay within the smallest embedding of the model that is called (fxls's own
+    # build may have a smaller vocabulary than the truth's)
+    vocab = min(
+        (m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)),
+        default=None,
+    )
 
     def tensor(arg: TensorArg) -> Any:
         dtype = getattr(torch, arg.dtype)
@@ -449,7 +455,8 @@ def make_inputs(
             return torch.randn(arg.sizes, generator=gen, dtype=dtype)
         if dtype == torch.bool:
             return torch.zeros(arg.sizes, dtype=torch.bool)
-        return torch.randint(0, max(arg.high, 1), arg.sizes, generator=gen, dtype=dtype)
+        high = min(arg.high, vocab) if vocab is not None else arg.high
+        return torch.randint(0, max(high, 1), arg.sizes, generator=gen, dtype=dtype)
 
     out: dict[str, Any] = {}
     names = only if only is not None else [i.name for i in t.inputs]

@@ -4,7 +4,8 @@
 -- FXLS_NVIM_OUT (where to write the JSON result), FXLS_CMD (JSON array: the server command;
 -- unset: the config's default),
 -- FXLS_NVIM_HOVERS (JSON array of {needle, offset} to hover).
--- Writes {attached, encoding, diagnostics, hovers, inlay_hints, code_lenses, error}.
+-- Writes {attached, encoding, diagnostics, lenses_on_open, hovers (value, range and the
+-- lines of the float K opens), inlay_hints, code_lenses, error}.
 
 vim.g.loaded_python3_provider = 0
 local out_path = assert(os.getenv("FXLS_NVIM_OUT"))
@@ -76,6 +77,13 @@ local ok, err = pcall(function()
     })
   end
 
+  -- lenses after the first capture, before anything else happens in the buffer (no edit,
+  -- no buffer switch, no explicit refresh): the config must fetch them on its own
+  vim.wait(10000, function()
+    return #vim.lsp.codelens.get(buf) > 0
+  end, 20)
+  result.lenses_on_open = #vim.lsp.codelens.get(buf)
+
   local lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
   for _, want in ipairs(vim.json.decode(os.getenv("FXLS_NVIM_HOVERS") or "[]")) do
     local entry = { needle = want.needle }
@@ -92,6 +100,25 @@ local ok, err = pcall(function()
             entry.value = response.result.contents.value
             entry.range = response.result.range
           end
+        end
+        -- what the user sees: the lines of the float `K` (vim.lsp.buf.hover) opens
+        local main = vim.api.nvim_get_current_win()
+        vim.lsp.buf.hover()
+        local float
+        vim.wait(5000, function()
+          for _, win in ipairs(vim.api.nvim_list_wins()) do
+            if vim.api.nvim_win_get_config(win).relative ~= "" then
+              float = win
+              return true
+            end
+          end
+          return false
+        end, 20)
+        if float then
+          local fbuf = vim.api.nvim_win_get_buf(float)
+          entry.float = vim.api.nvim_buf_get_lines(fbuf, 0, -1, false)
+          vim.api.nvim_win_close(float, true)
+          vim.api.nvim_set_current_win(main)
         end
         break
       end
@@ -117,7 +144,7 @@ local ok, err = pcall(function()
     })
   end
 
-  vim.lsp.codelens.refresh({ bufnr = buf })
+  -- no explicit refresh: the config must have fetched the lenses after the first capture
   vim.wait(10000, function()
     return #vim.lsp.codelens.get(buf) > 0
   end, 20)

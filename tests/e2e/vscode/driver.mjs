@@ -74,37 +74,46 @@ async function locateWord(page, lineText, word) {
   );
 }
 
-/** Moves the mouse onto `word` and returns the hover widget's text ("" if none appeared). */
-async function hover(page, lineText, word, expect, timeoutMs) {
+/** The text of the visible hover widgets ("" when none is shown or it is still loading). */
+async function hoverText(page) {
+  return page.evaluate(() => {
+    const shown = Array.from(document.querySelectorAll(".monaco-hover:not(.hidden)"));
+    const text = shown.map((h) => h.innerText.trim()).filter((t) => t.length > 0).join("\n");
+    return /^Loading\.*$/.test(text) ? "" : text;
+  });
+}
+
+/**
+ * Hovers the point `locate()` returns until the hover widget's text contains every string of
+ * `expect`, as a user waits for it: move away, move onto the target, poll the widget's text for
+ * a few seconds, and again, until `timeoutMs`. Throws with the last text seen on timeout.
+ */
+async function hoverUntil(page, what, locate, expect, timeoutMs) {
   const deadline = Date.now() + timeoutMs;
   let text = "";
+  let attempts = 0;
   while (Date.now() < deadline) {
-    const point = await locateWord(page, lineText, word);
-    if (!point) throw new Error(`no rendered line contains ${JSON.stringify(lineText)}`);
+    attempts++;
+    const point = await locate();
+    if (!point) throw new Error(`hover ${what}: the target is not on screen`);
     await page.mouse.move(5, 5);
-    await page.waitForTimeout(150);
+    await page.waitForTimeout(200);
     await page.mouse.move(point.x, point.y, { steps: 3 });
-    try {
-      await page.waitForFunction(
-        () => {
-          const h = document.querySelector(".monaco-hover:not(.hidden) .monaco-hover-content, .monaco-hover:not(.hidden)");
-          return h !== null && h.innerText.trim().length > 0 && !/Loading/.test(h.innerText);
-        },
-        null,
-        { timeout: 4000 },
-      );
-      text = await page.evaluate(() =>
-        Array.from(document.querySelectorAll(".monaco-hover:not(.hidden)"))
-          .map((h) => h.innerText)
-          .join("\n"),
-      );
-      if (!expect || expect.every((e) => text.includes(e))) return text;
-    } catch {
-      // No hover yet (the server may still be analysing); move away and try again.
+    const pollUntil = Math.min(deadline, Date.now() + 5000);
+    while (Date.now() < pollUntil) {
+      await page.waitForTimeout(150);
+      text = await hoverText(page);
+      if (text && expect.every((e) => text.includes(e))) {
+        await page.waitForTimeout(300); // let it finish fading in for the screenshot
+        return await hoverText(page) || text;
+      }
     }
-    await page.waitForTimeout(700);
+    await page.waitForTimeout(500);
   }
-  return text;
+  throw new Error(
+    `hover ${what}: no hover containing ${JSON.stringify(expect)} within ${Math.round(timeoutMs / 1000)} s ` +
+      `(${attempts} attempts); last hover text: ${JSON.stringify(text)}`,
+  );
 }
 
 /** Puts the cursor on `word`, opens Quick Fix (Ctrl+.), picks the action whose title contains
@@ -196,8 +205,14 @@ async function statusBar(page) {
 
 async function notifications(page) {
   return page.evaluate(() =>
-    Array.from(document.querySelectorAll(".notifications-toasts .notification-list-item-message"))
-      .map((e) => e.innerText.trim())
+    // each toast's message, then its buttons in brackets: "message [Open Setting] [Show Log]"
+    Array.from(document.querySelectorAll(".notifications-toasts .notification-list-item"))
+      .map((item) => {
+        const message = item.querySelector(".notification-list-item-message")?.innerText.trim() ?? "";
+        const buttons = Array.from(item.querySelectorAll(".notification-list-item-buttons-container .monaco-button"))
+          .map((b) => `[${b.innerText.trim()}]`);
+        return [message, ...buttons].join(" ");
+      })
       .join("\n"),
   );
 }
@@ -245,7 +260,18 @@ async function runStep(page, step) {
   out.squiggles = await squiggles(page);
   out.diagnostics_ms = Date.now() - started;
   if (step.hover) {
-    out.hover = await hover(page, step.hover.line, step.hover.word, step.hover.expect, step.timeoutMs);
+    const { line, word } = step.hover;
+    out.hover = await hoverUntil(
+      page,
+      JSON.stringify(word),
+      async () => {
+        const point = await locateWord(page, line, word);
+        if (!point) throw new Error(`no rendered line contains ${JSON.stringify(line)}`);
+        return point;
+      },
+      step.hover.expect ?? [],
+      step.timeoutMs,
+    );
     out.hover_ms = Date.now() - started;
   }
   if (step.quickFix) {
@@ -253,57 +279,99 @@ async function runStep(page, step) {
   }
   out.status = await statusBar(page);
   out.notifications = await notifications(page);
-  if (out.hover) {
-    await page.waitForTimeout(400); // let the hover finish fading in for the screenshot
-  }
   out.screenshot = await screenshot(page, step.name);
   if (step.squiggleHover) {
-    // Hover the first error squiggle to read the diagnostic message.
-    const box = await page.locator(".monaco-editor .squiggly-error").first().boundingBox();
-    if (box) {
-      // Under load the hover can take a while to appear: move away and back, a few times.
-      out.squiggle_hover = "";
-      for (let attempt = 0; attempt < 4 && !out.squiggle_hover.includes("fxls"); attempt++) {
-        await page.mouse.move(5, 5);
-        await page.waitForTimeout(300);
-        await page.mouse.move(box.x + Math.min(box.width / 2, 20), box.y + box.height / 2, { steps: 3 });
-        try {
-          await page.waitForSelector(".monaco-hover:not(.hidden)", { timeout: 8000 });
-          // The problem hover also lists the quick fixes, which it asks the server for:
-          // wait for the message itself, not only for the widget.
-          await page
-            .waitForFunction(
-              () =>
-                Array.from(document.querySelectorAll(".monaco-hover:not(.hidden)")).some((h) =>
-                  h.innerText.includes("fxls"),
-                ),
-              null,
-              { timeout: 5000 },
-            )
-            .catch(() => {});
-          out.squiggle_hover = await page.evaluate(() =>
-            Array.from(document.querySelectorAll(".monaco-hover:not(.hidden)"))
-              .map((h) => h.innerText)
-              .join("\n"),
-          );
-        } catch {
-          out.squiggle_hover = "";
-        }
-      }
-      await screenshot(page, `${step.name}-diagnostic`);
-    }
+    // Hover the first error squiggle until the diagnostic's message is shown.
+    out.squiggle_hover = await hoverUntil(
+      page,
+      "the error squiggle",
+      async () => {
+        const box = await page.locator(".monaco-editor .squiggly-error").first().boundingBox();
+        return box && { x: box.x + Math.min(box.width / 2, 20), y: box.y + box.height / 2 };
+      },
+      step.squiggleHover === true ? ["fxls"] : step.squiggleHover,
+      step.timeoutMs,
+    );
+    await screenshot(page, `${step.name}-diagnostic`);
+  }
+  if (step.graph) {
+    out.graph = await showGraph(page, step.graph);
   }
   return out;
 }
 
-/** Runs "fxls: Show Output" from the command palette and returns the panel's visible text. */
-async function showOutput(page) {
+/** Runs a command from the command palette by its title ("fxls: Show Log"). */
+async function runCommand(page, title) {
   await page.keyboard.press("Control+Shift+P");
   const input = page.locator(".quick-input-widget input");
   await input.waitFor({ state: "visible", timeout: 15000 });
-  await input.fill(">fxls: Show Output");
-  await page.waitForTimeout(500);
+  await input.fill(">" + title);
+  await page
+    .locator(".quick-input-list .monaco-list-row", { hasText: title })
+    .first()
+    .waitFor({ state: "visible", timeout: 15000 });
   await page.keyboard.press("Enter");
+}
+
+/** The frame (inside the webview's iframes) whose document matches `selector`. */
+async function frameWith(page, selector, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    for (const frame of page.frames()) {
+      try {
+        if (await frame.evaluate((s) => document.querySelector(s) !== null, selector)) return frame;
+      } catch {
+        // a frame that is navigating or gone
+      }
+    }
+    await page.waitForTimeout(250);
+  }
+  throw new Error(`no webview frame with ${selector} within ${Math.round(timeoutMs / 1000)} s`);
+}
+
+/**
+ * Opens the graph through the "Show graph" code lens (or the command), waits for the webview to
+ * draw nodes, takes a screenshot, clicks the node labelled `graph.click` and reads the editor's
+ * cursor position from the status bar (the extension reveals the node's source line).
+ */
+async function showGraph(page, graph) {
+  const out = {};
+  const lens = page.locator(".monaco-editor .codelens-decoration a", { hasText: "Show graph" }).first();
+  try {
+    await lens.waitFor({ state: "visible", timeout: graph.timeoutMs ?? 30000 });
+    await lens.click();
+    out.opened_by = "code lens";
+  } catch {
+    await runCommand(page, "fxls: Show Graph");
+    out.opened_by = "command";
+  }
+  const frame = await frameWith(page, "#fxls-svg [data-node]", graph.timeoutMs ?? 30000);
+  out.nodes = await frame.evaluate(() =>
+    Array.from(document.querySelectorAll("#fxls-svg [data-node]")).map((g) => g.textContent),
+  );
+  out.title = await frame.evaluate(() => document.querySelector("header h1")?.textContent ?? "");
+  await page.waitForTimeout(300);
+  out.screenshot = await screenshot(page, "graph");
+  const node = frame.locator("#fxls-svg [data-node]", { hasText: graph.click }).first();
+  await node.click();
+  const deadline = Date.now() + 15000;
+  out.selection = "";
+  while (Date.now() < deadline) {
+    out.selection = await page.evaluate(
+      () => document.getElementById("status.editor.selection")?.innerText.trim() ?? "",
+    );
+    if (out.selection.startsWith(`Ln ${graph.expectLine},`)) break;
+    await page.waitForTimeout(200);
+  }
+  out.details = await frame.evaluate(() => document.getElementById("fxls-details")?.innerText ?? "");
+  await screenshot(page, "graph-revealed");
+  return out;
+}
+
+/** Runs "fxls: Show Log" from the command palette and returns the panel's visible text. */
+async function showOutput(page) {
+  await runCommand(page, "fxls: Show Log");
+  await page.waitForTimeout(300);
   await page.waitForSelector(".part.panel .monaco-editor .view-lines", { timeout: 15000 });
   await page.waitForTimeout(800);
   const text = await page.evaluate(

@@ -5,7 +5,11 @@
 #   - Debian packages: chromium, ripgrep, and the headers code-server's native modules build with;
 #   - code-server (a real VS Code served to a browser) and playwright-core, under $FXLS_E2E_CACHE
 #     (default ~/.cache/fxls-e2e), never inside the repository;
-#   - the fxls extension's npm dependencies, then builds and packages it to vscode-extension/fxls.vsix.
+#   - a virtualenv with only torch (no fxls, no pygls) under $FXLS_E2E_CACHE/torch-only-venv: the
+#     interpreter the test gives VS Code, so the .vsix's bundled fxls is what runs;
+#   - the fxls extension's npm dependencies, then builds and packages it to vscode-extension/fxls.vsix
+#     with the documented command (`npm ci && npm run package`, which bundles fxls and its
+#     pure-Python dependencies into bundled/libs).
 # On success the last line of stdout is a JSON object with the paths the test needs.
 # Exit status 3: a prerequisite could not be installed (no registry, no apt, not root);
 # any other failure (building the extension, say) is a real error.
@@ -70,17 +74,32 @@ if [ ! -f "$DRIVER_DIR/node_modules/playwright-core/package.json" ] \
   (cd "$DRIVER_DIR" && npm install --no-save "playwright-core@$PLAYWRIGHT_VERSION" >&2) || exit 3
 fi
 
+TORCH_VENV="$CACHE/torch-only-venv"
+TORCH_VERSION="2.13.0"
+if [ ! -f "$TORCH_VENV/.complete" ]; then
+  step "virtualenv with only torch==$TORCH_VERSION in $TORCH_VENV"
+  rm -rf "$TORCH_VENV"
+  python3 -m venv "$TORCH_VENV" >&2 || exit 3
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$TORCH_VENV/bin/pip" install -q "torch==$TORCH_VERSION" >&2 || exit 3
+  touch "$TORCH_VENV/.complete"
+fi
+
 EXT="$ROOT/vscode-extension"
+# pip for bundling fxls: the repository's venv when there is one (any Python 3 with pip works)
+if [ -z "${FXLS_BUNDLE_PYTHON:-}" ] && [ -x "$ROOT/.venv/bin/python" ]; then
+  export FXLS_BUNDLE_PYTHON="$ROOT/.venv/bin/python"
+fi
 if [ ! -d "$EXT/node_modules/vscode-languageclient" ] || [ "$EXT/package-lock.json" -nt "$EXT/node_modules/.package-lock.json" ]; then
   step "npm ci in vscode-extension"
   (cd "$EXT" && npm ci >&2)
 fi
 if [ ! -f "$EXT/fxls.vsix" ] || [ -n "$(cd "$EXT" && find src scripts package.json package-lock.json \
-    tsconfig.json README.md LICENSE .vscodeignore -newer fxls.vsix 2>/dev/null | head -1)" ]; then
+    tsconfig.json README.md LICENSE .vscodeignore ../fxls ../pyproject.toml -newer fxls.vsix \
+    -not -name '*.pyc' 2>/dev/null | head -1)" ]; then
   step "building and packaging the extension"
   (cd "$EXT" && npm run --silent package >&2)
 fi
 
 step "done"
-printf '{"code_server": "%s", "chromium": "%s", "node_modules": "%s", "vsix": "%s", "seconds": %d}\n' \
-  "$CS_BIN" "$CHROMIUM" "$DRIVER_DIR/node_modules" "$EXT/fxls.vsix" "$SECONDS"
+printf '{"code_server": "%s", "chromium": "%s", "node_modules": "%s", "vsix": "%s", "torch_python": "%s", "seconds": %d}\n' \
+  "$CS_BIN" "$CHROMIUM" "$DRIVER_DIR/node_modules" "$EXT/fxls.vsix" "$TORCH_VENV/bin/python" "$SECONDS"

@@ -229,3 +229,32 @@ class FromCheckpoint(nn.Module):
     (fx401,) = [d for d in mod.diagnostics if d.code == "FX401"]
     assert fx401.severity == "information"
     assert "init(state_dict=...)" in (fx401.fix or "")
+
+
+def test_a_call_in_another_file_of_the_workspace_builds_the_class() -> None:
+    from fxls.protocol.model import KnownCall
+
+    text = textwrap.dedent(
+        HEADER
+        + """
+class Tagger(nn.Module):
+    def __init__(self, kind, vocab, width):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, width)
+        self.out = nn.Linear(width, 7 if kind == "pos" else 3)
+
+    def forward(self, tokens):
+        return self.out(self.emb(tokens))
+"""
+    )
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if t.startswith("class Tagger"))
+    request = ClassRequest(
+        "Tagger", line, call_sites=[KnownCall("'pos', 120, 24", "train.py:12")]
+    )
+    job = CaptureJob(path="/virtual/model.py", source=text, classes=[request])
+    (mod,) = run_capture(job, lambda *_: None).modules
+    assert mod.constructed is not None and mod.constructed.source == "call site"
+    assert mod.constructed.text == "Tagger('pos', 120, 24) in train.py:12"
+    assert mod.constructed.pin == "'pos', 120, 24"
+    assert mod.outputs[0].shape == ["B", "T", 7]
+    assert not [d for d in mod.diagnostics if d.code == "FX408"]

@@ -5,6 +5,9 @@
  * command or trust state. Restarts are serialised: a restart requested while one is running
  * waits for it, and only the latest settings are used.
  */
+import { execFile } from "child_process";
+import * as fs from "fs";
+import * as path from "path";
 import * as vscode from "vscode";
 import {
   LanguageClient,
@@ -14,9 +17,11 @@ import {
   State,
   TransportKind,
 } from "vscode-languageclient/node";
-import { CONFIG_SECTION, COMMAND_SHOW_OUTPUT, EXTENSION_NAME } from "./constants";
-import { SERVER_MODULE_ARGS, serverLaunch } from "./launch";
-import { resolveInterpreter } from "./python";
+import { CONFIG_SECTION, COMMAND_SHOW_GRAPH, COMMAND_SHOW_LOG, EXTENSION_NAME } from "./constants";
+import { className } from "./graph-core";
+import { bundledLibsDir, chooseFxls, FxlsSource, Launch, SERVER_MODULE_ARGS, serverLaunch } from "./launch";
+import { classifyProbe, Problem, PROBE_CODE, ProbeRun } from "./probe";
+import { InterpreterSource, resolveInterpreter } from "./python";
 import { getInitializationOptions, getServerCommandSetting } from "./settings";
 import { StatusItem } from "./status";
 
@@ -25,6 +30,34 @@ export interface ServerCommand {
   args: string[];
   /** Where the command came from, for the log. */
   origin: string;
+  /** Set when the command is `<interpreter> -m fxls serve` (not fxls.server.command). */
+  interpreterSource?: InterpreterSource;
+}
+
+const SOURCE_TEXT: Record<InterpreterSource, string> = {
+  setting: "the fxls.python setting",
+  "python-extension": "the interpreter selected in the Python extension",
+  default: "python3 from PATH",
+};
+
+/** Runs the probe (see ./probe.ts) with `launch`'s working directory and environment. */
+export function runProbe(python: string, launch: Launch, timeoutMs = 20000): Promise<ProbeRun> {
+  return new Promise((resolve) => {
+    execFile(
+      python,
+      ["-c", PROBE_CODE],
+      { cwd: launch.cwd, env: launch.env, timeout: timeoutMs, windowsHide: true },
+      (error, stdout, stderr) => {
+        const code = (error as NodeJS.ErrnoException | null)?.code;
+        if (error && typeof code === "string" && !/^\d+$/.test(code)) {
+          resolve({ spawnError: code, exitCode: null, stdout: "", stderr: String(stderr) });
+          return;
+        }
+        const exitCode = error ? (typeof code === "number" ? code : 1) : 0;
+        resolve({ exitCode, stdout: String(stdout), stderr: String(stderr) });
+      },
+    );
+  });
 }
 
 /** The command line that starts the server for `resource`'s workspace folder. */
@@ -38,7 +71,30 @@ export async function resolveServerCommand(resource?: vscode.Uri): Promise<Serve
     command: interpreter.path,
     args: SERVER_MODULE_ARGS,
     origin: `interpreter from ${interpreter.source}`,
+    interpreterSource: interpreter.source,
   };
+}
+
+/** `lenses` plus a "Show graph" lens after each lens on a `class` line. */
+function withGraphLenses(document: vscode.TextDocument, lenses: vscode.CodeLens[]): vscode.CodeLens[] {
+  const out: vscode.CodeLens[] = [];
+  const seen = new Set<number>();
+  for (const lens of lenses) {
+    out.push(lens);
+    const line = lens.range.start.line;
+    const cls = line < document.lineCount ? className(document.lineAt(line).text) : undefined;
+    if (cls && !seen.has(line)) {
+      seen.add(line);
+      out.push(
+        new vscode.CodeLens(lens.range, {
+          title: "$(type-hierarchy) Show graph",
+          command: COMMAND_SHOW_GRAPH,
+          arguments: [document.uri, cls],
+        }),
+      );
+    }
+  }
+  return out;
 }
 
 function workspaceResource(): vscode.Uri | undefined {
@@ -59,7 +115,13 @@ export class ServerManager implements vscode.Disposable {
     private readonly output: vscode.LogOutputChannel,
     private readonly status: StatusItem,
     private readonly neutralDir: string,
+    private readonly extensionVersion: string,
   ) {}
+
+  /** The running language client, if any. */
+  get languageClient(): LanguageClient | undefined {
+    return this.client;
+  }
 
   /** Stops any running server and starts a new one with the current settings. */
   restart(): Promise<void> {
@@ -101,12 +163,41 @@ export class ServerManager implements vscode.Disposable {
     const resource = workspaceResource();
     const trusted = vscode.workspace.isTrusted;
     const server = await resolveServerCommand(resource);
-    const launch = serverLaunch(server.command, server.args, this.neutralDir, process.env);
-    this.output.info(
-      `Starting: ${[server.command, ...server.args].join(" ")} (${server.origin}; ` +
-        `workspace ${trusted ? "trusted" : "NOT trusted: restricted mode"})`,
-    );
     this.status.set("starting");
+    let launch = serverLaunch(server.command, server.args, this.neutralDir, process.env);
+    let fxls: FxlsSource | undefined;
+    if (server.interpreterSource) {
+      const source = SOURCE_TEXT[server.interpreterSource];
+      const probe = classifyProbe(await runProbe(server.command, launch), server.command, source);
+      if (!probe.ok) {
+        this.output.error(probe.problem.message);
+        this.status.set("error", probe.problem.message);
+        void this.notify(probe.problem);
+        return;
+      }
+      const info = probe.info;
+      const bundled = bundledLibsDir(this.neutralDir);
+      const hasBundled = fs.existsSync(path.join(bundled, "fxls", "__init__.py"));
+      fxls = chooseFxls(info.fxls, this.extensionVersion, hasBundled);
+      this.output.info(
+        `Python ${info.python} (${info.executable}), torch ${info.torch}; ` +
+          (fxls === "bundled"
+            ? `fxls ${this.extensionVersion} bundled with the extension (${bundled})` +
+              (info.fxls ? `, not the older fxls ${info.fxls} installed in the interpreter` : "")
+            : `fxls ${info.fxls ?? "(not found)"} installed in the interpreter`),
+      );
+      if (probe.problem) {
+        this.output.warn(probe.problem.message);
+        void this.notify(probe.problem);
+      }
+      if (fxls === "bundled") {
+        launch = serverLaunch(server.command, server.args, this.neutralDir, process.env, bundled);
+      }
+    }
+    this.output.info(
+      `Starting: ${[server.command, ...server.args].join(" ")} (${server.origin}` +
+        `${fxls ? `; fxls ${fxls}` : ""}; workspace ${trusted ? "trusted" : "NOT trusted: restricted mode"})`,
+    );
 
     const serverOptions: ServerOptions = {
       command: launch.command,
@@ -124,6 +215,13 @@ export class ServerManager implements vscode.Disposable {
       revealOutputChannelOn: RevealOutputChannelOn.Never,
       initializationOptions: getInitializationOptions(resource),
       synchronize: { configurationSection: CONFIG_SECTION },
+      middleware: {
+        // After each class lens of the server, a "Show graph" link for that class.
+        provideCodeLenses: async (document, token, next) => {
+          const lenses = (await next(document, token)) ?? [];
+          return withGraphLenses(document, lenses);
+        },
+      },
     };
     const client = new LanguageClient(CONFIG_SECTION, EXTENSION_NAME, serverOptions, clientOptions);
     client.onDidChangeState((event) => {
@@ -148,19 +246,34 @@ export class ServerManager implements vscode.Disposable {
     }
   }
 
+  /** Shows `problem` with its buttons (copy the fix, open the setting, show the log). */
+  private async notify(problem: Problem): Promise<void> {
+    const labels = { copyCommand: "Copy Command", openSetting: "Open Setting", showLog: "Show Log" };
+    const buttons = problem.actions.map((action) => labels[action]);
+    const show = problem.severity === "error" ? vscode.window.showErrorMessage : vscode.window.showWarningMessage;
+    const choice = await show(problem.message, ...buttons);
+    if (choice === labels.copyCommand && problem.command) {
+      await vscode.env.clipboard.writeText(problem.command);
+    } else if (choice === labels.openSetting) {
+      await vscode.commands.executeCommand("workbench.action.openSettings", "fxls.python");
+    } else if (choice === labels.showLog) {
+      await vscode.commands.executeCommand(COMMAND_SHOW_LOG);
+    }
+  }
+
   private async reportStartFailure(server: ServerCommand, error: unknown): Promise<void> {
     const openSettings = "Open Settings";
-    const showOutput = "Show Output";
+    const showOutput = "Show Log";
     const choice = await vscode.window.showErrorMessage(
       `fxls: could not start the language server with "${server.command}" (${String(error)}). ` +
-        "Set fxls.python to an interpreter where fxls and torch are installed.",
+        "Set fxls.python to a Python 3.10+ interpreter with torch installed.",
       openSettings,
       showOutput,
     );
     if (choice === openSettings) {
       await vscode.commands.executeCommand("workbench.action.openSettings", "fxls.python");
     } else if (choice === showOutput) {
-      await vscode.commands.executeCommand(COMMAND_SHOW_OUTPUT);
+      await vscode.commands.executeCommand(COMMAND_SHOW_LOG);
     }
   }
 

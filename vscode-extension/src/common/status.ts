@@ -1,6 +1,6 @@
 /** The fxls item in the status bar: what the server is doing, a click shows the log. */
 import * as vscode from "vscode";
-import { COMMAND_SHOW_OUTPUT } from "./constants";
+import { COMMAND_SHOW_LOG } from "./constants";
 
 export type ServerState = "starting" | "running" | "restricted" | "stopped" | "error";
 
@@ -29,7 +29,7 @@ export class StatusItem implements vscode.Disposable {
   constructor() {
     this.item = vscode.window.createStatusBarItem("fxls.status", vscode.StatusBarAlignment.Right, 100);
     this.item.name = "fxls";
-    this.item.command = COMMAND_SHOW_OUTPUT;
+    this.item.command = COMMAND_SHOW_LOG;
     this.set("stopped");
     this.item.show();
   }

@@ -1,0 +1,176 @@
+"""Calls of a document's classes in the other files of the workspace: evidence for building them.
+
+A training script that does ``model = RNNModel("LSTM", ntokens, 200, 200, 2)`` or a test that
+does ``Net(num_classes=10)`` says how a class is meant to be built. This module finds such
+calls by their AST, keeps those whose arguments the document itself can evaluate (literals,
+and names the document defines at top level, such as ``ResNet(BasicBlock, [2, 2, 2, 2])``), and
+returns them as constructor argument text. Pure: it reads files, never runs them.
+
+Bounded for editors: at most ``MAX_FILES`` files of at most ``MAX_FILE_BYTES`` are read, the
+listing is cached for ``LISTING_TTL_S`` seconds and each file's findings until it changes.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import time
+from dataclasses import dataclass
+
+MAX_FILES = 2000
+MAX_FILE_BYTES = 1_000_000
+LISTING_TTL_S = 30.0
+MAX_PER_CLASS = 3
+_SKIP_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "dist", "build"})
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """``Cls(<init>)`` written at ``path:line``."""
+
+    init: str
+    path: str
+    line: int
+
+
+_LISTINGS: dict[str, tuple[float, list[str]]] = {}
+_FILES: dict[str, tuple[float, int, dict[str, list[tuple[str, int, frozenset[str]]]]]] = {}
+
+
+def call_sites(
+    root: str | None, document: str, classes: list[str], defined: set[str]
+) -> dict[str, list[CallSite]]:
+    """Calls of ``classes`` in the workspace ``root`` (the document itself excluded) whose
+    arguments use only literals and the names in ``defined`` (the document's top level)."""
+    if not root or not classes or not os.path.isdir(root):
+        return {}
+    wanted = set(classes)
+    found: dict[str, list[CallSite]] = {}
+    here = os.path.abspath(document)
+    for path in _listing(root):
+        if path == here:
+            continue
+        for name, calls in _calls_in(path).items():
+            if name not in wanted:
+                continue
+            for init, line, names in calls:
+                if not names <= defined:
+                    continue
+                sites = found.setdefault(name, [])
+                if len(sites) < MAX_PER_CLASS and all(s.init != init for s in sites):
+                    sites.append(CallSite(init, path, line))
+    return found
+
+
+def top_level_names(tree: ast.Module) -> set[str]:
+    """Names a module defines at its top level (classes, functions, imports, assignments)."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def _listing(root: str) -> list[str]:
+    now = time.monotonic()
+    cached = _LISTINGS.get(root)
+    if cached is not None and now - cached[0] < LISTING_TTL_S:
+        return cached[1]
+    files: list[str] = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and d not in _SKIP_DIRS
+            and not os.path.exists(os.path.join(folder, d, "pyvenv.cfg"))
+        )
+        for name in sorted(names):
+            if name.endswith(".py"):
+                files.append(os.path.abspath(os.path.join(folder, name)))
+                if len(files) >= MAX_FILES:
+                    break
+        if len(files) >= MAX_FILES:
+            break
+    _LISTINGS[root] = (now, files)
+    return files
+
+
+def _calls_in(path: str) -> dict[str, list[tuple[str, int, frozenset[str]]]]:
+    """Per called name: (argument text, line, names the arguments use), for calls whose
+    arguments are literals or plain names."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return {}
+    cached = _FILES.get(path)
+    if cached is not None and cached[0] == stat.st_mtime and cached[1] == stat.st_size:
+        return cached[2]
+    calls: dict[str, list[tuple[str, int, frozenset[str]]]] = {}
+    if stat.st_size <= MAX_FILE_BYTES:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                tree = ast.parse(handle.read(), path)
+        except (OSError, SyntaxError, ValueError, RecursionError):
+            tree = None
+        if tree is not None:
+            for node in ast.walk(tree):
+                site = _site(node)
+                if site is not None:
+                    name, init, names = site
+                    calls.setdefault(name, []).append((init, node.lineno, names))  # type: ignore[attr-defined]
+    _FILES[path] = (stat.st_mtime, stat.st_size, calls)
+    return calls
+
+
+def _site(node: ast.AST) -> tuple[str, str, frozenset[str]] | None:
+    if not isinstance(node, ast.Call) or not (node.args or node.keywords):
+        return None
+    func = node.func
+    if isinstance(func, ast.Name):
+        name = func.id
+    elif isinstance(func, ast.Attribute):
+        name = func.attr
+    else:
+        return None
+    if not name[:1].isupper():
+        return None
+    if any(isinstance(a, ast.Starred) for a in node.args) or any(
+        k.arg is None for k in node.keywords
+    ):
+        return None
+    names: set[str] = set()
+    for arg in [*node.args, *(k.value for k in node.keywords)]:
+        if not _plain(arg, names):
+            return None
+    try:
+        parts = [ast.unparse(a) for a in node.args]
+        parts += [f"{k.arg}={ast.unparse(k.value)}" for k in node.keywords]
+    except Exception:
+        return None
+    return name, ", ".join(parts), frozenset(names)
+
+
+def _plain(node: ast.AST, names: set[str]) -> bool:
+    """Literals, containers of them, unary minus, and plain names (collected in ``names``)."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Name):
+        names.add(node.id)
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return _plain(node.operand, names)
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return all(_plain(e, names) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return all(k is not None and _plain(k, names) for k in node.keys) and all(
+            _plain(v, names) for v in node.values
+        )
+    return False

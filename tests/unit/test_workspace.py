@@ -1,0 +1,58 @@
+"""Calls of a document's classes found in the other files of a workspace (pure AST)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from fxls.analysis import parse, workspace
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_calls_with_literal_or_document_arguments_are_found(tmp_path: Path) -> None:
+    model = _write(
+        tmp_path / "models" / "rnn.py",
+        """
+        from torch import nn
+        class Cell(nn.Module): ...
+        class RNNModel(nn.Module):
+            def __init__(self, rnn_type, ntoken, ninp, nlayers, cell=None): ...
+        """,
+    )
+    _write(
+        tmp_path / "train.py",
+        """
+        from models.rnn import RNNModel, Cell
+        ntokens = len(corpus.dictionary)
+        model = RNNModel("LSTM", ntokens, 200, 2)          # a local name: not usable
+        small = RNNModel("GRU", 100, 32, 1, cell=Cell)     # literals and a class of the model file
+        again = RNNModel("GRU", 100, 32, 1, cell=Cell)     # the same twice: once
+        """,
+    )
+    _write(tmp_path / ".venv" / "pyvenv.cfg", "")
+    _write(tmp_path / ".venv" / "lib" / "x.py", "RNNModel('RNN', 1, 1, 1)\n")
+    _write(tmp_path / "node_modules" / "y.py", "RNNModel('RNN', 2, 2, 2)\n")
+    defined = parse(model.read_text()).defined
+    assert {"Cell", "RNNModel", "nn"} <= defined
+    found = workspace.call_sites(str(tmp_path), str(model), ["RNNModel", "Cell"], defined)
+    assert [(s.init, Path(s.path).name, s.line) for s in found["RNNModel"]] == [
+        ("'GRU', 100, 32, 1, cell=Cell", "train.py", 5)
+    ]
+    assert "Cell" not in found
+
+
+def test_the_document_itself_and_broken_files_are_skipped(tmp_path: Path) -> None:
+    model = _write(tmp_path / "m.py", "class Net: ...\nNet(3)\n")
+    _write(tmp_path / "broken.py", "Net(4\n")
+    _write(tmp_path / "other.py", "import m\nm.Net(5)\n")
+    found = workspace.call_sites(str(tmp_path), str(model), ["Net"], {"Net"})
+    assert [s.init for s in found["Net"]] == ["5"]
+
+
+def test_no_root_no_evidence(tmp_path: Path) -> None:
+    assert workspace.call_sites(None, str(tmp_path / "m.py"), ["Net"], set()) == {}

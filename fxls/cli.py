@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from fxls import __version__
 from fxls.check.run import UsageError
@@ -98,6 +98,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--jobs", type=int, default=2, metavar="N", help="files captured at once (default 2)"
+    )
+    check.add_argument(
+        "--fix",
+        action="store_true",
+        help="apply the fixes verified safe in the sandbox and report what is left",
+    )
+    check.add_argument(
+        "--unsafe-fixes",
+        action="store_true",
+        help="with --fix or --diff: also apply fixes that could not be verified safe",
+    )
+    check.add_argument(
+        "--diff",
+        action="store_true",
+        help="print the fixes as a unified diff instead of writing them (exit 1 when any "
+        "would apply)",
     )
     _add_capture_options(check)
 
@@ -248,6 +264,11 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise UsageError("--jobs must be at least 1")
     config, options, python = _capture_settings(args, args.files)
     codes = _code_filter(args, config)
+    fix_mode: Literal["fix", "diff"] | None = (
+        "diff" if args.diff else ("fix" if args.fix or args.unsafe_fixes else None)
+    )
+    if args.diff and fmt != "text":
+        raise UsageError("--diff prints a diff: it cannot be combined with --output-format")
     if args.exclude is not None:
         excludes = exclude_rules(args.exclude, os.getcwd())
     else:
@@ -283,6 +304,19 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     sarif_files = []
     base = report_base()
     client = WorkerClient(python=python, log=log)
+    fixer = None
+    if fix_mode is not None:
+        from fxls.check.fix import Fixer
+
+        fixer = Fixer(
+            client,
+            options,
+            codes,
+            mode=fix_mode,
+            unsafe=args.unsafe_fixes,
+            max_params=config.settings.code_actions.max_params,
+            diff_out=out,
+        )
 
     def emit(checked: Checked) -> None:
         summary.add(checked)
@@ -317,13 +351,18 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
             async for checked in run_plans(
                 client, plans, options, codes, concurrency=args.jobs, started=begin
             ):
+                if fixer is not None:
+                    checked = await fixer.apply(checked)
                 progress.finish_one()
                 analysis = checked.analysis
                 if analysis.outcome in ("worker_died", "sandbox_setup"):
                     exit_code = max(exit_code, EXIT_WORKER)
                 elif analysis.has_errors and not args.exit_zero:
                     exit_code = max(exit_code, EXIT_ERRORS)
-                emit(checked)
+                if fix_mode != "diff":
+                    emit(checked)
+                else:
+                    summary.add(checked)
     finally:
         await client.close()
 
@@ -336,7 +375,16 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
         log_doc = sarif_log(sarif_files, base, successful=exit_code != EXIT_WORKER)
         out.write(json.dumps(log_doc, indent=2, ensure_ascii=False) + "\n")
     out.flush()
+    if fixer is not None and fix_mode == "diff":
+        print(summary.text(), file=sys.stderr)
+        print(fixer.counts.text("diff"), file=sys.stderr)
+        worker_failed = exit_code == EXIT_WORKER
+        return exit_code if worker_failed else (EXIT_ERRORS if fixer.counts.applied else EXIT_OK)
     print(summary.text(), file=out if fmt == "text" else sys.stderr)
+    if fixer is not None:
+        for message in fixer.counts.messages:
+            print(f"fxls: {message}", file=sys.stderr)
+        print(fixer.counts.text("fix"), file=sys.stderr)
     return exit_code
 
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from fxls.analysis import ClassInfo, parse, workspace
+from fxls.analysis import ClassInfo, ParseResult, parse, workspace
 from fxls.protocol import catalogue
 from fxls.protocol.model import (
     CaptureJob,
@@ -225,6 +225,41 @@ def build_requests(
     return requests
 
 
+def capture_job(
+    path: str,
+    text: str,
+    requests: list[ClassRequest],
+    options: EngineOptions,
+    root: str | None = None,
+) -> CaptureJob:
+    """The job that captures ``requests`` of one document version (``sys.path`` gets the
+    file's folder and the workspace root)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    sys_path = [folder] + ([root] if root and root != folder else [])
+    return CaptureJob(
+        path=path,
+        source=text,
+        classes=requests,
+        sys_path=sys_path,
+        meta_init=options.meta_init,
+        symbolic=options.symbolic,
+    )
+
+
+def class_requests(
+    parsed: ParseResult,
+    path: str,
+    root: str | None = None,
+    extra_inputs: dict[str, list[InputSpec]] | None = None,
+    init_override: dict[str, str] | None = None,
+) -> list[ClassRequest]:
+    """The requests :func:`analyze` sends for every class of ``parsed``: directives, CLI
+    overrides and the calls found in the workspace (for jobs that must capture the same)."""
+    requests = build_requests(parsed.classes, extra_inputs, init_override)
+    _add_call_sites(requests, root, path, parsed.defined)
+    return requests
+
+
 def _add_call_sites(
     requests: list[ClassRequest], root: str | None, path: str, defined: set[str]
 ) -> None:
@@ -275,16 +310,7 @@ async def analyze(
     if classes:
         requests = build_requests(classes, extra_inputs, init_override)
         _add_call_sites(requests, root, path, parsed.defined)
-        folder = os.path.dirname(os.path.abspath(path))
-        sys_path = [folder] + ([root] if root and root != folder else [])
-        job = CaptureJob(
-            path=path,
-            source=text,
-            classes=requests,
-            sys_path=sys_path,
-            meta_init=options.meta_init,
-            symbolic=options.symbolic,
-        )
+        job = capture_job(path, text, requests, options, root)
         await _capture(client, job, classes, text, options, result, diagnostics)
     result.diagnostics = dedupe(diagnostics + [d for m in result.modules for d in m.diagnostics])
     result.duration_s = time.monotonic() - started

@@ -19,7 +19,7 @@ from pygls.lsp.server import LanguageServer
 
 from fxls import __version__
 from fxls.rpc import FxlsProtocol, serve_stdio, serve_tcp
-from fxls.session import Session
+from fxls.session import CODE_ACTION_KINDS, Session
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +105,22 @@ def on_inlay_hint(ls: FxlsServer, params: types.InlayHintParams) -> list[types.I
 def on_code_lens(ls: FxlsServer, params: types.CodeLensParams) -> list[types.CodeLens]:
     session, uri = ls.session, params.text_document.uri
     return session.safely("code lens", lambda: session.code_lenses_of(uri), [])
+
+
+@server.feature(
+    types.TEXT_DOCUMENT_CODE_ACTION,
+    types.CodeActionOptions(code_action_kinds=CODE_ACTION_KINDS, resolve_provider=True),
+)
+def on_code_action(ls: FxlsServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+    session, uri = ls.session, params.text_document.uri
+    return session.safely(
+        "code actions", lambda: session.code_actions_for(uri, params.range, params.context), []
+    )
+
+
+@server.feature(types.CODE_ACTION_RESOLVE)
+async def on_code_action_resolve(ls: FxlsServer, params: types.CodeAction) -> types.CodeAction:
+    return await ls.session.resolve_code_action(params)
 
 
 @server.feature(STATS)

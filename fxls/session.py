@@ -21,11 +21,11 @@ from typing import Any, TypeVar
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from fxls import engine
+from fxls import engine, fixes
 from fxls.documents import MAX_DOCUMENT_CHARS, Analysed, Document, DocumentStore
-from fxls.features import code_lens, convert, diagnostics, hover, inlay_hints
+from fxls.features import code_actions, code_lens, convert, diagnostics, hover, inlay_hints
 from fxls.protocol import catalogue
-from fxls.protocol.model import Span
+from fxls.protocol.model import FixOutcome, FixRequest, Span
 from fxls.settings import (
     SECTION,
     Settings,
@@ -39,6 +39,9 @@ from fxls.workerclient import WorkerClient
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+
+CODE_ACTION_KINDS = code_actions.KINDS
+"""The code action kinds fxls offers: quickfix, refactor.rewrite, source.fixAll.fxls."""
 
 PROGRESS_DELAY_S = 0.5
 """Captures that take longer than this show work-done progress."""
@@ -71,6 +74,10 @@ class Session:
         """Requests to the client in flight (refreshes)."""
         self._tokens = itertools.count(1)
         self.hover_seconds: deque[float] = deque(maxlen=HOVER_SAMPLES)
+        self.fix_outcomes: dict[str, tuple[int | None, dict[str, FixOutcome]]] = {}
+        """Per document: the version and the fixes the worker computed for it."""
+        self._candidates: dict[str, tuple[Any, list[fixes.Candidate]]] = {}
+        """Per document: the analysis and the fixes it offers (listed on every cursor move)."""
         self.hover_style: hover.Style = "table"
         """``block`` for clients whose hover shows Markdown tables raw (Neovim)."""
 
@@ -160,6 +167,7 @@ class Session:
         old = self.settings
         self.settings = new
         if new != old:
+            self.fix_outcomes.clear()  # verdicts depend on the settings (maxParams, limits)
             for doc in self.documents:
                 self.schedule(doc, 0.0)
             self.refresh_views()
@@ -436,6 +444,8 @@ class Session:
             self.schedule(doc, 0.0)
 
     def did_close(self, uri: str) -> None:
+        self._candidates.pop(uri, None)
+        self.fix_outcomes.pop(uri, None)
         if self.documents.close(uri) is not None:
             self.lsp.text_document_publish_diagnostics(
                 types.PublishDiagnosticsParams(uri=uri, diagnostics=[])
@@ -486,3 +496,148 @@ class Session:
             self.encoding,
             doc.line_map().to_current,
         )
+
+    # -- code actions --------------------------------------------------------------------
+
+    def _outcomes(self, doc: Document) -> dict[str, FixOutcome]:
+        version, found = self.fix_outcomes.get(doc.uri, (None, {}))
+        if version != doc.version:
+            found = {}
+            self.fix_outcomes[doc.uri] = (doc.version, found)
+        return found
+
+    def _offered(self, doc: Document) -> list[code_actions.Offered]:
+        """The fixes of the cached analysis whose spans are unchanged, on the current text."""
+        if doc.result is None or doc.syntax is not None:
+            return []
+        mapper = doc.line_map().to_current
+        known = self._outcomes(doc)
+        cached = self._candidates.get(doc.uri)
+        if cached is None or cached[0] is not doc.result:
+            cached = (doc.result, fixes.candidates(doc.result.analysis, doc.result.text))
+            self._candidates[doc.uri] = cached
+        out = []
+        for cand in cached[1]:
+            span = fixes.moved(cand.span, mapper)
+            if span is not None:
+                out.append(code_actions.Offered(cand, span, known.get(cand.id)))
+        return out
+
+    def code_actions_for(
+        self, uri: str, request: types.Range, context: types.CodeActionContext
+    ) -> list[types.CodeAction]:
+        """Quick fixes and refactors at ``request`` from the cached analysis (no worker)."""
+        doc = self.documents.get(uri)
+        if doc is None or doc.result is None or doc.syntax is not None:
+            return []
+        offered = self._offered(doc)
+        enc, lines = self.encoding, doc.lines
+        line, col = convert.position_from_lsp(request.start, lines, enc)
+        old_line = doc.line_map().to_analysed(line)
+        if old_line is not None:
+            mapper = doc.line_map().to_current
+            known = self._outcomes(doc)
+            for cand in fixes.refactors_at(doc.result.analysis, doc.result.text, old_line, col):
+                span = fixes.moved(cand.span, mapper)
+                if span is not None:
+                    offered.append(code_actions.Offered(cand, span, known.get(cand.id)))
+        unsafe = self.settings.code_actions.unsafe
+        return code_actions.lsp_code_actions(
+            offered,
+            uri,
+            doc.version,
+            lines,
+            enc,
+            request,
+            context,
+            mapper=doc.line_map().to_current,
+            unsafe=unsafe,
+            fix_all=any(
+                o.candidate.fix_all and (o.outcome is None or fixes.applies(o.outcome, unsafe))
+                for o in offered
+            ),
+        )
+
+    async def resolve_code_action(self, action: types.CodeAction) -> types.CodeAction:
+        """Compute a listed action's edit in the worker, verified; refused when the document
+        changed since it was listed (never raises)."""
+        try:
+            return await self._resolve(action)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("code action resolve failed")
+            self.log(
+                f"fxls: code action failed: {type(exc).__name__}: {exc}", types.MessageType.Error
+            )
+            return code_actions.refused(action, f"fxls failed: {type(exc).__name__}: {exc}")
+
+    async def _resolve(self, action: types.CodeAction) -> types.CodeAction:
+        data = action.data if isinstance(action.data, dict) else {}
+        if not self.trusted:
+            return code_actions.refused(action, "this workspace is not trusted")
+        doc = self.documents.get(str(data.get("uri", "")))
+        version = data.get("version")
+        if doc is None or doc.version != version:
+            return code_actions.refused(
+                action, "the document changed since this action was listed; ask again"
+            )
+        text = doc.text
+        known = self._outcomes(doc)
+        fix_all = data.get("fix") == "all"
+        if fix_all:
+            requests = [o.candidate.request(o.span) for o in self._offered(doc)
+                        if o.candidate.fix_all]  # fmt: skip
+            if not requests:
+                return code_actions.refused(action, "no fix applies to this file")
+        else:
+            request = code_actions.fix_request(data)
+            if request is None:
+                return code_actions.refused(action, "fxls did not understand this action")
+            requests = [request]
+        outcome = None if fix_all else known.get(requests[0].id)
+        if outcome is None:
+            outcome = await self._compute(doc, text, requests, fix_all)
+        if doc.closed or doc.version != version:
+            return code_actions.refused(action, "the document changed while fxls computed the fix")
+        return code_actions.resolved(
+            action,
+            outcome,
+            text,
+            doc.uri,
+            doc.version,
+            self.encoding,
+            unsafe=self.settings.code_actions.unsafe,
+            versioned=bool(self._capability("workspace", "workspace_edit", "document_changes")),
+        )
+
+    async def _compute(
+        self, doc: Document, text: str, requests: list[FixRequest], combine: bool
+    ) -> FixOutcome | None:
+        settings = self.settings.code_actions
+        try:
+            worker = await self.ensure_worker()
+        except Exception as exc:
+            return FixOutcome("all", "unavailable", "", reason=f"the worker did not start: {exc}")
+        result = await fixes.compute(
+            worker,
+            doc.path,
+            text,
+            requests,
+            options=self.engine_options(),
+            root=self.root,
+            combine=combine,
+            unsafe=settings.unsafe,
+            max_params=settings.max_params,
+        )
+        if doc.version is not None and self.fix_outcomes.get(doc.uri, (None,))[0] == doc.version:
+            known = self._outcomes(doc)
+            for outcome in result.outcomes:
+                known[outcome.id] = outcome
+        if combine:
+            if result.combined is not None:
+                return result.combined
+            reasons = sorted({o.reason for o in result.outcomes if o.reason})
+            why = "; ".join(reasons[:3]) or "nothing to change"
+            return FixOutcome("all", "unavailable", "", reason=f"no fix verified safe ({why})")
+        return result.outcomes[0] if result.outcomes else None

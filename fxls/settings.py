@@ -84,6 +84,24 @@ class CodeLensSettings:
 
 
 @dataclass
+class CodeActionSettings:
+    """Quick fixes and refactors (code actions)."""
+
+    unsafe: bool = _setting(
+        False,
+        "Also offer fixes fxls could not verify, or that change what the module computes "
+        "(with the reason in the title).",
+    )
+    max_params: int = _setting(
+        20_000_000,
+        "Largest module (parameters) a fix is verified on with real tensors; larger ones are "
+        "unsafe.",
+        wire="maxParams",
+        minimum=0,
+    )
+
+
+@dataclass
 class CaptureSettings:
     """How modules are built and shapes are propagated."""
 
@@ -103,6 +121,7 @@ class Settings:
     isolation: IsolationSettings = field(default_factory=IsolationSettings)
     inlay_hints: InlayHintSettings = field(default_factory=InlayHintSettings)
     code_lens: CodeLensSettings = field(default_factory=CodeLensSettings)
+    code_actions: CodeActionSettings = field(default_factory=CodeActionSettings)
     capture: CaptureSettings = field(default_factory=CaptureSettings)
 
 

@@ -38,6 +38,7 @@ from fxls.protocol.model import (
     JobResult,
     Limits,
     ReadyInfo,
+    RewriteJob,
 )
 
 State = Literal["stopped", "starting", "running", "errored", "disabled"]
@@ -176,8 +177,11 @@ class WorkerClient:
         job: CaptureJob,
         limits: Limits | None = None,
         isolation: Isolation | None = None,
+        *,
+        rewrite: RewriteJob | None = None,
     ) -> JobResult:
-        """Run one capture job and return its result (never raises for job failures).
+        """Run one capture job (a rewrite job with ``rewrite``) and return its result (never
+        raises for job failures).
 
         Cancelling the awaiting task cancels the job in the worker and re-raises.
         """
@@ -192,7 +196,14 @@ class WorkerClient:
             await self._available.wait()
         if self._state != "running" or self._proc is None or self._proc.stdin is None:
             return JobResult(job_id, "worker_died", message=self._unavailable_message())
-        request = JobRequest(job_id, job, limits or Limits(), isolation or Isolation())
+        request = JobRequest(
+            job_id,
+            job,
+            limits or Limits(),
+            isolation or Isolation(),
+            kind="capture" if rewrite is None else "rewrite",
+            rewrite=rewrite,
+        )
         future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
         self._pending[job_id] = future
         proc = self._proc

@@ -72,5 +72,10 @@ vim.api.nvim_create_autocmd("LspAttach", {
       end,
     })
     -- K shows the hover (named arguments and shapes); diagnostics use vim.diagnostic.
+    -- `gra` (Neovim's default) lists fxls's quick fixes and refactors; each edit is verified
+    -- in the sandbox when you pick it. :FxlsFixAll applies every fix verified safe.
+    vim.api.nvim_buf_create_user_command(buf, "FxlsFixAll", function()
+      vim.lsp.buf.code_action({ context = { only = { "source.fixAll.fxls" } }, apply = true })
+    end, { desc = "fxls: apply every verified fix of this file" })
   end,
 })

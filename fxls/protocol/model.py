@@ -40,8 +40,25 @@ ResultKind = Literal[
 ]
 RESULT_KINDS: tuple[str, ...] = typing.get_args(ResultKind)
 
-JobKind = Literal["capture"]
+JobKind = Literal["capture", "rewrite"]
 """Kinds of job a child runs; each kind has one runner in ``fxls.worker.capture.jobs``."""
+
+FixKind = Literal[
+    "dead-code",
+    "directive",
+    "assert",
+    "len",
+    "factory",
+    "concrete",
+    "leaf",
+    "wrap",
+    "name-args",
+    "attention",
+]
+"""The rewrites of ``fxls.worker.capture.rewrites`` (one module each)."""
+Applicability = Literal["safe", "unsafe", "unavailable"]
+"""``safe``: verified in the sandbox; ``unsafe``: could not be verified, or changes what the
+module computes (offered only on request); ``unavailable``: cannot be made or checked."""
 
 Phase = Literal["setup", "import", "init", "trace", "serialize"]
 Severity = Literal["error", "warning", "information", "hint"]
@@ -161,6 +178,39 @@ class Isolation:
 
 
 @dataclass
+class FixRequest:
+    """One fix to compute on the job's document (``JobRequest.rewrite``)."""
+
+    id: str
+    """Stable for one document version, e.g. ``FX302:Net:12:8``."""
+    kind: FixKind
+    cls: str
+    """The class whose capture the fix is computed from and verified with."""
+    span: Span
+    """Where the fix applies in the job's source (a diagnostic's span, a call's span)."""
+    code: str | None = None
+    """The diagnostic code it fixes (None for refactors)."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Kind-specific details: ``{"directive": "input", "arg": "x"}``, ``{"leaf": "Sub"}``."""
+
+
+@dataclass
+class RewriteJob:
+    """Compute edits for ``fixes`` on the job's document and verify them in the sandbox."""
+
+    fixes: list[FixRequest] = field(default_factory=list)
+    combine: bool = False
+    """Also apply every fix that verified on its own together and verify the result
+    (``source.fixAll``, ``fxls check --fix``)."""
+    unsafe: bool = False
+    """Keep fixes that verify as unsafe in the combination."""
+    verify: bool = True
+    max_params: int = 20_000_000
+    """Modules with more parameters are not run on real tensors (unsafe: too large to verify)."""
+    seed: int = 0
+
+
+@dataclass
 class JobRequest:
     id: int
     capture: CaptureJob
@@ -169,6 +219,8 @@ class JobRequest:
     isolation: Isolation = field(default_factory=Isolation)
     kind: JobKind = "capture"
     """What the child computes (``fxls.worker.capture.jobs`` dispatches on it)."""
+    rewrite: RewriteJob | None = None
+    """For kind ``rewrite``: the fixes to compute and verify."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -314,6 +366,39 @@ class ModuleResult:
 
 
 @dataclass
+class TextEdit:
+    """Replace ``span`` of the job's source (code point columns) with ``text``."""
+
+    span: Span
+    text: str
+
+
+@dataclass
+class FixOutcome:
+    """One fix (or the combination of several), computed and verified."""
+
+    id: str
+    applicability: Applicability
+    title: str
+    edits: list[TextEdit] = field(default_factory=list)
+    """Against the job's source; empty when the fix is unavailable."""
+    reason: str = ""
+    """Why it is unsafe or unavailable (a counterexample when outputs differ)."""
+    checks: list[str] = field(default_factory=list)
+    """What was verified, in words (``outputs equal on x [2, 16] and [3, 16]``)."""
+    fixes: list[str] = field(default_factory=list)
+    """For a combination: the ids of the fixes it applies."""
+
+
+@dataclass
+class RewriteResult:
+    outcomes: list[FixOutcome] = field(default_factory=list)
+    """One per requested fix, in order."""
+    combined: FixOutcome | None = None
+    """With ``RewriteJob.combine``: every applicable fix together, verified together."""
+
+
+@dataclass
 class CaptureResult:
     modules: list[ModuleResult] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
@@ -321,6 +406,8 @@ class CaptureResult:
     error: ErrorInfo | None = None
     """Set when the file itself failed to execute (phase ``import``)."""
     torch_version: str | None = None
+    rewrite: RewriteResult | None = None
+    """For a ``rewrite`` job: the fixes, computed and verified."""
 
 
 @dataclass

@@ -20,11 +20,30 @@ import fxls
 DOC_KEYS = {"version", "file", "outcome", "torch_version", "modules", "diagnostics"}
 MODULE_KEYS = {"class", "line", "status", "capture", "build", "isolation", "params", "inputs",
                "outputs", "nodes", "diagnostics"}  # fmt: skip
-NODE_KEYS = {"name", "op", "target", "line", "col", "end_line", "end_col", "call_site_line",
-             "args", "outputs",
-             "inputs", "module_path"}  # fmt: skip  (the last line: added in fxls 0.1.0, docs/cli.md)
-DIAG_KEYS = {"code", "severity", "message", "line", "col", "end_line", "end_col",
-             "fix"}  # fmt: skip  (fix: added in fxls 0.1.0)
+NODE_KEYS = {
+    "name",
+    "op",
+    "target",
+    "line",
+    "col",
+    "end_line",
+    "end_col",
+    "call_site_line",
+    "args",
+    "outputs",
+    "inputs",
+    "module_path",
+}  # fmt: skip  (the last line: added in fxls 0.1.0, docs/cli.md)
+DIAG_KEYS = {
+    "code",
+    "severity",
+    "message",
+    "line",
+    "col",
+    "end_line",
+    "end_col",
+    "fix",
+}  # fmt: skip  (fix: added in fxls 0.1.0)
 
 
 def _eager(module_name: str, build: str, *inputs: str) -> tuple[int, ...]:

@@ -116,3 +116,43 @@ def test_neovim_shows_diagnostics_hovers_hints_and_lenses(tmp_path: Path) -> Non
     assert "[B, 16] → [B, 4]" in lenses["class Mlp(nn.Module):"]
     broken = lenses["class Broken(nn.Module):"]
     assert broken.startswith("fxls · ") and "FX201 shape error" in broken
+
+
+CODE_ACTION_DRIVER = Path(__file__).resolve().parent / "nvim" / "code_action.lua"
+REWRITES = ROOT / "tests" / "fixtures" / "rewrites"
+
+
+def test_neovim_applies_a_quick_fix_then_fixes_all(tmp_path: Path) -> None:
+    """``vim.lsp.buf.code_action({apply = true})`` resolves fxls's action and applies its edit;
+    ``:FxlsFixAll`` (the documented config) applies the rest."""
+    target = tmp_path / "dead_code.py"
+    target.write_text((REWRITES / "dead_code_before.py").read_text())
+    out = tmp_path / "result.json"
+    env = dict(os.environ)
+    for name in ("CONFIG", "DATA", "CACHE", "STATE"):
+        env[f"XDG_{name}_HOME"] = str(tmp_path / name.lower())
+    env.update(
+        FXLS_NVIM_CONFIG=str(CONFIG),
+        FXLS_NVIM_FILE=str(target),
+        FXLS_NVIM_OUT=str(out),
+        FXLS_NVIM_CODE="FX302",
+        FXLS_NVIM_TITLE="Remove unused `wasted",
+        FXLS_NVIM_FIX_ALL="1",
+        FXLS_CMD=json.dumps([sys.executable, "-m", "fxls", "serve"]),
+    )
+    proc = subprocess.run(
+        [str(NVIM), "--headless", "--clean", "-c", f"luafile {CODE_ACTION_DRIVER}"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.exists(), f"no result (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    result: dict[str, Any] = json.loads(out.read_text())
+    assert proc.returncode == 0, (result.get("error"), result.get("titles"), proc.stderr[-2000:])
+    before = (REWRITES / "dead_code_before.py").read_text().split("\n")
+    assert "Remove unused `wasted = self.fc2(h).relu()`" in result["titles"]
+    assert result["lines"] == [line for line in before if "wasted" not in line][:-1]
+    after = (REWRITES / "dead_code_after.py").read_text().split("\n")
+    assert result["fixed_all_lines"] == after[:-1]

@@ -82,6 +82,27 @@ BROKEN = textwrap.dedent(
 )
 
 
+UNUSED = textwrap.dedent(
+    """\
+    import torch
+    import torch.nn as nn
+
+
+    # fxls: x = (B, 6)
+    class WithUnused(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(6, 6)
+            self.fc2 = nn.Linear(6, 6)
+
+        def forward(self, x):
+            h = self.fc1(x)
+            wasted = self.fc2(x).relu()
+            return torch.relu(h)
+    """
+)
+
+
 @dataclass
 class Toolchain:
     code_server: Path
@@ -156,6 +177,7 @@ def _start_code_server(
     (workspace / ".vscode").mkdir(parents=True)
     (workspace / "model.py").write_text(MODEL)
     (workspace / "broken.py").write_text(BROKEN)
+    (workspace / "unused.py").write_text(UNUSED)
     # Modules that shadow fxls and the standard library: the server must never import them.
     markers = tmp / "markers"
     markers.mkdir()
@@ -407,6 +429,43 @@ def test_diagnostics_and_hover_in_vscode(
     assert list((tmp_path / "markers").iterdir()) == [], context
     # the workspace's seccomp=false (and its interpreter) did not reach the server
     assert "seccomp" in summary["hover"].split("isolation", 1)[1], context
+
+
+def test_quick_fix_in_vscode(
+    toolchain: Toolchain, start_code_server: StartCodeServer, tmp_path: Path
+) -> None:
+    """Quick Fix (Ctrl+.) on an unused statement lists fxls's fix; picking it makes VS Code
+    resolve it (the edit is verified in the sandbox) and apply it to the editor's text."""
+    server = start_code_server(True)
+    result = _drive(
+        toolchain,
+        server,
+        tmp_path,
+        "quick-fix",
+        [
+            {
+                "name": "unused",
+                "file": "unused.py",
+                "expectText": "wasted = self.fc2(x).relu()",
+                "quickFix": {
+                    "line": "wasted = self.fc2(x).relu()",
+                    "word": "fc2",
+                    "title": "Remove unused",
+                    "gone": "wasted",
+                },
+                "timeoutMs": 90000,
+            }
+        ],
+    )
+    (step,) = result["steps"]
+    context = json.dumps(result, indent=1)[-6000:]
+    fix = step["quick_fix"]
+    assert any("Remove unused `wasted = self.fc2(x).relu()`" in item for item in fix["items"]), (
+        context
+    )
+    assert fix["applied"] is True, context
+    assert "h = self.fc1(x)" in fix["text"] and "return torch.relu(h)" in fix["text"], context
+    assert "wasted" not in fix["text"], context
 
 
 def test_restricted_mode_until_trusted(

@@ -51,7 +51,9 @@ async def _open(client: LanguageClient, name: str) -> tuple[str, list[str]]:
     uri = path.as_uri()
     client.text_document_did_open(
         types.DidOpenTextDocumentParams(
-            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
+            text_document=types.TextDocumentItem(
+                uri=uri, language_id="python", version=1, text=text
+            )
         )
     )
     for _ in range(900):

@@ -28,6 +28,8 @@ CONTRACT = {
     "fxls.debounceMs": 300,
     "fxls.inlayHints.enabled": True,
     "fxls.codeLens.enabled": True,
+    "fxls.codeActions.unsafe": False,
+    "fxls.codeActions.maxParams": 20_000_000,
     "fxls.isolation.seccomp": True,
     "fxls.isolation.landlock": True,
     "fxls.capture.metaInit": True,

@@ -165,6 +165,7 @@ def capture_class(
         if recorded is not None
         else build.candidates(doc, req, cls, failed, span)
     )
+    first_capture: ClassCapture | None = None
     for built in options:
         mod = ModuleResult(name=req.name, line=req.line, status="failed")
         mod.timings["build"] = time.perf_counter() - started
@@ -180,13 +181,15 @@ def capture_class(
         if built.construction.source != "assumed" or runs(mod):
             doc.captures[req.name] = capture
             return mod
-        first = first or mod
+        if first is None:
+            first, first_capture = mod, capture
         assumed_tries += 1  # noqa: SIM113 - counts assumed builds only
         if assumed_tries >= MAX_ASSUMED_BUILDS:
             break
         report_phase("init", req.name)
         started = time.perf_counter()
     if first is not None:
+        doc.captures[req.name] = first_capture
         return first
     failed.timings["build"] = time.perf_counter() - started
     return failed

@@ -28,7 +28,8 @@ class Document:
     records: dict[str, Any] = field(default_factory=dict)
     """Class name -> ``parents.Recorded``: the instance a parent built and called."""
     captures: dict[str, Any] = field(default_factory=dict)
-    """Class name -> the ``ClassCapture`` whose result was kept (its module and inputs)."""
+    """Class name -> the ``ClassCapture`` its result came from (built module, inputs, graph),
+    for the rewrites that read and verify against it."""
 
     @property
     def path(self) -> str:

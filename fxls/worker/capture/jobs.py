@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fxls.protocol.model import CaptureResult, JobRequest, Phase
+from fxls.protocol.model import CaptureResult, JobRequest, Phase, RewriteJob
 from fxls.worker.capture.pipeline import run_capture
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
@@ -14,4 +14,8 @@ def run_job(request: JobRequest, report: PhaseReporter) -> CaptureResult:
     """Run ``request`` in this (already sandboxed) process and return its result."""
     if request.kind == "capture":
         return run_capture(request.capture, report)
+    if request.kind == "rewrite":
+        from fxls.worker.capture.rewrites import run_rewrite
+
+        return run_rewrite(request.capture, request.rewrite or RewriteJob(), report)
     raise ValueError(f"unknown job kind {request.kind!r}")

@@ -36,6 +36,13 @@ from fxls.worker.capture.reporting import error_info, line_span, one_line, user_
 
 
 def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
+    """Execute ``job.source`` and capture each requested class (see :func:`capture_document`)."""
+    return capture_document(job, report_phase)[1]
+
+
+def capture_document(
+    job: CaptureJob, report_phase: PhaseReporter
+) -> tuple[Document, CaptureResult]:
     """Execute ``job.source`` and capture each requested class.
 
     Args:
@@ -44,8 +51,9 @@ def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
             before each step, so a parent can tell where a crash or timeout happened.
 
     Returns:
-        A ``CaptureResult`` with one ``ModuleResult`` per requested class; ``error`` is set
-        (with an FX404 diagnostic) when the file itself failed to execute.
+        The executed document (its ``captures`` hold each class's built module, inputs and
+        graph) and a ``CaptureResult`` with one ``ModuleResult`` per requested class;
+        ``error`` is set (with an FX404 diagnostic) when the file itself failed to execute.
     """
     result = CaptureResult(torch_version=torch.__version__)
     doc = prepare(job)
@@ -55,7 +63,7 @@ def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
     except BaseException as exc:
         result.error = error_info("import", exc)
         result.diagnostics.append(_import_diagnostic(exc, job.path, doc.source))
-        return result
+        return doc, result
 
     names = list(dict.fromkeys(req.name for req in job.classes))
     rank = {name: i for i, name in enumerate(parents.parent_first(names, doc.tree))}
@@ -81,7 +89,7 @@ def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
         results[index] = mod
     _adopt_parents(doc, job, results, report_phase)
     result.modules = [results[i] for i in range(len(job.classes))]
-    return result
+    return doc, result
 
 
 MAX_FACTORY_PRODUCTS = 3
@@ -154,6 +162,7 @@ def _adopt_parents(
             continue
         for index in indices:
             req = job.classes[index]
+            kept = doc.captures.get(req.name)
             try:
                 retry = capture_class(doc, req, report_phase)
             except Exception:
@@ -161,6 +170,8 @@ def _adopt_parents(
             if runs(retry) or not runs(results[index]):
                 _soften_worked_around(retry)
                 results[index] = retry
+            elif kept is not None:
+                doc.captures[req.name] = kept  # the capture whose result is kept
 
 
 def _weak(mod: ModuleResult) -> bool:

@@ -116,6 +116,69 @@ async function hoverUntil(page, what, locate, expect, timeoutMs) {
   );
 }
 
+/** Puts the cursor on `word`, opens Quick Fix (Ctrl+.), picks the action whose title contains
+ * `title`, and waits until the editor no longer shows `gone`. Returns the actions listed and the
+ * editor's text after the fix. */
+async function quickFix(page, fix, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  const out = { items: [], applied: false };
+  while (Date.now() < deadline) {
+    const point = await locateWord(page, fix.line, fix.word);
+    if (!point) throw new Error(`no rendered line contains ${JSON.stringify(fix.line)}`);
+    await page.mouse.click(point.x, point.y);
+    await page.keyboard.press("Control+.");
+    const rows = page.locator(".action-widget .monaco-list-row");
+    try {
+      await rows.first().waitFor({ state: "visible", timeout: 5000 });
+    } catch {
+      await page.keyboard.press("Escape");
+      await page.waitForTimeout(700);
+      continue; // no actions yet: the server may still be analysing
+    }
+    out.items = await rows.allInnerTexts();
+    const wanted = rows.filter({ hasText: fix.title }).first();
+    if ((await wanted.count()) === 0) {
+      await page.keyboard.press("Escape");
+      await page.waitForTimeout(700);
+      continue;
+    }
+    // Choose it with the keyboard (a pointer block over the menu swallows clicks).
+    for (let i = 0; i < out.items.length + 2; i++) {
+      const focused = await page
+        .locator(".action-widget .monaco-list-row.focused")
+        .first()
+        .innerText()
+        .catch(() => "");
+      if (focused.includes(fix.title)) break;
+      await page.keyboard.press("ArrowDown");
+      await page.waitForTimeout(100);
+    }
+    await page.keyboard.press("Enter");
+    try {
+      await page.waitForFunction(
+        (gone) => {
+          const lines = document.querySelector(".editor-instance .view-lines, .monaco-editor .view-lines");
+          return lines !== null && !lines.textContent.replace(/\u00a0/g, " ").includes(gone);
+        },
+        fix.gone,
+        { timeout: 30000 },
+      );
+      out.applied = true;
+    } catch {
+      out.applied = false;
+    }
+    break;
+  }
+  out.text = await page.evaluate(() =>
+    Array.from(document.querySelectorAll(".monaco-editor .view-line"))
+      .map((line) => ({ top: parseFloat(line.style.top || "0"), text: line.textContent.replace(/\u00a0/g, " ") }))
+      .sort((a, b) => a.top - b.top)
+      .map((line) => line.text)
+      .join("\n"),
+  );
+  return out;
+}
+
 async function squiggles(page) {
   return page.evaluate(() => ({
     errors: document.querySelectorAll(".monaco-editor .squiggly-error").length,
@@ -210,6 +273,9 @@ async function runStep(page, step) {
       step.timeoutMs,
     );
     out.hover_ms = Date.now() - started;
+  }
+  if (step.quickFix) {
+    out.quick_fix = await quickFix(page, step.quickFix, step.timeoutMs);
   }
   out.status = await statusBar(page);
   out.notifications = await notifications(page);

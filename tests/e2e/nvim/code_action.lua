@@ -1,0 +1,104 @@
+-- Headless Neovim driver for the code action test in tests/e2e/test_neovim.py.
+--
+-- Environment: FXLS_NVIM_CONFIG (the documented config), FXLS_NVIM_FILE (a Python file),
+-- FXLS_NVIM_OUT (where to write the JSON result), FXLS_CMD (JSON array: the server command),
+-- FXLS_NVIM_CODE (the diagnostic code to fix), FXLS_NVIM_TITLE (a plain substring of the action
+-- title to apply), FXLS_NVIM_FIX_ALL (set: then run :FxlsFixAll).
+-- Puts the cursor on the diagnostic, runs vim.lsp.buf.code_action({apply = true, filter = ...})
+-- (Neovim resolves the action with codeAction/resolve and applies its WorkspaceEdit), waits
+-- for the buffer to change and writes {attached, titles, lines, fixed_all_lines, error}.
+
+vim.g.loaded_python3_provider = 0
+local out_path = assert(os.getenv("FXLS_NVIM_OUT"))
+local result = { titles = {} }
+
+local function finish(code)
+  local f = assert(io.open(out_path, "w"))
+  f:write(vim.json.encode(result))
+  f:close()
+  if code == 0 then
+    vim.cmd("qall!")
+  else
+    vim.cmd("cquit " .. code)
+  end
+end
+
+local function fail(message)
+  result.error = message
+  finish(2)
+end
+
+vim.g.fxls_cmd = vim.json.decode(assert(os.getenv("FXLS_CMD")))
+vim.g.fxls_settings = { debounceMs = 50 }
+dofile(assert(os.getenv("FXLS_NVIM_CONFIG")))
+
+local ok, err = pcall(function()
+  vim.cmd.edit(assert(os.getenv("FXLS_NVIM_FILE")))
+  local buf = vim.api.nvim_get_current_buf()
+  local client
+  vim.wait(30000, function()
+    client = vim.lsp.get_clients({ bufnr = buf, name = "fxls" })[1]
+    return client ~= nil and client.initialized
+  end, 20)
+  if not client then
+    return fail("fxls did not attach")
+  end
+  result.attached = true
+
+  local code = assert(os.getenv("FXLS_NVIM_CODE"))
+  local target
+  vim.wait(120000, function()
+    for _, d in ipairs(vim.diagnostic.get(buf)) do
+      if d.code == code then
+        target = d
+        return true
+      end
+    end
+    return false
+  end, 20)
+  if not target then
+    return fail("no " .. code .. " diagnostic")
+  end
+  vim.api.nvim_win_set_cursor(0, { target.lnum + 1, target.col })
+  local before = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
+  local want = assert(os.getenv("FXLS_NVIM_TITLE"))
+  vim.lsp.buf.code_action({
+    apply = true,
+    filter = function(action)
+      table.insert(result.titles, action.title)
+      return action.kind == "quickfix" and action.title:find(want, 1, true) ~= nil
+    end,
+  })
+  local changed = vim.wait(60000, function()
+    return table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n") ~= before
+  end, 20)
+  if not changed then
+    return fail("the buffer did not change")
+  end
+  result.lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+
+  if os.getenv("FXLS_NVIM_FIX_ALL") then
+    -- the capture of the edited text comes first; then every remaining verified fix
+    vim.wait(60000, function()
+      local remaining = 0
+      for _, d in ipairs(vim.diagnostic.get(buf)) do
+        if d.code == code then
+          remaining = remaining + 1
+        end
+      end
+      return remaining == 1
+    end, 20)
+    local mid = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
+    vim.cmd("FxlsFixAll")
+    vim.wait(60000, function()
+      return table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n") ~= mid
+    end, 20)
+    result.fixed_all_lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+  end
+  result.done = true
+end)
+if not ok then
+  fail(tostring(err))
+elseif not result.error then
+  finish(0)
+end

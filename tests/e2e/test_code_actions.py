@@ -1,0 +1,374 @@
+"""Code actions through the real server (pytest-lsp): list, resolve, apply the WorkspaceEdit.
+
+Each fixture ``tests/fixtures/rewrites/<name>_before.py`` has an ``_after.py`` twin: applying
+the fixes fxls offers (one by one, or all with ``source.fixAll.fxls``) must give exactly it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import itertools
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+from fxls.features.convert import apply_change
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rewrites"
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),
+    pytest.mark.slow,
+    pytest.mark.asyncio(loop_scope="module"),
+]
+PUBLISH = types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS
+SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "fxls", "serve"])
+
+
+def _record(client: LanguageClient) -> None:
+    client.published = []  # type: ignore[attr-defined]
+    features = client.protocol.fm.features
+    original = features[PUBLISH]
+
+    def record(params: types.PublishDiagnosticsParams) -> None:
+        client.published.append(params)  # type: ignore[attr-defined]
+        original(params)
+
+    features[PUBLISH] = record
+    for method in (types.WORKSPACE_INLAY_HINT_REFRESH, types.WORKSPACE_CODE_LENS_REFRESH):
+        features[method] = lambda params: None
+
+
+async def _start(client: LanguageClient, caps: str, options: dict[str, Any]) -> None:
+    _record(client)
+    client.initialized_with = await client.initialize_session(  # type: ignore[attr-defined]
+        types.InitializeParams(
+            capabilities=client_capabilities(caps),
+            root_uri=FIXTURES.as_uri(),
+            initialization_options=options,
+        )
+    )
+
+
+@pytest_lsp.fixture(config=SERVER, scope="module")
+async def client(lsp_client: LanguageClient):
+    """A VS Code-like client (UTF-16, versioned document changes)."""
+    await _start(lsp_client, "visual-studio-code", {"debounceMs": 50})
+    yield
+    await lsp_client.shutdown_session()
+
+
+@pytest_lsp.fixture(config=SERVER, loop_scope="module")
+async def unsafe_client(lsp_client: LanguageClient):
+    """A Neovim-like client (UTF-8) that asks for unsafe fixes too."""
+    options = {"debounceMs": 50, "codeActions": {"unsafe": True, "maxParams": 0}}
+    await _start(lsp_client, "neovim@v0.11.0", options)
+    yield
+    await lsp_client.shutdown_session()
+
+
+_versions: dict[str, int] = {}
+_marks: dict[str, int] = {}
+
+
+def _open(client: LanguageClient, name: str, text: str | None = None) -> tuple[str, str]:
+    path = FIXTURES / name
+    text = path.read_text() if text is None else text
+    uri = path.as_uri()
+    _versions[uri] = 1
+    _marks[uri] = len(client.published)  # type: ignore[attr-defined]
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(
+                uri=uri, language_id="python", version=1, text=text
+            )
+        )
+    )
+    return uri, text
+
+
+def _close(client: LanguageClient, uri: str) -> None:
+    client.text_document_did_close(
+        types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+
+
+def _change(client: LanguageClient, uri: str, text: str) -> int:
+    _versions[uri] += 1
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=_versions[uri]),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
+        )
+    )
+    return _versions[uri]
+
+
+async def _diagnostics(
+    client: LanguageClient, uri: str, version: int = 1, timeout: float = 90.0
+) -> list[types.Diagnostic]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for params in reversed(client.published[_marks.get(uri, 0) :]):  # type: ignore[attr-defined]
+            if params.uri == uri and params.version == version:
+                return list(params.diagnostics)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no diagnostics for {uri} v{version}")
+
+
+async def _actions(
+    client: LanguageClient,
+    uri: str,
+    rng: types.Range,
+    diagnostics: list[types.Diagnostic] | None = None,
+    only: list[str] | None = None,
+) -> list[types.CodeAction]:
+    result = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=rng,
+            context=types.CodeActionContext(diagnostics=diagnostics or [], only=only),
+        )
+    )
+    return [a for a in result or [] if isinstance(a, types.CodeAction)]
+
+
+def _whole(text: str) -> types.Range:
+    return types.Range(types.Position(0, 0), types.Position(text.count("\n") + 1, 0))
+
+
+def _apply(text: str, edit: types.WorkspaceEdit, uri: str, encoding: str) -> str:
+    """Apply a WorkspaceEdit to ``text`` as a client would (edits bottom-up)."""
+    edits: list[types.TextEdit] = []
+    if edit.document_changes:
+        for change in edit.document_changes:
+            assert isinstance(change, types.TextDocumentEdit)
+            assert change.text_document.uri == uri
+            edits.extend(e for e in change.edits if isinstance(e, types.TextEdit))
+    else:
+        assert edit.changes is not None
+        edits.extend(edit.changes[uri])
+    ordered = sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character))
+    for a, b in itertools.pairwise(ordered):
+        assert (a.range.end.line, a.range.end.character) <= (
+            b.range.start.line,
+            b.range.start.character,
+        ), "overlapping edits"
+    for e in reversed(ordered):
+        text = apply_change(
+            text, types.TextDocumentContentChangePartial(range=e.range, text=e.new_text), encoding
+        )
+    return text
+
+
+async def test_server_advertises_code_actions_with_resolve(client: LanguageClient) -> None:
+    caps = client.initialized_with.capabilities  # type: ignore[attr-defined]
+    provider = caps.code_action_provider
+    assert isinstance(provider, types.CodeActionOptions)
+    assert provider.resolve_provider is True
+    kinds = {str(getattr(k, "value", k)) for k in provider.code_action_kinds or []}
+    assert kinds == {"quickfix", "refactor.rewrite", "source.fixAll.fxls"}
+
+
+async def test_remove_unused_statement_then_fix_all(client: LanguageClient) -> None:
+    uri, text = _open(client, "dead_code_before.py")
+    diags = await _diagnostics(client, uri)
+    unused = [d for d in diags if d.code == "FX302"]
+    assert len(unused) == 2, [(d.code, d.message) for d in diags]
+
+    # one quick fix, listed from the cached analysis and resolved in the worker
+    first = unused[0]
+    actions = await _actions(client, uri, first.range, [first])
+    fix = next(a for a in actions if a.kind == "quickfix")
+    assert fix.title == "Remove unused `wasted = self.fc2(h).relu()`"
+    assert fix.edit is None and isinstance(fix.data, dict)
+    assert fix.data["version"] == 1 and fix.data["class"] == "Head"
+    done = await client.code_action_resolve_async(fix)
+    assert done.disabled is None, done.disabled
+    assert done.edit is not None
+    one = _apply(text, done.edit, uri, "utf-16")
+    assert "wasted" not in one and "F.gelu(h)" in one
+    # everything else byte for byte: exactly one line is gone
+    assert one.split("\n") == [line for line in text.split("\n") if "wasted" not in line]
+    # minimal: one edit that deletes one line
+    (change,) = done.edit.document_changes or []
+    assert isinstance(change, types.TextDocumentEdit)
+    assert change.text_document.version == 1
+    (only_edit,) = change.edits
+    assert isinstance(only_edit, types.TextEdit) and only_edit.new_text == ""
+
+    # fix all (source.fixAll.fxls) gives the after fixture
+    actions = await _actions(client, uri, _whole(text), only=["source.fixAll"])
+    (fix_all,) = actions
+    assert fix_all.kind == "source.fixAll.fxls"
+    done = await client.code_action_resolve_async(fix_all)
+    assert done.edit is not None, done.disabled
+    assert _apply(text, done.edit, uri, "utf-16") == (FIXTURES / "dead_code_after.py").read_text()
+    _close(client, uri)
+
+
+async def test_trace_fixits_applied_one_by_one(client: LanguageClient) -> None:
+    uri, text = _open(client, "trace_fixits_before.py")
+    diags = await _diagnostics(client, uri)
+    codes = sorted(str(d.code) for d in diags if str(d.code).startswith("FX1"))
+    assert codes == ["FX101", "FX102", "FX105", "FX105"], codes
+    current = text
+    version = 1
+    for code in ("FX101", "FX102", "FX105", "FX105"):
+        diags = await _diagnostics(client, uri, version)
+        diag = next(d for d in diags if d.code == code)
+        actions = await _actions(client, uri, diag.range, [diag], only=["quickfix"])
+        assert len(actions) == 1, [a.title for a in actions]
+        done = await client.code_action_resolve_async(actions[0])
+        assert done.edit is not None, done.disabled
+        current = _apply(current, done.edit, uri, "utf-16")
+        version = _change(client, uri, current)
+    assert current == (FIXTURES / "trace_fixits_after.py").read_text()
+    diags = await _diagnostics(client, uri, version)
+    assert not [d for d in diags if str(d.code).startswith("FX1")]
+    _close(client, uri)
+
+
+async def test_directives_pinned_by_fix_all(client: LanguageClient) -> None:
+    uri, text = _open(client, "directives_before.py")
+    diags = await _diagnostics(client, uri)
+    assert {"FX405", "FX408", "FX101"} <= {d.code for d in diags}
+    actions = await _actions(client, uri, _whole(text))
+    titles = [a.title for a in actions]
+    assert "Pin the constructor arguments: `# fxls: init(in_features=64)`" in titles
+    assert "Keep `Inner` as a leaf: `# fxls: leaf Inner`" in titles
+    fix_all = next(a for a in actions if a.kind == "source.fixAll.fxls")
+    done = await client.code_action_resolve_async(fix_all)
+    assert done.edit is not None, done.disabled
+    after = _apply(text, done.edit, uri, "utf-16")
+    assert after == (FIXTURES / "directives_after.py").read_text()
+    version = _change(client, uri, after)
+    diags = await _diagnostics(client, uri, version)
+    # Outer's input stays assumed: declared, the shape error in its leaf would be an error
+    outer = after.split("\n").index("class Outer(nn.Module):")
+    left = [(d.code, d.range.start.line) for d in diags if d.code in ("FX405", "FX408")]
+    assert left == [("FX405", outer + 6)], left
+    _close(client, uri)
+
+
+async def test_stale_version_is_refused(client: LanguageClient) -> None:
+    uri, text = _open(client, "dead_code_before.py")
+    diags = await _diagnostics(client, uri)
+    diag = next(d for d in diags if d.code == "FX302")
+    (fix,) = await _actions(client, uri, diag.range, [diag], only=["quickfix"])
+    _change(client, uri, text + "\n# edited\n")
+    done = await client.code_action_resolve_async(fix)
+    assert done.edit is None
+    assert done.disabled is not None and "changed" in done.disabled.reason
+    _close(client, uri)
+
+
+async def test_fix_on_an_edited_line_is_not_offered(client: LanguageClient) -> None:
+    uri, text = _open(client, "dead_code_before.py")
+    diags = await _diagnostics(client, uri)
+    diag = next(d for d in diags if d.code == "FX302")
+    lines = text.split("\n")
+    lines[diag.range.start.line] += "  # touched"
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text="\n".join(lines))],
+        )
+    )
+    actions = await _actions(client, uri, diag.range, only=["quickfix"])
+    assert actions == []
+    _close(client, uri)
+
+
+async def test_name_every_argument(client: LanguageClient) -> None:
+    text = (FIXTURES / "dead_code_after.py").read_text()
+    uri, text = _open(client, "name_args.py", text)
+    await _diagnostics(client, uri)
+    line = text.split("\n").index("        return self.fc2(F.relu(kept))")
+    at = types.Position(line, len("        return self.fc2(F.re"))
+    actions = await _actions(client, uri, types.Range(at, at), only=["refactor"])
+    (refactor,) = actions
+    assert refactor.kind == "refactor.rewrite"
+    assert refactor.title == "Name every argument of `F.relu(...)`"
+    done = await client.code_action_resolve_async(refactor)
+    assert done.edit is not None, done.disabled
+    after = _apply(text, done.edit, uri, "utf-16")
+    assert "return self.fc2(F.relu(input=kept))" in after
+    _close(client, uri)
+
+
+async def test_modernize_attention(client: LanguageClient) -> None:
+    uri, text = _open(client, "attention_before.py")
+    await _diagnostics(client, uri)
+    line = text.split("\n").index("        att = F.softmax(att, dim=-1)")
+    at = types.Position(line, 12)
+    actions = await _actions(client, uri, types.Range(at, at), only=["refactor.rewrite"])
+    (refactor,) = [a for a in actions if "scaled_dot_product_attention" in a.title]
+    done = await client.code_action_resolve_async(refactor)
+    assert done.edit is not None, done.disabled
+    after = _apply(text, done.edit, uri, "utf-16")
+    assert (
+        "        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, "
+        "dropout_p=self.drop.p if self.training else 0.0)  # (B, h, T, d)\n"
+    ) in after
+    assert "att = F.softmax(att, dim=-1)\n        att = self.drop(att)" not in after
+    _close(client, uri)
+
+
+async def test_in_place_statement_is_never_removed(client: LanguageClient) -> None:
+    """``h.mul_(2)``'s result is unused, but removing it changes what the module computes."""
+    uri, _text = _open(client, "unsafe_before.py")
+    diags = await _diagnostics(client, uri)
+    diag = next(d for d in diags if d.code == "FX302")
+    (fix,) = await _actions(client, uri, diag.range, [diag], only=["quickfix"])
+    done = await client.code_action_resolve_async(fix)
+    assert done.edit is None and done.disabled is not None
+    assert "in place" in done.disabled.reason
+    # listed again at the same version: known unavailable, no longer offered
+    assert await _actions(client, uri, diag.range, [diag], only=["quickfix"]) == []
+    _close(client, uri)
+
+
+async def test_unsafe_fix_applied_only_when_asked(unsafe_client: LanguageClient) -> None:
+    """With ``maxParams`` 0 nothing can be run to verify: the fix is unsafe, and applied
+    only because this client asked for unsafe fixes, with the reason in the title."""
+    uri, text = _open(unsafe_client, "dead_code_before.py")
+    diags = await _diagnostics(unsafe_client, uri)
+    diag = next(d for d in diags if d.code == "FX302")
+    (fix,) = await _actions(unsafe_client, uri, diag.range, [diag], only=["quickfix"])
+    done = await unsafe_client.code_action_resolve_async(fix)
+    assert done.edit is not None, done.disabled
+    assert "unsafe: too large to verify" in done.title
+    after = _apply(text, done.edit, uri, "utf-8")
+    assert "wasted" not in after
+    # listed again: offered with the reason in its title
+    (again,) = await _actions(unsafe_client, uri, diag.range, [diag], only=["quickfix"])
+    assert "unsafe: too large to verify" in again.title
+    _close(unsafe_client, uri)
+
+
+async def test_unsafe_fix_refused_by_default(client: LanguageClient) -> None:
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"fxls": {"codeActions": {"maxParams": 0}}})
+    )
+    try:
+        uri, _text = _open(client, "dead_code_before.py")
+        diags = await _diagnostics(client, uri)
+        diag = next(d for d in diags if d.code == "FX302")
+        (fix,) = await _actions(client, uri, diag.range, [diag], only=["quickfix"])
+        done = await client.code_action_resolve_async(fix)
+        assert done.edit is None and done.disabled is not None
+        assert "too large to verify" in done.disabled.reason
+        assert "fxls.codeActions.unsafe" in done.disabled.reason
+        assert await _actions(client, uri, diag.range, [diag], only=["quickfix"]) == []
+        _close(client, uri)
+    finally:
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"fxls": {"codeActions": {}}})
+        )

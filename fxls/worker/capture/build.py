@@ -74,16 +74,8 @@ def candidates(
         tried += 1
         if tried > construct.MAX_RECIPES:
             break
-        how = Construction(
-            recipe.source,
-            recipe.text,
-            assumed=dict(recipe.assumed),
-            pin=recipe.init,
-            expr=recipe.expr(cls.__name__),
-        )
-        built, error = _build(doc, recipe.make, how)
+        built, error = _from_recipe(doc, cls, recipe)
         if built is not None:
-            built.arguments = {**_defaults(cls), **recipe.kwargs}
             built_any += 1
             yield built
             continue
@@ -104,6 +96,12 @@ def candidates(
 
 def from_recipe(doc: Document, cls: type, recipe: construct.Recipe) -> Built | None:
     """One recipe built (meta first), or None when it raises."""
+    return _from_recipe(doc, cls, recipe)[0]
+
+
+def _from_recipe(
+    doc: Document, cls: type, recipe: construct.Recipe
+) -> tuple[Built | None, BaseException | None]:
     how = Construction(
         recipe.source,
         recipe.text,
@@ -111,10 +109,10 @@ def from_recipe(doc: Document, cls: type, recipe: construct.Recipe) -> Built | N
         pin=recipe.init,
         expr=recipe.expr(cls.__name__),
     )
-    built, _ = _build(doc, recipe.make, how)
+    built, error = _build(doc, recipe.make, how)
     if built is not None:
         built.arguments = {**_defaults(cls), **recipe.kwargs}
-    return built
+    return built, error
 
 
 def _build(

@@ -24,7 +24,6 @@ Instances that a parent builds (``Block(config)`` inside ``GPT``) are found by
 from __future__ import annotations
 
 import ast
-import builtins
 import contextlib
 import copy
 import dataclasses
@@ -39,7 +38,7 @@ from typing import Any, Literal
 from torch import nn
 
 from fxls.protocol.model import KnownCall
-from fxls.worker.capture.document import Document
+from fxls.worker.capture.document import Document, resolvable
 
 RecipeSource = Literal["defaults", "config", "factory", "call site", "assumed"]
 
@@ -594,7 +593,7 @@ def _call_sites(doc: Document, cls: type) -> Iterator[Recipe]:
             k.arg is None for k in node.keywords
         ):
             continue
-        if not all(_resolvable(a, doc.namespace) for a in [*node.args, *node.keywords]):
+        if not all(resolvable(a, doc.namespace) for a in [*node.args, *node.keywords]):
             continue
         try:
             args_text = ", ".join(
@@ -612,15 +611,6 @@ def _call_sites(doc: Document, cls: type) -> Iterator[Recipe]:
         )  # fmt: skip
         if len(seen) >= 3:
             return
-
-
-def _resolvable(node: ast.AST, namespace: dict[str, Any]) -> bool:
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name) and sub.id not in namespace and not hasattr(builtins, sub.id):
-            return False
-        if isinstance(sub, (ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
-            return False
-    return True
 
 
 def _evaluated(doc: Document, cls: type, args_text: str) -> Callable[[], Any]:

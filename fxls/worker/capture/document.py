@@ -63,3 +63,14 @@ def execute(doc: Document) -> None:
         doc.tree = ast.parse(doc.job.source)
     except SyntaxError:
         doc.tree = None
+
+
+def resolvable(node: ast.AST, namespace: dict[str, Any]) -> bool:
+    """Whether an expression uses only names the file (or Python's builtins) defines, and
+    nothing that could not be evaluated on its own (lambdas, walrus, await, yield)."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and sub.id not in namespace and not hasattr(builtins, sub.id):
+            return False
+        if isinstance(sub, (ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
+            return False
+    return True

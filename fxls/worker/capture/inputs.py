@@ -10,7 +10,6 @@ placeholder feeds (``Conv2d.in_channels``, ``Linear.in_features``, ...) and mark
 from __future__ import annotations
 
 import ast
-import builtins
 import inspect
 import re
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ import torch.fx
 from torch import nn
 
 from fxls.protocol.model import DimSpec, InputSpec, Value
+from fxls.worker.capture.document import resolvable
 
 BATCH = "B"
 SEQUENCE = "T"
@@ -555,11 +555,8 @@ def _builds(node: ast.AST, name: str) -> bool:
 
 def _evaluate(node: ast.expr, namespace: dict[str, Any]) -> Any:
     """The value of an argument made only of the file's names and literals (None otherwise)."""
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name) and sub.id not in namespace and not hasattr(builtins, sub.id):
-            return None
-        if isinstance(sub, (ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
-            return None
+    if not resolvable(node, namespace):
+        return None
     try:
         code = compile(ast.Expression(body=node), "<fxls call argument>", "eval")
         with torch.device("meta"):

@@ -46,6 +46,9 @@ class EngineOptions:
     isolation: Isolation = field(default_factory=Isolation)
     meta_init: bool = True
     symbolic: bool = True
+    reuse_blocks: bool = True
+    """Trace identical sub-blocks once and copy their nodes and shapes (the same results,
+    in time independent of depth); off only to compare."""
     parallel_retries: int = 1
     """How many single-class re-runs of one file may run at once after a job failed (one: the
     worker runs at most two jobs, so the other slot stays free for other files)."""
@@ -243,6 +246,7 @@ def capture_job(
         sys_path=sys_path,
         meta_init=options.meta_init,
         symbolic=options.symbolic,
+        reuse_blocks=options.reuse_blocks,
     )
 
 
@@ -403,6 +407,7 @@ async def _capture(
                 sys_path=job.sys_path,
                 meta_init=job.meta_init,
                 symbolic=job.symbolic,
+                reuse_blocks=job.reuse_blocks,
             )
             res = await _run(client, single, options)
             if res.kind in _EXPENSIVE:

@@ -156,6 +156,8 @@ class CaptureJob:
     """Build modules on the meta device (no real memory); fall back to CPU if that fails."""
     symbolic: bool = True
     """Keep user-named dimensions symbolic (fake tensors + ShapeEnv)."""
+    reuse_blocks: bool = True
+    """Trace identical sub-blocks once and copy their nodes and shapes (same results)."""
 
 
 @dataclass

@@ -41,6 +41,7 @@ from fxls.worker.capture import (
     graphcheck,
     inputs,
     parents,
+    reuse,
     shapes,
     strategies,
 )
@@ -53,6 +54,7 @@ from fxls.worker.capture.tracer import (
     SpanTracer,
     assign_ast_spans,
     find_function,
+    graph_module,
 )
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
@@ -127,6 +129,8 @@ class Traced:
     """Every leaf class used (declared, library and automatic)."""
     traced_params: dict[types.CodeType, set[str]] = field(default_factory=dict)
     """Per document function the last trace went through: parameters that held a Proxy."""
+    segments: list[reuse.Segment] = field(default_factory=list)
+    """Calls of identical sub-blocks whose nodes were copied from the first one's."""
 
 
 def _example(planned: inputs.PlannedInput, name: str) -> shapes.ExampleInput:
@@ -582,13 +586,14 @@ class ClassCapture:
                 autowrap_functions=[*functions, *repairs.wraps],
                 autowrap_modules=library_modules,
                 leaf_predicate=strategies.is_library_leaf,
+                reuse_blocks=reuse.enabled(doc.job.reuse_blocks),
             )
             concrete = plan.concrete()
             concrete.update({name: defaults[name] for name in repairs.concrete})
             try:
                 with _state_kept(module):  # forward may store proxies on self while tracing
                     graph = tracer.trace(module, concrete_args=concrete or None)
-                    gm = torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
+                    gm = graph_module(tracer.root, graph, type(module).__name__)
             except BaseException as exc:
                 failure = failures.explain(exc, doc.path, doc.source, req.name, self.span, doc.tree)
                 text = doc.source.text(failure.span) if failure.span is not None else ""
@@ -630,7 +635,8 @@ class ClassCapture:
         mod.status = "partial" if repairs.applied else "traced"
         mod.strategy = repairs.label(declared_leaves=bool(req.leaf))
         mod.notes.extend(repairs.notes(defaults))
-        return Traced(gm, gm.graph, leaves() + library_leaves, tracer.traced_params)
+        segments = tracer.replayer.segments if tracer.replayer is not None else []
+        return Traced(gm, gm.graph, leaves() + library_leaves, tracer.traced_params, segments)
 
     # -- shapes ----------------------------------------------------------------------------
 
@@ -642,7 +648,8 @@ class ClassCapture:
         if symbolic is None:
             symbolic = self.doc.job.symbolic
         try:
-            return shapes.propagate(gm, feeds, symbolic=symbolic)
+            segments = self.traced.segments if self.traced is not None else []
+            return shapes.propagate(gm, feeds, symbolic=symbolic, reuse=reuse.copies(segments))
         except Exception as exc:
             return exc
 

@@ -29,6 +29,7 @@ from fxls.protocol.model import (
     Construction,
     Diagnostic,
     ModuleResult,
+    NodeInfo,
     Phase,
     Related,
     Span,
@@ -46,7 +47,7 @@ from fxls.worker.capture import (
     strategies,
 )
 from fxls.worker.capture.document import Document
-from fxls.worker.capture.nodes import node_info, output_values
+from fxls.worker.capture.nodes import copied_node_info, node_info, output_values
 from fxls.worker.capture.reporting import class_span, dedupe, error_info, line_span, one_line
 from fxls.worker.capture.tracer import (
     CALL_SITE_KEY,
@@ -383,8 +384,23 @@ class ClassCapture:
         examples: dict[str, Any],
         rename: Callable[[str], str] | None = None,
     ) -> None:
-        """The graph's nodes and outputs as wire data."""
-        self.mod.nodes = [node_info(gm, n, values, examples, rename) for n in gm.graph.nodes]
+        """The graph's nodes and outputs as wire data (a node copied from an identical
+        sub-block's template takes the template's named arguments)."""
+        copied = reuse.copies(self.traced.segments) if self.traced and rename is None else {}
+        infos: dict[str, NodeInfo] = {}
+        by_name: dict[str, torch.fx.Node] = {}
+        nodes = []
+        for n in gm.graph.nodes:
+            by_name[n.name] = n
+            source = copied.get(n.name)
+            template = by_name.get(source[0]) if source is not None else None
+            if template is not None and source is not None and source[0] in infos:
+                info = copied_node_info(gm, n, template, infos[source[0]], values, examples)
+            else:
+                info = node_info(gm, n, values, examples, rename)
+            infos[n.name] = info
+            nodes.append(info)
+        self.mod.nodes = nodes
         output = next((n for n in gm.graph.nodes if n.op == "output"), None)
         if output is not None:
             self.mod.outputs = values.get(output.name) or output_values(output, values)

@@ -168,6 +168,16 @@ class _Recorded:
     """The name the tracer asked for (usually None: derived from the target)."""
     inner: Frames
     """Document frames inside the block's call when the node was created, innermost first."""
+    target: str | None = None
+    """For call_module/get_attr: the target after the template's path (``.attn.c_attn``)."""
+    stack: int = -1
+    """Index of the node's module stack (inside the call) in ``Template.stacks``; -1: none."""
+    scope: tuple[str, Any] | None = None
+    """The tracer's scope of the node, its path after the template's path."""
+    spans: int = -1
+    """Index of ``inner`` in ``Template.inner``."""
+    cached: bool = False
+    """A get_attr node the tracer keeps in its parameter cache."""
 
 
 @dataclass
@@ -183,8 +193,11 @@ class Template:
     """Entries of the tracer's module stack outside the call."""
     calls: dict[str, int]
     """Calls of each module path under ``path`` while the template ran."""
-    cached: set[str]
-    """Attribute targets the template put into the tracer's parameter cache."""
+    stacks: list[list[tuple[str, str, Any]]] = field(default_factory=list)
+    """Distinct module stack entries inside the call: (key, path, class), paths after
+    ``path``."""
+    inner: list[Frames] = field(default_factory=list)
+    """Distinct inner frames of the nodes."""
 
 
 @dataclass
@@ -387,22 +400,39 @@ class Replayer:
         if any(rec.calls_before.get(p, 0) for p in calls):
             return None
         cache = self.parameter_cache or {}
-        cached = {
-            str(r.node.target)
-            for r in nodes
-            if r.node.op == "get_attr"
-            and (proxy := cache.get(str(r.node.target))) is not None
-            and proxy.node is r.node
-        }
-        return Template(
-            path=rec.path,
-            inputs=inputs,
-            nodes=nodes,
-            output=output,
-            stack_depth=rec.stack_depth,
-            calls=calls,
-            cached=cached,
-        )
+        template = Template(
+            path=rec.path, inputs=inputs, nodes=nodes, output=output,
+            stack_depth=rec.stack_depth, calls=calls,
+        )  # fmt: skip
+        stacks: dict[tuple[tuple[str, str, Any], ...], int] = {}
+        inner: dict[Frames, int] = {}
+        cut = len(rec.path)
+        for r in nodes:
+            n = r.node
+            if n.op in ("call_module", "get_attr"):
+                r.target = str(n.target)[cut:]
+            entries = n.meta.get(MODULE_STACK_KEY)
+            if entries is not None:
+                moved = []
+                for key, (qualified, kind) in list(entries.items())[rec.stack_depth :]:
+                    if (
+                        _moved(key, rec.path, "") == key
+                        or _moved(qualified, rec.path, "") == qualified
+                    ):
+                        return None  # not under the call's path
+                    moved.append((key[cut:], qualified[cut:], kind))
+                r.stack = stacks.setdefault(tuple(moved), len(stacks))
+            scope = self.tracer.node_name_to_scope.get(n.name)
+            if scope is not None:
+                if _moved(scope[0], rec.path, "") == scope[0]:
+                    return None
+                r.scope = (scope[0][cut:], scope[1])
+            r.spans = inner.setdefault(r.inner, len(inner))
+            proxy = cache.get(str(n.target)) if n.op == "get_attr" else None
+            r.cached = proxy is not None and proxy.node is n
+        template.stacks = [list(k) for k in stacks]
+        template.inner = list(inner)
+        return template
 
     # -- replaying --------------------------------------------------------------------------
 
@@ -421,49 +451,52 @@ class Replayer:
         inputs = [v.node for v in [*args, *kwargs.values()] if type(v) is torch.fx.Proxy]
         env: dict[torch.fx.Node, torch.fx.Node] = dict(zip(template.inputs, inputs))
         outer = self.frames_of()
-        stack = list(tracer.module_stack.items())
+        stack = dict(tracer.module_stack)
+        stacks = []  # each module stack of the template, moved under ``path``, made once
+        for entries in template.stacks:
+            moved = dict(stack)
+            for key, qualified, kind in entries:
+                moved[path + key] = (path + qualified, kind)
+            stacks.append(moved)
+        spans: list[tuple[Any, Any] | None] = []  # (span, call site) per distinct inner frames
+        for inner in template.inner:
+            frames = (*inner, *outer)
+            span = site = None
+            if frames:  # as the tracer's create_node does for a node it creates
+                span = tracer.source.code_span(*frames[0])
+                if span is not None:
+                    site = tracer.source.code_span(
+                        *call_site_frame(list(frames), tracer.root_codes)
+                    )
+            spans.append((span, site or span) if span is not None else None)
         segment = Segment([n.name for n in inputs], [n.name for n in template.inputs])
-        source = tracer.source
         cache = self.parameter_cache
+        scopes = tracer.node_name_to_scope
+        copies = segment.copies
+        lookup = env.__getitem__
+        map_arg = torch.fx.node.map_arg
         for rec in template.nodes:
             old = rec.node
-            target = old.target
-            if old.op in ("call_module", "get_attr"):
-                target = _moved(str(target), template.path, path)
+            target = old.target if rec.target is None else path + rec.target
             new = graph.create_node(
                 old.op,
                 target,
-                torch.fx.node.map_arg(old.args, env.__getitem__),
-                torch.fx.node.map_arg(old.kwargs, env.__getitem__),
+                map_arg(old.args, lookup),
+                map_arg(old.kwargs, lookup),
                 rec.name,
                 old.type,
             )
             env[old] = new
-            old_stack = old.meta.get(MODULE_STACK_KEY)
-            if old_stack is not None:
-                moved = dict(stack)
-                for k, (qualified, kind) in list(old_stack.items())[template.stack_depth :]:
-                    moved[_moved(k, template.path, path)] = (
-                        _moved(qualified, template.path, path),
-                        kind,
-                    )
-                new.meta[MODULE_STACK_KEY] = moved
-            scope = tracer.node_name_to_scope.get(old.name)
-            if scope is not None:
-                tracer.node_name_to_scope[new.name] = (
-                    _moved(scope[0], template.path, path),
-                    scope[1],
-                )
-            frames = (*rec.inner, *outer)
-            if frames:  # as the tracer's create_node does for a node it creates
-                span = source.code_span(*frames[0])
-                if span is not None:
-                    new.meta[SPAN_KEY] = span
-                    site = source.code_span(*call_site_frame(list(frames), tracer.root_codes))
-                    new.meta[CALL_SITE_KEY] = site or span
-            if cache is not None and old.op == "get_attr" and str(old.target) in template.cached:
+            meta = new.meta
+            if rec.stack >= 0:
+                meta[MODULE_STACK_KEY] = stacks[rec.stack]
+            if rec.scope is not None:
+                scopes[new.name] = (path + rec.scope[0], rec.scope[1])
+            if rec.spans >= 0 and (found := spans[rec.spans]) is not None:
+                meta[SPAN_KEY], meta[CALL_SITE_KEY] = found
+            if rec.cached and cache is not None:
                 cache[str(target)] = tracer.proxy(new)
-            segment.copies[new.name] = old.name
+            copies[new.name] = old.name
         if template.nodes:
             tracer._note_params(sys._getframe(1))
         for p, count in template.calls.items():

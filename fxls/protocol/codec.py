@@ -230,7 +230,10 @@ def _dataclass_converter(cls: type) -> Converter:
         for name in required:
             if name not in kwargs:
                 raise _FieldError(f"missing field {name!r}")
-        return cls(**kwargs)
+        try:
+            return cls(**kwargs)
+        except ValueError as exc:  # a check of the class itself (``__post_init__``)
+            raise _FieldError(str(exc)) from None
 
     return convert
 

@@ -13,7 +13,7 @@ Conventions used throughout:
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Union
 
 PROTOCOL_VERSION = 1
@@ -289,6 +289,55 @@ class NodeInfo:
 
 
 @dataclass
+class NodeCopy:
+    """A node of a sub-block whose nodes were copied from an identical block's (the 47 other
+    blocks of a 48-block GPT), sent as what differs from its template node's record.
+
+    ``ModuleResult`` expands it on arrival (:meth:`expand`), so every reader sees whole
+    ``NodeInfo`` records; the worker sends a copy only when the expansion equals the record.
+    """
+
+    at: int
+    """Index of the node in ``ModuleResult.nodes`` once expanded."""
+    of: int
+    """Index of its template node (an earlier, whole record)."""
+    name: str
+    target: str
+    module_path: str | None
+    users: int
+    inputs: list[str] = field(default_factory=list)
+    renamed: dict[str, str] = field(default_factory=dict)
+    """Template node name -> this node's, for the arguments that are exactly one node."""
+
+    def expand(self, template: NodeInfo) -> NodeInfo:
+        """The record of this node: ``template``'s with the names, target and path of this one."""
+        renamed = self.renamed
+        args = []
+        for arg in template.args:
+            if arg.node is None:
+                args.append(replace(arg))
+            else:
+                node = renamed.get(arg.node, arg.node)
+                value = node if arg.value == arg.node else arg.value
+                args.append(replace(arg, value=value, node=node))
+        return replace(
+            template,
+            name=self.name,
+            target=self.target,
+            span=replace(template.span) if template.span is not None else None,
+            call_site=replace(template.call_site) if template.call_site is not None else None,
+            args=args,
+            outputs=[
+                replace(v, shape=list(v.shape) if v.shape is not None else None)
+                for v in template.outputs
+            ],
+            module_path=self.module_path,
+            users=self.users,
+            inputs=list(self.inputs),
+        )
+
+
+@dataclass
 class Related:
     span: Span
     message: str
@@ -365,6 +414,15 @@ class ModuleResult:
     notes: list[str] = field(default_factory=list)
     error: ErrorInfo | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    node_copies: list[NodeCopy] = field(default_factory=list)
+    """On the wire only: records of ``nodes`` sent as copies of earlier ones (see
+    :class:`NodeCopy`); expanded into ``nodes`` when the result is made, so always empty
+    once decoded."""
+
+    def __post_init__(self) -> None:
+        if self.node_copies:
+            self.nodes = expand_copies(self.nodes, self.node_copies)
+            self.node_copies = []
 
 
 @dataclass
@@ -452,3 +510,27 @@ class ReadyInfo:
     isolation_missing: dict[str, str] = field(default_factory=dict)
     """Layer name -> why it is unavailable on this machine."""
     warm_s: float = 0.0
+
+
+def expand_copies(nodes: list[NodeInfo], copies: list[NodeCopy]) -> list[NodeInfo]:
+    """The whole node list: ``nodes`` (the whole records, in order) with ``copies`` inserted at
+    their indices. Raises ``ValueError`` for indices that do not fit."""
+    total = len(nodes) + len(copies)
+    out: list[NodeInfo | None] = [None] * total
+    for copy in copies:
+        if not 0 <= copy.of < copy.at < total or out[copy.at] is not None:
+            raise ValueError(f"node copy at {copy.at} of {copy.of} does not fit")
+        out[copy.at] = _PENDING
+    whole = iter(nodes)
+    for index in range(total):
+        if out[index] is None:
+            out[index] = next(whole)
+    for copy in copies:  # in order: a template may itself be a copy
+        template = out[copy.of]
+        if template is None or template is _PENDING:
+            raise ValueError(f"node copy at {copy.at} of {copy.of} does not fit")
+        out[copy.at] = copy.expand(template)
+    return typing.cast(list[NodeInfo], out)
+
+
+_PENDING = NodeInfo(name="", op="output", target="")

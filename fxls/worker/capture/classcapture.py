@@ -389,7 +389,9 @@ class ClassCapture:
         copied = reuse.copies(self.traced.segments) if self.traced and rename is None else {}
         infos: dict[str, NodeInfo] = {}
         by_name: dict[str, torch.fx.Node] = {}
-        nodes = []
+        index: dict[str, int] = {}
+        copied_from: dict[int, int] = {}
+        nodes: list[NodeInfo] = []
         for n in gm.graph.nodes:
             by_name[n.name] = n
             source = copied.get(n.name)
@@ -399,8 +401,13 @@ class ClassCapture:
             else:
                 info = node_info(gm, n, values, examples, rename)
             infos[n.name] = info
+            if template is not None and template.name in index:
+                copied_from[len(nodes)] = index[template.name]
+            index[n.name] = len(nodes)
             nodes.append(info)
         self.mod.nodes = nodes
+        if copied_from:
+            self.doc.copied_nodes[id(self.mod)] = (self.mod, copied_from)
         output = next((n for n in gm.graph.nodes if n.op == "output"), None)
         if output is not None:
             self.mod.outputs = values.get(output.name) or output_values(output, values)

@@ -29,15 +29,18 @@ from fxls.protocol.model import (
     Span,
 )
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture import build, construct, parents
+from fxls.worker.capture import build, construct, parents, reuse
 from fxls.worker.capture.classcapture import ClassCapture, PhaseReporter, capture_class, runs
 from fxls.worker.capture.document import Document, execute, prepare
 from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
 
 
 def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
-    """Execute ``job.source`` and capture each requested class (see :func:`capture_document`)."""
-    return capture_document(job, report_phase)[1]
+    """Execute ``job.source`` and capture each requested class (see :func:`capture_document`);
+    records of copied sub-blocks travel as copies (:func:`fxls.worker.capture.reuse.compact`)."""
+    doc, result = capture_document(job, report_phase)
+    reuse.compact(result.modules, doc.copied_nodes)
+    return result
 
 
 def capture_document(

@@ -39,6 +39,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from fxls.protocol.model import NodeCopy, NodeInfo
+
 REUSE_ENV = "FXLS_REUSE_BLOCKS"
 """Set to ``0`` to trace every block (the job's ``reuse_blocks`` says the same)."""
 
@@ -566,3 +568,35 @@ def copies(segments: Iterable[Segment]) -> dict[str, tuple[str, Segment]]:
         for new, old in segment.copies.items():
             out[new] = (old, segment)
     return out
+
+
+def compact(modules: Iterable[Any], copied: dict[int, tuple[Any, dict[int, int]]]) -> None:
+    """Send the records of copied nodes as ``NodeCopy`` values (what differs from their
+    template's record) where expanding them gives the record exactly; the server's decoding
+    expands them (``ModuleResult.__post_init__``), so it sees every record as before."""
+    for mod in modules:
+        found = copied.get(id(mod))
+        if found is None or found[0] is not mod:
+            continue
+        nodes: list[NodeInfo] = mod.nodes
+        copies: list[NodeCopy] = []
+        for at, of in sorted(found[1].items()):
+            if not 0 <= of < at < len(nodes):
+                continue
+            node, template = nodes[at], nodes[of]
+            renamed = {}
+            for old, new in zip(template.args, node.args):
+                if old.node is not None and new.node is not None:
+                    renamed[old.node] = new.node
+            copy = NodeCopy(
+                at=at, of=of, name=node.name, target=node.target,
+                module_path=node.module_path, users=node.users, inputs=list(node.inputs),
+                renamed=renamed,
+            )  # fmt: skip
+            if copy.expand(template) == node:
+                copies.append(copy)
+        if not copies:
+            continue
+        sent = {c.at for c in copies}
+        mod.nodes = [n for i, n in enumerate(nodes) if i not in sent]
+        mod.node_copies = copies

@@ -11,6 +11,7 @@ differ from a trace is refused.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,8 @@ from torch import nn
 from fxls.analysis.classes import parse
 from fxls.engine import EngineOptions, FileAnalysis, analyze, build_requests, capture_job
 from fxls.features import code_lens, hover, inlay_hints
-from fxls.protocol.codec import to_dict
-from fxls.protocol.model import Limits
+from fxls.protocol.codec import ProtocolError, from_dict, to_dict
+from fxls.protocol.model import CaptureResult, Limits, ModuleResult
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture import reuse
 from fxls.worker.capture.pipeline import capture_document
@@ -258,3 +259,30 @@ def test_fingerprint_refuses_what_it_cannot_compare() -> None:
     tensor = nn.Linear(2, 2)
     tensor.mask = torch.ones(2)  # a tensor that is no buffer: its values could matter
     assert reuse.fingerprint(tensor) is None
+
+
+def test_copied_records_travel_as_copies_and_arrive_whole() -> None:
+    path = ROOT / "bench" / "models" / "gpt48.py"
+    text = path.read_text()
+    job = capture_job(str(path), text, build_requests(parse(text).classes), EngineOptions())
+    doc, result = capture_document(job, lambda *_: None)
+    whole = [to_dict(m.nodes) for m in result.modules]
+    reuse.compact(result.modules, doc.copied_nodes)
+    gpt = next(m for m in result.modules if m.name == "GPT48")
+    assert len(gpt.node_copies) > 1500  # 47 copied blocks of 41 nodes
+    wire = json.dumps(to_dict(result))
+    assert len(wire) < 0.6 * len(json.dumps(whole))
+    back = from_dict(CaptureResult, json.loads(wire))
+    assert [to_dict(m.nodes) for m in back.modules] == whole
+    assert all(not m.node_copies for m in back.modules)
+
+
+def test_copies_that_do_not_fit_are_a_protocol_error() -> None:
+    data = {
+        "name": "M", "line": 1, "status": "traced",
+        "nodes": [{"name": "x", "op": "placeholder", "target": "x"}],
+        "node_copies": [{"at": 0, "of": 3, "name": "y", "target": "y", "module_path": None,
+                         "users": 0}],
+    }  # fmt: skip
+    with pytest.raises(ProtocolError):
+        from_dict(ModuleResult, data)

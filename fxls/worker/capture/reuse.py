@@ -200,6 +200,9 @@ class Template:
     ``path``."""
     inner: list[Frames] = field(default_factory=list)
     """Distinct inner frames of the nodes."""
+    inner_spans: list[tuple[Any, Any, Any]] = field(default_factory=list)
+    """Per distinct inner frames: the innermost one's span, the call site when a root method's
+    frame is among them (else ``_BY_OUTER``), the outermost one's span."""
 
 
 @dataclass
@@ -227,6 +230,7 @@ class _Recording:
 
 
 _NOT_REPLAYABLE = object()
+_BY_OUTER = object()
 
 
 class Replayer:
@@ -434,6 +438,19 @@ class Replayer:
             r.cached = proxy is not None and proxy.node is n
         template.stacks = [list(k) for k in stacks]
         template.inner = list(inner)
+        source, roots = self.tracer.source, self.tracer.root_codes
+        for frames in template.inner:
+            if not frames:
+                template.inner_spans.append((None, _BY_OUTER, None))
+                continue
+            root = next((f for f in frames if f[0] in roots), None)
+            template.inner_spans.append(
+                (
+                    source.code_span(*frames[0]),
+                    source.code_span(*root) if root is not None else _BY_OUTER,
+                    source.code_span(*frames[-1]),
+                )
+            )
         return template
 
     # -- replaying --------------------------------------------------------------------------
@@ -460,16 +477,23 @@ class Replayer:
             for key, qualified, kind in entries:
                 moved[path + key] = (path + qualified, kind)
             stacks.append(moved)
-        spans: list[tuple[Any, Any] | None] = []  # (span, call site) per distinct inner frames
-        for inner in template.inner:
-            frames = (*inner, *outer)
-            span = site = None
-            if frames:  # as the tracer's create_node does for a node it creates
-                span = tracer.source.code_span(*frames[0])
-                if span is not None:
-                    site = tracer.source.code_span(
-                        *call_site_frame(list(frames), tracer.root_codes)
-                    )
+        # (span, call site) per distinct inner frames, as the tracer's create_node finds them
+        # on the stack ``inner + outer``: the innermost frame's span, and the call site in the
+        # first frame of a root method (else the outermost frame)
+        source = tracer.source
+        roots = tracer.root_codes
+        outer_root = next((f for f in outer if f[0] in roots), outer[-1] if outer else None)
+        outer_site = source.code_span(*outer_root) if outer_root is not None else None
+        outer_span = source.code_span(*outer[0]) if outer else None
+        spans: list[tuple[Any, Any] | None] = []
+        for inner, (span, inner_site, last_site) in zip(template.inner, template.inner_spans):
+            if not inner:
+                span = outer_span
+                site = source.code_span(*call_site_frame(list(outer), roots)) if outer else None
+            elif inner_site is not _BY_OUTER:
+                site = inner_site
+            else:
+                site = outer_site if outer_root is not None else last_site
             spans.append((span, site or span) if span is not None else None)
         segment = Segment([n.name for n in inputs], [n.name for n in template.inputs])
         cache = self.parameter_cache

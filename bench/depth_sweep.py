@@ -10,6 +10,8 @@ decoders of 2 and 32 layers (bench/models/llama7b.py), it measures:
               FXLS_REUSE_BLOCKS=0, every block traced;
   floor     - the bare in-process floor for the root class (exec, meta build,
               torch.fx.symbolic_trace, meta-tensor ShapeProp; engine_bench.bench_floor's recipe);
+              The CPU time the server, its worker and the job spent per edit is recorded too:
+              on a shared machine it moves less than the wall time;
   torchinfo - torchinfo.summary, a real forward on real weights, where the fp32 weights take at
               most 2 GB (skipped otherwise, and when torchinfo is not installed).
 Per family: the ratio deepest / shallowest and the cost per added block (the slope between them).
@@ -34,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_bench import machine, stats
-from lsp_bench import SETTINGS, Bench
+from lsp_bench import SETTINGS, Bench, descendants
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "bench" / "models"
@@ -92,6 +94,19 @@ FAMILIES = {
 }
 
 
+def cpu_seconds(root: int) -> float:
+    """CPU time of a server, its worker and the worker's finished jobs (reaped children count in
+    their parent's ``cutime``/``cstime``): what an edit costs, whatever else loads the machine."""
+    ticks = 0
+    for pid in [root, *(p for p, _ in descendants(root))]:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 async def _server(reuse: bool) -> Bench:
     saved = os.environ.get("FXLS_REUSE_BLOCKS")
     os.environ["FXLS_REUSE_BLOCKS"] = "1" if reuse else "0"  # the worker inherits FXLS_*
@@ -124,19 +139,23 @@ async def bench_edits(
                 uri = uris[(key, variant.label)] = bench.open(path, variant.text())
                 await bench.published(uri, 1)  # warm: worker up, lazily loaded parts loaded
         samples: dict[tuple[str, str], list[float]] = {k: [] for k in uris}
+        cpu: dict[tuple[str, str], list[float]] = {k: [] for k in uris}
         for run in range(runs):
             for variant in variants:
                 for key, bench in servers.items():
                     uri = uris[(key, variant.label)]
                     version = run + 2
+                    cpu_before = cpu_seconds(bench.pid)
                     started = time.perf_counter()
                     bench.change(uri, version, 0, f"# edit {run}\n")
                     samples[(key, variant.label)].append(
                         await bench.published(uri, version) - started
                     )
+                    await asyncio.sleep(0.05)  # let the zygote reap the job child
+                    cpu[(key, variant.label)].append(cpu_seconds(bench.pid) - cpu_before)
             print(f"  run {run + 1}/{runs} done", file=sys.stderr, flush=True)
         for (key, label), values in samples.items():
-            out[key][label] = {"seconds": stats(values)}
+            out[key][label] = {"seconds": stats(values), "cpu": stats(cpu[(key, label)])}
     finally:
         for bench in servers.values():
             await bench.stop()
@@ -228,6 +247,10 @@ def main() -> None:
     print(render(report, variants))
 
 
+def _cpu(entry: dict[str, Any]) -> str:
+    return f"{entry['cpu']['median'] * 1000:.0f}" if "cpu" in entry else "—"
+
+
 def _ms(s: dict[str, float]) -> str:
     return f"{s['min'] * 1000:.0f} / {s['median'] * 1000:.0f}"
 
@@ -239,10 +262,12 @@ def render(report: dict[str, Any], variants: list[Variant]) -> str:
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}, "
         f"Python {m['python']}, torch {m['torch']}; 1-minute load average {load[0]:.1f} at the "
         f"start. Min / median of {report['runs']} warm edits (round-robin over models and both "
-        "servers); floor and torchinfo in the same run.",
+        "servers), median CPU time of the server, worker and job per edit; floor and torchinfo "
+        "(min / median) in the same run.",
         "",
-        "| model | blocks | edit → diagnostics ms | without reuse ms | floor ms | torchinfo ms |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| model | blocks | edit → diagnostics ms | without reuse ms | CPU per edit ms | "
+        "without reuse | floor ms | torchinfo ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for v in variants:
         on = report["edit"][v.label]["seconds"]
@@ -250,31 +275,41 @@ def render(report: dict[str, Any], variants: list[Variant]) -> str:
         ti = report["torchinfo"][v.label]
         lines.append(
             f"| {v.label} | {v.blocks} | {_ms(on)} | {_ms(off['seconds']) if off else '—'} | "
+            f"{_cpu(report['edit'][v.label])} | {_cpu(off) if off else '—'} | "
             f"{_ms(report['floor'][v.label]['seconds'])} | "
             f"{_ms(ti['seconds']) if 'seconds' in ti else 'n/a (' + ti['skipped'] + ')'} |"
         )
     lines += ["", "Ratios and slopes use the minimum of each model's edits (the least disturbed by other "
               "load on the machine).", "",
-              "| family | deepest / shallowest | per added block, ms (reuse · without) |",
-              "| --- | ---: | --- |"]  # fmt: skip
+              "| family | deepest / shallowest | per added block, ms (reuse · without) | "
+              "CPU: deepest / shallowest | CPU per added block, ms (reuse · without) |",
+              "| --- | ---: | --- | ---: | --- |"]  # fmt: skip
     for family in dict.fromkeys(v.family for v in variants):
         members = [v for v in variants if v.family == family]
         if len(members) < 2:
             continue
         small, large = members[0], members[-1]
 
-        def slope(key: str, small: Variant = small, large: Variant = large) -> str:
-            if key not in report:
+        def slope(
+            key: str, what: str = "seconds", at: str = "min",
+            small: Variant = small, large: Variant = large,
+        ) -> str:  # fmt: skip
+            if key not in report or what not in report[key][small.label]:
                 return "—"
-            a = report[key][small.label]["seconds"]["min"]
-            b = report[key][large.label]["seconds"]["min"]
+            a = report[key][small.label][what][at]
+            b = report[key][large.label][what][at]
             return f"{(b - a) * 1000 / (large.blocks - small.blocks):.1f}"
+
+        cpu_a = report["edit"][small.label].get("cpu", {}).get("median")
+        cpu_b = report["edit"][large.label].get("cpu", {}).get("median")
+        cpu_ratio = f"{cpu_b / cpu_a:.2f}×" if cpu_a and cpu_b else "—"
 
         a = report["edit"][small.label]["seconds"]["min"]
         b = report["edit"][large.label]["seconds"]["min"]
         lines.append(
             f"| {large.label} vs {small.label} | {b / a:.2f}× | "
-            f"{slope('edit')} · {slope('edit_off')} |"
+            f"{slope('edit')} · {slope('edit_off')} | {cpu_ratio} | "
+            f"{slope('edit', 'cpu', 'median')} · {slope('edit_off', 'cpu', 'median')} |"
         )
     return "\n".join(lines)
 

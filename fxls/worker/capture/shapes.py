@@ -884,13 +884,30 @@ def _interpret(
     replacements = 0
     copies = reuse if reuse and interp.memo is not None else {}
     same: dict[int, bool] = {}
+    # a named dimension fixed between a template call and its copy would print otherwise in
+    # the copy: the ShapeEnv's replacements when each template call started
+    starts: dict[str, int | None] = {
+        next(iter(segment.copies.values())): None
+        for _, segment in copies.values()
+        if segment.copies
+    }
+
+    def fixed_count() -> int:
+        return len(shape_env.replacements) if shape_env is not None else 0
+
     for node in gm.graph.nodes:
+        if node.name in starts and starts[node.name] is None:
+            starts[node.name] = fixed_count()
         copied = copies.get(node.name)
         if copied is not None:
             template, segment = copied
             fits = same.get(id(segment))
             if fits is None:
-                fits = same[id(segment)] = _same_inputs(segment, prop.examples)
+                first = next(iter(segment.copies.values()))
+                fits = same[id(segment)] = (
+                    starts.get(first) == fixed_count()
+                    and _same_inputs(segment, prop.examples)
+                )
             if fits and template in prop.examples:
                 result = prop.examples[template]
                 env[node] = result

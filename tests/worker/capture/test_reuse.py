@@ -286,3 +286,45 @@ def test_copies_that_do_not_fit_are_a_protocol_error() -> None:
     }  # fmt: skip
     with pytest.raises(ProtocolError):
         from_dict(ModuleResult, data)
+
+
+FIXING = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        z = y.view(2, 3, 4)
+        return z + y
+
+
+# fxls: x = (B=2, T=3, 4)
+class Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(3)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+"""
+
+
+def test_a_dimension_fixed_inside_the_template_is_fixed_in_the_copies(tmp_path: Path) -> None:
+    # the first block's `view` fixes B and T: the copies print 2 and 3 as a trace would, not
+    # the names the template's first nodes printed before the view
+    path = tmp_path / "fixing.py"
+    path.write_text(FIXING)
+    on, on_result = _capture(path, "Stack", True)
+    _, off_result = _capture(path, "Stack", False)
+    assert on.traced.segments
+    assert to_dict(on_result.nodes) == to_dict(off_result.nodes)
+    copied_fc = next(n for n in on_result.nodes if n.name == "blocks_1_fc")
+    assert copied_fc.outputs[0].shape == [2, 3, 4]

@@ -299,9 +299,7 @@ class Block(nn.Module):
         self.fc = nn.Linear(4, 4)
 
     def forward(self, x):
-        y = self.fc(x)
-        z = y.view(2, 3, 4)
-        return z + y
+        return torch.relu(self.fc(x))
 
 
 # fxls: x = (B=2, T=3, 4)
@@ -311,15 +309,17 @@ class Stack(nn.Module):
         self.blocks = nn.ModuleList([Block() for _ in range(3)])
 
     def forward(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return x
+        x = self.blocks[0](x)
+        y = x.view(2, 3, 4)
+        x = self.blocks[1](x)
+        x = self.blocks[2](x)
+        return x + y
 """
 
 
 def test_a_dimension_fixed_inside_the_template_is_fixed_in_the_copies(tmp_path: Path) -> None:
-    # the first block's `view` fixes B and T: the copies print 2 and 3 as a trace would, not
-    # the names the template's first nodes printed before the view
+    # the `view` between the first block and its copies fixes B and T: the copies print 2 and
+    # 3 as a trace would, not the names the template printed before the view
     path = tmp_path / "fixing.py"
     path.write_text(FIXING)
     on, on_result = _capture(path, "Stack", True)

@@ -36,8 +36,14 @@ from fxls.worker.capture.reporting import error_info, line_span, one_line, user_
 
 
 def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
-    """Execute ``job.source`` and capture each requested class (see :func:`capture_document`);
-    records of copied sub-blocks travel as copies (:func:`fxls.worker.capture.reuse.compact`)."""
+    """Execute ``job.source`` and capture each requested class (see :func:`capture_document`)."""
+    return capture_document(job, report_phase)[1]
+
+
+def run_capture_for_wire(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
+    """:func:`run_capture` for a result that is sent: the records of copied sub-blocks travel
+    as copies of their template's (:func:`fxls.worker.capture.reuse.compact`), expanded again
+    when the result is decoded."""
     doc, result = capture_document(job, report_phase)
     reuse.compact(result.modules, doc.copied_nodes)
     return result

@@ -3,7 +3,7 @@
 The ``rewrite`` job (``JobRequest.kind``) executes and captures the document once, asks the
 module of each requested fix for its edits (one module per rewrite: ``dead_code``,
 ``directives``, ``leaf``, ``wrap``, ``concrete``, ``assertion``, ``length``, ``factory``,
-``name_args``, ``attention``), and verifies them with
+``name_args``, ``attention``, ``rules`` for the workspace's user rules), and verifies them with
 :mod:`~fxls.worker.capture.rewrites.verify`. With
 ``RewriteJob.combine`` the fixes that verified are applied together and verified again.
 
@@ -39,6 +39,7 @@ from fxls.worker.capture.rewrites import (
     leaf,
     length,
     name_args,
+    rules,
     wrap,
 )
 from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable
@@ -58,6 +59,7 @@ REWRITES: dict[str, ModuleType] = {
     "factory": factory,
     "name-args": name_args,
     "attention": attention,
+    "rule": rules,
 }
 
 _ORDER = {"safe": 0, "unsafe": 1, "unavailable": 2}

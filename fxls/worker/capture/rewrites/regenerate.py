@@ -73,6 +73,19 @@ _BINARY = {
     operator.ge: ">=",
 }
 _UNARY = {operator.neg: "-", operator.pos: "+", operator.invert: "~", operator.not_: "not "}
+_PRECEDENCE: dict[Any, int] = {
+    operator.pow: 8,
+    operator.neg: 7, operator.pos: 7, operator.invert: 7,
+    operator.mul: 6, operator.truediv: 6, operator.floordiv: 6, operator.mod: 6,
+    operator.matmul: 6,
+    operator.add: 5, operator.sub: 5,
+    operator.lshift: 4, operator.rshift: 4,
+    operator.and_: 3, operator.xor: 2, operator.or_: 1,
+    operator.eq: 0, operator.ne: 0, operator.lt: 0, operator.le: 0, operator.gt: 0,
+    operator.ge: 0,
+    operator.not_: -1,
+}  # fmt: skip
+"""Python's operator precedence (higher binds tighter)."""
 _INLINE_LIMIT = 60
 """Single-use values are written inside their user when their text is at most this long."""
 _COMPOUND = (
@@ -664,10 +677,18 @@ class _Printer:
         parts += [f"{k}={self._value(v, inline)}" for k, v in kwargs.items()]
         return ", ".join(parts)
 
-    def _operand(self, value: Any, inline: dict[torch.fx.Node, str]) -> str:
+    def _operand(
+        self, value: Any, inline: dict[torch.fx.Node, str], outer: Any = None, side: int = 0
+    ) -> str:
+        """``value`` as an operand of ``outer`` (an operator; None: of a call or attribute),
+        on its left (0) or right (1), parenthesized when precedence needs it."""
         shown = self._value(value, inline)
         if isinstance(value, torch.fx.Node) and value in inline and _is_operator(value):
-            return f"({shown})"
+            inner, wanted = _PRECEDENCE[value.target], _PRECEDENCE.get(outer, 99)
+            keep = inner > wanted or (
+                inner == wanted and inner not in (0, 8) and side == 0 and outer in _BINARY
+            )
+            return shown if keep else f"({shown})"
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
             return f"({shown})"
         return shown
@@ -684,10 +705,11 @@ class _Printer:
             raise Unavailable(f"cannot write a `{node.op}` node as code")
         target = node.target
         if target in _BINARY and len(args) == 2 and not kwargs:
-            left, right = self._operand(args[0], inline), self._operand(args[1], inline)
+            left = self._operand(args[0], inline, target, 0)
+            right = self._operand(args[1], inline, target, 1)
             return f"{left} {_BINARY[target]} {right}"  # type: ignore[index]
         if target in _UNARY and len(args) == 1 and not kwargs:
-            return f"{_UNARY[target]}{self._operand(args[0], inline)}"  # type: ignore[index]
+            return f"{_UNARY[target]}{self._operand(args[0], inline, target, 1)}"  # type: ignore[index]
         if target is operator.getitem and len(args) == 2:
             return f"{self._operand(args[0], inline)}[{self._value(args[1], inline, index=True)}]"
         if target is builtins.getattr and len(args) == 2 and isinstance(args[1], str):

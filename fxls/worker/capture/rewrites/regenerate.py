@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import inspect
 import keyword
 import math
 import operator
@@ -179,6 +180,9 @@ class _Regenerator:
             a.arg for a in ast.walk(forward.args) if isinstance(a, ast.arg)
         }
         self.taken |= set(dir(builtins)) | set(self.namespace)
+        code = self.src.text(self.forward_span)
+        self.double_quotes = code.count('"') >= code.count("'")
+        """Strings are written with the quotes ``forward`` uses most."""
 
     # ------------------------------------------------------------------ matching
 
@@ -290,10 +294,21 @@ class _Regenerator:
                 elif isinstance(target, ast.Tuple) and all(
                     isinstance(e, ast.Name) for e in target.elts
                 ):
-                    items = _unpacked(escaping, len(target.elts))
+                    items = _unpacked(stmt.nodes, len(target.elts))
                     if items is not None:
                         for elt, item in zip(target.elts, items):
                             stmt.binds[elt.id] = item  # type: ignore[attr-defined]
+            loop_targets = {
+                n.id
+                for sub in ast.walk(stmt.node)
+                if isinstance(sub, (ast.For, ast.AsyncFor, ast.comprehension))
+                for n in ast.walk(sub.target)
+                if isinstance(n, ast.Name)
+            }
+            rest = _stored_names(stmt.node) - set(stmt.binds) - loop_targets
+            if len(rest) == 1 and len(escaping) == 1 and not targets:
+                # a block that leaves one value in one name (``for ...: x = f(x)``)
+                stmt.binds[rest.pop()] = escaping[0]
             env.update(stmt.binds)
 
     def _check_rewritable(self, stmt: _Statement) -> None:
@@ -627,7 +642,12 @@ class _Printer:
     def _constant(
         self, value: Any, inline: dict[torch.fx.Node, str], *, index: bool = False
     ) -> str:
-        if isinstance(value, bool) or value is None or isinstance(value, (int, str, bytes)):
+        if isinstance(value, str):
+            shown = repr(value)
+            if self.regen.double_quotes and shown.startswith("'") and '"' not in value:
+                shown = f'"{shown[1:-1]}"'
+            return shown
+        if isinstance(value, bool) or value is None or isinstance(value, (int, bytes)):
             return repr(value)
         if isinstance(value, float):
             if math.isinf(value):
@@ -714,7 +734,7 @@ class _Printer:
             return f"{self._operand(args[0], inline)}[{self._value(args[1], inline, index=True)}]"
         if target is builtins.getattr and len(args) == 2 and isinstance(args[1], str):
             return f"{self._operand(args[0], inline)}.{args[1]}"
-        return f"{self._callable(target)}({self._args(args, kwargs, inline)})"
+        return f"{self._callable(target)}({self._args(args, _given(target, kwargs), inline)})"
 
     def _callable(self, target: Any) -> str:
         ns = self.regen.namespace
@@ -782,12 +802,36 @@ def _same_args(new: Any, old: Any, kept: dict[torch.fx.Node, torch.fx.Node]) -> 
         return False
 
 
-def _unpacked(escaping: list[torch.fx.Node], count: int) -> list[torch.fx.Node] | None:
-    items = [n for n in escaping if n.op == "call_function" and n.target is operator.getitem]
+def _unpacked(nodes: list[torch.fx.Node], count: int) -> list[torch.fx.Node] | None:
+    """The items ``a, b = value`` binds: ``value[0]``, ``value[1]`` of one value."""
+    items = [n for n in nodes if n.op == "call_function" and n.target is operator.getitem]
+    sources = {id(n.args[0]) for n in items}
     by_index = {n.args[1]: n for n in items if isinstance(n.args[1], int)}
-    if sorted(by_index) != list(range(count)) or len(items) != count:
+    if len(sources) != 1 or sorted(by_index) != list(range(count)) or len(items) != count:
         return None
     return [by_index[i] for i in range(count)]
+
+
+def _given(target: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` without those equal to the function's default: ``torch.nn.functional``
+    records every argument as given (``inplace=False``)."""
+    try:
+        params = inspect.signature(inspect.unwrap(target)).parameters
+    except (TypeError, ValueError):
+        return kwargs
+    out = {}
+    for key, value in kwargs.items():
+        param = params.get(key)
+        default = param.default if param is not None else inspect.Parameter.empty
+        if (
+            default is not inspect.Parameter.empty
+            and type(default) is type(value)
+            and not isinstance(value, torch.fx.Node)
+            and _same_args(value, default, {})
+        ):
+            continue
+        out[key] = value
+    return out
 
 
 def _uses(user: torch.fx.Node, node: torch.fx.Node) -> int:

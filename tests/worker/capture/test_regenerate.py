@@ -179,7 +179,7 @@ def test_a_loop_the_change_does_not_touch_is_kept(tmp_path) -> None:  # type: ig
 
 
 def test_a_change_inside_a_loop_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(Unavailable, match="`for` loop at line 12.*unroll"):
+    with pytest.raises(Unavailable, match=r"`for` loop at line 12.*unroll"):
         _regenerate(tmp_path, LOOP, "Net", _first_relu_to_sigmoid)
 
 
@@ -209,7 +209,7 @@ class Net(nn.Module):
 
 
 def test_a_change_in_code_traced_through_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(Unavailable, match="traced through.*inline"):
+    with pytest.raises(Unavailable, match=r"traced through.*inline"):
         _regenerate(tmp_path, NESTED, "Net", _first_relu_to_sigmoid)
     # the submodule's call stays when the change is elsewhere
     edited = _regenerate(tmp_path, NESTED, "Net", _last_relu_to_sigmoid)
@@ -235,7 +235,7 @@ def test_tensor_constants_and_new_attributes_are_refused(tmp_path) -> None:  # t
             extra = gm.graph.call_module("extra", (out.args[0],))
         out.args = (extra,)
 
-    with pytest.raises(Unavailable, match="`self.extra`.*does not have"):
+    with pytest.raises(Unavailable, match=r"`self\.extra`.*does not have"):
         _regenerate(tmp_path, MLP, "Net", new_layer)
 
 
@@ -262,5 +262,5 @@ def test_conv_bn_fusion_is_refused(tmp_path) -> None:  # type: ignore[no-untyped
         bn.replace_all_uses_with(bn.args[0])
         gm.graph.erase_node(bn)
 
-    with pytest.raises(Unavailable, match="BatchNorm.*folded"):
+    with pytest.raises(Unavailable, match=r"BatchNorm.*folded"):
         _regenerate(tmp_path, CONV_BN, "Net", fold)

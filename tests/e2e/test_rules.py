@@ -34,8 +34,8 @@ ENV = {**os.environ, "FXLS_RULES_MARKER": str(MARKER)}
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),
     pytest.mark.slow,
-    pytest.mark.asyncio(loop_scope="module"),
 ]
+ASYNC = pytest.mark.asyncio(loop_scope="module")
 PUBLISH = types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "fxls", "serve"], server_env=ENV)
 
@@ -142,6 +142,7 @@ def test_the_marker_detects_execution_in_a_process_that_speaks_lsp() -> None:
     MARKER.unlink()
 
 
+@ASYNC
 async def test_a_safe_rule_is_applied_through_code_actions(client: LanguageClient) -> None:
     uri, text, mark = _open(client, "mlp_before.py")
     diags = await _diagnostics(client, uri, mark)
@@ -162,8 +163,11 @@ async def test_a_safe_rule_is_applied_through_code_actions(client: LanguageClien
     assert isinstance(change, types.TextDocumentEdit)
     assert all(e.range.start.line == e.range.end.line == 20 for e in change.edits)  # type: ignore[union-attr]
     _close(client, uri)
+    # the rules were matched and applied, so they ran: in the worker, not in the server
+    assert not MARKER.exists(), MARKER.read_text()
 
 
+@ASYNC
 async def test_a_rule_that_changes_results_is_not_offered_as_safe(client: LanguageClient) -> None:
     uri, _, mark = _open(client, "mlp_before.py")
     diags = await _diagnostics(client, uri, mark)
@@ -179,6 +183,7 @@ async def test_a_rule_that_changes_results_is_not_offered_as_safe(client: Langua
     _close(client, uri)
 
 
+@ASYNC
 async def test_a_rule_inside_a_loop_is_refused(client: LanguageClient) -> None:
     uri, _, mark = _open(client, "stack.py")
     diags = await _diagnostics(client, uri, mark)
@@ -190,6 +195,7 @@ async def test_a_rule_inside_a_loop_is_refused(client: LanguageClient) -> None:
     _close(client, uri)
 
 
+@ASYNC
 async def test_the_open_rules_file_shows_why_a_rule_does_not_load(client: LanguageClient) -> None:
     text = (FIXTURES / "fxls_rules.py").read_text() + (
         "\n\ndef pattern_orphan(x):\n    return x.sigmoid()\n"
@@ -200,11 +206,6 @@ async def test_the_open_rules_file_shows_why_a_rule_does_not_load(client: Langua
     assert orphan.range.start.line == text.split("\n").index("def pattern_orphan(x):")
     assert orphan.severity == types.DiagnosticSeverity.Error
     _close(client, uri)
-
-
-async def test_the_rules_never_ran_in_the_server(client: LanguageClient) -> None:
-    # the tests above matched and applied the rules: they ran, in the worker only
-    assert not MARKER.exists(), MARKER.read_text()
 
 
 def test_check_fix_applies_safe_rules_and_never_runs_them_itself(tmp_path: Path) -> None:

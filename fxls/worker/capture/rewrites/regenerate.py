@@ -597,7 +597,7 @@ class _Printer:
         if (
             aug.target.id != name
             or node.op != "call_function"
-            or _BINARY.get(node.target) != symbol  # type: ignore[call-overload]
+            or _BINARY.get(node.target) != symbol  # type: ignore[call-overload, arg-type]
             or len(node.args) != 2
             or node.kwargs
             or not isinstance(node.args[0], torch.fx.Node)

@@ -168,3 +168,10 @@ def test_a_rules_file_that_raises_or_does_not_parse_is_fx361_at_its_line() -> No
     broken = "import torch\n\ndef pattern_a(x:\n    return x\n"
     ((code, line, message),) = _load_problems(broken)
     assert code == "FX361" and line == 3 and "SyntaxError" in message
+
+
+def test_a_rules_file_that_hangs_is_fx361_not_a_lost_capture() -> None:
+    hanging = "import torch\n\n\ndef pattern_a(x):\n    while True:\n        pass\n\n\ndef replacement_a(x):\n    return x\n"
+    ((code, line, message),) = _load_problems(hanging)
+    assert code == "FX361" and line in (5, 6), (line, message)
+    assert "took longer than" in message

@@ -325,3 +325,28 @@ def test_a_merge_that_an_in_place_update_would_see_is_refused(tmp_path) -> None:
 
     with pytest.raises(Unavailable, match=r"changes `a` in place"):
         _regenerate(tmp_path, source, "Net", merge_relus)
+
+
+SEQUENTIAL = """import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.seq = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+        self.out = nn.Linear(4, 2)
+
+    def forward(self, x):
+        y = self.seq(x) * 2
+        return self.out(y)
+"""
+
+
+def test_a_change_next_to_a_container_traced_through_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def triple(gm: torch.fx.GraphModule) -> None:
+        mul = next(n for n in gm.graph.nodes if n.target is operator.mul)
+        mul.args = (mul.args[0], 3)
+
+    with pytest.raises(Unavailable, match=r"`self\.seq`, which was traced through"):
+        _regenerate(tmp_path, SEQUENTIAL, "Net", triple)

@@ -346,6 +346,15 @@ class _Regenerator:
             raise Unavailable(f"the statement at line {line} is not one fxls rewrites")
         seen: dict[tuple[Any, ...], int] = {}
         for n in stmt.nodes:
+            stack = n.meta.get("nn_module_stack") or {}
+            for path, _kind in list(stack.values()):
+                if n.op == "call_module" and path == n.target:
+                    continue
+                shown = _self_path(self.instance, str(path)) if path else "a submodule"
+                raise Unavailable(
+                    f"line {line} runs `{shown}`, which was traced through: writing the graph "
+                    "back would inline it"
+                )
             inner = n.meta.get(SPAN_KEY)
             if isinstance(inner, Span) and not text.contains(self.forward_span, inner):
                 raise Unavailable(

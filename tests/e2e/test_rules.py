@@ -209,6 +209,32 @@ async def test_the_open_rules_file_shows_why_a_rule_does_not_load(client: Langua
     _close(client, uri)
 
 
+@ASYNC
+async def test_saving_the_rules_file_matches_the_open_files_again(client: LanguageClient) -> None:
+    uri, _, mark = _open(client, "mlp_before.py")
+    diags = await _diagnostics(client, uri, mark)
+    assert {"gelu_tanh", "hard_gate"} <= {
+        d.message.split("`")[1] for d in diags if d.code == "FX360"
+    }
+    rules_text = (FIXTURES / "fxls_rules.py").read_text()
+    without_gate = rules_text.split("\n\ndef pattern_hard_gate")[0] + "\n"
+    rules_uri, _, _ = _open(client, "fxls_rules.py", rules_text)
+    mark = len(client.published)  # type: ignore[attr-defined]
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=rules_uri, version=2),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=without_gate)],
+        )
+    )
+    client.text_document_did_save(
+        types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=rules_uri))
+    )
+    diags = await _diagnostics(client, uri, mark)
+    assert [d.message.split("`")[1] for d in diags if d.code == "FX360"] == ["gelu_tanh"]
+    _close(client, rules_uri)
+    _close(client, uri)
+
+
 def test_check_fix_applies_safe_rules_and_never_runs_them_itself(tmp_path: Path) -> None:
     for name in ("fxls_rules.py", "mlp_before.py"):
         shutil.copy(FIXTURES / name, tmp_path / name)

@@ -56,6 +56,8 @@ from fxls.worker.capture.tracer import SPAN_KEY
 PATTERN = "pattern_"
 REPLACEMENT = "replacement_"
 MODULE_NAME = "__fxls_rules__"
+MAX_NAME = 100
+"""Longer function names are not rules."""
 MAX_MATCHES = 50
 """Matches reported per rule and class."""
 
@@ -146,8 +148,8 @@ def _load(rules: RulesFile, src: SourceText, out: Loaded) -> None:
         is_pattern = name.startswith(PATTERN)
         rule = name[len(PATTERN) :] if is_pattern else name[len(REPLACEMENT) :]
         other = f"{REPLACEMENT if is_pattern else PATTERN}{rule}"
-        if not rule:
-            continue
+        if not rule or not name.isidentifier() or len(name) > MAX_NAME:
+            continue  # only plain function names (a name put in globals() could be anything)
         if other not in functions:
             out.diagnostics.append(
                 catalogue.FX362(_def_span(fn, rules.path, src), function=name, missing=other)

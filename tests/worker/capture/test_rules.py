@@ -179,7 +179,7 @@ def test_a_rules_file_that_hangs_is_fx361_not_a_lost_capture() -> None:
 
 def test_only_plain_function_names_are_rules() -> None:
     text = (
-        "import torch\n\n\ndef _p(x):\n    return x.relu()\n\n\n"
+        "import torch\n\n\ndef _p(x):\n    return torch.sigmoid(x)\n\n\n"
         "globals()['pattern_`odd\\nname'] = _p\nglobals()['replacement_`odd\\nname'] = _p\n"
     )
     path = FIXTURES / "fxls_rules.py"

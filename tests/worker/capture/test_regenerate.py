@@ -350,3 +350,34 @@ def test_a_change_next_to_a_container_traced_through_is_refused(tmp_path) -> Non
 
     with pytest.raises(Unavailable, match=r"`self\.seq`, which was traced through"):
         _regenerate(tmp_path, SEQUENTIAL, "Net", triple)
+
+
+INHERITED = """import torch
+from torch import nn
+
+
+class Base(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        def act(t):
+            return torch.relu(t)
+
+        y = act(self.fc(x))
+        return torch.relu(y)
+
+
+class Child(Base):
+    pass
+"""
+
+
+def test_an_inherited_forward_and_local_helpers_are_not_rewritten(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(Unavailable, match="inherits `forward`"):
+        _regenerate(tmp_path, INHERITED, "Child", _last_relu_to_sigmoid)
+    with pytest.raises(Unavailable, match="traced through.*inline"):
+        _regenerate(tmp_path, INHERITED, "Base", _first_relu_to_sigmoid)
+    edited = _regenerate(tmp_path, INHERITED, "Base", _last_relu_to_sigmoid)
+    assert edited == INHERITED.replace("return torch.relu(y)", "return torch.sigmoid(y)")

@@ -145,6 +145,13 @@ def regenerate_forward(
     instance = capture.module
     if instance is None:
         raise Unavailable(f"`{cls}` could not be built")
+    owner = text.class_def(original.tree, cls)
+    if not text.contains(
+        original.doc.source.node_span(owner), original.doc.source.node_span(forward)
+    ):
+        raise Unavailable(
+            f"`{cls}` inherits `forward`: editing it would change every class that shares it"
+        )
     return _Regenerator(original, forward, base, gm, instance).edits()
 
 
@@ -356,7 +363,7 @@ class _Regenerator:
                     "back would inline it"
                 )
             inner = n.meta.get(SPAN_KEY)
-            if isinstance(inner, Span) and not text.contains(self.forward_span, inner):
+            if isinstance(inner, Span) and not text.contains(stmt.span, inner):
                 raise Unavailable(
                     f"line {line} calls code that was traced through (line {inner.line}): "
                     "writing the graph back would inline it"

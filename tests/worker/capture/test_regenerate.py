@@ -377,7 +377,7 @@ class Child(Base):
 def test_an_inherited_forward_and_local_helpers_are_not_rewritten(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(Unavailable, match="inherits `forward`"):
         _regenerate(tmp_path, INHERITED, "Child", _last_relu_to_sigmoid)
-    with pytest.raises(Unavailable, match="traced through.*inline"):
+    with pytest.raises(Unavailable, match=r"traced through.*inline"):
         _regenerate(tmp_path, INHERITED, "Base", _first_relu_to_sigmoid)
     edited = _regenerate(tmp_path, INHERITED, "Base", _last_relu_to_sigmoid)
     assert edited == INHERITED.replace("return torch.relu(y)", "return torch.sigmoid(y)")

@@ -435,7 +435,7 @@ class Norm(nn.Module):
     def forward(self, x):
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
 """
-    with pytest.raises(Unavailable, match="`self.bias`, which is None"):
+    with pytest.raises(Unavailable, match=r"`self\.bias`, which is None"):
         _regenerate(tmp_path, source, "Norm", _negate_output)
 
 

@@ -16,10 +16,13 @@ rewrite, a user pass), and writes the difference back into the class's ``forward
 It refuses (:class:`~fxls.worker.capture.rewrites.base.Unavailable`, with the reason for
 people) whenever the printed code would not be the user's program with the change and nothing
 else: a changed statement inside a loop or branch (the graph holds one unrolled or specialized
-path), a changed node traced through a helper or a submodule's ``forward`` (printing it would
-inline that code), frozen tensor constants (``_tensor_constant0``), attributes or submodules the
-original instance does not have, and a BatchNorm folded into the layer before it (the weights
-change, so the edited source would run with the wrong ones).
+path), a changed node traced through a helper, a submodule's ``forward`` or a container
+(printing it would inline that code), a changed statement reading a plain Python value the graph
+holds only as a constant (a local, an attribute that is None, an argument fixed while tracing;
+scalar attributes and module constants are written back by name), frozen tensor constants
+(``_tensor_constant0``), attributes or submodules the original instance does not have, an
+inherited ``forward``, and a BatchNorm folded into the layer before it (the weights change, so
+the edited source would run with the wrong ones).
 
 The edits are for :class:`~fxls.worker.capture.rewrites.base.Proposal` and go through the usual
 verification (numeric comparison of the edited class with the original).

@@ -197,13 +197,16 @@ class _Regenerator:
         self.taken |= set(dir(builtins)) | set(self.namespace)
         self.params = {a.arg for a in ast.walk(forward.args) if isinstance(a, ast.arg)}
         self.locals = _stored_names(forward) | self.params
+        """Names ``forward`` binds: the graph holds their plain Python values as constants."""
         self.fixed = {
             self.param_name(n)
             for n in before.graph.nodes
             if n.op == "placeholder" and any(_is_guard(u) for u in n.users)
         }
         """Parameters traced with a fixed value (``concrete_args``)."""
-        """Names ``forward`` binds: the graph holds their plain Python values as constants."""
+        self.stands_for: dict[torch.fx.Node, torch.fx.Node] = {}
+        """Removed original node → the new node read in its place (:meth:`_stands_for`)."""
+        self.old_counterpart: dict[torch.fx.Node, torch.fx.Node] = {}
         code = self.src.text(self.forward_span)
         self.double_quotes = code.count('"') >= code.count("'")
         """Strings are written with the quotes ``forward`` uses most."""
@@ -780,7 +783,7 @@ class _Printer:
 
     def _wanted_name(self, node: torch.fx.Node, stmt: _Statement) -> str | None:
         for name, old in stmt.binds.items():
-            if old.name == node.name:
+            if old.name == node.name or self.regen.stands_for.get(old) is node:
                 return name
         return None
 

@@ -237,7 +237,7 @@ class FX351(Message):
 class FX352(Message):
     code = "FX352"
     title = "Pass erases a node still in use"
-    template = "pass `{fn}` erases `{node}` of `{cls}` while {users} still use it"
+    template = "pass `{fn}` erases `{node}` of `{cls}` while it is still used by {users}"
     fix = (
         "Redirect its uses first (`node.replace_all_uses_with(new)`), then erase it; or "
         "erase its users before it."

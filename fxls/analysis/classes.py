@@ -575,8 +575,11 @@ def _passes(tree: ast.Module, src: SourceText, comments: set[int], result: Parse
             span = src.line_span(line)
             try:
                 directive = parse_directive(m.group("body"), line=line, span=span)
-            except DirectiveError:
-                continue  # reported as any other directive that is not attached to a class
+            except DirectiveError as exc:
+                if m.group("body").split(maxsplit=1)[:1] == ["pass"]:
+                    used.add(line)
+                    result.diagnostics.append(_fx403(span, str(exc)))
+                continue  # others: reported as directives that are not attached to a class
             if directive.kind != "pass":
                 continue
             used.add(line)

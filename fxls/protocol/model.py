@@ -54,6 +54,7 @@ FixKind = Literal[
     "wrap",
     "name-args",
     "attention",
+    "pass",
 ]
 """The rewrites of ``fxls.worker.capture.rewrites`` (one module each)."""
 Applicability = Literal["safe", "unsafe", "unavailable"]

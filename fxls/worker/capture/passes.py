@@ -222,6 +222,8 @@ class PassRun:
         self.doc, self.req, self.mod, self.spec, self.result = doc, req, mod, spec, result
         self.edits = Edits(doc.path, doc.source)
         self.def_span = self._def_span()
+        self.output: torch.fx.GraphModule | None = None
+        """The module the pass returned, when its graph passed every check."""
 
     def _def_span(self) -> Span:
         text = self.doc.source.line(self.spec.line)
@@ -261,16 +263,22 @@ class PassRun:
         returned = self._call(fn, code, work)
         if returned is None:
             return
-        graph = returned
+        graph = returned.graph if isinstance(returned, torch.fx.GraphModule) else returned
         self.result.after = len(graph.nodes)
         problems = self._check(graph)
         self.result.status = "failed" if problems else "ok"
         self._diff(before, graph, spans)
+        if not problems:
+            if isinstance(returned, torch.fx.GraphModule):
+                self.output = returned
+            else:
+                self.output = torch.fx.GraphModule(work, returned, self.req.name)
 
     def _call(
         self, fn: Callable[..., Any], code: CodeType, work: torch.fx.GraphModule
-    ) -> torch.fx.Graph | None:
-        """Run the pass observed; its graph, or None after reporting why there is none."""
+    ) -> torch.fx.GraphModule | torch.fx.Graph | None:
+        """Run the pass observed; what it returned, or None after reporting why there is
+        nothing to check."""
         lines: list[int] = []
         name, cls = self.spec.function, self.req.name
         try:
@@ -290,9 +298,7 @@ class PassRun:
             span = user_span(exc, self.doc.path, self.doc.source) or self.def_span
             self.report(m.FX356(span, fn=name, cls=cls, error=one_line(exc)))
             return None
-        if isinstance(out, torch.fx.GraphModule):
-            return out.graph
-        if isinstance(out, torch.fx.Graph):
+        if isinstance(out, (torch.fx.GraphModule, torch.fx.Graph)):
             return out
         self.result.status = "failed"
         kind = "None" if out is None else f"a `{type(out).__name__}`"

@@ -15,7 +15,7 @@ from fxls.features import markdown as md
 from fxls.features.convert import span_contains
 from fxls.features.hover import HoverText, Style
 from fxls.protocol.model import Diagnostic, ModuleResult, PassChange, PassResult, Span
-from fxls.render import plural
+from fxls.render import pass_counts
 
 _DEF_RE = re.compile(r"^(\s*(?:async\s+)?def\s+)([A-Za-z_]\w*)")
 
@@ -57,15 +57,6 @@ def pass_diagnostics(module: ModuleResult, function: str) -> list[Diagnostic]:
     return [d for d in module.diagnostics if d.data.get("pass") == function]
 
 
-def _counts(result: PassResult) -> str:
-    changes = f"{result.added} added · {result.removed} removed · {result.replaced} replaced"
-    if result.status == "not run":
-        return "not run"
-    if result.after == 0 and result.status == "failed" and not result.changes:
-        return f"{plural(result.before, 'node')} before; no graph after"
-    return f"{result.before} → {plural(result.after, 'node')}: {changes}"
-
-
 def _seconds(value: float) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
@@ -91,7 +82,7 @@ def pass_markdown(
         lines = [title]
         for module, result in runs:
             lines.append("")
-            lines.append(f"{module.name} · {result.status} · {_counts(result)}")
+            lines.append(f"{module.name} · {result.status} · {pass_counts(result)}")
             if result.message:
                 lines.append(f"  {result.message}")
             rows = [_change_row(c) for c in result.changes]
@@ -106,7 +97,7 @@ def pass_markdown(
     parts = [f"{md.word(function)} · fxls pass"]
     for module, result in runs:
         # the counts are numbers and words of fxls: nothing to escape
-        head = f"on {md.word(module.name)} · {md.text(result.status)} · {_counts(result)}"
+        head = f"on {md.word(module.name)} · {md.text(result.status)} · {pass_counts(result)}"
         if result.duration_s:
             head += f" · {_seconds(result.duration_s)}"
         parts.append(head)

@@ -253,10 +253,18 @@ class PassRun:
         traced = getattr(capture, "traced", None)
         gm = getattr(traced, "gm", None)
         if not isinstance(gm, torch.fx.GraphModule):
-            how = self.mod.strategy if self.mod.strategy not in ("", "none") else "no capture"
-            self.not_run(f"it has no torch.fx graph (captured with {how})")
+            if self.mod.status == "skipped":
+                self.not_run("the class is skipped")
+            elif self.mod.strategy in ("", "none"):
+                self.not_run("the class was not captured")
+            else:
+                self.not_run(f"it has no torch.fx graph (captured with {self.mod.strategy})")
             return
-        work = copy.deepcopy(gm)
+        try:
+            work = copy.deepcopy(gm)
+        except Exception as exc:
+            self.not_run(f"its traced module cannot be copied: {one_line(exc)}")
+            return
         before = list(work.graph.nodes)
         spans = {n.name: n.meta.get(SPAN_KEY) for n in gm.graph.nodes}
         self.result.before = len(before)
@@ -284,7 +292,7 @@ class PassRun:
         try:
             with observed(self.edits), returns_of(code, lines):
                 out = fn(work)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit too: the pass must not end the capture
             self.result.status = "failed"
             self.result.message = one_line(exc)
             failed = self.edits.erase_failed

@@ -180,3 +180,22 @@ def test_a_pass_that_builds_a_new_graph_is_compared_by_node_names() -> None:
     assert run.status == "ok", run.message
     changes = sorted((c.kind, c.node, c.by) for c in run.changes)
     assert changes == [("added", "relu_1", None), ("replaced", "relu", "relu_1")]
+
+
+def test_a_pass_that_exits_or_names_a_skipped_class_keeps_the_capture() -> None:
+    text = (FIXTURES / "good.py").read_text()
+    text = text.replace(
+        "    for node in list(gm.graph.nodes):", "    raise SystemExit(3)\n    for node in []:"
+    )
+    result = run_capture(_job("good.py", text), lambda *a: None)
+    net = _module(result, "Net")
+    assert net.status == "traced" and net.outputs
+    (diag,) = [d for d in net.diagnostics if d.code == "FX356"]
+    assert "SystemExit(3)" in diag.message
+    assert text.splitlines()[diag.span.line - 1].strip() == "raise SystemExit(3)"
+
+    skipped = (FIXTURES / "good.py").read_text().replace("# fxls: x = (B, 16)", "# fxls: skip")
+    job = _job("good.py", skipped)
+    result = run_capture(job, lambda *a: None)
+    (run,) = _module(result, "Net").passes
+    assert (run.status, run.message) == ("not run", "the class is skipped")

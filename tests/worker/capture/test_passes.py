@@ -15,8 +15,18 @@ import torch.fx
 
 from fxls.analysis import parse
 from fxls.protocol.codec import from_dict, to_dict
-from fxls.protocol.model import CaptureJob, CaptureResult, Limits, ModuleResult
+from fxls.protocol.edits import apply_edits
+from fxls.protocol.model import (
+    CaptureJob,
+    CaptureResult,
+    FixOutcome,
+    FixRequest,
+    Limits,
+    ModuleResult,
+    RewriteJob,
+)
 from fxls.worker.capture.pipeline import capture_document, run_capture
+from fxls.worker.capture.rewrites import run_rewrite
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "passes"
 MARK = re.compile(r"#\s*(FX35\d)\s*$")
@@ -199,3 +209,52 @@ def test_a_pass_that_exits_or_names_a_skipped_class_keeps_the_capture() -> None:
     result = run_capture(job, lambda *a: None)
     (run,) = _module(result, "Net").passes
     assert (run.status, run.message) == ("not run", "the class is skipped")
+
+
+def _apply(job: CaptureJob, cls: str) -> FixOutcome:
+    parsed = parse(job.source)
+    (info,) = parsed.passes
+    fix = FixRequest(
+        id=f"pass:{cls}:{info.function}:{info.line}", kind="pass", cls=cls, span=info.name_span,
+        params={"pass": info.function, "line": info.line},
+    )  # fmt: skip
+    result = run_rewrite(job, RewriteJob(fixes=[fix]), lambda *a: None)
+    assert result.rewrite is not None
+    (outcome,) = result.rewrite.outcomes
+    return outcome
+
+
+def test_apply_pass_rewrites_forward_and_verifies_it() -> None:
+    job = _job("good.py")
+    outcome = _apply(job, "Net")
+    assert outcome.applicability == "safe", outcome.reason
+    assert outcome.title == "Apply `functional_relu` to `Net`"
+    new = apply_edits(job.source, outcome.edits)
+    assert new == job.source.replace("h = torch.relu(self.fc1(x))", "h = F.relu(self.fc1(x))")
+    assert any("computes the same" in check for check in outcome.checks)
+
+
+def test_apply_pass_is_unsafe_when_outputs_differ_and_unavailable_in_a_loop() -> None:
+    changed = (
+        (FIXTURES / "good.py").read_text().replace("F.relu, node.args", "torch.sigmoid, node.args")
+    )
+    outcome = _apply(_job("good.py", changed), "Net")
+    assert outcome.applicability == "unsafe"
+    assert outcome.reason.startswith("unsafe: outputs differ on x [2, 16]")
+    looped = (
+        (FIXTURES / "good.py")
+        .read_text()
+        .replace(
+            "        h = torch.relu(self.fc1(x))\n",
+            "        h = self.fc1(x)\n        for _ in range(2):\n            h = torch.relu(h)\n",
+        )
+    )
+    outcome = _apply(_job("good.py", looped), "Net")
+    assert outcome.applicability == "unavailable" and outcome.edits == []
+    assert "loop" in outcome.reason, outcome.reason
+    broken = (
+        (FIXTURES / "good.py").read_text().replace("    gm.graph.lint()\n", "    return None\n")
+    )
+    outcome = _apply(_job("good.py", broken), "Net")
+    assert outcome.applicability == "unavailable"
+    assert "returned None" in outcome.reason

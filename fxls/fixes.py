@@ -4,7 +4,8 @@ Shared by the language server (code actions) and ``fxls check --fix``; no LSP ty
 
 - :func:`candidates` lists the fixes an analysis offers, from its diagnostics (FX302 unused
   statements, FX405/FX408 assumptions to pin, FX101/FX107/FX199 leaf and flag directives,
-  ``torch.fx.wrap`` of a helper, FX101 ``assert``, FX102 ``len``, FX105 ``torch.zeros``),
+  ``torch.fx.wrap`` of a helper, FX101 ``assert``, FX102 ``len``, FX105 ``torch.zeros``,
+  FX360 a user rule that matches),
   fast and without the worker;
   :func:`refactors_at` the refactors at a position (name every argument of a call, use
   ``F.scaled_dot_product_attention`` for a hand-written attention, apply a user pass to the
@@ -50,7 +51,7 @@ from fxls.protocol.positions import SourceText
 Category = Literal["quickfix", "refactor"]
 
 FIX_ALL_KINDS: frozenset[str] = frozenset(
-    {"dead-code", "directive", "leaf", "wrap", "concrete", "assert", "len", "factory"}
+    {"dead-code", "directive", "leaf", "wrap", "concrete", "assert", "len", "factory", "rule"}
 )
 """Fixes that ``source.fixAll.fxls`` and ``fxls check --fix`` apply (when they verify safe)."""
 
@@ -213,6 +214,9 @@ def _from_diagnostic(
             diagnostic=diag,
         )
 
+    if code == "FX360" and owner == mod.name and data.get("rule"):
+        rule = rule_name(str(data["rule"]))
+        yield make("rule", mod.name, f"Apply rule `{rule}`", rule=str(data["rule"]))
     if code == "FX302" and owner is not None:
         stmt = _statement(index, span)
         if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr)):
@@ -268,6 +272,15 @@ def _from_diagnostic(
                 owner or mod.name,
                 f"Replace `torch.{func.attr}(...)` with `x.new_{func.attr}(...)` (traceable)",
             )
+
+
+_RULE_NAME_LIMIT = 60
+
+
+def rule_name(name: str) -> str:
+    """A rule's name for titles: identifier characters only, capped."""
+    shown = "".join(c if c.isalnum() or c == "_" else "?" for c in name)
+    return shown if len(shown) <= _RULE_NAME_LIMIT else shown[: _RULE_NAME_LIMIT - 1] + "…"
 
 
 def refactors_at(analysis: FileAnalysis, text: str, line: int, col: int) -> list[Candidate]:

@@ -5,7 +5,7 @@ not wording). Standard library only: the server imports this module too.
 
     FX1xx  tracing: torch.fx could not trace (or traced something other than what runs)
     FX2xx  shapes: shape/dtype propagation failed
-    FX3xx  graph: lint failures and unused computations; FX35x: user passes
+    FX3xx  graph: lint failures and unused computations; FX35x user passes, FX36x user rules
     FX4xx  set-up: building the module, inputs, directives, executing the file
     FX5xx  sandbox: the job hit a limit or crashed
 """
@@ -292,6 +292,40 @@ class FX358(Message):
     severity = "information"
     title = "Pass not run"
     template = "pass `{fn}` was not run on `{cls}`: {reason}"
+
+
+# --- FX36x user rules (fxls_rules.py) ------------------------------------------------------
+
+
+class FX360(Message):
+    code = "FX360"
+    severity = "information"
+    title = "User rule matches"
+    template = "rule `{rule}` matches here ({rules_file})"
+    fix = "Apply the rule with its code action (verified in the sandbox)."
+
+
+class FX361(Message):
+    code = "FX361"
+    title = "Rules file does not load"
+    template = "the rules file could not be loaded: {error}"
+    fix = "Fix the error; no rule applies until the file loads."
+
+
+class FX362(Message):
+    code = "FX362"
+    title = "Rule without its pair"
+    template = (
+        "`{function}` has no `{missing}`: every `pattern_<name>` needs a `replacement_<name>`"
+    )
+    fix = "Define `{missing}` with the same parameters."
+
+
+class FX363(Message):
+    code = "FX363"
+    title = "Rule does not trace"
+    template = "`{function}` of rule `{rule}` cannot be traced with torch.fx: {error}"
+    fix = "Write the pattern and its replacement as straight-line tensor code (no Python control flow on tensors)."
 
 
 # --- FX4xx set-up ----------------------------------------------------------------------

@@ -55,6 +55,7 @@ FixKind = Literal[
     "name-args",
     "attention",
     "pass",
+    "rule",
 ]
 """The rewrites of ``fxls.worker.capture.rewrites`` (one module each)."""
 Applicability = Literal["safe", "unsafe", "unavailable"]
@@ -155,6 +156,16 @@ class ClassRequest:
 
 
 @dataclass
+class RulesFile:
+    """The workspace's rules file (``pattern_<name>`` / ``replacement_<name>`` function pairs).
+
+    Workspace code: only the sandboxed worker executes it."""
+
+    path: str
+    source: str
+
+
+@dataclass
 class CaptureJob:
     """Capture every requested class of one document version."""
 
@@ -169,6 +180,9 @@ class CaptureJob:
     """Build modules on the meta device (no real memory); fall back to CPU if that fails."""
     symbolic: bool = True
     """Keep user-named dimensions symbolic (fake tensors + ShapeEnv)."""
+    rules: RulesFile | None = None
+    """User rules to match in every traced class (FX360); when ``path`` is the document
+    itself, its load problems are reported (FX361-FX363)."""
 
 
 @dataclass

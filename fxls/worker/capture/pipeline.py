@@ -16,6 +16,8 @@ failure is caught per class, so one class never hides the others.
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
@@ -68,7 +70,10 @@ def capture_document(
         execute(doc)
     except BaseException as exc:
         result.error = error_info("import", exc)
-        result.diagnostics.append(_import_diagnostic(exc, job.path, doc.source))
+        if job.rules is not None and os.path.abspath(job.rules.path) == os.path.abspath(job.path):
+            _rules(doc, result)  # the rules file itself: FX361 at its line
+        else:
+            result.diagnostics.append(_import_diagnostic(exc, job.path, doc.source))
         return doc, result
 
     names = list(dict.fromkeys(req.name for req in job.classes))
@@ -95,7 +100,15 @@ def capture_document(
         results[index] = mod
     _adopt_parents(doc, job, results, report_phase)
     result.modules = [results[i] for i in range(len(job.classes))]
+    if job.rules is not None:
+        _rules(doc, result)
     return doc, result
+
+
+def _rules(doc: Document, result: CaptureResult) -> None:
+    from fxls.worker.capture.rewrites import rules  # imports this module
+
+    rules.report(doc, result)
 
 
 MAX_FACTORY_PRODUCTS = 3

@@ -3,7 +3,8 @@
 The ``rewrite`` job (``JobRequest.kind``) executes and captures the document once, asks the
 module of each requested fix for its edits (one module per rewrite: ``dead_code``,
 ``directives``, ``leaf``, ``wrap``, ``concrete``, ``assertion``, ``length``, ``factory``,
-``name_args``, ``attention``, ``apply_pass``), and verifies them with
+``name_args``, ``attention``, ``apply_pass``, ``rules`` for the workspace's user rules), and
+verifies them with
 :mod:`~fxls.worker.capture.rewrites.verify`. With
 ``RewriteJob.combine`` the fixes that verified are applied together and verified again.
 
@@ -40,6 +41,7 @@ from fxls.worker.capture.rewrites import (
     leaf,
     length,
     name_args,
+    rules,
     wrap,
 )
 from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable
@@ -60,6 +62,7 @@ REWRITES: dict[str, ModuleType] = {
     "name-args": name_args,
     "attention": attention,
     "pass": apply_pass,
+    "rule": rules,
 }
 
 _ORDER = {"safe": 0, "unsafe": 1, "unavailable": 2}

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import inspect
 import keyword
 import math
 import operator
@@ -73,6 +74,19 @@ _BINARY = {
     operator.ge: ">=",
 }
 _UNARY = {operator.neg: "-", operator.pos: "+", operator.invert: "~", operator.not_: "not "}
+_PRECEDENCE: dict[Any, int] = {
+    operator.pow: 8,
+    operator.neg: 7, operator.pos: 7, operator.invert: 7,
+    operator.mul: 6, operator.truediv: 6, operator.floordiv: 6, operator.mod: 6,
+    operator.matmul: 6,
+    operator.add: 5, operator.sub: 5,
+    operator.lshift: 4, operator.rshift: 4,
+    operator.and_: 3, operator.xor: 2, operator.or_: 1,
+    operator.eq: 0, operator.ne: 0, operator.lt: 0, operator.le: 0, operator.gt: 0,
+    operator.ge: 0,
+    operator.not_: -1,
+}  # fmt: skip
+"""Python's operator precedence (higher binds tighter)."""
 _INLINE_LIMIT = 60
 """Single-use values are written inside their user when their text is at most this long."""
 _COMPOUND = (
@@ -166,6 +180,9 @@ class _Regenerator:
             a.arg for a in ast.walk(forward.args) if isinstance(a, ast.arg)
         }
         self.taken |= set(dir(builtins)) | set(self.namespace)
+        code = self.src.text(self.forward_span)
+        self.double_quotes = code.count('"') >= code.count("'")
+        """Strings are written with the quotes ``forward`` uses most."""
 
     # ------------------------------------------------------------------ matching
 
@@ -277,10 +294,21 @@ class _Regenerator:
                 elif isinstance(target, ast.Tuple) and all(
                     isinstance(e, ast.Name) for e in target.elts
                 ):
-                    items = _unpacked(escaping, len(target.elts))
+                    items = _unpacked(stmt.nodes, len(target.elts))
                     if items is not None:
                         for elt, item in zip(target.elts, items):
                             stmt.binds[elt.id] = item  # type: ignore[attr-defined]
+            loop_targets = {
+                n.id
+                for sub in ast.walk(stmt.node)
+                if isinstance(sub, (ast.For, ast.AsyncFor, ast.comprehension))
+                for n in ast.walk(sub.target)
+                if isinstance(n, ast.Name)
+            }
+            rest = _stored_names(stmt.node) - set(stmt.binds) - loop_targets
+            if len(rest) == 1 and len(escaping) == 1 and not targets:
+                # a block that leaves one value in one name (``for ...: x = f(x)``)
+                stmt.binds[rest.pop()] = escaping[0]
             env.update(stmt.binds)
 
     def _check_rewritable(self, stmt: _Statement) -> None:
@@ -614,7 +642,12 @@ class _Printer:
     def _constant(
         self, value: Any, inline: dict[torch.fx.Node, str], *, index: bool = False
     ) -> str:
-        if isinstance(value, bool) or value is None or isinstance(value, (int, str, bytes)):
+        if isinstance(value, str):
+            shown = repr(value)
+            if self.regen.double_quotes and shown.startswith("'") and '"' not in value:
+                shown = f'"{shown[1:-1]}"'
+            return shown
+        if isinstance(value, bool) or value is None or isinstance(value, (int, bytes)):
             return repr(value)
         if isinstance(value, float):
             if math.isinf(value):
@@ -664,10 +697,18 @@ class _Printer:
         parts += [f"{k}={self._value(v, inline)}" for k, v in kwargs.items()]
         return ", ".join(parts)
 
-    def _operand(self, value: Any, inline: dict[torch.fx.Node, str]) -> str:
+    def _operand(
+        self, value: Any, inline: dict[torch.fx.Node, str], outer: Any = None, side: int = 0
+    ) -> str:
+        """``value`` as an operand of ``outer`` (an operator; None: of a call or attribute),
+        on its left (0) or right (1), parenthesized when precedence needs it."""
         shown = self._value(value, inline)
         if isinstance(value, torch.fx.Node) and value in inline and _is_operator(value):
-            return f"({shown})"
+            inner, wanted = _PRECEDENCE[value.target], _PRECEDENCE.get(outer, 99)
+            keep = inner > wanted or (
+                inner == wanted and inner not in (0, 8) and side == 0 and outer in _BINARY
+            )
+            return shown if keep else f"({shown})"
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
             return f"({shown})"
         return shown
@@ -684,15 +725,16 @@ class _Printer:
             raise Unavailable(f"cannot write a `{node.op}` node as code")
         target = node.target
         if target in _BINARY and len(args) == 2 and not kwargs:
-            left, right = self._operand(args[0], inline), self._operand(args[1], inline)
+            left = self._operand(args[0], inline, target, 0)
+            right = self._operand(args[1], inline, target, 1)
             return f"{left} {_BINARY[target]} {right}"  # type: ignore[index]
         if target in _UNARY and len(args) == 1 and not kwargs:
-            return f"{_UNARY[target]}{self._operand(args[0], inline)}"  # type: ignore[index]
+            return f"{_UNARY[target]}{self._operand(args[0], inline, target, 1)}"  # type: ignore[index]
         if target is operator.getitem and len(args) == 2:
             return f"{self._operand(args[0], inline)}[{self._value(args[1], inline, index=True)}]"
         if target is builtins.getattr and len(args) == 2 and isinstance(args[1], str):
             return f"{self._operand(args[0], inline)}.{args[1]}"
-        return f"{self._callable(target)}({self._args(args, kwargs, inline)})"
+        return f"{self._callable(target)}({self._args(args, _given(target, kwargs), inline)})"
 
     def _callable(self, target: Any) -> str:
         ns = self.regen.namespace
@@ -760,12 +802,36 @@ def _same_args(new: Any, old: Any, kept: dict[torch.fx.Node, torch.fx.Node]) -> 
         return False
 
 
-def _unpacked(escaping: list[torch.fx.Node], count: int) -> list[torch.fx.Node] | None:
-    items = [n for n in escaping if n.op == "call_function" and n.target is operator.getitem]
+def _unpacked(nodes: list[torch.fx.Node], count: int) -> list[torch.fx.Node] | None:
+    """The items ``a, b = value`` binds: ``value[0]``, ``value[1]`` of one value."""
+    items = [n for n in nodes if n.op == "call_function" and n.target is operator.getitem]
+    sources = {id(n.args[0]) for n in items}
     by_index = {n.args[1]: n for n in items if isinstance(n.args[1], int)}
-    if sorted(by_index) != list(range(count)) or len(items) != count:
+    if len(sources) != 1 or sorted(by_index) != list(range(count)) or len(items) != count:
         return None
     return [by_index[i] for i in range(count)]
+
+
+def _given(target: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` without those equal to the function's default: ``torch.nn.functional``
+    records every argument as given (``inplace=False``)."""
+    try:
+        params = inspect.signature(inspect.unwrap(target)).parameters
+    except (TypeError, ValueError):
+        return kwargs
+    out = {}
+    for key, value in kwargs.items():
+        param = params.get(key)
+        default = param.default if param is not None else inspect.Parameter.empty
+        if (
+            default is not inspect.Parameter.empty
+            and type(default) is type(value)
+            and not isinstance(value, torch.fx.Node)
+            and _same_args(value, default, {})
+        ):
+            continue
+        out[key] = value
+    return out
 
 
 def _uses(user: torch.fx.Node, node: torch.fx.Node) -> int:

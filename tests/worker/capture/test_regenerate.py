@@ -1,0 +1,266 @@
+"""Writing a transformed FX graph back into ``forward`` (rewrites/regenerate.py), in-process.
+
+Each test captures a small document, transforms a copy of a class's traced graph the way a
+pass or a subgraph rewrite would, and checks the edits: only the changed statements are
+rewritten (everything else byte for byte), the printed code is idiomatic, and the gates refuse
+what cannot be written back honestly (loops, code traced through, tensor constants, attributes
+the class does not have, BatchNorm folding).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import operator
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.fx
+from torch.fx import subgraph_rewriter
+
+from fxls.analysis import parse
+from fxls.protocol.edits import apply_edits
+from fxls.protocol.model import CaptureJob
+from fxls.worker.capture.pipeline import capture_document
+from fxls.worker.capture.rewrites.base import Original, Unavailable
+from fxls.worker.capture.rewrites.regenerate import regenerate_forward
+
+Transform = Callable[[torch.fx.GraphModule], object]
+
+
+def _regenerate(tmp_path, source: str, cls: str, transform: Transform) -> str:  # type: ignore[no-untyped-def]
+    path = tmp_path / "model.py"
+    path.write_text(source)
+    job = CaptureJob(
+        path=str(path), source=source, classes=[c.request() for c in parse(source).classes]
+    )
+    doc, result = capture_document(job, lambda *a: None)
+    assert result.error is None, result.error
+    original = Original(doc, result)
+    traced = original.capture(cls).traced
+    assert traced is not None and traced.gm is not None
+    gm = copy.deepcopy(traced.gm)
+    transform(gm)
+    gm.graph.lint()
+    gm.recompile()
+    edits = regenerate_forward(original, cls, gm)
+    edited = apply_edits(source, edits)
+    ast.parse(edited)
+    return edited
+
+
+def _relu(x):  # type: ignore[no-untyped-def]
+    return torch.nn.functional.relu(x)
+
+
+def _clamp(x):  # type: ignore[no-untyped-def]
+    return torch.clamp(x, min=0.0)
+
+
+MLP = '''import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Net(nn.Module):
+    """A net."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    @torch.no_grad()
+    def forward(self, x):
+        """Doc."""
+        b, d = x.shape
+        h = self.fc1(x)  # first layer
+        h = F.relu(h)
+        # a comment between statements
+        y = self.fc2(h) * math.sqrt(d)
+        return y + 1
+'''
+
+
+def test_only_the_changed_statement_is_rewritten(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    edited = _regenerate(
+        tmp_path, MLP, "Net", lambda gm: subgraph_rewriter.replace_pattern(gm, _relu, _clamp)
+    )
+    assert edited == MLP.replace("h = F.relu(h)", "h = torch.clamp(h, min=0.0)")
+
+
+def test_an_unchanged_graph_gives_no_edits(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert _regenerate(tmp_path, MLP, "Net", lambda gm: None) == MLP
+
+
+def test_printed_code_is_idiomatic(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def double(gm: torch.fx.GraphModule) -> None:
+        # y = fc2(h) * sqrt(d)  ->  y = (fc2(h) + fc2(h)) * sqrt(d) - 1, reading fc2 twice
+        mul = next(n for n in gm.graph.nodes if n.target is operator.mul)
+        fc2, scale = mul.args
+        with gm.graph.inserting_before(mul):
+            twice = gm.graph.call_function(operator.add, (fc2, fc2))
+            scaled = gm.graph.call_function(operator.mul, (twice, scale))
+            less = gm.graph.call_function(operator.sub, (scaled, 1))
+        mul.replace_all_uses_with(less)
+        gm.graph.erase_node(mul)
+
+    edited = _regenerate(tmp_path, MLP, "Net", double)
+    body = edited.split('"""Doc."""\n')[1]
+    assert body == (
+        "        b, d = x.shape\n"
+        "        h = self.fc1(x)  # first layer\n"
+        "        h = F.relu(h)\n"
+        "        # a comment between statements\n"
+        "        fc2 = self.fc2(h)\n"
+        "        y = (fc2 + fc2) * math.sqrt(d) - 1\n"
+        "        return y + 1\n"
+    )
+    # the def line, decorator and docstring stay, and nothing of FX's own code appears
+    assert "    @torch.no_grad()\n    def forward(self, x):\n" in edited
+    for fx_only in ("wrap(", "math_sqrt", "= None", "getattr_1", "_tensor_constant"):
+        assert fx_only not in edited
+
+
+def test_functions_are_named_as_the_file_imports_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def gelu(gm: torch.fx.GraphModule) -> None:
+        relu = next(n for n in gm.graph.nodes if n.target is torch.nn.functional.relu)
+        relu.target = torch.nn.functional.gelu
+        relu.kwargs = {"approximate": "tanh"}
+
+    edited = _regenerate(tmp_path, MLP, "Net", gelu)
+    assert '        h = F.gelu(h, approximate="tanh")\n' in edited
+    bare = MLP.replace("import torch.nn.functional as F\n", "").replace("F.relu", "torch.relu")
+    edited = _regenerate(
+        tmp_path,
+        bare,
+        "Net",
+        lambda gm: setattr(
+            next(n for n in gm.graph.nodes if n.target is torch.relu), "target", torch.sigmoid
+        ),
+    )
+    assert "        h = torch.sigmoid(h)\n" in edited
+
+
+LOOP = """import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+        self.out = nn.Linear(4, 2)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        y = torch.relu(self.out(x))
+        return y
+"""
+
+
+def _last_relu_to_sigmoid(gm: torch.fx.GraphModule) -> None:
+    last = [n for n in gm.graph.nodes if n.target is torch.relu][-1]
+    last.target = torch.sigmoid
+
+
+def _first_relu_to_sigmoid(gm: torch.fx.GraphModule) -> None:
+    first = next(n for n in gm.graph.nodes if n.target is torch.relu)
+    first.target = torch.sigmoid
+
+
+def test_a_loop_the_change_does_not_touch_is_kept(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    edited = _regenerate(tmp_path, LOOP, "Net", _last_relu_to_sigmoid)
+    assert edited == LOOP.replace("y = torch.relu(self.out(x))", "y = torch.sigmoid(self.out(x))")
+
+
+def test_a_change_inside_a_loop_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(Unavailable, match=r"`for` loop at line 12.*unroll"):
+        _regenerate(tmp_path, LOOP, "Net", _first_relu_to_sigmoid)
+
+
+NESTED = """import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+        self.out = nn.Linear(4, 2)
+
+    def forward(self, x):
+        x = self.block(x)
+        return torch.relu(self.out(x))
+"""
+
+
+def test_a_change_in_code_traced_through_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(Unavailable, match=r"traced through.*inline"):
+        _regenerate(tmp_path, NESTED, "Net", _first_relu_to_sigmoid)
+    # the submodule's call stays when the change is elsewhere
+    edited = _regenerate(tmp_path, NESTED, "Net", _last_relu_to_sigmoid)
+    assert "        x = self.block(x)\n        return torch.sigmoid(self.out(x))\n" in edited
+
+
+def test_tensor_constants_and_new_attributes_are_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def constant(gm: torch.fx.GraphModule) -> None:
+        gm.register_buffer("_tensor_constant0", torch.ones(4, device="meta"))
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        with gm.graph.inserting_before(out):
+            c = gm.graph.get_attr("_tensor_constant0")
+            added = gm.graph.call_function(operator.add, (out.args[0], c))
+        out.args = (added,)
+
+    with pytest.raises(Unavailable, match="frozen tensor constant"):
+        _regenerate(tmp_path, MLP, "Net", constant)
+
+    def new_layer(gm: torch.fx.GraphModule) -> None:
+        gm.add_submodule("extra", torch.nn.Linear(4, 4, device="meta"))
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        with gm.graph.inserting_before(out):
+            extra = gm.graph.call_module("extra", (out.args[0],))
+        out.args = (extra,)
+
+    with pytest.raises(Unavailable, match=r"`self\.extra`.*does not have"):
+        _regenerate(tmp_path, MLP, "Net", new_layer)
+
+
+CONV_BN = """import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = self.bn(x)
+        return torch.relu(x)
+"""
+
+
+def test_conv_bn_fusion_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def fold(gm: torch.fx.GraphModule) -> None:
+        bn = next(n for n in gm.graph.nodes if n.op == "call_module" and n.target == "bn")
+        bn.replace_all_uses_with(bn.args[0])
+        gm.graph.erase_node(bn)
+
+    with pytest.raises(Unavailable, match=r"BatchNorm.*folded"):
+        _regenerate(tmp_path, CONV_BN, "Net", fold)

@@ -102,7 +102,7 @@ async def test_broken_passes_are_reported_at_their_lines(client: LanguageClient)
         for number, line in enumerate(text.split("\n"), start=1)
         if (m := MARK.search(line))
     )
-    assert len(expected) == 8
+    assert len(expected) == 9
     assert got == expected
     assert all(
         d.severity == types.DiagnosticSeverity.Error

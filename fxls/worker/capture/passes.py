@@ -66,7 +66,9 @@ class Edits:
     source: SourceText
     created: dict[torch.fx.Node, Span | None] = field(default_factory=dict)
     touched: dict[torch.fx.Node, Span | None] = field(default_factory=dict)
-    """Nodes whose inputs were changed or that were moved, with the last place it happened."""
+    """Nodes whose inputs were changed, with the last place it happened."""
+    moved: dict[torch.fx.Node, Span | None] = field(default_factory=dict)
+    """Nodes moved with ``prepend``/``append``, with the last place it happened."""
     replaced: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
     """``old.replace_all_uses_with(new)``: old -> new."""
     erased: dict[torch.fx.Node, Span | None] = field(default_factory=dict)
@@ -93,7 +95,7 @@ def observed(edits: Edits) -> Iterator[None]:
     erase_node = Graph.erase_node
     replace_all = Node.replace_all_uses_with
     replace_input = Node.replace_input_with
-    prepend = Node.prepend
+    prepend, append = Node.prepend, Node.append
     args_prop, kwargs_prop = Node.__dict__["args"], Node.__dict__["kwargs"]
 
     def touch(node: Any) -> None:
@@ -134,7 +136,13 @@ def observed(edits: Edits) -> Iterator[None]:
 
     def node_prepend(self: Any, x: Any) -> None:
         prepend(self, x)
-        touch(x)
+        if isinstance(x, Node):
+            edits.moved[x] = edits.where()
+
+    def node_append(self: Any, x: Any) -> None:
+        append(self, x)  # torch's append does not go through prepend
+        if isinstance(x, Node):
+            edits.moved[x] = edits.where()
 
     def set_args(self: Any, value: Any) -> None:
         args_prop.fset(self, value)
@@ -150,6 +158,7 @@ def observed(edits: Edits) -> Iterator[None]:
         (Node, "replace_all_uses_with", replace_all_uses_with),
         (Node, "replace_input_with", replace_input_with),
         (Node, "prepend", node_prepend),
+        (Node, "append", node_append),
         (Node, "args", property(args_prop.fget, set_args, doc=args_prop.__doc__)),
         (Node, "kwargs", property(kwargs_prop.fget, set_kwargs, doc=kwargs_prop.__doc__)),
     ]
@@ -316,7 +325,9 @@ class PassRun:
         return None
 
     def _where(self, node: torch.fx.Node) -> Span | None:
-        return self.edits.touched.get(node) or self.edits.created.get(node)
+        """The last edit of ``node`` the pass made: its inputs changed, moved, or created."""
+        edits = self.edits
+        return edits.touched.get(node) or edits.moved.get(node) or edits.created.get(node)
 
     def _check(self, graph: torch.fx.Graph) -> int:
         """Report what is wrong with the returned graph; how many problems were found."""
@@ -360,10 +371,11 @@ class PassRun:
         return 0
 
     def _before_definition(self, node: torch.fx.Node, arg: torch.fx.Node) -> None:
-        """FX353: at the creation of ``arg`` when the pass created it (it went to the end of
-        the graph), else where ``node`` was made to use it."""
-        made = self.edits.created.get(arg)
-        used = self.edits.touched.get(node) or self.edits.created.get(node)
+        """FX353: where the pass created ``arg`` (it went to the end of the graph) or moved it,
+        else where ``node`` was moved or made to use it."""
+        edits = self.edits
+        made = edits.created.get(arg) or edits.moved.get(arg)
+        used = edits.moved.get(node) or edits.touched.get(node) or edits.created.get(node)
         span = made or used or self.def_span
         related = []
         if made is not None and used is not None and used != made:

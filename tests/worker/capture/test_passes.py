@@ -73,7 +73,7 @@ async def test_each_broken_pass_is_blamed_at_its_line_through_the_zygote(worker:
     net = _module(result.payload, "Net")
     assert net.status == "traced"  # the passes never change the capture itself
     expected = _expected(job.source)
-    assert len(expected) == 8
+    assert len(expected) == 9
     got: dict[str, list[tuple[str, int]]] = {}
     for d in net.diagnostics:
         if "pass" in d.data:
@@ -145,7 +145,7 @@ def test_the_observation_is_undone_and_the_original_module_untouched() -> None:
     assert torch.fx.Graph.create_node is create and torch.fx.Graph.erase_node is erase
     assert torch.fx.Node.__dict__["args"] is args
     assert [n.name for n in doc.captures["Net"].traced.gm.graph.nodes] == before
-    assert len(modules[0].passes) == 8
+    assert len(modules[0].passes) == 9
 
 
 def test_a_pass_on_a_class_without_an_fx_graph_is_not_run() -> None:

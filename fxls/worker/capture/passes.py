@@ -15,7 +15,8 @@ problem is reported at the line of the pass that created or broke the node (FX35
 - no output node, or two (FX355);
 - any other ``Graph.lint()`` failure (FX351);
 - the pass raising (FX356, at the raising line) or returning something that is not a
-  ``GraphModule``/``Graph`` (FX357, at the ``return``).
+  ``GraphModule``/``Graph`` (FX357, at the ``return``); a pass that runs longer than its budget
+  (:data:`PASS_SECONDS`) is stopped and reported as raising, at the line it was running.
 
 The graph before and after (nodes added, removed, replaced) travels as ``PassResult``.
 """
@@ -23,6 +24,8 @@ The graph before and after (nodes added, removed, replaced) travels as ``PassRes
 from __future__ import annotations
 
 import copy
+import resource
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -52,6 +55,10 @@ from fxls.worker.capture.nodes import readable_target
 from fxls.worker.capture.reporting import line_span, one_line, safe_str, user_span
 from fxls.worker.capture.tracer import SPAN_KEY
 
+PASS_SECONDS = 5.0
+"""Longest a pass may run; less when the capture already used most of the job's CPU limit (a
+third of what is left, at least half a second), so that a pass that hangs is reported at its
+line (FX356) instead of losing the capture of the file to the job's time-out."""
 MAX_CHANGES = 200
 """Changes listed per pass (all are counted)."""
 MAX_ERROR = 500
@@ -195,6 +202,40 @@ def returns_of(code: CodeType, lines: list[int]) -> Iterator[None]:
         sys.settrace(previous)
 
 
+class PassTimeout(Exception):
+    """A pass ran longer than its budget (raised inside the pass by an alarm)."""
+
+
+def budget() -> float:
+    """Seconds the next pass may run (see :data:`PASS_SECONDS`)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_CPU)
+    if soft == resource.RLIM_INFINITY:
+        return PASS_SECONDS
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    left = soft - (usage.ru_utime + usage.ru_stime)
+    return min(PASS_SECONDS, max(0.5, left / 3))
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise :class:`PassTimeout` in the block after ``seconds`` (main thread only)."""
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise PassTimeout(f"the pass ran longer than {seconds:.1f} s")
+
+    try:
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+    except ValueError:  # not the main thread: the job's limits still apply
+        yield
+        return
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def run_passes(
     doc: Document,
     requests: list[ClassRequest],
@@ -299,7 +340,7 @@ class PassRun:
         lines: list[int] = []
         name, cls = self.spec.function, self.req.name
         try:
-            with observed(self.edits), returns_of(code, lines):
+            with observed(self.edits), returns_of(code, lines), time_limit(budget()):
                 out = fn(work)
         except BaseException as exc:  # SystemExit too: the pass must not end the capture
             self.result.status = "failed"

@@ -110,7 +110,7 @@ async def test_a_correct_pass_reports_what_it_changed(worker: Any) -> None:
 
 
 @pytest.mark.asyncio(loop_scope="module")
-async def test_a_pass_that_hangs_is_stopped_by_the_job_limits(worker: Any) -> None:
+async def test_a_pass_that_hangs_is_stopped_at_its_line_and_the_capture_kept(worker: Any) -> None:
     text = (
         (FIXTURES / "good.py")
         .read_text()
@@ -120,7 +120,29 @@ async def test_a_pass_that_hangs_is_stopped_by_the_job_limits(worker: Any) -> No
         )
     )
     job = _job("good.py", text)
-    result = await worker.run(job, Limits(timeout_s=3.0))
+    # a small CPU limit gives the pass its shortest budget (half a second)
+    result = await worker.run(job, Limits(timeout_s=10.0, cpu_s=3.0))
+    assert result.kind == "ok", result.message
+    assert result.payload is not None
+    net = _module(result.payload, "Net")
+    assert net.status == "traced" and net.outputs
+    (diag,) = [d for d in net.diagnostics if d.code == "FX356"]
+    assert "PassTimeout: the pass ran longer than" in diag.message
+    assert text.splitlines()[diag.span.line - 1].strip() in ("while True:", "pass")
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_pass_stuck_outside_python_is_stopped_by_the_job_limits(worker: Any) -> None:
+    text = (
+        (FIXTURES / "good.py")
+        .read_text()
+        .replace(
+            "    for node in list(gm.graph.nodes):",
+            "    import signal\n    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])\n"
+            "    while True:\n        pass\n    for node in []:",
+        )
+    )
+    result = await worker.run(_job("good.py", text), Limits(timeout_s=3.0))
     assert result.kind == "timeout"
     assert result.current_class == "Net"
 

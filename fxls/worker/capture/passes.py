@@ -79,8 +79,6 @@ class Edits:
     replaced: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
     """``old.replace_all_uses_with(new)``: old -> new."""
     erased: dict[torch.fx.Node, Span | None] = field(default_factory=dict)
-    outputs: list[Span | None] = field(default_factory=list)
-    """Where output nodes were created."""
     erase_failed: tuple[BaseException | None, torch.fx.Node, str, Span | None] | None = None
     """The last ``erase_node`` of a node with users: (exception, node, its users, where)."""
 
@@ -111,20 +109,17 @@ def observed(edits: Edits) -> Iterator[None]:
 
     def create(self: Any, op: str, *args: Any, **kwargs: Any) -> Any:
         node = create_node(self, op, *args, **kwargs)
-        span = edits.where()
-        edits.created[node] = span
-        if op == "output":
-            edits.outputs.append(span)
+        edits.created[node] = edits.where()
         return node
 
     def erase(self: Any, to_erase: Any) -> None:
         span = edits.where()
-        users = [getattr(u, "name", "?") for u in getattr(to_erase, "users", {})]
+        users = [str(getattr(u, "name", "?")) for u in getattr(to_erase, "users", {})]
         try:
             erase_node(self, to_erase)
         except BaseException as exc:
             if users:
-                edits.erase_failed = (exc, to_erase, ", ".join(f"`{u}`" for u in users), span)
+                edits.erase_failed = (exc, to_erase, _listed(users), span)
             raise
         edits.erased[to_erase] = span
 
@@ -474,6 +469,12 @@ class PassRun:
                     )
                 )
         result.changes = changes[:MAX_CHANGES]
+
+
+def _listed(names: list[str], most: int = 5) -> str:
+    """```a`, `b` and 3 more``."""
+    shown = ", ".join(f"`{n}`" for n in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _target(node: torch.fx.Node) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import runpy
 import shutil
@@ -34,8 +35,8 @@ ENV = {**os.environ, "FXLS_RULES_MARKER": str(MARKER)}
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),
     pytest.mark.slow,
-    pytest.mark.asyncio(loop_scope="module"),
 ]
+ASYNC = pytest.mark.asyncio(loop_scope="module")
 PUBLISH = types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "fxls", "serve"], server_env=ENV)
 
@@ -142,6 +143,7 @@ def test_the_marker_detects_execution_in_a_process_that_speaks_lsp() -> None:
     MARKER.unlink()
 
 
+@ASYNC
 async def test_a_safe_rule_is_applied_through_code_actions(client: LanguageClient) -> None:
     uri, text, mark = _open(client, "mlp_before.py")
     diags = await _diagnostics(client, uri, mark)
@@ -162,8 +164,11 @@ async def test_a_safe_rule_is_applied_through_code_actions(client: LanguageClien
     assert isinstance(change, types.TextDocumentEdit)
     assert all(e.range.start.line == e.range.end.line == 20 for e in change.edits)  # type: ignore[union-attr]
     _close(client, uri)
+    # the rules were matched and applied, so they ran: in the worker, not in the server
+    assert not MARKER.exists(), MARKER.read_text()
 
 
+@ASYNC
 async def test_a_rule_that_changes_results_is_not_offered_as_safe(client: LanguageClient) -> None:
     uri, _, mark = _open(client, "mlp_before.py")
     diags = await _diagnostics(client, uri, mark)
@@ -179,6 +184,7 @@ async def test_a_rule_that_changes_results_is_not_offered_as_safe(client: Langua
     _close(client, uri)
 
 
+@ASYNC
 async def test_a_rule_inside_a_loop_is_refused(client: LanguageClient) -> None:
     uri, _, mark = _open(client, "stack.py")
     diags = await _diagnostics(client, uri, mark)
@@ -190,6 +196,7 @@ async def test_a_rule_inside_a_loop_is_refused(client: LanguageClient) -> None:
     _close(client, uri)
 
 
+@ASYNC
 async def test_the_open_rules_file_shows_why_a_rule_does_not_load(client: LanguageClient) -> None:
     text = (FIXTURES / "fxls_rules.py").read_text() + (
         "\n\ndef pattern_orphan(x):\n    return x.sigmoid()\n"
@@ -202,9 +209,30 @@ async def test_the_open_rules_file_shows_why_a_rule_does_not_load(client: Langua
     _close(client, uri)
 
 
-async def test_the_rules_never_ran_in_the_server(client: LanguageClient) -> None:
-    # the tests above matched and applied the rules: they ran, in the worker only
-    assert not MARKER.exists(), MARKER.read_text()
+@ASYNC
+async def test_saving_the_rules_file_matches_the_open_files_again(client: LanguageClient) -> None:
+    uri, _, mark = _open(client, "mlp_before.py")
+    diags = await _diagnostics(client, uri, mark)
+    assert {"gelu_tanh", "hard_gate"} <= {
+        d.message.split("`")[1] for d in diags if d.code == "FX360"
+    }
+    rules_text = (FIXTURES / "fxls_rules.py").read_text()
+    without_gate = rules_text.split("\n\ndef pattern_hard_gate")[0] + "\n"
+    rules_uri, _, _ = _open(client, "fxls_rules.py", rules_text)
+    mark = len(client.published)  # type: ignore[attr-defined]
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=rules_uri, version=2),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=without_gate)],
+        )
+    )
+    client.text_document_did_save(
+        types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=rules_uri))
+    )
+    diags = await _diagnostics(client, uri, mark)
+    assert [d.message.split("`")[1] for d in diags if d.code == "FX360"] == ["gelu_tanh"]
+    _close(client, rules_uri)
+    _close(client, uri)
 
 
 def test_check_fix_applies_safe_rules_and_never_runs_them_itself(tmp_path: Path) -> None:
@@ -233,4 +261,46 @@ def test_check_fix_applies_safe_rules_and_never_runs_them_itself(tmp_path: Path)
         env=ENV,
     )
     assert "g = F.hardsigmoid(self.gate(x))" in model.read_text(), run.stderr
+    assert not MARKER.exists()
+
+
+NVIM = Path(sys.executable).parent / "nvim"
+if not NVIM.exists():
+    NVIM = Path(shutil.which("nvim") or "nvim")
+NVIM_CONFIG = FIXTURES.parents[2] / "docs" / "editors" / "nvim-fxls.lua"
+NVIM_DRIVER = Path(__file__).resolve().parent / "nvim" / "code_action.lua"
+
+
+@pytest.mark.skipif(shutil.which(str(NVIM)) is None, reason="needs nvim")
+def test_neovim_applies_a_rule(tmp_path: Path) -> None:
+    """Headless Neovim with the documented config: ``vim.lsp.buf.code_action({apply = true})``
+    on the FX360 of a rule resolves the action and applies the regenerated statement."""
+    for name in ("fxls_rules.py", "mlp_before.py"):
+        shutil.copy(FIXTURES / name, tmp_path / name)
+    (tmp_path / "pyproject.toml").write_text("")  # the workspace root (root_markers)
+    out = tmp_path / "result.json"
+    env = dict(ENV)
+    for name in ("CONFIG", "DATA", "CACHE", "STATE"):
+        env[f"XDG_{name}_HOME"] = str(tmp_path / name.lower())
+    env.update(
+        FXLS_NVIM_CONFIG=str(NVIM_CONFIG),
+        FXLS_NVIM_FILE=str(tmp_path / "mlp_before.py"),
+        FXLS_NVIM_OUT=str(out),
+        FXLS_NVIM_CODE="FX360",
+        FXLS_NVIM_TITLE="Apply rule `gelu_tanh`",
+        FXLS_CMD=json.dumps([sys.executable, "-m", "fxls", "serve"]),
+    )
+    proc = subprocess.run(
+        [str(NVIM), "--headless", "--clean", "-c", f"luafile {NVIM_DRIVER}"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.exists(), f"no result (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    result = json.loads(out.read_text())
+    assert proc.returncode == 0, (result.get("error"), result.get("titles"), proc.stderr[-2000:])
+    assert "Apply rule `gelu_tanh`" in result["titles"]
+    assert result["lines"] == (FIXTURES / "mlp_after.py").read_text().split("\n")[:-1]
     assert not MARKER.exists()

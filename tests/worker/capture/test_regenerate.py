@@ -264,3 +264,120 @@ def test_conv_bn_fusion_is_refused(tmp_path) -> None:  # type: ignore[no-untyped
 
     with pytest.raises(Unavailable, match=r"BatchNorm.*folded"):
         _regenerate(tmp_path, CONV_BN, "Net", fold)
+
+
+SHARED = """import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 8)
+        self.drop = nn.Dropout(0.1)
+        self.fc2 = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = self.fc1(x)
+        x = self.drop(x)
+        a = torch.relu(x)
+        b = torch.relu(x)
+        a = a * 2
+        a += 1
+        return self.fc2(a + b), b
+"""
+
+
+def test_a_removed_layer_takes_only_its_own_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def no_dropout(gm: torch.fx.GraphModule) -> None:
+        drop = next(n for n in gm.graph.nodes if n.op == "call_module" and n.target == "drop")
+        drop.replace_all_uses_with(drop.args[0])
+        gm.graph.erase_node(drop)
+
+    edited = _regenerate(tmp_path, SHARED, "Net", no_dropout)
+    assert edited == SHARED.replace("        x = self.drop(x)\n", "")
+
+
+def test_merged_values_keep_their_names_and_augmented_assignments_stay(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def merge_relus(gm: torch.fx.GraphModule) -> None:
+        first, second = [n for n in gm.graph.nodes if n.target is torch.relu]
+        second.replace_all_uses_with(first)
+        gm.graph.erase_node(second)
+
+    edited = _regenerate(tmp_path, SHARED, "Net", merge_relus)
+    assert edited == SHARED.replace("b = torch.relu(x)", "b = a")
+
+    def add_two(gm: torch.fx.GraphModule) -> None:
+        add = next(n for n in gm.graph.nodes if n.target is operator.add and 1 in n.args)
+        add.args = (add.args[0], 2)
+
+    edited = _regenerate(tmp_path, SHARED, "Net", add_two)
+    assert edited == SHARED.replace("a += 1", "a += 2")
+
+
+def test_a_merge_that_an_in_place_update_would_see_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    source = SHARED.replace("        a = a * 2\n", "")
+
+    def merge_relus(gm: torch.fx.GraphModule) -> None:
+        first, second = [n for n in gm.graph.nodes if n.target is torch.relu]
+        second.replace_all_uses_with(first)
+        gm.graph.erase_node(second)
+
+    with pytest.raises(Unavailable, match=r"changes `a` in place"):
+        _regenerate(tmp_path, source, "Net", merge_relus)
+
+
+SEQUENTIAL = """import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.seq = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+        self.out = nn.Linear(4, 2)
+
+    def forward(self, x):
+        y = self.seq(x) * 2
+        return self.out(y)
+"""
+
+
+def test_a_change_next_to_a_container_traced_through_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def triple(gm: torch.fx.GraphModule) -> None:
+        mul = next(n for n in gm.graph.nodes if n.target is operator.mul)
+        mul.args = (mul.args[0], 3)
+
+    with pytest.raises(Unavailable, match=r"`self\.seq`, which was traced through"):
+        _regenerate(tmp_path, SEQUENTIAL, "Net", triple)
+
+
+INHERITED = """import torch
+from torch import nn
+
+
+class Base(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        def act(t):
+            return torch.relu(t)
+
+        y = act(self.fc(x))
+        return torch.relu(y)
+
+
+class Child(Base):
+    pass
+"""
+
+
+def test_an_inherited_forward_and_local_helpers_are_not_rewritten(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(Unavailable, match="inherits `forward`"):
+        _regenerate(tmp_path, INHERITED, "Child", _last_relu_to_sigmoid)
+    with pytest.raises(Unavailable, match=r"traced through.*inline"):
+        _regenerate(tmp_path, INHERITED, "Base", _first_relu_to_sigmoid)
+    edited = _regenerate(tmp_path, INHERITED, "Base", _last_relu_to_sigmoid)
+    assert edited == INHERITED.replace("return torch.relu(y)", "return torch.sigmoid(y)")

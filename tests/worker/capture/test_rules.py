@@ -168,3 +168,21 @@ def test_a_rules_file_that_raises_or_does_not_parse_is_fx361_at_its_line() -> No
     broken = "import torch\n\ndef pattern_a(x:\n    return x\n"
     ((code, line, message),) = _load_problems(broken)
     assert code == "FX361" and line == 3 and "SyntaxError" in message
+
+
+def test_a_rules_file_that_hangs_is_fx361_not_a_lost_capture() -> None:
+    hanging = "import torch\n\n\ndef pattern_a(x):\n    while True:\n        pass\n\n\ndef replacement_a(x):\n    return x\n"
+    ((code, line, message),) = _load_problems(hanging)
+    assert code == "FX361" and line in (5, 6), (line, message)
+    assert "took longer than" in message
+
+
+def test_only_plain_function_names_are_rules() -> None:
+    text = (
+        "import torch\n\n\ndef _p(x):\n    return torch.sigmoid(x)\n\n\n"
+        "globals()['pattern_`odd\\nname'] = _p\nglobals()['replacement_`odd\\nname'] = _p\n"
+    )
+    path = FIXTURES / "fxls_rules.py"
+    job = _job("mlp_before.py", RulesFile(str(path), text))
+    assert _matches(_capture(job)) == []
+    assert _load_problems(text) == []

@@ -73,6 +73,11 @@ _BINARY = {
     operator.gt: ">",
     operator.ge: ">=",
 }
+_AUGMENTED = {
+    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+    ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
+    ast.LShift: "<<", ast.RShift: ">>",
+}  # fmt: skip
 _UNARY = {operator.neg: "-", operator.pos: "+", operator.invert: "~", operator.not_: "not "}
 _PRECEDENCE: dict[Any, int] = {
     operator.pow: 8,
@@ -140,6 +145,13 @@ def regenerate_forward(
     instance = capture.module
     if instance is None:
         raise Unavailable(f"`{cls}` could not be built")
+    owner = text.class_def(original.tree, cls)
+    if not text.contains(
+        original.doc.source.node_span(owner), original.doc.source.node_span(forward)
+    ):
+        raise Unavailable(
+            f"`{cls}` inherits `forward`: editing it would change every class that shares it"
+        )
     return _Regenerator(original, forward, base, gm, instance).edits()
 
 
@@ -186,22 +198,28 @@ class _Regenerator:
 
     # ------------------------------------------------------------------ matching
 
-    def _kept(self) -> dict[torch.fx.Node, torch.fx.Node]:
-        """New node → the original node it is identical to (same name, op, target and
-        arguments, arguments themselves kept)."""
+    def _counterparts(self) -> dict[torch.fx.Node, torch.fx.Node]:
+        """New node → the original node of the same name, op and target (its arguments may
+        differ)."""
         old_by_name = {n.name: n for n in self.before.graph.nodes}
-        kept: dict[torch.fx.Node, torch.fx.Node] = {}
-        back: dict[torch.fx.Node, torch.fx.Node] = {}
+        out: dict[torch.fx.Node, torch.fx.Node] = {}
         for node in self.after.graph.nodes:
             old = old_by_name.get(node.name)
-            if old is None or old.op != node.op or not _same_target(old, node):
-                continue
-            if old in back:
-                continue
-            if _same_args((node.args, node.kwargs), (old.args, old.kwargs), kept):
-                kept[node] = old
-                back[old] = node
-        return kept
+            if old is not None and old.op == node.op and _same_target(old, node):
+                out[node] = old
+        return out
+
+    def _kept(
+        self, counterparts: dict[torch.fx.Node, torch.fx.Node]
+    ) -> dict[torch.fx.Node, torch.fx.Node]:
+        """The counterparts whose arguments are the same (arguments compared by counterpart:
+        a statement that reads a variable stays right when the variable holds the
+        counterpart of what it held, which the printer checks)."""
+        return {
+            node: old
+            for node, old in counterparts.items()
+            if _same_args((node.args, node.kwargs), (old.args, old.kwargs), counterparts)
+        }
 
     def _statement_of(self, node: torch.fx.Node) -> _Statement | None:
         span = node.meta.get(CALL_SITE_KEY) or node.meta.get(SPAN_KEY)
@@ -215,8 +233,10 @@ class _Regenerator:
     # ------------------------------------------------------------------ the edits
 
     def edits(self) -> list[TextEdit]:
-        kept = self._kept()
+        counterparts = self._counterparts()
+        kept = self._kept(counterparts)
         old_kept = {old: new for new, old in kept.items()}
+        self.old_counterpart = {old: new for new, old in counterparts.items()}
         where: dict[torch.fx.Node, _Statement] = {}
         for node in self.before.graph.nodes:
             if node.op == "placeholder":
@@ -333,8 +353,17 @@ class _Regenerator:
             raise Unavailable(f"the statement at line {line} is not one fxls rewrites")
         seen: dict[tuple[Any, ...], int] = {}
         for n in stmt.nodes:
+            stack = n.meta.get("nn_module_stack") or {}
+            for path, _kind in list(stack.values()):
+                if n.op == "call_module" and path == n.target:
+                    continue
+                shown = _self_path(self.instance, str(path)) if path else "a submodule"
+                raise Unavailable(
+                    f"line {line} runs `{shown}`, which was traced through: writing the graph "
+                    "back would inline it"
+                )
             inner = n.meta.get(SPAN_KEY)
-            if isinstance(inner, Span) and not text.contains(self.forward_span, inner):
+            if isinstance(inner, Span) and not text.contains(stmt.span, inner):
                 raise Unavailable(
                     f"line {line} calls code that was traced through (line {inner.line}): "
                     "writing the graph back would inline it"
@@ -509,14 +538,14 @@ class _Printer:
             held = self._expected(stmt, name)
             if held is None:
                 continue
-            want = old_kept.get(held)
+            want = self.regen.old_counterpart.get(held)
             if want is None or env_before.get(name) is not want:
                 raise Unavailable(
                     f"line {stmt.span.line} is kept but reads `{name}`, which the change "
                     "computes differently"
                 )
         for name, bound in stmt.binds.items():
-            counterpart = old_kept.get(bound)
+            counterpart = self.regen.old_counterpart.get(bound)
             if counterpart is not None:
                 self._bind(name, counterpart)
             else:
@@ -560,12 +589,69 @@ class _Printer:
             if name is None:
                 lines.append(expr)
             else:
-                lines.append(f"{name} = {expr}")
+                lines.append(self._augmented(stmt, name, node, inline) or f"{name} = {expr}")
                 self._bind(name, node)
             self.done.add(node)
         if out is not None:
             value = out.args[0] if out.args else None
-            lines.append(f"return {self._value(value, inline)}")
+            shown = self._value(value, inline)
+            if isinstance(value, tuple) and len(value) > 1:
+                shown = shown[1:-1]  # return a, b
+            lines.append(f"return {shown}")
+        else:
+            lines.extend(self._keep_alive(stmt))
+        return lines
+
+    def _augmented(
+        self, stmt: _Statement, name: str, node: torch.fx.Node, inline: dict[torch.fx.Node, str]
+    ) -> str | None:
+        """``x += y`` for a changed ``x += ...`` that still adds to ``x``."""
+        aug = stmt.node
+        if not (isinstance(aug, ast.AugAssign) and isinstance(aug.target, ast.Name)):
+            return None
+        symbol = _AUGMENTED.get(type(aug.op))
+        if (
+            aug.target.id != name
+            or node.op != "call_function"
+            or _BINARY.get(node.target) != symbol  # type: ignore[call-overload, arg-type]
+            or len(node.args) != 2
+            or node.kwargs
+            or not isinstance(node.args[0], torch.fx.Node)
+            or self.name_of.get(node.args[0]) != name
+        ):
+            return None
+        return f"{name} {symbol}= {self._value(node.args[1], inline)}"
+
+    def _keep_alive(self, stmt: _Statement) -> list[str]:
+        """Aliases for values a later changed statement needs whose variable a statement kept
+        before it overwrites (``b = a`` when ``b``'s own computation was merged into ``a``)."""
+        later = self.regen.statements[stmt.index + 1 :]
+        lines: list[str] = []
+        for node, name in list(self.name_of.items()):
+            needed = any(
+                u not in self.done and (u.op == "output" or self.slot_of.get(u, -1) > stmt.index)
+                for u in node.users
+            )
+            if not needed:
+                continue
+            for kept in later:
+                if kept.dirty:
+                    if any(self.slot_of.get(u) == kept.index for u in node.users):
+                        break  # used before anything overwrites it
+                    continue
+                if name not in _stored_names(kept.node):
+                    continue
+                if isinstance(kept.node, ast.AugAssign):
+                    raise Unavailable(
+                        f"line {kept.span.line} changes `{name}` in place, and the change "
+                        "shares that value"
+                    )
+                free = [b for b in stmt.binds if b not in self.holds or not self._busy(b, node)]
+                alias = free[0] if free else self._fresh(node.name)
+                lines.append(f"{alias} = {name}")
+                self._bind(alias, node)
+                self.holds[name] = node
+                break
         return lines
 
     def _inlinable(self, node: torch.fx.Node, stmt: _Statement, out: torch.fx.Node | None) -> bool:

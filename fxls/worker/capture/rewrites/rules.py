@@ -24,6 +24,7 @@ import copy
 import inspect
 import linecache
 import os
+import signal
 import types
 import warnings
 from collections.abc import Callable
@@ -55,6 +56,8 @@ from fxls.worker.capture.tracer import SPAN_KEY
 PATTERN = "pattern_"
 REPLACEMENT = "replacement_"
 MODULE_NAME = "__fxls_rules__"
+MAX_NAME = 100
+"""Longer function names are not rules."""
 MAX_MATCHES = 50
 """Matches reported per rule and class."""
 
@@ -75,10 +78,43 @@ class Loaded:
     """Why rules did not load, at lines of the rules file."""
 
 
+LOAD_SECONDS = 3.0
+"""Executing the rules file and tracing its pairs may take this long; a file that hangs is
+an FX361 instead of costing every capture its whole time limit."""
+
+
+class RulesTooSlow(BaseException):
+    """Raised by the alarm in the middle of the rules' own code (not an ``Exception``, so
+    nothing in between catches it)."""
+
+
 def load(rules: RulesFile) -> Loaded:
     """Execute the rules file and trace each pair (never raises for problems in the file)."""
     out = Loaded()
     src = SourceText(rules.source)
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise RulesTooSlow(f"executing and tracing the rules took longer than {LOAD_SECONDS:g} s")
+
+    try:
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+    except ValueError:  # not the main thread: no time limit of its own
+        _load(rules, src, out)
+        return out
+    signal.setitimer(signal.ITIMER_REAL, LOAD_SECONDS)
+    try:
+        _load(rules, src, out)
+    except RulesTooSlow as exc:
+        where = _where(exc, rules.path, src) or src.line_span(1)
+        out.rules = []
+        out.diagnostics.append(catalogue.FX361(where, error=str(exc)).diagnostic())
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    return out
+
+
+def _load(rules: RulesFile, src: SourceText, out: Loaded) -> None:
     linecache.cache[rules.path] = (
         len(rules.source),
         None,
@@ -92,15 +128,17 @@ def load(rules: RulesFile) -> Loaded:
         out.diagnostics.append(
             catalogue.FX361(src.line_span(line), error=f"SyntaxError: {exc.msg}").diagnostic()
         )
-        return out
+        return
     module = types.ModuleType(MODULE_NAME)
     module.__file__ = rules.path
     try:
         exec(code, module.__dict__)
+    except RulesTooSlow:
+        raise
     except BaseException as exc:  # user code: SystemExit and friends too
         where = _where(exc, rules.path, src) or src.line_span(1)
         out.diagnostics.append(catalogue.FX361(where, error=one_line(exc)).diagnostic())
-        return out
+        return
     functions = {
         name: value
         for name, value in vars(module).items()
@@ -110,8 +148,8 @@ def load(rules: RulesFile) -> Loaded:
         is_pattern = name.startswith(PATTERN)
         rule = name[len(PATTERN) :] if is_pattern else name[len(REPLACEMENT) :]
         other = f"{REPLACEMENT if is_pattern else PATTERN}{rule}"
-        if not rule:
-            continue
+        if not rule or not name.isidentifier() or len(name) > MAX_NAME:
+            continue  # only plain function names (a name put in globals() could be anything)
         if other not in functions:
             out.diagnostics.append(
                 catalogue.FX362(_def_span(fn, rules.path, src), function=name, missing=other)
@@ -124,7 +162,6 @@ def load(rules: RulesFile) -> Loaded:
         traced = _trace_pair(rule, fn, replacement, rules.path, src, out)
         if traced is not None:
             out.rules.append(Rule(rule, fn, replacement, traced))
-    return out
 
 
 def _trace_pair(

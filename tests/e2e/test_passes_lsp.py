@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import re
 import sys
 import time
@@ -206,3 +207,12 @@ def test_fxls_check_reports_pass_diagnostics(run_fxls: RunFxls) -> None:
             )
     good = run_fxls("check", str(FIXTURES / "good.py"))
     assert good.returncode == 0 and "FX35" not in good.stdout
+    assert (
+        "  pass functional_relu (line 22): ok · 5 → 5 nodes: 1 added · 0 removed · 1 replaced"
+        in (good.stdout)
+    )
+    doc = json.loads(run_fxls("check", str(FIXTURES / "good.py"), "--json").stdout)
+    (run,) = doc["modules"][0]["passes"]
+    assert (run["function"], run["status"], run["replaced"]) == ("functional_relu", "ok", 1)
+    assert {"kind": "replaced", "node": "relu", "op": "call_function", "target": "torch.relu",
+            "by": "relu_1", "line": 17} in run["changes"]  # fmt: skip

@@ -381,3 +381,66 @@ def test_an_inherited_forward_and_local_helpers_are_not_rewritten(tmp_path) -> N
         _regenerate(tmp_path, INHERITED, "Base", _first_relu_to_sigmoid)
     edited = _regenerate(tmp_path, INHERITED, "Base", _last_relu_to_sigmoid)
     assert edited == INHERITED.replace("return torch.relu(y)", "return torch.sigmoid(y)")
+
+
+HEADS = """import torch
+from torch import nn
+
+EPS = 1e-6
+
+
+class Heads(nn.Module):
+    def __init__(self, n_head: int = 2):
+        super().__init__()
+        self.n_head = n_head
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q = self.proj(x).view(B, T, self.n_head, C // self.n_head)
+        scale = 1.0 / self.n_head
+        q = q * scale + EPS
+        return q.transpose(1, 2)
+"""
+
+
+def test_attributes_the_graph_holds_as_numbers_are_written_as_attributes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def reshape(gm: torch.fx.GraphModule) -> None:
+        next(n for n in gm.graph.nodes if n.target == "view").target = "reshape"
+
+    edited = _regenerate(tmp_path, HEADS, "Heads", reshape)
+    assert edited == HEADS.replace(".view(B, T,", ".reshape(B, T,")
+
+
+def test_locals_the_graph_holds_as_numbers_are_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def divide(gm: torch.fx.GraphModule) -> None:
+        next(n for n in gm.graph.nodes if n.target is operator.mul).target = operator.truediv
+
+    with pytest.raises(Unavailable, match="reads `scale`, a Python value"):
+        _regenerate(tmp_path, HEADS, "Heads", divide)
+
+
+def test_an_attribute_that_is_none_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    source = """import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Norm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(4))
+        self.bias = None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+"""
+    with pytest.raises(Unavailable, match=r"`self\.bias`, which is None"):
+        _regenerate(tmp_path, source, "Norm", _negate_output)
+
+
+def _negate_output(gm: torch.fx.GraphModule) -> None:
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    with gm.graph.inserting_before(out):
+        neg = gm.graph.call_function(operator.neg, (out.args[0],))
+    out.args = (neg,)

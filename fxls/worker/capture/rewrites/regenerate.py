@@ -16,10 +16,13 @@ rewrite, a user pass), and writes the difference back into the class's ``forward
 It refuses (:class:`~fxls.worker.capture.rewrites.base.Unavailable`, with the reason for
 people) whenever the printed code would not be the user's program with the change and nothing
 else: a changed statement inside a loop or branch (the graph holds one unrolled or specialized
-path), a changed node traced through a helper or a submodule's ``forward`` (printing it would
-inline that code), frozen tensor constants (``_tensor_constant0``), attributes or submodules the
-original instance does not have, and a BatchNorm folded into the layer before it (the weights
-change, so the edited source would run with the wrong ones).
+path), a changed node traced through a helper, a submodule's ``forward`` or a container
+(printing it would inline that code), a changed statement reading a plain Python value the graph
+holds only as a constant (a local, an attribute that is None, an argument fixed while tracing;
+scalar attributes and module constants are written back by name), frozen tensor constants
+(``_tensor_constant0``), attributes or submodules the original instance does not have, an
+inherited ``forward``, and a BatchNorm folded into the layer before it (the weights change, so
+the edited source would run with the wrong ones).
 
 The edits are for :class:`~fxls.worker.capture.rewrites.base.Proposal` and go through the usual
 verification (numeric comparison of the edited class with the original).
@@ -34,7 +37,7 @@ import keyword
 import math
 import operator
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -192,6 +195,18 @@ class _Regenerator:
             a.arg for a in ast.walk(forward.args) if isinstance(a, ast.arg)
         }
         self.taken |= set(dir(builtins)) | set(self.namespace)
+        self.params = {a.arg for a in ast.walk(forward.args) if isinstance(a, ast.arg)}
+        self.locals = _stored_names(forward) | self.params
+        """Names ``forward`` binds: the graph holds their plain Python values as constants."""
+        self.fixed = {
+            self.param_name(n)
+            for n in before.graph.nodes
+            if n.op == "placeholder" and any(_is_guard(u) for u in n.users)
+        }
+        """Parameters traced with a fixed value (``concrete_args``)."""
+        self.stands_for: dict[torch.fx.Node, torch.fx.Node] = {}
+        """Removed original node → the new node read in its place (:meth:`_stands_for`)."""
+        self.old_counterpart: dict[torch.fx.Node, torch.fx.Node] = {}
         code = self.src.text(self.forward_span)
         self.double_quotes = code.count('"') >= code.count("'")
         """Strings are written with the quotes ``forward`` uses most."""
@@ -212,14 +227,37 @@ class _Regenerator:
     def _kept(
         self, counterparts: dict[torch.fx.Node, torch.fx.Node]
     ) -> dict[torch.fx.Node, torch.fx.Node]:
-        """The counterparts whose arguments are the same (arguments compared by counterpart:
-        a statement that reads a variable stays right when the variable holds the
-        counterpart of what it held, which the printer checks)."""
+        """The counterparts whose arguments are the same, compared by counterpart, or by what
+        stands for a removed node (:meth:`_stands_for`): a statement that reads a variable
+        stays right when the variable holds what stands for what it held, which the printer
+        checks."""
+        self.stands_for = self._stands_for(counterparts)
+        same = _Same(counterparts, self.stands_for)
         return {
             node: old
             for node, old in counterparts.items()
-            if _same_args((node.args, node.kwargs), (old.args, old.kwargs), counterparts)
+            if same.args((node.args, node.kwargs), (old.args, old.kwargs))
         }
+
+    def _stands_for(
+        self, counterparts: dict[torch.fx.Node, torch.fx.Node]
+    ) -> dict[torch.fx.Node, torch.fx.Node]:
+        """Removed original node → the one new node every counterpart of its users reads in
+        its place (the input of a removed dropout, a rule's replacement)."""
+        alive = set(counterparts.values())
+        found: dict[torch.fx.Node, torch.fx.Node | None] = {}
+        for new, old in counterparts.items():
+            pairs: list[tuple[torch.fx.Node, torch.fx.Node]] = []
+            if not _node_pairs((new.args, new.kwargs), (old.args, old.kwargs), pairs):
+                continue
+            for new_arg, old_arg in pairs:
+                if old_arg in alive or counterparts.get(new_arg) is old_arg:
+                    continue
+                if old_arg in found and found[old_arg] is not new_arg:
+                    found[old_arg] = None  # read as different values: no single stand-in
+                else:
+                    found[old_arg] = new_arg
+        return {old: new for old, new in found.items() if new is not None}
 
     def _statement_of(self, node: torch.fx.Node) -> _Statement | None:
         span = node.meta.get(CALL_SITE_KEY) or node.meta.get(SPAN_KEY)
@@ -246,9 +284,7 @@ class _Regenerator:
                 if node.op in ("get_attr", "output"):
                     continue
                 if node not in old_kept:
-                    raise Unavailable(
-                        f"the changed node `{node.name}` has no place in `forward`'s source"
-                    )
+                    raise Unavailable(self._placeless(node))
                 continue
             where[node] = stmt
             stmt.nodes.append(node)
@@ -270,9 +306,7 @@ class _Regenerator:
             if stmt is None and node.op == "output":
                 stmt = self._return_statement()
             if stmt is None:
-                raise Unavailable(
-                    f"the changed node `{node.name}` has no place in `forward`'s source"
-                )
+                raise Unavailable(self._placeless(node))
             stmt.dirty = True
         dirty = [s for s in self.statements if s.dirty]
         for stmt in dirty:
@@ -281,6 +315,25 @@ class _Regenerator:
             if node.op == "placeholder" and node not in kept:
                 raise Unavailable("the transformation changed `forward`'s parameters")
         return self._emit(kept, old_kept, where, out_new)
+
+    def param_name(self, node: torch.fx.Node) -> str:
+        """The ``forward`` parameter a placeholder stands for (FX may suffix it: ``mask_1``)."""
+        name = str(node.target).lstrip("*")
+        if name not in self.params:
+            base = re.sub(r"_\d+$", "", name)
+            if base in self.params:
+                return base
+        return name
+
+    def _placeless(self, node: torch.fx.Node) -> str:
+        """Why a node outside every statement of ``forward`` cannot be written back."""
+        span = node.meta.get(SPAN_KEY)
+        if isinstance(span, Span) and not text.contains(self.forward_span, span):
+            return (
+                f"`{node.name}` is computed by code that was traced through (line {span.line}): "
+                "writing the graph back would inline it"
+            )
+        return f"`{node.name}` has no place in the source of `forward`"
 
     def _return_statement(self) -> _Statement | None:
         last = self.statements[-1] if self.statements else None
@@ -293,7 +346,7 @@ class _Regenerator:
         env: dict[str, torch.fx.Node] = {}
         for node in self.before.graph.nodes:
             if node.op == "placeholder":
-                env[str(node.target).lstrip("*")] = node
+                env[self.param_name(node)] = node
         for stmt in self.statements:
             inside = set(stmt.nodes)
             escaping = [
@@ -416,7 +469,9 @@ class _Regenerator:
                 avail[node] = stmt.index
                 continue
             if old is not None and stmt is None:
-                raise Unavailable(f"`{node.name}` has no place in `forward`'s source")
+                if not node.users or _is_guard(node):
+                    continue  # a guard of a fixed argument, or a value nothing reads
+                raise Unavailable(self._placeless(old))
             need = max([avail.get(i, -1) for i in node.all_input_nodes] or [-1])
             if stmt is None:
                 # a changed node stays at the statement that computed it before
@@ -471,7 +526,7 @@ class _Regenerator:
             if len(block) == 1:
                 return TextEdit(span, "pass")
             return TextEdit(Span(span.line, 0, span.end_line + 1, 0), "")
-        body = lines[0] + after.rstrip() + "".join(nl + pad + line for line in lines[1:])
+        body = lines[0] + "".join(nl + pad + line for line in lines[1:])
         return TextEdit(Span(span.line, span.col, span.end_line, span.end_col), body)
 
     def _check_attributes(self, emitted: list[torch.fx.Node], out: torch.fx.Node) -> None:
@@ -516,11 +571,15 @@ class _Printer:
         self.done: set[torch.fx.Node] = set()
         for node in regen.after.graph.nodes:
             if node.op == "placeholder":
-                name = str(node.target).lstrip("*")
+                name = regen.param_name(node)
                 self.holds[name] = node
                 self.name_of[node] = name
                 self.done.add(node)
-        self.kept_reads: dict[int, set[torch.fx.Node]] = {}
+        self.values: dict[tuple[type, Any], str | None] = {}
+        """Plain Python values the statement being printed reads, by value."""
+        self.used_values: set[str] = set()
+        self.pending: dict[torch.fx.Node, str] = {}
+        """Values of the statement being printed that are written inside their user."""
 
     # -- kept statements
 
@@ -538,14 +597,14 @@ class _Printer:
             held = self._expected(stmt, name)
             if held is None:
                 continue
-            want = self.regen.old_counterpart.get(held)
+            want = self.regen.old_counterpart.get(held) or self.regen.stands_for.get(held)
             if want is None or env_before.get(name) is not want:
                 raise Unavailable(
                     f"line {stmt.span.line} is kept but reads `{name}`, which the change "
                     "computes differently"
                 )
         for name, bound in stmt.binds.items():
-            counterpart = self.regen.old_counterpart.get(bound)
+            counterpart = self.regen.old_counterpart.get(bound) or self.regen.stands_for.get(bound)
             if counterpart is not None:
                 self._bind(name, counterpart)
             else:
@@ -558,7 +617,7 @@ class _Printer:
         """The original node variable ``name`` holds when ``stmt`` starts."""
         found: torch.fx.Node | None = None
         for node in self.regen.before.graph.nodes:
-            if node.op == "placeholder" and str(node.target).lstrip("*") == name:
+            if node.op == "placeholder" and self.regen.param_name(node) == name:
                 found = node
         for earlier in self.regen.statements[: stmt.index]:
             if name in earlier.binds:
@@ -579,6 +638,9 @@ class _Printer:
     def slot(self, stmt: _Statement, out: torch.fx.Node | None) -> list[str]:
         nodes = [n for n, s in self.slot_of.items() if s == stmt.index]
         inline: dict[torch.fx.Node, str] = {}
+        self.pending = inline
+        self.values = self._python_values(stmt)
+        self.used_values = set()
         lines: list[str] = []
         for node in nodes:
             expr = self._expr(node, inline)
@@ -600,7 +662,63 @@ class _Printer:
             lines.append(f"return {shown}")
         else:
             lines.extend(self._keep_alive(stmt))
+        for text_ in sorted({t for t in self.values.values() if t is not None} - self.used_values):
+            raise Unavailable(
+                f"line {stmt.span.line} uses `{text_}`, which the graph holds only as the "
+                "number it computed: writing it back would hard-code it"
+            )
+        self.values = {}
         return lines
+
+    def _python_values(self, stmt: _Statement) -> dict[tuple[type, Any], str | None]:
+        """Plain Python values a changed statement reads (``self.n_head``, a module-level
+        ``EPS``): the graph holds their values as constants, which are written back as these
+        names again (``None`` for a value two of them, or a literal of the statement, share).
+        Locals the graph does not hold, and attributes that are None, are refused."""
+        regen = self.regen
+        found: dict[tuple[type, Any], str | None] = {}
+        literals = {
+            (type(v), v) for v in _literals(stmt.node) if isinstance(v, (bool, int, float, str))
+        }
+
+        def add(shown: str, value: Any) -> None:
+            if value is None:
+                raise Unavailable(
+                    f"line {stmt.span.line} reads `{shown}`, which is None in the instance fxls "
+                    "built: the graph left it out, so writing it back would hard-code that"
+                )
+            if not isinstance(value, (bool, int, float, str)):
+                raise Unavailable(
+                    f"line {stmt.span.line} reads `{shown}` ({type(value).__name__}), which the "
+                    "graph holds only as a constant"
+                )
+            key = (type(value), value)
+            found[key] = None if key in found or key in literals else shown
+
+        for chain, value in _self_reads(stmt.node, regen.instance):
+            add(chain, value)
+        for node in ast.walk(stmt.node):
+            if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+                continue
+            name = node.id
+            if name in regen.fixed:
+                raise Unavailable(
+                    f"line {stmt.span.line} reads `{name}`, which was fixed while tracing: "
+                    "writing the graph back would hard-code it"
+                )
+            if self._expected(stmt, name) is not None or name == "self":
+                continue
+            if name in regen.locals:
+                raise Unavailable(
+                    f"line {stmt.span.line} reads `{name}`, a Python value the graph holds only "
+                    "as a constant: writing the graph back would hard-code it"
+                )
+            value = regen.namespace.get(name, getattr(builtins, name, None))
+            if isinstance(value, (bool, int, float, str)) or (
+                value is None and name in regen.namespace
+            ):
+                add(name, value)
+        return found
 
     def _augmented(
         self, stmt: _Statement, name: str, node: torch.fx.Node, inline: dict[torch.fx.Node, str]
@@ -665,7 +783,7 @@ class _Printer:
 
     def _wanted_name(self, node: torch.fx.Node, stmt: _Statement) -> str | None:
         for name, old in stmt.binds.items():
-            if old.name == node.name:
+            if old.name == node.name or self.regen.stands_for.get(old) is node:
                 return name
         return None
 
@@ -700,7 +818,13 @@ class _Printer:
         held = self.holds.get(name)
         if held is None or held is node:
             return False
-        return any(u not in self.done and u is not node for u in held.users)
+        return any(u not in self.done and not self._feeds(u, node) for u in held.users)
+
+    def _feeds(self, user: torch.fx.Node, node: torch.fx.Node) -> bool:
+        """Whether ``user`` is ``node`` or written inside it (inlined, not yet emitted)."""
+        while user is not node and user in self.pending:
+            (user,) = user.users
+        return user is node
 
     def _fresh(self, base: str) -> str:
         base = re.sub(r"\W", "_", base) or "v"
@@ -728,6 +852,15 @@ class _Printer:
     def _constant(
         self, value: Any, inline: dict[torch.fx.Node, str], *, index: bool = False
     ) -> str:
+        if isinstance(value, (bool, int, float, str)) and (type(value), value) in self.values:
+            shown = self.values[(type(value), value)]
+            if shown is None:
+                raise Unavailable(
+                    f"the constant {value!r} could come from several names or literals of the "
+                    "statement: fxls cannot tell which to write"
+                )
+            self.used_values.add(shown)
+            return shown
         if isinstance(value, str):
             shown = repr(value)
             if self.regen.double_quotes and shown.startswith("'") and '"' not in value:
@@ -820,7 +953,8 @@ class _Printer:
             return f"{self._operand(args[0], inline)}[{self._value(args[1], inline, index=True)}]"
         if target is builtins.getattr and len(args) == 2 and isinstance(args[1], str):
             return f"{self._operand(args[0], inline)}.{args[1]}"
-        return f"{self._callable(target)}({self._args(args, _given(target, kwargs), inline)})"
+        given = _given(target, kwargs, keep=lambda v: (type(v), v) in self.values)
+        return f"{self._callable(target)}({self._args(args, given, inline)})"
 
     def _callable(self, target: Any) -> str:
         ns = self.regen.namespace
@@ -869,17 +1003,59 @@ def _same_target(a: torch.fx.Node, b: torch.fx.Node) -> bool:
     return a.target is b.target
 
 
-def _same_args(new: Any, old: Any, kept: dict[torch.fx.Node, torch.fx.Node]) -> bool:
+class _Same:
+    """Argument comparison through counterparts and stand-ins."""
+
+    def __init__(
+        self,
+        counterparts: dict[torch.fx.Node, torch.fx.Node],
+        stands_for: dict[torch.fx.Node, torch.fx.Node],
+    ):
+        self.counterparts = counterparts
+        self.stands_for = stands_for
+
+    def args(self, new: Any, old: Any) -> bool:
+        if isinstance(new, torch.fx.Node) and isinstance(old, torch.fx.Node):
+            return self.counterparts.get(new) is old or self.stands_for.get(old) is new
+        return _same_args(new, old, self.counterparts, self.args)
+
+
+def _node_pairs(new: Any, old: Any, out: list[tuple[torch.fx.Node, torch.fx.Node]]) -> bool:
+    """(new node, original node) at the same places of two argument structures; False when
+    the structures differ elsewhere."""
+    if isinstance(new, torch.fx.Node) and isinstance(old, torch.fx.Node):
+        out.append((new, old))
+        return True
+
+    def collect(a: Any, b: Any) -> bool:
+        return _node_pairs(a, b, out)
+
+    return _same_args(new, old, {}, collect)
+
+
+def _same_args(
+    new: Any,
+    old: Any,
+    kept: dict[torch.fx.Node, torch.fx.Node],
+    inner: Any = None,
+) -> bool:
+    """Equal argument structures; nodes compared by ``kept`` (or by ``inner`` for every
+    element, which then decides about nodes)."""
+    if inner is not None and (isinstance(new, torch.fx.Node) or isinstance(old, torch.fx.Node)):
+        if isinstance(new, torch.fx.Node) and isinstance(old, torch.fx.Node):
+            return bool(inner(new, old))
+        return False
+    recurse = inner or (lambda a, b: _same_args(a, b, kept))
     if isinstance(new, torch.fx.Node) or isinstance(old, torch.fx.Node):
         return isinstance(new, torch.fx.Node) and kept.get(new) is old
     if type(new) is not type(old):
         return False
     if isinstance(new, (tuple, list)):
-        return len(new) == len(old) and all(_same_args(a, b, kept) for a, b in zip(new, old))
+        return len(new) == len(old) and all(recurse(a, b) for a, b in zip(new, old))
     if isinstance(new, dict):
-        return new.keys() == old.keys() and all(_same_args(new[k], old[k], kept) for k in new)
+        return new.keys() == old.keys() and all(recurse(new[k], old[k]) for k in new)
     if isinstance(new, slice):
-        return _same_args((new.start, new.stop, new.step), (old.start, old.stop, old.step), kept)
+        return recurse((new.start, new.stop, new.step), (old.start, old.stop, old.step))
     if isinstance(new, torch.Tensor):
         return new is old
     try:
@@ -898,9 +1074,11 @@ def _unpacked(nodes: list[torch.fx.Node], count: int) -> list[torch.fx.Node] | N
     return [by_index[i] for i in range(count)]
 
 
-def _given(target: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+def _given(
+    target: Any, kwargs: dict[str, Any], keep: Callable[[Any], bool] = lambda v: False
+) -> dict[str, Any]:
     """``kwargs`` without those equal to the function's default: ``torch.nn.functional``
-    records every argument as given (``inplace=False``)."""
+    records every argument as given (``inplace=False``); ``keep`` says which to write anyway."""
     try:
         params = inspect.signature(inspect.unwrap(target)).parameters
     except (TypeError, ValueError):
@@ -911,6 +1089,7 @@ def _given(target: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
         default = param.default if param is not None else inspect.Parameter.empty
         if (
             default is not inspect.Parameter.empty
+            and not _keep_safely(keep, value)
             and type(default) is type(value)
             and not isinstance(value, torch.fx.Node)
             and _same_args(value, default, {})
@@ -918,6 +1097,68 @@ def _given(target: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
             continue
         out[key] = value
     return out
+
+
+def _is_guard(node: torch.fx.Node) -> bool:
+    """FX's check of an argument traced with a fixed value (``concrete_args``)."""
+    return node.op == "call_function" and getattr(node.target, "__name__", "") in (
+        "_assert_is_none",
+    )
+
+
+def _keep_safely(keep: Callable[[Any], bool], value: Any) -> bool:
+    try:
+        return bool(keep(value))
+    except TypeError:  # unhashable
+        return False
+
+
+def _literals(stmt: ast.AST) -> list[Any]:
+    """The constants written in ``stmt`` (``-1`` as -1)."""
+    out: list[Any] = []
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            inner = node.operand
+            if isinstance(inner, ast.Constant) and isinstance(inner.value, (int, float)):
+                out.append(-inner.value)
+        elif isinstance(node, ast.Constant):
+            out.append(node.value)
+    return out
+
+
+def _self_reads(stmt: ast.AST, instance: nn.Module) -> list[tuple[str, Any]]:
+    """``self.a.b`` reads of ``stmt`` that reach a plain Python value (not a module, tensor or
+    method), with that value on ``instance``."""
+    out: list[tuple[str, Any]] = []
+    for node in ast.walk(stmt):
+        chain: list[str] = []
+        cur: ast.expr = node  # type: ignore[assignment]
+        while isinstance(cur, ast.Attribute):
+            chain.append(cur.attr)
+            cur = cur.value
+        if not (isinstance(cur, ast.Name) and cur.id == "self" and chain):
+            continue
+        if not isinstance(node, ast.Attribute):
+            continue
+        chain.reverse()
+        value: Any = instance
+        for i, attr in enumerate(chain):
+            try:
+                value = getattr(value, attr)
+            except Exception:
+                break
+            if isinstance(value, torch.Tensor):
+                break  # read through a tensor: traced
+            if isinstance(value, nn.Module) or callable(value):
+                continue
+            if i == len(chain) - 1 or not isinstance(value, (bool, int, float, str)):
+                out.append(("self." + ".".join(chain[: i + 1]), value))
+            break
+    # a chain is read once per outermost attribute: drop the shorter prefixes ast.walk met
+    seen: dict[str, Any] = {}
+    for shown, value in out:
+        seen.setdefault(shown, value)
+    return list(seen.items())
 
 
 def _uses(user: torch.fx.Node, node: torch.fx.Node) -> int:

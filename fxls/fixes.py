@@ -8,7 +8,8 @@ Shared by the language server (code actions) and ``fxls check --fix``; no LSP ty
   FX360 a user rule that matches),
   fast and without the worker;
   :func:`refactors_at` the refactors at a position (name every argument of a call, use
-  ``F.scaled_dot_product_attention`` for a hand-written attention).
+  ``F.scaled_dot_product_attention`` for a hand-written attention, apply a user pass to the
+  source on its ``def`` line).
 - :func:`compute` sends them to the worker as one ``rewrite`` job, which computes each edit and
   verifies it in the sandbox (``fxls.worker.capture.rewrites``).
 - :func:`minimal_edits` turns an edited text back into the smallest edits (difflib), so that
@@ -308,7 +309,7 @@ def refactors_at(analysis: FileAnalysis, text: str, line: int, col: int) -> list
                 cls = owner.name
             if best is None or best[1] != span:
                 best = (cls, span, call)
-    found = _attention_at(analysis, line, col)
+    found = _attention_at(analysis, line, col) + _passes_at(analysis, text, line)
     if best is None:
         return found
     cls, span, call = best
@@ -324,6 +325,32 @@ def refactors_at(analysis: FileAnalysis, text: str, line: int, col: int) -> list
         ),
         *found,
     ]
+
+
+def _passes_at(analysis: FileAnalysis, text: str, line: int) -> list[Candidate]:
+    """ "Apply `fuse` to `Net`" on the ``def`` line of a user pass that ran cleanly on a class
+    and changed its graph (``# fxls: pass Net``)."""
+    out = []
+    for mod in analysis.modules:
+        for run in mod.passes:
+            changed = run.added or run.removed or run.replaced
+            if run.line != line or run.status != "ok" or not changed:
+                continue
+            src = SourceText(text)
+            start = src.line(line).find(run.function)
+            span = Span(line, max(start, 0), line, max(start, 0) + len(run.function))
+            out.append(
+                Candidate(
+                    id=f"pass:{mod.name}:{run.function}:{line}",
+                    kind="pass",
+                    cls=mod.name,
+                    span=span,
+                    title=f"Apply `{run.function}` to `{mod.name}`",
+                    category="refactor",
+                    params={"pass": run.function, "line": line},
+                )
+            )
+    return out
 
 
 def _attention_at(analysis: FileAnalysis, line: int, col: int) -> list[Candidate]:

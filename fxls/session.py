@@ -23,7 +23,15 @@ from pygls.lsp.server import LanguageServer
 
 from fxls import engine, fixes
 from fxls.documents import MAX_DOCUMENT_CHARS, Analysed, Document, DocumentStore
-from fxls.features import code_actions, code_lens, convert, diagnostics, hover, inlay_hints
+from fxls.features import (
+    code_actions,
+    code_lens,
+    convert,
+    diagnostics,
+    hover,
+    inlay_hints,
+    pass_hover,
+)
 from fxls.protocol import catalogue
 from fxls.protocol.model import FixOutcome, FixRequest, Span
 from fxls.settings import (
@@ -478,10 +486,12 @@ class Session:
         old_line = line_map.to_analysed(line)
         if old_line is None:
             return None
-        analysis = result.analysis
-        text = hover.hover_text(
+        analysis, old_lines = result.analysis, result.text.split("\n")
+        text = pass_hover.hover_text(
+            analysis.modules, old_lines, old_line, col, style=self.hover_style
+        ) or hover.hover_text(
             analysis.modules,
-            result.text.split("\n"),
+            old_lines,
             old_line,
             col,
             isolation=analysis.isolation,

@@ -38,8 +38,14 @@ from fxls.worker.capture.reporting import error_info, line_span, one_line, user_
 
 
 def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
-    """Execute ``job.source`` and capture each requested class (see :func:`capture_document`)."""
-    return capture_document(job, report_phase)[1]
+    """Execute ``job.source`` and capture each requested class (see :func:`capture_document`),
+    then run the user passes of the classes that have ``# fxls: pass`` functions."""
+    doc, result = capture_document(job, report_phase)
+    if result.error is None and any(req.passes for req in job.classes):
+        from fxls.worker.capture.passes import run_passes
+
+        run_passes(doc, job.classes, result.modules, report_phase)
+    return result
 
 
 def capture_document(

@@ -67,7 +67,7 @@ _DYNAMIC_NAMES = frozenset(
     }
 )
 """Builtins through which a function reaches names the graph cannot see."""
-_DYNAMIC_ATTRS = frozenset({"__dict__", "__globals__", "__subclasses__", "modules", "f_globals"})
+_DYNAMIC_ATTRS = frozenset({"__dict__", "__globals__", "__subclasses__", "f_globals"})
 _GLOBAL_CALL_PREFIXES = ("set_", "register", "manual_seed", "use_deterministic", "seed")
 """Calls on an imported module that change state every class of the job sees."""
 _PLAIN_DECORATORS = frozenset({"dataclass", "dataclasses.dataclass", "staticmethod"})
@@ -472,6 +472,8 @@ def _entangled(node: ast.stmt, imported: set[str]) -> bool:
             return True
         if isinstance(sub, ast.Attribute):
             if sub.attr in _DYNAMIC_ATTRS:
+                return True
+            if sub.attr == "modules" and isinstance(sub.value, ast.Name) and sub.value.id == "sys":
                 return True
             if not isinstance(sub.ctx, ast.Load) and _root_name(sub) in imported:
                 return True

@@ -143,9 +143,13 @@ class Session:
         self.root = self.lsp.workspace.root_path
         if params.process_id:
             self.spawn(self.watch_parent(params.process_id))
+        if self.trusted:
+            # torch takes a second or more to import: start now, not after the handshake
+            self.spawn(self.warm_up())
 
     async def initialized(self) -> None:
-        """Tell an untrusted workspace why nothing shows; else pull settings, start the worker."""
+        """Tell an untrusted workspace why nothing shows; else pull settings (a worker in
+        another interpreter, ``fxls.python``, replaces the one ``initialize`` started)."""
         if not self.trusted:
             self.show(UNTRUSTED_MESSAGE, types.MessageType.Info)
             return

@@ -99,10 +99,19 @@ def test_dynamic_access_and_global_state_make_one_unit() -> None:
         "setattr(self, 'k', 1)",
         "torch.set_default_dtype(torch.float64)",
         "nn.Linear.extra = 1",
+        "sys.modules['x']",
     ):
         text = BASE.replace("return torch.relu(x) * WIDTH", f"{code}\n        return x")
         found = units(text)
         assert found["A"] is found["B"], code
+
+
+def test_self_modules_is_not_dynamic_access() -> None:
+    text = BASE.replace(
+        "return torch.relu(x) * WIDTH", "n = len(list(self.modules()))\n        return x"
+    )
+    found = units(text)
+    assert found["A"] is not found["B"]
 
 
 def test_decorated_definitions_run_at_import_for_every_class() -> None:

@@ -20,6 +20,7 @@ Usage: .venv/bin/python bench/incremental_bench.py [--runs 5] [--edits 500] [--o
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import json
 import os
@@ -87,7 +88,9 @@ def session_script() -> list[tuple[str, str]]:
     """(kind, text) for every version after the first."""
     out: list[tuple[str, str]] = []
     text = THREE
-    for version in _typed(text, "class Mixer(nn.Module):\n", "    # two layers\n"):
+    text = text.replace("class Mixer(nn.Module):\n", "class Mixer(nn.Module):\n\n")
+    out.append(("whitespace", text))
+    for version in _typed(text, "class Mixer(nn.Module):\n", "    # two layers"):
         out.append(("comment", version))
     text = out[-1][1]
     for i in range(1, 4):
@@ -178,9 +181,11 @@ async def bench_session(cache: bool) -> dict[str, Any]:
             arrived = await bench.published(uri, version)
             after = _cache(await bench.stats())
             row = by_kind.setdefault(
-                kind, {"versions": 0, "jobs": 0, "captured": 0, "reused": 0, "seconds": []}
+                kind,
+                {"versions": 0, "parsed": 0, "jobs": 0, "captured": 0, "reused": 0, "seconds": []},
             )
             row["versions"] += 1
+            row["parsed"] += _parses(text)
             if after is not None and before is not None:
                 row["jobs"] += after["jobs"] - before["jobs"]
                 row["captured"] += after["misses"] - before["misses"]
@@ -196,6 +201,16 @@ async def bench_session(cache: bool) -> dict[str, Any]:
         await bench.stop()
         path.unlink(missing_ok=True)
         os.environ.pop("FXLS_CAPTURE_CACHE", None)
+
+
+def _parses(text: str) -> bool:
+    """Whether the version parses: without a cache, each such version is one capture job of
+    every class (a version with a syntax error keeps the previous result, no job)."""
+    try:
+        ast.parse(text)
+    except SyntaxError:
+        return False
+    return True
 
 
 def _cache(stats: Any) -> dict[str, Any] | None:
@@ -298,8 +313,8 @@ def render(report: dict[str, Any]) -> str:
         + ", ".join(f"{k} {v:.2f} s" for k, v in cold["warm_steps"]["before_ready"].items())
         + f"; then {cold['warm_steps']['while_idle'] or 'no idle warm-up reported'}.",
         "",
-        "| editing session | versions | jobs (cache / none) | classes captured (cache / none) "
-        "| hit rate | median to diagnostics (cache / none) |",
+        "| editing session | versions (parse) | jobs (cache / none) | classes captured "
+        "(cache / none) | hit rate | median to diagnostics (cache / none) |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     on, off = report["session_cache"], report["session_plain"]
@@ -307,8 +322,8 @@ def render(report: dict[str, Any]) -> str:
         other = off.get(kind, {})
         rate = "–" if row["hit_rate"] is None else f"{row['hit_rate']:.0%}"
         lines.append(
-            f"| {kind} | {row['versions']} | {row['jobs']} / {other.get('versions', '?')} | "
-            f"{row['captured']} / {3 * other.get('versions', 0)} | {rate} | "
+            f"| {kind} | {row['versions']} ({row['parsed']}) | {row['jobs']} / {row['parsed']} | "
+            f"{row['captured']} / {3 * row['parsed']} | {rate} | "
             f"{row['median_s'] * 1000:.0f} ms / {other.get('median_s', 0) * 1000:.0f} ms |"
         )
     llama = report["llama"]

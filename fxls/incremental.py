@@ -45,7 +45,7 @@ from fxls.protocol.model import ClassRequest, ModuleResult, Span
 ENV_SWITCH = "FXLS_CAPTURE_CACHE"
 """``FXLS_CAPTURE_CACHE=0`` turns the cache off (every version captures every class)."""
 
-MAX_CACHE_BYTES = 16 * 1024 * 1024
+MAX_CACHE_BYTES = 8 * 1024 * 1024
 """Total size of the cached results (their JSON text); least recently used go first."""
 MAX_CACHE_ENTRIES = 512
 

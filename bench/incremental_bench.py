@@ -14,7 +14,8 @@ Numbers are recorded, not asserted.
             to it), and the server's RSS after 500 edits inside one class (each a new cache
             key: the cache's bound is what keeps the server small).
 
-Usage: .venv/bin/python bench/incremental_bench.py [--runs 5] [--edits 500] [--out FILE]
+Usage: .venv/bin/python bench/incremental_bench.py [--runs 5] [--edits 500] [--fill 600]
+       [--only-fill] [--out FILE]
 """
 
 from __future__ import annotations
@@ -293,6 +294,32 @@ async def bench_soak(edits: int) -> dict[str, Any]:
         path.unlink(missing_ok=True)
 
 
+async def bench_fill(edits: int) -> dict[str, Any]:
+    """``edits`` versions, each waited for, each a new key of the same unit: the cache fills to
+    its bound and the server's RSS shows what a full cache costs."""
+    path = ROOT / "bench" / ".fill.py"
+    path.write_text(THREE)
+    bench = Bench(SETTINGS)
+    try:
+        await bench.start()
+        uri = bench.open(path, THREE)
+        await bench.published(uri, 1)
+        start_kib = rss_kib(bench.pid)
+        for i in range(edits):
+            text = THREE.replace("nn.Linear(dim, 10)", f"nn.Linear(dim, {11 + i})")
+            bench.client.text_document_did_change(_whole(uri, i + 2, text))
+            await bench.published(uri, i + 2)
+        return {
+            "edits": edits,
+            "server_rss_mib_before": round(start_kib / 1024, 1),
+            "server_rss_mib_after": round(rss_kib(bench.pid) / 1024, 1),
+            "cache": _cache(await bench.stats()),
+        }
+    finally:
+        await bench.stop()
+        path.unlink(missing_ok=True)
+
+
 def render(report: dict[str, Any]) -> str:
     m = report["machine"]
     cold = report["cold"]
@@ -339,16 +366,29 @@ def render(report: dict[str, Any]) -> str:
         f"(cache: {soak['cache']['entries'] if soak['cache'] else '–'} entries, "
         f"{(soak['cache']['bytes'] if soak['cache'] else 0) / 1024:.0f} KiB).",
     ]
+    fill = report.get("fill")
+    if fill:
+        lines.append(
+            f"Filling the cache: {fill['edits']} versions each waited for, each a new key: "
+            f"{fill['cache']['entries']} entries, {fill['cache']['bytes'] / 1024:.0f} KiB; server "
+            f"RSS {fill['server_rss_mib_before']:.0f} MiB before, "
+            f"{fill['server_rss_mib_after']:.0f} MiB after."
+        )
     return "\n".join(lines)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"machine": machine(), "load_start": _load()}
+    if args.only_fill:
+        report["fill"] = await bench_fill(args.fill)
+        return report
     report["cold"] = await bench_cold(args.runs)
     report["session_cache"] = await bench_session(cache=True)
     report["session_plain"] = await bench_session(cache=False)
     report["llama"] = await bench_llama()
     report["soak"] = await bench_soak(args.edits)
+    if args.fill:
+        report["fill"] = await bench_fill(args.fill)
     report["load_end"] = _load()
     return report
 
@@ -362,8 +402,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--edits", type=int, default=500)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--fill", type=int, default=0, help="versions to fill the cache with")
+    parser.add_argument("--only-fill", action="store_true", help="only the cache fill")
     args = parser.parse_args()
     report = asyncio.run(run(args))
+    if args.only_fill:
+        print(json.dumps(report, indent=2, default=str))
+        return
     text = render(report)
     print(text)
     if args.out:

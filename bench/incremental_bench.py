@@ -117,7 +117,7 @@ def session_script() -> list[tuple[str, str]]:
 
 
 async def bench_cold(runs: int) -> dict[str, Any]:
-    anchor, cnn, three = [], [], []
+    anchor, cnn, three, before = [], [], [], []
     three_path = ROOT / "bench" / ".three.py"
     three_path.write_text(THREE)
     try:
@@ -125,7 +125,15 @@ async def bench_cold(runs: int) -> dict[str, Any]:
             started = time.perf_counter()
             subprocess.run([sys.executable, "-c", "import torch"], check=True)
             anchor.append(time.perf_counter() - started)
-            for path, samples in ((SMALL, cnn), (three_path, three)):
+            for path, samples, env in (
+                (SMALL, cnn, None),
+                (three_path, three, None),
+                (SMALL, before, "1"),
+            ):
+                if env:
+                    os.environ["FXLS_WARM_BEFORE_READY"] = env
+                else:
+                    os.environ.pop("FXLS_WARM_BEFORE_READY", None)
                 bench = Bench(SETTINGS)
                 begun = await bench.start()
                 try:
@@ -135,10 +143,12 @@ async def bench_cold(runs: int) -> dict[str, Any]:
                     await bench.stop()
     finally:
         three_path.unlink(missing_ok=True)
+        os.environ.pop("FXLS_WARM_BEFORE_READY", None)
     out: dict[str, Any] = {
         "import_torch": stats(anchor),
         "cnn": stats(cnn),
         "three": stats(three),
+        "cnn_whole_warm_up_first": stats(before),
     }
     out["ratio_cnn"] = out["cnn"]["median"] / out["import_torch"]["median"]
     out["ratio_three"] = out["three"]["median"] / out["import_torch"]["median"]
@@ -335,6 +345,9 @@ def render(report: dict[str, Any]) -> str:
         f"{cold['ratio_cnn']:.2f} |",
         f"| new server → first diagnostics, three classes | {cold['three']['median']:.2f} | "
         f"{cold['ratio_three']:.2f} |",
+        f"| the same for cnn.py, whole warm-up before ready (`FXLS_WARM_BEFORE_READY=1`) | "
+        f"{cold['cnn_whole_warm_up_first']['median']:.2f} | "
+        f"{cold['cnn_whole_warm_up_first']['median'] / cold['import_torch']['median']:.2f} |",
         "",
         f"Zygote ready after {cold['warm_steps']['ready_s']:.2f} s: "
         + ", ".join(f"{k} {v:.2f} s" for k, v in cold["warm_steps"]["before_ready"].items())

@@ -4,7 +4,9 @@
 directives), sends one capture job to the worker, and turns sandbox failures into FX5xx
 diagnostics. When a job with several classes dies (timeout, crash, memory), the class that
 was running gets the diagnostic and every other class is captured again in a job of its own,
-so one bad class never hides the results of the others. No torch, no LSP types here.
+so one bad class never hides the results of the others. With a cache (the language server's),
+only the classes whose unit changed are captured (:mod:`fxls.incremental`). No torch, no LSP
+types here.
 """
 
 from __future__ import annotations

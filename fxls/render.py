@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from fxls.protocol.model import Dim, NodeInfo, Value
+from fxls.protocol.model import Dim, NodeInfo, PassResult, Value
 
 
 def dtype_name(dtype: str | None) -> str:
@@ -230,3 +230,14 @@ def module_summary(module_type: str) -> str:
                 part = part[len(key) :]
         parts.append(part)
     return f"{name}({', '.join(parts)})"
+
+
+def pass_counts(run: PassResult) -> str:
+    """``5 → 6 nodes: 2 added · 0 removed · 1 replaced`` for a user pass (``not run``, or no
+    graph after when it failed before returning one)."""
+    if run.status == "not run":
+        return "not run"
+    if run.after == 0 and run.status == "failed" and not run.changes:
+        return f"{plural(run.before, 'node')} before; no graph after"
+    changes = f"{run.added} added · {run.removed} removed · {run.replaced} replaced"
+    return f"{run.before} → {plural(run.after, 'node')}: {changes}"

@@ -377,7 +377,7 @@ async def analyze(
         requests = build_requests(classes, extra_inputs, init_override)
         _add_call_sites(requests, root, path, parsed.defined)
         job = capture_job(path, text, requests, options, root)
-        if cache is not None and only is None:
+        if cache is not None and only is None and not is_rules_file(path, options):
             context = job_context(job, options, root, worker)
             await _incremental(
                 client, job, classes, text, options, result, diagnostics, cache, context
@@ -425,9 +425,10 @@ def _absorb(
 
 def job_context(job: CaptureJob, options: EngineOptions, root: str | None, worker: str) -> str:
     """Everything a capture job depends on beyond its document text and class requests: the
-    fxls and worker versions, the settings, the document's path and ``sys.path``, and the
-    Python files of the workspace (path, size, modification time) that the document may
-    import (the document's own file on disk excepted: the job runs the editor's text)."""
+    fxls and worker versions, the settings, every other field of the job (the document's path,
+    ``sys.path``, the user rules...), and the Python files of the workspace (path, size,
+    modification time) that the document may import (the document's own file on disk
+    excepted: the job runs the editor's text)."""
     here = os.path.abspath(job.path)
     files = []
     for folder in dict.fromkeys(p for p in (root, os.path.dirname(here)) if p):
@@ -441,18 +442,11 @@ def job_context(job: CaptureJob, options: EngineOptions, root: str | None, worke
             files.append((path, stat.st_size, stat.st_mtime_ns))
     files.sort()
     digest = hashlib.sha256(json.dumps(files).encode("utf-8", "surrogatepass")).hexdigest()
+    # every field of the job but the text and the classes (path, sys.path, settings, rules...)
+    fields = {k: v for k, v in to_dict(job).items() if k not in ("source", "classes")}
     return json.dumps(
-        [
-            __version__,
-            worker,
-            to_dict(options.limits),
-            to_dict(options.isolation),
-            job.meta_init,
-            job.symbolic,
-            job.path,
-            job.sys_path,
-            digest,
-        ]
+        [__version__, worker, to_dict(options.limits), to_dict(options.isolation), fields, digest],
+        sort_keys=True,
     )
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fxls.protocol.codec import from_dict, to_dict
-from fxls.protocol.model import ClassRequest, ModuleResult, Span
+from fxls.protocol.model import ClassRequest, ModuleResult
 
 ENV_SWITCH = "FXLS_CAPTURE_CACHE"
 """``FXLS_CAPTURE_CACHE=0`` turns the cache off (every version captures every class)."""
@@ -216,18 +216,20 @@ def _mentions_lines(value: Any) -> bool:
     return False
 
 
+_LINE_FIELDS = frozenset({"line", "end_line", "init_line"})
+
+
 def _move(obj: Any, mapping: dict[int, int]) -> None:
-    """Rewrite every Span and ``ModuleResult.line`` in ``obj`` through ``mapping`` (KeyError
-    for a line it does not know)."""
-    if isinstance(obj, Span):
-        obj.line = mapping[obj.line]
-        obj.end_line = mapping[obj.end_line]
-        return
-    if isinstance(obj, ModuleResult):
-        obj.line = mapping[obj.line]
+    """Rewrite every line number in ``obj`` (spans, ``ModuleResult.line``, ``PassResult.line``:
+    any ``line``/``end_line`` field) through ``mapping`` (KeyError for a line it does not
+    know)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for f in dataclasses.fields(obj):
-            _move(getattr(obj, f.name), mapping)
+            value = getattr(obj, f.name)
+            if f.name in _LINE_FIELDS and isinstance(value, int) and not isinstance(value, bool):
+                setattr(obj, f.name, mapping[value])
+            else:
+                _move(value, mapping)
     elif isinstance(obj, list):
         for item in obj:
             _move(item, mapping)
@@ -291,6 +293,14 @@ def plan(text: str, requests: list[ClassRequest], context: str) -> list[Unit] | 
     for i in factories[1:]:
         union(factories[0], i)
 
+    # a user pass (``# fxls: pass Class`` above a function) runs on the class's graph
+    for req in requests:
+        home = _statement_of(statements, req.line)
+        for user_pass in req.passes:
+            there = _statement_of(statements, user_pass.line)
+            if home is None or there is None:
+                return None
+            union(home, there)
     owner: dict[str, int] = {}
     for req in requests:
         index = _statement_of(statements, req.line)
@@ -331,6 +341,8 @@ def _request_key(req: ClassRequest, index: dict[int, int]) -> Any:
     data["init_line"] = where(req.init_line)
     for spec in data.get("inputs", []):
         spec["line"] = where(spec.get("line"))
+    for user_pass in data.get("passes", []):
+        user_pass["line"] = where(user_pass.get("line"))
     return data
 
 

@@ -170,3 +170,21 @@ def test_the_cache_is_bounded() -> None:
     big = ModuleResult("A", 7, "traced", notes=["x" * 20_000])
     cache.put("big", incremental.store([big], unit, [], None))
     assert cache.get("big") is None and cache.bytes <= 10_000
+
+
+def test_a_user_pass_joins_its_function_to_the_class_and_moves_with_it() -> None:
+    text = BASE + "\n\n# fxls: pass A\ndef drop(gm):\n    return gm\n"
+    found = units(text)
+    assert found["A"] is not found["B"]
+    before = keys(text)
+    after = keys(text.replace("    return gm", "    gm.graph.lint()\n    return gm"))
+    assert after["A"] != before["A"] and after["B"] == before["B"]
+    assert keys(text.replace("class A", "# about A\nclass A")) == before
+    from fxls.protocol.model import PassResult
+
+    unit = found["A"]
+    def_line = next(i for i, t in enumerate(text.split("\n"), 1) if t.startswith("def drop"))
+    module = ModuleResult("A", 7, "traced", passes=[PassResult("drop", def_line, "ok")])
+    shifted = incremental.Unit(unit.classes, unit.key, [n + 1 for n in unit.lines])
+    moved = incremental.relocate(incremental.store([module], unit, [], None), shifted)
+    assert moved is not None and moved[0].passes[0].line == def_line + 1

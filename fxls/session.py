@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from fxls import engine, fixes
+from fxls import engine, fixes, incremental
 from fxls.documents import MAX_DOCUMENT_CHARS, Analysed, Document, DocumentStore
 from fxls.features import (
     code_actions,
@@ -75,6 +75,12 @@ class Session:
         self.root: str | None = None
         self.init_settings: dict[str, Any] = {}
         self.worker: WorkerClient | None = None
+        self.worker_identity = ""
+        """The worker's interpreter and torch version (part of every cache key)."""
+        self.cache: incremental.CaptureCache | None = (
+            incremental.CaptureCache() if incremental.enabled() else None
+        )
+        """Captures of unchanged classes, by key (``FXLS_CAPTURE_CACHE=0``: none)."""
         self._worker_python: str | None = None
         self._worker_lock: asyncio.Lock | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -145,9 +151,13 @@ class Session:
         self.root = self.lsp.workspace.root_path
         if params.process_id:
             self.spawn(self.watch_parent(params.process_id))
+        if self.trusted:
+            # torch takes a second or more to import: start now, not after the handshake
+            self.spawn(self.warm_up())
 
     async def initialized(self) -> None:
-        """Tell an untrusted workspace why nothing shows; else pull settings, start the worker."""
+        """Tell an untrusted workspace why nothing shows; else pull settings (a worker in
+        another interpreter, ``fxls.python``, replaces the one ``initialize`` started)."""
         if not self.trusted:
             self.show(UNTRUSTED_MESSAGE, types.MessageType.Info)
             return
@@ -238,6 +248,7 @@ class Session:
                     await client.close()
                 raise
             self.worker, self._worker_python = client, python
+            self.worker_identity = f"{info.python}|{info.torch_version}|{info.protocol}"
             missing = ", ".join(f"{k} ({why})" for k, why in info.isolation_missing.items())
             self.log(
                 f"fxls worker ready: {info.python}, torch {info.torch_version}, "
@@ -317,6 +328,8 @@ class Session:
                 version=version,
                 options=self.engine_options(),
                 root=self.root,
+                cache=self.cache,
+                worker=self.worker_identity,
             )
         except asyncio.CancelledError:
             raise
@@ -434,6 +447,7 @@ class Session:
                 for doc in self.documents
             ],
             "hoverSeconds": list(self.hover_seconds),
+            "cache": self.cache.summary() if self.cache is not None else None,
         }
 
     # -- document events -----------------------------------------------------------------

@@ -78,6 +78,12 @@ def top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
+def python_files(root: str) -> list[str]:
+    """The ``.py`` files of the workspace ``root`` that fxls reads (bounded, listed at most
+    every ``LISTING_TTL_S`` seconds)."""
+    return list(_listing(root)) if os.path.isdir(root) else []
+
+
 def _listing(root: str) -> list[str]:
     now = time.monotonic()
     cached = _LISTINGS.get(root)

@@ -580,6 +580,9 @@ class ReadyInfo:
     isolation_missing: dict[str, str] = field(default_factory=dict)
     """Layer name -> why it is unavailable on this machine."""
     warm_s: float = 0.0
+    warm_steps: dict[str, float] = field(default_factory=dict)
+    """Seconds of each warm-up step run before the zygote was ready (the others run while it
+    is idle)."""
 
 
 def expand_copies(nodes: list[NodeInfo], copies: list[NodeCopy]) -> list[NodeInfo]:

@@ -379,10 +379,11 @@ async def analyze(
     diagnostics = list(parsed.diagnostics)
     if classes or is_rules_file(path, options):
         requests = build_requests(classes, extra_inputs, init_override)
-        _add_call_sites(requests, root, path, parsed.defined)
+        # reading the workspace's files blocks: in a thread, so the server keeps answering
+        await asyncio.to_thread(_add_call_sites, requests, root, path, parsed.defined)
         job = capture_job(path, text, requests, options, root)
         if cache is not None and only is None and not is_rules_file(path, options):
-            context = job_context(job, options, root, worker)
+            context = await asyncio.to_thread(job_context, job, options, root, worker)
             await _incremental(
                 client, job, classes, text, options, result, diagnostics, cache, context
             )

@@ -22,6 +22,7 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
 from fxls import engine, fixes, incremental
+from fxls.analysis import workspace
 from fxls.documents import MAX_DOCUMENT_CHARS, Analysed, Document, DocumentStore
 from fxls.features import (
     code_actions,
@@ -154,6 +155,8 @@ class Session:
         if self.trusted:
             # torch takes a second or more to import: start now, not after the handshake
             self.spawn(self.warm_up())
+            # and read the workspace's files for call sites meanwhile (seconds in a large one)
+            self.spawn(self._quiet(asyncio.to_thread(workspace.prescan, self.root)))
 
     async def initialized(self) -> None:
         """Tell an untrusted workspace why nothing shows; else pull settings (a worker in

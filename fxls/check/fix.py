@@ -2,7 +2,8 @@
 
 For each file the capture offers fixes for, every fix-all candidate is sent to the worker as
 one rewrite job that computes and verifies each fix, then combines the ones that verified and
-verifies the combination again (``fxls.fixes``). ``--fix`` writes the file (only when it has
+verifies the combination again (``fxls.fixes``); the edited text is captured and fixed again
+while that reveals more fixes (at most ``MAX_ROUNDS`` rounds). ``--fix`` writes the file (only when it has
 not changed on disk since it was read) and captures it again, so what is reported is what is
 left; ``--diff`` prints a unified diff and writes nothing. Unsafe fixes (not verified equal)
 are applied only with ``--unsafe-fixes``.
@@ -18,12 +19,15 @@ from typing import Literal, TextIO
 
 from fxls import fixes
 from fxls.check.config import CodeFilter
-from fxls.check.run import Checked, filter_analysis
-from fxls.engine import EngineOptions, analyze
+from fxls.check.run import Checked, Plan, filter_analysis
+from fxls.engine import EngineOptions, FileAnalysis, analyze
 from fxls.protocol.edits import apply_edits
 from fxls.protocol.model import FixOutcome
 
 FixMode = Literal["fix", "diff"]
+
+MAX_ROUNDS = 5
+"""Capture-and-fix rounds per file: a fix may let torch.fx reach the next problem."""
 
 
 @dataclass
@@ -75,58 +79,77 @@ class Fixer:
         self.counts = FixCounts()
 
     async def apply(self, checked: Checked) -> Checked:
-        """Fix one file; returns what to report (the new capture after ``--fix``)."""
+        """Fix one file; returns what to report (the new capture after ``--fix``).
+
+        Fixes can reveal others (torch.fx stops at the first failure of a ``forward``, so the
+        next one is seen only once the first is fixed): the file is captured again and fixed
+        again, at most ``MAX_ROUNDS`` times, and written (or diffed) once at the end."""
         plan, analysis = checked.plan, checked.analysis
         if analysis.syntax_error is not None:
             return checked
-        wanted = [c for c in fixes.candidates(analysis, plan.text) if c.fix_all]
-        if not wanted:
-            return checked
-        result = await fixes.compute(
-            self.client,
-            plan.path,
-            plan.text,
-            [c.request() for c in wanted],
-            options=self.options,
-            combine=True,
-            unsafe=self.unsafe,
-            max_params=self.max_params,
-            extra_inputs=plan.inputs,
-            init_override=plan.init,
-        )
-        combined = result.combined
-        applied = set(combined.fixes) if combined is not None else set()
-        self._count(result.outcomes, applied)
-        if combined is None or not fixes.applies(combined, self.unsafe):
-            return checked
-        new = apply_edits(plan.text, combined.edits)
-        if new == plan.text:
+        text, applied = plan.text, 0
+        outcomes: list[FixOutcome] = []
+        for round_ in range(MAX_ROUNDS):
+            if round_:
+                analysis = filter_analysis(await self._analyze(plan.path, text, plan), self.codes)
+                if analysis.syntax_error is not None:
+                    break
+            wanted = [c for c in fixes.candidates(analysis, text) if c.fix_all]
+            if not wanted:
+                outcomes = []
+                break
+            result = await fixes.compute(
+                self.client,
+                plan.path,
+                text,
+                [c.request() for c in wanted],
+                options=self.options,
+                combine=True,
+                unsafe=self.unsafe,
+                max_params=self.max_params,
+                extra_inputs=plan.inputs,
+                init_override=plan.init,
+            )
+            combined = result.combined
+            done = set(combined.fixes) if combined is not None else set()
+            outcomes = [o for o in result.outcomes if o.id not in done]
+            if combined is None or not fixes.applies(combined, self.unsafe):
+                break
+            new = apply_edits(text, combined.edits)
+            if new == text:
+                break
+            text, applied = new, applied + len(done)
+        self._count(outcomes)
+        if text == plan.text:
             return checked
         self.counts.files += 1
-        self.counts.applied += len(applied)
+        self.counts.applied += applied
         if self.mode == "diff":
-            self._diff(plan.path, plan.text, new)
+            self._diff(plan.path, plan.text, text)
             return checked
-        if not _write_if_unchanged(plan.path, plan.text, new):
+        if not _write_if_unchanged(plan.path, plan.text, text):
             self.counts.messages.append(f"{plan.path} changed on disk while fxls fixed it; skipped")
             self.counts.files -= 1
-            self.counts.applied -= len(applied)
+            self.counts.applied -= applied
             return checked
-        again = await analyze(
+        again = await self._analyze(plan.path, text, plan)
+        return Checked(replace(plan, text=text), filter_analysis(again, self.codes))
+
+    async def _analyze(self, path: str, text: str, plan: Plan) -> FileAnalysis:
+        return await analyze(
             self.client,  # type: ignore[arg-type]
-            plan.path,
-            new,
+            path,
+            text,
             options=self.options,
             only=plan.only,
             extra_inputs=plan.inputs,
             init_override=plan.init,
         )
-        return Checked(replace(plan, text=new), filter_analysis(again, self.codes))
 
-    def _count(self, outcomes: list[FixOutcome], applied: set[str]) -> None:
+    def _count(self, outcomes: list[FixOutcome]) -> None:
+        """The fixes left out in the last round: unsafe (without ``--unsafe-fixes``) or
+        impossible."""
         for outcome in outcomes:
-            if outcome.id in applied:
-                continue
             if outcome.applicability == "unavailable":
                 self.counts.unavailable += 1
             elif outcome.applicability == "unsafe" and not self.unsafe:

@@ -208,7 +208,7 @@ def test_fix_keeps_every_module_computing_the_same(tmp_path: Path) -> None:
 
 
 def test_fix_rewrites_fixtures_to_their_after_twins(tmp_path: Path) -> None:
-    names = ["dead_code", "trace_fixits", "directives"]
+    names = ["dead_code", "trace_fixits", "directives", "sizes_rounds"]
     for name in names:
         shutil.copy(REWRITES / f"{name}_before.py", tmp_path / f"{name}.py")
     shutil.copy(REWRITES / "unsafe_before.py", tmp_path / "unsafe.py")

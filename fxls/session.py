@@ -15,7 +15,7 @@ import itertools
 import logging
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from lsprotocol import types
@@ -23,7 +23,7 @@ from pygls.lsp.server import LanguageServer
 
 from fxls import engine, fixes
 from fxls.documents import MAX_DOCUMENT_CHARS, Analysed, Document, DocumentStore
-from fxls.features import code_actions, code_lens, convert, diagnostics, hover, inlay_hints
+from fxls.features import code_actions, code_lens, convert, diagnostics, hover, inlay_hints, trace
 from fxls.protocol import catalogue
 from fxls.protocol.model import FixOutcome, FixRequest, Span
 from fxls.settings import (
@@ -42,6 +42,9 @@ T = TypeVar("T")
 
 CODE_ACTION_KINDS = code_actions.KINDS
 """The code action kinds fxls offers: quickfix, refactor.rewrite, source.fixAll.fxls."""
+
+TRACE_COMMAND = trace.COMMAND
+"""``workspace/executeCommand`` "trace class at cursor": one ``TextDocumentPositionParams``."""
 
 PROGRESS_DELAY_S = 0.5
 """Captures that take longer than this show work-done progress."""
@@ -78,6 +81,8 @@ class Session:
         """Per document: the version and the fixes the worker computed for it."""
         self._candidates: dict[str, tuple[Any, list[fixes.Candidate]]] = {}
         """Per document: the analysis and the fixes it offers (listed on every cursor move)."""
+        self._debouncing: set[str] = set()
+        """Documents whose capture task still waits out the debounce."""
         self.hover_style: hover.Style = "table"
         """``block`` for clients whose hover shows Markdown tables raw (Neovim)."""
 
@@ -266,7 +271,11 @@ class Session:
 
     async def capture(self, doc: Document, version: int | None, delay: float) -> None:
         if delay > 0:
-            await asyncio.sleep(delay)
+            self._debouncing.add(doc.uri)
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self._debouncing.discard(doc.uri)
         text = doc.text
         progress = self.spawn(self._progress(doc))
         try:
@@ -496,6 +505,83 @@ class Session:
             self.encoding,
             doc.line_map().to_current,
         )
+
+    # -- trace class at cursor -----------------------------------------------------------
+
+    async def trace_class(self, params: types.TextDocumentPositionParams) -> dict[str, Any]:
+        """``fxls.traceClass``: capture the document now (no debounce) and report the module
+        class at the position (``fxls.features.trace``); never raises."""
+        try:
+            return await self._trace(params.text_document.uri, params.position)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("trace class failed")
+            return trace.problem("error", f"fxls failed: {type(exc).__name__}: {exc}")
+
+    async def _trace(self, uri: str, position: types.Position) -> dict[str, Any]:
+        doc = self.documents.get(uri)
+        if not self.trusted:
+            return trace.problem("untrusted", trace.UNTRUSTED)
+        if doc is None:
+            return trace.problem("notOpen", trace.NOT_OPEN)
+        line, _ = convert.position_from_lsp(position, doc.lines, self.encoding)
+        cls = trace.class_at(doc.text, line)
+        if cls is None:
+            return trace.problem("noClass", trace.NO_CLASS)
+        async with self._work_done(f"tracing {cls.name}"):
+            for _ in range(3):  # the user may type while it runs: capture the newest version
+                if doc.closed or doc.too_large:
+                    break
+                if doc.result is not None and doc.result.version == doc.version:
+                    break
+                if doc.syntax is not None and doc.syntax.version == doc.version:
+                    break
+                running = doc.task is not None and not doc.task.done()
+                if not running or doc.task_version != doc.version or doc.uri in self._debouncing:
+                    self.schedule(doc, 0.0)
+                if doc.task is not None:
+                    await asyncio.wait({doc.task})
+        if doc.syntax is not None and doc.syntax.version == doc.version:
+            error = doc.syntax.analysis.syntax_error
+            where = f" (line {error.span.line}: {error.message})" if error is not None else ""
+            return trace.problem("syntaxError", f"fxls: the file does not parse{where}.")
+        result = doc.result
+        module = result.analysis.module(cls.name) if result is not None else None
+        if result is None or module is None:
+            return trace.problem(
+                "notCaptured", f"fxls: {cls.name} was not captured; see the log for why."
+            )
+        return trace.report(
+            module,
+            result.analysis.modules,
+            result.analysis.diagnostics,
+            version=result.version,
+            mapper=doc.line_map().to_current,
+            isolation=result.analysis.isolation,
+            duration_s=result.analysis.duration_s,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _work_done(self, message: str) -> AsyncIterator[None]:
+        """Work-done progress (created by the server) around a command, when supported."""
+        token = None
+        if self._capability("window", "work_done_progress"):
+            token = f"fxls-command-{next(self._tokens)}"
+            try:
+                await self.lsp.work_done_progress.create_async(token)
+                begin = types.WorkDoneProgressBegin(title="fxls", message=message)
+                self.lsp.work_done_progress.begin(token, begin)
+            except Exception as exc:
+                logger.info("work done progress failed: %s", exc)
+                token = None
+        try:
+            yield
+        finally:
+            if token is not None:
+                with contextlib.suppress(Exception):
+                    end = types.WorkDoneProgressEnd(message="done")
+                    self.lsp.work_done_progress.end(token, end)
 
     # -- code actions --------------------------------------------------------------------
 

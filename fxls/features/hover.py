@@ -482,14 +482,34 @@ def construction_text(module: ModuleResult) -> list[str]:
     return lines
 
 
-def class_markdown(
-    module: ModuleResult,
-    *,
-    isolation: Sequence[str] = (),
-    duration_s: float | None = None,
-    style: Style = "table",
-) -> str:
-    """Markdown summary of a module class (a table, or one code block for ``block``)."""
+@dataclass
+class ClassSummary:
+    """What a class hover (and the trace command) says, as plain text."""
+
+    name: str
+    status: str
+    """``traced (fx)``, ``partial (fake-run)``, ``failed``..."""
+    rows: list[tuple[str, str]]
+    error: tuple[str, str] | None = None
+
+    @property
+    def title(self) -> str:
+        return f"{self.name} · nn.Module · {self.status}"
+
+    def lines(self) -> list[str]:
+        """The summary as aligned plain-text lines (title, rows, error)."""
+        width = max((len(label) for label, _ in self.rows), default=0)
+        out = [self.title, *(f"{label.ljust(width)}  {value}" for label, value in self.rows)]
+        if self.error is not None:
+            out.append(f"failed in {self.error[0]}: {self.error[1]}")
+        return out
+
+
+def class_summary(
+    module: ModuleResult, *, isolation: Sequence[str] = (), duration_s: float | None = None
+) -> ClassSummary:
+    """A module class in rows: parameters, nodes, inputs, output, how it was built and
+    captured, notes, isolation, time; the error when it failed."""
     status: str = module.status
     if module.strategy not in ("none", ""):
         status = f"{status} ({module.strategy})"
@@ -529,22 +549,31 @@ def class_markdown(
     if module.error is not None:
         err = module.error
         error = (err.phase, md.clip(f"{err.type}: {err.message}", md.MAX_VALUE // 4))
-    title = f"{module.name} · nn.Module · {status}"
+    return ClassSummary(module.name, status, rows, error)
+
+
+def class_markdown(
+    module: ModuleResult,
+    *,
+    isolation: Sequence[str] = (),
+    duration_s: float | None = None,
+    style: Style = "table",
+) -> str:
+    """Markdown summary of a module class (a table, or one code block for ``block``)."""
+    summary = class_summary(module, isolation=isolation, duration_s=duration_s)
     if style == "block":
-        width = max((len(label) for label, _ in rows), default=0)
-        lines = [title, *(f"{label.ljust(width)}  {value}" for label, value in rows)]
-        if error is not None:
-            lines.append(f"failed in {error[0]}: {error[1]}")
-        return md.code_block(lines)
+        return md.code_block(summary.lines())
     cells = [
-        f"| {md.text(label, cell=True)} | {md.text(value, cell=True)} |" for label, value in rows
+        f"| {md.text(label, cell=True)} | {md.text(value, cell=True)} |"
+        for label, value in summary.rows
     ]
     parts = [
-        f"{md.word(module.name)} · nn.Module · {md.text(status)}",
+        f"{md.word(module.name)} · nn.Module · {md.text(summary.status)}",
         _table("| | |\n| --- | --- |", cells, "| … {n} more | |"),
     ]
-    if error is not None:
-        parts.append(f"failed in {md.word(error[0])}: {md.code(error[1])}")
+    if summary.error is not None:
+        phase, message = summary.error
+        parts.append(f"failed in {md.word(phase)}: {md.code(message)}")
     return _paragraphs(parts)
 
 

@@ -25,7 +25,7 @@ from fxls import engine, fixes
 from fxls.documents import MAX_DOCUMENT_CHARS, Analysed, Document, DocumentStore
 from fxls.features import code_actions, code_lens, convert, diagnostics, hover, inlay_hints, trace
 from fxls.protocol import catalogue
-from fxls.protocol.model import FixOutcome, FixRequest, Span
+from fxls.protocol.model import FixOutcome, FixRequest, ReadyInfo, Span
 from fxls.settings import (
     SECTION,
     Settings,
@@ -70,6 +70,8 @@ class Session:
         self.root: str | None = None
         self.init_settings: dict[str, Any] = {}
         self.worker: WorkerClient | None = None
+        self.worker_ready: ReadyInfo | None = None
+        """What the running worker reported at start (interpreter, torch, isolation)."""
         self._worker_python: str | None = None
         self._worker_lock: asyncio.Lock | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -226,6 +228,7 @@ class Session:
                     await client.close()
                 raise
             self.worker, self._worker_python = client, python
+            self.worker_ready = info
             missing = ", ".join(f"{k} ({why})" for k, why in info.isolation_missing.items())
             self.log(
                 f"fxls worker ready: {info.python}, torch {info.torch_version}, "
@@ -411,7 +414,7 @@ class Session:
 
     def stats(self) -> dict[str, Any]:
         """What ``fxls/stats`` answers: server-side state a client cannot observe otherwise."""
-        worker = self.worker
+        worker, ready = self.worker, self.worker_ready
         return {
             "pid": os.getpid(),
             "workerPid": worker.pid if worker is not None else None,
@@ -426,6 +429,15 @@ class Session:
                 for doc in self.documents
             ],
             "hoverSeconds": list(self.hover_seconds),
+            "trusted": self.trusted,
+            "worker": None
+            if ready is None or worker is None
+            else {
+                "python": ready.python,
+                "torch": ready.torch_version,
+                "isolation": list(ready.isolation_available),
+                "unavailable": dict(ready.isolation_missing),
+            },
         }
 
     # -- document events -----------------------------------------------------------------

@@ -24,8 +24,9 @@ from fxls.session import CODE_ACTION_KINDS, TRACE_COMMAND, Session
 logger = logging.getLogger(__name__)
 
 STATS = "fxls/stats"
-"""Custom request: open documents (version, length, SHA-256 of the text) and recent hover
-handler times, for tests and benchmarks."""
+"""Custom request: open documents (version, length, SHA-256 of the text), recent hover
+handler times, trust and the worker's interpreter, torch and isolation layers, for tests,
+benchmarks and ``:checkhealth fxls``."""
 GRAPH = "fxls/graph"
 """Custom request ``{"uri", "className"}``: the self-contained HTML page of ``fxls graph`` for that
 class, from the document's last capture (``{"html", "nodes"}``), or ``{"error"}``. The VS Code

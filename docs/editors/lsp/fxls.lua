@@ -68,11 +68,19 @@ local function trace_lines(answer, path)
   return lines
 end
 
+--- A request to this client only (Neovim 0.10 has client.request, 0.11 client:request).
+local function request(client, method, params, handler, buf)
+  if vim.fn.has("nvim-0.11") == 1 then
+    return client:request(method, params, handler, buf)
+  end
+  return client.request(method, params, handler, buf)
+end
+
 --- :FxlsTrace: capture the buffer now (no debounce) and show the class at the cursor.
 local function trace(client, buf)
   local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
   vim.notify("fxls: tracing the class at the cursor…", vim.log.levels.INFO)
-  client:request("workspace/executeCommand", {
+  request(client, "workspace/executeCommand", {
     command = TRACE_COMMAND,
     arguments = { params },
   }, function(err, answer)

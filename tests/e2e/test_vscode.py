@@ -354,7 +354,17 @@ def _drive(
     result["fxls_log"] = server.fxls_log()
     _write_json(shots / "result.json", result)
     assert result["error"] is None, f"{result['error']}\n{result.get('output', '')}"
+    # the docs site shows these screenshots (docs/mkdocs/hooks.py): each one a page asks for
+    # from this run must have been taken
+    for wanted in _docs_screenshots(name):
+        assert (shots / wanted).is_file(), f"docs ask for {name}/{wanted}, not taken"
     return result
+
+
+def _docs_screenshots(run: str) -> list[str]:
+    """The screenshots of ``run`` that docs pages show (``<!-- screenshot: run/x.png ... -->``)."""
+    marker = re.compile(rf'^<!-- screenshot: {re.escape(run)}/([\w-]+\.png) "', re.MULTILINE)
+    return [n for page in (ROOT / "docs").rglob("*.md") for n in marker.findall(page.read_text())]
 
 
 BROKEN_STEP: dict[str, Any] = {

@@ -543,6 +543,15 @@ def test_restricted_mode_until_trusted(
         "expectText": "y = self.proj(x)",
         "settleMs": 8000,
         "timeoutMs": 30000,
+        "traces": [
+            {
+                "name": "trace-untrusted",
+                "via": "command palette",
+                "line": "y = self.proj(x)",
+                "word": "proj",
+                "expect": ["not trusted", "Manage Workspace Trust"],
+            }
+        ],
     }
     trusted = {**BROKEN_STEP, "name": "after-trust", "grantTrust": True}
     result = _drive(toolchain, server, tmp_path, "untrusted", [untrusted, trusted])
@@ -551,6 +560,10 @@ def test_restricted_mode_until_trusted(
     assert "codicon-shield" in before["status"]["icons"], context
     assert before["squiggles"]["errors"] == 0, context
     assert "not trusted" in before["notifications"], context
+    # Trace Class at Cursor says why it traces nothing, with a way to trust the folder
+    (trace,) = before["traces"]
+    assert "fxls: this workspace is not trusted" in trace["notification"], context
+    assert "[Manage Workspace Trust]" in trace["notification"], context
     # One start in restricted mode, then exactly one restart when trust is granted.
     starts = re.findall(r"Starting: .*workspace (.*)\)", result["fxls_log"])
     assert starts == ["NOT trusted: restricted mode", "trusted"], context

@@ -537,6 +537,9 @@ class Session:
             return trace.problem("untrusted", trace.UNTRUSTED)
         if doc is None:
             return trace.problem("notOpen", trace.NOT_OPEN)
+        unparsable = trace.unparsable(doc.text)
+        if unparsable is not None:
+            return unparsable
         line, _ = convert.position_from_lsp(position, doc.lines, self.encoding)
         cls = trace.class_at(doc.text, line)
         if cls is None:
@@ -554,10 +557,6 @@ class Session:
                     self.schedule(doc, 0.0)
                 if doc.task is not None:
                     await asyncio.wait({doc.task})
-        if doc.syntax is not None and doc.syntax.version == doc.version:
-            error = doc.syntax.analysis.syntax_error
-            where = f" (line {error.span.line}: {error.message})" if error is not None else ""
-            return trace.problem("syntaxError", f"fxls: the file does not parse{where}.")
         result = doc.result
         module = result.analysis.module(cls.name) if result is not None else None
         if result is None or module is None:

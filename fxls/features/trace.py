@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fxls.analysis.classes import ClassInfo, find_classes
+from fxls.analysis.classes import ClassInfo, find_classes, parse
 from fxls.features import markdown as md
 from fxls.features.code_lens import lens_title, module_diagnostics
 from fxls.features.convert import LineMapper
@@ -53,6 +53,15 @@ NOT_OPEN = "fxls: this document is not open in the server; open it in the editor
 def problem(kind: str, message: str) -> dict[str, Any]:
     """An answer without a capture: why, in one sentence."""
     return {"kind": kind, "message": md.plain(message, MAX_LINE)}
+
+
+def unparsable(text: str) -> dict[str, Any] | None:
+    """The ``syntaxError`` answer when ``text`` does not parse, else None."""
+    error = parse(text).syntax_error
+    if error is None:
+        return None
+    where = f"line {error.span.line}: {error.message}"
+    return problem("syntaxError", f"fxls: the file does not parse ({where}).")
 
 
 def class_at(text: str, line: int) -> ClassInfo | None:

@@ -213,3 +213,12 @@ async def test_untrusted_workspace_traces_nothing(untrusted: LanguageClient) -> 
     answer = await _trace(untrusted, uri, _at(MODEL, "class Mlp", 7))
     assert answer["kind"] == "untrusted", answer
     assert "not trusted" in answer["message"]
+
+
+async def test_a_file_that_does_not_parse(client: LanguageClient) -> None:
+    broken = ASSUMED.replace("def forward(self, x):", "def forward(self, x:")
+    uri = _open(client, "trace_syntax.py", broken)
+    answer = await _trace(client, uri, _at(broken, "class Block", 7))
+    assert answer["kind"] == "syntaxError", answer
+    assert answer["message"].startswith("fxls: the file does not parse (line 10: ")
+    _close(client, uri)

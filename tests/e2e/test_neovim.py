@@ -236,9 +236,10 @@ def test_fxls_trace_and_checkhealth(tmp_path: Path) -> None:
         "FXLS_NVIM_CONFIG": "",
         "FXLS_NVIM_FILE": str(target),
         "FXLS_NVIM_TRACES": json.dumps(TRACES),
+        "FXLS_NVIM_GRAPH": "h = F.gelu(h)",
     }
     result = _neovim(tmp_path, TRACE_DRIVER, env, init)
-    assert {"FxlsTrace", "FxlsFixAll"} <= set(result["commands"])
+    assert {"FxlsTrace", "FxlsGraph", "FxlsFixAll"} <= set(result["commands"])
     # the server runs outside the project, which is never on its sys.path
     server = result["server"]
     assert server["cwd"] == str(tmp_path / "cache" / "nvim" / "fxls"), server
@@ -258,7 +259,7 @@ def test_fxls_trace_and_checkhealth(tmp_path: Path) -> None:
     float_lines = edited["float"]
     assert float_lines[0] == summary["message"].removeprefix("fxls: ")
     assert "Mlp · nn.Module · traced (fx)" in float_lines
-    assert f"graph: fxls graph {target.name}:Mlp -o Mlp.html" in float_lines
+    assert f"graph: :FxlsGraph, or fxls graph {target.name}:Mlp -o Mlp.html" in float_lines
 
     assert broken["notifications"][1]["level"] == warn
     assert broken["notifications"][1]["message"].startswith("fxls: Broken: partial (fx)")
@@ -267,6 +268,14 @@ def test_fxls_trace_and_checkhealth(tmp_path: Path) -> None:
     assert outside["notifications"][1]["level"] == info
     assert "not in an nn.Module class" in outside["notifications"][1]["message"]
     assert outside.get("float") is None
+
+    # :FxlsGraph: the page of the class at the cursor, written and opened
+    page = tmp_path / "cache" / "nvim" / "fxls" / "graphs" / "Mlp.html"
+    (note,) = result["graph_notifications"]
+    assert note["message"] == f"fxls: graph of Mlp (5 nodes): {page}", note
+    assert result["opened"] == str(page)
+    html = page.read_text()
+    assert html.startswith("<!DOCTYPE html>") and '"fc2"' in html and "[B, 7]" in html
 
     health = "\n".join(result["health"])
     # vim.lsp's own report (quoted in docs/editors/neovim.md)

@@ -12,7 +12,8 @@
 -- or override any field with vim.lsp.config("fxls", { ... }).
 --
 -- Attached, it turns on inlay hints and code lenses and adds the buffer commands
--- :FxlsTrace (capture now and show the class at the cursor) and :FxlsFixAll.
+-- :FxlsTrace (capture now and show the class at the cursor), :FxlsGraph (its graph in a
+-- browser) and :FxlsFixAll.
 
 -- Settings sent to the server (workspace/configuration, section "fxls"). Every key is
 -- optional; docs/configuration.md lists them with their defaults.
@@ -63,7 +64,7 @@ local function trace_lines(answer, path)
   if answer.graph then
     table.insert(lines, "")
     local target = vim.fn.fnamemodify(path, ":.") .. ":" .. answer.className
-    table.insert(lines, ("graph: fxls graph %s -o %s.html"):format(target, answer.className))
+    table.insert(lines, ("graph: :FxlsGraph, or fxls graph %s -o %s.html"):format(target, answer.className))
   end
   return lines
 end
@@ -109,6 +110,47 @@ local function trace(client, buf)
   end, buf)
 end
 
+--- :FxlsGraph: the graph of the class at the cursor (captured now), as an HTML page in
+--- stdpath("cache")/fxls/graphs, opened with vim.ui.open (your browser).
+local function graph(client, buf)
+  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+  request(client, "workspace/executeCommand", {
+    command = TRACE_COMMAND,
+    arguments = { params },
+  }, function(err, answer)
+    if err or type(answer) ~= "table" then
+      vim.notify("fxls: no graph: " .. (err and err.message or "no answer"), vim.log.levels.ERROR)
+      return
+    end
+    if not answer.graph then
+      local captured = answer.className ~= nil and answer.className ~= vim.NIL
+      local why = captured and ("fxls: no graph for " .. answer.className) or answer.message
+      vim.notify(why, vim.log.levels.WARN)
+      return
+    end
+    local query = { uri = params.textDocument.uri, className = answer.className }
+    request(client, "fxls/graph", query, function(err2, page)
+      if err2 or type(page) ~= "table" or type(page.html) ~= "string" then
+        local why = err2 and err2.message or (type(page) == "table" and page.error) or "no answer"
+        vim.notify(("fxls: no graph for %s: %s"):format(answer.className, why), vim.log.levels.WARN)
+        return
+      end
+      local dir = vim.fn.stdpath("cache") .. "/fxls/graphs"
+      vim.fn.mkdir(dir, "p")
+      local path = dir .. "/" .. answer.className .. ".html" -- a class name is an identifier
+      local file = assert(io.open(path, "w"))
+      file:write(page.html)
+      file:close()
+      local opened, open_err = vim.ui.open(path)
+      local message = ("fxls: graph of %s (%s nodes): %s"):format(answer.className, page.nodes or "?", path)
+      if not opened then
+        message = message .. " (open it in a browser: " .. tostring(open_err) .. ")"
+      end
+      vim.notify(message, vim.log.levels.INFO)
+    end, buf)
+  end, buf)
+end
+
 return {
   cmd = vim.g.fxls_cmd or { "fxls", "serve" },
   cmd_cwd = server_cwd,
@@ -142,5 +184,8 @@ return {
     vim.api.nvim_buf_create_user_command(buf, "FxlsTrace", function()
       trace(client, buf)
     end, { desc = "fxls: capture now and show the nn.Module class at the cursor" })
+    vim.api.nvim_buf_create_user_command(buf, "FxlsGraph", function()
+      graph(client, buf)
+    end, { desc = "fxls: the graph of the nn.Module class at the cursor, in a browser" })
   end,
 }

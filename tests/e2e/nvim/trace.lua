@@ -4,7 +4,7 @@
 -- (JSON array: the server command), FXLS_NVIM_CONFIG (a config file to run; unset when the
 -- test's init.lua already enabled fxls from lsp/fxls.lua on 'runtimepath'),
 -- FXLS_NVIM_TRACES (JSON array of {needle, offset, replace = {old, new}}: optionally edit the
--- buffer, put the cursor on `needle`, run :FxlsTrace).
+-- buffer, put the cursor on `needle`, run :FxlsTrace), FXLS_NVIM_GRAPH (run :FxlsGraph there).
 -- Writes {attached, traces = [{notifications, float, progress}], health, error}: what the
 -- user sees (vim.notify messages, the lines of the float, LspProgress messages, the
 -- :checkhealth buffer).
@@ -134,6 +134,29 @@ local ok, err = pcall(function()
       vim.api.nvim_set_current_win(main)
     end
     table.insert(result.traces, entry)
+  end
+
+  -- :FxlsGraph on FXLS_NVIM_GRAPH: the page is written and handed to vim.ui.open (recorded
+  -- here instead of starting a browser)
+  local graph_needle = os.getenv("FXLS_NVIM_GRAPH")
+  if graph_needle and graph_needle ~= "" then
+    vim.ui.open = function(path)
+      result.opened = path
+      return {}, nil
+    end
+    for lnum, text in ipairs(vim.api.nvim_buf_get_lines(buf, 0, -1, false)) do
+      local start = text:find(graph_needle, 1, true)
+      if start then
+        vim.api.nvim_win_set_cursor(0, { lnum, start - 1 })
+        break
+      end
+    end
+    local first = #notified + 1
+    vim.cmd("FxlsGraph")
+    vim.wait(60000, function()
+      return #notified >= first
+    end, 20)
+    result.graph_notifications = vim.list_slice(notified, first)
   end
 
   -- :checkhealth as a user runs it, with fxls attached; its buffer is what they read

@@ -185,7 +185,7 @@ def _capture_settings(args: argparse.Namespace, paths: list[str]) -> tuple[Any, 
     """(project config, EngineOptions, python) from [tool.fxls] and the command line."""
     from fxls.analysis import DirectiveError, parse_init, parse_input_spec
     from fxls.check.config import load_config
-    from fxls.engine import EngineOptions
+    from fxls.engine import EngineOptions, read_rules, rules_path
     from fxls.protocol.model import Limits
 
     try:
@@ -213,6 +213,7 @@ def _capture_settings(args: argparse.Namespace, paths: list[str]) -> tuple[Any, 
         isolation=settings.isolation.to_protocol(),
         meta_init=settings.capture.meta_init,
         symbolic=settings.capture.symbolic,
+        rules=read_rules(rules_path(config.root, settings.code_actions.rules_file)),
     )
     python = args.python or settings.python or None
     return config, options, python
@@ -251,6 +252,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``fxls check``; returns the exit code."""
     from fxls.check.discovery import discover, exclude_rules
     from fxls.check.run import Checked, Progress, Summary, read_plans, run_plans, validate
+    from fxls.engine import is_rules_file
     from fxls.report.github import format_github
     from fxls.report.jsondoc import to_json
     from fxls.report.paths import report_base
@@ -281,6 +283,9 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
         exit_code = EXIT_USAGE
     read_errors: list[str] = []
     plans = read_plans(found.targets, args.classes, args.specs, args.init, read_errors)
+    for plan in plans:  # the rules file is checked by loading it in the worker
+        if is_rules_file(plan.path, options) and not args.classes:
+            plan.needs_worker = True
     for error in read_errors:
         print(f"fxls: {error}", file=sys.stderr)
         exit_code = EXIT_USAGE

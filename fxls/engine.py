@@ -30,6 +30,7 @@ from fxls.protocol.model import (
     KnownCall,
     Limits,
     ModuleResult,
+    RulesFile,
     Span,
 )
 
@@ -53,6 +54,8 @@ class EngineOptions:
     """Single-class re-runs of one file that may hit a sandbox limit (time, memory, a crash)
     before the file's remaining classes are given up (FX510): a file full of classes that hang
     holds one worker slot for at most ``1 + max_failed_retries`` time-outs."""
+    rules: RulesFile | None = None
+    """The workspace's user rules (read as text; only the worker executes them)."""
 
 
 @dataclass
@@ -243,7 +246,57 @@ def capture_job(
         sys_path=sys_path,
         meta_init=options.meta_init,
         symbolic=options.symbolic,
+        rules=_rules_for(path, options),
     )
+
+
+def _rules_for(path: str, options: EngineOptions) -> RulesFile | None:
+    """The rules the job carries; named as the job's own path when the document is the
+    rules file (the worker then reports why it does not load)."""
+    rules = options.rules
+    if rules is not None and is_rules_file(path, options):
+        return RulesFile(path=path, source=rules.source)
+    return rules
+
+
+RULES_MAX_BYTES = 1024 * 1024
+"""A larger rules file is not read."""
+
+
+def rules_path(root: str | None, name: str) -> str | None:
+    """The rules file ``name`` (relative to the workspace ``root``), None when there is no
+    root or name, or when ``name`` leads out of the workspace."""
+    if not root or not name.strip():
+        return None
+    base = os.path.abspath(root)
+    path = os.path.normpath(os.path.join(base, name.strip()))
+    try:
+        inside = os.path.commonpath([base, path]) == base
+    except ValueError:
+        return None
+    return path if inside else None
+
+
+def read_rules(path: str | None, text: str | None = None) -> RulesFile | None:
+    """The rules file at ``path`` as text (``text`` when the editor has it open); None when it
+    does not exist or is too large. The text is only read here: the worker executes it."""
+    if path is None:
+        return None
+    if text is None:
+        try:
+            if os.path.getsize(path) > RULES_MAX_BYTES:
+                return None
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            return None
+    return RulesFile(path=path, source=text)
+
+
+def is_rules_file(path: str, options: EngineOptions) -> bool:
+    """Whether ``path`` is the rules file of ``options``."""
+    rules = options.rules
+    return rules is not None and os.path.abspath(rules.path) == os.path.abspath(path)
 
 
 def class_requests(
@@ -307,7 +360,7 @@ async def analyze(
 
     classes = [c for c in parsed.classes if only is None or c.name in only]
     diagnostics = list(parsed.diagnostics)
-    if classes:
+    if classes or is_rules_file(path, options):
         requests = build_requests(classes, extra_inputs, init_override)
         _add_call_sites(requests, root, path, parsed.defined)
         job = capture_job(path, text, requests, options, root)
@@ -403,6 +456,7 @@ async def _capture(
                 sys_path=job.sys_path,
                 meta_init=job.meta_init,
                 symbolic=job.symbolic,
+                rules=job.rules,
             )
             res = await _run(client, single, options)
             if res.kind in _EXPENSIVE:

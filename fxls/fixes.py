@@ -4,10 +4,12 @@ Shared by the language server (code actions) and ``fxls check --fix``; no LSP ty
 
 - :func:`candidates` lists the fixes an analysis offers, from its diagnostics (FX302 unused
   statements, FX405/FX408 assumptions to pin, FX101/FX107/FX199 leaf and flag directives,
-  ``torch.fx.wrap`` of a helper, FX101 ``assert``, FX102 ``len``, FX105 ``torch.zeros``),
+  ``torch.fx.wrap`` of a helper, FX101 ``assert``, FX102 ``len``, FX105 ``torch.zeros``,
+  FX360 a user rule that matches),
   fast and without the worker;
   :func:`refactors_at` the refactors at a position (name every argument of a call, use
-  ``F.scaled_dot_product_attention`` for a hand-written attention).
+  ``F.scaled_dot_product_attention`` for a hand-written attention, apply a user pass to the
+  source on its ``def`` line).
 - :func:`compute` sends them to the worker as one ``rewrite`` job, which computes each edit and
   verifies it in the sandbox (``fxls.worker.capture.rewrites``).
 - :func:`minimal_edits` turns an edited text back into the smallest edits (difflib), so that
@@ -49,7 +51,7 @@ from fxls.protocol.positions import SourceText
 Category = Literal["quickfix", "refactor"]
 
 FIX_ALL_KINDS: frozenset[str] = frozenset(
-    {"dead-code", "directive", "leaf", "wrap", "concrete", "assert", "len", "factory"}
+    {"dead-code", "directive", "leaf", "wrap", "concrete", "assert", "len", "factory", "rule"}
 )
 """Fixes that ``source.fixAll.fxls`` and ``fxls check --fix`` apply (when they verify safe)."""
 
@@ -212,6 +214,9 @@ def _from_diagnostic(
             diagnostic=diag,
         )
 
+    if code == "FX360" and owner == mod.name and data.get("rule"):
+        rule = rule_name(str(data["rule"]))
+        yield make("rule", mod.name, f"Apply rule `{rule}`", rule=str(data["rule"]))
     if code == "FX302" and owner is not None:
         stmt = _statement(index, span)
         if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr)):
@@ -269,6 +274,15 @@ def _from_diagnostic(
             )
 
 
+_RULE_NAME_LIMIT = 60
+
+
+def rule_name(name: str) -> str:
+    """A rule's name for titles: identifier characters only, capped."""
+    shown = "".join(c if c.isalnum() or c == "_" else "?" for c in name)
+    return shown if len(shown) <= _RULE_NAME_LIMIT else shown[: _RULE_NAME_LIMIT - 1] + "…"
+
+
 def refactors_at(analysis: FileAnalysis, text: str, line: int, col: int) -> list[Candidate]:
     """Refactors at a position of the analysed text: name every argument of the call there
     (the innermost call with a positional argument whose parameter names are known)."""
@@ -295,7 +309,7 @@ def refactors_at(analysis: FileAnalysis, text: str, line: int, col: int) -> list
                 cls = owner.name
             if best is None or best[1] != span:
                 best = (cls, span, call)
-    found = _attention_at(analysis, line, col)
+    found = _attention_at(analysis, line, col) + _passes_at(analysis, text, line)
     if best is None:
         return found
     cls, span, call = best
@@ -311,6 +325,32 @@ def refactors_at(analysis: FileAnalysis, text: str, line: int, col: int) -> list
         ),
         *found,
     ]
+
+
+def _passes_at(analysis: FileAnalysis, text: str, line: int) -> list[Candidate]:
+    """ "Apply `fuse` to `Net`" on the ``def`` line of a user pass that ran cleanly on a class
+    and changed its graph (``# fxls: pass Net``)."""
+    out = []
+    for mod in analysis.modules:
+        for run in mod.passes:
+            changed = run.added or run.removed or run.replaced
+            if run.line != line or run.status != "ok" or not changed:
+                continue
+            src = SourceText(text)
+            start = src.line(line).find(run.function)
+            span = Span(line, max(start, 0), line, max(start, 0) + len(run.function))
+            out.append(
+                Candidate(
+                    id=f"pass:{mod.name}:{run.function}:{line}",
+                    kind="pass",
+                    cls=mod.name,
+                    span=span,
+                    title=f"Apply `{run.function}` to `{mod.name}`",
+                    category="refactor",
+                    params={"pass": run.function, "line": line},
+                )
+            )
+    return out
 
 
 def _attention_at(analysis: FileAnalysis, line: int, col: int) -> list[Candidate]:

@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fxls.protocol.model import Arg, Dim, NodeInfo, Span, Value
+from fxls.protocol.model import Arg, Dim, NodeInfo, PassResult, Span, Value
 
 
 def dtype_name(dtype: str | None) -> str:
@@ -387,3 +387,14 @@ def fallback_text(arg: Arg, by_name: Mapping[str, NodeInfo], lines: Sequence[str
     if any(w in internal for w in _WORD.findall(arg.value)):
         return "…"
     return arg.value
+
+
+def pass_counts(run: PassResult) -> str:
+    """``5 → 6 nodes: 2 added · 0 removed · 1 replaced`` for a user pass (``not run``, or no
+    graph after when it failed before returning one)."""
+    if run.status == "not run":
+        return "not run"
+    if run.after == 0 and run.status == "failed" and not run.changes:
+        return f"{plural(run.before, 'node')} before; no graph after"
+    changes = f"{run.added} added · {run.removed} removed · {run.replaced} replaced"
+    return f"{run.before} → {plural(run.after, 'node')}: {changes}"

@@ -23,7 +23,16 @@ from pygls.lsp.server import LanguageServer
 
 from fxls import engine, fixes
 from fxls.documents import MAX_DOCUMENT_CHARS, Analysed, Document, DocumentStore
-from fxls.features import code_actions, code_lens, convert, diagnostics, hover, inlay_hints, trace
+from fxls.features import (
+    code_actions,
+    code_lens,
+    convert,
+    diagnostics,
+    hover,
+    inlay_hints,
+    pass_hover,
+    trace,
+)
 from fxls.protocol import catalogue
 from fxls.protocol.model import FixOutcome, FixRequest, ReadyInfo, Span
 from fxls.settings import (
@@ -207,7 +216,16 @@ class Session:
             isolation=s.isolation.to_protocol(),
             meta_init=s.capture.meta_init,
             symbolic=s.capture.symbolic,
+            rules=self._rules(),
         )
+
+    def _rules(self) -> Any:
+        """The rules file as text (the editor's when it is open); never executed here."""
+        path = engine.rules_path(self.root, self.settings.code_actions.rules_file)
+        if path is None or not self.trusted:
+            return None
+        open_doc = next((d for d in self.documents if os.path.abspath(d.path) == path), None)
+        return engine.read_rules(path, open_doc.text if open_doc is not None else None)
 
     # -- worker --------------------------------------------------------------------------
 
@@ -457,6 +475,12 @@ class Session:
 
     def did_save(self, uri: str) -> None:
         doc = self.documents.get(uri)
+        rules = engine.rules_path(self.root, self.settings.code_actions.rules_file)
+        if doc is not None and rules is not None and os.path.abspath(doc.path) == rules:
+            for other in self.documents:  # the rules changed: match them again
+                if other is not doc:
+                    self.fix_outcomes.pop(other.uri, None)
+                    self.schedule(other, 0.0)
         if (
             doc is not None
             and (doc.result is None or doc.stale)
@@ -484,10 +508,12 @@ class Session:
         old_line = line_map.to_analysed(line)
         if old_line is None:
             return None
-        analysis = result.analysis
-        text = hover.hover_text(
+        analysis, old_lines = result.analysis, result.text.split("\n")
+        text = pass_hover.hover_text(
+            analysis.modules, old_lines, old_line, col, style=self.hover_style
+        ) or hover.hover_text(
             analysis.modules,
-            result.text.split("\n"),
+            old_lines,
             old_line,
             col,
             isolation=analysis.isolation,

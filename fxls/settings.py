@@ -99,6 +99,13 @@ class CodeActionSettings:
         wire="maxParams",
         minimum=0,
     )
+    rules_file: str = _setting(
+        "fxls_rules.py",
+        "Workspace file of user rules (`pattern_<name>` / `replacement_<name>` pairs), relative "
+        "to the workspace root; executed only in the sandbox of a trusted workspace. Empty: no "
+        "rules.",
+        wire="rulesFile",
+    )
 
 
 @dataclass

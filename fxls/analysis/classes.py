@@ -23,7 +23,7 @@ from fxls.analysis.directives import (
 from fxls.analysis.jaxtype import spec_from_annotation
 from fxls.analysis.workspace import top_level_names
 from fxls.protocol.catalogue import FX403
-from fxls.protocol.model import ClassRequest, Diagnostic, InputSpec, Span
+from fxls.protocol.model import ClassRequest, Diagnostic, InputSpec, PassRequest, Span
 from fxls.protocol.positions import SourceText
 
 MODULE_BASES = frozenset(
@@ -131,6 +131,8 @@ class ClassInfo:
     directives: Directives = field(default_factory=Directives)
     inputs: list[InputSpec] = field(default_factory=list)
     """Specs for forward parameters: directives win over jaxtyping annotations."""
+    passes: list[PassRequest] = field(default_factory=list)
+    """User passes (``# fxls: pass`` above a function of the file) to run on this class."""
 
     @property
     def effective_forward(self) -> ForwardInfo | None:
@@ -146,7 +148,21 @@ class ClassInfo:
             inputs=[_copy_spec(s) for s in self.inputs],
             leaf=list(self.directives.leaf),
             skip=self.directives.skip,
+            passes=[PassRequest(p.function, p.line) for p in self.passes],
         )
+
+
+@dataclass
+class PassInfo:
+    """A function marked ``# fxls: pass CLASS`` (a user pass over ``torch.fx`` graphs)."""
+
+    function: str
+    line: int
+    """Line of the ``def`` keyword."""
+    name_span: Span
+    classes: list[str] = field(default_factory=list)
+    """The classes it runs on, in the order the directives name them."""
+    directive_lines: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -163,6 +179,8 @@ class ParseResult:
     """FX403 for directives that do not parse or are not attached to a class."""
     defined: set[str] = field(default_factory=set)
     """Names the document defines at its top level (for evidence from other files)."""
+    passes: list[PassInfo] = field(default_factory=list)
+    """Functions marked as user passes."""
 
     def find(self, name: str) -> ClassInfo | None:
         return next((c for c in self.classes if c.name == name), None)
@@ -338,9 +356,10 @@ def _comment_lines(text: str, src: SourceText) -> set[int]:
     return lines
 
 
-def _directive_lines(node: ast.ClassDef, comments: set[int], src: SourceText) -> list[int]:
-    """Comment lines attached to a class: directly above (decorators may sit between) and the
-    comment lines at the start of its body (before and right after a docstring)."""
+def _lines_above(
+    node: ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef, comments: set[int]
+) -> list[int]:
+    """The comment lines directly above a statement (decorators may sit between)."""
     above: list[int] = []
     decorator_lines: set[int] = set()
     for d in node.decorator_list:
@@ -351,6 +370,13 @@ def _directive_lines(node: ast.ClassDef, comments: set[int], src: SourceText) ->
             above.append(line)
         line -= 1
     above.reverse()
+    return above
+
+
+def _directive_lines(node: ast.ClassDef, comments: set[int], src: SourceText) -> list[int]:
+    """Comment lines attached to a class: directly above (decorators may sit between) and the
+    comment lines at the start of its body (before and right after a docstring)."""
+    above = _lines_above(node, comments)
     inside: list[int] = []
     first = node.body[0]
     header_end = (node.bases[-1].end_lineno if node.bases else None) or node.lineno
@@ -394,6 +420,15 @@ def _read_directives(
     kept: list[Directive] = []
     for d in items:
         span = d.span or src.line_span(d.line)
+        if d.kind == "pass":
+            diagnostics.append(
+                _fx403(
+                    span,
+                    "`pass` marks a function, not a class: put it directly above the `def` of "
+                    "a function that takes and returns a GraphModule",
+                )
+            )
+            continue
         if d.kind == "init":
             if init_line is not None:
                 diagnostics.append(
@@ -510,6 +545,7 @@ def parse(text: str) -> ParseResult:
         _read_directives(cls, lines, src, result.diagnostics)
         cls.inputs = _inputs(cls)
         result.classes.append(cls)
+    attached.update(_passes(tree, src, comments, result))
     for line in sorted(comments - attached):
         if DIRECTIVE_RE.match(src.line(line)):
             result.diagnostics.append(
@@ -521,6 +557,55 @@ def parse(text: str) -> ParseResult:
             )
     result.diagnostics.sort(key=lambda d: (d.span.line, d.span.col))
     return result
+
+
+def _passes(tree: ast.Module, src: SourceText, comments: set[int], result: ParseResult) -> set[int]:
+    """Read the ``pass`` directives above the file's top-level functions into
+    ``result.passes`` (and each class's ``passes``); returns the lines they use."""
+    used: set[int] = set()
+    classes = {c.name: c for c in result.classes}
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        info: PassInfo | None = None
+        for line in _lines_above(node, comments):
+            m = DIRECTIVE_RE.match(src.line(line))
+            if m is None:
+                continue
+            span = src.line_span(line)
+            try:
+                directive = parse_directive(m.group("body"), line=line, span=span)
+            except DirectiveError as exc:
+                if m.group("body").split(maxsplit=1)[:1] == ["pass"]:
+                    used.add(line)
+                    result.diagnostics.append(_fx403(span, str(exc)))
+                continue  # others: reported as directives that are not attached to a class
+            if directive.kind != "pass":
+                continue
+            used.add(line)
+            if isinstance(node, ast.AsyncFunctionDef):
+                result.diagnostics.append(
+                    _fx403(span, f"`{node.name}` is `async`: a pass must be a plain function")
+                )
+                continue
+            if info is None:
+                text = src.line(node.lineno)
+                col = text.find(node.name, src.col(node.lineno, node.col_offset) + len("def"))
+                col = max(col, 0)
+                name_span = Span(node.lineno, col, node.lineno, col + len(node.name))
+                info = PassInfo(node.name, node.lineno, name_span)
+                result.passes.append(info)
+            info.directive_lines.append(line)
+            for name in directive.classes:
+                cls = classes.get(name)
+                if cls is None:
+                    result.diagnostics.append(
+                        _fx403(span, f"`pass {name}`: this file has no module class `{name}`")
+                    )
+                elif name not in info.classes:
+                    info.classes.append(name)
+                    cls.passes.append(PassRequest(node.name, node.lineno))
+    return used
 
 
 def _end(src: SourceText, node: ast.stmt) -> tuple[int, int]:

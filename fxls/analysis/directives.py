@@ -7,6 +7,7 @@ The grammar (documented in docs/directives.md)::
     # fxls: NAME = EXPRESSION          any other right-hand side: a Python expression
     # fxls: leaf CLASS[, CLASS...]     do not trace into these submodule classes
     # fxls: skip                       do not capture this class
+    # fxls: pass CLASS[, CLASS...]     above a ``def``: a user pass to run on these classes
 
 The same parsers back the CLI options ``--input NAME=SHAPE`` and ``--init ARGS``.
 """
@@ -56,13 +57,14 @@ _DIM_SYMBOL = re.compile(rf"^(?P<name>{_IDENT})(?:\s*=\s*(?P<size>-?\d+))?$")
 _IDENT_ONLY = re.compile(_IDENT)
 _SHAPE_CHARS = re.compile(r"[-\w.]*")
 _LEAF = re.compile(r"^leaf(?:\s+(?P<names>[^#]*))?(?:#.*)?$", re.S)
+_PASS = re.compile(r"^pass(?:\s+(?P<names>[^#]*))?(?:#.*)?$", re.S)
 _SKIP = re.compile(r"^skip\s*(?:#.*)?$")
 _INIT = re.compile(r"^init\s*\(")
 _DOTTED = re.compile(rf"^{_IDENT}(?:\.{_IDENT})*$")
 
 EXPECTED = (
     "expected `init(ARGS)`, `NAME = (DIM, ...) [dtype]`, `NAME = <expression>`, "
-    "`leaf ClassName` or `skip`"
+    "`leaf ClassName`, `skip`, or `pass ClassName` above a function"
 )
 
 
@@ -70,7 +72,7 @@ class DirectiveError(ValueError):
     """A directive (or CLI ``--input``/``--init`` value) that does not parse."""
 
 
-DirectiveKind = Literal["init", "input", "leaf", "skip"]
+DirectiveKind = Literal["init", "input", "leaf", "skip", "pass"]
 SpecSource = Literal["directive", "annotation", "cli"]
 
 
@@ -85,6 +87,8 @@ class Directive:
     init: str | None = None
     input: InputSpec | None = None
     leaf: list[str] = field(default_factory=list)
+    classes: list[str] = field(default_factory=list)
+    """For ``pass``: the classes the function below it runs on."""
 
 
 @dataclass
@@ -232,14 +236,28 @@ def parse_directive(body: str, *, line: int = 0, span: Span | None = None) -> Di
         return Directive("input", line, span, input=spec)
     m = _LEAF.match(body)
     if m is not None:
-        names = [n for n in re.split(r"[,\s]+", (m.group("names") or "").strip()) if n]
-        if not names:
-            raise DirectiveError("`leaf` needs a class name, e.g. `# fxls: leaf Attention`")
-        for n in names:
-            if not _DOTTED.match(n):
-                raise DirectiveError(f"`{n}` is not a class name")
+        names = _class_names(
+            m.group("names"), "`leaf` needs a class name, e.g. `# fxls: leaf Attention`"
+        )
         return Directive("leaf", line, span, leaf=[n.rsplit(".", 1)[-1] for n in names])
+    m = _PASS.match(body)
+    if m is not None:
+        names = _class_names(m.group("names"), "`pass` needs a class name, e.g. `# fxls: pass Net`")
+        for n in names:
+            if "." in n:
+                raise DirectiveError(f"`{n}`: name a class of this file, without a module prefix")
+        return Directive("pass", line, span, classes=names)
     raise DirectiveError(f"`{body}` is not a directive; {EXPECTED}")
+
+
+def _class_names(text: str | None, missing: str) -> list[str]:
+    names = [n for n in re.split(r"[,\s]+", (text or "").strip()) if n]
+    if not names:
+        raise DirectiveError(missing)
+    for n in names:
+        if not _DOTTED.match(n):
+            raise DirectiveError(f"`{n}` is not a class name")
+    return names
 
 
 def parse_input_spec(text: str, *, source: SpecSource = "cli") -> InputSpec:

@@ -5,7 +5,7 @@ not wording). Standard library only: the server imports this module too.
 
     FX1xx  tracing: torch.fx could not trace (or traced something other than what runs)
     FX2xx  shapes: shape/dtype propagation failed
-    FX3xx  graph: lint failures and unused computations
+    FX3xx  graph: lint failures and unused computations; FX35x user passes, FX36x user rules
     FX4xx  set-up: building the module, inputs, directives, executing the file
     FX5xx  sandbox: the job hit a limit or crashed
 """
@@ -221,6 +221,113 @@ class FX302(Message):
     fix = "Remove the computation, or use its result."
 
 
+# --- FX35x user passes (``# fxls: pass Class``) -----------------------------------------
+
+
+class FX351(Message):
+    code = "FX351"
+    title = "Pass leaves an invalid graph"
+    template = "after pass `{fn}` on `{cls}`, `Graph.lint()` fails: {error}"
+    fix = (
+        "Fix the node the message names; `graph.lint()` at the end of the pass reports it "
+        "where it happens."
+    )
+
+
+class FX352(Message):
+    code = "FX352"
+    title = "Pass erases a node still in use"
+    template = "pass `{fn}` erases `{node}` of `{cls}` while it is still used by {users}"
+    fix = (
+        "Redirect its uses first (`node.replace_all_uses_with(new)`), then erase it; or "
+        "erase its users before it."
+    )
+
+
+class FX353(Message):
+    code = "FX353"
+    title = "Pass uses a node before its definition"
+    template = (
+        "after pass `{fn}` on `{cls}`, `{node}` uses `{arg}`, which comes after it in the graph"
+    )
+    fix = (
+        "Create the node where it is used: `with graph.inserting_after(...)` or "
+        "`graph.inserting_before(...)` around `graph.call_function(...)`; new nodes go at the "
+        "end of the graph otherwise."
+    )
+
+
+class FX354(Message):
+    code = "FX354"
+    title = "Pass copies a node from another graph"
+    template = "after pass `{fn}` on `{cls}`, `{node}` reads `{arg}`, a node of another graph"
+    fix = (
+        "Copy with an argument map: `new_graph.node_copy(node, lambda n: env[n])`, keeping "
+        "`env[old] = new` for every node copied."
+    )
+
+
+class FX355(Message):
+    code = "FX355"
+    title = "Pass leaves no single output"
+    template = "after pass `{fn}` on `{cls}`, the graph has {count} output nodes; it needs one"
+    fix = "Keep exactly one `output` node: replace its argument instead of adding another."
+
+
+class FX356(Message):
+    code = "FX356"
+    title = "Pass raised"
+    template = "pass `{fn}` raised on `{cls}`: {error}"
+
+
+class FX357(Message):
+    code = "FX357"
+    title = "Pass returned no graph"
+    template = "pass `{fn}` returned {returned} on `{cls}`, not a GraphModule or Graph"
+    fix = "Return the GraphModule (`gm.recompile(); return gm`)."
+
+
+class FX358(Message):
+    code = "FX358"
+    severity = "information"
+    title = "Pass not run"
+    template = "pass `{fn}` was not run on `{cls}`: {reason}"
+
+
+# --- FX36x user rules (fxls_rules.py) ------------------------------------------------------
+
+
+class FX360(Message):
+    code = "FX360"
+    severity = "information"
+    title = "User rule matches"
+    template = "rule `{rule}` matches here ({rules_file})"
+    fix = "Apply the rule with its code action (verified in the sandbox)."
+
+
+class FX361(Message):
+    code = "FX361"
+    title = "Rules file does not load"
+    template = "the rules file could not be loaded: {error}"
+    fix = "Fix the error; no rule applies until the file loads."
+
+
+class FX362(Message):
+    code = "FX362"
+    title = "Rule without its pair"
+    template = (
+        "`{function}` has no `{missing}`: every `pattern_<name>` needs a `replacement_<name>`"
+    )
+    fix = "Define `{missing}` with the same parameters."
+
+
+class FX363(Message):
+    code = "FX363"
+    title = "Rule does not trace"
+    template = "`{function}` of rule `{rule}` cannot be traced with torch.fx: {error}"
+    fix = "Write the pattern and its replacement as straight-line tensor code (no Python control flow on tensors)."
+
+
 # --- FX4xx set-up ----------------------------------------------------------------------
 
 
@@ -275,7 +382,8 @@ class FX403(Message):
     template = "invalid fxls directive: {error}"
     fix = (
         "Expected one of: `# fxls: init(...)`, `# fxls: NAME = (dims) [dtype]`, `# fxls: "
-        "NAME = <expression>`, `# fxls: leaf ClassName`, `# fxls: skip`."
+        "NAME = <expression>`, `# fxls: leaf ClassName`, `# fxls: skip`; above a function: "
+        "`# fxls: pass ClassName`."
     )
 
 

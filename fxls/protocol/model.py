@@ -54,6 +54,8 @@ FixKind = Literal[
     "wrap",
     "name-args",
     "attention",
+    "pass",
+    "rule",
 ]
 """The rewrites of ``fxls.worker.capture.rewrites`` (one module each)."""
 Applicability = Literal["safe", "unsafe", "unavailable"]
@@ -124,6 +126,16 @@ class KnownCall:
 
 
 @dataclass
+class PassRequest:
+    """A user pass (``# fxls: pass Class`` above its ``def``) to run on a class's graph."""
+
+    function: str
+    """Name of the module-level function in the document: ``GraphModule -> GraphModule``."""
+    line: int
+    """Line of its ``def`` (decorators sit above it)."""
+
+
+@dataclass
 class ClassRequest:
     """One ``nn.Module`` candidate class found by the server's AST pass."""
 
@@ -139,6 +151,18 @@ class ClassRequest:
     skip: bool = False
     call_sites: list[KnownCall] = field(default_factory=list)
     """Calls of the class found in other files of the workspace (evidence for building it)."""
+    passes: list[PassRequest] = field(default_factory=list)
+    """User passes to run on a copy of the traced module (``capture`` jobs only)."""
+
+
+@dataclass
+class RulesFile:
+    """The workspace's rules file (``pattern_<name>`` / ``replacement_<name>`` function pairs).
+
+    Workspace code: only the sandboxed worker executes it."""
+
+    path: str
+    source: str
 
 
 @dataclass
@@ -156,6 +180,9 @@ class CaptureJob:
     """Build modules on the meta device (no real memory); fall back to CPU if that fails."""
     symbolic: bool = True
     """Keep user-named dimensions symbolic (fake tensors + ShapeEnv)."""
+    rules: RulesFile | None = None
+    """User rules to match in every traced class (FX360); when ``path`` is the document
+    itself, its load problems are reported (FX361-FX363)."""
 
 
 @dataclass
@@ -340,6 +367,47 @@ class Construction:
     """For ``parent``: whose ``forward`` the inputs were recorded in (``GPT``)."""
 
 
+PassChangeKind = Literal["added", "removed", "replaced"]
+PassStatus = Literal["ok", "failed", "not run"]
+
+
+@dataclass
+class PassChange:
+    """One node a user pass added, removed or replaced."""
+
+    kind: PassChangeKind
+    node: str
+    op: str
+    target: str
+    """Readable target, as in ``NodeInfo.target``."""
+    by: str | None = None
+    """For ``replaced``: the node that took over its uses."""
+    span: Span | None = None
+    """``added``: the line of the pass that created it; otherwise where ``forward`` wrote it."""
+
+
+@dataclass
+class PassResult:
+    """A user pass run on a copy of one class's traced module: the graph before -> after."""
+
+    function: str
+    line: int
+    """Line of the pass's ``def``."""
+    status: PassStatus
+    before: int = 0
+    """Nodes of the traced graph."""
+    after: int = 0
+    """Nodes of the graph the pass returned (0 when it returned none)."""
+    added: int = 0
+    removed: int = 0
+    replaced: int = 0
+    changes: list[PassChange] = field(default_factory=list)
+    """The changes, capped (``added + removed + replaced`` counts them all)."""
+    message: str = ""
+    """Why it failed or did not run."""
+    duration_s: float = 0.0
+
+
 @dataclass
 class ModuleResult:
     name: str
@@ -363,6 +431,8 @@ class ModuleResult:
     notes: list[str] = field(default_factory=list)
     error: ErrorInfo | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    passes: list[PassResult] = field(default_factory=list)
+    """User passes run on this class (``ClassRequest.passes``), in order."""
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from fxls.engine import FileAnalysis
-from fxls.protocol.model import Diagnostic, InputSpec, Value
+from fxls.protocol.model import Diagnostic, InputSpec, PassResult, Value
 
 JSON_VERSION = 1
 
@@ -90,6 +90,7 @@ def to_json(
                 "outputs": [_json_value(v) for v in m.outputs],
                 "nodes": nodes,
                 "diagnostics": [_json_diag(d) for d in sorted(own, key=_pos)],
+                "passes": [_json_pass(p) for p in m.passes],
             }
         )
     rest = [d for i, d in enumerate(analysis.diagnostics) if i not in claimed]
@@ -100,6 +101,31 @@ def to_json(
         "torch_version": analysis.torch_version,
         "modules": modules,
         "diagnostics": [_json_diag(d) for d in rest],
+    }
+
+
+def _json_pass(run: PassResult) -> dict[str, Any]:
+    return {
+        "function": run.function,
+        "line": run.line,
+        "status": run.status,
+        "nodes_before": run.before,
+        "nodes_after": run.after,
+        "added": run.added,
+        "removed": run.removed,
+        "replaced": run.replaced,
+        "changes": [
+            {
+                "kind": c.kind,
+                "node": c.node,
+                "op": c.op,
+                "target": c.target,
+                "by": c.by,
+                "line": c.span.line if c.span else None,
+            }
+            for c in run.changes
+        ],
+        "message": run.message or None,
     }
 
 

@@ -93,6 +93,10 @@ def format_text(
             for r in rows:
                 row = "  " + "  ".join(r[i].ljust(widths[i]) for i in range(4))
                 lines.append(f"{row}  → {r[4]}" if r[4] else row.rstrip())
+        for run in m.passes:
+            lines.append(
+                f"  pass {run.function} (line {run.line}): {run.status} · {render.pass_counts(run)}"
+            )
     for d in analysis.diagnostics:
         s = d.span
         lines.append(f"{path}:{s.line}:{s.col + 1}: {d.severity} {d.code} {d.message}")

@@ -307,3 +307,67 @@ def test_long_whitespace_runs_parse_in_linear_time() -> None:
     spec = parse_input_spec("x = (B=2, " + " " * 100_000 + "T)")
     assert [d.name for d in spec.dims] == ["B", "T"]
     assert time.perf_counter() - started < 1.0
+
+
+def test_pass_directive_marks_a_function_for_the_classes_it_names() -> None:
+    text = textwrap.dedent(
+        """\
+        import torch
+        from torch import nn
+
+
+        class A(nn.Module):
+            def forward(self, x):
+                return x
+
+
+        class B(nn.Module):
+            def forward(self, x):
+                return x
+
+
+        # fxls: pass A, B
+        # a comment between is fine
+        @some.decorator
+        def fuse(gm):
+            return gm
+
+
+        # fxls: pass Missing
+        def other(gm):
+            return gm
+        """
+    )
+    parsed = parse(text)
+    assert parse_directive("pass A, B").classes == ["A", "B"]
+    (fuse, other) = parsed.passes
+    assert (fuse.function, fuse.line, fuse.classes) == ("fuse", 18, ["A", "B"])
+    assert fuse.name_span == Span(18, 4, 18, 8)
+    assert other.classes == []
+    requests = {c.name: c.request() for c in parsed.classes}
+    assert [(p.function, p.line) for p in requests["A"].passes] == [("fuse", 18)]
+    assert [(p.function, p.line) for p in requests["B"].passes] == [("fuse", 18)]
+    (diag,) = parsed.diagnostics
+    assert diag.code == "FX403" and diag.span.line == 22
+    assert "no module class `Missing`" in diag.message
+
+
+@pytest.mark.parametrize(
+    ("source", "needle"),
+    [
+        ("# fxls: pass Net\nclass Net(nn.Module):\n    pass\n", "marks a function, not a class"),
+        ("class Net(nn.Module):\n    pass\n\n\n# fxls: pass\ndef f(gm):\n    return gm\n",
+         "`pass` needs a class name"),
+        ("class Net(nn.Module):\n    pass\n\n\n# fxls: pass Net\nasync def f(gm):\n    return gm\n",
+         "is `async`"),
+        ("class Net(nn.Module):\n    pass\n\n\n# fxls: pass Net\n\ndef f(gm):\n    return gm\n",
+         "not attached"),
+        ("class Net(nn.Module):\n    pass\n\n\n# fxls: pass m.Net\ndef f(gm):\n    return gm\n",
+         "without a module prefix"),
+    ],
+)  # fmt: skip
+def test_misplaced_or_invalid_pass_directives_are_fx403(source: str, needle: str) -> None:
+    parsed = parse("from torch import nn\n" + source)
+    assert [d.code for d in parsed.diagnostics] == ["FX403"], parsed.diagnostics
+    assert needle in parsed.diagnostics[0].message
+    assert all(not c.passes for c in parsed.classes)

@@ -30,6 +30,7 @@ CONTRACT = {
     "fxls.codeLens.enabled": True,
     "fxls.codeActions.unsafe": False,
     "fxls.codeActions.maxParams": 20_000_000,
+    "fxls.codeActions.rulesFile": "fxls_rules.py",
     "fxls.isolation.seccomp": True,
     "fxls.isolation.landlock": True,
     "fxls.capture.metaInit": True,

@@ -16,6 +16,8 @@ failure is caught per class, so one class never hides the others.
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
@@ -36,8 +38,14 @@ from fxls.worker.capture.reporting import error_info, line_span, one_line, user_
 
 
 def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
-    """Execute ``job.source`` and capture each requested class (see :func:`capture_document`)."""
-    return capture_document(job, report_phase)[1]
+    """Execute ``job.source`` and capture each requested class (see :func:`capture_document`),
+    then run the user passes of the classes that have ``# fxls: pass`` functions."""
+    doc, result = capture_document(job, report_phase)
+    if result.error is None and any(req.passes for req in job.classes):
+        from fxls.worker.capture.passes import run_passes
+
+        run_passes(doc, job.classes, result.modules, report_phase)
+    return result
 
 
 def capture_document(
@@ -62,7 +70,10 @@ def capture_document(
         execute(doc)
     except BaseException as exc:
         result.error = error_info("import", exc)
-        result.diagnostics.append(_import_diagnostic(exc, job.path, doc.source))
+        if job.rules is not None and os.path.abspath(job.rules.path) == os.path.abspath(job.path):
+            _rules(doc, result)  # the rules file itself: FX361 at its line
+        else:
+            result.diagnostics.append(_import_diagnostic(exc, job.path, doc.source))
         return doc, result
 
     names = list(dict.fromkeys(req.name for req in job.classes))
@@ -89,7 +100,15 @@ def capture_document(
         results[index] = mod
     _adopt_parents(doc, job, results, report_phase)
     result.modules = [results[i] for i in range(len(job.classes))]
+    if job.rules is not None:
+        _rules(doc, result)
     return doc, result
+
+
+def _rules(doc: Document, result: CaptureResult) -> None:
+    from fxls.worker.capture.rewrites import rules  # imports this module
+
+    rules.report(doc, result)
 
 
 MAX_FACTORY_PRODUCTS = 3

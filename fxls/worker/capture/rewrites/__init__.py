@@ -3,7 +3,8 @@
 The ``rewrite`` job (``JobRequest.kind``) executes and captures the document once, asks the
 module of each requested fix for its edits (one module per rewrite: ``dead_code``,
 ``directives``, ``leaf``, ``wrap``, ``concrete``, ``assertion``, ``length``, ``factory``,
-``name_args``, ``attention``), and verifies them with
+``name_args``, ``attention``, ``apply_pass``, ``rules`` for the workspace's user rules), and
+verifies them with
 :mod:`~fxls.worker.capture.rewrites.verify`. With
 ``RewriteJob.combine`` the fixes that verified are applied together and verified again.
 
@@ -30,6 +31,7 @@ from fxls.protocol.model import (
 from fxls.worker.capture.pipeline import capture_document
 from fxls.worker.capture.reporting import one_line
 from fxls.worker.capture.rewrites import (
+    apply_pass,
     assertion,
     attention,
     concrete,
@@ -39,6 +41,7 @@ from fxls.worker.capture.rewrites import (
     leaf,
     length,
     name_args,
+    rules,
     wrap,
 )
 from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable
@@ -58,6 +61,8 @@ REWRITES: dict[str, ModuleType] = {
     "factory": factory,
     "name-args": name_args,
     "attention": attention,
+    "pass": apply_pass,
+    "rule": rules,
 }
 
 _ORDER = {"safe": 0, "unsafe": 1, "unavailable": 2}

@@ -1,0 +1,90 @@
+"""User rules on the server side: where the rules file is, how it is read (never executed),
+and the quick fix an FX360 offers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from fxls import engine
+from fxls.analysis import parse
+from fxls.engine import EngineOptions, FileAnalysis, capture_job, is_rules_file, read_rules
+from fxls.fixes import FIX_ALL_KINDS, candidates, rule_name
+from fxls.protocol.model import Diagnostic, ModuleResult, RulesFile, Span
+
+MODEL = """import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.sigmoid(self.fc(x))
+"""
+
+
+def test_the_rules_file_stays_inside_the_workspace(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    assert engine.rules_path(root, "fxls_rules.py") == str(tmp_path / "fxls_rules.py")
+    assert engine.rules_path(root, "tools/rules.py") == str(tmp_path / "tools" / "rules.py")
+    assert engine.rules_path(root, "../elsewhere.py") is None
+    assert engine.rules_path(root, "/etc/passwd") is None
+    assert engine.rules_path(root, "") is None
+    assert engine.rules_path(None, "fxls_rules.py") is None
+
+
+def test_the_rules_file_is_read_as_text_never_run(tmp_path: Path) -> None:
+    path = tmp_path / "fxls_rules.py"
+    assert read_rules(str(path)) is None  # missing
+    path.write_text("import sys\nsys.modules['fxls_rules_ran'] = True\n")
+    rules = read_rules(str(path))
+    assert rules == RulesFile(str(path), path.read_text())
+    assert "fxls_rules_ran" not in sys.modules
+    assert read_rules(str(path), "editor text") == RulesFile(str(path), "editor text")
+    path.write_text("x" * (engine.RULES_MAX_BYTES + 1))
+    assert read_rules(str(path)) is None
+
+
+def test_every_capture_job_carries_the_rules(tmp_path: Path) -> None:
+    rules = RulesFile(str(tmp_path / "fxls_rules.py"), "def pattern_a(x): return x\n")
+    options = EngineOptions(rules=rules)
+    model = str(tmp_path / "model.py")
+    job = capture_job(model, MODEL, [c.request() for c in parse(MODEL).classes], options)
+    assert job.rules == rules
+    assert not is_rules_file(model, options)
+    # the rules file's own job names it by the job's path (the worker then reports its problems)
+    relative = "fxls_rules.py"
+    assert is_rules_file(str(tmp_path / relative), options)
+    own = capture_job(str(tmp_path / relative), rules.source, [], options)
+    assert own.rules is not None and own.rules.path == own.path
+
+
+def _analysis(rule: str) -> FileAnalysis:
+    parsed = parse(MODEL)
+    line = MODEL.split("\n").index("        return torch.sigmoid(self.fc(x))") + 1
+    span = Span(line, 15, line, 40)
+    diag = Diagnostic(
+        "FX360", "information", f"rule `{rule}` matches here", span, data={"rule": rule}
+    )
+    mod = ModuleResult(name="Net", line=5, status="traced", diagnostics=[diag])
+    return FileAnalysis(path="model.py", version=1, modules=[mod], classes=parsed.classes)
+
+
+def test_a_match_offers_the_rule_as_a_quick_fix_that_fix_all_applies() -> None:
+    (cand,) = candidates(_analysis("hard_gate"), MODEL)
+    assert cand.kind == "rule" and cand.cls == "Net" and cand.code == "FX360"
+    assert cand.title == "Apply rule `hard_gate`"
+    assert cand.params == {"rule": "hard_gate"}
+    assert cand.fix_all and "rule" in FIX_ALL_KINDS
+    assert cand.request().params == {"rule": "hard_gate"}
+
+
+def test_rule_names_in_titles_are_plain_and_short() -> None:
+    assert rule_name("gelu_tanh") == "gelu_tanh"
+    assert rule_name("a`b\nc[x](y)") == "a?b?c?x??y?"
+    assert len(rule_name("n" * 500)) == 60
+    (cand,) = candidates(_analysis("odd`name](javascript:x)"), MODEL)
+    assert "`" not in cand.title[len("Apply rule `") : -1]

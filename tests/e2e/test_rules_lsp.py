@@ -11,6 +11,7 @@ the rules were matched and applied (which proves they ran in the worker), that i
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib.util
 import json
 import os
@@ -31,6 +32,7 @@ from fxls.features.convert import apply_change
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rules"
 MARKER = Path(tempfile.mkdtemp(prefix="fxls-rules-marker-")) / "executed-outside-the-sandbox"
+atexit.register(shutil.rmtree, MARKER.parent, True)
 ENV = {**os.environ, "FXLS_RULES_MARKER": str(MARKER)}
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),

@@ -29,7 +29,7 @@ import pytest_asyncio
 
 from fxls.analysis.classes import parse
 from fxls.engine import EngineOptions, FileAnalysis, analyze
-from fxls.protocol.model import ModuleResult, NodeInfo, Span, Value
+from fxls.protocol.model import Limits, ModuleResult, NodeInfo, Span, Value
 
 ROOT = Path(__file__).resolve().parents[3]
 ZEROCONFIG = ROOT / "tests" / "corpus" / "zeroconfig"
@@ -219,14 +219,16 @@ def test_checker_accepts_true_shapes_and_reports_wrong_ones() -> None:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def analyses(worker) -> dict[str, FileAnalysis]:  # type: ignore[no-untyped-def]
-    """Every file analysed once, as it is, with the server's default options."""
+    """Every file analysed once, as it is, with the server's default options but for the time
+    limits: what fxls shows is asserted here, not how fast (bench/ measures that); on a loaded
+    machine the largest files come close to the default 10 s and would fail as FX501."""
     out = {}
     for path in FILES:
         out[path.name] = await analyze(
             worker,
             str(path),
             path.read_text(encoding="utf-8"),
-            options=EngineOptions(),
+            options=EngineOptions(limits=Limits(timeout_s=60.0, cpu_s=60.0)),
             root=str(ROOT),
         )
     return out

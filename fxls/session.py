@@ -92,8 +92,8 @@ class Session:
         """Per document: the version and the fixes the worker computed for it."""
         self._candidates: dict[str, tuple[Any, list[fixes.Candidate]]] = {}
         """Per document: the analysis and the fixes it offers (listed on every cursor move)."""
-        self._debouncing: set[str] = set()
-        """Documents whose capture task still waits out the debounce."""
+        self._debouncing: set[asyncio.Task[Any]] = set()
+        """Capture tasks that still wait out the debounce."""
         self.hover_style: hover.Style = "table"
         """``block`` for clients whose hover shows Markdown tables raw (Neovim)."""
 
@@ -292,11 +292,14 @@ class Session:
 
     async def capture(self, doc: Document, version: int | None, delay: float) -> None:
         if delay > 0:
-            self._debouncing.add(doc.uri)
+            task = asyncio.current_task()
+            if task is not None:
+                self._debouncing.add(task)
             try:
                 await asyncio.sleep(delay)
             finally:
-                self._debouncing.discard(doc.uri)
+                if task is not None:
+                    self._debouncing.discard(task)
         text = doc.text
         progress = self.spawn(self._progress(doc))
         try:
@@ -579,7 +582,7 @@ class Session:
                 if doc.syntax is not None and doc.syntax.version == doc.version:
                     break
                 running = doc.task is not None and not doc.task.done()
-                if not running or doc.task_version != doc.version or doc.uri in self._debouncing:
+                if not running or doc.task_version != doc.version or doc.task in self._debouncing:
                     self.schedule(doc, 0.0)
                 if doc.task is not None:
                     await asyncio.wait({doc.task})

@@ -378,9 +378,13 @@ async function traceClass(page, trace, timeoutMs) {
       out.graph_nodes = [];
       while (Date.now() < deadline && !out.graph_nodes.some((n) => n.includes(trace.graphExpect))) {
         const frame = await frameWith(page, "#fxls-svg [data-node]", Math.max(1000, deadline - Date.now()));
-        out.graph_nodes = await frame.evaluate(() =>
-          Array.from(document.querySelectorAll("#fxls-svg [data-node]")).map((g) => g.textContent),
-        );
+        try {
+          out.graph_nodes = await frame.evaluate(() =>
+            Array.from(document.querySelectorAll("#fxls-svg [data-node]")).map((g) => g.textContent),
+          );
+        } catch {
+          // the view is loading the new page: this frame went away, look again
+        }
         await page.waitForTimeout(250);
       }
       await page.waitForTimeout(300);

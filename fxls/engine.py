@@ -4,12 +4,17 @@
 directives), sends one capture job to the worker, and turns sandbox failures into FX5xx
 diagnostics. When a job with several classes dies (timeout, crash, memory), the class that
 was running gets the diagnostic and every other class is captured again in a job of its own,
-so one bad class never hides the results of the others. No torch, no LSP types here.
+so one bad class never hides the results of the others. With a cache (the language server's),
+only the classes whose unit changed are captured (:mod:`fxls.incremental`). No torch, no LSP
+types here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
+import json
 import os
 import re
 import signal
@@ -17,8 +22,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from fxls import __version__, incremental
 from fxls.analysis import ClassInfo, ParseResult, parse, workspace
 from fxls.protocol import catalogue
+from fxls.protocol.codec import to_dict
 from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
@@ -47,6 +54,9 @@ class EngineOptions:
     isolation: Isolation = field(default_factory=Isolation)
     meta_init: bool = True
     symbolic: bool = True
+    reuse_blocks: bool = True
+    """Trace identical sub-blocks once and copy their nodes and shapes (the same results,
+    in time independent of depth); off only to compare."""
     parallel_retries: int = 1
     """How many single-class re-runs of one file may run at once after a job failed (one: the
     worker runs at most two jobs, so the other slot stays free for other files)."""
@@ -246,6 +256,7 @@ def capture_job(
         sys_path=sys_path,
         meta_init=options.meta_init,
         symbolic=options.symbolic,
+        reuse_blocks=options.reuse_blocks,
         rules=_rules_for(path, options),
     )
 
@@ -341,9 +352,15 @@ async def analyze(
     only: list[str] | None = None,
     extra_inputs: dict[str, list[InputSpec]] | None = None,
     init_override: dict[str, str] | None = None,
+    cache: incremental.CaptureCache | None = None,
+    worker: str = "",
 ) -> FileAnalysis:
     """Analyze one document version through the worker. Never raises for user code problems
-    (those become diagnostics); ``asyncio.CancelledError`` propagates."""
+    (those become diagnostics); ``asyncio.CancelledError`` propagates.
+
+    With a ``cache``, only the classes whose unit changed (:mod:`fxls.incremental`) are
+    captured; the others come from the cache, moved to their current lines. ``worker`` names
+    the worker (interpreter, torch version) for the cache keys."""
     options = options or EngineOptions()
     started = time.monotonic()
     parsed = parse(text)
@@ -362,9 +379,16 @@ async def analyze(
     diagnostics = list(parsed.diagnostics)
     if classes or is_rules_file(path, options):
         requests = build_requests(classes, extra_inputs, init_override)
-        _add_call_sites(requests, root, path, parsed.defined)
+        # reading the workspace's files blocks: in a thread, so the server keeps answering
+        await asyncio.to_thread(_add_call_sites, requests, root, path, parsed.defined)
         job = capture_job(path, text, requests, options, root)
-        await _capture(client, job, classes, text, options, result, diagnostics)
+        if cache is not None and only is None and not is_rules_file(path, options):
+            context = await asyncio.to_thread(job_context, job, options, root, worker)
+            await _incremental(
+                client, job, classes, text, options, result, diagnostics, cache, context
+            )
+        else:
+            await _capture(client, job, classes, text, options, result, diagnostics)
     result.diagnostics = dedupe(diagnostics + [d for m in result.modules for d in m.diagnostics])
     result.duration_s = time.monotonic() - started
     return result
@@ -404,6 +428,121 @@ def _absorb(
             result.modules.append(ModuleResult(name=req.name, line=req.line, status="skipped"))
 
 
+def job_context(job: CaptureJob, options: EngineOptions, root: str | None, worker: str) -> str:
+    """Everything a capture job depends on beyond its document text and class requests: the
+    fxls and worker versions, the settings, every other field of the job (the document's path,
+    ``sys.path``, the user rules...), and the Python files of the workspace (path, size,
+    modification time) that the document may import (the document's own file on disk
+    excepted: the job runs the editor's text)."""
+    here = os.path.abspath(job.path)
+    files = []
+    for folder in dict.fromkeys(p for p in (root, os.path.dirname(here)) if p):
+        for path in workspace.python_files(folder):
+            if path == here:
+                continue
+            try:
+                stat = os.stat(path)
+            except OSError:
+                continue
+            files.append((path, stat.st_size, stat.st_mtime_ns))
+    files.sort()
+    digest = hashlib.sha256(json.dumps(files).encode("utf-8", "surrogatepass")).hexdigest()
+    # every field of the job but the text and the classes (path, sys.path, settings, rules...)
+    fields = {k: v for k, v in to_dict(job).items() if k not in ("source", "classes")}
+    return json.dumps(
+        [__version__, worker, to_dict(options.limits), to_dict(options.isolation), fields, digest],
+        sort_keys=True,
+    )
+
+
+async def _incremental(
+    client: Runner,
+    job: CaptureJob,
+    classes: list[ClassInfo],
+    text: str,
+    options: EngineOptions,
+    result: FileAnalysis,
+    diagnostics: list[Diagnostic],
+    cache: incremental.CaptureCache,
+    context: str,
+) -> None:
+    """Capture the units of ``job`` whose key is new, take the others from ``cache``.
+
+    The result equals that of the whole job: a job of some units that does not end ``ok``
+    is run again as the whole job (what the file gets without a cache), and a file that
+    fails to execute does so whatever classes the job asks for."""
+    stats = cache.stats
+    units = incremental.plan(text, job.classes, context)
+    if units is None:
+        stats.jobs += 1
+        stats.misses += len(job.classes)
+        stats.last_captured = [r.name for r in job.classes]
+        await _capture(client, job, classes, text, options, result, diagnostics)
+        return
+    kept: dict[str, tuple[incremental.Entry, list[ModuleResult]]] = {}
+    todo: list[incremental.Unit] = []
+    for unit in units:
+        entry = cache.get(unit.key)
+        moved = incremental.relocate(entry, unit) if entry is not None else None
+        if entry is not None and moved is not None and len(moved) == len(unit.classes):
+            kept[unit.key] = (entry, moved)
+        else:
+            todo.append(unit)
+    wanted = {name for unit in todo for name in unit.classes}
+    requests = [r for r in job.classes if r.name in wanted]
+    stats.last_captured = [r.name for r in requests]
+    fresh: list[ModuleResult] = []
+    if requests:
+        stats.jobs += 1
+        stats.misses += len(requests)
+        part = dataclasses.replace(job, classes=requests)
+        first = await _run(client, part, options)
+        capture = first.payload
+        if first.kind == "ok" and capture is not None and capture.error is not None:
+            # the file did not execute: the same for every set of classes
+            _absorb(first, job.classes, job.path, text, result, diagnostics)
+            return
+        whole = len(requests) == len(job.classes)
+        if (
+            first.kind != "ok"
+            or capture is None
+            or capture.diagnostics
+            or len(capture.modules) != len(requests)
+            or [m.name for m in capture.modules] != [r.name for r in requests]
+        ):
+            if not whole:
+                stats.jobs += 1
+                stats.misses += len(job.classes) - len(requests)
+                stats.last_captured = [r.name for r in job.classes]
+            known = first if whole else None
+            await _capture(client, job, classes, text, options, result, diagnostics, known)
+            return
+        for layer in first.isolation:
+            if layer not in result.isolation:
+                result.isolation.append(layer)
+        result.torch_version = capture.torch_version
+        fresh = capture.modules
+        for unit in todo:
+            mods = [m for m in fresh if m.name in unit.classes]
+            cache.put(
+                unit.key, incremental.store(mods, unit, first.isolation, capture.torch_version)
+            )
+    stats.hits += len(job.classes) - len(requests)
+    queues: dict[str, list[ModuleResult]] = {}
+    for entry, moved in kept.values():
+        for module in moved:
+            queues.setdefault(module.name, []).append(module)
+        if not requests:
+            for layer in entry.isolation:
+                if layer not in result.isolation:
+                    result.isolation.append(layer)
+            result.torch_version = result.torch_version or entry.torch_version
+    for module in fresh:
+        queues.setdefault(module.name, []).append(module)
+    for req in job.classes:
+        result.modules.append(queues[req.name].pop(0))
+
+
 async def _capture(
     client: Runner,
     job: CaptureJob,
@@ -412,9 +551,11 @@ async def _capture(
     options: EngineOptions,
     result: FileAnalysis,
     diagnostics: list[Diagnostic],
+    first: JobResult | None = None,
 ) -> None:
     by_name = {c.name: c for c in classes}
-    first = await _run(client, job, options)
+    if first is None:
+        first = await _run(client, job, options)
     if first.kind == "cancelled":
         result.outcome = "cancelled"
         return
@@ -456,6 +597,7 @@ async def _capture(
                 sys_path=job.sys_path,
                 meta_init=job.meta_init,
                 symbolic=job.symbolic,
+                reuse_blocks=job.reuse_blocks,
                 rules=job.rules,
             )
             res = await _run(client, single, options)

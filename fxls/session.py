@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from fxls import engine, fixes
+from fxls import engine, fixes, incremental
+from fxls.analysis import workspace
 from fxls.documents import MAX_DOCUMENT_CHARS, Analysed, Document, DocumentStore
 from fxls.features import (
     code_actions,
@@ -81,6 +82,12 @@ class Session:
         self.worker: WorkerClient | None = None
         self.worker_ready: ReadyInfo | None = None
         """What the running worker reported at start (interpreter, torch, isolation)."""
+        self.worker_identity = ""
+        """The worker's interpreter and torch version (part of every cache key)."""
+        self.cache: incremental.CaptureCache | None = (
+            incremental.CaptureCache() if incremental.enabled() else None
+        )
+        """Captures of unchanged classes, by key (``FXLS_CAPTURE_CACHE=0``: none)."""
         self._worker_python: str | None = None
         self._worker_lock: asyncio.Lock | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -153,9 +160,15 @@ class Session:
         self.root = self.lsp.workspace.root_path
         if params.process_id:
             self.spawn(self.watch_parent(params.process_id))
+        if self.trusted:
+            # torch takes a second or more to import: start now, not after the handshake
+            self.spawn(self.warm_up())
+            # and read the workspace's files for call sites meanwhile (seconds in a large one)
+            self.spawn(self._quiet(asyncio.to_thread(workspace.prescan, self.root)))
 
     async def initialized(self) -> None:
-        """Tell an untrusted workspace why nothing shows; else pull settings, start the worker."""
+        """Tell an untrusted workspace why nothing shows; else pull settings (a worker in
+        another interpreter, ``fxls.python``, replaces the one ``initialize`` started)."""
         if not self.trusted:
             self.show(UNTRUSTED_MESSAGE, types.MessageType.Info)
             return
@@ -247,6 +260,7 @@ class Session:
                 raise
             self.worker, self._worker_python = client, python
             self.worker_ready = info
+            self.worker_identity = f"{info.python}|{info.torch_version}|{info.protocol}"
             missing = ", ".join(f"{k} ({why})" for k, why in info.isolation_missing.items())
             self.log(
                 f"fxls worker ready: {info.python}, torch {info.torch_version}, "
@@ -333,6 +347,8 @@ class Session:
                 version=version,
                 options=self.engine_options(),
                 root=self.root,
+                cache=self.cache,
+                worker=self.worker_identity,
             )
         except asyncio.CancelledError:
             raise
@@ -459,6 +475,7 @@ class Session:
                 "isolation": list(ready.isolation_available),
                 "unavailable": dict(ready.isolation_missing),
             },
+            "cache": self.cache.summary() if self.cache is not None else None,
         }
 
     # -- document events -----------------------------------------------------------------

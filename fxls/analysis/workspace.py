@@ -8,12 +8,15 @@ returns them as constructor argument text. Pure: it reads files, never runs them
 
 Bounded for editors: at most ``MAX_FILES`` files of at most ``MAX_FILE_BYTES`` are read, the
 listing is cached for ``LISTING_TTL_S`` seconds and each file's findings until it changes.
+Thread-safe: the server reads the workspace in a thread (:func:`prescan` when the workspace
+opens, then each capture), never on its event loop.
 """
 
 from __future__ import annotations
 
 import ast
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -35,6 +38,22 @@ class CallSite:
 
 _LISTINGS: dict[str, tuple[float, list[str]]] = {}
 _FILES: dict[str, tuple[float, int, dict[str, list[tuple[str, int, frozenset[str]]]]]] = {}
+_SCAN = threading.Lock()
+"""One scan of the workspace at a time: a capture that starts while :func:`prescan` runs waits
+for it and reads its cache instead of parsing the same files again."""
+
+
+def prescan(root: str | None) -> int:
+    """Read every file of the workspace ``root`` once, so the first capture finds the calls in
+    the cache (parsing a few hundred files takes seconds). Returns how many files were read;
+    meant for a thread started when the editor opens the workspace."""
+    if not root or not os.path.isdir(root):
+        return 0
+    with _SCAN:
+        files = _listing(root)
+        for path in files:
+            _calls_in(path)
+    return len(files)
 
 
 def call_sites(
@@ -47,10 +66,10 @@ def call_sites(
     wanted = set(classes)
     found: dict[str, list[CallSite]] = {}
     here = os.path.abspath(document)
-    for path in _listing(root):
-        if path == here:
-            continue
-        for name, calls in _calls_in(path).items():
+    with _SCAN:
+        listing = [(path, _calls_in(path)) for path in _listing(root) if path != here]
+    for path, in_file in listing:
+        for name, calls in in_file.items():
             if name not in wanted:
                 continue
             for init, line, names in calls:
@@ -76,6 +95,12 @@ def top_level_names(tree: ast.Module) -> set[str]:
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
     return names
+
+
+def python_files(root: str) -> list[str]:
+    """The ``.py`` files of the workspace ``root`` that fxls reads (bounded, listed at most
+    every ``LISTING_TTL_S`` seconds)."""
+    return list(_listing(root)) if os.path.isdir(root) else []
 
 
 def _listing(root: str) -> list[str]:

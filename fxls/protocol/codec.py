@@ -84,6 +84,15 @@ def _converter(tp: Any) -> Converter:
     return conv
 
 
+_SCALAR_TESTS: dict[Any, typing.Callable[[Any], bool]] = {
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    str: lambda v: isinstance(v, str),
+    bool: lambda v: isinstance(v, bool),
+}
+"""For scalar options of a union: whether the option's converter accepts the value."""
+
+
 MAX_ANY_DEPTH = 32
 """Deepest nesting accepted in an untyped (``Any``) field; typed fields bound the rest."""
 
@@ -122,15 +131,27 @@ def _build_converter(tp: Any) -> Converter:
 
             return optional
 
+        # scalar options are tried by type first: a failed conversion raises, which costs
+        # more than the conversion (a shape's dimensions are ``int | str``)
+        accepts = [_SCALAR_TESTS.get(o) for o in options]
+
         def union(value: Any) -> Any:
             if value is None and nullable:
                 return None
             errors = []
-            for conv in option_convs:
+            for accept, conv in zip(accepts, option_convs):
+                if accept is not None and not accept(value):
+                    continue
                 try:
                     return conv(value)
                 except _FieldError as exc:
                     errors.append(str(exc))
+            for accept, conv in zip(accepts, option_convs):
+                if accept is not None and not accept(value):
+                    try:
+                        conv(value)
+                    except _FieldError as exc:
+                        errors.append(str(exc))
             raise _FieldError(f"{value!r:.80} matches no option ({'; '.join(errors)})")
 
         return union
@@ -230,7 +251,10 @@ def _dataclass_converter(cls: type) -> Converter:
         for name in required:
             if name not in kwargs:
                 raise _FieldError(f"missing field {name!r}")
-        return cls(**kwargs)
+        try:
+            return cls(**kwargs)
+        except ValueError as exc:  # a check of the class itself (``__post_init__``)
+            raise _FieldError(str(exc)) from None
 
     return convert
 

@@ -13,7 +13,7 @@ Conventions used throughout:
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Union
 
 PROTOCOL_VERSION = 1
@@ -180,6 +180,8 @@ class CaptureJob:
     """Build modules on the meta device (no real memory); fall back to CPU if that fails."""
     symbolic: bool = True
     """Keep user-named dimensions symbolic (fake tensors + ShapeEnv)."""
+    reuse_blocks: bool = True
+    """Trace identical sub-blocks once and copy their nodes and shapes (same results)."""
     rules: RulesFile | None = None
     """User rules to match in every traced class (FX360); when ``path`` is the document
     itself, its load problems are reported (FX361-FX363)."""
@@ -314,6 +316,55 @@ class NodeInfo:
 
 
 @dataclass
+class NodeCopy:
+    """A node of a sub-block whose nodes were copied from an identical block's (the 47 other
+    blocks of a 48-block GPT), sent as what differs from its template node's record.
+
+    ``ModuleResult`` expands it on arrival (:meth:`expand`), so every reader sees whole
+    ``NodeInfo`` records; the worker sends a copy only when the expansion equals the record.
+    """
+
+    at: int
+    """Index of the node in ``ModuleResult.nodes`` once expanded."""
+    of: int
+    """Index of its template node (an earlier, whole record)."""
+    name: str
+    target: str
+    module_path: str | None
+    users: int
+    inputs: list[str] = field(default_factory=list)
+    renamed: dict[str, str] = field(default_factory=dict)
+    """Template node name -> this node's, for the arguments that are exactly one node."""
+
+    def expand(self, template: NodeInfo) -> NodeInfo:
+        """The record of this node: ``template``'s with the names, target and path of this one."""
+        renamed = self.renamed
+        args = []
+        for arg in template.args:
+            if arg.node is None:
+                args.append(replace(arg))
+            else:
+                node = renamed.get(arg.node, arg.node)
+                value = node if arg.value == arg.node else arg.value
+                args.append(replace(arg, value=value, node=node))
+        return replace(
+            template,
+            name=self.name,
+            target=self.target,
+            span=replace(template.span) if template.span is not None else None,
+            call_site=replace(template.call_site) if template.call_site is not None else None,
+            args=args,
+            outputs=[
+                replace(v, shape=list(v.shape) if v.shape is not None else None)
+                for v in template.outputs
+            ],
+            module_path=self.module_path,
+            users=self.users,
+            inputs=list(self.inputs),
+        )
+
+
+@dataclass
 class Related:
     span: Span
     message: str
@@ -433,6 +484,15 @@ class ModuleResult:
     timings: dict[str, float] = field(default_factory=dict)
     passes: list[PassResult] = field(default_factory=list)
     """User passes run on this class (``ClassRequest.passes``), in order."""
+    node_copies: list[NodeCopy] = field(default_factory=list)
+    """On the wire only: records of ``nodes`` sent as copies of earlier ones (see
+    :class:`NodeCopy`); expanded into ``nodes`` when the result is made, so always empty
+    once decoded."""
+
+    def __post_init__(self) -> None:
+        if self.node_copies:
+            self.nodes = expand_copies(self.nodes, self.node_copies)
+            self.node_copies = []
 
 
 @dataclass
@@ -520,3 +580,30 @@ class ReadyInfo:
     isolation_missing: dict[str, str] = field(default_factory=dict)
     """Layer name -> why it is unavailable on this machine."""
     warm_s: float = 0.0
+    warm_steps: dict[str, float] = field(default_factory=dict)
+    """Seconds of each warm-up step run before the zygote was ready (the others run while it
+    is idle)."""
+
+
+def expand_copies(nodes: list[NodeInfo], copies: list[NodeCopy]) -> list[NodeInfo]:
+    """The whole node list: ``nodes`` (the whole records, in order) with ``copies`` inserted at
+    their indices. Raises ``ValueError`` for indices that do not fit."""
+    total = len(nodes) + len(copies)
+    out: list[NodeInfo | None] = [None] * total
+    for copy in copies:
+        if not 0 <= copy.of < copy.at < total or out[copy.at] is not None:
+            raise ValueError(f"node copy at {copy.at} of {copy.of} does not fit")
+        out[copy.at] = _PENDING
+    whole = iter(nodes)
+    for index in range(total):
+        if out[index] is None:
+            out[index] = next(whole)
+    for copy in copies:  # in order: a template may itself be a copy
+        template = out[copy.of]
+        if template is None or template is _PENDING:
+            raise ValueError(f"node copy at {copy.at} of {copy.of} does not fit")
+        out[copy.at] = copy.expand(template)
+    return typing.cast(list[NodeInfo], out)
+
+
+_PENDING = NodeInfo(name="", op="output", target="")

@@ -235,7 +235,8 @@ async def test_open_close_cycles_leave_one_zygote_and_no_zombies(client: Languag
     max_family = 0
     for cycle in range(CYCLES):
         version = cycle + 2
-        _open(client, "shape_error.py", f"# cycle {cycle}\n{text}", version)
+        # module-level code (not a comment): every version captures again, cache or not
+        _open(client, "shape_error.py", f"CYCLE = {cycle}\n{text}", version)
         if cycle % 4 == 0:
             params = await _published(client, uri, version)
             captured += bool(params.diagnostics)

@@ -56,3 +56,24 @@ def test_the_document_itself_and_broken_files_are_skipped(tmp_path: Path) -> Non
 
 def test_no_root_no_evidence(tmp_path: Path) -> None:
     assert workspace.call_sites(None, str(tmp_path / "m.py"), ["Net"], set()) == {}
+
+
+def test_prescan_reads_the_workspace_once_for_every_later_capture(tmp_path: Path) -> None:
+    model = _write(
+        tmp_path / "net.py",
+        """
+        from torch import nn
+        class Net(nn.Module):
+            def __init__(self, width): ...
+        """,
+    )
+    train = _write(tmp_path / "train.py", "net = Net(64)\n")
+    _write(tmp_path / "broken.py", "def (:\n")
+    assert workspace.prescan(str(tmp_path)) == 3
+    assert workspace.prescan(str(tmp_path / "missing")) == 0
+    assert workspace.prescan(None) == 0
+    # every file is in the cache now: a capture reads nothing again while they are unchanged
+    cached = {p: workspace._FILES[p] for p in map(str, (model, train))}
+    sites = workspace.call_sites(str(tmp_path), str(model), ["Net"], set())
+    assert [(s.init, Path(s.path).name, s.line) for s in sites["Net"]] == [("64", "train.py", 1)]
+    assert all(workspace._FILES[p] is entry for p, entry in cached.items())

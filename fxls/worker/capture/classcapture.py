@@ -29,6 +29,7 @@ from fxls.protocol.model import (
     Construction,
     Diagnostic,
     ModuleResult,
+    NodeInfo,
     Phase,
     Related,
     Span,
@@ -41,11 +42,12 @@ from fxls.worker.capture import (
     graphcheck,
     inputs,
     parents,
+    reuse,
     shapes,
     strategies,
 )
 from fxls.worker.capture.document import Document
-from fxls.worker.capture.nodes import node_info, output_values
+from fxls.worker.capture.nodes import copied_node_info, node_info, output_values
 from fxls.worker.capture.reporting import class_span, dedupe, error_info, line_span, one_line
 from fxls.worker.capture.tracer import (
     CALL_SITE_KEY,
@@ -53,6 +55,7 @@ from fxls.worker.capture.tracer import (
     SpanTracer,
     assign_ast_spans,
     find_function,
+    graph_module,
 )
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
@@ -127,6 +130,8 @@ class Traced:
     """Every leaf class used (declared, library and automatic)."""
     traced_params: dict[types.CodeType, set[str]] = field(default_factory=dict)
     """Per document function the last trace went through: parameters that held a Proxy."""
+    segments: list[reuse.Segment] = field(default_factory=list)
+    """Calls of identical sub-blocks whose nodes were copied from the first one's."""
 
 
 def _example(planned: inputs.PlannedInput, name: str) -> shapes.ExampleInput:
@@ -379,8 +384,30 @@ class ClassCapture:
         examples: dict[str, Any],
         rename: Callable[[str], str] | None = None,
     ) -> None:
-        """The graph's nodes and outputs as wire data."""
-        self.mod.nodes = [node_info(gm, n, values, examples, rename) for n in gm.graph.nodes]
+        """The graph's nodes and outputs as wire data (a node copied from an identical
+        sub-block's template takes the template's named arguments)."""
+        copied = reuse.copies(self.traced.segments) if self.traced and rename is None else {}
+        infos: dict[str, NodeInfo] = {}
+        by_name: dict[str, torch.fx.Node] = {}
+        index: dict[str, int] = {}
+        copied_from: dict[int, int] = {}
+        nodes: list[NodeInfo] = []
+        for n in gm.graph.nodes:
+            by_name[n.name] = n
+            source = copied.get(n.name)
+            template = by_name.get(source[0]) if source is not None else None
+            if template is not None and source is not None and source[0] in infos:
+                info = copied_node_info(gm, n, template, infos[source[0]], values, examples)
+            else:
+                info = node_info(gm, n, values, examples, rename)
+            infos[n.name] = info
+            if template is not None and template.name in index:
+                copied_from[len(nodes)] = index[template.name]
+            index[n.name] = len(nodes)
+            nodes.append(info)
+        self.mod.nodes = nodes
+        if copied_from:
+            self.doc.copied_nodes[id(self.mod)] = (self.mod, copied_from)
         output = next((n for n in gm.graph.nodes if n.op == "output"), None)
         if output is not None:
             self.mod.outputs = values.get(output.name) or output_values(output, values)
@@ -582,13 +609,14 @@ class ClassCapture:
                 autowrap_functions=[*functions, *repairs.wraps],
                 autowrap_modules=library_modules,
                 leaf_predicate=strategies.is_library_leaf,
+                reuse_blocks=reuse.enabled(doc.job.reuse_blocks),
             )
             concrete = plan.concrete()
             concrete.update({name: defaults[name] for name in repairs.concrete})
             try:
                 with _state_kept(module):  # forward may store proxies on self while tracing
                     graph = tracer.trace(module, concrete_args=concrete or None)
-                    gm = torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
+                    gm = graph_module(tracer.root, graph, type(module).__name__)
             except BaseException as exc:
                 failure = failures.explain(exc, doc.path, doc.source, req.name, self.span, doc.tree)
                 text = doc.source.text(failure.span) if failure.span is not None else ""
@@ -630,7 +658,8 @@ class ClassCapture:
         mod.status = "partial" if repairs.applied else "traced"
         mod.strategy = repairs.label(declared_leaves=bool(req.leaf))
         mod.notes.extend(repairs.notes(defaults))
-        return Traced(gm, gm.graph, leaves() + library_leaves, tracer.traced_params)
+        segments = tracer.replayer.segments if tracer.replayer is not None else []
+        return Traced(gm, gm.graph, leaves() + library_leaves, tracer.traced_params, segments)
 
     # -- shapes ----------------------------------------------------------------------------
 
@@ -642,7 +671,8 @@ class ClassCapture:
         if symbolic is None:
             symbolic = self.doc.job.symbolic
         try:
-            return shapes.propagate(gm, feeds, symbolic=symbolic)
+            segments = self.traced.segments if self.traced is not None else []
+            return shapes.propagate(gm, feeds, symbolic=symbolic, reuse=reuse.copies(segments))
         except Exception as exc:
             return exc
 

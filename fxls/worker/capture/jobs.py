@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fxls.protocol.model import CaptureResult, JobRequest, Phase, RewriteJob
-from fxls.worker.capture.pipeline import run_capture
+from fxls.worker.capture.pipeline import run_capture_for_wire
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
 
 
 def run_job(request: JobRequest, report: PhaseReporter) -> CaptureResult:
-    """Run ``request`` in this (already sandboxed) process and return its result."""
+    """Run ``request`` in this (already sandboxed) process and return its result (to be sent:
+    records of copied sub-blocks are sent as copies, see ``reuse.compact``)."""
     if request.kind == "capture":
-        return run_capture(request.capture, report)
+        return run_capture_for_wire(request.capture, report)
     if request.kind == "rewrite":
         from fxls.worker.capture.rewrites import run_rewrite
 

@@ -6,6 +6,7 @@ end of a capture.
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -145,3 +146,54 @@ def node_info(
         users=len(node.users),
         inputs=[n.name for n in node.all_input_nodes],
     )
+
+
+def copied_node_info(
+    gm: torch.fx.GraphModule,
+    node: torch.fx.Node,
+    template: torch.fx.Node,
+    info: NodeInfo,
+    values: Mapping[str, list[Value]],
+    examples: Mapping[str, Any],
+) -> NodeInfo:
+    """The record of ``node``, a copy of ``template`` (whose record is ``info``) made for an
+    identical sub-block: the template's named arguments with the copy's node names when every
+    node argument is exactly one node (the binding depends only on the arguments' kinds, which
+    a copy shares); anything else is named again."""
+    args = _moved_args(info, template, node)
+    if args is None:
+        return node_info(gm, node, values, examples)
+    return dataclasses.replace(
+        info,
+        name=node.name,
+        target=readable_target(node),
+        span=node.meta.get(SPAN_KEY),
+        call_site=node.meta.get(CALL_SITE_KEY),
+        args=args,
+        outputs=list(values.get(node.name, [])),
+        module_type=_module_type(gm, str(node.target)) if node.op == "call_module" else None,
+        module_path=_module_path(node),
+        users=len(node.users),
+        inputs=[n.name for n in node.all_input_nodes],
+    )
+
+
+def _moved_args(info: NodeInfo, template: torch.fx.Node, node: torch.fx.Node) -> list[Arg] | None:
+    old = template.all_input_nodes
+    new = node.all_input_nodes
+    if len(old) != len(new):
+        return None
+    names = {a.name: b.name for a, b in zip(old, new)}
+    if {a.node for a in info.args if a.node is not None} != set(names):
+        return None
+    out = []
+    for arg in info.args:
+        if arg.node is not None:
+            if arg.value != arg.node:
+                return None
+            out.append(dataclasses.replace(arg, value=names[arg.node], node=names[arg.node]))
+        elif any(name in arg.value for name in names):
+            return None  # a node inside a list or tuple: named again
+        else:
+            out.append(dataclasses.replace(arg))
+    return out

@@ -31,7 +31,7 @@ from fxls.protocol.model import (
     Span,
 )
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture import build, construct, parents
+from fxls.worker.capture import build, construct, parents, reuse
 from fxls.worker.capture.classcapture import ClassCapture, PhaseReporter, capture_class, runs
 from fxls.worker.capture.document import Document, execute, prepare
 from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
@@ -40,12 +40,27 @@ from fxls.worker.capture.reporting import error_info, line_span, one_line, user_
 def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
     """Execute ``job.source`` and capture each requested class (see :func:`capture_document`),
     then run the user passes of the classes that have ``# fxls: pass`` functions."""
+    return _capture_and_passes(job, report_phase)[1]
+
+
+def run_capture_for_wire(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
+    """:func:`run_capture` for a result that is sent: the records of copied sub-blocks travel
+    as copies of their template's (:func:`fxls.worker.capture.reuse.compact`), expanded again
+    when the result is decoded."""
+    doc, result = _capture_and_passes(job, report_phase)
+    reuse.compact(result.modules, doc.copied_nodes)
+    return result
+
+
+def _capture_and_passes(
+    job: CaptureJob, report_phase: PhaseReporter
+) -> tuple[Document, CaptureResult]:
     doc, result = capture_document(job, report_phase)
     if result.error is None and any(req.passes for req in job.classes):
         from fxls.worker.capture.passes import run_passes
 
         run_passes(doc, job.classes, result.modules, report_phase)
-    return result
+    return doc, result
 
 
 def capture_document(

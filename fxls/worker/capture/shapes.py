@@ -38,7 +38,7 @@ import logging
 import math
 import operator
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -702,8 +702,15 @@ def _is_named(inputs: list[ExampleInput]) -> bool:
     return any(name for inp in inputs if inp.kind == "tensor" for name, _ in inp.dims)
 
 
+Copies = Mapping[str, "tuple[str, Any]"]
+"""Node name -> (name of the node it is a copy of, the copied call's ``reuse.Segment``)."""
+
+
 def propagate(
-    gm: torch.fx.GraphModule, inputs: list[ExampleInput], symbolic: bool = True
+    gm: torch.fx.GraphModule,
+    inputs: list[ExampleInput],
+    symbolic: bool = True,
+    reuse: Copies | None = None,
 ) -> Propagation:
     """Shapes and dtypes of every node of ``gm``, computed without real memory.
 
@@ -711,6 +718,9 @@ def propagate(
         gm: a traced module, built on the meta device (or on the CPU).
         inputs: one example per ``forward`` argument; named dims stay symbolic.
         symbolic: keep named dims symbolic; False forces the static path.
+        reuse: nodes copied from a template call of an identical sub-block
+            (:mod:`fxls.worker.capture.reuse`): when the copied call's inputs have the same
+            metadata as the template's, its nodes take the template nodes' results.
 
     Returns:
         A :class:`Propagation`; ``error`` names the first failing node (values before it are
@@ -724,12 +734,12 @@ def propagate(
     device = _module_device(gm)
     with _quiet_loggers(), data_free_torch():
         if not (symbolic and _is_named(inputs)):
-            return _run_static(gm, inputs, device)
-        result = _run_fake(gm, inputs, device, symbolic=True)
+            return _run_static(gm, inputs, device, reuse)
+        result = _run_fake(gm, inputs, device, symbolic=True, reuse=reuse)
         if result.error is None:
             return result
         # some kernels only take concrete sizes: when the static run gets further, use it
-        static = _run_static(gm, inputs, device)
+        static = _run_static(gm, inputs, device, reuse)
         if _further(gm, static, result):
             static.notes.insert(
                 0,
@@ -741,13 +751,16 @@ def propagate(
 
 
 def _run_static(
-    gm: torch.fx.GraphModule, inputs: list[ExampleInput], device: torch.device
+    gm: torch.fx.GraphModule,
+    inputs: list[ExampleInput],
+    device: torch.device,
+    reuse: Copies | None = None,
 ) -> Propagation:
     if device.type != "meta":
-        return _run_fake(gm, inputs, device, symbolic=False)
-    result = _run_meta(gm, inputs)
+        return _run_fake(gm, inputs, device, symbolic=False, reuse=reuse)
+    result = _run_meta(gm, inputs, reuse)
     if result.error is not None and _missing_meta_kernel(result.error.exception):
-        fake = _run_fake(gm, inputs, device, symbolic=False)
+        fake = _run_fake(gm, inputs, device, symbolic=False, reuse=reuse)
         if _further(gm, fake, result):
             return fake
     return result
@@ -768,7 +781,9 @@ def _missing_meta_kernel(exc: BaseException) -> bool:
     return isinstance(exc, NotImplementedError) or "'Meta' backend" in text
 
 
-def _run_meta(gm: torch.fx.GraphModule, inputs: list[ExampleInput]) -> Propagation:
+def _run_meta(
+    gm: torch.fx.GraphModule, inputs: list[ExampleInput], reuse: Copies | None = None
+) -> Propagation:
     meta = torch.device("meta")
 
     def to_meta(t: torch.Tensor) -> torch.Tensor:
@@ -781,11 +796,15 @@ def _run_meta(gm: torch.fx.GraphModule, inputs: list[ExampleInput]) -> Propagati
         else:
             feeds[inp.name] = map_tensors(inp.value, to_meta)
     with torch.device(meta), torch.no_grad():
-        return _interpret(gm, feeds, _Namer(), "meta", constant=to_meta)
+        return _interpret(gm, feeds, _Namer(), "meta", constant=to_meta, reuse=reuse)
 
 
 def _run_fake(
-    gm: torch.fx.GraphModule, inputs: list[ExampleInput], device: torch.device, symbolic: bool
+    gm: torch.fx.GraphModule,
+    inputs: list[ExampleInput],
+    device: torch.device,
+    symbolic: bool,
+    reuse: Copies | None = None,
 ) -> Propagation:
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import (
@@ -844,8 +863,9 @@ def _run_fake(
                 first[name] = d
     with mode, torch.device(device), torch.no_grad():
         return _interpret(
-            gm, feeds, _Namer(names), "symbolic" if symbolic else "fake", shape_env, constant
-        )
+            gm, feeds, _Namer(names), "symbolic" if symbolic else "fake", shape_env, constant,
+            reuse,
+        )  # fmt: skip
 
 
 def _interpret(
@@ -855,13 +875,45 @@ def _interpret(
     mode: str,
     shape_env: Any = None,
     constant: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    reuse: Copies | None = None,
 ) -> Propagation:
     interp = _Propagator(gm, feeds, constant)
     env = interp.env
     prop = Propagation(values={}, examples={}, error=None, mode=mode)
     fixed: set[Any] = set()
     replacements = 0
+    copies = reuse if reuse and interp.memo is not None else {}
+    same: dict[int, bool] = {}
+    # a named dimension fixed between a template call and its copy would print otherwise in
+    # the copy: the ShapeEnv's replacements when each template call started
+    starts: dict[str, int | None] = {
+        next(iter(segment.copies.values())): None
+        for _, segment in copies.values()
+        if segment.copies
+    }
+
+    def fixed_count() -> int:
+        return len(shape_env.replacements) if shape_env is not None else 0
+
     for node in gm.graph.nodes:
+        if node.name in starts and starts[node.name] is None:
+            starts[node.name] = fixed_count()
+        copied = copies.get(node.name)
+        if copied is not None:
+            template, segment = copied
+            fits = same.get(id(segment))
+            if fits is None:
+                first = next(iter(segment.copies.values()))
+                fits = same[id(segment)] = (
+                    starts.get(first) == fixed_count()
+                    and _same_inputs(segment, prop.examples)
+                )
+            if fits and template in prop.examples:
+                result = prop.examples[template]
+                env[node] = result
+                prop.examples[node.name] = result
+                prop.values[node.name] = prop.values[template]
+                continue
         try:
             result = interp.run_node(node)
             env[node] = result
@@ -874,6 +926,19 @@ def _interpret(
             replacements = len(shape_env.replacements)
             prop.notes.extend(_specialized(shape_env, namer, node, fixed))
     return prop
+
+
+def _same_inputs(segment: Any, examples: dict[str, Any]) -> bool:
+    """Whether a copied call's inputs have the metadata of its template call's inputs."""
+    try:
+        for new, old in zip(segment.inputs, segment.template_inputs, strict=True):
+            if new not in examples or old not in examples:
+                return False
+            if _signature(examples[new]) != _signature(examples[old]):
+                return False
+    except (_Unkeyable, ValueError):
+        return False
+    return True
 
 
 def _specialized(shape_env: Any, namer: _Namer, node: torch.fx.Node, fixed: set[Any]) -> list[str]:

@@ -22,6 +22,7 @@ import torch.fx
 
 from fxls.protocol.model import Span
 from fxls.protocol.positions import SourceText
+from fxls.worker.capture import reuse
 
 SPAN_KEY = "fxls_span"
 CALL_SITE_KEY = "fxls_call_site"
@@ -101,6 +102,7 @@ class SpanTracer(torch.fx.Tracer):
         autowrap_functions: Iterable[Callable[..., Any]] = (),
         autowrap_modules: Iterable[ModuleType] = (),
         leaf_predicate: Callable[[torch.nn.Module], bool] | None = None,
+        reuse_blocks: bool = False,
     ):
         super().__init__(autowrap_functions=tuple(autowrap_functions))
         search = getattr(self, "_autowrap_search", None)
@@ -112,11 +114,40 @@ class SpanTracer(torch.fx.Tracer):
         self.leaf_predicate = leaf_predicate
         self.traced_params: dict[CodeType, set[str]] = {}
         self.root_codes: set[CodeType] = set()
+        self.reuse_blocks = reuse_blocks
+        self.replayer: reuse.Replayer | None = None
+        """Set while tracing with ``reuse_blocks``: the calls replayed (``replayer.segments``)."""
 
     def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> torch.fx.Graph:
         if isinstance(root, torch.nn.Module):
             self.root_codes = method_codes(type(root), self.path)
+        self.replayer = None
+        if self.reuse_blocks and isinstance(root, torch.nn.Module):
+            self.replayer = reuse.Replayer(self, self.path, reuse.document_frames(self.path))
         return super().trace(root, concrete_args)
+
+    def call_module(
+        self,
+        m: torch.nn.Module,
+        forward: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        replayer = self.replayer
+        if replayer is None or self.is_leaf_module(m, self.path_of_module(m)):
+            return super().call_module(m, forward, args, kwargs)
+        return replayer.call_module(
+            m,
+            forward,
+            args,
+            kwargs,
+            lambda: super(SpanTracer, self).call_module(m, forward, args, kwargs),
+        )
+
+    def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
+        if self.replayer is not None:
+            self.replayer.parameter_cache = parameter_proxy_cache
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         if type(m).__name__ in self.leaf_classes:
@@ -137,6 +168,8 @@ class SpanTracer(torch.fx.Tracer):
         node = super().create_node(kind, target, args, kwargs, name, type_expr)
         frame = sys._getframe(1)
         frames = [(code, lasti) for code, lasti in _stack(frame) if code.co_filename == self.path]
+        if self.replayer is not None and self.replayer.recordings:
+            self.replayer.note_created(node, name, tuple(frames))
         if frames:
             span = self.source.code_span(*frames[0])
             if span is not None:
@@ -160,6 +193,17 @@ class SpanTracer(torch.fx.Tracer):
             frame = frame.f_back
 
 
+def graph_module(root: torch.nn.Module, graph: torch.fx.Graph, name: str) -> torch.fx.GraphModule:
+    """A GraphModule whose Python code is generated when first needed (running it, ``.code``),
+    not when it is made: most captures only read the graph, and generating the code of a
+    2000-node graph costs as much as propagating its shapes."""
+    try:
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+    except ImportError:  # pragma: no cover - torch without lazy graph modules
+        return torch.fx.GraphModule(root, graph, name)
+    return _LazyGraphModule(root, graph, name)
+
+
 def trace(
     root: torch.nn.Module,
     path: str,
@@ -171,7 +215,7 @@ def trace(
     tracer = SpanTracer(path, source, leaf_classes)
     graph = tracer.trace(root, concrete_args=concrete_args)
     name = type(root).__name__
-    return torch.fx.GraphModule(tracer.root, graph, name)
+    return graph_module(tracer.root, graph, name)
 
 
 def find_function(

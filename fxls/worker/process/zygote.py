@@ -15,6 +15,7 @@ import argparse
 import collections
 import ctypes
 import errno
+import functools
 import gc
 import hmac
 import os
@@ -297,6 +298,12 @@ def classify(job: Job) -> JobResult:
 # ---------------------------------------------------------------------------------------
 
 
+IDLE_AFTER_S = 0.25
+"""Idle work (the rest of the warm-up) runs while jobs run (their children work on the other
+core), or after this long without one: the first job, sent as soon as the zygote is ready,
+never waits behind it."""
+
+
 class Zygote:
     """Serves the control channel until shutdown or EOF; at most ``max_jobs`` run at once."""
 
@@ -308,8 +315,13 @@ class Zygote:
         spawner: Spawner,
         *,
         max_jobs: int = MAX_JOBS,
+        idle: list[Callable[[], None]] | None = None,
     ) -> None:
         self.ctl_in, self.ctl_out = ctl_in, ctl_out
+        self.idle = list(idle or [])
+        """Work for the moments no job waits to be forked (the rest of the warm-up), in order,
+        one item per turn of the loop (see ``IDLE_AFTER_S``)."""
+        self.busy_until = time.monotonic() + IDLE_AFTER_S
         self.scratch = scratch
         self.spawner = spawner
         self.max_jobs = max_jobs
@@ -680,13 +692,26 @@ class Zygote:
                 timeout = max(0.0, min(j.deadline for j in self.jobs.values()) - now)
             if self.jobs or now < self.watch_until:
                 timeout = min(timeout if timeout is not None else 0.1, 0.1)
+            if self.idle and not self.jobs:
+                wait = max(0.0, self.busy_until - now)
+                timeout = wait if timeout is None else min(timeout, wait)
             for key, _ in self.sel.select(timeout):
                 callback: Callable[[int], None] = key.data
                 callback(key.fd)
+            busy = bool(self.jobs or self.queue)
             self._reap()
             self._check_deadlines()
             if self.jobs or time.monotonic() < self.watch_until:
                 self._kill_escapees()
+            if busy and not self.jobs:
+                self.busy_until = time.monotonic() + IDLE_AFTER_S
+            if (
+                self.idle
+                and not self.queue
+                and not self.stopping
+                and (self.jobs or time.monotonic() >= self.busy_until)
+            ):
+                self.idle.pop(0)()
 
 
 # ---------------------------------------------------------------------------------------
@@ -892,10 +917,17 @@ def main(ctl_in: int, ctl_out: int, argv: list[str]) -> int:
 
 def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
     started = time.monotonic()
+    steps: dict[str, float] = {}
     try:
-        from fxls.worker.process.warmup import warm_up
+        from fxls.worker.process import warmup
 
-        version = warm_up()
+        version = warmup.warm_up(steps)
+        later_steps = list(warmup.LATER)
+        if os.environ.get("FXLS_WARM_BEFORE_READY") == "1":  # the whole warm-up first (bench)
+            for step in later_steps:
+                warmup.run_step(step, steps)
+            warmup.finish()
+            later_steps = []
     except BaseException as exc:  # report why, then exit
         traceback.print_exc()
         try:
@@ -940,8 +972,26 @@ def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
         isolation_available=available,
         isolation_missing=missing,
         warm_s=round(time.monotonic() - started, 3),
+        warm_steps=dict(steps),
     )
-    zygote = Zygote(ctl_in, ctl_out, scratch, ForkSpawner(available, abi, cgroup))
+    later: dict[str, float] = {}
+    zygote = Zygote(
+        ctl_in,
+        ctl_out,
+        scratch,
+        ForkSpawner(available, abi, cgroup),
+        idle=[functools.partial(warmup.run_step, step, later) for step in later_steps],
+    )
+
+    def warmed() -> None:
+        warmup.finish()
+        gc.collect()
+        gc.freeze()
+        done = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in later.items())
+        zygote.log(f"warm-up finished while idle: {done}")
+
+    if zygote.idle:
+        zygote.idle.append(warmed)
     try:
         zygote.send({"type": "ready", **to_dict(ready)})
         if abi:

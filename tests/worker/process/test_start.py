@@ -2,10 +2,41 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fxls.protocol.model import PROTOCOL_VERSION
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(180)]
 
 
 async def test_ready_frame_carries_the_protocol_version(worker) -> None:  # type: ignore[no-untyped-def]
     assert worker.ready is not None
     assert worker.ready.protocol == PROTOCOL_VERSION
     assert worker.ready.torch_version.startswith("2.")
+
+
+async def test_the_zygote_is_ready_after_the_imports_and_warms_the_rest_while_idle(
+    own_worker,  # type: ignore[no-untyped-def]
+) -> None:
+    import asyncio
+    import time
+
+    from fxls.engine import analyze
+    from fxls.worker.process import warmup
+
+    ready = own_worker.ready
+    assert ready is not None
+    assert list(ready.warm_steps) == [name for name, _ in warmup.FIRST]
+    assert all(seconds >= 0 for seconds in ready.warm_steps.values())
+    # a job right away runs (its child does what the zygote has not warmed yet)
+    text = "import torch\nfrom torch import nn\n\n\nclass Net(nn.Module):\n    def forward(self, x):\n        return x.relu()\n"
+    first = await analyze(own_worker, "/tmp/net.py", text)
+    assert first.outcome == "ok" and first.modules[0].status in ("traced", "partial")
+    deadline = time.monotonic() + 60
+    while not any("warm-up finished while idle" in line for line in own_worker.logs):
+        assert time.monotonic() < deadline, own_worker.logs
+        await asyncio.sleep(0.05)
+    done = next(line for line in own_worker.logs if "warm-up finished while idle" in line)
+    assert all(name in done for name, _ in warmup.LATER)
+    again = await analyze(own_worker, "/tmp/net.py", text)
+    assert again.modules[0].status == first.modules[0].status

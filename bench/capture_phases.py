@@ -1,0 +1,115 @@
+"""Where a capture's time goes, step by step, in a child forked from a warmed process.
+
+Like the worker: this process imports torch and runs the zygote's warm-up once, then forks one
+child per capture, so every capture starts with the caches a job child starts with (a capture
+repeated in one process runs several times faster: fake tensor and sympy caches stay warm).
+Per model (bench/models/, the root class only, as engine_bench.py captures it), with identical
+sub-blocks traced once and without, it prints the median over the runs of each step the
+capture times itself (build, trace, shapes, compare, record), of making the node records, of
+encoding the result (to_dict + json.dumps, in the child) and of decoding it as the server
+does (json.loads + from_dict), with the result's size.
+
+Usage: .venv/bin/python bench/capture_phases.py [--runs 3] [--models gpt48,llama7b,resnet50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = {"gpt48": ("gpt48.py", "GPT48"), "llama7b": ("llama7b.py", "Llama7B"),
+          "resnet50": ("resnet50.py", "ResNet50")}  # fmt: skip
+
+
+def child(path: Path, cls: str, reuse: bool, out: int) -> None:
+    from fxls.analysis import parse
+    from fxls.engine import EngineOptions, build_requests, capture_job
+    from fxls.protocol.codec import to_dict
+    from fxls.worker.capture import classcapture
+    from fxls.worker.capture.pipeline import run_capture
+
+    spent: dict[str, float] = {}
+    record = classcapture.ClassCapture._record
+
+    def timed_record(self: Any, *args: Any, **kwargs: Any) -> None:
+        started = time.perf_counter()
+        record(self, *args, **kwargs)
+        spent["records"] = spent.get("records", 0.0) + time.perf_counter() - started
+
+    classcapture.ClassCapture._record = timed_record  # type: ignore[method-assign]
+    text = path.read_text()
+    requests = [r for r in build_requests(parse(text).classes) if r.name == cls]
+    job = capture_job(str(path), text, requests, EngineOptions(reuse_blocks=reuse))
+    started = time.perf_counter()
+    result = run_capture(job, lambda *_: None)
+    spent["capture"] = time.perf_counter() - started
+    started = time.perf_counter()
+    body = json.dumps(to_dict(result))
+    spent["encode"] = time.perf_counter() - started
+    for step, seconds in result.modules[0].timings.items():
+        spent[step] = seconds
+    spent["nodes"] = sum(len(m.nodes) + len(m.node_copies) for m in result.modules)
+    os.write(out, json.dumps({"spent": spent, "body": body}).encode())
+    os.close(out)
+
+
+def measure(path: Path, cls: str, reuse: bool) -> dict[str, float]:
+    from fxls.protocol.codec import from_dict
+    from fxls.protocol.model import CaptureResult
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            child(path, cls, reuse, write)
+        finally:
+            os._exit(0)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 1 << 20):
+        chunks.append(chunk)
+    os.close(read)
+    os.waitpid(pid, 0)
+    data = json.loads(b"".join(chunks))
+    spent: dict[str, float] = data["spent"]
+    started = time.perf_counter()
+    from_dict(CaptureResult, json.loads(data["body"]))
+    spent["decode"] = time.perf_counter() - started
+    spent["bytes"] = len(data["body"])
+    return spent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--models", default=",".join(MODELS))
+    args = parser.parse_args()
+    from fxls.worker.process.warmup import warm_up
+
+    warm_up()
+    keys = ["build", "trace", "shapes", "compare", "record", "records", "capture", "encode",
+            "decode"]  # fmt: skip
+    print(f"1-minute load average {os.getloadavg()[0]:.1f}; medians of {args.runs} runs, ms")
+    print("| model | reuse | " + " | ".join(keys) + " | nodes | result bytes |")
+    print("| --- | --- |" + " ---: |" * (len(keys) + 2))
+    for name in args.models.split(","):
+        file, cls = MODELS[name]
+        for reuse in (False, True):
+            runs = [measure(ROOT / "bench" / "models" / file, cls, reuse) for _ in range(args.runs)]
+            med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
+            cells = [f"{med.get(k, 0.0) * 1000:.0f}" for k in keys]
+            print(f"| {name} | {'on' if reuse else 'off'} | " + " | ".join(cells) +
+                  f" | {med['nodes']:.0f} | {med['bytes'] / 1e6:.2f} MB |", flush=True)  # fmt: skip
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

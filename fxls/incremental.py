@@ -1,0 +1,499 @@
+"""Incremental captures: which classes of a document version must be captured again.
+
+A class's capture depends on more than its own text: the module-level code that runs at
+import, the helpers and classes it uses, the parents that build and feed it, the classes it
+builds and feeds, its directives and call sites, the settings and the worker. :func:`plan`
+splits a document into *units*: the connected components of the graph whose nodes are the
+top-level statements and whose edges are the module-level names two statements both mention
+(imports excepted), so a unit holds a class together with everything it uses **and** everything
+that uses it, transitively. Each unit gets a key from
+
+- the job-wide part: the engine's context (settings, path, ``sys.path``, worker, workspace files)
+  and every top-level statement that runs at import (imports, assignments, calls, decorated
+  definitions), and
+- the unit's own statements and its classes' requests (directives, call sites),
+
+both read as the *code* of each line: comments after code are dropped, lines that hold only a
+comment or nothing are dropped, except ``# fxls:`` directive lines, kept whole. Editing a
+comment or adding blank lines therefore changes no key; the cached results are moved to the
+lines where their code is now (:func:`relocate`). Anything that defeats this reading (a
+function that reaches ``globals()``, ``eval``, ``setattr``, or changes torch's global state)
+makes the whole file one unit. The engine captures only the units whose key it has not seen,
+in one job, and takes the other classes from :class:`CaptureCache`.
+
+Pure: no LSP, no torch, no worker.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import re
+import tokenize
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fxls.protocol.codec import from_dict, to_dict
+from fxls.protocol.model import ClassRequest, ModuleResult
+
+ENV_SWITCH = "FXLS_CAPTURE_CACHE"
+"""``FXLS_CAPTURE_CACHE=0`` turns the cache off (every version captures every class)."""
+
+MAX_CACHE_BYTES = 8 * 1024 * 1024
+"""Total size of the cached results (their JSON text); least recently used go first."""
+MAX_CACHE_ENTRIES = 512
+
+_DIRECTIVE = re.compile(r"^\s*#\s*fxls\s*:")
+_LINE_MENTION = re.compile(r"\bline\s+\d+|, line \d+|\.py:\d+", re.IGNORECASE)
+
+_DYNAMIC_NAMES = frozenset(
+    {
+        "globals",
+        "locals",
+        "vars",
+        "eval",
+        "exec",
+        "compile",
+        "__import__",
+        "setattr",
+        "delattr",
+        "__builtins__",
+    }
+)
+"""Builtins through which a function reaches names the graph cannot see."""
+_DYNAMIC_ATTRS = frozenset({"__dict__", "__globals__", "__subclasses__", "f_globals"})
+_GLOBAL_CALL_PREFIXES = ("set_", "register", "manual_seed", "use_deterministic", "seed")
+"""Calls on an imported module that change state every class of the job sees."""
+_PLAIN_DECORATORS = frozenset({"dataclass", "dataclasses.dataclass", "staticmethod"})
+
+
+def enabled() -> bool:
+    """False when ``FXLS_CAPTURE_CACHE`` is ``0``, ``false``, ``no`` or ``off``."""
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+@dataclass
+class Unit:
+    """Classes captured together, and the key of everything their captures depend on."""
+
+    classes: list[str]
+    """Class names of the requests in this unit (request order)."""
+    key: str
+    lines: list[int]
+    """The lines the key reads (job-wide and the unit's), in order: where a cached result's
+    lines are now."""
+
+
+@dataclass
+class Entry:
+    """The captures of one unit: encoded ModuleResults and the lines they were keyed on."""
+
+    modules: str
+    lines: tuple[int, ...]
+    isolation: tuple[str, ...]
+    torch_version: str | None
+
+    @property
+    def size(self) -> int:
+        return len(self.modules) + 8 * len(self.lines) + 200
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    """Classes taken from the cache."""
+    misses: int = 0
+    """Classes captured because their unit's key was new (or its result could not move)."""
+    jobs: int = 0
+    """Capture jobs the engine sent with the cache on."""
+    stored: int = 0
+    evicted: int = 0
+    last_captured: list[str] = field(default_factory=list)
+    """Classes the last capture job asked for (empty when no job was needed)."""
+
+
+class CaptureCache:
+    """Unit results by key, least recently used first out, bounded in bytes and entries."""
+
+    def __init__(
+        self, max_bytes: int = MAX_CACHE_BYTES, max_entries: int = MAX_CACHE_ENTRIES
+    ) -> None:
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, Entry] = OrderedDict()
+        self._bytes = 0
+        self.stats = CacheStats()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def get(self, key: str) -> Entry | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: str, entry: Entry) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._bytes -= old.size
+        if entry.size > self.max_bytes:
+            return
+        self._entries[key] = entry
+        self._bytes += entry.size
+        self.stats.stored += 1
+        while self._entries and (
+            self._bytes > self.max_bytes or len(self._entries) > self.max_entries
+        ):
+            _, dropped = self._entries.popitem(last=False)
+            self._bytes -= dropped.size
+            self.stats.evicted += 1
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._bytes = 0
+
+    def summary(self) -> dict[str, Any]:
+        """What ``fxls/stats`` shows under ``cache``."""
+        s = self.stats
+        return {
+            "hits": s.hits,
+            "misses": s.misses,
+            "jobs": s.jobs,
+            "entries": len(self._entries),
+            "bytes": self._bytes,
+            "stored": s.stored,
+            "evicted": s.evicted,
+            "lastCaptured": list(s.last_captured),
+        }
+
+
+def store(
+    modules: list[ModuleResult], unit: Unit, isolation: list[str], torch_version: str | None
+) -> Entry:
+    """The cache entry for the fresh captures of ``unit``."""
+    text = json.dumps([to_dict(m) for m in modules], separators=(",", ":"))
+    return Entry(text, tuple(unit.lines), tuple(isolation), torch_version)
+
+
+def relocate(entry: Entry, unit: Unit) -> list[ModuleResult] | None:
+    """The cached ModuleResults of ``entry`` on the lines of ``unit`` (same key), or None when
+    a result cannot be moved exactly (a line outside the keyed lines, or a message that names
+    a line number while lines moved)."""
+    if len(entry.lines) != len(unit.lines):
+        return None
+    mapping = dict(zip(entry.lines, unit.lines, strict=True))
+    moved = any(a != b for a, b in mapping.items())
+    raw = json.loads(entry.modules)
+    if moved and _mentions_lines(raw):
+        return None
+    modules = [from_dict(ModuleResult, item) for item in raw]
+    try:
+        for module in modules:
+            _move(module, mapping)
+    except KeyError:
+        return None
+    return modules
+
+
+def _mentions_lines(value: Any) -> bool:
+    if isinstance(value, str):
+        return bool(_LINE_MENTION.search(value))
+    if isinstance(value, dict):
+        return any(_mentions_lines(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_mentions_lines(v) for v in value)
+    return False
+
+
+_LINE_FIELDS = frozenset({"line", "end_line", "init_line"})
+
+
+def _move(obj: Any, mapping: dict[int, int]) -> None:
+    """Rewrite every line number in ``obj`` (spans, ``ModuleResult.line``, ``PassResult.line``:
+    any ``line``/``end_line`` field) through ``mapping`` (KeyError for a line it does not
+    know)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if f.name in _LINE_FIELDS and isinstance(value, int) and not isinstance(value, bool):
+                setattr(obj, f.name, mapping[value])
+            else:
+                _move(value, mapping)
+    elif isinstance(obj, list):
+        for item in obj:
+            _move(item, mapping)
+
+
+# -- planning -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Statement:
+    node: ast.stmt | None
+    """None for the comment lines after the last statement."""
+    first: int
+    last: int
+    names: set[str] = field(default_factory=set)
+    job_wide: bool = False
+
+
+def plan(text: str, requests: list[ClassRequest], context: str) -> list[Unit] | None:
+    """The units of ``text`` that hold ``requests``, each with its key; None when the text
+    cannot be read so (every class is then captured, as without a cache)."""
+    try:
+        tree = ast.parse(text)
+        code = _code_lines(text)
+    except (SyntaxError, ValueError, tokenize.TokenError, IndentationError):
+        return None
+    statements = _statements(tree, len(text.split("\n")))
+    imported, bound = _module_names(tree)
+    parent = list(range(len(statements)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def union(a: int, b: int) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    # statements that run at import are in every key; the others must not reach further
+    if any(_entangled(s.node, imported) for s in statements if s.node and not s.job_wide):
+        for i in range(1, len(statements)):
+            union(0, i)
+    by_name: dict[str, int] = {}
+    for i, st in enumerate(statements):
+        for name in st.names & bound:
+            if name in by_name:
+                union(by_name[name], i)
+            else:
+                by_name[name] = i
+    classes = {r.name for r in requests}
+    # a file's factory functions are tried for the classes of every unit in one job
+    # (``pipeline._adopt_parents``, a budget per job): keep them in one unit
+    factories = [
+        i
+        for i, st in enumerate(statements)
+        if isinstance(st.node, (ast.FunctionDef, ast.AsyncFunctionDef)) and st.names & classes
+    ]
+    for i in factories[1:]:
+        union(factories[0], i)
+
+    # a user pass (``# fxls: pass Class`` above a function) runs on the class's graph
+    for req in requests:
+        home = _statement_of(statements, req.line)
+        for user_pass in req.passes:
+            there = _statement_of(statements, user_pass.line)
+            if home is None or there is None:
+                return None
+            union(home, there)
+    owner: dict[str, int] = {}
+    for req in requests:
+        index = _statement_of(statements, req.line)
+        if index is None:
+            return None
+        owner[req.name] = find(index)
+    wide = [i for i, st in enumerate(statements) if st.job_wide]
+    units: list[Unit] = []
+    for root in dict.fromkeys(owner[r.name] for r in requests):
+        members = [i for i in range(len(statements)) if find(i) == root]
+        chosen = sorted(set(members) | set(wide))
+        lines = [
+            n
+            for i in chosen
+            for n in range(statements[i].first, statements[i].last + 1)
+            if n in code
+        ]
+        place = {n: k for k, n in enumerate(lines)}
+        names = [r.name for r in requests if owner[r.name] == root]
+        reqs = [_request_key(r, place) for r in requests if owner[r.name] == root]
+        body = [("w" if statements[i].job_wide else "u", i in members) for i in chosen]
+        payload = json.dumps([context, [code[n] for n in lines], body, reqs], separators=(",", ":"))
+        key = hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
+        units.append(Unit(names, key, lines))
+    return units
+
+
+def _request_key(req: ClassRequest, index: dict[int, int]) -> Any:
+    """A request with its lines replaced by their place among the keyed lines."""
+    data = to_dict(req)
+
+    def where(line: Any) -> Any:
+        if isinstance(line, int) and line in index:
+            return ["k", index[line]]
+        return ["abs", line]
+
+    data["line"] = where(req.line)
+    data["init_line"] = where(req.init_line)
+    for spec in data.get("inputs", []):
+        spec["line"] = where(spec.get("line"))
+    for user_pass in data.get("passes", []):
+        user_pass["line"] = where(user_pass.get("line"))
+    return data
+
+
+def _code_lines(text: str) -> dict[int, str]:
+    """Line number -> the code of that line (without a trailing comment), for the lines that
+    hold code or a ``# fxls:`` directive; lines inside a string are code."""
+    lines = text.split("\n")
+    code: dict[int, str] = {}
+    comment_at: dict[int, int] = {}
+    inside: set[int] = set()
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
+    skip.add(tokenize.ENDMARKER)
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            comment_at[tok.start[0]] = tok.start[1]
+            continue
+        if tok.type in skip:
+            continue
+        for n in range(tok.start[0], tok.end[0] + 1):
+            code[n] = ""
+        inside.update(range(tok.start[0], tok.end[0]))  # lines a string runs on past
+    for n in code:
+        line = lines[n - 1] if n - 1 < len(lines) else ""
+        cut = comment_at.get(n)
+        if cut is not None:
+            line = line[:cut]
+        code[n] = line if n in inside else line.rstrip()
+    for n, col in comment_at.items():
+        if n not in code and _DIRECTIVE.match(lines[n - 1]):
+            code[n] = lines[n - 1]
+        elif n in code and _DIRECTIVE.match(lines[n - 1][col:]):
+            code[n] = lines[n - 1]  # a directive after code is kept whole
+    return code
+
+
+def _statements(tree: ast.Module, count: int) -> list[_Statement]:
+    out: list[_Statement] = []
+    first = 1
+    for node in tree.body:
+        last = node.end_lineno or node.lineno
+        st = _Statement(node, first, last, _touched(node), _runs_at_import(node))
+        out.append(st)
+        first = last + 1
+    if first <= count:
+        out.append(_Statement(None, first, count, set(), True))
+    return out
+
+
+def _statement_of(statements: list[_Statement], line: int) -> int | None:
+    for i, st in enumerate(statements):
+        if st.first <= line <= st.last:
+            return i
+    return None
+
+
+def _touched(node: ast.stmt) -> set[str]:
+    """Every name the statement mentions or binds (an over-approximation: locals included)."""
+    names: set[str] = set()
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        names.add(node.name)
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            names.add(sub.id)
+        elif isinstance(sub, (ast.Global, ast.Nonlocal)):
+            names.update(sub.names)
+        elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(sub.name)
+    return names
+
+
+def _decorator_name(node: ast.expr) -> str:
+    if isinstance(node, ast.Call):
+        node = node.func
+    return ast.unparse(node)
+
+
+def _runs_at_import(node: ast.stmt) -> bool:
+    """Statements whose execution every class of the file sees: everything but plain
+    definitions and the ``if __name__ == "__main__":`` block (never run by a capture)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return any(_decorator_name(d) not in _PLAIN_DECORATORS for d in node.decorator_list)
+    return not (isinstance(node, ast.If) and _main_guard(node.test))
+
+
+def _main_guard(test: ast.expr) -> bool:
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
+    )
+
+
+def _module_names(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """The module-level names bound only by imports (``torch``, ``nn``, ``F``: shared by every
+    class, they connect nothing), and the other module-level names (the ones that do)."""
+    imported: set[str] = set()
+    other: set[str] = set()
+    for node in tree.body:
+        for sub in _module_level(node):
+            if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                for alias in sub.names:
+                    imported.add((alias.asname or alias.name).split(".")[0])
+            elif isinstance(sub, ast.Name) and not isinstance(sub.ctx, ast.Load):
+                other.add(sub.id)
+            elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                other.add(sub.name)
+    for sub in ast.walk(tree):
+        if isinstance(sub, ast.Global):
+            other.update(sub.names)
+    return imported - other - {"*"}, other
+
+
+def _module_level(node: ast.AST) -> Iterable[ast.AST]:
+    """``node`` and what it holds, without the bodies of functions and classes."""
+    yield node
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+        return
+    for child in ast.iter_child_nodes(node):
+        yield from _module_level(child)
+
+
+def _root_name(node: ast.expr) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _entangled(node: ast.stmt, imported: set[str]) -> bool:
+    """A statement through which one class's capture may change what another sees, beyond
+    the names the graph follows: dynamic name access, stores into imported modules, calls
+    that change torch's global state, star imports."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and sub.id in _DYNAMIC_NAMES:
+            return True
+        if isinstance(sub, ast.ImportFrom) and any(a.name == "*" for a in sub.names):
+            return True
+        if isinstance(sub, ast.Attribute):
+            if sub.attr in _DYNAMIC_ATTRS:
+                return True
+            if sub.attr == "modules" and isinstance(sub.value, ast.Name) and sub.value.id == "sys":
+                return True
+            if not isinstance(sub.ctx, ast.Load) and _root_name(sub) in imported:
+                return True
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr.startswith(_GLOBAL_CALL_PREFIXES)
+            and _root_name(sub.func) in imported
+        ):
+            return True
+    return False

@@ -1,0 +1,330 @@
+"""Identical sub-blocks traced once (fxls/worker/capture/reuse.py) change nothing a user sees.
+
+Every file of docs/examples, tests/corpus (with zeroconfig) and bench/models is analysed twice
+through the real sandboxed worker, with ``EngineOptions.reuse_blocks`` off and on; the results
+must agree on every node (names, spans, named arguments, shapes), every diagnostic, the hover
+at every node span and class name, the inlay hints and the class summaries (code lens titles
+and class hovers). In-process tests check that reuse really happens on deep models, that the
+replayed graph is the traced graph node for node, and that anything that would make copies
+differ from a trace is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.fx
+from torch import nn
+
+from fxls.analysis.classes import parse
+from fxls.engine import EngineOptions, FileAnalysis, analyze, build_requests, capture_job
+from fxls.features import code_lens, hover, inlay_hints
+from fxls.protocol.codec import ProtocolError, from_dict, to_dict
+from fxls.protocol.model import CaptureResult, Limits, ModuleResult
+from fxls.protocol.positions import SourceText
+from fxls.worker.capture import reuse
+from fxls.worker.capture.pipeline import capture_document
+from fxls.worker.capture.tracer import CALL_SITE_KEY, SPAN_KEY, SpanTracer
+
+ROOT = Path(__file__).resolve().parents[3]
+FILES = sorted(
+    [
+        *(ROOT / "docs" / "examples").glob("*.py"),
+        *(ROOT / "tests" / "corpus").glob("*.py"),
+        *(ROOT / "tests" / "corpus" / "zeroconfig").glob("*.py"),
+        *(ROOT / "bench" / "models").glob("*.py"),
+    ]
+)
+LIMITS = Limits(timeout_s=120, cpu_s=120, memory_mb=8192)
+
+
+def _seen(analysis: FileAnalysis, text: str) -> dict[str, Any]:
+    """Everything the editor shows from one analysis (and the wire data it comes from)."""
+    lines = text.splitlines()
+    modules = analysis.modules
+    for module in modules:
+        module.timings = {}  # how long each step took differs from run to run
+    results = [to_dict(module) for module in modules]
+    hovers = {}
+    positions = set()
+    for module in modules:
+        name = hover.class_name_span(module, lines)
+        if name is not None:
+            positions.add((name.line, name.col))
+        for node in module.nodes:
+            for span in (node.span, node.call_site):
+                if span is not None:
+                    positions.add((span.line, span.col))
+                    positions.add((span.end_line, max(span.end_col - 1, 0)))
+    for line, col in sorted(positions):
+        found = hover.hover_text(modules, lines, line, col)
+        hovers[(line, col)] = None if found is None else (found.markdown, found.span)
+    starts = sorted({m.line for m in modules})
+    lenses = []
+    for module in modules:
+        following = [s for s in starts if s > module.line]
+        found_diags = code_lens.module_diagnostics(
+            module, analysis.diagnostics, following[0] if following else None
+        )
+        lenses.append(code_lens.lens_title(module, found_diags))
+    return {
+        "modules": results,
+        "diagnostics": [to_dict(d) for d in analysis.diagnostics],
+        "hovers": hovers,
+        "hints": [(h.line, h.label, h.node) for h in inlay_hints.shape_hints(modules, text)],
+        "lenses": lenses,
+        "classes": [hover.class_markdown(m) for m in modules],
+        "outcome": analysis.outcome,
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+async def test_results_are_the_same_with_and_without_reuse(worker, path: Path) -> None:  # type: ignore[no-untyped-def]
+    text = path.read_text()
+    seen = {}
+    for flag in (False, True):
+        options = EngineOptions(limits=LIMITS, reuse_blocks=flag)
+        analysis = await analyze(worker, str(path), text, options=options)
+        seen[flag] = _seen(analysis, text)
+    off, on = seen[False], seen[True]
+    assert on["modules"] == off["modules"]
+    assert on["diagnostics"] == off["diagnostics"]
+    assert on["hints"] == off["hints"]
+    assert on["lenses"] == off["lenses"]
+    assert on["classes"] == off["classes"]
+    assert on["outcome"] == off["outcome"]
+    differ = [pos for pos in off["hovers"] if on["hovers"].get(pos) != off["hovers"][pos]]
+    assert not differ, differ[:5]
+
+
+# -- in process: reuse happens, and is refused where a copy could differ ------------------------
+
+
+def _capture(path: Path, name: str, flag: bool) -> Any:
+    text = path.read_text()
+    requests = [r for r in build_requests(parse(text).classes) if r.name == name]
+    job = capture_job(str(path), text, requests, EngineOptions(reuse_blocks=flag))
+    doc, result = capture_document(job, lambda *_: None)
+    return doc.captures[name], result.modules[0]
+
+
+def _graph(capture: Any) -> list[tuple[Any, ...]]:
+    gm = capture.traced.gm
+    assert gm is not None
+    return [
+        (
+            n.name,
+            n.op,
+            n.target if isinstance(n.target, str) else id(n.target),
+            str(n.args),
+            str(n.kwargs),
+            n.meta.get(SPAN_KEY),
+            n.meta.get(CALL_SITE_KEY),
+            [
+                (key, path, kind.__qualname__)
+                for key, (path, kind) in (n.meta.get("nn_module_stack") or {}).items()
+            ],
+        )
+        for n in gm.graph.nodes
+    ]
+
+
+@pytest.mark.parametrize(
+    ("file", "name", "copies"),
+    [("gpt48.py", "GPT48", 47), ("llama7b.py", "Llama7B", 31), ("resnet50.py", "ResNet50", 8)],
+)
+def test_deep_models_trace_each_configuration_once(file: str, name: str, copies: int) -> None:
+    path = ROOT / "bench" / "models" / file
+    on, on_result = _capture(path, name, True)
+    off, off_result = _capture(path, name, False)
+    # every block but the first of each configuration is a copy (ResNet-50: the first block of
+    # each of its 4 stages, which downsamples, differs from the others; Llama: the norms of a
+    # block are copies of each other too)
+    assert len(on.traced.segments) >= copies
+    assert not off.traced.segments
+    assert _graph(on) == _graph(off)
+    assert to_dict(on_result.nodes) == to_dict(off_result.nodes)
+
+
+def test_turned_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(reuse.REUSE_ENV, "0")
+    capture, _ = _capture(ROOT / "bench" / "models" / "gpt48.py", "GPT48", True)
+    assert not capture.traced.segments
+
+
+SOURCE = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, width, scale=1.0):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.relu(self.fc(x)) * self.scale
+
+
+class Named(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+
+    def forward(self, x):
+        torch._assert(x.dim() == 2, f"got {x.shape}")
+        return self.fc(x)
+
+
+class Stack(nn.Module):
+    def __init__(self, blocks):
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+"""
+
+
+def _trace(stack: nn.Module, namespace_path: str) -> tuple[torch.fx.Graph, list[reuse.Segment]]:
+    tracer = SpanTracer(namespace_path, SourceText(SOURCE), reuse_blocks=True)
+    graph = tracer.trace(stack)
+    assert tracer.replayer is not None
+    plain = SpanTracer(namespace_path, SourceText(SOURCE)).trace(stack)
+    assert [(n.name, n.op, str(n.target), str(n.args)) for n in graph.nodes] == [
+        (n.name, n.op, str(n.target), str(n.args)) for n in plain.nodes
+    ]
+    return graph, tracer.replayer.segments
+
+
+def _namespace(tmp_path: Path) -> tuple[dict[str, Any], str]:
+    path = str(tmp_path / "blocks.py")
+    namespace: dict[str, Any] = {"__name__": "blocks"}
+    exec(compile(SOURCE, path, "exec"), namespace)
+    return namespace, path
+
+
+def test_identical_blocks_are_replayed(tmp_path: Path) -> None:
+    ns, path = _namespace(tmp_path)
+    stack = ns["Stack"]([ns["Block"](4) for _ in range(5)])
+    _, segments = _trace(stack, path)
+    assert len(segments) == 4
+
+
+def test_a_different_configuration_is_traced(tmp_path: Path) -> None:
+    ns, path = _namespace(tmp_path)
+    blocks = [ns["Block"](4), ns["Block"](4, scale=2.0), ns["Block"](4)]
+    blocks[2].fc.weight.requires_grad_(False)
+    _, segments = _trace(ns["Stack"](blocks), path)
+    assert segments == []  # other attribute; other requires_grad
+
+
+def test_shared_submodules_and_hooks_are_not_replayed(tmp_path: Path) -> None:
+    ns, path = _namespace(tmp_path)
+    blocks = [ns["Block"](4) for _ in range(3)]
+    blocks[2].fc = blocks[1].fc  # tied: traced under its first path, blocks.1.fc
+    _, segments = _trace(ns["Stack"](blocks), path)
+    assert [list(s.copies) for s in segments] == [["blocks_1_fc", "relu_1", "mul_1"]]
+    hooked = [ns["Block"](4) for _ in range(3)]
+    for block in hooked:
+        block.register_forward_hook(lambda *_: None)
+    _, segments = _trace(ns["Stack"](hooked), path)
+    assert segments == []
+
+
+def test_node_names_baked_into_strings_are_not_replayed(tmp_path: Path) -> None:
+    ns, path = _namespace(tmp_path)
+    _, segments = _trace(ns["Stack"]([ns["Named"](4) for _ in range(3)]), path)
+    assert segments == []
+
+
+def test_fingerprint_refuses_what_it_cannot_compare() -> None:
+    block = nn.Linear(2, 2)
+    assert reuse.fingerprint(block) == reuse.fingerprint(nn.Linear(2, 2))
+    assert reuse.fingerprint(block) != reuse.fingerprint(nn.Linear(2, 3))
+    block.train(False)
+    assert reuse.fingerprint(block) != reuse.fingerprint(nn.Linear(2, 2))
+    odd = nn.Linear(2, 2)
+    odd.table = object()  # type: ignore[assignment]
+    assert reuse.fingerprint(odd) is None
+    tensor = nn.Linear(2, 2)
+    tensor.mask = torch.ones(2)  # a tensor that is no buffer: its values could matter
+    assert reuse.fingerprint(tensor) is None
+
+
+def test_copied_records_travel_as_copies_and_arrive_whole() -> None:
+    path = ROOT / "bench" / "models" / "gpt48.py"
+    text = path.read_text()
+    job = capture_job(str(path), text, build_requests(parse(text).classes), EngineOptions())
+    doc, result = capture_document(job, lambda *_: None)
+    whole = [to_dict(m.nodes) for m in result.modules]
+    reuse.compact(result.modules, doc.copied_nodes)
+    gpt = next(m for m in result.modules if m.name == "GPT48")
+    assert len(gpt.node_copies) > 1500  # 47 copied blocks of 41 nodes
+    wire = json.dumps(to_dict(result))
+    assert len(wire) < 0.6 * len(json.dumps(whole))
+    back = from_dict(CaptureResult, json.loads(wire))
+    assert [to_dict(m.nodes) for m in back.modules] == whole
+    assert all(not m.node_copies for m in back.modules)
+
+
+def test_copies_that_do_not_fit_are_a_protocol_error() -> None:
+    data = {
+        "name": "M", "line": 1, "status": "traced",
+        "nodes": [{"name": "x", "op": "placeholder", "target": "x"}],
+        "node_copies": [{"at": 0, "of": 3, "name": "y", "target": "y", "module_path": None,
+                         "users": 0}],
+    }  # fmt: skip
+    with pytest.raises(ProtocolError):
+        from_dict(ModuleResult, data)
+
+
+FIXING = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+# fxls: x = (B=2, T=3, 4)
+class Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(3)])
+
+    def forward(self, x):
+        x = self.blocks[0](x)
+        y = x.view(2, 3, 4)
+        x = self.blocks[1](x)
+        x = self.blocks[2](x)
+        return x + y
+"""
+
+
+def test_a_dimension_fixed_inside_the_template_is_fixed_in_the_copies(tmp_path: Path) -> None:
+    # the `view` between the first block and its copies fixes B and T: the copies print 2 and
+    # 3 as a trace would, not the names the template printed before the view
+    path = tmp_path / "fixing.py"
+    path.write_text(FIXING)
+    on, on_result = _capture(path, "Stack", True)
+    _, off_result = _capture(path, "Stack", False)
+    assert on.traced.segments
+    assert to_dict(on_result.nodes) == to_dict(off_result.nodes)
+    copied_fc = next(n for n in on_result.nodes if n.name == "blocks_1_fc")
+    assert copied_fc.outputs[0].shape == [2, 3, 4]

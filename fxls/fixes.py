@@ -4,7 +4,7 @@ Shared by the language server (code actions) and ``fxls check --fix``; no LSP ty
 
 - :func:`candidates` lists the fixes an analysis offers, from its diagnostics (FX302 unused
   statements, FX405/FX408 assumptions to pin, FX101/FX107/FX199 leaf and flag directives,
-  ``torch.fx.wrap`` of a helper, FX101 ``assert``, FX102 ``len``, FX105 ``torch.zeros``,
+  ``torch.fx.wrap`` of a helper, FX101 ``assert``, FX102 ``len``, FX103 unpacked sizes, FX105 ``torch.zeros``,
   FX360 a user rule that matches),
   fast and without the worker;
   :func:`refactors_at` the refactors at a position (name every argument of a call, use
@@ -51,7 +51,18 @@ from fxls.protocol.positions import SourceText
 Category = Literal["quickfix", "refactor"]
 
 FIX_ALL_KINDS: frozenset[str] = frozenset(
-    {"dead-code", "directive", "leaf", "wrap", "concrete", "assert", "len", "factory", "rule"}
+    {
+        "dead-code",
+        "directive",
+        "leaf",
+        "wrap",
+        "concrete",
+        "assert",
+        "len",
+        "sizes",
+        "factory",
+        "rule",
+    }
 )
 """Fixes that ``source.fixAll.fxls`` and ``fxls check --fix`` apply (when they verify safe)."""
 
@@ -263,6 +274,14 @@ def _from_diagnostic(
                 owner or mod.name,
                 f"Replace `{_short(src.text(span))}` with `{_short(inner)}.size(0)` (traceable)",
             )
+    if code == "FX103":
+        call = index.calls.get(_key(span))
+        if call is not None and _unpacks_sizes(call):
+            yield make(
+                "sizes",
+                owner or mod.name,
+                f"Pass the sizes of `{_short(src.text(span))}` as one argument (traceable)",
+            )
     if code == "FX105":
         call = index.calls.get(_key(span))
         func = call.func if call is not None else None
@@ -272,6 +291,36 @@ def _from_diagnostic(
                 owner or mod.name,
                 f"Replace `torch.{func.attr}(...)` with `x.new_{func.attr}(...)` (traceable)",
             )
+
+
+_SIZE_TAKERS = frozenset(
+    {"view", "reshape", "expand", "repeat", "permute", "new_zeros", "new_ones", "new_empty"}
+    | {"zeros", "ones", "empty", "rand", "randn"}
+)
+"""Callees that take sizes unpacked or as one sequence (the worker's ``rewrites.sizes``
+decides exactly; this only keeps the action from being listed where it cannot apply)."""
+
+
+def _unpacks_sizes(call: ast.Call) -> bool:
+    """``f(*x.shape[:-1], h, -1)`` with ``f`` a sizes-taking method or function."""
+    starred = [a.value for a in call.args if isinstance(a, ast.Starred)]
+    if not starred or not isinstance(call.func, ast.Attribute):
+        return False
+    if call.func.attr not in _SIZE_TAKERS:
+        return False
+    for value in starred:
+        if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Slice):
+            value = value.value
+        shape = isinstance(value, ast.Attribute) and value.attr == "shape"
+        size = (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr == "size"
+            and not value.args
+        )
+        if not (shape or size):
+            return False
+    return True
 
 
 _RULE_NAME_LIMIT = 60

@@ -48,6 +48,7 @@ FixKind = Literal[
     "directive",
     "assert",
     "len",
+    "sizes",
     "factory",
     "concrete",
     "leaf",

@@ -235,6 +235,34 @@ async def test_trace_fixits_applied_one_by_one(client: LanguageClient) -> None:
     _close(client, uri)
 
 
+async def test_unpacked_sizes_passed_as_one_argument(client: LanguageClient) -> None:
+    """FX103 on ``y.view(*x.shape[:-1], h, -1)``: the sizes become one argument, for inputs of
+    any rank; ``*`` of a list (``list(x.shape)``) is not offered."""
+    uri, text = _open(client, "sizes_before.py")
+    current, version = text, 1
+    for line in ("y = y.view(", "pad = x.new_zeros("):
+        diags = await _diagnostics(client, uri, version)
+        diag = next(
+            d
+            for d in diags
+            if d.code == "FX103" and line in current.split("\n")[d.range.start.line]
+        )
+        actions = await _actions(client, uri, diag.range, [diag], only=["quickfix"])
+        sizes = [a for a in actions if a.title.startswith("Pass the sizes")]
+        assert len(sizes) == 1, [a.title for a in actions]
+        done = await client.code_action_resolve_async(sizes[0])
+        assert done.edit is not None, done.disabled
+        current = _apply(current, done.edit, uri, "utf-16")
+        version = _change(client, uri, current)
+    assert current == (FIXTURES / "sizes_after.py").read_text()
+    diags = await _diagnostics(client, uri, version)
+    (listed,) = [d for d in diags if d.code == "FX103"]
+    assert "list(x.shape)" in current.split("\n")[listed.range.start.line]
+    actions = await _actions(client, uri, listed.range, [listed], only=["quickfix"])
+    assert not [a for a in actions if a.title.startswith("Pass the sizes")]
+    _close(client, uri)
+
+
 async def test_directives_pinned_by_fix_all(client: LanguageClient) -> None:
     uri, text = _open(client, "directives_before.py")
     diags = await _diagnostics(client, uri)

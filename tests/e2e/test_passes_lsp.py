@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
-from conftest import RunFxls
+from conftest import RunFxls, start_recording
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+from pytest_lsp import ClientServerConfig, LanguageClient
 
 from fxls.features.convert import apply_change
 
@@ -32,24 +32,7 @@ MARK = re.compile(r"#\s*(FX35\d)\s*$")
 
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def client(lsp_client: LanguageClient):
-    lsp_client.published = []  # type: ignore[attr-defined]
-    features = lsp_client.protocol.fm.features
-    original = features[PUBLISH]
-
-    def record(params: types.PublishDiagnosticsParams) -> None:
-        lsp_client.published.append(params)  # type: ignore[attr-defined]
-        original(params)
-
-    features[PUBLISH] = record
-    for method in (types.WORKSPACE_INLAY_HINT_REFRESH, types.WORKSPACE_CODE_LENS_REFRESH):
-        features[method] = lambda params: None
-    await lsp_client.initialize_session(
-        types.InitializeParams(
-            capabilities=client_capabilities("visual-studio-code"),
-            root_uri=FIXTURES.as_uri(),
-            initialization_options={"debounceMs": 50},
-        )
-    )
+    await start_recording(lsp_client, FIXTURES, {"debounceMs": 50})
     yield
     await lsp_client.shutdown_session()
 

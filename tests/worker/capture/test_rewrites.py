@@ -401,3 +401,26 @@ def test_wrap_a_helper_for_plain_torch_fx() -> None:
     job = _job("wrap_after.py")
     outcome = _one(job, _fix("wrap", "Normalized", diag.span, "FX101", wrap="normalize"))
     assert outcome.applicability == "unavailable" and "already wrapped" in outcome.reason
+
+
+def test_unpacked_sizes_become_one_argument_for_any_rank() -> None:
+    """``*x.shape[:-1]`` in ``view`` / ``new_zeros`` -> ``x.shape[:-1] + (...)``: plain FX traces
+    past it and the module computes the same; ``*`` of a list is not rewritten."""
+    job = _job("sizes_before.py")
+    after = (FIXTURES / "sizes_after.py").read_text()
+    fixes = [
+        _fix("sizes", "Heads", _diagnostic(job, "Heads", "FX103").span, "FX103"),
+        _fix("sizes", "Padded", _diagnostic(job, "Padded", "FX103").span, "FX103"),
+    ]
+    for i, fix in enumerate(fixes):
+        fix.id = f"fix{i}"
+    result = _rewrite(job, *fixes, combine=True)
+    assert result.rewrite is not None
+    for outcome in result.rewrite.outcomes:
+        assert outcome.applicability == "safe", (outcome.id, outcome.reason)
+        assert any("symbolic_trace" in c or "traces past" in c for c in outcome.checks)
+    combined = result.rewrite.combined
+    assert combined is not None and combined.applicability == "safe"
+    assert apply_edits(job.source, combined.edits) == after
+    listed = _one(job, _fix("sizes", "Listed", _diagnostic(job, "Listed", "FX103").span, "FX103"))
+    assert listed.applicability == "unavailable" and "unpacked" in listed.reason

@@ -42,6 +42,7 @@ from fxls.worker.capture.rewrites import (
     length,
     name_args,
     rules,
+    sizes,
     wrap,
 )
 from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable
@@ -58,6 +59,7 @@ REWRITES: dict[str, ModuleType] = {
     "concrete": concrete,
     "assert": assertion,
     "len": length,
+    "sizes": sizes,
     "factory": factory,
     "name-args": name_args,
     "attention": attention,

@@ -329,7 +329,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
             return
         analysis = checked.analysis
         if fmt == "text":
-            progress.write(out, format_text(analysis, checked.plan.inputs))
+            progress.write(out, format_text(analysis, checked.plan.inputs, checked.plan.text))
         elif fmt == "github":
             progress.write(out, format_github(analysis, base))
         elif fmt == "json":

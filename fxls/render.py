@@ -7,10 +7,13 @@ only: Markdown escaping belongs to ``fxls.features``.
 
 from __future__ import annotations
 
+import ast
 import re
+import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-from fxls.protocol.model import Dim, NodeInfo, PassResult, Value
+from fxls.protocol.model import Arg, Dim, NodeInfo, PassResult, Span, Value
 
 
 def dtype_name(dtype: str | None) -> str:
@@ -128,10 +131,27 @@ def display_name(node: NodeInfo) -> str:
     return node.target if node.op == "call_module" else node.name
 
 
-def call_text(node: NodeInfo) -> str:
-    """``Conv2d(input=x)``: the target with the arguments the call passed explicitly."""
-    args = ", ".join(f"{a.name}={truncate(a.value, 30)}" for a in node.args if not a.default)
-    return truncate(f"{short_target(node)}({args})", 60)
+def call_text(
+    node: NodeInfo,
+    lines: Sequence[str] | None = None,
+    by_name: Mapping[str, NodeInfo] | None = None,
+) -> str:
+    """``Conv2d(input=x)``: the target with the arguments the call passed explicitly. With the
+    analysed document's ``lines`` (and the module's nodes ``by_name``), each argument is the
+    expression the user wrote (``add(a=out, b=identity)``, ``.relu(self=self.fc1(x))``), never
+    an FX node name; without them, the recorded values."""
+    written: dict[str, str] = {}
+    if lines is not None:
+        written = argument_texts(node, call_parts(span_text(lines, node.span)))
+    parts = []
+    for arg in node.args:
+        if arg.default:
+            continue
+        value = written.get(arg.name)
+        if value is None and lines is not None:
+            value = fallback_text(arg, by_name or {}, lines)
+        parts.append(f"{arg.name}={truncate(value if value is not None else arg.value, 30)}")
+    return truncate(f"{short_target(node)}({', '.join(parts)})", 70)
 
 
 _INDEX = re.compile(r"(?<![A-Za-z_])\d+")
@@ -230,6 +250,143 @@ def module_summary(module_type: str) -> str:
                 part = part[len(key) :]
         parts.append(part)
     return f"{name}({', '.join(parts)})"
+
+
+# -- the expressions a call wrote -----------------------------------------------------------
+
+_MAX_SOURCE = 2_000
+"""Longest call text parsed for its argument expressions."""
+
+
+def span_text(lines: Sequence[str], span: Span | None) -> str | None:
+    """The document text of ``span`` (lines joined with ``\n``), or None."""
+    if span is None or not 1 <= span.line <= span.end_line <= len(lines):
+        return None
+    if span.line == span.end_line:
+        return lines[span.line - 1][span.col : span.end_col]
+    parts = [lines[span.line - 1][span.col :], *lines[span.line : span.end_line - 1]]
+    parts.append(lines[span.end_line - 1][: span.end_col])
+    text = "\n".join(parts)
+    return text if len(text) <= _MAX_SOURCE else None
+
+
+@dataclass
+class CallParts:
+    """The expressions a call passes, as written: receiver, positional, keywords."""
+
+    func: str | None = None
+    receiver: str | None = None
+    positional: list[str] = field(default_factory=list)
+    keywords: dict[str, str] = field(default_factory=dict)
+
+
+def parse_expression(source: str) -> ast.Expression | None:
+    """``source`` as an expression, or None; quiet about the user's invalid escapes."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return ast.parse(source, mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+
+
+def call_parts(text: str | None) -> CallParts | None:
+    """Parse ``self.c_fc(x)``, ``x.view(B, T, C)``, ``a + b``, ``x[:, -1]`` into the
+    expressions the user wrote (whitespace runs collapsed), or None."""
+    if not text or len(text) > _MAX_SOURCE:
+        return None
+    source = "(" + text + "\n)"
+    tree = parse_expression(source)
+    if tree is None:
+        return _augmented(text)
+
+    def seg(node: ast.AST) -> str:
+        return " ".join((ast.get_source_segment(source, node) or "?").split())
+
+    body = tree.body
+    if isinstance(body, ast.Call):
+        receiver = seg(body.func.value) if isinstance(body.func, ast.Attribute) else None
+        keywords = {kw.arg: seg(kw.value) for kw in body.keywords if kw.arg}
+        return CallParts(seg(body.func), receiver, [seg(a) for a in body.args], keywords)
+    if isinstance(body, ast.BinOp):
+        return CallParts(None, None, [seg(body.left), seg(body.right)])
+    if isinstance(body, ast.Subscript):
+        return CallParts(None, None, [seg(body.value), seg(body.slice)])
+    if isinstance(body, ast.UnaryOp):
+        return CallParts(None, None, [seg(body.operand)])
+    if isinstance(body, ast.Compare) and len(body.comparators) == 1:
+        return CallParts(None, None, [seg(body.left), seg(body.comparators[0])])
+    return None
+
+
+def _augmented(text: str) -> CallParts | None:
+    """``out += identity`` (one line): the target and the value, as for ``out + identity``."""
+    if "\n" in text:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            tree = ast.parse(text.strip())
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.AugAssign):
+        return None
+    stmt, source = tree.body[0], text.strip()
+
+    def seg(node: ast.AST) -> str:
+        return " ".join((ast.get_source_segment(source, node) or "?").split())
+
+    return CallParts(None, None, [seg(stmt.target), seg(stmt.value)])
+
+
+def argument_texts(node: NodeInfo, parts: CallParts | None) -> dict[str, str]:
+    """Argument name -> the expression the call wrote for it (as far as it can be told)."""
+    if parts is None:
+        return {}
+    out: dict[str, str] = {}
+    args = list(node.args)
+    queue = list(parts.positional)
+    last: Arg | None = None
+    if node.op == "call_method" and args and parts.func is not None:
+        if parts.receiver is not None:  # else the span starts at the method's name
+            out[args[0].name] = parts.receiver
+        args = args[1:]
+    for arg in args:
+        if arg.name in parts.keywords:
+            out[arg.name] = parts.keywords[arg.name]
+        elif arg.kind == "var_positional":
+            if queue:
+                out[arg.name] = ", ".join(queue)
+                queue = []
+        elif arg.kind in ("keyword_only", "var_keyword") or arg.default:
+            continue
+        elif queue:
+            out[arg.name] = queue.pop(0)
+            last = arg
+    if queue and last is not None and last.value.startswith(("[", "(")):
+        # x.view(B, T, C): the schema takes one list (size) that the call spread out
+        out[last.name] = "(" + ", ".join([out[last.name], *queue]) + ")"
+    return out
+
+
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+def fallback_text(arg: Arg, by_name: Mapping[str, NodeInfo], lines: Sequence[str]) -> str:
+    """An argument's expression when the call text did not tell: a placeholder's name, the
+    producing node's own source (one short line), a literal; never an FX node name."""
+    source = by_name.get(arg.node) if arg.node else None
+    if source is not None:
+        if source.op == "placeholder":
+            return source.target
+        text = span_text(lines, source.span)
+        if text and "\n" not in text and len(text) <= 60:
+            return text
+        return "…"
+    internal = {n for n, info in by_name.items() if info.op != "placeholder"}
+    if any(w in internal for w in _WORD.findall(arg.value)):
+        return "…"
+    return arg.value
 
 
 def pass_counts(run: PassResult) -> str:

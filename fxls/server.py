@@ -19,13 +19,14 @@ from pygls.lsp.server import LanguageServer
 
 from fxls import __version__
 from fxls.rpc import FxlsProtocol, serve_stdio, serve_tcp
-from fxls.session import CODE_ACTION_KINDS, Session
+from fxls.session import CODE_ACTION_KINDS, TRACE_COMMAND, Session
 
 logger = logging.getLogger(__name__)
 
 STATS = "fxls/stats"
-"""Custom request: open documents (version, length, SHA-256 of the text) and recent hover
-handler times, for tests and benchmarks."""
+"""Custom request: open documents (version, length, SHA-256 of the text), recent hover
+handler times, trust and the worker's interpreter, torch and isolation layers, for tests,
+benchmarks and ``:checkhealth fxls``."""
 GRAPH = "fxls/graph"
 """Custom request ``{"uri", "className"}``: the self-contained HTML page of ``fxls graph`` for that
 class, from the document's last capture (``{"html", "nodes"}``), or ``{"error"}``. The VS Code
@@ -126,6 +127,14 @@ async def on_code_action_resolve(ls: FxlsServer, params: types.CodeAction) -> ty
 @server.feature(STATS)
 def on_stats(ls: FxlsServer, params: Any) -> dict[str, Any]:
     return ls.session.stats()
+
+
+@server.command(TRACE_COMMAND)
+async def on_trace_class(
+    ls: FxlsServer, params: types.TextDocumentPositionParams
+) -> dict[str, Any]:
+    """Capture now and report the module class at a position (``fxls.features.trace``)."""
+    return await ls.session.trace_class(params)
 
 
 @server.feature(GRAPH)

@@ -15,7 +15,7 @@ import itertools
 import logging
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from lsprotocol import types
@@ -32,9 +32,10 @@ from fxls.features import (
     hover,
     inlay_hints,
     pass_hover,
+    trace,
 )
 from fxls.protocol import catalogue
-from fxls.protocol.model import FixOutcome, FixRequest, Span
+from fxls.protocol.model import FixOutcome, FixRequest, ReadyInfo, Span
 from fxls.settings import (
     SECTION,
     Settings,
@@ -51,6 +52,9 @@ T = TypeVar("T")
 
 CODE_ACTION_KINDS = code_actions.KINDS
 """The code action kinds fxls offers: quickfix, refactor.rewrite, source.fixAll.fxls."""
+
+TRACE_COMMAND = trace.COMMAND
+"""``workspace/executeCommand`` "trace class at cursor": one ``TextDocumentPositionParams``."""
 
 PROGRESS_DELAY_S = 0.5
 """Captures that take longer than this show work-done progress."""
@@ -76,6 +80,8 @@ class Session:
         self.root: str | None = None
         self.init_settings: dict[str, Any] = {}
         self.worker: WorkerClient | None = None
+        self.worker_ready: ReadyInfo | None = None
+        """What the running worker reported at start (interpreter, torch, isolation)."""
         self.worker_identity = ""
         """The worker's interpreter and torch version (part of every cache key)."""
         self.cache: incremental.CaptureCache | None = (
@@ -93,6 +99,8 @@ class Session:
         """Per document: the version and the fixes the worker computed for it."""
         self._candidates: dict[str, tuple[Any, list[fixes.Candidate]]] = {}
         """Per document: the analysis and the fixes it offers (listed on every cursor move)."""
+        self._debouncing: set[asyncio.Task[Any]] = set()
+        """Capture tasks that still wait out the debounce."""
         self.hover_style: hover.Style = "table"
         """``block`` for clients whose hover shows Markdown tables raw (Neovim)."""
 
@@ -251,6 +259,7 @@ class Session:
                     await client.close()
                 raise
             self.worker, self._worker_python = client, python
+            self.worker_ready = info
             self.worker_identity = f"{info.python}|{info.torch_version}|{info.protocol}"
             missing = ", ".join(f"{k} ({why})" for k, why in info.isolation_missing.items())
             self.log(
@@ -297,7 +306,14 @@ class Session:
 
     async def capture(self, doc: Document, version: int | None, delay: float) -> None:
         if delay > 0:
-            await asyncio.sleep(delay)
+            task = asyncio.current_task()
+            if task is not None:
+                self._debouncing.add(task)
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                if task is not None:
+                    self._debouncing.discard(task)
         text = doc.text
         progress = self.spawn(self._progress(doc))
         try:
@@ -435,7 +451,7 @@ class Session:
 
     def stats(self) -> dict[str, Any]:
         """What ``fxls/stats`` answers: server-side state a client cannot observe otherwise."""
-        worker = self.worker
+        worker, ready = self.worker, self.worker_ready
         return {
             "pid": os.getpid(),
             "workerPid": worker.pid if worker is not None else None,
@@ -450,6 +466,15 @@ class Session:
                 for doc in self.documents
             ],
             "hoverSeconds": list(self.hover_seconds),
+            "trusted": self.trusted,
+            "worker": None
+            if ready is None or worker is None
+            else {
+                "python": ready.python,
+                "torch": ready.torch_version,
+                "isolation": list(ready.isolation_available),
+                "unavailable": dict(ready.isolation_missing),
+            },
             "cache": self.cache.summary() if self.cache is not None else None,
         }
 
@@ -538,6 +563,82 @@ class Session:
             self.encoding,
             doc.line_map().to_current,
         )
+
+    # -- trace class at cursor -----------------------------------------------------------
+
+    async def trace_class(self, params: types.TextDocumentPositionParams) -> dict[str, Any]:
+        """``fxls.traceClass``: capture the document now (no debounce) and report the module
+        class at the position (``fxls.features.trace``); never raises."""
+        try:
+            return await self._trace(params.text_document.uri, params.position)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("trace class failed")
+            return trace.problem("error", f"fxls failed: {type(exc).__name__}: {exc}")
+
+    async def _trace(self, uri: str, position: types.Position) -> dict[str, Any]:
+        doc = self.documents.get(uri)
+        if not self.trusted:
+            return trace.problem("untrusted", trace.UNTRUSTED)
+        if doc is None:
+            return trace.problem("notOpen", trace.NOT_OPEN)
+        unparsable = trace.unparsable(doc.text)
+        if unparsable is not None:
+            return unparsable
+        line, _ = convert.position_from_lsp(position, doc.lines, self.encoding)
+        cls = trace.class_at(doc.text, line)
+        if cls is None:
+            return trace.problem("noClass", trace.NO_CLASS)
+        async with self._work_done(f"tracing {cls.name}"):
+            for _ in range(3):  # the user may type while it runs: capture the newest version
+                if doc.closed or doc.too_large:
+                    break
+                if doc.result is not None and doc.result.version == doc.version:
+                    break
+                if doc.syntax is not None and doc.syntax.version == doc.version:
+                    break
+                running = doc.task is not None and not doc.task.done()
+                if not running or doc.task_version != doc.version or doc.task in self._debouncing:
+                    self.schedule(doc, 0.0)
+                if doc.task is not None:
+                    await asyncio.wait({doc.task})
+        result = doc.result
+        module = result.analysis.module(cls.name) if result is not None else None
+        if result is None or module is None:
+            return trace.problem(
+                "notCaptured", f"fxls: {cls.name} was not captured; see the log for why."
+            )
+        return trace.report(
+            module,
+            result.analysis.modules,
+            result.analysis.diagnostics,
+            version=result.version,
+            mapper=doc.line_map().to_current,
+            isolation=result.analysis.isolation,
+            duration_s=result.analysis.duration_s,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _work_done(self, message: str) -> AsyncIterator[None]:
+        """Work-done progress (created by the server) around a command, when supported."""
+        token = None
+        if self._capability("window", "work_done_progress"):
+            token = f"fxls-command-{next(self._tokens)}"
+            try:
+                await self.lsp.work_done_progress.create_async(token)
+                begin = types.WorkDoneProgressBegin(title="fxls", message=message)
+                self.lsp.work_done_progress.begin(token, begin)
+            except Exception as exc:
+                logger.info("work done progress failed: %s", exc)
+                token = None
+        try:
+            yield
+        finally:
+            if token is not None:
+                with contextlib.suppress(Exception):
+                    end = types.WorkDoneProgressEnd(message="done")
+                    self.lsp.work_done_progress.end(token, end)
 
     # -- code actions --------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -17,13 +16,18 @@ from lsprotocol import types
 
 from fxls.features import markdown as md
 from fxls.features.convert import Encoding, LineMapper, lsp_range, span_contains
-from fxls.protocol.model import Arg, ModuleResult, NodeInfo, Span
+from fxls.protocol.model import ModuleResult, NodeInfo, Span
 from fxls.render import (
+    argument_texts,
+    call_parts,
     count_text,
+    fallback_text,
     module_summary,
     name_pattern,
+    parse_expression,
     plural,
     short_target,
+    span_text,
     unpacked_text,
     values_text,
 )
@@ -58,8 +62,6 @@ and hides ``_`` inside words)."""
 MAX_ROWS = 8
 """Most argument or layer rows of a call hover before a "… N more" line (the whole hover
 stays within about 12 lines)."""
-_MAX_SOURCE = 2_000
-"""Longest call text parsed for its argument expressions."""
 _PLUMBING_METHODS = {
     "size", "dim", "contiguous", "view", "reshape", "transpose", "permute", "split", "chunk",
     "unsqueeze", "squeeze", "flatten", "expand", "to", "type", "float", "type_as", "numel",
@@ -90,112 +92,6 @@ def _outputs_text(node: NodeInfo) -> str:
     return values_text(node.outputs) or "?"
 
 
-def span_text(lines: Sequence[str], span: Span | None) -> str | None:
-    """The document text of ``span`` (lines joined with ``\n``), or None."""
-    if span is None or not 1 <= span.line <= span.end_line <= len(lines):
-        return None
-    if span.line == span.end_line:
-        return lines[span.line - 1][span.col : span.end_col]
-    parts = [lines[span.line - 1][span.col :], *lines[span.line : span.end_line - 1]]
-    parts.append(lines[span.end_line - 1][: span.end_col])
-    text = "\n".join(parts)
-    return text if len(text) <= _MAX_SOURCE else None
-
-
-@dataclass
-class CallParts:
-    """The expressions a call passes, as written: receiver, positional, keywords."""
-
-    func: str | None = None
-    receiver: str | None = None
-    positional: list[str] = field(default_factory=list)
-    keywords: dict[str, str] = field(default_factory=dict)
-
-
-def _parse(source: str) -> ast.Expression | None:
-    """``source`` as an expression, or None; quiet about the user's invalid escapes."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return ast.parse(source, mode="eval")
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return None
-
-
-def call_parts(text: str | None) -> CallParts | None:
-    """Parse ``self.c_fc(x)``, ``x.view(B, T, C)``, ``a + b``, ``x[:, -1]`` into the
-    expressions the user wrote (whitespace runs collapsed), or None."""
-    if not text or len(text) > _MAX_SOURCE:
-        return None
-    source = "(" + text + "\n)"
-    tree = _parse(source)
-    if tree is None:
-        return None
-
-    def seg(node: ast.AST) -> str:
-        return " ".join((ast.get_source_segment(source, node) or "?").split())
-
-    body = tree.body
-    if isinstance(body, ast.Call):
-        receiver = seg(body.func.value) if isinstance(body.func, ast.Attribute) else None
-        keywords = {kw.arg: seg(kw.value) for kw in body.keywords if kw.arg}
-        return CallParts(seg(body.func), receiver, [seg(a) for a in body.args], keywords)
-    if isinstance(body, ast.BinOp):
-        return CallParts(None, None, [seg(body.left), seg(body.right)])
-    if isinstance(body, ast.Subscript):
-        return CallParts(None, None, [seg(body.value), seg(body.slice)])
-    if isinstance(body, ast.UnaryOp):
-        return CallParts(None, None, [seg(body.operand)])
-    if isinstance(body, ast.Compare) and len(body.comparators) == 1:
-        return CallParts(None, None, [seg(body.left), seg(body.comparators[0])])
-    return None
-
-
-def argument_texts(node: NodeInfo, parts: CallParts | None) -> dict[str, str]:
-    """Argument name -> the expression the call wrote for it (as far as it can be told)."""
-    if parts is None:
-        return {}
-    out: dict[str, str] = {}
-    args = list(node.args)
-    queue = list(parts.positional)
-    if node.op == "call_method" and args and parts.func is not None:
-        if parts.receiver is not None:  # else the span starts at the method's name
-            out[args[0].name] = parts.receiver
-        args = args[1:]
-    for arg in args:
-        if arg.name in parts.keywords:
-            out[arg.name] = parts.keywords[arg.name]
-        elif arg.kind == "var_positional":
-            if queue:
-                out[arg.name] = ", ".join(queue)
-                queue = []
-        elif arg.kind in ("keyword_only", "var_keyword") or arg.default:
-            continue
-        elif queue:
-            out[arg.name] = queue.pop(0)
-    return out
-
-
-_WORD = re.compile(r"[A-Za-z_]\w*")
-
-
-def _fallback_text(arg: Arg, by_name: dict[str, NodeInfo], lines: Sequence[str]) -> str:
-    """An argument's expression when the call text did not tell: a placeholder's name, the
-    producing node's own source (one short line), a literal; never an FX node name."""
-    source = by_name.get(arg.node) if arg.node else None
-    if source is not None:
-        if source.op == "placeholder":
-            return source.target
-        text = span_text(lines, source.span)
-        if text and "\n" not in text and len(text) <= 60:
-            return text
-        return "…"
-    internal = {n for n, info in by_name.items() if info.op != "placeholder"}
-    if any(w in internal for w in _WORD.findall(arg.value)):
-        return "…"
-    return arg.value
-
-
 def _arg_rows(
     node: NodeInfo, module: ModuleResult, lines: Sequence[str], call_text: str | None
 ) -> list[tuple[str, str, str]]:
@@ -208,7 +104,7 @@ def _arg_rows(
         if arg.default:
             defaults.append((prefix + arg.name, arg.value, "default"))
             continue
-        expr = written.get(arg.name) or _fallback_text(arg, by_name, lines)
+        expr = written.get(arg.name) or fallback_text(arg, by_name, lines)
         source = by_name.get(arg.node) if arg.node else None
         shape = values_text(source.outputs) if source is not None else ""
         explicit.append((prefix + arg.name, expr, shape))
@@ -482,14 +378,34 @@ def construction_text(module: ModuleResult) -> list[str]:
     return lines
 
 
-def class_markdown(
-    module: ModuleResult,
-    *,
-    isolation: Sequence[str] = (),
-    duration_s: float | None = None,
-    style: Style = "table",
-) -> str:
-    """Markdown summary of a module class (a table, or one code block for ``block``)."""
+@dataclass
+class ClassSummary:
+    """What a class hover (and the trace command) says, as plain text."""
+
+    name: str
+    status: str
+    """``traced (fx)``, ``partial (fake-run)``, ``failed``..."""
+    rows: list[tuple[str, str]]
+    error: tuple[str, str] | None = None
+
+    @property
+    def title(self) -> str:
+        return f"{self.name} · nn.Module · {self.status}"
+
+    def lines(self) -> list[str]:
+        """The summary as aligned plain-text lines (title, rows, error)."""
+        width = max((len(label) for label, _ in self.rows), default=0)
+        out = [self.title, *(f"{label.ljust(width)}  {value}" for label, value in self.rows)]
+        if self.error is not None:
+            out.append(f"failed in {self.error[0]}: {self.error[1]}")
+        return out
+
+
+def class_summary(
+    module: ModuleResult, *, isolation: Sequence[str] = (), duration_s: float | None = None
+) -> ClassSummary:
+    """A module class in rows: parameters, nodes, inputs, output, how it was built and
+    captured, notes, isolation, time; the error when it failed."""
     status: str = module.status
     if module.strategy not in ("none", ""):
         status = f"{status} ({module.strategy})"
@@ -529,22 +445,31 @@ def class_markdown(
     if module.error is not None:
         err = module.error
         error = (err.phase, md.clip(f"{err.type}: {err.message}", md.MAX_VALUE // 4))
-    title = f"{module.name} · nn.Module · {status}"
+    return ClassSummary(module.name, status, rows, error)
+
+
+def class_markdown(
+    module: ModuleResult,
+    *,
+    isolation: Sequence[str] = (),
+    duration_s: float | None = None,
+    style: Style = "table",
+) -> str:
+    """Markdown summary of a module class (a table, or one code block for ``block``)."""
+    summary = class_summary(module, isolation=isolation, duration_s=duration_s)
     if style == "block":
-        width = max((len(label) for label, _ in rows), default=0)
-        lines = [title, *(f"{label.ljust(width)}  {value}" for label, value in rows)]
-        if error is not None:
-            lines.append(f"failed in {error[0]}: {error[1]}")
-        return md.code_block(lines)
+        return md.code_block(summary.lines())
     cells = [
-        f"| {md.text(label, cell=True)} | {md.text(value, cell=True)} |" for label, value in rows
+        f"| {md.text(label, cell=True)} | {md.text(value, cell=True)} |"
+        for label, value in summary.rows
     ]
     parts = [
-        f"{md.word(module.name)} · nn.Module · {md.text(status)}",
+        f"{md.word(module.name)} · nn.Module · {md.text(summary.status)}",
         _table("| | |\n| --- | --- |", cells, "| … {n} more | |"),
     ]
-    if error is not None:
-        parts.append(f"failed in {md.word(error[0])}: {md.code(error[1])}")
+    if summary.error is not None:
+        phase, message = summary.error
+        parts.append(f"failed in {md.word(phase)}: {md.code(message)}")
     return _paragraphs(parts)
 
 
@@ -585,7 +510,7 @@ def unpacking_view(
     if not all(n.target.rsplit(".", 1)[-1] == "getitem" for n in group):
         return None
     text = span_text(lines, span)
-    parsed = _parse(text or "")
+    parsed = parse_expression(text or "")
     if parsed is None:
         return None
     target = parsed.body
@@ -596,7 +521,7 @@ def unpacking_view(
     by_name = {n.name: n for n in module.nodes}
     first = group[0].args[0] if group[0].args else None
     source = by_name.get(first.node) if first is not None and first.node else None
-    whole = _fallback_text(first, by_name, lines) if first is not None else "…"
+    whole = fallback_text(first, by_name, lines) if first is not None else "…"
     output = unpacked_text(
         names, [n.outputs[0] if len(n.outputs) == 1 else n.outputs for n in group]
     )

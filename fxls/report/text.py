@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from fxls import render
 from fxls.engine import FileAnalysis
-from fxls.protocol.model import InputSpec, Value
+from fxls.protocol.model import InputSpec, NodeInfo, Value
 
 
 def _shape_only(v: Value) -> str:
@@ -43,10 +43,21 @@ def _input_text(name: str, value: Value, spec: InputSpec | None, assumed: bool) 
     return f"{name} {shown}" + (" (assumed)" if assumed else "")
 
 
+def where(node: NodeInfo) -> str:
+    """The module instance a call runs in, as the user names it: ``layer1.0.conv1`` for a
+    submodule call, ``layer1.0`` for a function called inside one, empty at the top level."""
+    return node.target if node.op == "call_module" else (node.module_path or "")
+
+
 def format_text(
-    analysis: FileAnalysis, extra_inputs: dict[str, list[InputSpec]] | None = None
+    analysis: FileAnalysis,
+    extra_inputs: dict[str, list[InputSpec]] | None = None,
+    text: str | None = None,
 ) -> str:
-    """The human-readable report of one file (columns 1-based, like compilers print them)."""
+    """The human-readable report of one file (columns 1-based, like compilers print them).
+
+    With the analysed ``text``, calls show the expressions the user wrote as arguments."""
+    source = text.split("\n") if text is not None else None
     lines: list[str] = []
     path = analysis.path
     for m in analysis.modules:
@@ -68,13 +79,15 @@ def format_text(
             parts.append(shown)
         lines.append(f"{path}:{m.line} class {m.name}  " + " · ".join(parts))
         rows = []
+        by_name = {n.name: n for n in m.nodes}
         for n in m.nodes:
             if not n.op.startswith("call_"):
                 continue
             span = n.span or n.call_site
             loc = f"{span.line}:{span.col + 1}" if span else "-"
             outputs = ", ".join(render.value_text(v) for v in n.outputs)
-            rows.append((loc, n.name, n.op, render.call_text(n), outputs))
+            call = render.call_text(n, source, by_name)
+            rows.append((loc, where(n), n.op, call, outputs))
         if rows:
             widths = [max(len(r[i]) for r in rows) for i in range(4)]
             for r in rows:

@@ -293,3 +293,40 @@ def test_progress_line_on_a_terminal_only(project: Path) -> None:
     assert json.loads(out)  # stdout stays clean JSON
     piped = _fxls(project, ".", "--json")
     assert "fxls check [" not in piped.stderr
+
+
+def test_progress_line_never_mixes_with_text_results(project: Path) -> None:
+    """stdout and stderr on the same terminal (a user running ``fxls check .``): the progress
+    line is drawn and cleared around each result, so the screen shows exactly the lines a
+    piped run prints, and nothing of the progress line stays."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: stdin, stdout and stderr are the terminal
+        os.chdir(project)
+        os.environ["PYTHONPATH"] = str(ROOT)
+        os.execv(sys.executable, [sys.executable, "-m", "fxls", "check", "."])
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 200, 0, 0))
+    seen = b""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    os.waitpid(pid, 0)
+    os.close(fd)
+    text = seen.decode("utf-8", "replace").replace("\r\n", "\n")
+    assert "\r\x1b[Kfxls check [" in text, text  # the run took over a second: progress shown
+    # what the terminal shows: each line from its last carriage return, erase codes applied
+    screen = [line.rsplit("\r", 1)[-1].replace("\x1b[K", "") for line in text.split("\n")]
+    screen = [line for line in screen if line]
+    results = [line for line in screen if not line.startswith("fxls: ")]
+    piped = _fxls(project, ".").stdout.splitlines()
+    # the same results; the summary line ends with the run's time, which differs
+    assert results[:-1] == piped[:-1], screen
+    assert results[-1].startswith("6 files") and piped[-1].startswith("6 files"), screen
+    assert not any("fxls check [" in line for line in screen), screen

@@ -264,3 +264,30 @@ def test_every_call_node_of_the_examples_has_named_arguments(
                     assert n["args"], (doc["file"], m["class"], n["name"])
                     assert all(a["name"] and not a["name"].startswith("arg") for a in n["args"]), n
     assert calls > 300
+
+
+@needs_worker
+@pytest.mark.slow
+def test_text_output_speaks_the_users_code(run_fxls: RunFxls) -> None:
+    """Node lines name calls by the module path and pass the expressions the code wrote
+    (``add(a=out, b=identity)``, ``.view(self=k, size=(B, T, ...``), never an FX node name
+    that is not also a name in the file (``layer1_0_conv1``, ``relu_1``, ``getitem_4``)."""
+    files = ["docs/examples/resnet.py", "docs/examples/gpt.py"]
+    text = run_fxls("check", *files)
+    assert text.returncode == 0, text.stderr
+    documents = json.loads(run_fxls("check", *files, "--json").stdout)
+    source = " ".join((ROOT / f).read_text() for f in files)
+    words = set(re.findall(r"[A-Za-z_]\w*", source))
+    nodes = [n for d in documents for m in d["modules"] for n in m["nodes"]]
+    callees = {n["target"].rsplit(".", 1)[-1] for n in nodes}  # add, getitem, matmul ...
+    fx_names = {n["name"] for n in nodes} - words - callees
+    assert {"layer1_0_conv1", "relu_1", "getitem_4"} <= fx_names  # FX's own names exist...
+    rows = [line for line in text.stdout.splitlines() if line.startswith("  ")]
+    used = {w for row in rows for w in re.findall(r"[A-Za-z_]\w*", row)}
+    assert used & fx_names == set()  # ...and the report shows none of them
+    assert any(re.search(r"  layer1\.0 +call_function  add\(a=out, b=identity\)", r) for r in rows)
+    assert any(
+        re.search(r"\s{2}layer1\.0\.conv1 +call_module  +Conv2d\(input=x\)", r) for r in rows
+    )
+    view = r"\.view\(self=k, size=\(B, T, self\.n_head, C // self…\)"
+    assert any(re.search(view, r) for r in rows), rows

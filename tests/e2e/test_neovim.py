@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from fxls import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "docs" / "editors" / "nvim-fxls.lua"
@@ -156,3 +159,137 @@ def test_neovim_applies_a_quick_fix_then_fixes_all(tmp_path: Path) -> None:
     assert result["lines"] == [line for line in before if "wasted" not in line][:-1]
     after = (REWRITES / "dead_code_after.py").read_text().split("\n")
     assert result["fixed_all_lines"] == after[:-1]
+
+
+TRACE_DRIVER = Path(__file__).resolve().parent / "nvim" / "trace.lua"
+SHIPPED = ROOT / "docs" / "editors"
+TRACES = [
+    # after an edit the one-minute debounce holds back
+    {"needle": "return self.fc2(h)", "replace": ["nn.Linear(32, 4)", "nn.Linear(32, 7)"]},
+    {"needle": "# fxls: x = (B, 8)", "offset": 2},
+    {"needle": "import torch.nn as nn"},
+]
+
+
+def _installed_like_a_user(tmp_path: Path) -> Path:
+    """~/.config/nvim with the shipped lsp/fxls.lua and lua/fxls/health.lua copied in and an
+    init.lua that only enables the server; returns the init.lua."""
+    nvim = tmp_path / "config" / "nvim"
+    for name in ("lsp/fxls.lua", "lua/fxls/health.lua"):
+        (nvim / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SHIPPED / name, nvim / name)
+    init = nvim / "init.lua"
+    init.write_text('vim.g.loaded_python3_provider = 0\nvim.lsp.enable("fxls")\n')
+    return init
+
+
+def _neovim(tmp_path: Path, driver: Path, env: dict[str, str], init: Path | None) -> dict[str, Any]:
+    """Runs ``driver`` in headless Neovim: ``--clean`` with the config the driver loads, or
+    ``-u init`` with ``~/.config/nvim`` (XDG_CONFIG_HOME) on 'runtimepath' as a user has it."""
+    out = tmp_path / "result.json"
+    full = dict(os.environ)
+    for name in ("CONFIG", "DATA", "CACHE", "STATE"):
+        full[f"XDG_{name}_HOME"] = str(tmp_path / name.lower())
+    full.update(env, FXLS_NVIM_OUT=str(out))
+    full.setdefault("FXLS_CMD", json.dumps([sys.executable, "-m", "fxls", "serve"]))
+    start = ["--clean"] if init is None else ["-u", str(init)]
+    proc = subprocess.run(
+        [str(NVIM), "--headless", *start, "-c", f"luafile {driver}"],
+        env=full,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.exists(), f"no result (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    result: dict[str, Any] = json.loads(out.read_text())
+    assert proc.returncode == 0, (result.get("error"), proc.stderr[-2000:])
+    return result
+
+
+def test_vim_lsp_enable_with_the_shipped_lsp_fxls_lua(tmp_path: Path) -> None:
+    """The nvim-lspconfig format: lsp/fxls.lua in ~/.config/nvim and ``vim.lsp.enable('fxls')``
+    in init.lua give the same diagnostics, hovers, hints and lenses as the try-it config."""
+    init = _installed_like_a_user(tmp_path)
+    env = {
+        "FXLS_NVIM_CONFIG": "",
+        "FXLS_NVIM_FILE": str(FIXTURE),
+        "FXLS_NVIM_HOVERS": json.dumps(HOVERS[:1]),
+    }
+    result = _neovim(tmp_path, DRIVER, env, init)
+    assert result["attached"] is True
+    assert "FX201" in {d["code"] for d in result["diagnostics"]}
+    assert result["hovers"][0]["float"][1:3] == ["→ [B, 32] float32", "fc1 · Linear(16, 32)"]
+    assert result["lenses_on_open"] == 2
+    assert any(h["label"] == "▸ [B, 4]" for h in result["inlay_hints"])
+
+
+def test_fxls_trace_and_checkhealth(tmp_path: Path) -> None:
+    """``:FxlsTrace`` from the shipped lsp/fxls.lua (enabled from init.lua): the class at the
+    cursor, captured at once after an edit (the debounce is a minute), in a float with its
+    summary, assumptions and diagnostics; a clear message outside any class. Then
+    ``:checkhealth vim.lsp fxls`` with fxls attached: the lines docs/editors/neovim.md quotes."""
+    target = tmp_path / "model.py"
+    target.write_text(FIXTURE.read_text())
+    init = _installed_like_a_user(tmp_path)
+    env = {
+        "FXLS_NVIM_CONFIG": "",
+        "FXLS_NVIM_FILE": str(target),
+        "FXLS_NVIM_TRACES": json.dumps(TRACES),
+        "FXLS_NVIM_GRAPH": "h = F.gelu(h)",
+    }
+    result = _neovim(tmp_path, TRACE_DRIVER, env, init)
+    assert {"FxlsTrace", "FxlsGraph", "FxlsFixAll"} <= set(result["commands"])
+    # the server runs outside the project, which is never on its sys.path
+    server = result["server"]
+    assert server["cwd"] == str(tmp_path / "cache" / "nvim" / "fxls"), server
+    assert server["safepath"] is True
+
+    edited, broken, outside = result["traces"]
+    info, warn = 2, 3  # vim.log.levels
+    assert edited["notifications"][0] == {
+        "message": "fxls: tracing the class at the cursor…",
+        "level": info,
+    }
+    summary = edited["notifications"][1]
+    assert summary["level"] == info
+    assert summary["message"].startswith("fxls: Mlp: traced (fx) · 5 nodes · ")
+    assert "[B, 16] → [B, 7]" in summary["message"]  # the edit, captured by the command
+    assert [p["message"] for p in edited["progress"]][:1] == ["tracing Mlp"]
+    float_lines = edited["float"]
+    assert float_lines[0] == summary["message"].removeprefix("fxls: ")
+    assert "Mlp · nn.Module · traced (fx)" in float_lines
+    assert f"graph: :FxlsGraph, or fxls graph {target.name}:Mlp -o Mlp.html" in float_lines
+
+    assert broken["notifications"][1]["level"] == warn
+    assert broken["notifications"][1]["message"].startswith("fxls: Broken: partial (fx)")
+    assert any(line.startswith("line 25: error FX201 shape error") for line in broken["float"])
+
+    assert outside["notifications"][1]["level"] == info
+    assert "not in an nn.Module class" in outside["notifications"][1]["message"]
+    assert outside.get("float") is None
+
+    # :FxlsGraph: the page of the class at the cursor, written and opened
+    page = tmp_path / "cache" / "nvim" / "fxls" / "graphs" / "Mlp.html"
+    (note,) = result["graph_notifications"]
+    assert note["message"] == f"fxls: graph of Mlp (5 nodes): {page}", note
+    assert result["opened"] == str(page)
+    html = page.read_text()
+    assert html.startswith("<!DOCTYPE html>") and '"fc2"' in html and "[B, 7]" in html
+
+    health = "\n".join(result["health"])
+    # vim.lsp's own report (quoted in docs/editors/neovim.md)
+    assert "vim.lsp: Active Clients" in health
+    assert re.search(r"^- fxls \(id: \d+\)$", health, re.MULTILINE), health
+    assert f"  - Version: {__version__}" in health
+    assert '  - Command: { "' in health and '"fxls", "serve" }' in health
+    assert "vim.lsp: Enabled Configurations" in health
+    assert '  - cmd_env: {\n      PYTHONSAFEPATH = "1"\n    }' in health, health
+    assert "  - filetypes: python" in health
+    # :checkhealth fxls
+    assert re.search(r"^- ✅ OK server command: \S+ -m fxls serve$", health, re.MULTILINE), health
+    assert re.search(
+        rf"^- ✅ OK fxls {re.escape(__version__)} running \(client id \d+", health, re.M
+    )
+    assert re.search(r"^- ✅ OK worker: \S+, torch 2\.", health, re.MULTILINE), health
+    assert re.search(r"^- ✅ OK isolation: .*seccomp", health, re.MULTILINE), health

@@ -169,7 +169,12 @@ class CodeServer:
 
 
 def _start_code_server(
-    toolchain: Toolchain, tmp: Path, *, trust: bool, python: str
+    toolchain: Toolchain,
+    tmp: Path,
+    *,
+    trust: bool,
+    python: str,
+    settings: dict[str, Any] | None = None,
 ) -> tuple[CodeServer, subprocess.Popen[bytes]]:
     """Installs the .vsix into private dirs and serves ``tmp/workspace`` on a free port."""
     home = tmp / "home"
@@ -211,6 +216,7 @@ def _start_code_server(
         "security.workspace.trust.startupPrompt": "never",
     }
     user_settings["fxls.python"] = python
+    user_settings.update(settings or {})
     _write_json(data / "User" / "settings.json", user_settings)
     config = tmp / "config.yaml"
     config.write_text("auth: none\ncert: false\n")
@@ -300,8 +306,12 @@ def start_code_server(toolchain: Toolchain, tmp_path: Path) -> Iterator[StartCod
     """Starts code-server (``trust=False``: Workspace Trust on, folder in restricted mode)."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(trust: bool = True, python: str = sys.executable) -> CodeServer:
-        server, proc = _start_code_server(toolchain, tmp_path, trust=trust, python=python)
+    def start(
+        trust: bool = True, python: str = sys.executable, settings: dict[str, Any] | None = None
+    ) -> CodeServer:
+        server, proc = _start_code_server(
+            toolchain, tmp_path, trust=trust, python=python, settings=settings
+        )
         procs.append(proc)
         return server
 
@@ -344,7 +354,17 @@ def _drive(
     result["fxls_log"] = server.fxls_log()
     _write_json(shots / "result.json", result)
     assert result["error"] is None, f"{result['error']}\n{result.get('output', '')}"
+    # the docs site shows these screenshots (docs/mkdocs/hooks.py): each one a page asks for
+    # from this run must have been taken
+    for wanted in _docs_screenshots(name):
+        assert (shots / wanted).is_file(), f"docs ask for {name}/{wanted}, not taken"
     return result
+
+
+def _docs_screenshots(run: str) -> list[str]:
+    """The screenshots of ``run`` that docs pages show (``<!-- screenshot: run/x.png ... -->``)."""
+    marker = re.compile(rf'^<!-- screenshot: {re.escape(run)}/([\w-]+\.png) "', re.MULTILINE)
+    return [n for page in (ROOT / "docs").rglob("*.md") for n in marker.findall(page.read_text())]
 
 
 BROKEN_STEP: dict[str, Any] = {
@@ -362,9 +382,11 @@ def test_diagnostics_and_hover_in_vscode(
 ) -> None:
     """With only torch in the interpreter (fxls from the .vsix): a shape error shows as an error
     squiggle; hovering `conv1` shows the call and its shape; the graph opens from the code lens
-    and clicking a node reveals its line."""
+    and clicking a node reveals its line. "Trace Class at Cursor" (command palette and context
+    menu) reports the class at the cursor, capturing an edit at once although the debounce is a
+    minute, and its "Show Graph" button draws the new graph."""
     python = toolchain.torch_python
-    server = start_code_server(True, python=python)
+    server = start_code_server(True, python=python, settings={"fxls.debounceMs": 60_000})
     result = _drive(
         toolchain,
         server,
@@ -395,9 +417,39 @@ def test_diagnostics_and_hover_in_vscode(
                 "graph": {"click": "conv1", "expectLine": 15, "timeoutMs": 60000},
                 "timeoutMs": 60000,
             },
+            {
+                "name": "trace",
+                "file": "model.py",
+                "expectText": "class SmallCNN",
+                "traces": [
+                    {
+                        "name": "trace-outside",
+                        "via": "command palette",
+                        "line": "import torch.nn.functional as F",
+                        "word": "functional",
+                        "expect": ["not in an nn.Module class"],
+                    },
+                    {
+                        "name": "trace",
+                        "via": "context menu",
+                        "edit": {
+                            "line": "def __init__(self, num_classes: int = 10)",
+                            "word": "10",
+                            "text": "12",
+                            "expectText": "num_classes: int = 12",
+                        },
+                        "line": "x = self.pool(x).flatten(1)",
+                        "word": "pool",
+                        "expect": ["SmallCNN: traced (fx)", "→ [B, 12]"],
+                        "button": "Show Graph",
+                        "graphExpect": "[B, 12]",
+                    },
+                ],
+                "timeoutMs": 60000,
+            },
         ],
     )
-    broken, model, summary = result["steps"]
+    broken, model, summary, traced = result["steps"]
     context = json.dumps(result, indent=1)[-6000:]
     # The status bar item is there and says the server runs.
     assert broken["status"]["text"] == "fxls", context
@@ -425,6 +477,18 @@ def test_diagnostics_and_hover_in_vscode(
     assert graph["title"] == "SmallCNN", context
     assert any("conv1" in n and "[B, 64, 32, 32]" in n for n in graph["nodes"]), context
     assert graph["selection"].startswith("Ln 15,"), context
+    # Trace Class at Cursor: outside any class, a clear message; in SmallCNN, after an edit
+    # the one-minute debounce holds back, the class as edited, then its graph.
+    outside, trace = traced["traces"]
+    assert "not in an nn.Module class" in outside["notification"], context
+    assert "tracing the class at the cursor" in trace["progress"], context
+    assert any("Trace Class at Cursor" in item for item in trace["menu"]), context
+    assert "SmallCNN: traced (fx) · 7 nodes" in trace["notification"], context
+    assert "[Show Graph] [Details]" in trace["notification"], context
+    assert trace["ms"] < 45_000, context  # within the debounce: the command captured at once
+    assert any("fc" in n and "[B, 12]" in n for n in trace["graph_nodes"]), context
+    assert "Trace of SmallCNN (document version" in result["fxls_log"], context
+    assert re.search(r"input x +\[B, 3, 32, 32\] float32 \(declared\)", result["fxls_log"]), context
     # the server never imported the workspace's fxls/, logging.py, json.py ...
     assert list((tmp_path / "markers").iterdir()) == [], context
     # the workspace's seccomp=false (and its interpreter) did not reach the server
@@ -479,6 +543,15 @@ def test_restricted_mode_until_trusted(
         "expectText": "y = self.proj(x)",
         "settleMs": 8000,
         "timeoutMs": 30000,
+        "traces": [
+            {
+                "name": "trace-untrusted",
+                "via": "command palette",
+                "line": "y = self.proj(x)",
+                "word": "proj",
+                "expect": ["not trusted", "Manage Workspace Trust"],
+            }
+        ],
     }
     trusted = {**BROKEN_STEP, "name": "after-trust", "grantTrust": True}
     result = _drive(toolchain, server, tmp_path, "untrusted", [untrusted, trusted])
@@ -487,6 +560,10 @@ def test_restricted_mode_until_trusted(
     assert "codicon-shield" in before["status"]["icons"], context
     assert before["squiggles"]["errors"] == 0, context
     assert "not trusted" in before["notifications"], context
+    # Trace Class at Cursor says why it traces nothing, with a way to trust the folder
+    (trace,) = before["traces"]
+    assert "fxls: this workspace is not trusted" in trace["notification"], context
+    assert "[Manage Workspace Trust]" in trace["notification"], context
     # One start in restricted mode, then exactly one restart when trust is granted.
     starts = re.findall(r"Starting: .*workspace (.*)\)", result["fxls_log"])
     assert starts == ["NOT trusted: restricted mode", "trusted"], context

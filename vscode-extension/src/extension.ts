@@ -5,6 +5,7 @@ import {
   COMMAND_SHOW_GRAPH,
   COMMAND_SHOW_LOG,
   COMMAND_SHOW_OUTPUT,
+  COMMAND_TRACE,
   EXTENSION_NAME,
   RESTART_SETTINGS,
 } from "./common/constants";
@@ -13,6 +14,7 @@ import { onDidChangePythonInterpreter } from "./common/python";
 import { ServerManager } from "./common/server";
 import { getPythonSetting, getServerCommandSetting } from "./common/settings";
 import { StatusItem } from "./common/status";
+import { TraceCommand } from "./common/trace";
 
 let manager: ServerManager | undefined;
 
@@ -23,6 +25,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   manager = new ServerManager(output, status, context.extensionUri.fsPath, version);
   const server = manager;
   const graph = new GraphView(() => server.languageClient, output);
+  const trace = new TraceCommand(() => server.languageClient, output);
   const showLog = () => output.show(true);
   context.subscriptions.push(
     output,
@@ -33,6 +36,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand(COMMAND_SHOW_LOG, showLog),
     vscode.commands.registerCommand(COMMAND_SHOW_OUTPUT, showLog),
     vscode.commands.registerCommand(COMMAND_SHOW_GRAPH, (uri?: vscode.Uri, cls?: string) => graph.show(uri, cls)),
+    vscode.commands.registerCommand(COMMAND_TRACE, () => trace.run()),
     vscode.workspace.onDidChangeConfiguration((event) => {
       if (RESTART_SETTINGS.some((name) => event.affectsConfiguration(name))) {
         void server.requestRestart();

@@ -1,6 +1,6 @@
 -- Headless Neovim driver for tests/e2e/test_neovim.py.
 --
--- Environment: FXLS_NVIM_CONFIG (the documented config), FXLS_NVIM_FILE (a Python file),
+-- Environment: FXLS_NVIM_CONFIG (the documented config; empty: init.lua enabled it), FXLS_NVIM_FILE (a Python file),
 -- FXLS_NVIM_OUT (where to write the JSON result), FXLS_CMD (JSON array: the server command;
 -- unset: the config's default),
 -- FXLS_NVIM_HOVERS (JSON array of {needle, offset} to hover).
@@ -33,7 +33,11 @@ if cmd and cmd ~= "" then
   vim.g.fxls_cmd = vim.json.decode(cmd)
 end
 vim.g.fxls_settings = { debounceMs = 50 }
-dofile(assert(os.getenv("FXLS_NVIM_CONFIG")))
+-- FXLS_NVIM_CONFIG empty: the test's init.lua enabled fxls from lsp/fxls.lua on 'runtimepath'
+local config = os.getenv("FXLS_NVIM_CONFIG")
+if config and config ~= "" then
+  dofile(config)
+end
 vim.lsp.config("fxls", {
   on_exit = function(code, signal)
     if not result.done then

@@ -297,6 +297,100 @@ async function runStep(page, step) {
   if (step.graph) {
     out.graph = await showGraph(page, step.graph);
   }
+  for (const trace of step.traces ?? []) {
+    out.traces = out.traces ?? [];
+    out.traces.push(await traceClass(page, trace, step.timeoutMs));
+  }
+  return out;
+}
+
+/** The toasts' text, and the one toast (a locator) whose text contains every `expect`. */
+async function toastWith(page, expect) {
+  const toasts = page.locator(".notifications-toasts .notification-list-item");
+  const count = await toasts.count();
+  for (let i = 0; i < count; i++) {
+    const text = await toasts.nth(i).innerText().catch(() => "");
+    if (expect.every((e) => text.includes(e))) return toasts.nth(i);
+  }
+  return null;
+}
+
+/**
+ * "fxls: Trace Class at Cursor" as a user runs it: optionally edit the file first (select
+ * `edit.word` on the line `edit.line`, type `edit.text`), put the cursor on `word` in `line`,
+ * run the command from the command palette or the editor's context menu (`via`), watch for the
+ * progress notification, wait for the answer's notification to contain every `expect`, and
+ * press its `button` ("Show Graph": then wait for the graph to show `graphExpect`).
+ */
+async function traceClass(page, trace, timeoutMs) {
+  const out = { via: trace.via };
+  await runCommand(page, "Notifications: Clear All Notifications");
+  await page.waitForTimeout(300);
+  if (trace.edit) {
+    const at = await locateWord(page, trace.edit.line, trace.edit.word);
+    if (!at) throw new Error(`trace: no rendered line contains ${JSON.stringify(trace.edit.line)}`);
+    await page.mouse.dblclick(at.x, at.y);
+    await page.keyboard.type(trace.edit.text);
+    await page.waitForFunction(
+      (text) => document.querySelector(".editor-instance .view-lines, .monaco-editor .view-lines")
+        ?.textContent.replace(/\u00a0/g, " ").includes(text),
+      trace.edit.expectText,
+      { timeout: 10000 },
+    );
+  }
+  const point = await locateWord(page, trace.line, trace.word);
+  if (!point) throw new Error(`trace: no rendered line contains ${JSON.stringify(trace.line)}`);
+  await page.mouse.click(point.x, point.y);
+  const started = Date.now();
+  if (trace.via === "context menu") {
+    await page.mouse.click(point.x, point.y, { button: "right" });
+    const item = page.locator(".monaco-menu .action-item", { hasText: "Trace Class at Cursor" }).first();
+    await item.waitFor({ state: "visible", timeout: 15000 });
+    out.menu = (await page.locator(".monaco-menu .action-item").allInnerTexts()).map((t) => t.trim()).filter(Boolean);
+    await screenshot(page, `trace-menu`);
+    await item.click();
+  } else {
+    await runCommand(page, "fxls: Trace Class at Cursor");
+  }
+  out.progress = "";
+  let toast = null;
+  while (Date.now() - started < timeoutMs) {
+    const shown = await notifications(page);
+    if (!out.progress && shown.includes("tracing the class at the cursor")) out.progress = shown;
+    toast = await toastWith(page, trace.expect);
+    if (toast) break;
+    await page.waitForTimeout(50);
+  }
+  if (!toast) {
+    throw new Error(
+      `trace: no notification containing ${JSON.stringify(trace.expect)} within ${Math.round(timeoutMs / 1000)} s; ` +
+        `notifications: ${JSON.stringify(await notifications(page))}`,
+    );
+  }
+  out.ms = Date.now() - started;
+  await page.waitForTimeout(300);
+  out.notification = await notifications(page);
+  out.screenshot = await screenshot(page, trace.name ?? "trace");
+  if (trace.button) {
+    await toast.locator(".monaco-button", { hasText: trace.button }).first().click();
+    if (trace.button === "Show Graph") {
+      const deadline = Date.now() + timeoutMs;
+      out.graph_nodes = [];
+      while (Date.now() < deadline && !out.graph_nodes.some((n) => n.includes(trace.graphExpect))) {
+        const frame = await frameWith(page, "#fxls-svg [data-node]", Math.max(1000, deadline - Date.now()));
+        try {
+          out.graph_nodes = await frame.evaluate(() =>
+            Array.from(document.querySelectorAll("#fxls-svg [data-node]")).map((g) => g.textContent),
+          );
+        } catch {
+          // the view is loading the new page: this frame went away, look again
+        }
+        await page.waitForTimeout(250);
+      }
+      await page.waitForTimeout(300);
+      await screenshot(page, `${trace.name ?? "trace"}-graph`);
+    }
+  }
   return out;
 }
 

@@ -8,6 +8,7 @@ export const COMMAND_SHOW_LOG = "fxls.showLog";
 /** The old name of fxls.showLog, still registered (hidden from the palette). */
 export const COMMAND_SHOW_OUTPUT = "fxls.showOutput";
 export const COMMAND_SHOW_GRAPH = "fxls.showGraph";
+export const COMMAND_TRACE = "fxls.traceClassAtCursor";
 export const PYTHON_EXTENSION_ID = "ms-python.python";
 /**
  * Settings that change how the server process is started, or that the server reads only at

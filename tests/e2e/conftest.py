@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -62,3 +65,43 @@ def run_fxls() -> RunFxls:
         )
 
     return run
+
+
+NVIM = Path(sys.executable).parent / "nvim"
+if not NVIM.exists():
+    NVIM = Path(shutil.which("nvim") or "nvim")
+NVIM_CONFIG = ROOT / "docs" / "editors" / "nvim-fxls.lua"
+NVIM_CODE_ACTION = Path(__file__).resolve().parent / "nvim" / "code_action.lua"
+needs_nvim = pytest.mark.skipif(shutil.which(str(NVIM)) is None, reason="needs nvim")
+
+
+def nvim_code_action(
+    workspace: Path, file: Path, base_env: dict[str, str] | None = None, **driver: str
+) -> dict[str, Any]:
+    """Run ``tests/e2e/nvim/code_action.lua`` in headless Neovim with the documented config on
+    ``file`` (workspace root ``workspace``); ``driver`` sets its ``FXLS_NVIM_<KEY>`` variables
+    (``CODE``/``AT``, ``TITLE``). Returns the driver's JSON result after checking it finished."""
+    (workspace / "pyproject.toml").write_text("")  # the workspace root (root_markers)
+    out = workspace / "result.json"
+    env = dict(os.environ if base_env is None else base_env)
+    for name in ("CONFIG", "DATA", "CACHE", "STATE"):
+        env[f"XDG_{name}_HOME"] = str(workspace / name.lower())
+    env.update({f"FXLS_NVIM_{key.upper()}": value for key, value in driver.items()})
+    env.update(
+        FXLS_NVIM_CONFIG=str(NVIM_CONFIG),
+        FXLS_NVIM_FILE=str(file),
+        FXLS_NVIM_OUT=str(out),
+        FXLS_CMD=json.dumps([sys.executable, "-m", "fxls", "serve"]),
+    )
+    proc = subprocess.run(
+        [str(NVIM), "--headless", "--clean", "-c", f"luafile {NVIM_CODE_ACTION}"],
+        env=env,
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.exists(), f"no result (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    result: dict[str, Any] = json.loads(out.read_text())
+    assert proc.returncode == 0, (result.get("error"), result.get("titles"), proc.stderr[-2000:])
+    return result

@@ -6,17 +6,15 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 import pytest_lsp
-from conftest import RunFxls, start_recording
+from conftest import RunFxls, needs_nvim, nvim_code_action, start_recording
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
@@ -204,43 +202,18 @@ def test_fxls_check_reports_pass_diagnostics(run_fxls: RunFxls) -> None:
             "by": "relu_1", "line": 17} in run["changes"]  # fmt: skip
 
 
-NVIM = Path(sys.executable).parent / "nvim"
-if not NVIM.exists():
-    NVIM = Path(shutil.which("nvim") or "nvim")
-NVIM_CONFIG = FIXTURES.parents[2] / "docs" / "editors" / "nvim-fxls.lua"
-NVIM_DRIVER = Path(__file__).resolve().parent / "nvim" / "code_action.lua"
-
-
-@pytest.mark.skipif(shutil.which(str(NVIM)) is None, reason="needs nvim")
+@needs_nvim
 def test_neovim_applies_a_pass_to_the_source(tmp_path: Path) -> None:
     """Headless Neovim with the documented config: ``vim.lsp.buf.code_action({apply = true})``
     on the pass's name resolves "Apply `functional_relu` to `Net`" and applies the regenerated
     statement."""
     shutil.copy(FIXTURES / "good.py", tmp_path / "good.py")
-    (tmp_path / "pyproject.toml").write_text("")  # the workspace root (root_markers)
-    out = tmp_path / "result.json"
-    env = dict(os.environ)
-    for name in ("CONFIG", "DATA", "CACHE", "STATE"):
-        env[f"XDG_{name}_HOME"] = str(tmp_path / name.lower())
-    env.update(
-        FXLS_NVIM_CONFIG=str(NVIM_CONFIG),
-        FXLS_NVIM_FILE=str(tmp_path / "good.py"),
-        FXLS_NVIM_OUT=str(out),
-        FXLS_NVIM_AT="functional_relu(",
-        FXLS_NVIM_TITLE="Apply `functional_relu` to `Net`",
-        FXLS_CMD=json.dumps([sys.executable, "-m", "fxls", "serve"]),
+    result = nvim_code_action(
+        tmp_path,
+        tmp_path / "good.py",
+        at="functional_relu(",
+        title="Apply `functional_relu` to `Net`",
     )
-    proc = subprocess.run(
-        [str(NVIM), "--headless", "--clean", "-c", f"luafile {NVIM_DRIVER}"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert out.exists(), f"no result (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    result = json.loads(out.read_text())
-    assert proc.returncode == 0, (result.get("error"), result.get("titles"), proc.stderr[-2000:])
     assert "Apply `functional_relu` to `Net`" in result["titles"]
     text = (FIXTURES / "good.py").read_text()
     expected = text.replace("h = torch.relu(self.fc1(x))", "h = F.relu(self.fc1(x))")

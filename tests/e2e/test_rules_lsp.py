@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import importlib.util
-import json
 import os
 import runpy
 import shutil
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
-from conftest import start_recording
+from conftest import needs_nvim, nvim_code_action, start_recording
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
@@ -250,43 +249,15 @@ def test_check_fix_applies_safe_rules_and_never_runs_them_itself(tmp_path: Path)
     assert not MARKER.exists()
 
 
-NVIM = Path(sys.executable).parent / "nvim"
-if not NVIM.exists():
-    NVIM = Path(shutil.which("nvim") or "nvim")
-NVIM_CONFIG = FIXTURES.parents[2] / "docs" / "editors" / "nvim-fxls.lua"
-NVIM_DRIVER = Path(__file__).resolve().parent / "nvim" / "code_action.lua"
-
-
-@pytest.mark.skipif(shutil.which(str(NVIM)) is None, reason="needs nvim")
+@needs_nvim
 def test_neovim_applies_a_rule(tmp_path: Path) -> None:
     """Headless Neovim with the documented config: ``vim.lsp.buf.code_action({apply = true})``
     on the FX360 of a rule resolves the action and applies the regenerated statement."""
     for name in ("fxls_rules.py", "mlp_before.py"):
         shutil.copy(FIXTURES / name, tmp_path / name)
-    (tmp_path / "pyproject.toml").write_text("")  # the workspace root (root_markers)
-    out = tmp_path / "result.json"
-    env = dict(ENV)
-    for name in ("CONFIG", "DATA", "CACHE", "STATE"):
-        env[f"XDG_{name}_HOME"] = str(tmp_path / name.lower())
-    env.update(
-        FXLS_NVIM_CONFIG=str(NVIM_CONFIG),
-        FXLS_NVIM_FILE=str(tmp_path / "mlp_before.py"),
-        FXLS_NVIM_OUT=str(out),
-        FXLS_NVIM_CODE="FX360",
-        FXLS_NVIM_TITLE="Apply rule `gelu_tanh`",
-        FXLS_CMD=json.dumps([sys.executable, "-m", "fxls", "serve"]),
+    result = nvim_code_action(
+        tmp_path, tmp_path / "mlp_before.py", ENV, code="FX360", title="Apply rule `gelu_tanh`"
     )
-    proc = subprocess.run(
-        [str(NVIM), "--headless", "--clean", "-c", f"luafile {NVIM_DRIVER}"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert out.exists(), f"no result (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    result = json.loads(out.read_text())
-    assert proc.returncode == 0, (result.get("error"), result.get("titles"), proc.stderr[-2000:])
     assert "Apply rule `gelu_tanh`" in result["titles"]
     assert result["lines"] == (FIXTURES / "mlp_after.py").read_text().split("\n")[:-1]
     assert not MARKER.exists()

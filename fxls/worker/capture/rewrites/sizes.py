@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ast
 
+import torch
+
 from fxls.protocol.model import FixRequest, Span, TextEdit
 from fxls.worker.capture.rewrites import text
 from fxls.worker.capture.rewrites.base import Original, Proposal, Unavailable, gone_of
@@ -64,7 +66,7 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
     source = original.doc.source
     call = text.expression_at(original.tree, source, fix.span, (ast.Call,))
     assert isinstance(call, ast.Call)
-    torch_names = {n for n, v in original.doc.namespace.items() if _is_torch(v)}
+    torch_names = {n for n, v in original.doc.namespace.items() if v is torch}
     if not sized_call(call, torch_names):
         raise Unavailable("not a call of a sizes-taking function with `*x.shape` unpacked")
     parts: list[str] = []
@@ -104,7 +106,3 @@ def _tuple(items: list[str]) -> str:
 
 def _short(value: str, limit: int = 60) -> str:
     return value if len(value) <= limit else value[: limit - 1] + "…"
-
-
-def _is_torch(value: object) -> bool:
-    return getattr(value, "__name__", None) == "torch" and hasattr(value, "Tensor")

@@ -10,24 +10,10 @@
 -- for the buffer to change and writes {attached, titles, lines, fixed_all_lines, error}.
 
 vim.g.loaded_python3_provider = 0
-local out_path = assert(os.getenv("FXLS_NVIM_OUT"))
 local result = { titles = {} }
 
-local function finish(code)
-  local f = assert(io.open(out_path, "w"))
-  f:write(vim.json.encode(result))
-  f:close()
-  if code == 0 then
-    vim.cmd("qall!")
-  else
-    vim.cmd("cquit " .. code)
-  end
-end
-
-local function fail(message)
-  result.error = message
-  finish(2)
-end
+local here = debug.getinfo(1, "S").source:sub(2):match("(.*/)")
+local finish, fail = dofile(here .. "report.lua")(result)
 
 vim.g.fxls_cmd = vim.json.decode(assert(os.getenv("FXLS_CMD")))
 vim.g.fxls_settings = { debounceMs = 50 }

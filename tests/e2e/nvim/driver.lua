@@ -8,24 +8,10 @@
 -- lines of the float K opens), inlay_hints, code_lenses, error}.
 
 vim.g.loaded_python3_provider = 0
-local out_path = assert(os.getenv("FXLS_NVIM_OUT"))
 local result = { diagnostics = {}, hovers = {}, inlay_hints = {}, code_lenses = {} }
 
-local function finish(code)
-  local f = assert(io.open(out_path, "w"))
-  f:write(vim.json.encode(result))
-  f:close()
-  if code == 0 then
-    vim.cmd("qall!")
-  else
-    vim.cmd("cquit " .. code)
-  end
-end
-
-local function fail(message)
-  result.error = message
-  finish(2)
-end
+local here = debug.getinfo(1, "S").source:sub(2):match("(.*/)")
+local finish, fail = dofile(here .. "report.lua")(result)
 
 -- FXLS_CMD unset or empty: the config's own default command (`fxls serve` from PATH)
 local cmd = os.getenv("FXLS_CMD")

@@ -10,24 +10,10 @@
 -- :checkhealth buffer).
 
 vim.g.loaded_python3_provider = 0
-local out_path = assert(os.getenv("FXLS_NVIM_OUT"))
 local result = { traces = {} }
 
-local function finish(code)
-  local f = assert(io.open(out_path, "w"))
-  f:write(vim.json.encode(result))
-  f:close()
-  if code == 0 then
-    vim.cmd("qall!")
-  else
-    vim.cmd("cquit " .. code)
-  end
-end
-
-local function fail(message)
-  result.error = message
-  finish(2)
-end
+local here = debug.getinfo(1, "S").source:sub(2):match("(.*/)")
+local finish, fail = dofile(here .. "report.lua")(result)
 
 local notified = {}
 vim.notify = function(msg, level)

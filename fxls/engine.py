@@ -57,6 +57,9 @@ class EngineOptions:
     reuse_blocks: bool = True
     """Trace identical sub-blocks once and copy their nodes and shapes (the same results,
     in time independent of depth); off only to compare."""
+    fake_cache: bool = False
+    """torch's fake-tensor dispatch cache in symbolic shape runs; on only to compare (a job
+    child starts with it empty, and filling it costs more than it saves)."""
     parallel_retries: int = 1
     """How many single-class re-runs of one file may run at once after a job failed (one: the
     worker runs at most two jobs, so the other slot stays free for other files)."""
@@ -257,6 +260,7 @@ def capture_job(
         meta_init=options.meta_init,
         symbolic=options.symbolic,
         reuse_blocks=options.reuse_blocks,
+        fake_cache=options.fake_cache,
         rules=_rules_for(path, options),
     )
 
@@ -598,6 +602,7 @@ async def _capture(
                 meta_init=job.meta_init,
                 symbolic=job.symbolic,
                 reuse_blocks=job.reuse_blocks,
+                fake_cache=job.fake_cache,
                 rules=job.rules,
             )
             res = await _run(client, single, options)

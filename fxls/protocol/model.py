@@ -183,6 +183,9 @@ class CaptureJob:
     """Keep user-named dimensions symbolic (fake tensors + ShapeEnv)."""
     reuse_blocks: bool = True
     """Trace identical sub-blocks once and copy their nodes and shapes (same results)."""
+    fake_cache: bool = False
+    """Use torch's fake-tensor dispatch cache in symbolic shape runs (slower in a fresh job
+    child; the same results)."""
     rules: RulesFile | None = None
     """User rules to match in every traced class (FX360); when ``path`` is the document
     itself, its load problems are reported (FX361-FX363)."""

@@ -68,6 +68,7 @@ __all__ = ["FakeRun", "fake_run", "is_builtin_leaf"]
 ExampleInput = shapes.ExampleInput
 
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+_CPU = torch.device("cpu")
 
 _DUNDER_OPERATORS: dict[str, tuple[Callable[..., Any], bool]] = {
     # Tensor dunder -> (operator function, reflected)
@@ -570,8 +571,9 @@ class _Swap:
             if isinstance(t, FakeTensor):
                 fake = t
             elif t.device.type == "meta":
-                with self.mode:
-                    fake = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+                # wraps the meta tensor itself: a tenth of the cost of making a new one under
+                # the mode, which adds up over every parameter of a deep model
+                fake = FakeTensor(self.mode, t.detach(), _CPU)
             else:
                 fake = self.mode.from_tensor(t, static_shapes=True)
             self.memo[id(t)] = fake
@@ -668,7 +670,6 @@ def fake_run(
         >>> run.values["fc"][0].shape
         ['B', 10]
     """
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import (
         DimDynamic,
         ShapeEnv,
@@ -683,7 +684,7 @@ def fake_run(
     named = any(n for inp in inputs if inp.kind == "tensor" for n, _ in inp.dims)
     use_symbols = symbolic and named
     shape_env = ShapeEnv() if use_symbols else None
-    fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
+    fake_mode = shapes.new_fake_mode(shape_env)
     names: dict[Any, str] = {}
     error: BaseException | None = None
     error_span: Span | None = None

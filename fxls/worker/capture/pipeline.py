@@ -31,7 +31,7 @@ from fxls.protocol.model import (
     Span,
 )
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture import build, construct, parents, reuse
+from fxls.worker.capture import build, construct, parents, reuse, shapes
 from fxls.worker.capture.classcapture import ClassCapture, PhaseReporter, capture_class, runs
 from fxls.worker.capture.document import Document, execute, prepare
 from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
@@ -55,11 +55,12 @@ def run_capture_for_wire(job: CaptureJob, report_phase: PhaseReporter) -> Captur
 def _capture_and_passes(
     job: CaptureJob, report_phase: PhaseReporter
 ) -> tuple[Document, CaptureResult]:
-    doc, result = capture_document(job, report_phase)
-    if result.error is None and any(req.passes for req in job.classes):
-        from fxls.worker.capture.passes import run_passes
+    with shapes.dispatch_cache(job.fake_cache):
+        doc, result = capture_document(job, report_phase)
+        if result.error is None and any(req.passes for req in job.classes):
+            from fxls.worker.capture.passes import run_passes
 
-        run_passes(doc, job.classes, result.modules, report_phase)
+            run_passes(doc, job.classes, result.modules, report_phase)
     return doc, result
 
 

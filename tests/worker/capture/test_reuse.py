@@ -1,7 +1,9 @@
 """Identical sub-blocks traced once (fxls/worker/capture/reuse.py) change nothing a user sees.
 
 Every file of docs/examples, tests/corpus (with zeroconfig) and bench/models is analysed twice
-through the real sandboxed worker, with ``EngineOptions.reuse_blocks`` off and on; the results
+through the real sandboxed worker, with ``EngineOptions.reuse_blocks`` off and on (and, the
+same way, with torch's fake-tensor dispatch cache on and off: ``EngineOptions.fake_cache``,
+:func:`fxls.worker.capture.shapes.new_fake_mode`); the results
 must agree on every node (names, spans, named arguments, shapes), every diagnostic, the hover
 at every node span and class name, the inlay hints and the class summaries (code lens titles
 and class hovers). In-process tests check that reuse really happens on deep models, that the
@@ -85,11 +87,17 @@ def _seen(analysis: FileAnalysis, text: str) -> dict[str, Any]:
 @pytest.mark.slow
 @pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
-async def test_results_are_the_same_with_and_without_reuse(worker, path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("speedup", ["reuse_blocks", "no_fake_cache"])
+async def test_results_are_the_same_with_and_without_the_speedup(
+    worker, path: Path, speedup: str
+) -> None:  # type: ignore[no-untyped-def]
     text = path.read_text()
     seen = {}
     for flag in (False, True):
-        options = EngineOptions(limits=LIMITS, reuse_blocks=flag)
+        if speedup == "reuse_blocks":
+            options = EngineOptions(limits=LIMITS, reuse_blocks=flag)
+        else:  # the speed-up is leaving the cache out
+            options = EngineOptions(limits=LIMITS, fake_cache=not flag)
         analysis = await analyze(worker, str(path), text, options=options)
         seen[flag] = _seen(analysis, text)
     off, on = seen[False], seen[True]

@@ -12,7 +12,9 @@ Conventions used throughout:
 
 from __future__ import annotations
 
+import contextlib
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Union
 
@@ -367,6 +369,41 @@ class NodeCopy:
             inputs=list(self.inputs),
         )
 
+    def matches(self, template: NodeInfo, node: NodeInfo) -> bool:
+        """Whether ``self.expand(template) == node``, without building the expansion."""
+        if (
+            node.name != self.name
+            or node.target != self.target
+            or node.module_path != self.module_path
+            or node.users != self.users
+            or node.inputs != self.inputs
+            or node.op != template.op
+            or node.span != template.span
+            or node.call_site != template.call_site
+            or node.signature != template.signature
+            or node.outputs != template.outputs
+            or node.module_type != template.module_type
+            or len(node.args) != len(template.args)
+        ):
+            return False
+        renamed = self.renamed
+        for arg, was in zip(node.args, template.args):
+            if was.node is None:
+                if arg != was:
+                    return False
+                continue
+            name = renamed.get(was.node, was.node)
+            value = name if was.value == was.node else was.value
+            if (arg.name, arg.value, arg.default, arg.node, arg.kind) != (
+                was.name,
+                value,
+                was.default,
+                name,
+                was.kind,
+            ):
+                return False
+        return True
+
 
 @dataclass
 class Related:
@@ -495,6 +532,9 @@ class ModuleResult:
 
     def __post_init__(self) -> None:
         if self.node_copies:
+            if _keep_copies:
+                check_copies(len(self.nodes), self.node_copies)
+                return
             self.nodes = expand_copies(self.nodes, self.node_copies)
             self.node_copies = []
 
@@ -587,6 +627,37 @@ class ReadyInfo:
     warm_steps: dict[str, float] = field(default_factory=dict)
     """Seconds of each warm-up step run before the zygote was ready (the others run while it
     is idle)."""
+
+
+_keep_copies = False
+
+
+@contextlib.contextmanager
+def copies_kept() -> Iterator[None]:
+    """Within: decoded ``ModuleResult`` objects keep their ``node_copies`` (checked to fit, not
+    expanded), for the worker's zygote, which checks a result and forwards it as it came."""
+    global _keep_copies
+    saved, _keep_copies = _keep_copies, True
+    try:
+        yield
+    finally:
+        _keep_copies = saved
+
+
+def check_copies(count: int, copies: list[NodeCopy]) -> None:
+    """Raise ``ValueError`` unless ``copies`` fit ``count`` whole records the way
+    :func:`expand_copies` needs (each at a free index after its template, a template that is
+    a copy itself coming earlier in the list)."""
+    total = count + len(copies)
+    state = [0] * total  # 0: a whole record, 1: a copy not expanded yet, 2: a copy expanded
+    for copy in copies:
+        if not 0 <= copy.of < copy.at < total or state[copy.at]:
+            raise ValueError(f"node copy at {copy.at} of {copy.of} does not fit")
+        state[copy.at] = 1
+    for copy in copies:
+        if state[copy.of] == 1:
+            raise ValueError(f"node copy at {copy.at} of {copy.of} does not fit")
+        state[copy.at] = 2
 
 
 def expand_copies(nodes: list[NodeInfo], copies: list[NodeCopy]) -> list[NodeInfo]:

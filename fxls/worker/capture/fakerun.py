@@ -529,7 +529,7 @@ def _patched_module_call(recorder: _Recorder) -> Iterator[None]:
             try:
                 out = None
                 if not kwargs and len(args) == 1 and isinstance(args[0], torch.Tensor):
-                    out = _shortcut(shapes._fast_module, module, args[0])
+                    out = _shortcut(shapes._fast_module, module, args[0], ())
                 if out is None:
                     out = original(module, *args, **kwargs)
             except BaseException:

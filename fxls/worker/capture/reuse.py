@@ -617,7 +617,7 @@ def compact(modules: Iterable[Any], copied: dict[int, tuple[Any, dict[int, int]]
                 module_path=node.module_path, users=node.users, inputs=list(node.inputs),
                 renamed=renamed,
             )  # fmt: skip
-            if copy.expand(template) == node:
+            if copy.matches(template, node):
                 copies.append(copy)
         if not copies:
             continue

@@ -939,9 +939,8 @@ def _interpret(
             fits = same.get(id(segment))
             if fits is None:
                 first = next(iter(segment.copies.values()))
-                fits = same[id(segment)] = (
-                    starts.get(first) == fixed_count()
-                    and _same_inputs(segment, prop.examples)
+                fits = same[id(segment)] = starts.get(first) == fixed_count() and _same_inputs(
+                    segment, prop.examples
                 )
             if fits and template in prop.examples:
                 result = prop.examples[template]

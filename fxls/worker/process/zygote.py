@@ -28,7 +28,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, get_args
 
 from fxls.protocol.codec import ProtocolError, from_dict, to_dict
@@ -49,6 +49,7 @@ from fxls.protocol.model import (
     Phase,
     ReadyInfo,
     ResultKind,
+    copies_kept,
 )
 from fxls.worker.process import sandbox
 from fxls.worker.process.child import MAC_LEN, frame_mac
@@ -171,6 +172,9 @@ class Job:
     protocol_error: str | None = None
     too_large: int | None = None
     payload: CaptureResult | None = None
+    payload_wire: Any = None
+    """The payload as the child sent it (checked: it decodes to ``payload``), forwarded to the
+    server as is: copied sub-block records stay compact, and it is not encoded again."""
     frames: int = 0
     frames_in: FrameReader = field(
         default_factory=lambda: FrameReader(limit=MAX_RESULT_BYTES + 4096)
@@ -316,11 +320,15 @@ class Zygote:
         *,
         max_jobs: int = MAX_JOBS,
         idle: list[Callable[[], None]] | None = None,
+        quiet: list[Callable[[], None]] | None = None,
     ) -> None:
         self.ctl_in, self.ctl_out = ctl_in, ctl_out
         self.idle = list(idle or [])
         """Work for the moments no job waits to be forked (the rest of the warm-up), in order,
-        one item per turn of the loop (see ``IDLE_AFTER_S``)."""
+        one item per turn of the loop (see ``IDLE_AFTER_S``), also while jobs run."""
+        self.quiet = list(quiet or [])
+        """Longer work, after ``idle``: only while no job runs or waits (a job's result is not
+        read while an item runs)."""
         self.busy_until = time.monotonic() + IDLE_AFTER_S
         self.scratch = scratch
         self.spawner = spawner
@@ -346,14 +354,15 @@ class Zygote:
     def send(self, message: Any) -> None:
         self._send_frame(encode_frame(message))
 
-    def send_result(self, result: JobResult) -> None:
+    def send_result(self, result: JobResult, wire: Any = None) -> None:
         """Send a job's result; one that cannot be encoded fails that job, not the zygote.
 
         Its strings come from the job (lone surrogates do not encode as UTF-8) and its payload
         from a frame the job could have forged; a failure here must never end the zygote.
+        ``wire``: the payload as the child sent it, sent in place of ``result.payload``.
         """
         try:
-            frame = encode_frame(_result(result))
+            frame = encode_frame(_result(result, wire))
         except (ValueError, RecursionError) as exc:  # UnicodeEncodeError, ProtocolError
             fallback = JobResult(
                 result.id,
@@ -575,9 +584,11 @@ class Zygote:
             job.phase, job.current_class = phase, name
         elif kind == "result" and job.frames > 1:
             try:
-                job.payload = from_dict(CaptureResult, message.get("payload"))
+                with copies_kept():  # checked here, expanded by the server
+                    job.payload = from_dict(CaptureResult, message.get("payload"))
             except ProtocolError as exc:
                 return str(exc)[:2000]
+            job.payload_wire = message.get("payload")
         elif kind == "result_too_large" and job.frames > 1:
             size = message.get("bytes")
             job.too_large = size if isinstance(size, int) else -1
@@ -632,7 +643,7 @@ class Zygote:
             result = JobResult(job.id, "protocol_error", message=f"unclassifiable result: {exc}")
         if not remove_tree(job.job_dir):
             self.log(f"could not remove the job directory {job.job_dir}")
-        self.send_result(result)
+        self.send_result(result, job.payload_wire if result.payload is job.payload else None)
         self.watch_until = time.monotonic() + ESCAPEE_WATCH_S
 
     def _check_deadlines(self) -> None:
@@ -692,7 +703,7 @@ class Zygote:
                 timeout = max(0.0, min(j.deadline for j in self.jobs.values()) - now)
             if self.jobs or now < self.watch_until:
                 timeout = min(timeout if timeout is not None else 0.1, 0.1)
-            if self.idle and not self.jobs:
+            if (self.idle or self.quiet) and not self.jobs:
                 wait = max(0.0, self.busy_until - now)
                 timeout = wait if timeout is None else min(timeout, wait)
             for key, _ in self.sel.select(timeout):
@@ -712,6 +723,15 @@ class Zygote:
                 and (self.jobs or time.monotonic() >= self.busy_until)
             ):
                 self.idle.pop(0)()
+            elif (
+                self.quiet
+                and not self.idle
+                and not self.queue
+                and not self.jobs
+                and not self.stopping
+                and time.monotonic() >= self.busy_until
+            ):
+                self.quiet.pop(0)()
 
 
 # ---------------------------------------------------------------------------------------
@@ -890,8 +910,12 @@ def _own_children() -> set[int]:
     return pids
 
 
-def _result(result: JobResult) -> dict[str, Any]:
-    return {"type": "result", "result": result}
+def _result(result: JobResult, wire: Any = None) -> dict[str, Any]:
+    if wire is None or result.payload is None:
+        return {"type": "result", "result": result}
+    fields = to_dict(replace(result, payload=None))
+    fields["payload"] = wire
+    return {"type": "result", "result": fields}
 
 
 # ---------------------------------------------------------------------------------------
@@ -923,11 +947,12 @@ def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
 
         version = warmup.warm_up(steps)
         later_steps = list(warmup.LATER)
+        quiet_steps = list(warmup.QUIET)
         if os.environ.get("FXLS_WARM_BEFORE_READY") == "1":  # the whole warm-up first (bench)
-            for step in later_steps:
+            for step in later_steps + quiet_steps:
                 warmup.run_step(step, steps)
             warmup.finish()
-            later_steps = []
+            later_steps, quiet_steps = [], []
     except BaseException as exc:  # report why, then exit
         traceback.print_exc()
         try:
@@ -981,17 +1006,21 @@ def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
         scratch,
         ForkSpawner(available, abi, cgroup),
         idle=[functools.partial(warmup.run_step, step, later) for step in later_steps],
+        quiet=[functools.partial(warmup.run_step, step, later) for step in quiet_steps],
     )
 
-    def warmed() -> None:
+    def warmed(what: str) -> None:
         warmup.finish()
         gc.collect()
         gc.freeze()
         done = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in later.items())
-        zygote.log(f"warm-up finished while idle: {done}")
+        later.clear()
+        zygote.log(f"{what} finished while idle: {done}")
 
     if zygote.idle:
-        zygote.idle.append(warmed)
+        zygote.idle.append(functools.partial(warmed, "warm-up"))
+    if zygote.quiet:
+        zygote.quiet.append(functools.partial(warmed, "warm-up of common operators"))
     try:
         zygote.send({"type": "ready", **to_dict(ready)})
         if abi:

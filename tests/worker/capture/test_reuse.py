@@ -13,6 +13,7 @@ differ from a trace is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,17 @@ from fxls.analysis.classes import parse
 from fxls.engine import EngineOptions, FileAnalysis, analyze, build_requests, capture_job
 from fxls.features import code_lens, hover, inlay_hints
 from fxls.protocol.codec import ProtocolError, from_dict, to_dict
-from fxls.protocol.model import CaptureResult, Limits, ModuleResult
+from fxls.protocol.model import (
+    Arg,
+    CaptureResult,
+    Limits,
+    ModuleResult,
+    NodeCopy,
+    NodeInfo,
+    Span,
+    Value,
+    copies_kept,
+)
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture import reuse
 from fxls.worker.capture.pipeline import capture_document
@@ -285,6 +296,43 @@ def test_copied_records_travel_as_copies_and_arrive_whole() -> None:
     assert all(not m.node_copies for m in back.modules)
 
 
+def test_a_copy_matches_a_record_exactly_when_it_expands_to_it() -> None:
+    # NodeCopy.matches is how the worker decides a record may travel as a copy: it must agree
+    # with building the expansion, for a change in any field of the record or of its arguments
+    template = NodeInfo(
+        name="fc", op="call_module", target="h.0.fc", span=Span(3, 4, 3, 14),
+        call_site=Span(9, 8, 9, 20), signature="module.forward",
+        args=[Arg("input", "ln", node="ln"), Arg("bias", "True", default=True)],
+        outputs=[Value("tensor", shape=["B", 8], dtype="float32")],
+        module_type="Linear(8, 8)", module_path="h.0", users=1, inputs=["ln"],
+    )  # fmt: skip
+    copy = NodeCopy(at=5, of=1, name="fc_1", target="h.1.fc", module_path="h.1", users=2,
+                    inputs=["ln_1"], renamed={"ln": "ln_1"})  # fmt: skip
+    node = copy.expand(template)
+    assert copy.matches(template, node)
+    other: dict[str, Any] = {
+        "name": "fc_2", "op": "call_function", "target": "h.2.fc", "span": Span(3, 4, 3, 15),
+        "call_site": None, "signature": "aten", "module_type": "Linear(8, 9)",
+        "outputs": [Value("tensor", shape=["B", 9], dtype="float32")], "module_path": "h.2",
+        "users": 3, "inputs": ["ln"], "args": [Arg("input", "ln", node="ln")],
+    }  # fmt: skip
+    assert set(other) == {f.name for f in dataclasses.fields(NodeInfo)}, "a new field"
+    for name, value in other.items():
+        changed = dataclasses.replace(node, **{name: value})
+        assert not copy.matches(template, changed), name
+        assert copy.expand(template) != changed
+    for index in range(len(node.args)):
+        for name, value in {"name": "x", "value": "y", "default": False, "node": "z",
+                            "kind": "keyword_only"}.items():  # fmt: skip
+            args = list(node.args)
+            if getattr(args[index], name) == value:
+                value = "w" if isinstance(value, str) else not value
+            args[index] = dataclasses.replace(args[index], **{name: value})
+            changed = dataclasses.replace(node, args=args)
+            assert not copy.matches(template, changed), (index, name)
+            assert copy.expand(template) != changed
+
+
 def test_copies_that_do_not_fit_are_a_protocol_error() -> None:
     data = {
         "name": "M", "line": 1, "status": "traced",
@@ -294,6 +342,20 @@ def test_copies_that_do_not_fit_are_a_protocol_error() -> None:
     }  # fmt: skip
     with pytest.raises(ProtocolError):
         from_dict(ModuleResult, data)
+    with copies_kept(), pytest.raises(ProtocolError):  # the zygote's check, without expanding
+        from_dict(ModuleResult, data)
+    template = {"name": "y", "target": "y", "module_path": None, "users": 0}
+    chained = dict(data, nodes=data["nodes"] * 2, node_copies=[
+        {"at": 3, "of": 2, **template}, {"at": 2, "of": 0, **template}])  # fmt: skip
+    with pytest.raises(ProtocolError):  # a template that is a later copy
+        from_dict(ModuleResult, chained)
+    with copies_kept(), pytest.raises(ProtocolError):
+        from_dict(ModuleResult, chained)
+    fits = dict(chained, node_copies=chained["node_copies"][::-1])
+    assert len(from_dict(ModuleResult, fits).nodes) == 4
+    with copies_kept():
+        kept = from_dict(ModuleResult, fits)
+    assert len(kept.nodes) == 2 and len(kept.node_copies) == 2
 
 
 FIXING = """

@@ -38,5 +38,25 @@ async def test_the_zygote_is_ready_after_the_imports_and_warms_the_rest_while_id
         await asyncio.sleep(0.05)
     done = next(line for line in own_worker.logs if "warm-up finished while idle" in line)
     assert all(name in done for name, _ in warmup.LATER)
+    # then, with no job running, the common operators (each step a capture of its own)
+    while not any("common operators finished while idle" in line for line in own_worker.logs):
+        assert time.monotonic() < deadline, own_worker.logs
+        await asyncio.sleep(0.05)
+    quiet = next(line for line in own_worker.logs if "common operators finished" in line)
+    assert all(name in quiet for name, _ in warmup.QUIET)
     again = await analyze(own_worker, "/tmp/net.py", text)
     assert again.modules[0].status == first.modules[0].status
+
+
+def test_the_warm_up_captures_trace_every_class() -> None:
+    # a warm-up capture that failed would warm nothing (and say nothing: the zygote only logs)
+    from fxls.worker.process import warmup
+
+    for result in (warmup.warm_transformer(), warmup.warm_cnn()):
+        assert result.error is None
+        for module in result.modules:
+            assert module.status == "traced" and not module.diagnostics, module.name
+            assert module.outputs and module.outputs[0].shape is not None
+        assert [m.constructed.source for m in result.modules[1:] if m.constructed] == ["parent"] * (
+            len(result.modules) - 1
+        )

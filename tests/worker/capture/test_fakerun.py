@@ -557,6 +557,27 @@ def test_leaf_classes_and_builtin_modules_with_kwargs(doc: Callable[[str], Doc])
     check_against_eager(d, "UsesScale", inputs)
 
 
+def test_builtin_leaves_take_the_shape_shortcut(
+    doc: Callable[[str], Doc], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Linear and LayerNorm shapes come from shapes._fast_module, not from running the operator
+    # on fake tensors (several times slower in a fresh job child); the shapes are the same
+    d = doc(GPT_MODEL)
+    inputs = [tensor("x", ("B", 2), ("T", 4), (None, 32))]
+    before = fake_run(d.meta("Block"), inputs, d.path)
+    assert before.error is None, before.error
+
+    def not_called(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the operator ran")
+
+    monkeypatch.setattr(torch.nn.functional, "linear", not_called)
+    monkeypatch.setattr(torch.nn.functional, "layer_norm", not_called)
+    run = fake_run(d.meta("Block"), inputs, d.path)
+    assert run.error is None, run.error
+    assert run.values == before.values
+    assert any(n.op == "call_module" for n in calls(run))
+
+
 def test_real_cpu_module_is_restored(doc: Callable[[str], Doc]) -> None:
     d = doc(GPT_MODEL)
     real = d.real("Block")

@@ -20,6 +20,7 @@ from pygls.lsp.server import LanguageServer
 from fxls import __version__
 from fxls.rpc import FxlsProtocol, serve_stdio, serve_tcp
 from fxls.session import CODE_ACTION_KINDS, TRACE_COMMAND, Session
+from fxls.workerclient import WorkerClient
 
 logger = logging.getLogger(__name__)
 
@@ -182,14 +183,16 @@ def _configure_logging() -> None:
     logging.basicConfig(stream=sys.stderr, level=getattr(logging, level, logging.WARNING))
 
 
-def main_stdio() -> int:
-    """Serve one client on stdin/stdout."""
+def main_stdio(prestarted: WorkerClient | None = None) -> int:
+    """Serve one client on stdin/stdout (``prestarted``: see ``Session.prestarted``)."""
     _configure_logging()
     out = _protect_stdout()
+    server.session.prestarted = prestarted
     return serve_stdio(server, sys.stdin.buffer, out)
 
 
-def main_tcp(host: str, port: int) -> int:
+def main_tcp(host: str, port: int, prestarted: WorkerClient | None = None) -> int:
     """Serve one client over TCP."""
     _configure_logging()
+    server.session.prestarted = prestarted
     return serve_tcp(server, host, port)

@@ -14,6 +14,7 @@ import hashlib
 import itertools
 import logging
 import os
+import sys
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
@@ -89,6 +90,9 @@ class Session:
         )
         """Captures of unchanged classes, by key (``FXLS_CAPTURE_CACHE=0``: none)."""
         self._worker_python: str | None = None
+        self.prestarted: WorkerClient | None = None
+        """A zygote ``fxls serve`` started before the LSP libraries loaded: the worker when
+        the workspace is trusted and ``fxls.python`` names no other interpreter, else closed."""
         self._worker_lock: asyncio.Lock | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._asking: set[asyncio.Task[Any]] = set()
@@ -160,6 +164,8 @@ class Session:
         self.root = self.lsp.workspace.root_path
         if params.process_id:
             self.spawn(self.watch_parent(params.process_id))
+        if not self.trusted:
+            self.spawn(self._drop_prestarted())
         if self.trusted:
             # torch takes a second or more to import: start now, not after the handshake
             self.spawn(self.warm_up())
@@ -251,7 +257,16 @@ class Session:
                 return self.worker
             if self.worker is not None:
                 await self.close_worker()
-            client = WorkerClient(python, log=self._worker_log)
+            early = self.prestarted
+            if early is not None and os.path.realpath(early.python) == os.path.realpath(
+                python or sys.executable
+            ):
+                self.prestarted = None
+                early.set_log(self._worker_log)
+                client = early
+            else:
+                await self._drop_prestarted()
+                client = WorkerClient(python, log=self._worker_log)
             try:
                 info = await client.start()
             except BaseException:
@@ -269,6 +284,11 @@ class Session:
                 + f" (warm-up {info.warm_s:.2f} s)"
             )
             return client
+
+    async def _drop_prestarted(self) -> None:
+        early, self.prestarted = self.prestarted, None
+        if early is not None:
+            await early.close()
 
     async def warm_up(self) -> None:
         """Start the worker before the first document needs it."""
@@ -447,6 +467,7 @@ class Session:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=5.0)
+        await self._drop_prestarted()
         await self.close_worker()
 
     def stats(self) -> dict[str, Any]:

@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -101,6 +103,47 @@ async def _read_frame(reader: asyncio.StreamReader, frames: FrameReader) -> dict
     return decode_body(body)
 
 
+class _Adopted:
+    """A zygote started by ``subprocess.Popen`` before the event loop ran, with the parts of
+    ``asyncio.subprocess.Process`` the client uses (streams, ``pid``, ``returncode``,
+    ``wait``)."""
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        stdin: asyncio.StreamWriter,
+        stdout: asyncio.StreamReader,
+        stderr: asyncio.StreamReader,
+    ) -> None:
+        self._popen = popen
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self.pid = popen.pid
+
+    @classmethod
+    async def adopt(cls, popen: subprocess.Popen[bytes]) -> _Adopted:
+        assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
+        loop = asyncio.get_running_loop()
+        readers = []
+        for pipe in (popen.stdout, popen.stderr):
+            reader = asyncio.StreamReader(loop=loop)
+            await loop.connect_read_pipe(
+                functools.partial(asyncio.StreamReaderProtocol, reader), pipe
+            )
+            readers.append(reader)
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, popen.stdin
+        )
+        writer = asyncio.StreamWriter(transport, protocol, None, loop)
+        return cls(popen, writer, readers[0], readers[1])
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll()
+
+    async def wait(self) -> int:
+        return await asyncio.to_thread(self._popen.wait)
+
+
 class WorkerClient:
     """Start, use and supervise one worker zygote.
 
@@ -146,12 +189,38 @@ class WorkerClient:
         self._available = asyncio.Event()
         self._closing = False
         self._start_lock = asyncio.Lock()
+        self._prestarted: subprocess.Popen[bytes] | None = None
 
     # -- public API ------------------------------------------------------------------------
 
     @property
     def state(self) -> State:
         return self._state
+
+    def set_log(self, log: Callable[[str], None]) -> None:
+        """Send the zygote's log lines and stderr to ``log`` from now on."""
+        self._log = log
+
+    def prestart(self) -> None:
+        """Start the zygote now, before an event loop runs (the language server calls this
+        before importing its LSP libraries, so torch loads meanwhile); ``start`` then adopts
+        it. Raises ``OSError`` when the interpreter cannot be run."""
+        if self._prestarted is not None:
+            return
+        self._prestarted = subprocess.Popen(
+            self._command(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=self._env,
+            cwd=self._scratch,
+            start_new_session=True,
+        )
+
+    @property
+    def prestarted(self) -> bool:
+        """Whether a zygote from ``prestart`` waits to be adopted by ``start``."""
+        return self._prestarted is not None
 
     @property
     def pid(self) -> int | None:
@@ -247,6 +316,15 @@ class WorkerClient:
     async def close(self) -> None:
         """Stop the zygote (which kills and reaps every job child) and wait for it to exit."""
         self._closing = True
+        early, self._prestarted = self._prestarted, None
+        if early is not None:
+            for kill in (os.killpg, os.kill):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    kill(early.pid, signal.SIGKILL)
+            await asyncio.to_thread(early.wait)
+            for stream in (early.stdin, early.stdout, early.stderr):
+                if stream is not None:
+                    stream.close()
         if self._restarter is not None:
             self._restarter.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -304,27 +382,31 @@ class WorkerClient:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _spawn(self) -> ReadyInfo:
-        self._state = "starting"
-        self._available.clear()
+    def _command(self) -> list[str]:
         if self._scratch is None:
             self._scratch = tempfile.mkdtemp(prefix="fxls-scratch-")
         os.makedirs(self._scratch, mode=0o700, exist_ok=True)
+        extra = ["--remove-scratch"] if self._own_scratch else []
+        return [self.python, "-m", "fxls.worker", "--scratch", self._scratch, *extra]
+
+    async def _spawn(self) -> ReadyInfo:
+        self._state = "starting"
+        self._available.clear()
+        early, self._prestarted = self._prestarted, None
+        proc: Any
         try:
-            proc = await asyncio.create_subprocess_exec(
-                self.python,
-                "-m",
-                "fxls.worker",
-                "--scratch",
-                self._scratch,
-                *(["--remove-scratch"] if self._own_scratch else []),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=self._env,
-                cwd=self._scratch,
-                start_new_session=True,
-            )
+            if early is not None and early.poll() is None:
+                proc = await _Adopted.adopt(early)
+            else:
+                proc = await asyncio.create_subprocess_exec(
+                    *self._command(),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    env=self._env,
+                    cwd=self._scratch,
+                    start_new_session=True,
+                )
         except OSError as exc:
             raise WorkerStartError(f"cannot run {self.python}: {exc}") from exc
         assert proc.stdout is not None and proc.stderr is not None

@@ -123,13 +123,15 @@ def _record(client: LanguageClient) -> None:
         features[method] = lambda params: None
 
 
-async def _start(client: LanguageClient, process_id: int | None = None) -> None:
+async def _start(
+    client: LanguageClient, process_id: int | None = None, options: dict[str, Any] | None = None
+) -> None:
     _record(client)
     await client.initialize_session(
         types.InitializeParams(
             capabilities=client_capabilities("visual-studio-code"),
             root_uri=FIXTURES.as_uri(),
-            initialization_options={"debounceMs": 20},
+            initialization_options={"debounceMs": 20, **(options or {})},
             process_id=process_id,
         )
     )
@@ -218,7 +220,52 @@ async def watched(lsp_client: LanguageClient):
     editor.wait()
 
 
+@pytest_lsp.fixture(config=SERVER)
+async def uninitialized(lsp_client: LanguageClient):
+    """A server the test initializes itself."""
+    yield
+
+
+async def _early_zygote(server: int, timeout: float = 30.0) -> Proc:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = zygotes(server, family(server))
+        if found:
+            return found[0]
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no worker started before initialize: {family(server)}")
+
+
 # -- tests ---------------------------------------------------------------------------------
+
+
+async def test_the_worker_starts_before_initialize_and_is_adopted(
+    uninitialized: LanguageClient,
+) -> None:
+    # torch loads while the server loads its own libraries: the zygote runs before the client
+    # says anything, and the trusted session keeps that one instead of starting another
+    client = uninitialized
+    server = _server_pid(client)
+    early = await _early_zygote(server)
+    await _start(client)
+    uri = _open(client, "shape_error.py")
+    await _published(client, uri, 1)
+    assert (await _stats(client)).workerPid == early.pid
+    assert [z.pid for z in zygotes(server, family(server))] == [early.pid]
+    await client.shutdown_session()
+
+
+async def test_an_untrusted_workspace_stops_the_early_worker(
+    uninitialized: LanguageClient,
+) -> None:
+    client = uninitialized
+    server = _server_pid(client)
+    await _early_zygote(server)
+    await _start(client, options={"trusted": False})
+    left = await settle(server, want=0, timeout=15.0)
+    assert left == [], f"a worker runs in an untrusted workspace: {left}"
+    assert (await _stats(client)).workerPid is None
+    await client.shutdown_session()
 
 
 async def test_open_close_cycles_leave_one_zygote_and_no_zombies(client: LanguageClient) -> None:

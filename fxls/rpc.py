@@ -23,6 +23,7 @@ so was every request after ``shutdown``. This module replaces that loop:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import os
@@ -250,6 +251,10 @@ class FxlsProtocol(LanguageServerProtocol):
             return
         try:
             self.handle_message(message)
+        except (asyncio.InvalidStateError, concurrent.futures.InvalidStateError):
+            # the answer to a request of ours that was cancelled meanwhile (a progress or a
+            # refresh request while the server shuts down)
+            logger.debug("ignored an answer to a cancelled request (id %r)", msg_id)
         except Exception:
             logger.exception("cannot handle %s", method)
 

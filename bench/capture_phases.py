@@ -1,6 +1,7 @@
 """Where a capture's time goes, step by step, in a child forked from a warmed process.
 
-Like the worker: this process imports torch and runs the zygote's warm-up once, then forks one
+Like the worker: this process imports torch and runs the zygote's whole warm-up once (what
+the zygote has done once it was idle for a moment), then forks one
 child per capture, so every capture starts with the caches a job child starts with (a capture
 repeated in one process runs several times faster: fake tensor and sympy caches stay warm).
 Per model (bench/models/, the root class only, as engine_bench.py captures it), with identical
@@ -92,9 +93,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--models", default=",".join(MODELS))
     args = parser.parse_args()
-    from fxls.worker.process.warmup import warm_up
+    from fxls.worker.process.warmup import warm_all
 
-    warm_up()
+    warm_all()
     keys = ["build", "trace", "shapes", "compare", "record", "records", "capture", "encode",
             "decode"]  # fmt: skip
     print(f"1-minute load average {os.getloadavg()[0]:.1f}; medians of {args.runs} runs, ms")

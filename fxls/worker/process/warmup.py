@@ -303,10 +303,10 @@ def finish() -> None:
 
 
 def warm_all(timings: dict[str, float] | None = None) -> str:
-    """Every step, :data:`FIRST` then :data:`LATER` (for tools and tests)."""
+    """Every step, :data:`FIRST`, :data:`LATER` and :data:`QUIET` (for tools and tests)."""
     timings = {} if timings is None else timings
     version = warm_up(timings)
-    for step in LATER:
+    for step in LATER + QUIET:
         run_step(step, timings)
     finish()
     return version

@@ -429,3 +429,43 @@ def test_multi_line_call_span() -> None:
     job = CaptureJob(path="/virtual/ml.py", source=source, classes=[ClassRequest("Lin", 3)])
     (mod,) = run_capture(job, lambda *_: None).modules
     assert _node(mod, "fc").span == Span(9, 12, 11, 9)
+
+
+def test_meta_builds_skip_initializers_and_masks_with_the_same_tensors() -> None:
+    # build._MetaBuild answers initializers and tril/triu of meta tensors itself: every
+    # parameter and buffer must come out as the kernels make them (shape, dtype, strides)
+    from torch import nn
+
+    from fxls.worker.capture.build import _MetaBuild
+
+    class Masked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 4)
+            self.norm = nn.LayerNorm(4)
+            self.emb = nn.Embedding(10, 4)
+            nn.init.trunc_normal_(self.emb.weight, std=0.02)
+            nn.init.zeros_(self.fc.bias)
+            self.register_buffer("causal", torch.tril(torch.ones(6, 6)).view(1, 1, 6, 6))
+            self.register_buffer("upper", torch.ones(3, 5, dtype=torch.bool).triu(1))
+            self.scale = nn.Parameter(torch.empty(2, 3, dtype=torch.float16).t().normal_())
+
+    def tensors(
+        module: nn.Module,
+    ) -> list[tuple[str, tuple[int, ...], torch.dtype, tuple[int, ...], str]]:
+        return [
+            (name, tuple(t.shape), t.dtype, t.stride(), t.device.type)
+            for name, t in [*module.named_parameters(), *module.named_buffers()]
+        ]
+
+    with torch.device("meta"):
+        plain = Masked()
+    with torch.device("meta"), _MetaBuild():
+        fast = Masked()
+    assert tensors(fast) == tensors(plain)
+    assert all(t.is_meta for t in fast.parameters())
+    assert type(fast.scale) is nn.Parameter
+    with _MetaBuild():  # outside the meta device: real values, as always
+        real = Masked()
+    assert torch.equal(real.causal, torch.tril(torch.ones(6, 6)).view(1, 1, 6, 6))
+    assert not real.fc.bias.detach().any() and real.fc.weight.detach().abs().sum() > 0

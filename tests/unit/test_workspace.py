@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from fxls.analysis import parse, workspace
 
@@ -77,3 +80,36 @@ def test_prescan_reads_the_workspace_once_for_every_later_capture(tmp_path: Path
     sites = workspace.call_sites(str(tmp_path), str(model), ["Net"], set())
     assert [(s.init, Path(s.path).name, s.line) for s in sites["Net"]] == [("64", "train.py", 1)]
     assert all(workspace._FILES[p] is entry for p, entry in cached.items())
+
+
+def test_a_large_workspace_is_read_by_a_helper_process_with_the_same_findings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the helper runs isolated in a neutral folder: the workspace's own json.py or fxls/
+    # (which would shadow what it imports) never run; its findings equal reading in process
+    marker = tmp_path / "ran"
+    for shadow in ("json.py", "ast.py", "fxls/__init__.py", "fxls/analysis/__init__.py"):
+        _write(tmp_path / shadow, f"open({str(marker)!r}, 'w').write('{shadow}')\n")
+    for i in range(workspace.HELPER_MIN_FILES):
+        _write(tmp_path / f"train_{i}.py", f"net = Net({i}, depth=DEPTH)\nx = Block(width={i})\n")
+    _write(tmp_path / "broken.py", "def (:\n")
+    workspace._FILES.clear()
+    read_here: list[str] = []
+    parse_calls = workspace._parse_calls
+
+    def counted(path: str, size: int) -> Any:
+        read_here.append(path)
+        return parse_calls(path, size)
+
+    monkeypatch.setattr(workspace, "_parse_calls", counted)
+    assert workspace.prescan(str(tmp_path)) == workspace.HELPER_MIN_FILES + 5
+    assert read_here == [], "the server parsed files itself"
+    assert not marker.exists(), marker.read_text()
+    helper = dict(workspace._FILES)
+    assert str(tmp_path / "train_7.py") in helper
+    workspace._FILES.clear()
+    for path in workspace._listing(str(tmp_path)):
+        workspace._calls_in(path)
+    assert helper == workspace._FILES
+    sites = workspace.call_sites(str(tmp_path), str(tmp_path / "net.py"), ["Net"], {"DEPTH"})
+    assert [s.init for s in sites["Net"]] == ["0, depth=DEPTH", "1, depth=DEPTH", "10, depth=DEPTH"]

@@ -16,6 +16,7 @@ Usage: .venv/bin/python bench/capture_phases.py [--runs 3] [--models gpt48,llama
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -96,6 +97,13 @@ def main() -> None:
     from fxls.worker.process.warmup import warm_all
 
     warm_all()
+    # what the children import, loaded once here (the worker's children find it loaded too)
+    import fxls.analysis
+    import fxls.engine
+    import fxls.protocol.codec  # noqa: F401
+
+    gc.collect()
+    gc.freeze()  # as the zygote does before it forks
     keys = ["build", "trace", "shapes", "compare", "record", "records", "capture", "encode",
             "decode"]  # fmt: skip
     print(f"1-minute load average {os.getloadavg()[0]:.1f}; medians of {args.runs} runs, ms")

@@ -448,6 +448,8 @@ class _Mode(TorchFunctionMode):
         out = None
         if func in _MATMULS and len(args) == 2 and not kwargs:
             out = _shortcut(shapes._fast_matmul, args[0], args[1])
+        elif func is shapes._SDPA:
+            out = _shortcut(shapes._fast_sdpa, tuple(args), dict(kwargs))
         op, target, node_args = _describe_call(func, tuple(args))
         if out is None:
             try:

@@ -390,6 +390,10 @@ class _Propagator(torch.fx.Interpreter):
             fast = _fast_matmul(args[0], args[1])
             if fast is not None:
                 return fast
+        if target is _SDPA:
+            fast = _fast_sdpa(tuple(args), dict(kwargs))
+            if fast is not None:
+                return fast
         return super().call_function(target, args, kwargs)
 
     def call_method(self, target: Any, args: Any, kwargs: Any) -> Any:
@@ -527,6 +531,7 @@ def _reusable(result: Any) -> bool:
 # dtype difference, broadcasting) runs the real operator, which also produces its error.
 
 _MATMULS = {operator.matmul, torch.matmul}
+_SDPA = torch.nn.functional.scaled_dot_product_attention
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -565,6 +570,62 @@ def _fast_matmul(a: Any, b: Any) -> torch.Tensor | None:
     else:
         return None
     return a.new_empty(shape)
+
+
+_SDPA_PARAMS = (
+    "query",
+    "key",
+    "value",
+    "attn_mask",
+    "dropout_p",
+    "is_causal",
+    "scale",
+    "enable_gqa",
+)
+_SDPA_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _fast_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """``F.scaled_dot_product_attention`` without a mask, dropout or grouped heads, where the
+    answer is certain: the output is laid out like the query (what torch's CPU kernel and its
+    fake implementation give); fake tensors otherwise run the attention's decomposition, the
+    most expensive operator of a transformer block. None leaves it to the operator."""
+    if len(args) > len(_SDPA_PARAMS) or not set(kwargs) <= set(_SDPA_PARAMS):
+        return None
+    bound = dict(zip(_SDPA_PARAMS, args))
+    if set(bound) & set(kwargs):
+        return None
+    bound.update(kwargs)
+    q, k, v = bound.get("query"), bound.get("key"), bound.get("value")
+    if not (
+        isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+    ):
+        return None
+    dropout, causal, scale = (
+        bound.get("dropout_p", 0.0),
+        bound.get("is_causal", False),
+        bound.get("scale"),
+    )
+    if bound.get("attn_mask") is not None or bound.get("enable_gqa", False) is not False:
+        return None
+    if type(dropout) not in (int, float) or dropout != 0 or type(causal) is not bool:
+        return None
+    if scale is not None and type(scale) not in (int, float):
+        return None
+    if not (q.dtype == k.dtype == v.dtype and q.dtype in _SDPA_DTYPES):
+        return None
+    if not (q.device == k.device == v.device and q.dim() == k.dim() == v.dim() >= 2):
+        return None
+    if not (all(_same(a, b) for a, b in zip(q.shape[:-2], k.shape[:-2]))
+            and all(_same(a, b) for a, b in zip(k.shape[:-2], v.shape[:-2]))):  # fmt: skip
+        return None
+    if not (
+        _same(q.shape[-1], k.shape[-1])
+        and _same(q.shape[-1], v.shape[-1])
+        and _same(k.shape[-2], v.shape[-2])
+    ):
+        return None
+    return torch.empty_like(q)
 
 
 def _fast_module(module: Any, x: torch.Tensor, rest: tuple[Any, ...]) -> Any:

@@ -670,3 +670,68 @@ def test_speed_of_static_propagation() -> None:
     elapsed = time.perf_counter() - start
     assert prop.error is None
     assert elapsed < 1.0  # ~0.05 s on an idle machine
+
+
+def test_attention_shortcut_gives_what_the_operator_gives() -> None:
+    # shapes._fast_sdpa answers F.scaled_dot_product_attention for fake tensors: shape, strides
+    # and dtype must be the operator's, static and with symbolic sizes, for the layouts models
+    # pass (transposed heads, sliced, expanded, L != S); masks and dropout go to the operator
+    import torch.nn.functional as F
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
+    )
+
+    from fxls.worker.capture.shapes import _fast_sdpa
+
+    for env in (None, ShapeEnv()):
+        mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
+
+        def tensor(
+            *shape: int,
+            dynamic: tuple[int, ...] = (),
+            dtype: Any = torch.float32,
+            env: Any = env,
+            mode: Any = mode,
+        ) -> Any:
+            base = torch.empty(*shape, dtype=dtype, device="meta")
+            if env is None:
+                with mode:
+                    return torch.empty(*shape, dtype=dtype)
+            ctx = StatelessSymbolicContext(
+                dynamic_sizes=[
+                    DimDynamic.DYNAMIC if i in dynamic else DimDynamic.STATIC
+                    for i in range(len(shape))
+                ]
+            )
+            fake = mode.from_tensor(base, symbolic_context=ctx)
+            with mode:
+                return torch.empty_strided(fake.shape, fake.stride(), dtype=dtype, device="cpu")
+
+        q = tensor(2, 3, 4, 8, dynamic=(0, 2))
+        heads = tensor(2, 4, 3, 8, dynamic=(0, 1)).transpose(1, 2)
+        k6 = tensor(2, 3, 6, 8)
+        cases: list[tuple[tuple[Any, ...], dict[str, Any], bool]] = [
+            ((q, q, q), {}, True),
+            ((heads, heads, heads), {"is_causal": True}, True),
+            ((q[:, :, :, :4],) * 3, {}, True),
+            ((tensor(1, 3, 4, 8).expand(2, 3, 4, 8), k6, k6), {"scale": 0.5}, True),
+            ((tensor(4, 8), tensor(5, 8), tensor(5, 8)), {"dropout_p": 0.0}, True),
+            ((tensor(2, 4, 8, dtype=torch.float16),) * 3, {}, True),
+            ((q, q, q), {"attn_mask": torch.ones(4, 4, dtype=torch.bool)}, False),
+            ((q, q, q), {"dropout_p": 0.1}, False),
+            ((q, k6, tensor(2, 3, 6, 5)), {}, False),
+        ]
+        for args, kwargs, expected in cases:
+            with mode:
+                fast = _fast_sdpa(args, kwargs)
+                real = F.scaled_dot_product_attention(*args, **kwargs)
+            assert (fast is not None) == expected, kwargs
+            if fast is not None:
+                assert (fast.shape, fast.stride(), fast.dtype) == (
+                    real.shape,
+                    real.stride(),
+                    real.dtype,
+                ), (env, [a.shape for a in args], kwargs)

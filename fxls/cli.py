@@ -161,16 +161,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def serve(tcp: str | None) -> int:
-    if tcp:
-        host, _, port = tcp.rpartition(":")
-        if not host or not port.isdigit():
-            print(f"fxls: --tcp expects HOST:PORT, got {tcp!r}", file=sys.stderr)
-            return EXIT_USAGE
+    host, _, port = (tcp or "").rpartition(":")
+    if tcp and (not host or not port.isdigit()):
+        print(f"fxls: --tcp expects HOST:PORT, got {tcp!r}", file=sys.stderr)
+        return EXIT_USAGE
     early = _prestart_worker()
     from fxls import server  # the LSP libraries load while the worker imports torch
 
     if tcp:
-        host, _, port = tcp.rpartition(":")
         return int(server.main_tcp(host, int(port), early) or EXIT_OK)
     return int(server.main_stdio(early) or EXIT_OK)
 

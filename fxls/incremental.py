@@ -51,8 +51,8 @@ MAX_CACHE_BYTES = 8 * 1024 * 1024
 MAX_CACHE_ENTRIES = 512
 
 _DIRECTIVE = re.compile(r"^\s*#\s*fxls\s*:")
-_LINE_MENTION = re.compile(r"\bline\s+\d+|, line \d+|\.py:\d+", re.IGNORECASE)
-_LINE_MENTION_BYTES = re.compile(_LINE_MENTION.pattern.encode(), re.IGNORECASE)
+_LINE_MENTION = re.compile(rb"\bline\s+\d+|, line \d+|\.py:\d+", re.IGNORECASE)
+"""A message that names a line number (searched in a cache entry's pickle)."""
 
 _DYNAMIC_NAMES = frozenset(
     {
@@ -201,7 +201,7 @@ def relocate(entry: Entry, unit: Unit) -> list[ModuleResult] | None:
         return None
     mapping = dict(zip(entry.lines, unit.lines, strict=True))
     moved = any(a != b for a, b in mapping.items())
-    if moved and _LINE_MENTION_BYTES.search(entry.modules):
+    if moved and _LINE_MENTION.search(entry.modules):
         # a pickle keeps each string's UTF-8 bytes whole: every mention is found (and a
         # stray match only costs a capture)
         return None

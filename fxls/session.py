@@ -164,13 +164,13 @@ class Session:
         self.root = self.lsp.workspace.root_path
         if params.process_id:
             self.spawn(self.watch_parent(params.process_id))
-        if not self.trusted:
-            self.spawn(self._drop_prestarted())
         if self.trusted:
             # torch takes a second or more to import: start now, not after the handshake
             self.spawn(self.warm_up())
             # and read the workspace's files for call sites meanwhile (seconds in a large one)
             self.spawn(self._quiet(asyncio.to_thread(workspace.prescan, self.root)))
+        else:
+            self.spawn(self._drop_prestarted())
 
     async def initialized(self) -> None:
         """Tell an untrusted workspace why nothing shows; else pull settings (a worker in

@@ -318,9 +318,7 @@ class WorkerClient:
         self._closing = True
         early, self._prestarted = self._prestarted, None
         if early is not None:
-            for kill in (os.killpg, os.kill):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    kill(early.pid, signal.SIGKILL)
+            self._kill(early)
             await asyncio.to_thread(early.wait)
             for stream in (early.stdin, early.stdout, early.stderr):
                 if stream is not None:
@@ -371,7 +369,7 @@ class WorkerClient:
             raise ConnectionResetError("worker control channel is closed")
         proc.stdin.write(encode_frame(message))
 
-    def _kill(self, proc: asyncio.subprocess.Process) -> None:
+    def _kill(self, proc: asyncio.subprocess.Process | _Adopted | subprocess.Popen[bytes]) -> None:
         for kill in (os.killpg, os.kill):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 kill(proc.pid, signal.SIGKILL)

@@ -126,14 +126,20 @@ def _scan_elsewhere(paths: list[str]) -> None:
 
 
 def _fresh(path: str) -> bool:
-    cached = _FILES.get(path)
-    if cached is None:
-        return False
     try:
-        stat = os.stat(path)
+        return _cached(path, os.stat(path)) is not None
     except OSError:
         return False
-    return cached[0] == stat.st_mtime and cached[1] == stat.st_size
+
+
+def _cached(
+    path: str, stat: os.stat_result
+) -> dict[str, list[tuple[str, int, frozenset[str]]]] | None:
+    """The findings kept for ``path`` while the file is unchanged."""
+    cached = _FILES.get(path)
+    if cached is not None and cached[0] == stat.st_mtime and cached[1] == stat.st_size:
+        return cached[2]
+    return None
 
 
 def call_sites(
@@ -215,9 +221,9 @@ def _calls_in(path: str) -> dict[str, list[tuple[str, int, frozenset[str]]]]:
         stat = os.stat(path)
     except OSError:
         return {}
-    cached = _FILES.get(path)
-    if cached is not None and cached[0] == stat.st_mtime and cached[1] == stat.st_size:
-        return cached[2]
+    cached = _cached(path, stat)
+    if cached is not None:
+        return cached
     calls = _parse_calls(path, stat.st_size)
     _FILES[path] = (stat.st_mtime, stat.st_size, calls)
     return calls

@@ -3,11 +3,9 @@ the docs site (mkdocs, built strictly)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,30 +48,14 @@ def test_docs_links_resolve() -> None:
             )
 
 
-def test_docs_site_builds_strictly_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_docs_site_builds_strictly_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, build_docs: Any
+) -> None:
     """``mkdocs build --strict`` (broken links, missing anchors and pages left out of the
     navigation fail it); the built pages load nothing from the network; every diagnostic code
     has the anchor that ``docs_url`` links to on a published copy (``FXLS_DOCS_URL``)."""
     site = tmp_path / "site"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mkdocs",
-            "build",
-            "--strict",
-            "-q",
-            "-f",
-            str(MKDOCS),
-            "-d",
-            str(site),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
+    proc = build_docs(site)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     monkeypatch.setenv("FXLS_DOCS_URL", "https://docs.example.org/fxls/")
     for code in ALL_MESSAGES:

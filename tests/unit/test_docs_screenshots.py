@@ -4,13 +4,11 @@ takes every screenshot a page asks for is checked by tests/e2e/test_vscode.py.)"
 
 from __future__ import annotations
 
-import os
 import re
 import struct
-import subprocess
-import sys
 import zlib
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 MKDOCS = ROOT / "docs" / "mkdocs" / "mkdocs.yml"
@@ -34,26 +32,8 @@ def _png(width: int = 4, height: int = 3) -> bytes:
     )
 
 
-def _build(site: Path, shots: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mkdocs",
-            "build",
-            "--strict",
-            "-q",
-            "-f",
-            str(MKDOCS),
-            "-d",
-            str(site),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "FXLS_SCREENSHOTS": str(shots)},
-    )
+def _build(build_docs: Any, site: Path, shots: Path) -> None:
+    proc = build_docs(site, {"FXLS_SCREENSHOTS": str(shots)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -65,7 +45,9 @@ def _markers() -> dict[str, list[str]]:
     return found
 
 
-def test_screenshots_are_copied_into_the_site_when_they_exist(tmp_path: Path) -> None:
+def test_screenshots_are_copied_into_the_site_when_they_exist(
+    tmp_path: Path, build_docs: Any
+) -> None:
     shots = tmp_path / "shots"
     names = sorted({n for names in _markers().values() for n in names})
     assert len(_markers()["editors/vscode.md"]) >= 5
@@ -73,7 +55,7 @@ def test_screenshots_are_copied_into_the_site_when_they_exist(tmp_path: Path) ->
         (shots / name).parent.mkdir(parents=True, exist_ok=True)
         (shots / name).write_bytes(_png())
     site = tmp_path / "site"
-    _build(site, shots)
+    _build(build_docs, site, shots)
     for name in names:
         copied = site / "assets" / "screenshots" / name.replace("/", "-")
         assert copied.read_bytes() == _png(), name
@@ -86,9 +68,9 @@ def test_screenshots_are_copied_into_the_site_when_they_exist(tmp_path: Path) ->
     assert 'src="assets/screenshots/trusted-model.png"' in home
 
 
-def test_a_clean_checkout_builds_with_notes_instead(tmp_path: Path) -> None:
+def test_a_clean_checkout_builds_with_notes_instead(tmp_path: Path, build_docs: Any) -> None:
     site = tmp_path / "site"
-    _build(site, tmp_path / "no-screenshots")
+    _build(build_docs, site, tmp_path / "no-screenshots")
     page = (site / "editors" / "vscode" / "index.html").read_text()
     assert "<img" not in page
     assert page.count("Not in this build") == len(_markers()["editors/vscode.md"])

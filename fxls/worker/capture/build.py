@@ -123,6 +123,7 @@ _FILLS = frozenset(
 )  # fmt: skip
 """In-place methods that only write values (a meta tensor has none)."""
 _TRIANGLES = frozenset({torch.tril, torch.triu, torch.Tensor.tril, torch.Tensor.triu})
+_PLAIN = (torch.Tensor, nn.Parameter)
 
 
 class _MetaBuild(TorchFunctionMode):
@@ -141,9 +142,6 @@ class _MetaBuild(TorchFunctionMode):
             if func in _TRIANGLES and first.dim() >= 2 and "out" not in kwargs:
                 return torch.empty(first.shape, dtype=first.dtype, device=first.device)
         return func(*args, **kwargs)
-
-
-_PLAIN = (torch.Tensor, nn.Parameter)
 
 
 def _build(

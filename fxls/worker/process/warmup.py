@@ -215,7 +215,9 @@ def _warm_capture() -> None:
     """One capture of a tiny module (meta build, symbolic shapes) so that every module the
     capture imports lazily is loaded before ``gc.freeze`` and shared by all children."""
     tokens = InputSpec("x", dims=[DimSpec("B", 2), DimSpec(None, 3)], dtype="int64")
-    _capture(_WARM_SOURCE, [ClassRequest("Warm", line=5, inputs=[tokens])])
+    _capture(
+        _WARM_SOURCE, [ClassRequest("Warm", line=_line_of(_WARM_SOURCE, "Warm"), inputs=[tokens])]
+    )
 
 
 def warm_transformer() -> CaptureResult:

@@ -643,7 +643,7 @@ class Zygote:
             result = JobResult(job.id, "protocol_error", message=f"unclassifiable result: {exc}")
         if not remove_tree(job.job_dir):
             self.log(f"could not remove the job directory {job.job_dir}")
-        self.send_result(result, job.payload_wire if result.payload is job.payload else None)
+        self.send_result(result, job.payload_wire)
         self.watch_until = time.monotonic() + ESCAPEE_WATCH_S
 
     def _check_deadlines(self) -> None:
@@ -716,22 +716,12 @@ class Zygote:
                 self._kill_escapees()
             if busy and not self.jobs:
                 self.busy_until = time.monotonic() + IDLE_AFTER_S
-            if (
-                self.idle
-                and not self.queue
-                and not self.stopping
-                and (self.jobs or time.monotonic() >= self.busy_until)
-            ):
-                self.idle.pop(0)()
-            elif (
-                self.quiet
-                and not self.idle
-                and not self.queue
-                and not self.jobs
-                and not self.stopping
-                and time.monotonic() >= self.busy_until
-            ):
-                self.quiet.pop(0)()
+            if not self.queue and not self.stopping:
+                rested = time.monotonic() >= self.busy_until
+                if self.idle and (self.jobs or rested):
+                    self.idle.pop(0)()
+                elif self.quiet and not self.jobs and rested:
+                    self.quiet.pop(0)()
 
 
 # ---------------------------------------------------------------------------------------
@@ -911,7 +901,7 @@ def _own_children() -> set[int]:
 
 
 def _result(result: JobResult, wire: Any = None) -> dict[str, Any]:
-    if wire is None or result.payload is None:
+    if wire is None or result.payload is None:  # no payload (a failed job): nothing to forward
         return {"type": "result", "result": result}
     fields = to_dict(replace(result, payload=None))
     fields["payload"] = wire

@@ -396,6 +396,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         report["fill"] = await bench_fill(args.fill)
         return report
     report["cold"] = await bench_cold(args.runs)
+    if args.only_cold:
+        return report
     report["session_cache"] = await bench_session(cache=True)
     report["session_plain"] = await bench_session(cache=False)
     report["llama"] = await bench_llama()
@@ -417,9 +419,10 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     parser.add_argument("--fill", type=int, default=0, help="versions to fill the cache with")
     parser.add_argument("--only-fill", action="store_true", help="only the cache fill")
+    parser.add_argument("--only-cold", action="store_true", help="only the cold start")
     args = parser.parse_args()
     report = asyncio.run(run(args))
-    if args.only_fill:
+    if args.only_fill or args.only_cold:
         print(json.dumps(report, indent=2, default=str))
         return
     text = render(report)

@@ -206,6 +206,8 @@ def relocate(entry: Entry, unit: Unit) -> list[ModuleResult] | None:
         # stray match only costs a capture)
         return None
     modules: list[ModuleResult] = pickle.loads(entry.modules)
+    if not moved:
+        return modules
     try:
         for module in modules:
             _move(module, mapping)
@@ -215,22 +217,46 @@ def relocate(entry: Entry, unit: Unit) -> list[ModuleResult] | None:
 
 
 _LINE_FIELDS = frozenset({"line", "end_line", "init_line"})
+_ATOMS = frozenset({str, int, float, bool, type(None), bytes})
+_FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]] | None] = {}
+
+
+def _fields_of(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """A dataclass's line fields and its other fields (None for any other class)."""
+    if cls not in _FIELDS:
+        if dataclasses.is_dataclass(cls):
+            names = [f.name for f in dataclasses.fields(cls)]
+            lines = tuple(n for n in names if n in _LINE_FIELDS)
+            _FIELDS[cls] = (lines, tuple(n for n in names if n not in _LINE_FIELDS))
+        else:
+            _FIELDS[cls] = None
+    return _FIELDS[cls]
 
 
 def _move(obj: Any, mapping: dict[int, int]) -> None:
     """Rewrite every line number in ``obj`` (spans, ``ModuleResult.line``, ``PassResult.line``:
     any ``line``/``end_line`` field) through ``mapping`` (KeyError for a line it does not
-    know)."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            if f.name in _LINE_FIELDS and isinstance(value, int) and not isinstance(value, bool):
-                setattr(obj, f.name, mapping[value])
-            else:
-                _move(value, mapping)
-    elif isinstance(obj, list):
+    know). Walks dataclasses and lists."""
+    cls = type(obj)
+    if cls is list:
         for item in obj:
-            _move(item, mapping)
+            if type(item) not in _ATOMS:
+                _move(item, mapping)
+        return
+    plan = _fields_of(cls)
+    if plan is None:
+        return
+    lines, others = plan
+    for name in lines:
+        value = getattr(obj, name)
+        if type(value) is int:
+            setattr(obj, name, mapping[value])
+        elif type(value) not in _ATOMS:
+            _move(value, mapping)
+    for name in others:
+        value = getattr(obj, name)
+        if type(value) not in _ATOMS:
+            _move(value, mapping)
 
 
 # -- planning -------------------------------------------------------------------------------

@@ -13,12 +13,13 @@ Conventions used throughout:
 from __future__ import annotations
 
 import contextlib
+import re
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 Dim = Union[int, str]
 
@@ -333,7 +334,7 @@ class NodeCopy:
     at: int
     """Index of the node in ``ModuleResult.nodes`` once expanded."""
     of: int
-    """Index of its template node (an earlier, whole record)."""
+    """Index of its template node (an earlier record; copies expand in index order)."""
     name: str
     target: str
     module_path: str | None
@@ -341,30 +342,42 @@ class NodeCopy:
     inputs: list[str] = field(default_factory=list)
     renamed: dict[str, str] = field(default_factory=dict)
     """Template node name -> this node's, for the arguments that are exactly one node."""
+    texts: bool = False
+    """The other arguments' texts name nodes too (``[getitem_2, getitem_3]``): the names of
+    the template's inputs in them are its inputs' names (``self.inputs``)."""
+
+    def _text_names(self, template: NodeInfo) -> dict[str, str] | None:
+        if not self.texts or len(template.inputs) != len(self.inputs):
+            return None
+        return dict(zip(template.inputs, self.inputs))
 
     def expand(self, template: NodeInfo) -> NodeInfo:
         """The record of this node: ``template``'s with the names, target and path of this one
         (its own copies of every mutable part: a record never shares a list or a dataclass
         with another)."""
         renamed = self.renamed
+        texts = self._text_names(template)
         args = []
         for arg in template.args:
             if arg.node is None:
-                args.append(_clone(arg))
+                if texts is None:
+                    args.append(clone(arg))
+                else:
+                    args.append(clone(arg, value=_renamed_text(arg.value, texts)))
             else:
                 node = renamed.get(arg.node, arg.node)
                 value = node if arg.value == arg.node else arg.value
-                args.append(_clone(arg, value=value, node=node))
+                args.append(clone(arg, value=value, node=node))
         span, call_site = template.span, template.call_site
-        return _clone(
+        return clone(
             template,
             name=self.name,
             target=self.target,
-            span=_clone(span) if span is not None else None,
-            call_site=_clone(call_site) if call_site is not None else None,
+            span=clone(span) if span is not None else None,
+            call_site=clone(call_site) if call_site is not None else None,
             args=args,
             outputs=[
-                _clone(v, shape=list(v.shape) if v.shape is not None else None)
+                clone(v, shape=list(v.shape) if v.shape is not None else None)
                 for v in template.outputs
             ],
             module_path=self.module_path,
@@ -390,8 +403,13 @@ class NodeCopy:
         ):
             return False
         renamed = self.renamed
+        texts = self._text_names(template)
         for arg, was in zip(node.args, template.args):
             if was.node is None:
+                if texts is not None:
+                    was = Arg(
+                        was.name, _renamed_text(was.value, texts), was.default, None, was.kind
+                    )
                 if arg != was:
                     return False
                 continue
@@ -406,6 +424,84 @@ class NodeCopy:
             ):
                 return False
         return True
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _renamed_text(text: str, names: dict[str, str]) -> str:
+    """``text`` with each identifier that ``names`` maps replaced (whole identifiers only)."""
+    return _NAME.sub(lambda m: names.get(m.group(), m.group()), text)
+
+
+def _moved_path(text: str | None, old: str, new: str) -> str | None:
+    """``old`` (a module path prefix of ``text``) replaced by ``new``."""
+    if text is None or not old:
+        return text
+    if text == old:
+        return new
+    if text.startswith(old + "."):
+        return new + text[len(old) :]
+    return text
+
+
+_PATH_OPS = ("call_module", "get_attr")
+
+
+@dataclass
+class BlockCopy:
+    """A run of node copies made for one identical sub-block (``h.7`` of a GPT, copied from
+    ``h.0``), sent as the names of its nodes: node ``at + i`` is a copy (:class:`NodeCopy`) of
+    node ``of + i`` whose name is ``names[i]``, whose target and module path are the
+    template's under ``path`` instead of ``template_path``, whose inputs and node arguments
+    are renamed (the run's own nodes to their new names, the others through ``outer``), and
+    whose user count is ``users[i]``.
+
+    The worker sends one only when its copies (:meth:`copies`) are the node copies it made,
+    and only for a run whose templates all come before it (``of + len(names) <= at``)."""
+
+    at: int
+    of: int
+    names: list[str]
+    template_path: str
+    path: str
+    users: list[int]
+    outer: dict[str, str] = field(default_factory=dict)
+    """Template-side name -> this side's name, for nodes before the template run that the
+    block reads (its inputs)."""
+    texts: list[int] = field(default_factory=list)
+    """Offsets of the copies whose argument texts name nodes (``NodeCopy.texts``)."""
+
+    def copies(self, templates: list[NodeInfo]) -> list[NodeCopy]:
+        """The node copies of the run, from its template records (``templates[i]`` is the
+        record at ``of + i``)."""
+        renamed = dict(self.outer)
+        renamed.update(zip([t.name for t in templates], self.names))
+        old, new = self.template_path, self.path
+        texts = set(self.texts)
+        out = []
+        for i, (template, name) in enumerate(zip(templates, self.names)):
+            target = template.target
+            if template.op in _PATH_OPS:
+                target = _moved_path(target, old, new) or target
+            out.append(
+                NodeCopy(
+                    at=self.at + i,
+                    of=self.of + i,
+                    name=name,
+                    target=target,
+                    module_path=_moved_path(template.module_path, old, new),
+                    users=self.users[i],
+                    inputs=[renamed.get(x, x) for x in template.inputs],
+                    renamed={
+                        a.node: renamed.get(a.node, a.node)
+                        for a in template.args
+                        if a.node is not None
+                    },
+                    texts=i in texts,
+                )
+            )
+        return out
 
 
 @dataclass
@@ -532,14 +628,17 @@ class ModuleResult:
     """On the wire only: records of ``nodes`` sent as copies of earlier ones (see
     :class:`NodeCopy`); expanded into ``nodes`` when the result is made, so always empty
     once decoded."""
+    block_copies: list[BlockCopy] = field(default_factory=list)
+    """On the wire only, like ``node_copies``: runs of copies, one per copied sub-block."""
 
     def __post_init__(self) -> None:
-        if self.node_copies:
+        if self.node_copies or self.block_copies:
             if _keep_copies:
-                check_copies(len(self.nodes), self.node_copies)
+                check_copies(len(self.nodes), self.node_copies, self.block_copies)
                 return
-            self.nodes = expand_copies(self.nodes, self.node_copies)
+            self.nodes = expand_copies(self.nodes, self.node_copies, self.block_copies)
             self.node_copies = []
+            self.block_copies = []
 
 
 @dataclass
@@ -647,26 +746,35 @@ def copies_kept() -> Iterator[None]:
         _keep_copies = saved
 
 
-def check_copies(count: int, copies: list[NodeCopy]) -> None:
-    """Raise ``ValueError`` unless ``copies`` fit ``count`` whole records the way
-    :func:`expand_copies` needs (each at a free index after its template, a template that is
-    a copy itself coming earlier in the list)."""
-    total = count + len(copies)
-    state = [0] * total  # 0: a whole record, 1: a copy not expanded yet, 2: a copy expanded
+def check_copies(count: int, copies: list[NodeCopy], blocks: Sequence[BlockCopy] = ()) -> None:
+    """Raise ``ValueError`` unless ``copies`` and ``blocks`` fit ``count`` whole records the
+    way :func:`expand_copies` needs: each copy at a free index after its template (copies
+    expand in index order, so a template that is a copy itself is expanded first), each
+    block's templates before the block."""
+    total = count + len(copies) + sum(len(b.names) for b in blocks)
+    taken = bytearray(total)
     for copy in copies:
-        if not 0 <= copy.of < copy.at < total or state[copy.at]:
+        if not 0 <= copy.of < copy.at < total or taken[copy.at]:
             raise ValueError(f"node copy at {copy.at} of {copy.of} does not fit")
-        state[copy.at] = 1
-    for copy in copies:
-        if state[copy.of] == 1:
-            raise ValueError(f"node copy at {copy.at} of {copy.of} does not fit")
-        state[copy.at] = 2
+        taken[copy.at] = 1
+    for block in blocks:
+        size = len(block.names)
+        if (
+            not size
+            or len(block.users) != size
+            or not block.of >= 0
+            or block.of + size > block.at
+            or block.at + size > total
+            or any(taken[block.at : block.at + size])
+        ):
+            raise ValueError(f"block copy at {block.at} of {block.of} does not fit")
+        taken[block.at : block.at + size] = b"\x01" * size
 
 
 _T = typing.TypeVar("_T")
 
 
-def _clone(obj: _T, **changes: Any) -> _T:
+def clone(obj: _T, **changes: Any) -> _T:
     """``dataclasses.replace`` for the plain record dataclasses (no ``__post_init__``, no
     ``InitVar``), twice as fast: a GPT-48 result expands 1,900 copied records of a dozen
     dataclasses each."""
@@ -677,24 +785,39 @@ def _clone(obj: _T, **changes: Any) -> _T:
     return new
 
 
-def expand_copies(nodes: list[NodeInfo], copies: list[NodeCopy]) -> list[NodeInfo]:
-    """The whole node list: ``nodes`` (the whole records, in order) with ``copies`` inserted at
-    their indices. Raises ``ValueError`` for indices that do not fit."""
-    total = len(nodes) + len(copies)
+def expand_copies(
+    nodes: list[NodeInfo], copies: list[NodeCopy], blocks: Sequence[BlockCopy] = ()
+) -> list[NodeInfo]:
+    """The whole node list: ``nodes`` (the whole records, in order) with ``copies`` and the
+    runs of ``blocks`` inserted at their indices, expanded in index order. Raises
+    ``ValueError`` for indices that do not fit."""
+    check_copies(len(nodes), copies, blocks)
+    total = len(nodes) + len(copies) + sum(len(b.names) for b in blocks)
     out: list[NodeInfo | None] = [None] * total
+    starts: dict[int, NodeCopy | BlockCopy] = {}
     for copy in copies:
-        if not 0 <= copy.of < copy.at < total or out[copy.at] is not None:
-            raise ValueError(f"node copy at {copy.at} of {copy.of} does not fit")
         out[copy.at] = _PENDING
+        starts[copy.at] = copy
+    for block in blocks:
+        out[block.at : block.at + len(block.names)] = [_PENDING] * len(block.names)
+        starts[block.at] = block
     whole = iter(nodes)
     for index in range(total):
         if out[index] is None:
             out[index] = next(whole)
-    for copy in copies:  # in order: a template may itself be a copy
-        template = out[copy.of]
-        if template is None or template is _PENDING:
-            raise ValueError(f"node copy at {copy.at} of {copy.of} does not fit")
-        out[copy.at] = copy.expand(template)
+    for at in sorted(starts):  # a template comes before its copy: expanded by then
+        item = starts[at]
+        if isinstance(item, NodeCopy):
+            template = out[item.of]
+            if template is None or template is _PENDING:
+                raise ValueError(f"node copy at {item.at} of {item.of} does not fit")
+            out[at] = item.expand(template)
+            continue
+        templates = typing.cast(list[NodeInfo], out[item.of : item.of + len(item.names)])
+        if any(t is _PENDING for t in templates):
+            raise ValueError(f"block copy at {item.at} of {item.of} does not fit")
+        for copy in item.copies(templates):
+            out[copy.at] = copy.expand(templates[copy.of - item.of])
     return typing.cast(list[NodeInfo], out)
 
 

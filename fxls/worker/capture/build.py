@@ -9,7 +9,10 @@ them), information otherwise (fxls only tried).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,13 +147,59 @@ class _MetaBuild(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+_RESETS = ("reset_parameters", "_reset_parameters")
+
+
+@functools.cache
+def find_torch_resets() -> tuple[tuple[type, str, Any], ...]:
+    """``(class, method name, method)`` for every ``reset_parameters`` of torch's own layers
+    (``torch.nn.modules``, imported with torch): methods that only write parameter and buffer
+    values."""
+    found = []
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("torch.nn.modules.") or module is None:
+            continue
+        for cls in list(vars(module).values()):
+            if not isinstance(cls, type) or cls.__module__ != name:
+                continue
+            if not issubclass(cls, nn.Module):
+                continue
+            for method in _RESETS:
+                value = vars(cls).get(method)
+                if inspect.isfunction(value):
+                    found.append((cls, method, value))
+    return tuple(found)
+
+
+def _skip(self: Any, *args: Any, **kwargs: Any) -> None:
+    """A torch layer's ``reset_parameters`` during a meta build: a meta tensor has no values
+    to write."""
+
+
+@contextlib.contextmanager
+def _values_unwritten() -> Iterator[None]:
+    """While ``__init__`` runs on the meta device: torch's own layers skip
+    ``reset_parameters`` (what it does to a meta tensor is nothing, at a quarter of a
+    millisecond per ``Linear`` or ``Conv2d``: 55 → 24 ms for a 48-block GPT). A user's class
+    that defines its own keeps it (its ``super()`` call is then the skip), and so does a torch
+    layer whose method the document replaced."""
+    resets = [(c, n, f) for c, n, f in find_torch_resets() if vars(c).get(n) is f]
+    for cls, method, _ in resets:
+        setattr(cls, method, _skip)
+    try:
+        yield
+    finally:
+        for cls, method, value in resets:
+            setattr(cls, method, value)
+
+
 def _build(
     doc: Document, make: Callable[[], Any], how: Construction
 ) -> tuple[Built | None, BaseException | None]:
     meta_error: BaseException | None = None
     if doc.job.meta_init:
         try:
-            with torch.device("meta"), _MetaBuild():
+            with torch.device("meta"), _MetaBuild(), _values_unwritten():
                 module = make()
             if isinstance(module, nn.Module):
                 return Built(module.eval(), "meta", how), None

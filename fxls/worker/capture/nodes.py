@@ -6,7 +6,6 @@ end of a capture.
 
 from __future__ import annotations
 
-import dataclasses
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from fxls.protocol.model import Arg, NodeInfo, NodeOp, Value
+from fxls.protocol.model import Arg, NodeInfo, NodeOp, Value, clone
 from fxls.worker.capture import arguments
 from fxls.worker.capture.tracer import CALL_SITE_KEY, SPAN_KEY
 
@@ -163,7 +162,7 @@ def copied_node_info(
     args = _moved_args(info, template, node)
     if args is None:
         return node_info(gm, node, values, examples)
-    return dataclasses.replace(
+    return clone(
         info,
         name=node.name,
         target=readable_target(node),
@@ -191,9 +190,9 @@ def _moved_args(info: NodeInfo, template: torch.fx.Node, node: torch.fx.Node) ->
         if arg.node is not None:
             if arg.value != arg.node:
                 return None
-            out.append(dataclasses.replace(arg, value=names[arg.node], node=names[arg.node]))
+            out.append(clone(arg, value=names[arg.node], node=names[arg.node]))
         elif any(name in arg.value for name in names):
             return None  # a node inside a list or tuple: named again
         else:
-            out.append(dataclasses.replace(arg))
+            out.append(clone(arg))
     return out

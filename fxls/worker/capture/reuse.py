@@ -39,7 +39,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from fxls.protocol.model import NodeCopy, NodeInfo
+from fxls.protocol.model import BlockCopy, NodeCopy, NodeInfo
 
 REUSE_ENV = "FXLS_REUSE_BLOCKS"
 """Set to ``0`` to trace every block (the job's ``reuse_blocks`` says the same)."""
@@ -596,8 +596,10 @@ def copies(segments: Iterable[Segment]) -> dict[str, tuple[str, Segment]]:
 
 def compact(modules: Iterable[Any], copied: dict[int, tuple[Any, dict[int, int]]]) -> None:
     """Send the records of copied nodes as ``NodeCopy`` values (what differs from their
-    template's record) where expanding them gives the record exactly; the server's decoding
-    expands them (``ModuleResult.__post_init__``), so it sees every record as before."""
+    template's record) where expanding them gives the record exactly, and each run of them
+    made for one sub-block as one ``BlockCopy`` where its copies are those; the server's
+    decoding expands them (``ModuleResult.__post_init__``), so it sees every record as
+    before."""
     for mod in modules:
         found = copied.get(id(mod))
         if found is None or found[0] is not mod:
@@ -619,8 +621,74 @@ def compact(modules: Iterable[Any], copied: dict[int, tuple[Any, dict[int, int]]
             )  # fmt: skip
             if copy.matches(template, node):
                 copies.append(copy)
+                continue
+            copy.texts = True  # node names inside lists or tuples of arguments
+            if copy.matches(template, node):
+                copies.append(copy)
         if not copies:
             continue
         sent = {c.at for c in copies}
+        singles, blocks = _blocks(copies, nodes)
         mod.nodes = [n for i, n in enumerate(nodes) if i not in sent]
-        mod.node_copies = copies
+        mod.node_copies = singles
+        mod.block_copies = blocks
+
+
+def _blocks(
+    copies: list[NodeCopy], nodes: list[NodeInfo]
+) -> tuple[list[NodeCopy], list[BlockCopy]]:
+    """``copies`` (in index order) as runs (``BlockCopy``) where a run's copies are exactly
+    what its ``BlockCopy`` gives, and single copies for the rest."""
+    singles: list[NodeCopy] = []
+    blocks: list[BlockCopy] = []
+    start = 0
+    while start < len(copies):
+        end = start + 1
+        while (
+            end < len(copies)
+            and copies[end].at == copies[end - 1].at + 1
+            and copies[end].of == copies[end - 1].of + 1
+        ):
+            end += 1
+        run = copies[start:end]
+        block = _block(run, nodes) if len(run) > 1 else None
+        if block is not None:
+            blocks.append(block)
+        else:
+            singles.extend(run)
+        start = end
+    return singles, blocks
+
+
+def _block(run: list[NodeCopy], nodes: list[NodeInfo]) -> BlockCopy | None:
+    first = run[0]
+    if first.of + len(run) > first.at:
+        return None  # a template inside the run
+    templates = nodes[first.of : first.of + len(run)]
+    old = new = ""
+    for copy, template in zip(run, templates):
+        if copy.module_path and template.module_path and copy.module_path != template.module_path:
+            old, new = _differing_prefix(template.module_path, copy.module_path)
+            break
+    inside = {t.name for t in templates}
+    outer: dict[str, str] = {}
+    for copy, template in zip(run, templates):
+        for was, now in [*zip(template.inputs, copy.inputs), *copy.renamed.items()]:
+            if was not in inside and was != now:
+                outer[was] = now
+    block = BlockCopy(
+        at=first.at, of=first.of, names=[c.name for c in run], template_path=old, path=new,
+        users=[c.users for c in run], outer=outer,
+        texts=[i for i, c in enumerate(run) if c.texts],
+    )  # fmt: skip
+    return block if block.copies(templates) == run else None
+
+
+def _differing_prefix(old: str, new: str) -> tuple[str, str]:
+    """``("h.0", "h.1")`` for ``"h.0.attn"`` and ``"h.1.attn"``: the paths without the dotted
+    parts they end with alike."""
+    a, b = old.split("."), new.split(".")
+    while len(a) > 1 and len(b) > 1 and a[-1] == b[-1]:
+        a.pop()
+        b.pop()
+    return ".".join(a), ".".join(b)

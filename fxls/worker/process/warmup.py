@@ -41,6 +41,9 @@ def _import_fx() -> None:
 
 def _import_capture() -> None:
     import fxls.worker.capture.jobs  # noqa: F401 - imported once here instead of in every child
+    from fxls.worker.capture import build
+
+    build.find_torch_resets()
 
 
 def _import_dynamo() -> None:

@@ -469,3 +469,58 @@ def test_meta_builds_skip_initializers_and_masks_with_the_same_tensors() -> None
         real = Masked()
     assert torch.equal(real.causal, torch.tril(torch.ones(6, 6)).view(1, 1, 6, 6))
     assert not real.fc.bias.detach().any() and real.fc.weight.detach().abs().sum() > 0
+
+
+def test_meta_builds_skip_torch_layer_resets_with_the_same_tensors() -> None:
+    # build._values_unwritten skips reset_parameters of torch's own layers on the meta
+    # device: every parameter and buffer must come out as with the resets, a user's own
+    # reset_parameters still runs, and torch's methods are back afterwards
+    from torch import nn
+
+    from fxls.worker.capture.build import _MetaBuild, _values_unwritten
+
+    class Own(nn.Linear):
+        def reset_parameters(self) -> None:
+            super().reset_parameters()
+            self.register_buffer("seen", torch.zeros(3))
+
+    class Layers(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.parts = nn.ModuleList([
+                nn.Linear(8, 4), nn.Bilinear(3, 4, 5), nn.Conv2d(3, 8, 3), nn.Conv1d(2, 4, 5),
+                nn.ConvTranspose2d(4, 2, 3), nn.BatchNorm2d(8), nn.InstanceNorm1d(4, affine=True),
+                nn.LayerNorm(4), nn.GroupNorm(2, 8), nn.RMSNorm(4), nn.Embedding(10, 4, padding_idx=0),
+                nn.EmbeddingBag(10, 4), nn.MultiheadAttention(8, 2), nn.LSTM(4, 6, 2),
+                nn.GRUCell(4, 6), nn.PReLU(3), nn.Transformer(8, 2, 1, 1, 16),
+                nn.AdaptiveLogSoftmaxWithLoss(8, 20, [5, 10]), Own(2, 3),
+            ])  # fmt: skip
+
+    def tensors(module: nn.Module) -> list[tuple[object, ...]]:
+        return [
+            (name, type(t), tuple(t.shape), t.dtype, t.stride(), t.device.type, t.requires_grad)
+            for name, t in [*module.named_parameters(), *module.named_buffers()]
+        ]
+
+    before = nn.Linear.reset_parameters
+    with torch.device("meta"), _MetaBuild():
+        plain = Layers()
+    with torch.device("meta"), _MetaBuild(), _values_unwritten():
+        assert nn.Linear.reset_parameters is not before
+        fast = Layers()
+    assert tensors(fast) == tensors(plain)
+    assert "parts.18.seen" in dict(fast.named_buffers())
+    assert nn.Linear.reset_parameters is before
+    assert nn.Conv2d(3, 8, 3).weight.detach().abs().sum() > 0  # real values again
+
+    def replaced(self: nn.Module) -> None:
+        self.register_buffer("replaced", torch.zeros(1))
+
+    original = nn.LayerNorm.reset_parameters
+    nn.LayerNorm.reset_parameters = replaced  # type: ignore[method-assign]
+    try:
+        with torch.device("meta"), _values_unwritten():
+            assert "replaced" in dict(nn.LayerNorm(4).named_buffers())
+        assert nn.LayerNorm.reset_parameters is replaced
+    finally:
+        nn.LayerNorm.reset_parameters = original  # type: ignore[method-assign]

@@ -248,9 +248,7 @@ class Tagger(nn.Module):
 """
     )
     line = next(i for i, t in enumerate(text.splitlines(), 1) if t.startswith("class Tagger"))
-    request = ClassRequest(
-        "Tagger", line, call_sites=[KnownCall("'pos', 120, 24", "train.py:12")]
-    )
+    request = ClassRequest("Tagger", line, call_sites=[KnownCall("'pos', 120, 24", "train.py:12")])
     job = CaptureJob(path="/virtual/model.py", source=text, classes=[request])
     (mod,) = run_capture(job, lambda *_: None).modules
     assert mod.constructed is not None and mod.constructed.source == "call site"

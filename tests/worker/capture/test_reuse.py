@@ -29,6 +29,7 @@ from fxls.features import code_lens, hover, inlay_hints
 from fxls.protocol.codec import ProtocolError, from_dict, to_dict
 from fxls.protocol.model import (
     Arg,
+    BlockCopy,
     CaptureResult,
     Limits,
     ModuleResult,
@@ -288,12 +289,15 @@ def test_copied_records_travel_as_copies_and_arrive_whole() -> None:
     whole = [to_dict(m.nodes) for m in result.modules]
     reuse.compact(result.modules, doc.copied_nodes)
     gpt = next(m for m in result.modules if m.name == "GPT48")
-    assert len(gpt.node_copies) > 1500  # 47 copied blocks of 41 nodes
+    copies = len(gpt.node_copies) + sum(len(b.names) for b in gpt.block_copies)
+    assert copies > 1500  # 47 copied blocks of 41 nodes
+    assert {b.path for b in gpt.block_copies} == {f"h.{i}" for i in range(1, 48)}
+    assert len(gpt.block_copies) < copies / 5  # runs, not single nodes
     wire = json.dumps(to_dict(result))
-    assert len(wire) < 0.6 * len(json.dumps(whole))
+    assert len(wire) < 0.3 * len(json.dumps(whole))
     back = from_dict(CaptureResult, json.loads(wire))
     assert [to_dict(m.nodes) for m in back.modules] == whole
-    assert all(not m.node_copies for m in back.modules)
+    assert all(not m.node_copies and not m.block_copies for m in back.modules)
 
 
 def test_a_copy_matches_a_record_exactly_when_it_expands_to_it() -> None:
@@ -333,6 +337,29 @@ def test_a_copy_matches_a_record_exactly_when_it_expands_to_it() -> None:
             assert copy.expand(template) != changed
 
 
+def test_a_copy_renames_node_names_inside_argument_texts_only_when_asked() -> None:
+    template = NodeInfo(
+        name="view", op="call_method", target="view", module_path="h.0", users=1,
+        args=[Arg("self", "x", node="x"), Arg("size", "[size, size_1, 12, 'size']")],
+        inputs=["x", "size", "size_1"],
+    )  # fmt: skip
+    plain = NodeCopy(at=9, of=0, name="view_1", target="view", module_path="h.1", users=1,
+                     inputs=["x_1", "size_2", "size_3"], renamed={"x": "x_1"})  # fmt: skip
+    texts = dataclasses.replace(plain, texts=True)
+    assert plain.expand(template).args[1].value == "[size, size_1, 12, 'size']"
+    node = texts.expand(template)
+    # whole names only (size_1 is not size + _1); the check that follows is what makes a
+    # rename inside a string literal harmless: such a copy does not match and is not sent
+    assert node.args[1].value == "[size_2, size_3, 12, 'size_2']"
+    assert texts.matches(template, node) and not plain.matches(template, node)
+    assert plain.matches(template, plain.expand(template))
+    assert not texts.matches(template, plain.expand(template))
+    block = BlockCopy(at=9, of=0, names=["view_1"], template_path="h.0", path="h.1",
+                      users=[1], outer={"x": "x_1", "size": "size_2", "size_1": "size_3"},
+                      texts=[0])  # fmt: skip
+    assert block.copies([template]) == [texts]
+
+
 def test_copies_that_do_not_fit_are_a_protocol_error() -> None:
     data = {
         "name": "M", "line": 1, "status": "traced",
@@ -345,17 +372,33 @@ def test_copies_that_do_not_fit_are_a_protocol_error() -> None:
     with copies_kept(), pytest.raises(ProtocolError):  # the zygote's check, without expanding
         from_dict(ModuleResult, data)
     template = {"name": "y", "target": "y", "module_path": None, "users": 0}
-    chained = dict(data, nodes=data["nodes"] * 2, node_copies=[
-        {"at": 3, "of": 2, **template}, {"at": 2, "of": 0, **template}])  # fmt: skip
-    with pytest.raises(ProtocolError):  # a template that is a later copy
-        from_dict(ModuleResult, chained)
+    twice = dict(data, nodes=data["nodes"] * 2, node_copies=[
+        {"at": 2, "of": 0, **template}, {"at": 2, "of": 1, **template}])  # fmt: skip
+    with pytest.raises(ProtocolError):  # two copies at one index
+        from_dict(ModuleResult, twice)
     with copies_kept(), pytest.raises(ProtocolError):
-        from_dict(ModuleResult, chained)
-    fits = dict(chained, node_copies=chained["node_copies"][::-1])
-    assert len(from_dict(ModuleResult, fits).nodes) == 4
+        from_dict(ModuleResult, twice)
+    # copies expand in index order, whatever order they are listed in: a template that is
+    # a copy itself is expanded before its own copy
+    chained = dict(twice, node_copies=[
+        {"at": 3, "of": 2, **template}, {"at": 2, "of": 0, **template}])  # fmt: skip
+    assert [n.name for n in from_dict(ModuleResult, chained).nodes] == ["x", "x", "y", "y"]
     with copies_kept():
-        kept = from_dict(ModuleResult, fits)
+        kept = from_dict(ModuleResult, chained)
     assert len(kept.nodes) == 2 and len(kept.node_copies) == 2
+    block = {"at": 2, "of": 0, "names": ["a", "b"], "template_path": "", "path": "",
+             "users": [1, 0]}  # fmt: skip
+    runs = dict(data, nodes=data["nodes"] * 2, node_copies=[], block_copies=[block])
+    assert [n.name for n in from_dict(ModuleResult, runs).nodes] == ["x", "x", "a", "b"]
+    for wrong in ({"at": 1}, {"of": 1}, {"users": [1]}, {"names": []}, {"at": 3}):
+        bad = dict(runs, block_copies=[dict(block, **wrong)])
+        with pytest.raises(ProtocolError):  # outside, over its templates, a user count short
+            from_dict(ModuleResult, bad)
+        with copies_kept(), pytest.raises(ProtocolError):
+            from_dict(ModuleResult, bad)
+    overlapping = dict(runs, node_copies=[{"at": 3, "of": 0, **template}])
+    with pytest.raises(ProtocolError):
+        from_dict(ModuleResult, overlapping)
 
 
 FIXING = """

@@ -8,7 +8,8 @@ Per model (bench/models/, the root class only, as engine_bench.py captures it), 
 sub-blocks traced once and without, it prints the median over the runs of each step the
 capture times itself (build, trace, shapes, compare, record), of making the node records, of
 encoding the result (to_dict + json.dumps, in the child) and of decoding it as the server
-does (json.loads + from_dict), with the result's size.
+does (json.loads + from_dict, which expands copied nodes), with the result's size as sent
+(copied sub-blocks as copies of their template's records, as the worker sends them).
 
 Usage: .venv/bin/python bench/capture_phases.py [--runs 3] [--models gpt48,llama7b,resnet50]
 """
@@ -35,7 +36,7 @@ def child(path: Path, cls: str, reuse: bool, out: int) -> None:
     from fxls.engine import EngineOptions, build_requests, capture_job
     from fxls.protocol.codec import to_dict
     from fxls.worker.capture import classcapture
-    from fxls.worker.capture.pipeline import run_capture
+    from fxls.worker.capture.pipeline import run_capture_for_wire
 
     spent: dict[str, float] = {}
     record = classcapture.ClassCapture._record
@@ -50,14 +51,17 @@ def child(path: Path, cls: str, reuse: bool, out: int) -> None:
     requests = [r for r in build_requests(parse(text).classes) if r.name == cls]
     job = capture_job(str(path), text, requests, EngineOptions(reuse_blocks=reuse))
     started = time.perf_counter()
-    result = run_capture(job, lambda *_: None)
+    result = run_capture_for_wire(job, lambda *_: None)
     spent["capture"] = time.perf_counter() - started
     started = time.perf_counter()
     body = json.dumps(to_dict(result))
     spent["encode"] = time.perf_counter() - started
     for step, seconds in result.modules[0].timings.items():
         spent[step] = seconds
-    spent["nodes"] = sum(len(m.nodes) + len(m.node_copies) for m in result.modules)
+    spent["nodes"] = sum(
+        len(m.nodes) + len(m.node_copies) + sum(len(b.names) for b in m.block_copies)
+        for m in result.modules
+    )
     os.write(out, json.dumps({"spent": spent, "body": body}).encode())
     os.close(out)
 

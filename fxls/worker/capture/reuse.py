@@ -144,6 +144,47 @@ def _fingerprint(module: torch.nn.Module, depth: int) -> Any:
     return (_own(module), children)
 
 
+def repeated(root: torch.nn.Module) -> set[int]:
+    """``id`` of each module under ``root`` (``root`` too) that may have an identical twin in
+    the tree: another instance of its class with parameters, buffers and children of the same
+    names and shapes, before tracing. Identical fingerprints need that, so the calls of the
+    other modules cannot be replayed and are not recorded. Each module is visited once."""
+    signatures: dict[int, Any] = {}
+
+    def visit(module: torch.nn.Module, depth: int) -> Any:
+        known = signatures.get(id(module), _MISSING)
+        if known is not _MISSING:
+            return known
+        signatures[id(module)] = None  # a cycle has no signature
+        found = None
+        if depth <= 32:
+            children = tuple(
+                (name, visit(child, depth + 1) if child is not None else None)
+                for name, child in module._modules.items()
+            )
+            found = (
+                type(module),
+                tuple((n, _shape(t)) for n, t in module._parameters.items()),
+                tuple((n, _shape(t)) for n, t in module._buffers.items()),
+                children,
+            )
+        signatures[id(module)] = found
+        return found
+
+    visit(root, 0)
+    counts: dict[Any, int] = {}
+    for value in signatures.values():
+        counts[value] = counts.get(value, 0) + 1
+    return {key for key, value in signatures.items() if value is None or counts[value] > 1}
+
+
+def _shape(tensor: Any) -> Any:
+    return tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else None
+
+
+_MISSING = object()
+
+
 def _global_hooks() -> bool:
     hooks = torch.nn.modules.module
     return any(
@@ -246,6 +287,7 @@ class Replayer:
         self.parameter_cache: dict[str, Any] | None = None
         self.root_names: dict[int, str] | None = None
         self.active = not _global_hooks()
+        self.repeated: set[int] | None = None
 
     # -- what the tracer calls --------------------------------------------------------------
 
@@ -264,7 +306,13 @@ class Replayer:
         call: Callable[[], Any],
     ) -> Any:
         """``call()`` runs the tracer's own ``call_module``; a replay does not."""
-        key = self._key(module, args, kwargs) if self.active else None
+        if not self.active:
+            return call()
+        if self.repeated is None:
+            self.repeated = repeated(self.tracer.root)
+        if id(module) not in self.repeated and self._in_tree(module):
+            return call()  # one of a kind: nothing to replay it from, nothing to record
+        key = self._key(module, args, kwargs)
         if key is None:
             return call()
         path = self.tracer.path_of_module(module)
@@ -276,6 +324,10 @@ class Replayer:
         if template is _NOT_REPLAYABLE or self.tracer.num_calls.get(path, 0):
             return call()
         return self._record(key, path, module, args, kwargs, call)
+
+    def _in_tree(self, module: torch.nn.Module) -> bool:
+        paths = self.tracer.submodule_paths
+        return paths is not None and module in paths
 
     # -- keys -------------------------------------------------------------------------------
 

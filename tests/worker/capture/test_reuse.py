@@ -267,6 +267,22 @@ def test_node_names_baked_into_strings_are_not_replayed(tmp_path: Path) -> None:
     assert segments == []
 
 
+def test_only_modules_with_a_twin_are_candidates_for_replay() -> None:
+    # reuse.repeated: the calls of a module without a possible twin (same class, parameter,
+    # buffer and child shapes) are neither recorded nor replayed
+    from torch import nn
+
+    twins = [nn.Linear(4, 4), nn.Linear(4, 4)]
+    other = nn.Linear(4, 5)
+    root = nn.Sequential(nn.Sequential(*twins), other, nn.Sequential(nn.ReLU(), nn.ReLU()))
+    found = reuse.repeated(root)
+    assert {id(t) for t in twins} <= found
+    assert id(other) not in found and id(root) not in found and id(root[0]) not in found
+    assert id(root[2][0]) in found and id(root[2]) not in found
+    shared = nn.Linear(2, 2)
+    assert id(shared) not in reuse.repeated(nn.Sequential(shared, shared))  # one instance
+
+
 def test_fingerprint_refuses_what_it_cannot_compare() -> None:
     block = nn.Linear(2, 2)
     assert reuse.fingerprint(block) == reuse.fingerprint(nn.Linear(2, 2))

@@ -6,15 +6,18 @@ import pytest
 
 from fxls.protocol.model import PROTOCOL_VERSION
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.timeout(180)]
+ASYNC = pytest.mark.asyncio(loop_scope="module")
 
 
+@ASYNC
 async def test_ready_frame_carries_the_protocol_version(worker) -> None:  # type: ignore[no-untyped-def]
     assert worker.ready is not None
     assert worker.ready.protocol == PROTOCOL_VERSION
     assert worker.ready.torch_version.startswith("2.")
 
 
+@ASYNC
 async def test_the_zygote_is_ready_after_the_imports_and_warms_the_rest_while_idle(
     own_worker,  # type: ignore[no-untyped-def]
 ) -> None:

@@ -401,6 +401,20 @@ class ClassSummary:
         return out
 
 
+_ORIGINS = {
+    "declared": "declared",
+    "parent": "from the parent's call",
+    "default": "the default",
+    "assumed": "assumed",
+}
+
+
+def input_origin(module: ModuleResult, index: int) -> str:
+    """How the capture got ``forward``'s input ``index``, in words."""
+    origin = module.input_origin(index)
+    return _ORIGINS.get(origin, origin)
+
+
 def class_summary(
     module: ModuleResult, *, isolation: Sequence[str] = (), duration_s: float | None = None
 ) -> ClassSummary:
@@ -423,9 +437,7 @@ def class_summary(
         rows.append(("nodes", f"{plural(len(module.nodes), 'node')}: {by_kind}"))
     for index, value in enumerate(module.inputs):
         name = module.input_names[index] if index < len(module.input_names) else f"#{index}"
-        assumed = index < len(module.inputs_assumed) and module.inputs_assumed[index]
-        how = "assumed" if assumed else "declared"
-        rows.append((f"input {name}", f"{values_text([value])} ({how})"))
+        rows.append((f"input {name}", f"{values_text([value])} ({input_origin(module, index)})"))
     if module.outputs:
         rows.append(("output", values_text(module.outputs)))
     for line in construction_text(module):

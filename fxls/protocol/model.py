@@ -69,6 +69,7 @@ module computes (offered only on request); ``unavailable``: cannot be made or ch
 Phase = Literal["setup", "import", "init", "trace", "serialize"]
 Severity = Literal["error", "warning", "information", "hint"]
 ModuleStatus = Literal["traced", "partial", "failed", "skipped"]
+InputOrigin = Literal["declared", "parent", "default", "assumed"]
 NodeOp = Literal["placeholder", "get_attr", "call_function", "call_method", "call_module", "output"]
 ValueKind = Literal["tensor", "size", "int", "float", "bool", "none", "device", "dtype", "other"]
 ErrorKind = Literal["exception", "system_exit", "recursion"]
@@ -616,6 +617,9 @@ class ModuleResult:
     inputs: list[Value] = field(default_factory=list)
     input_names: list[str] = field(default_factory=list)
     inputs_assumed: list[bool] = field(default_factory=list)
+    input_origins: list[InputOrigin] = field(default_factory=list)
+    """Per input: ``declared`` (a directive, an annotation, the CLI), ``parent`` (recorded
+    from the parent's call), ``default`` (the parameter's default) or ``assumed`` (FX405)."""
     outputs: list[Value] = field(default_factory=list)
     nodes: list[NodeInfo] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
@@ -630,6 +634,13 @@ class ModuleResult:
     once decoded."""
     block_copies: list[BlockCopy] = field(default_factory=list)
     """On the wire only, like ``node_copies``: runs of copies, one per copied sub-block."""
+
+    def input_origin(self, index: int) -> InputOrigin:
+        """Where input ``index`` came from (``inputs_assumed`` when a result has no origins)."""
+        if index < len(self.input_origins):
+            return self.input_origins[index]
+        assumed = index < len(self.inputs_assumed) and self.inputs_assumed[index]
+        return "assumed" if assumed else "declared"
 
     def __post_init__(self) -> None:
         if self.node_copies or self.block_copies:

@@ -53,6 +53,7 @@ def to_json(
                     own.append(d)
         names = m.input_names or [f"arg{i}" for i in range(len(m.inputs))]
         assumed = m.inputs_assumed or [False] * len(m.inputs)
+        origins = [m.input_origin(i) for i in range(len(m.inputs))]
         nodes = []
         for n in m.nodes:
             span = n.span
@@ -84,8 +85,8 @@ def to_json(
                 "isolation": list(analysis.isolation),
                 "params": m.params,
                 "inputs": [
-                    {"name": n, **_json_value(v), "assumed": a}
-                    for n, v, a in zip(names, m.inputs, assumed)
+                    {"name": n, **_json_value(v), "assumed": a, "origin": o}
+                    for n, v, a, o in zip(names, m.inputs, assumed, origins)
                 ],
                 "outputs": [_json_value(v) for v in m.outputs],
                 "nodes": nodes,

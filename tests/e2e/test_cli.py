@@ -89,7 +89,9 @@ def test_json_schema_version_1(examples_json: dict[str, dict[str, Any]]) -> None
         for m in doc["modules"]:
             assert set(m) == MODULE_KEYS
             for i in m["inputs"]:
-                assert {"name", "shape", "dtype", "assumed"} <= set(i)
+                assert {"name", "shape", "dtype", "assumed", "origin"} <= set(i)
+                assert i["origin"] in ("declared", "parent", "default", "assumed")
+                assert i["assumed"] == (i["origin"] == "assumed")
             for n in m["nodes"]:
                 assert set(n) == NODE_KEYS
                 for a in n["args"]:

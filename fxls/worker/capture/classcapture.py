@@ -440,7 +440,9 @@ class ClassCapture:
                 plan.declared.add(param.name)
                 continue
             if inputs.keeps_default(param):
-                planned = inputs.PlannedInput(param.name, "value", value=param.default)
+                planned = inputs.PlannedInput(
+                    param.name, "value", value=param.default, origin="default"
+                )
                 plan.planned[param.name] = planned
             else:
                 plan.pending.append(param.name)
@@ -560,6 +562,7 @@ class ClassCapture:
         self.mod.input_names = [p.name for p in ordered]
         self.mod.inputs = [p.protocol_value() for p in ordered]
         self.mod.inputs_assumed = [p.assumed for p in ordered]
+        self.mod.input_origins = ["assumed" if p.assumed else p.origin for p in ordered]
 
     def _complete_inputs(
         self, gm: torch.fx.GraphModule, placeholders: list[torch.fx.Node], plan: InputPlan

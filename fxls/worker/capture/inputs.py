@@ -19,7 +19,7 @@ import torch
 import torch.fx
 from torch import nn
 
-from fxls.protocol.model import DimSpec, InputSpec, Value
+from fxls.protocol.model import DimSpec, InputOrigin, InputSpec, Value
 from fxls.worker.capture.document import resolvable
 
 BATCH = "B"
@@ -36,6 +36,9 @@ class PlannedInput:
     dtype: torch.dtype = torch.float32
     value: Any = None
     assumed: bool = False
+    origin: InputOrigin = "declared"
+    """Where it came from when not assumed: a directive or annotation (``declared``), the
+    parent's call (``parent``), the parameter's default (``default``)."""
     reason: str | None = None
     """For assumed inputs: where the shape came from (``conv1: Conv2d(3, 64, ...)``)."""
 

@@ -103,11 +103,11 @@ def _arguments(
 def _planned(name: str, value: Any, namer: Any) -> inputs.PlannedInput | None:
     if isinstance(value, torch.Tensor):
         dims = [_dim(d, namer) for d in value.shape]
-        return inputs.PlannedInput(name, "tensor", dims, value.dtype, assumed=False)
+        return inputs.PlannedInput(name, "tensor", dims, value.dtype, origin="parent")
     portable = _portable(value, 0)
     if portable is _UNPORTABLE:
         return None
-    return inputs.PlannedInput(name, "value", value=portable, assumed=False)
+    return inputs.PlannedInput(name, "value", value=portable, origin="parent")
 
 
 def _dim(d: Any, namer: Any) -> tuple[str | None, int]:

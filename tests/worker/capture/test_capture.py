@@ -524,3 +524,37 @@ def test_meta_builds_skip_torch_layer_resets_with_the_same_tensors() -> None:
         assert nn.LayerNorm.reset_parameters is replaced
     finally:
         nn.LayerNorm.reset_parameters = original  # type: ignore[method-assign]
+
+
+def test_each_input_says_where_it_came_from() -> None:
+    # declared by a directive, recorded from the parent's call, the parameter's default, or
+    # assumed (FX405): what the class hover shows after each input
+    from fxls.analysis import parse
+    from fxls.engine import build_requests
+    from fxls.features.hover import class_markdown
+
+    source = (
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Inner(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(16, 4)\n\n"
+        "    def forward(self, x, mask=None):\n        return self.fc(x)\n\n\n"
+        "# fxls: x = (B, 16)\n"
+        "class Outer(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.inner = Inner()\n\n"
+        "    def forward(self, x):\n        return self.inner(x.relu())\n\n\n"
+        "class Alone(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(8, 2)\n\n"
+        "    def forward(self, x):\n        return self.fc(x)\n"
+    )
+    job = CaptureJob(
+        path="/virtual/origins.py", source=source, classes=build_requests(parse(source).classes)
+    )
+    mods = {m.name: m for m in run_capture(job, lambda *_: None).modules}
+    assert mods["Inner"].input_origins == ["parent", "default"]
+    assert mods["Outer"].input_origins == ["declared"]
+    assert mods["Alone"].input_origins == ["assumed"]
+    inner = class_markdown(mods["Inner"])
+    assert "[B, 16] float32 (from the parent's call)" in inner
+    assert "None (the default)" in inner
+    assert "[B, 16] float32 (declared)" in class_markdown(mods["Outer"])
+    assert "[B, 8] float32 (assumed)" in class_markdown(mods["Alone"])

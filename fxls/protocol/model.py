@@ -647,9 +647,27 @@ class ModuleResult:
             if _keep_copies:
                 check_copies(len(self.nodes), self.node_copies, self.block_copies)
                 return
+            sent = (self.nodes, self.node_copies, self.block_copies)
+            self.expand()
+            self.__dict__[_SENT] = sent  # not a field: for as_sent, never on the wire
+
+    def expand(self) -> None:
+        """Put the records of ``node_copies`` and ``block_copies`` into ``nodes``."""
+        if self.node_copies or self.block_copies:
             self.nodes = expand_copies(self.nodes, self.node_copies, self.block_copies)
             self.node_copies = []
             self.block_copies = []
+
+    def as_sent(self) -> ModuleResult:
+        """This result as the worker sent it: copied records as copies (the records of a
+        decoded result, shared, not copied); itself when nothing came as a copy. For a
+        compact pickle; :meth:`expand` gives the records again."""
+        sent = self.__dict__.get(_SENT)
+        if sent is None:
+            return self
+        out = clone(self, nodes=sent[0], node_copies=sent[1], block_copies=sent[2])
+        del out.__dict__[_SENT]
+        return out
 
 
 @dataclass
@@ -743,6 +761,7 @@ class ReadyInfo:
 
 
 _keep_copies = False
+_SENT = "_fxls_sent"
 
 
 @contextlib.contextmanager

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
+
 from fxls import engine, incremental
 from fxls.analysis import parse
-from fxls.protocol.model import Diagnostic, ModuleResult, NodeInfo, Span
+from fxls.protocol.codec import from_dict, to_dict
+from fxls.protocol.model import Arg, Diagnostic, ModuleResult, NodeInfo, Span
 
 BASE = """\
 import torch
@@ -159,6 +163,37 @@ def test_relocate_moves_spans_and_refuses_line_numbers_in_words() -> None:
     module.notes = []
     module.nodes[0].span = Span(3, 0, 3, 0)  # a blank line: not one the key reads
     assert incremental.relocate(incremental.store([module], unit, [], None), shifted) is None
+
+
+def test_copied_records_are_cached_as_they_came_and_come_back_whole() -> None:
+    # a result decoded from copies is pickled as the copies (incremental.store) and expanded
+    # again, with the lines moved, by relocate: the same records as the decoded result's
+    unit = units(BASE)["B"]
+    line = unit.lines[3]
+    template = NodeInfo(
+        name="fc", op="call_module", target="h.0.fc", span=Span(line, 8, line, 13),
+        module_path="h.0", users=1, inputs=["x"], args=[Arg("input", "x", node="x")],
+    )  # fmt: skip
+    sent = {
+        "name": "B", "line": line, "status": "traced",
+        "nodes": [to_dict(NodeInfo(name="x", op="placeholder", target="x", users=2)),
+                  to_dict(template)],
+        "block_copies": [{"at": 2, "of": 1, "names": ["fc_1"], "template_path": "h.0",
+                          "path": "h.1", "users": [0]}],
+    }  # fmt: skip
+    decoded = from_dict(ModuleResult, sent)
+    assert [n.name for n in decoded.nodes] == ["x", "fc", "fc_1"]
+    assert decoded.nodes[2].target == "h.1.fc" and decoded.nodes[2].span == template.span
+    entry = incremental.store([decoded], unit, [], None)
+    whole = pickle.dumps([dataclasses.replace(decoded)], protocol=pickle.HIGHEST_PROTOCOL)
+    assert b"h.1.fc" in whole and b"h.1.fc" not in entry.modules  # the copy, not its record
+    same = incremental.relocate(entry, unit)
+    assert same is not None and same[0].nodes == decoded.nodes and not same[0].block_copies
+    shifted = incremental.Unit(unit.classes, unit.key, [n + 2 for n in unit.lines])
+    moved = incremental.relocate(entry, shifted)
+    assert moved is not None
+    assert [n.span for n in moved[0].nodes[1:]] == [Span(line + 2, 8, line + 2, 13)] * 2
+    assert to_dict(decoded) == to_dict(from_dict(ModuleResult, sent)), "the decoded one kept"
 
 
 def test_the_cache_is_bounded() -> None:

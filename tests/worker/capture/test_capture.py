@@ -471,6 +471,7 @@ def test_meta_builds_skip_initializers_and_masks_with_the_same_tensors() -> None
     assert not real.fc.bias.detach().any() and real.fc.weight.detach().abs().sum() > 0
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch on some of its layers
 def test_meta_builds_skip_torch_layer_resets_with_the_same_tensors() -> None:
     # build._values_unwritten skips reset_parameters of torch's own layers on the meta
     # device: every parameter and buffer must come out as with the resets, a user's own

@@ -86,6 +86,8 @@ class FileAnalysis:
     classes: list[ClassInfo] = field(default_factory=list)
     """The AST view of the document, for features that need class and forward ranges."""
     torch_version: str | None = None
+    rules_too_slow: bool = False
+    """A job's rules file took longer than its time to load (``CaptureResult.rules_too_slow``)."""
 
     def module(self, name: str) -> ModuleResult | None:
         return next((m for m in self.modules if m.name == name), None)
@@ -421,6 +423,7 @@ def _absorb(
             result.isolation.append(layer)
     capture = job_result.payload or CaptureResult()
     result.torch_version = result.torch_version or capture.torch_version
+    result.rules_too_slow = result.rules_too_slow or capture.rules_too_slow
     diagnostics.extend(capture.diagnostics)
     import_error = _import_error_diagnostic(capture, path, text)
     if import_error is not None:
@@ -525,6 +528,7 @@ async def _incremental(
             if layer not in result.isolation:
                 result.isolation.append(layer)
         result.torch_version = capture.torch_version
+        result.rules_too_slow = capture.rules_too_slow
         fresh = capture.modules
         for unit in todo:
             mods = [m for m in fresh if m.name in unit.classes]

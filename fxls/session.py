@@ -32,6 +32,7 @@ from fxls.features import (
     diagnostics,
     hover,
     inlay_hints,
+    markdown,
     pass_hover,
     trace,
 )
@@ -68,6 +69,10 @@ UNTRUSTED_MESSAGE = (
     "(Workspace Trust: 'Manage Workspace Trust' in the Command Palette). In other editors, "
     'start fxls with {"trusted": true} in initializationOptions.'
 )
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class Session:
@@ -107,6 +112,9 @@ class Session:
         """Capture tasks that still wait out the debounce."""
         self.hover_style: hover.Style = "table"
         """``block`` for clients whose hover shows Markdown tables raw (Neovim)."""
+        self.slow_rules: set[str] = set()
+        """SHA-256 of rules file texts that took longer than their time to load: left out of
+        the jobs of other files until the text changes (each job would wait for it again)."""
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -228,23 +236,44 @@ class Session:
         if result and result[0] is not None:
             self.apply_settings(result[0])
 
-    def engine_options(self) -> engine.EngineOptions:
+    def engine_options(self, for_path: str | None = None) -> engine.EngineOptions:
         s = self.settings
         return engine.EngineOptions(
             limits=s.limits.to_protocol(),
             isolation=s.isolation.to_protocol(),
             meta_init=s.capture.meta_init,
             symbolic=s.capture.symbolic,
-            rules=self._rules(),
+            rules=self._rules(for_path),
         )
 
-    def _rules(self) -> Any:
-        """The rules file as text (the editor's when it is open); never executed here."""
+    def _rules(self, for_path: str | None = None) -> Any:
+        """The rules file as text (the editor's when it is open); never executed here. A text
+        that took too long to load goes only to the rules file's own capture (its FX361)."""
         path = engine.rules_path(self.root, self.settings.code_actions.rules_file)
         if path is None or not self.trusted:
             return None
         open_doc = next((d for d in self.documents if os.path.abspath(d.path) == path), None)
-        return engine.read_rules(path, open_doc.text if open_doc is not None else None)
+        rules = engine.read_rules(path, open_doc.text if open_doc is not None else None)
+        own = for_path is not None and os.path.abspath(for_path) == path
+        if rules is not None and not own and _digest(rules.source) in self.slow_rules:
+            return None
+        return rules
+
+    def _note_slow_rules(self, options: engine.EngineOptions) -> None:
+        """After a job whose rules file took too long to load: leave that text out from now."""
+        rules = options.rules
+        if rules is None:
+            return
+        digest = _digest(rules.source)
+        if digest in self.slow_rules:
+            return
+        self.slow_rules.add(digest)
+        name = markdown.plain(os.path.basename(rules.path), 200)
+        self.log(
+            f"fxls: the rules file {name} took longer than its time to load (FX361); its rules "
+            "are left out of captures until it changes",
+            types.MessageType.Warning,
+        )
 
     # -- worker --------------------------------------------------------------------------
 
@@ -360,16 +389,20 @@ class Session:
         """The engine's FileAnalysis; worker and internal failures become an FX508."""
         try:
             worker = await self.ensure_worker()
-            return await engine.analyze(
+            options = self.engine_options(doc.path)
+            result = await engine.analyze(
                 worker,
                 doc.path,
                 text,
                 version=version,
-                options=self.engine_options(),
+                options=options,
                 root=self.root,
                 cache=self.cache,
                 worker=self.worker_identity,
             )
+            if result.rules_too_slow:
+                self._note_slow_rules(options)
+            return result
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -788,7 +821,7 @@ class Session:
             doc.path,
             text,
             requests,
-            options=self.engine_options(),
+            options=self.engine_options(doc.path),
             root=self.root,
             combine=combine,
             unsafe=settings.unsafe,

@@ -20,7 +20,7 @@ from fxls import render
 from fxls.analysis import parse
 from fxls.check.config import CodeFilter
 from fxls.check.discovery import Target
-from fxls.engine import EngineOptions, FileAnalysis, Runner, analyze
+from fxls.engine import EngineOptions, FileAnalysis, Runner, analyze, is_rules_file
 from fxls.protocol.model import Diagnostic, InputSpec, ModuleResult
 
 
@@ -142,22 +142,33 @@ async def run_plans(
     concurrency: int = 2,
     started: Callable[[Plan], None] | None = None,
 ) -> AsyncIterator[Checked]:
-    """Capture the plans (``concurrency`` at a time) and yield results in the plans' order."""
+    """Capture the plans (``concurrency`` at a time) and yield results in the plans' order.
+
+    Once a job reports that the rules file took longer than its time to load, the files that
+    start after it go without the rules (each would wait for them again); the rules file itself
+    keeps them (its FX361)."""
     semaphore = asyncio.Semaphore(max(1, concurrency))
+    without_rules = dataclasses.replace(options, rules=None)
+    slow_rules = False
 
     async def one(plan: Plan) -> Checked:
+        nonlocal slow_rules
         async with semaphore:
             if started is not None:
                 started(plan)
+            chosen = options
+            if slow_rules and not is_rules_file(plan.path, options):
+                chosen = without_rules
             analysis = await analyze(
                 client,
                 plan.path,
                 plan.text,
-                options=options,
+                options=chosen,
                 only=plan.only,
                 extra_inputs=plan.inputs,
                 init_override=plan.init,
             )
+            slow_rules = slow_rules or analysis.rules_too_slow
             return Checked(plan, filter_analysis(analysis, codes))
 
     tasks = [asyncio.ensure_future(one(plan)) for plan in plans]

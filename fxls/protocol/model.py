@@ -713,6 +713,9 @@ class CaptureResult:
     torch_version: str | None = None
     rewrite: RewriteResult | None = None
     """For a ``rewrite`` job: the fixes, computed and verified."""
+    rules_too_slow: bool = False
+    """The job's rules file took longer than its time to load (FX361 on the rules file): the
+    server leaves that text out of the next jobs."""
 
 
 @dataclass

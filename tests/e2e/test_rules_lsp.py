@@ -195,6 +195,24 @@ async def test_the_open_rules_file_shows_why_a_rule_does_not_load(client: Langua
 
 
 @ASYNC
+async def test_a_rules_file_too_slow_to_load_is_said_once_and_left_out(
+    client: LanguageClient,
+) -> None:
+    # the open rules file hangs at import: a capture that carries it waits for it once (the
+    # worker's time for rules), the model gets no FX360, and the server says, once, that it
+    # leaves that text out of other files' jobs (tests/unit/test_rules_server.py: it does)
+    hanging = (FIXTURES / "fxls_rules.py").read_text() + "\n\nwhile True:\n    pass\n"
+    rules_uri, _, _ = _open(client, "fxls_rules.py", hanging)
+    uri, _, mark = _open(client, "mlp_before.py")
+    diags = await _diagnostics(client, uri, mark)
+    assert not [d for d in diags if d.code == "FX360"]
+    said = [m.message for m in client.log_messages if "took longer than its time" in m.message]
+    assert len(said) == 1 and "fxls_rules.py" in said[0], said
+    _close(client, uri)
+    _close(client, rules_uri)
+
+
+@ASYNC
 async def test_saving_the_rules_file_matches_the_open_files_again(client: LanguageClient) -> None:
     uri, _, mark = _open(client, "mlp_before.py")
     diags = await _diagnostics(client, uri, mark)

@@ -88,3 +88,55 @@ def test_rule_names_in_titles_are_plain_and_short() -> None:
     assert len(rule_name("n" * 500)) == 60
     (cand,) = candidates(_analysis("odd`name](javascript:x)"), MODEL)
     assert "`" not in cand.title[len("Apply rule `") : -1]
+
+
+def test_a_rules_text_too_slow_to_load_goes_only_to_its_own_file(tmp_path: Path) -> None:
+    # after a job reports that the rules took too long to load (CaptureResult.rules_too_slow),
+    # the session leaves that text out of other files' jobs (each would wait for it again),
+    # keeps it for the rules file's own capture (its FX361), says so once, and sends the rules
+    # again once their text changes
+    from lsprotocol import types
+
+    from fxls.session import Session
+
+    rules_path = tmp_path / "fxls_rules.py"
+    rules_path.write_text("while True:\n    pass\n")
+    session = Session(None)  # type: ignore[arg-type]
+    session.root = str(tmp_path)
+    logged: list[str] = []
+    session.log = lambda message, kind=types.MessageType.Info: logged.append(message)  # type: ignore[method-assign]
+    model = str(tmp_path / "model.py")
+    options = session.engine_options(model)
+    assert options.rules is not None
+    session._note_slow_rules(options)
+    session._note_slow_rules(options)
+    assert len(logged) == 1 and "fxls_rules.py" in logged[0] and "FX361" in logged[0]
+    assert session.engine_options(model).rules is None
+    assert session.engine_options().rules is None
+    assert session.engine_options(str(rules_path)).rules is not None
+    rules_path.write_text("def pattern_a(x):\n    return x\n")
+    assert session.engine_options(model).rules is not None
+
+
+async def test_fxls_check_stops_sending_rules_that_load_too_slowly(tmp_path: Path) -> None:
+    # the first file's job reports the rules as too slow: the files after it go without them,
+    # the rules file itself keeps them
+    from fxls.check.config import CodeFilter
+    from fxls.check.discovery import Target
+    from fxls.check.run import Plan, run_plans
+    from fxls.protocol.model import CaptureJob, CaptureResult, Isolation, JobResult, Limits
+
+    sent: list[tuple[str, bool]] = []
+
+    class Worker:
+        async def run(self, job: CaptureJob, limits: Limits, isolation: Isolation) -> JobResult:
+            sent.append((Path(job.path).name, job.rules is not None))
+            return JobResult(id=len(sent), kind="ok", payload=CaptureResult(rules_too_slow=True))
+
+    rules = RulesFile(str(tmp_path / "fxls_rules.py"), "while True:\n    pass\n")
+    names = ["a.py", "b.py", "fxls_rules.py", "c.py"]
+    plans = [Plan(Target(str(tmp_path / n), True), MODEL, None) for n in names]
+    options = EngineOptions(rules=rules)
+    async for _ in run_plans(Worker(), plans, options, CodeFilter(), concurrency=1):
+        pass
+    assert sent == [("a.py", True), ("b.py", False), ("fxls_rules.py", True), ("c.py", False)]

@@ -175,6 +175,13 @@ def test_a_rules_file_that_hangs_is_fx361_not_a_lost_capture() -> None:
     ((code, line, message),) = _load_problems(hanging)
     assert code == "FX361" and line in (5, 6), (line, message)
     assert "took longer than" in message
+    # the result says so, for any document the rules went with (the server then leaves
+    # this text out of the next jobs); rules that load say nothing
+    model = FIXTURES / "mlp_before.py"
+    for text, slow in ((hanging, True), (RULES.read_text(), False)):
+        rules = RulesFile(str(FIXTURES / "fxls_rules.py"), text)
+        job = CaptureJob(path=str(model), source=model.read_text(), rules=rules)
+        assert _capture(job).rules_too_slow is slow
 
 
 def test_only_plain_function_names_are_rules() -> None:

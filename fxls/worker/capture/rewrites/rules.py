@@ -76,6 +76,7 @@ class Loaded:
     rules: list[Rule] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     """Why rules did not load, at lines of the rules file."""
+    too_slow: bool = False
 
 
 LOAD_SECONDS = 3.0
@@ -107,6 +108,7 @@ def load(rules: RulesFile) -> Loaded:
     except RulesTooSlow as exc:
         where = _where(exc, rules.path, src) or src.line_span(1)
         out.rules = []
+        out.too_slow = True
         out.diagnostics.append(catalogue.FX361(where, error=str(exc)).diagnostic())
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -282,6 +284,7 @@ def report(doc: Document, result: CaptureResult) -> None:
         return
     own = os.path.abspath(rules.path) == os.path.abspath(doc.job.path)
     loaded = load(RulesFile(rules.path, doc.job.source) if own else rules)
+    result.rules_too_slow = loaded.too_slow
     if own:
         result.diagnostics.extend(loaded.diagnostics)
     shown = os.path.basename(rules.path)

@@ -316,6 +316,41 @@ def is_rules_file(path: str, options: EngineOptions) -> bool:
     return rules is not None and os.path.abspath(rules.path) == os.path.abspath(path)
 
 
+class SlowRules:
+    """Rules file texts that took longer than their time to load (``FileAnalysis.rules_too_slow``):
+    left out of the jobs of other files until the text changes (each job would wait for them
+    again); the rules file's own job keeps them (its FX361)."""
+
+    def __init__(self) -> None:
+        self._texts: set[str] = set()
+
+    def add(self, rules: RulesFile | None) -> bool:
+        """Remember ``rules`` as too slow; True the first time for its text."""
+        if rules is None:
+            return False
+        digest = _digest(rules.source)
+        if digest in self._texts:
+            return False
+        self._texts.add(digest)
+        return True
+
+    def options_for(self, options: EngineOptions, path: str | None) -> EngineOptions:
+        """``options`` for the job of ``path``: without rules known to be too slow."""
+        rules = options.rules
+        if (
+            rules is None
+            or not self._texts
+            or (path is not None and is_rules_file(path, options))
+            or _digest(rules.source) not in self._texts
+        ):
+            return options
+        return dataclasses.replace(options, rules=None)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def class_requests(
     parsed: ParseResult,
     path: str,
@@ -528,7 +563,7 @@ async def _incremental(
             if layer not in result.isolation:
                 result.isolation.append(layer)
         result.torch_version = capture.torch_version
-        result.rules_too_slow = capture.rules_too_slow
+        result.rules_too_slow = result.rules_too_slow or capture.rules_too_slow
         fresh = capture.modules
         for unit in todo:
             mods = [m for m in fresh if m.name in unit.classes]

@@ -71,10 +71,6 @@ UNTRUSTED_MESSAGE = (
 )
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 class Session:
     """Server state: settings, documents, the worker and capture tasks."""
 
@@ -112,9 +108,8 @@ class Session:
         """Capture tasks that still wait out the debounce."""
         self.hover_style: hover.Style = "table"
         """``block`` for clients whose hover shows Markdown tables raw (Neovim)."""
-        self.slow_rules: set[str] = set()
-        """SHA-256 of rules file texts that took longer than their time to load: left out of
-        the jobs of other files until the text changes (each job would wait for it again)."""
+        self.slow_rules = engine.SlowRules()
+        """Rules file texts that took longer than their time to load."""
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -237,37 +232,30 @@ class Session:
             self.apply_settings(result[0])
 
     def engine_options(self, for_path: str | None = None) -> engine.EngineOptions:
+        """The options of a job for ``for_path`` (rules known to be too slow left out)."""
         s = self.settings
-        return engine.EngineOptions(
+        options = engine.EngineOptions(
             limits=s.limits.to_protocol(),
             isolation=s.isolation.to_protocol(),
             meta_init=s.capture.meta_init,
             symbolic=s.capture.symbolic,
-            rules=self._rules(for_path),
+            rules=self._rules(),
         )
+        return self.slow_rules.options_for(options, for_path)
 
-    def _rules(self, for_path: str | None = None) -> Any:
-        """The rules file as text (the editor's when it is open); never executed here. A text
-        that took too long to load goes only to the rules file's own capture (its FX361)."""
+    def _rules(self) -> Any:
+        """The rules file as text (the editor's when it is open); never executed here."""
         path = engine.rules_path(self.root, self.settings.code_actions.rules_file)
         if path is None or not self.trusted:
             return None
         open_doc = next((d for d in self.documents if os.path.abspath(d.path) == path), None)
-        rules = engine.read_rules(path, open_doc.text if open_doc is not None else None)
-        own = for_path is not None and os.path.abspath(for_path) == path
-        if rules is not None and not own and _digest(rules.source) in self.slow_rules:
-            return None
-        return rules
+        return engine.read_rules(path, open_doc.text if open_doc is not None else None)
 
     def _note_slow_rules(self, options: engine.EngineOptions) -> None:
         """After a job whose rules file took too long to load: leave that text out from now."""
         rules = options.rules
-        if rules is None:
+        if rules is None or not self.slow_rules.add(rules):
             return
-        digest = _digest(rules.source)
-        if digest in self.slow_rules:
-            return
-        self.slow_rules.add(digest)
         name = markdown.plain(os.path.basename(rules.path), 200)
         self.log(
             f"fxls: the rules file {name} took longer than its time to load (FX361); its rules "

@@ -20,7 +20,7 @@ from fxls import render
 from fxls.analysis import parse
 from fxls.check.config import CodeFilter
 from fxls.check.discovery import Target
-from fxls.engine import EngineOptions, FileAnalysis, Runner, analyze, is_rules_file
+from fxls.engine import EngineOptions, FileAnalysis, Runner, SlowRules, analyze
 from fxls.protocol.model import Diagnostic, InputSpec, ModuleResult
 
 
@@ -148,17 +148,13 @@ async def run_plans(
     start after it go without the rules (each would wait for them again); the rules file itself
     keeps them (its FX361)."""
     semaphore = asyncio.Semaphore(max(1, concurrency))
-    without_rules = dataclasses.replace(options, rules=None)
-    slow_rules = False
+    slow_rules = SlowRules()
 
     async def one(plan: Plan) -> Checked:
-        nonlocal slow_rules
         async with semaphore:
             if started is not None:
                 started(plan)
-            chosen = options
-            if slow_rules and not is_rules_file(plan.path, options):
-                chosen = without_rules
+            chosen = slow_rules.options_for(options, plan.path)
             analysis = await analyze(
                 client,
                 plan.path,
@@ -168,7 +164,8 @@ async def run_plans(
                 extra_inputs=plan.inputs,
                 init_override=plan.init,
             )
-            slow_rules = slow_rules or analysis.rules_too_slow
+            if analysis.rules_too_slow:
+                slow_rules.add(chosen.rules)
             return Checked(plan, filter_analysis(analysis, codes))
 
     tasks = [asyncio.ensure_future(one(plan)) for plan in plans]

@@ -779,11 +779,11 @@ def copies_kept() -> Iterator[None]:
         _keep_copies = saved
 
 
-def check_copies(count: int, copies: list[NodeCopy], blocks: Sequence[BlockCopy] = ()) -> None:
-    """Raise ``ValueError`` unless ``copies`` and ``blocks`` fit ``count`` whole records the
-    way :func:`expand_copies` needs: each copy at a free index after its template (copies
-    expand in index order, so a template that is a copy itself is expanded first), each
-    block's templates before the block."""
+def check_copies(count: int, copies: list[NodeCopy], blocks: Sequence[BlockCopy] = ()) -> int:
+    """The number of records once expanded; ``ValueError`` unless ``copies`` and ``blocks``
+    fit ``count`` whole records the way :func:`expand_copies` needs: each copy at a free index
+    after its template (copies expand in index order, so a template that is a copy itself is
+    expanded first), each block's templates before the block."""
     total = count + len(copies) + sum(len(b.names) for b in blocks)
     taken = bytearray(total)
     for copy in copies:
@@ -802,6 +802,7 @@ def check_copies(count: int, copies: list[NodeCopy], blocks: Sequence[BlockCopy]
         ):
             raise ValueError(f"block copy at {block.at} of {block.of} does not fit")
         taken[block.at : block.at + size] = b"\x01" * size
+    return total
 
 
 _T = typing.TypeVar("_T")
@@ -824,8 +825,7 @@ def expand_copies(
     """The whole node list: ``nodes`` (the whole records, in order) with ``copies`` and the
     runs of ``blocks`` inserted at their indices, expanded in index order. Raises
     ``ValueError`` for indices that do not fit."""
-    check_copies(len(nodes), copies, blocks)
-    total = len(nodes) + len(copies) + sum(len(b.names) for b in blocks)
+    total = check_copies(len(nodes), copies, blocks)
     out: list[NodeInfo | None] = [None] * total
     starts: dict[int, NodeCopy | BlockCopy] = {}
     for copy in copies:
@@ -838,20 +838,18 @@ def expand_copies(
     for index in range(total):
         if out[index] is None:
             out[index] = next(whole)
-    for at in sorted(starts):  # a template comes before its copy: expanded by then
+    # in index order: every index before a copy (its templates among them, as checked) is a
+    # whole record or a copy expanded already
+    records = typing.cast(list[NodeInfo], out)
+    for at in sorted(starts):
         item = starts[at]
         if isinstance(item, NodeCopy):
-            template = out[item.of]
-            if template is None or template is _PENDING:
-                raise ValueError(f"node copy at {item.at} of {item.of} does not fit")
-            out[at] = item.expand(template)
+            records[at] = item.expand(records[item.of])
             continue
-        templates = typing.cast(list[NodeInfo], out[item.of : item.of + len(item.names)])
-        if any(t is _PENDING for t in templates):
-            raise ValueError(f"block copy at {item.at} of {item.of} does not fit")
+        templates = records[item.of : item.of + len(item.names)]
         for copy in item.copies(templates):
-            out[copy.at] = copy.expand(templates[copy.of - item.of])
-    return typing.cast(list[NodeInfo], out)
+            records[copy.at] = copy.expand(templates[copy.of - item.of])
+    return records
 
 
 _PENDING = NodeInfo(name="", op="output", target="")

@@ -353,38 +353,14 @@ class NodeCopy:
         return dict(zip(template.inputs, self.inputs))
 
     def expand(self, template: NodeInfo) -> NodeInfo:
-        """The record of this node: ``template``'s with the names, target and path of this one
-        (its own copies of every mutable part: a record never shares a list or a dataclass
-        with another)."""
-        renamed = self.renamed
-        texts = self._text_names(template)
-        args = []
-        for arg in template.args:
-            if arg.node is None:
-                if texts is None:
-                    args.append(clone(arg))
-                else:
-                    args.append(clone(arg, value=_renamed_text(arg.value, texts)))
-            else:
-                node = renamed.get(arg.node, arg.node)
-                value = node if arg.value == arg.node else arg.value
-                args.append(clone(arg, value=value, node=node))
-        span, call_site = template.span, template.call_site
-        return clone(
-            template,
-            name=self.name,
-            target=self.target,
-            span=clone(span) if span is not None else None,
-            call_site=clone(call_site) if call_site is not None else None,
-            args=args,
-            outputs=[
-                clone(v, shape=list(v.shape) if v.shape is not None else None)
-                for v in template.outputs
-            ],
-            module_path=self.module_path,
-            users=self.users,
-            inputs=list(self.inputs),
-        )
+        """The record of this node: ``template``'s with the names, target and path of this one.
+        It shares the template's spans, output values and the arguments it does not rename
+        (records are read-only once made; ``fxls.incremental`` moves lines on results as
+        sent, before their copies are expanded)."""
+        return _expanded(
+            template, self.name, self.target, self.module_path, self.users, list(self.inputs),
+            self.renamed, self._text_names(template),
+        )  # fmt: skip
 
     def matches(self, template: NodeInfo, node: NodeInfo) -> bool:
         """Whether ``self.expand(template) == node``, without building the expansion."""
@@ -425,6 +401,33 @@ class NodeCopy:
             ):
                 return False
         return True
+
+
+def _expanded(
+    template: NodeInfo,
+    name: str,
+    target: str,
+    module_path: str | None,
+    users: int,
+    inputs: list[str],
+    renamed: dict[str, str],
+    texts: dict[str, str] | None,
+) -> NodeInfo:
+    args = []
+    for arg in template.args:
+        if arg.node is None:
+            if texts is None:
+                args.append(arg)
+            else:
+                args.append(clone(arg, value=_renamed_text(arg.value, texts)))
+        else:
+            node = renamed.get(arg.node, arg.node)
+            value = node if arg.value == arg.node else arg.value
+            args.append(clone(arg, value=value, node=node))
+    return clone(
+        template, name=name, target=target, args=args, outputs=list(template.outputs),
+        module_path=module_path, users=users, inputs=inputs,
+    )  # fmt: skip
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -472,6 +475,25 @@ class BlockCopy:
     block reads (its inputs)."""
     texts: list[int] = field(default_factory=list)
     """Offsets of the copies whose argument texts name nodes (``NodeCopy.texts``)."""
+
+    def expand(self, templates: list[NodeInfo]) -> list[NodeInfo]:
+        """The records of the run: ``[c.expand(t) for c, t in zip(self.copies(templates),
+        templates)]``, without making the copies."""
+        renamed = dict(self.outer)
+        renamed.update(zip([t.name for t in templates], self.names))
+        old, new = self.template_path, self.path
+        texts = set(self.texts)
+        out = []
+        for i, (template, name) in enumerate(zip(templates, self.names)):
+            target = template.target
+            if template.op in _PATH_OPS:
+                target = _moved_path(target, old, new) or target
+            inputs = [renamed.get(x, x) for x in template.inputs]
+            text_names = dict(zip(template.inputs, inputs)) if i in texts else None
+            path = _moved_path(template.module_path, old, new)
+            users = self.users[i]
+            out.append(_expanded(template, name, target, path, users, inputs, renamed, text_names))
+        return out
 
     def copies(self, templates: list[NodeInfo]) -> list[NodeCopy]:
         """The node copies of the run, from its template records (``templates[i]`` is the
@@ -647,16 +669,17 @@ class ModuleResult:
             if _keep_copies:
                 check_copies(len(self.nodes), self.node_copies, self.block_copies)
                 return
-            sent = (self.nodes, self.node_copies, self.block_copies)
             self.expand()
-            self.__dict__[_SENT] = sent  # not a field: for as_sent, never on the wire
 
     def expand(self) -> None:
-        """Put the records of ``node_copies`` and ``block_copies`` into ``nodes``."""
+        """Put the records of ``node_copies`` and ``block_copies`` into ``nodes`` (remembering
+        the form they came in for :meth:`as_sent`)."""
         if self.node_copies or self.block_copies:
+            sent = (self.nodes, self.node_copies, self.block_copies)
             self.nodes = expand_copies(self.nodes, self.node_copies, self.block_copies)
             self.node_copies = []
             self.block_copies = []
+            self.__dict__[_SENT] = sent  # not a field: for as_sent, never on the wire
 
     def as_sent(self) -> ModuleResult:
         """This result as the worker sent it: copied records as copies (the records of a
@@ -847,8 +870,7 @@ def expand_copies(
             records[at] = item.expand(records[item.of])
             continue
         templates = records[item.of : item.of + len(item.names)]
-        for copy in item.copies(templates):
-            records[copy.at] = copy.expand(templates[copy.of - item.of])
+        records[item.at : item.at + len(item.names)] = item.expand(templates)
     return records
 
 

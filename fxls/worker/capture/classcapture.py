@@ -29,6 +29,7 @@ from fxls.protocol.model import (
     Construction,
     Diagnostic,
     ModuleResult,
+    NodeCopy,
     NodeInfo,
     Phase,
     Related,
@@ -47,7 +48,7 @@ from fxls.worker.capture import (
     strategies,
 )
 from fxls.worker.capture.document import Document
-from fxls.worker.capture.nodes import copied_node_info, node_info, output_values
+from fxls.worker.capture.nodes import copied_node_info, node_copy, node_info, output_values
 from fxls.worker.capture.reporting import class_span, dedupe, error_info, line_span, one_line
 from fxls.worker.capture.tracer import (
     CALL_SITE_KEY,
@@ -384,28 +385,58 @@ class ClassCapture:
         examples: dict[str, Any],
         rename: Callable[[str], str] | None = None,
     ) -> None:
-        """The graph's nodes and outputs as wire data (a node copied from an identical
-        sub-block's template takes the template's named arguments)."""
+        """The graph's nodes and outputs as wire data. A node copied from an identical
+        sub-block's template becomes a ``NodeCopy`` of the template's record in
+        ``node_copies`` when that expands to its record (:func:`node_copy`), else a record
+        made from the template's named arguments (noted in ``doc.copied_nodes`` for
+        :func:`reuse.compact`); ``capture_document`` expands the copies unless the result is
+        sent."""
         copied = reuse.copies(self.traced.segments) if self.traced and rename is None else {}
         infos: dict[str, NodeInfo] = {}
         by_name: dict[str, torch.fx.Node] = {}
         index: dict[str, int] = {}
         copied_from: dict[int, int] = {}
         nodes: list[NodeInfo] = []
+        node_copies: list[NodeCopy] = []
+        copy_of: dict[str, NodeCopy] = {}
+
+        def whole(name: str) -> NodeInfo | None:
+            """The record of node ``name`` (a copy's is expanded from its template's)."""
+            found = infos.get(name)
+            if found is None and name in copy_of:
+                copy = copy_of[name]
+                template = whole(by_name_of[copy.of])
+                if template is not None:
+                    found = infos[name] = copy.expand(template)
+            return found
+
+        by_name_of: dict[int, str] = {}
         for n in gm.graph.nodes:
             by_name[n.name] = n
+            at = len(by_name_of)
+            by_name_of[at] = n.name
             source = copied.get(n.name)
             template = by_name.get(source[0]) if source is not None else None
-            if template is not None and source is not None and source[0] in infos:
-                info = copied_node_info(gm, n, template, infos[source[0]], values, examples)
-            else:
+            info: NodeInfo | None = None
+            if template is not None and template.name in index:
+                of = index[template.name]
+                base = whole(template.name)
+                if base is not None:
+                    copy = node_copy(gm, n, template, base, values, at, of)
+                    if copy is not None:
+                        node_copies.append(copy)
+                        copy_of[n.name] = copy
+                        index[n.name] = at
+                        continue
+                    info = copied_node_info(gm, n, template, base, values, examples)
+                copied_from[at] = of
+            if info is None:
                 info = node_info(gm, n, values, examples, rename)
             infos[n.name] = info
-            if template is not None and template.name in index:
-                copied_from[len(nodes)] = index[template.name]
-            index[n.name] = len(nodes)
+            index[n.name] = at
             nodes.append(info)
         self.mod.nodes = nodes
+        self.mod.node_copies = node_copies
         if copied_from:
             self.doc.copied_nodes[id(self.mod)] = (self.mod, copied_from)
         output = next((n for n in gm.graph.nodes if n.op == "output"), None)

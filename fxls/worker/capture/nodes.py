@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from fxls.protocol.model import Arg, NodeInfo, NodeOp, Value, clone
+from fxls.protocol.model import Arg, NodeCopy, NodeInfo, NodeOp, Value, clone
 from fxls.worker.capture import arguments
 from fxls.worker.capture.tracer import CALL_SITE_KEY, SPAN_KEY
 
@@ -175,6 +175,59 @@ def copied_node_info(
         users=len(node.users),
         inputs=[n.name for n in node.all_input_nodes],
     )
+
+
+def node_copy(
+    gm: torch.fx.GraphModule,
+    node: torch.fx.Node,
+    template: torch.fx.Node,
+    info: NodeInfo,
+    values: Mapping[str, list[Value]],
+    at: int,
+    of: int,
+) -> NodeCopy | None:
+    """The record :func:`copied_node_info` gives, as a :class:`NodeCopy` of ``info`` (at
+    ``at``, its template at ``of``), when expanding the copy gives exactly that record: the
+    copy's span, call site, outputs and module description are the template's and its
+    argument texts name no node; otherwise None."""
+    meta = node.meta
+    if (
+        meta.get(SPAN_KEY) != info.span
+        or meta.get(CALL_SITE_KEY) != info.call_site
+        or values.get(node.name, []) != info.outputs
+    ):
+        return None
+    if node.op == "call_module" and _module_type(gm, str(node.target)) != info.module_type:
+        return None
+    renamed = _renamed_nodes(info, template, node)
+    if renamed is None:
+        return None
+    return NodeCopy(
+        at=at, of=of, name=node.name, target=readable_target(node),
+        module_path=_module_path(node), users=len(node.users),
+        inputs=[n.name for n in node.all_input_nodes], renamed=renamed,
+    )  # fmt: skip
+
+
+def _renamed_nodes(
+    info: NodeInfo, template: torch.fx.Node, node: torch.fx.Node
+) -> dict[str, str] | None:
+    """Template node name -> copy's, for the arguments that are exactly one node, when the
+    copy's named arguments are the template's with those names (:func:`_moved_args`)."""
+    old = template.all_input_nodes
+    new = node.all_input_nodes
+    if len(old) != len(new):
+        return None
+    names = {a.name: b.name for a, b in zip(old, new)}
+    if {a.node for a in info.args if a.node is not None} != set(names):
+        return None
+    for arg in info.args:
+        if arg.node is not None:
+            if arg.value != arg.node:
+                return None
+        elif any(name in arg.value for name in names):
+            return None
+    return {a.node: names[a.node] for a in info.args if a.node is not None}
 
 
 def _moved_args(info: NodeInfo, template: torch.fx.Node, node: torch.fx.Node) -> list[Arg] | None:

@@ -47,16 +47,16 @@ def run_capture_for_wire(job: CaptureJob, report_phase: PhaseReporter) -> Captur
     """:func:`run_capture` for a result that is sent: the records of copied sub-blocks travel
     as copies of their template's (:func:`fxls.worker.capture.reuse.compact`), expanded again
     when the result is decoded."""
-    doc, result = _capture_and_passes(job, report_phase)
+    doc, result = _capture_and_passes(job, report_phase, keep_copies=True)
     reuse.compact(result.modules, doc.copied_nodes)
     return result
 
 
 def _capture_and_passes(
-    job: CaptureJob, report_phase: PhaseReporter
+    job: CaptureJob, report_phase: PhaseReporter, *, keep_copies: bool = False
 ) -> tuple[Document, CaptureResult]:
     with shapes.dispatch_cache(job.fake_cache):
-        doc, result = capture_document(job, report_phase)
+        doc, result = capture_document(job, report_phase, keep_copies=keep_copies)
         if result.error is None and any(req.passes for req in job.classes):
             from fxls.worker.capture.passes import run_passes
 
@@ -65,7 +65,7 @@ def _capture_and_passes(
 
 
 def capture_document(
-    job: CaptureJob, report_phase: PhaseReporter
+    job: CaptureJob, report_phase: PhaseReporter, *, keep_copies: bool = False
 ) -> tuple[Document, CaptureResult]:
     """Execute ``job.source`` and capture each requested class.
 
@@ -73,6 +73,8 @@ def capture_document(
         job: the document and the classes the server's AST pass found.
         report_phase: called with ``("import", None)``, ``("init", cls)`` and ``("trace", cls)``
             before each step, so a parent can tell where a crash or timeout happened.
+        keep_copies: leave the records of copied sub-blocks as ``node_copies`` (the form
+            :func:`reuse.compact` sends); by default every record is in ``nodes``.
 
     Returns:
         The executed document (its ``captures`` hold each class's built module, inputs and
@@ -116,9 +118,19 @@ def capture_document(
         results[index] = mod
     _adopt_parents(doc, job, results, report_phase)
     result.modules = [results[i] for i in range(len(job.classes))]
+    if not keep_copies:
+        for mod in result.modules:
+            _expand(doc, mod)
     if job.rules is not None:
         _rules(doc, result)
     return doc, result
+
+
+def _expand(doc: Document, mod: ModuleResult) -> None:
+    """Every record of ``mod`` in ``nodes`` (its copies expanded in place)."""
+    if mod.node_copies:
+        mod.expand()
+        doc.copied_nodes.pop(id(mod), None)
 
 
 def _rules(doc: Document, result: CaptureResult) -> None:

@@ -32,6 +32,7 @@ import enum
 import os
 import sys
 import types
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -221,6 +222,9 @@ class _Recorded:
     """Index of ``inner`` in ``Template.inner``."""
     cached: bool = False
     """A get_attr node the tracer keeps in its parameter cache."""
+    candidate: str | None = None
+    """The name a copy asks the graph for when its target is the template's (the graph makes
+    it unique); None: derived from the copy's own target."""
 
 
 @dataclass
@@ -486,6 +490,10 @@ class Replayer:
                     return None
                 r.scope = (scope[0][cut:], scope[1])
             r.spans = inner.setdefault(r.inner, len(inner))
+            if r.name is not None:
+                r.candidate = r.name
+            elif n.op not in ("call_module", "get_attr"):
+                r.candidate = self.tracer.graph._target_to_str(n.target)
             proxy = cache.get(str(n.target)) if n.op == "get_attr" else None
             r.cached = proxy is not None and proxy.node is n
         template.stacks = [list(k) for k in stacks]
@@ -553,15 +561,17 @@ class Replayer:
         copies = segment.copies
         lookup = env.__getitem__
         map_arg = torch.fx.node.map_arg
+        create = _node_maker(graph)
         for rec in template.nodes:
             old = rec.node
             target = old.target if rec.target is None else path + rec.target
-            new = graph.create_node(
+            new = create(
                 old.op,
                 target,
                 map_arg(old.args, lookup),
                 map_arg(old.kwargs, lookup),
                 rec.name,
+                rec.candidate,
                 old.type,
             )
             env[old] = new
@@ -582,6 +592,45 @@ class Replayer:
             tracer.num_calls[moved_path] = tracer.num_calls.get(moved_path, 0) + count
         self.segments.append(segment)
         return _reproxy(template.output, env, tracer)
+
+
+NodeMaker = Callable[
+    [str, Any, tuple[Any, ...], dict[str, Any], str | None, str | None, Any], torch.fx.Node
+]
+
+
+def _node_maker(graph: torch.fx.Graph) -> NodeMaker:
+    """``graph.create_node`` for copies: the same node, name and place in the graph, without
+    the per-node scan of the arguments for raw symbolic sizes (a copy's arguments are its
+    template's with other nodes, which passed it) and with the template's name candidate
+    (``_snake_case`` of the same target). Falls back to ``create_node`` itself when the graph
+    lacks the parts it uses or has node-creation hooks."""
+    namespace = getattr(graph, "_graph_namespace", None)
+    insert = getattr(graph, "_insert", None)
+    table = getattr(graph, "_find_nodes_lookup_table", None)
+    owner = graph.owning_module
+    hooks = getattr(owner, "_create_node_hooks", None) if owner is not None else None
+    if namespace is None or insert is None or table is None or hooks or not hasattr(graph, "_len"):
+
+        def slow(op, target, args, kwargs, name, candidate, type_expr):  # type: ignore[no-untyped-def]
+            return graph.create_node(op, target, args, kwargs, name, type_expr)
+
+        return slow
+    node_type = torch.fx.Node
+    empty = torch.fx.immutable_collections.immutable_dict
+
+    def make(op, target, args, kwargs, name, candidate, type_expr):  # type: ignore[no-untyped-def]
+        if candidate is None:
+            candidate = name if name is not None else graph._target_to_str(target)
+        name = namespace.create_name(candidate, None)
+        node = node_type(graph, name, op, target, args, kwargs or empty(), type_expr)
+        namespace.associate_name_with_obj(name, node)
+        insert(node)
+        table.insert(node)
+        graph._len += 1
+        return node
+
+    return make
 
 
 def _names_a_proxy(value: Any, depth: int = 0) -> bool:
@@ -647,21 +696,33 @@ def copies(segments: Iterable[Segment]) -> dict[str, tuple[str, Segment]]:
 
 
 def compact(modules: Iterable[Any], copied: dict[int, tuple[Any, dict[int, int]]]) -> None:
-    """Send the records of copied nodes as ``NodeCopy`` values (what differs from their
-    template's record) where expanding them gives the record exactly, and each run of them
-    made for one sub-block as one ``BlockCopy`` where its copies are those; the server's
-    decoding expands them (``ModuleResult.__post_init__``), so it sees every record as
-    before."""
+    """Make the records of copied nodes wire-ready. A result arrives with its whole records in
+    ``nodes`` and, in ``node_copies``, the copies the capture made (each expands to its
+    record); ``copied`` names the whole records of copies that could not be made so (node
+    names inside argument texts). Those are sent as ``NodeCopy`` values with ``texts`` where
+    expanding them gives the record exactly, and each run of copies made for one sub-block as
+    one ``BlockCopy`` where its copies are those; the server's decoding expands them
+    (``ModuleResult.__post_init__``), so it sees every record as before."""
     for mod in modules:
         found = copied.get(id(mod))
-        if found is None or found[0] is not mod:
+        listed = found[1] if found is not None and found[0] is mod else {}
+        if not listed and not mod.node_copies:
             continue
-        nodes: list[NodeInfo] = mod.nodes
-        copies: list[NodeCopy] = []
-        for at, of in sorted(found[1].items()):
-            if not 0 <= of < at < len(nodes):
+        total = len(mod.nodes) + len(mod.node_copies)
+        records: list[NodeInfo | NodeCopy | None] = [None] * total
+        for copy in mod.node_copies:
+            records[copy.at] = copy
+        whole = iter(mod.nodes)
+        for i in range(total):
+            if records[i] is None:
+                records[i] = next(whole)
+        copies: list[NodeCopy] = list(mod.node_copies)
+        for at, of in sorted(listed.items()):
+            if not 0 <= of < at < total:
                 continue
-            node, template = nodes[at], nodes[of]
+            node, template = records[at], records[of]
+            if not isinstance(node, NodeInfo) or not isinstance(template, NodeInfo):
+                continue
             renamed = {}
             for old, new in zip(template.args, node.args):
                 if old.node is not None and new.node is not None:
@@ -677,17 +738,18 @@ def compact(modules: Iterable[Any], copied: dict[int, tuple[Any, dict[int, int]]
             copy.texts = True  # node names inside lists or tuples of arguments
             if copy.matches(template, node):
                 copies.append(copy)
-        if not copies:
-            continue
-        sent = {c.at for c in copies}
-        singles, blocks = _blocks(copies, nodes)
-        mod.nodes = [n for i, n in enumerate(nodes) if i not in sent]
+        copies.sort(key=lambda c: c.at)
+        for copy in copies:
+            records[copy.at] = copy
+        placed = typing.cast(list[NodeInfo | NodeCopy], records)
+        singles, blocks = _blocks(copies, placed)
+        mod.nodes = [r for r in placed if isinstance(r, NodeInfo)]
         mod.node_copies = singles
         mod.block_copies = blocks
 
 
 def _blocks(
-    copies: list[NodeCopy], nodes: list[NodeInfo]
+    copies: list[NodeCopy], nodes: list[NodeInfo | NodeCopy]
 ) -> tuple[list[NodeCopy], list[BlockCopy]]:
     """``copies`` (in index order) as runs (``BlockCopy``) where a run's copies are exactly
     what its ``BlockCopy`` gives, and single copies for the rest."""
@@ -712,11 +774,11 @@ def _blocks(
     return singles, blocks
 
 
-def _block(run: list[NodeCopy], nodes: list[NodeInfo]) -> BlockCopy | None:
+def _block(run: list[NodeCopy], nodes: list[NodeInfo | NodeCopy]) -> BlockCopy | None:
     first = run[0]
     if first.of + len(run) > first.at:
         return None  # a template inside the run
-    templates = nodes[first.of : first.of + len(run)]
+    templates = [_whole(nodes, i) for i in range(first.of, first.of + len(run))]
     old = new = ""
     for copy, template in zip(run, templates):
         if copy.module_path and template.module_path and copy.module_path != template.module_path:
@@ -734,6 +796,18 @@ def _block(run: list[NodeCopy], nodes: list[NodeInfo]) -> BlockCopy | None:
         texts=[i for i, c in enumerate(run) if c.texts],
     )  # fmt: skip
     return block if block.copies(templates) == run else None
+
+
+def _whole(nodes: list[NodeInfo | NodeCopy], index: int) -> NodeInfo:
+    """The record at ``index``, a copy there expanded from its template's."""
+    found = nodes[index]
+    chain: list[NodeCopy] = []
+    while isinstance(found, NodeCopy):
+        chain.append(found)
+        found = nodes[found.of]
+    for copy in reversed(chain):
+        found = copy.expand(found)
+    return found
 
 
 def _differing_prefix(old: str, new: str) -> tuple[str, str]:

@@ -38,6 +38,7 @@ from fxls.protocol.model import (
     Span,
     Value,
     copies_kept,
+    expand_copies,
 )
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture import reuse
@@ -303,6 +304,8 @@ def test_copied_records_travel_as_copies_and_arrive_whole() -> None:
     job = capture_job(str(path), text, build_requests(parse(text).classes), EngineOptions())
     doc, result = capture_document(job, lambda *_: None)
     whole = [to_dict(m.nodes) for m in result.modules]
+    assert all(not m.node_copies for m in result.modules)  # expanded unless kept
+    doc, result = capture_document(job, lambda *_: None, keep_copies=True)
     reuse.compact(result.modules, doc.copied_nodes)
     gpt = next(m for m in result.modules if m.name == "GPT48")
     copies = len(gpt.node_copies) + sum(len(b.names) for b in gpt.block_copies)
@@ -314,6 +317,23 @@ def test_copied_records_travel_as_copies_and_arrive_whole() -> None:
     back = from_dict(CaptureResult, json.loads(wire))
     assert [to_dict(m.nodes) for m in back.modules] == whole
     assert all(not m.node_copies and not m.block_copies for m in back.modules)
+
+
+def test_a_block_copy_expands_as_its_node_copies_do() -> None:
+    # BlockCopy.expand makes the records without the NodeCopy values; they must be the same
+    path = ROOT / "bench" / "models" / "gpt48.py"
+    text = path.read_text()
+    job = capture_job(str(path), text, build_requests(parse(text).classes), EngineOptions())
+    doc, result = capture_document(job, lambda *_: None, keep_copies=True)
+    reuse.compact(result.modules, doc.copied_nodes)
+    gpt = next(m for m in result.modules if m.name == "GPT48")
+    records = expand_copies(gpt.nodes, gpt.node_copies, gpt.block_copies)
+    assert any(block.texts for block in gpt.block_copies)  # argument texts renamed too
+    for block in gpt.block_copies:
+        templates = records[block.of : block.of + len(block.names)]
+        by_copies = [c.expand(t) for c, t in zip(block.copies(templates), templates)]
+        assert block.expand(templates) == by_copies
+        assert records[block.at : block.at + len(block.names)] == by_copies
 
 
 def test_a_copy_matches_a_record_exactly_when_it_expands_to_it() -> None:

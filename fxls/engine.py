@@ -60,6 +60,9 @@ class EngineOptions:
     fake_cache: bool = False
     """torch's fake-tensor dispatch cache in symbolic shape runs; on only to compare (a job
     child starts with it empty, and filling it costs more than it saves)."""
+    children_from_trace: bool = True
+    """Record the instances and inputs of sub-blocks from the parent's FX trace (the same
+    records as a second run of the parent's ``forward``); off only to compare."""
     parallel_retries: int = 1
     """How many single-class re-runs of one file may run at once after a job failed (one: the
     worker runs at most two jobs, so the other slot stays free for other files)."""
@@ -263,6 +266,7 @@ def capture_job(
         symbolic=options.symbolic,
         reuse_blocks=options.reuse_blocks,
         fake_cache=options.fake_cache,
+        children_from_trace=options.children_from_trace,
         rules=_rules_for(path, options),
     )
 
@@ -642,6 +646,7 @@ async def _capture(
                 symbolic=job.symbolic,
                 reuse_blocks=job.reuse_blocks,
                 fake_cache=job.fake_cache,
+                children_from_trace=job.children_from_trace,
                 rules=job.rules,
             )
             res = await _run(client, single, options)

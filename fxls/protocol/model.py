@@ -190,6 +190,9 @@ class CaptureJob:
     fake_cache: bool = False
     """Use torch's fake-tensor dispatch cache in symbolic shape runs (slower in a fresh job
     child; the same results)."""
+    children_from_trace: bool = True
+    """Read how a parent builds and calls its sub-blocks off its FX trace when the trace saw
+    every call (the same records as running the parent's ``forward`` again for them)."""
     rules: RulesFile | None = None
     """User rules to match in every traced class (FX360); when ``path`` is the document
     itself, its load problems are reported (FX361-FX363)."""

@@ -133,6 +133,8 @@ class Traced:
     """Per document function the last trace went through: parameters that held a Proxy."""
     segments: list[reuse.Segment] = field(default_factory=list)
     """Calls of identical sub-blocks whose nodes were copied from the first one's."""
+    calls: parents.Calls = field(default_factory=dict)
+    """The submodule calls the trace saw, by class (``SpanTracer.module_calls``)."""
 
 
 def _example(planned: inputs.PlannedInput, name: str) -> shapes.ExampleInput:
@@ -248,6 +250,8 @@ class ClassCapture:
         self.feeds: list[shapes.ExampleInput] | None = None
         """The inputs the capture ran with, once known."""
         self.feeds_planned: list[inputs.PlannedInput] = []
+        self.prop: shapes.Propagation | None = None
+        """The traced graph's shapes with the inputs the capture ran with."""
         self.assumed_inputs: list[tuple[inputs.PlannedInput, Span]] = []
         """Inputs fxls inferred, with where to report them (FX405)."""
         self.called_with: dict[str, inputs.PlannedInput] | None = None
@@ -311,17 +315,40 @@ class ClassCapture:
             return
         started = time.perf_counter()
         constructed = self.mod.constructed
-        found = parents.record(
-            module,
-            feeds,
-            {cls: wanted[cls] for cls in inside},
-            path=self.doc.path,
-            source=self.doc.job.source,
-            symbolic=self.doc.job.symbolic,
-            parent_expr=constructed.expr if constructed is not None else None,
-        )
+        parent_expr = constructed.expr if constructed is not None else None
+        watched = {cls: wanted[cls] for cls in inside}
+        found = self._recorded_in_trace(module, watched, parent_expr)
+        if found is None:
+            found = parents.record(
+                module,
+                feeds,
+                watched,
+                path=self.doc.path,
+                source=self.doc.job.source,
+                symbolic=self.doc.job.symbolic,
+                parent_expr=parent_expr,
+            )
         self.doc.records.update(found)
         self.timed("record", started)
+
+    def _recorded_in_trace(
+        self, module: nn.Module, watched: dict[type, str], parent_expr: str | None
+    ) -> dict[str, parents.Recorded] | None:
+        """The children's calls as the trace saw them, when it saw all of them and the
+        traced graph's shapes are what running ``forward`` gives: a plain FX trace (no leaf,
+        wrap or concrete repair) whose propagation ran through symbolically as asked without
+        fixing a dimension. Else None (the parent's ``forward`` is run again for them)."""
+        traced, prop, mod = self.traced, self.prop, self.mod
+        if not self.doc.job.children_from_trace:
+            return None
+        if traced is None or traced.gm is None or prop is None or mod.strategy != "fx":
+            return None
+        expected = "symbolic" if self.doc.job.symbolic else "fake"
+        if prop.error is not None or prop.notes or prop.namer is None or prop.mode != expected:
+            return None
+        return parents.from_trace(
+            module, traced.calls, prop.examples, prop.namer, watched, parent_expr=parent_expr
+        )
 
     def _find_forward(self, module: nn.Module) -> ForwardDef | None:
         tree = self.doc.tree
@@ -361,6 +388,7 @@ class ClassCapture:
         else:
             started = time.perf_counter()
             ordered, prop = self._settle_sizes(gm, placeholders, ordered)
+            self.prop = prop if isinstance(prop, shapes.Propagation) else None
             self.feeds_planned = ordered
             self._set_inputs(ordered)
             self._report_assumed(ordered)
@@ -693,7 +721,10 @@ class ClassCapture:
         mod.strategy = repairs.label(declared_leaves=bool(req.leaf))
         mod.notes.extend(repairs.notes(defaults))
         segments = tracer.replayer.segments if tracer.replayer is not None else []
-        return Traced(gm, gm.graph, leaves() + library_leaves, tracer.traced_params, segments)
+        return Traced(
+            gm, gm.graph, leaves() + library_leaves, tracer.traced_params, segments,
+            tracer.module_calls,
+        )  # fmt: skip
 
     # -- shapes ----------------------------------------------------------------------------
 

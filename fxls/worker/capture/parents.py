@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.fx
 from torch import nn
 
 from fxls.worker.capture import fakerun, inputs, shapes
@@ -82,6 +83,60 @@ def record(
     except Exception:  # recording is a bonus: the classes fall back to their own recipes
         return found
     return found
+
+
+Calls = dict[type, list[tuple[nn.Module, tuple[Any, ...], dict[str, Any]]]]
+
+
+def from_trace(
+    parent: nn.Module,
+    calls: Calls,
+    examples: dict[str, Any],
+    namer: Any,
+    wanted: dict[type, str],
+    *,
+    parent_expr: str | None,
+) -> dict[str, Recorded] | None:
+    """What :func:`record` finds, read off the parent's FX trace instead of a second run:
+    ``calls`` are the submodule calls the trace saw (arguments holding proxies), ``examples``
+    and ``namer`` the propagation of the traced graph, whose example values are those the
+    run would compute. None when the trace cannot say: a wanted class that was not called
+    with recordable arguments (it may be called where the trace does not look: inside a leaf
+    or a wrapped function, or in a copied block), or an argument without an example."""
+    names = {id(m): n for n, m in parent.named_modules()}
+    found: dict[str, Recorded] = {}
+    for cls, cls_name in wanted.items():
+        for module, args, kwargs in calls.get(cls, []):
+            try:
+                values = _examples((args, kwargs), examples, 0)
+            except LookupError:
+                return None
+            got = _arguments(module, values[0], values[1], namer)
+            if got is not None:
+                found[cls_name] = Recorded(
+                    module, names.get(id(module), "?"), type(parent).__name__, parent_expr, got
+                )
+                break
+        else:
+            return None
+    return found
+
+
+def _examples(value: Any, examples: dict[str, Any], depth: int) -> Any:
+    """``value`` with each proxy replaced by its node's example (LookupError when missing)."""
+    if isinstance(value, torch.fx.Proxy):
+        if isinstance(value, torch.fx.proxy.Attribute) and value._node is None:
+            raise LookupError("an attribute proxy no node was made for")
+        return examples[value.node.name]
+    if depth > 8:
+        raise LookupError("too deep")
+    if type(value) in (tuple, list):
+        return type(value)(_examples(v, examples, depth + 1) for v in value)
+    if type(value) is dict:
+        return {k: _examples(v, examples, depth + 1) for k, v in value.items()}
+    if isinstance(value, (tuple, list, dict)):
+        raise LookupError("a container fxls does not rebuild")
+    return value
 
 
 def _arguments(

@@ -562,6 +562,7 @@ class Replayer:
         lookup = env.__getitem__
         map_arg = torch.fx.node.map_arg
         create = _node_maker(graph)
+        recording = bool(self.recordings)
         for rec in template.nodes:
             old = rec.node
             target = old.target if rec.target is None else path + rec.target
@@ -585,6 +586,10 @@ class Replayer:
             if rec.cached and cache is not None:
                 cache[str(target)] = tracer.proxy(new)
             copies[new.name] = old.name
+            if recording:
+                # a replay inside a call being recorded (the second RMSNorm of a Llama
+                # block): its nodes are that template's too, made where a trace makes them
+                self.note_created(new, rec.name, rec.inner + outer)
         if template.nodes:
             tracer._note_params(sys._getframe(1))
         for p, count in template.calls.items():

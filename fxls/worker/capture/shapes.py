@@ -96,6 +96,8 @@ class Propagation:
     """``symbolic``, ``fake`` or ``meta``."""
     notes: list[str] = field(default_factory=list)
     """Things the user should know, e.g. a named dimension fixed to its example size."""
+    namer: Any = None
+    """The run's ``_Namer`` (symbols -> the user's dimension names)."""
 
 
 _QUIET_LOGGERS = (
@@ -975,7 +977,7 @@ def _interpret(
 ) -> Propagation:
     interp = _Propagator(gm, feeds, constant)
     env = interp.env
-    prop = Propagation(values={}, examples={}, error=None, mode=mode)
+    prop = Propagation(values={}, examples={}, error=None, mode=mode, namer=namer)
     fixed: set[Any] = set()
     replacements = 0
     copies = reuse if reuse and interp.memo is not None else {}

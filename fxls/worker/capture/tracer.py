@@ -113,6 +113,9 @@ class SpanTracer(torch.fx.Tracer):
         self.leaf_classes = set(leaf_classes)
         self.leaf_predicate = leaf_predicate
         self.traced_params: dict[CodeType, set[str]] = {}
+        self.module_calls: dict[type, list[tuple[Any, tuple[Any, ...], dict[str, Any]]]] = {}
+        """Per class, each call of a submodule the trace saw (the module, its arguments with
+        proxies), in order; a replayed block's own submodules are not called."""
         self.root_codes: set[CodeType] = set()
         self.reuse_blocks = reuse_blocks
         self.replayer: reuse.Replayer | None = None
@@ -122,6 +125,7 @@ class SpanTracer(torch.fx.Tracer):
         if isinstance(root, torch.nn.Module):
             self.root_codes = method_codes(type(root), self.path)
         self.replayer = None
+        self.module_calls = {}
         if self.reuse_blocks and isinstance(root, torch.nn.Module):
             self.replayer = reuse.Replayer(self, self.path, reuse.document_frames(self.path))
         return super().trace(root, concrete_args)
@@ -133,6 +137,7 @@ class SpanTracer(torch.fx.Tracer):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
+        self.module_calls.setdefault(type(m), []).append((m, args, kwargs))
         replayer = self.replayer
         if replayer is None or self.is_leaf_module(m, self.path_of_module(m)):
             return super().call_module(m, forward, args, kwargs)

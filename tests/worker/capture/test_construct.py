@@ -7,8 +7,12 @@ and checks where the instance and its inputs came from, and what fxls says about
 from __future__ import annotations
 
 import textwrap
+from typing import Any
+
+import pytest
 
 from fxls.protocol.model import CaptureJob, ClassRequest, ModuleResult
+from fxls.worker.capture import parents
 from fxls.worker.capture.pipeline import run_capture
 
 
@@ -256,3 +260,74 @@ class Tagger(nn.Module):
     assert mod.constructed.pin == "'pos', 120, 24"
     assert mod.outputs[0].shape == ["B", "T", 7]
     assert not [d for d in mod.diagnostics if d.code == "FX408"]
+
+
+_PARENT = """
+class Block(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+
+    def forward(self, x, scale=2.0):
+        return self.fc(x) * scale
+
+class Model(nn.Module):
+    def __init__(self, width: int = 16):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(width) for _ in range(3)])
+
+    def forward(self, x):
+        T = x.shape[1]
+        for block in self.blocks:
+            x = block(x, scale=T)
+        return x
+"""
+
+
+def test_sub_blocks_are_recorded_from_the_parents_trace_or_by_running_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runs: list[str] = []
+    record = parents.record
+
+    def counted(parent: Any, *args: Any, **kwargs: Any) -> Any:
+        runs.append(type(parent).__name__)
+        return record(parent, *args, **kwargs)
+
+    monkeypatch.setattr(parents, "record", counted)
+    source = HEADER + _PARENT
+    mods = _capture(source, "Block", "Model")
+    assert not runs  # a plain trace saw every call: forward is not run again for them
+    block = mods["Block"]
+    assert block.constructed is not None and block.constructed.source == "parent"
+    assert block.input_names == ["x", "scale"] and block.input_origins == ["parent", "parent"]
+    assert block.inputs[0].shape == ["B", 16]  # Model's input is assumed [B, 16]
+    assert block.inputs[1].text == "16"  # x.shape[1], as a second run would pass it
+
+    # the same file where the parent needs a repair to trace (a sub-block that branches on
+    # values becomes a leaf: the trace does not see inside it): forward runs again for the
+    # records, and they are the same
+    gate = """
+class Gate(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x
+        return -x
+"""
+    repaired = (
+        (HEADER + gate + _PARENT)
+        .replace(
+            "        self.blocks = nn.ModuleList(",
+            "        self.gate = Gate()\n        self.blocks = nn.ModuleList(",
+        )
+        .replace(
+            "            x = block(x, scale=T)\n        return x",
+            "            x = block(x, scale=T)\n        return self.gate(x)",
+        )
+    )
+    mods_again = _capture(repaired, "Block", "Model")
+    assert runs == ["Model"] and mods_again["Model"].strategy == "fx+leaf"
+    again = mods_again["Block"]
+    assert (again.input_names, again.input_origins) == (block.input_names, block.input_origins)
+    assert [v.shape for v in again.inputs] == [v.shape for v in block.inputs]
+    assert again.inputs[1].text == block.inputs[1].text

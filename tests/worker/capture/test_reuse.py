@@ -100,7 +100,7 @@ def _seen(analysis: FileAnalysis, text: str) -> dict[str, Any]:
 @pytest.mark.slow
 @pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
-@pytest.mark.parametrize("speedup", ["reuse_blocks", "no_fake_cache"])
+@pytest.mark.parametrize("speedup", ["reuse_blocks", "no_fake_cache", "children_from_trace"])
 async def test_results_are_the_same_with_and_without_the_speedup(
     worker, path: Path, speedup: str
 ) -> None:  # type: ignore[no-untyped-def]
@@ -109,6 +109,8 @@ async def test_results_are_the_same_with_and_without_the_speedup(
     for flag in (False, True):
         if speedup == "reuse_blocks":
             options = EngineOptions(limits=LIMITS, reuse_blocks=flag)
+        elif speedup == "children_from_trace":
+            options = EngineOptions(limits=LIMITS, children_from_trace=flag)
         else:  # the speed-up is leaving the cache out
             options = EngineOptions(limits=LIMITS, fake_cache=not flag)
         analysis = await analyze(worker, str(path), text, options=options)
@@ -158,16 +160,17 @@ def _graph(capture: Any) -> list[tuple[Any, ...]]:
 
 @pytest.mark.parametrize(
     ("file", "name", "copies"),
-    [("gpt48.py", "GPT48", 47), ("llama7b.py", "Llama7B", 31), ("resnet50.py", "ResNet50", 8)],
+    [("gpt48.py", "GPT48", 47), ("llama7b.py", "Llama7B", 33), ("resnet50.py", "ResNet50", 8)],
 )
 def test_deep_models_trace_each_configuration_once(file: str, name: str, copies: int) -> None:
     path = ROOT / "bench" / "models" / file
     on, on_result = _capture(path, name, True)
     off, off_result = _capture(path, name, False)
-    # every block but the first of each configuration is a copy (ResNet-50: the first block of
-    # each of its 4 stages, which downsamples, differs from the others; Llama: the norms of a
-    # block are copies of each other too)
-    assert len(on.traced.segments) >= copies
+    # every block but the first of each configuration is one copy (ResNet-50: the first block
+    # of each of its 4 stages downsamples, the second is the template of the others; Llama:
+    # the second norm of the first block and the final norm are copies of the block's first
+    # norm, and the first block, that copy inside, is the template of the 31 others)
+    assert len(on.traced.segments) == copies
     assert not off.traced.segments
     assert _graph(on) == _graph(off)
     assert to_dict(on_result.nodes) == to_dict(off_result.nodes)

@@ -498,6 +498,35 @@ class BlockCopy:
             out.append(_expanded(template, name, target, path, users, inputs, renamed, text_names))
         return out
 
+    def gives(self, templates: list[NodeInfo], run: list[NodeCopy]) -> bool:
+        """Whether ``self.copies(templates) == run``, without making the copies."""
+        if len(templates) != len(self.names) or len(run) != len(self.names):
+            return False
+        renamed = dict(self.outer)
+        renamed.update(zip([t.name for t in templates], self.names))
+        old, new = self.template_path, self.path
+        texts = set(self.texts)
+        for i, (template, copy) in enumerate(zip(templates, run)):
+            target = template.target
+            if template.op in _PATH_OPS:
+                target = _moved_path(target, old, new) or target
+            if (
+                copy.at != self.at + i
+                or copy.of != self.of + i
+                or copy.name != self.names[i]
+                or copy.target != target
+                or copy.module_path != _moved_path(template.module_path, old, new)
+                or copy.users != self.users[i]
+                or copy.texts != (i in texts)
+                or copy.inputs != [renamed.get(x, x) for x in template.inputs]
+                or copy.renamed
+                != {
+                    a.node: renamed.get(a.node, a.node) for a in template.args if a.node is not None
+                }
+            ):
+                return False
+        return True
+
     def copies(self, templates: list[NodeInfo]) -> list[NodeCopy]:
         """The node copies of the run, from its template records (``templates[i]`` is the
         record at ``of + i``)."""

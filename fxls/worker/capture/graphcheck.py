@@ -33,9 +33,9 @@ def unused_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     """Nodes ``eliminate_dead_code`` would remove: no users, not impure, not placeholder/output."""
     dead: set[torch.fx.Node] = set()
     for n in reversed(list(graph.nodes)):
-        if n.op in ("placeholder", "output") or n.is_impure():
+        if n.op in ("placeholder", "output") or not all(user in dead for user in n.users):
             continue
-        if all(user in dead for user in n.users):
+        if not n.is_impure():  # asked last: most nodes have a live user
             dead.add(n)
     return [n for n in graph.nodes if n in dead]
 

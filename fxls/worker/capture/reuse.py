@@ -145,6 +145,33 @@ def _fingerprint(module: torch.nn.Module, depth: int) -> Any:
     return (_own(module), children)
 
 
+def _owned_fingerprint(
+    module: torch.nn.Module,
+    path: str,
+    paths: dict[torch.nn.Module, str],
+    names: dict[int, str],
+    depth: int,
+) -> Any:
+    """:func:`fingerprint` of ``module`` (at ``path``), in the same walk checking that every
+    submodule, parameter and buffer of it is found at its own path: a shared or tied one is
+    named by its first path, which differs between instances (raises ``_Unfingerprintable``)."""
+    if depth > 32:
+        raise _Unfingerprintable("depth")
+    if paths.get(module) != path:
+        raise _Unfingerprintable("a shared submodule")
+    for store in (module._parameters, module._buffers):
+        for name, tensor in store.items():
+            if tensor is not None and names.get(id(tensor)) != f"{path}.{name}":
+                raise _Unfingerprintable("a shared tensor")
+    children = tuple(
+        (name, _owned_fingerprint(child, f"{path}.{name}", paths, names, depth + 1))
+        if child is not None
+        else (name, None)
+        for name, child in module._modules.items()
+    )
+    return (_own(module), children)
+
+
 def repeated(root: torch.nn.Module) -> set[int]:
     """``id`` of each module under ``root`` (``root`` too) that may have an identical twin in
     the tree: another instance of its class with parameters, buffers and children of the same
@@ -340,10 +367,12 @@ class Replayer:
         if signature is None:
             return None
         path = self.tracer.path_of_module(module)
-        if not path or not self._owned(module, path):
+        paths = self.tracer.submodule_paths
+        if not path or paths is None:
             return None
-        found = fingerprint(module)
-        if found is None:
+        try:
+            found = _owned_fingerprint(module, path, paths, self._root_names(), 0)
+        except (_Unfingerprintable, RecursionError):
             return None
         return (found, signature)
 
@@ -360,24 +389,6 @@ class Replayer:
             except _Unfingerprintable:
                 return None
         return (len(args), tuple(kwargs), tuple(out))
-
-    def _owned(self, module: torch.nn.Module, path: str) -> bool:
-        """Every submodule, parameter and buffer of ``module`` is found at its own path (a
-        shared or tied one is named by its first path, which differs between instances)."""
-        paths = self.tracer.submodule_paths
-        if paths is None:
-            return False
-        for name, sub in module.named_modules(remove_duplicate=False):
-            if paths.get(sub) != (f"{path}.{name}" if name else path):
-                return False
-        names = self._root_names()
-        for name, tensor in [
-            *module.named_parameters(remove_duplicate=False),
-            *module.named_buffers(remove_duplicate=False),
-        ]:
-            if names.get(id(tensor)) != f"{path}.{name}":
-                return False
-        return True
 
     def _root_names(self) -> dict[int, str]:
         if self.root_names is None:
@@ -800,7 +811,7 @@ def _block(run: list[NodeCopy], nodes: list[NodeInfo | NodeCopy]) -> BlockCopy |
         users=[c.users for c in run], outer=outer,
         texts=[i for i, c in enumerate(run) if c.texts],
     )  # fmt: skip
-    return block if block.copies(templates) == run else None
+    return block if block.gives(templates, run) else None
 
 
 def _whole(nodes: list[NodeInfo | NodeCopy], index: int) -> NodeInfo:

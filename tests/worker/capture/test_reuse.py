@@ -337,6 +337,22 @@ def test_a_block_copy_expands_as_its_node_copies_do() -> None:
         by_copies = [c.expand(t) for c, t in zip(block.copies(templates), templates)]
         assert block.expand(templates) == by_copies
         assert records[block.at : block.at + len(block.names)] == by_copies
+    # BlockCopy.gives is ``copies(templates) == run``, for a change in any field of a copy
+    block = gpt.block_copies[3]
+    templates = records[block.of : block.of + len(block.names)]
+    run = block.copies(templates)
+    assert block.gives(templates, run)
+    assert not block.gives(templates, run[:-1])
+    changes: dict[str, Any] = {
+        "at": 0, "of": 1, "name": "x", "target": "h.9.x", "module_path": "h.9", "users": 9,
+        "inputs": ["x"], "renamed": {"x": "y"}, "texts": True,
+    }  # fmt: skip
+    assert set(changes) == {f.name for f in dataclasses.fields(NodeCopy)}, "a new field"
+    for index in (0, len(run) // 2, len(run) - 1):
+        for name, value in changes.items():
+            changed = list(run)
+            changed[index] = dataclasses.replace(run[index], **{name: value})
+            assert changed != run and not block.gives(templates, changed), (index, name)
 
 
 def test_a_copy_matches_a_record_exactly_when_it_expands_to_it() -> None:

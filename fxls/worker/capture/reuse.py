@@ -111,17 +111,25 @@ def _tensor(t: torch.Tensor | None) -> Any:
     return (tuple(t.shape), t.dtype, t.device.type, t.requires_grad, type(t).__name__)
 
 
+_ATOM_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes})
+
+
 def _own(module: torch.nn.Module) -> Any:
     """The module's own configuration, without its children."""
     attrs = []
+    atoms = _ATOM_TYPES
     for name, value in module.__dict__.items():
-        if name in _HOOK_FREE:
-            if value:
+        if name in _IGNORED:
+            if name in _HOOK_FREE and value:
                 raise _Unfingerprintable("hook")
             continue
-        if name in _IGNORED:
-            continue
-        attrs.append((name, _plain(value)))
+        kind = type(value)
+        if kind in atoms:  # what _plain gives, without the call
+            attrs.append((name, (kind.__name__, value)))
+        elif kind is tuple and all(type(v) in atoms for v in value):
+            attrs.append((name, ("tuple", tuple((type(v).__name__, v) for v in value))))
+        else:
+            attrs.append((name, _plain(value)))
     params = tuple((n, _tensor(p)) for n, p in module._parameters.items())
     buffers = tuple((n, _tensor(b)) for n, b in module._buffers.items())
     return (type(module), tuple(attrs), params, buffers)

@@ -585,25 +585,27 @@ def _type_ok(sig: _Sig, bound: inspect.BoundArguments, kinds: _Kinds) -> bool:
 
 def _choose(
     sigs: Sequence[_Sig], args: tuple[Any, ...], kwargs: Mapping[str, Any], kinds: _Kinds
-) -> tuple[_Sig, inspect.BoundArguments] | None:
-    fallback: tuple[_Sig, inspect.BoundArguments] | None = None
+) -> tuple[_Sig, inspect.BoundArguments, bool] | None:
+    """The first signature (and binding) whose types the arguments match, else the first that
+    binds; and whether the binding packed int varargs into a list (:func:`_pack`)."""
+    fallback: tuple[_Sig, inspect.BoundArguments, bool] | None = None
     wants_out = "out" in kwargs
     for sig in sigs:
         if not wants_out and "out" in sig.types:
             continue
-        attempts = [args]
+        attempts = [(args, False)]
         packed = _pack(sig, args, kinds)
         if packed is not None:
-            attempts.insert(0, packed)
-        for attempt in attempts:
+            attempts.insert(0, (packed, True))
+        for attempt, was_packed in attempts:
             try:
                 bound = sig.signature.bind(*attempt, **kwargs)
             except TypeError:
                 continue
             if not sig.types or _type_ok(sig, bound, kinds):
-                return sig, bound
+                return sig, bound, was_packed
             if fallback is None:
-                fallback = (sig, bound)
+                fallback = (sig, bound, was_packed)
     return fallback
 
 
@@ -707,8 +709,15 @@ def _signatures(
     return [], args, kwargs
 
 
+Choice = tuple[Any, bool]
+"""The signature :func:`named_arguments` chose for a node and whether it packed varargs."""
+
+
 def named_arguments(
-    root: torch.nn.Module, node: torch.fx.Node, examples: Mapping[str, Any]
+    root: torch.nn.Module,
+    node: torch.fx.Node,
+    examples: Mapping[str, Any],
+    chosen: dict[str, Choice] | None = None,
 ) -> tuple[list[Arg], str]:
     """Every parameter of the called thing, in signature order.
 
@@ -733,10 +742,48 @@ def named_arguments(
     try:
         kinds = _Kinds(examples)
         sigs, args, kwargs = _signatures(root, node, kinds)
-        chosen = _choose(sigs, args, kwargs, kinds)
-        if chosen is not None:
-            sig, bound = chosen
+        found = _choose(sigs, args, kwargs, kinds)
+        if found is not None:
+            sig, bound, packed = found
+            if chosen is not None:
+                chosen[node.name] = (sig, packed)
             return _to_args(sig, bound), sig.source
     except Exception:
         pass
     return _unnamed(tuple(node.args), dict(node.kwargs)), "none"
+
+
+def named_like(
+    node: torch.fx.Node,
+    template: torch.fx.Node,
+    choice: Choice,
+    examples: Mapping[str, Any],
+) -> tuple[list[Arg], str] | None:
+    """:func:`named_arguments` of ``node``, a copy of ``template`` (the same operation and
+    arguments, other nodes in them) for which ``choice`` was made, when the nodes it reads
+    are of the same kinds as the template's: the choice depends only on the arguments'
+    structure, their constants and the kinds of their nodes, so it is the same, and the
+    copy's texts come from its own arguments. None when that cannot be said."""
+    old, new = template.all_input_nodes, node.all_input_nodes
+    if node.op != template.op or node.target != template.target or len(old) != len(new):
+        return None
+
+    def blank(n: torch.fx.Node) -> None:
+        return None
+
+    map_arg = torch.fx.node.map_arg
+    if map_arg((node.args, node.kwargs), blank) != map_arg((template.args, template.kwargs), blank):
+        return None  # other constants or another structure
+    kinds = _Kinds(examples)
+    if any(kinds.node(a) != kinds.node(b) for a, b in zip(old, new)):
+        return None
+    sig, packed = choice
+    args, kwargs = tuple(node.args), dict(node.kwargs)
+    attempt = _pack(sig, args, kinds) if packed else args
+    if attempt is None:
+        return None
+    try:
+        bound = sig.signature.bind(*attempt, **kwargs)
+    except TypeError:
+        return None
+    return _to_args(sig, bound), sig.source

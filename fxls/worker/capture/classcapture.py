@@ -37,6 +37,7 @@ from fxls.protocol.model import (
     Value,
 )
 from fxls.worker.capture import (
+    arguments,
     build,
     failures,
     fakerun,
@@ -135,6 +136,13 @@ class Traced:
     """Calls of identical sub-blocks whose nodes were copied from the first one's."""
     calls: parents.Calls = field(default_factory=dict)
     """The submodule calls the trace saw, by class (``SpanTracer.module_calls``)."""
+
+
+def _submodule(module: nn.Module, target: Any) -> nn.Module:
+    try:
+        return module.get_submodule(str(target))
+    except AttributeError:
+        return module  # not a builtin leaf: checked as a leaf the run may go into
 
 
 def _example(planned: inputs.PlannedInput, name: str) -> shapes.ExampleInput:
@@ -346,6 +354,19 @@ class ClassCapture:
         expected = "symbolic" if self.doc.job.symbolic else "fake"
         if prop.error is not None or prop.notes or prop.namer is None or prop.mode != expected:
             return None
+        # a watched instance inside a module the trace keeps whole and a run of forward goes
+        # into (a library leaf; both keep torch's own modules whole) is called where the
+        # trace does not look
+        leaves = {
+            str(n.target)
+            for n in traced.gm.graph.nodes
+            if n.op == "call_module" and not fakerun.is_builtin_leaf(_submodule(module, n.target))
+        }
+        for path, sub in module.named_modules():
+            if type(sub) in watched:
+                parts = path.split(".")
+                if any(".".join(parts[:i]) in leaves for i in range(1, len(parts))):
+                    return None
         return parents.from_trace(
             module, traced.calls, prop.examples, prop.namer, watched, parent_expr=parent_expr
         )
@@ -427,6 +448,7 @@ class ClassCapture:
         nodes: list[NodeInfo] = []
         node_copies: list[NodeCopy] = []
         copy_of: dict[str, NodeCopy] = {}
+        chosen: dict[str, arguments.Choice] = {}  # the signature each call was named with
 
         def whole(name: str) -> NodeInfo | None:
             """The record of node ``name`` (a copy's is expanded from its template's)."""
@@ -456,10 +478,10 @@ class ClassCapture:
                         copy_of[n.name] = copy
                         index[n.name] = at
                         continue
-                    info = copied_node_info(gm, n, template, base, values, examples)
+                    info = copied_node_info(gm, n, template, base, values, examples, chosen)
                 copied_from[at] = of
             if info is None:
-                info = node_info(gm, n, values, examples, rename)
+                info = node_info(gm, n, values, examples, rename, chosen)
             infos[n.name] = info
             index[n.name] = at
             nodes.append(info)

@@ -30,12 +30,15 @@ def output_values(output: torch.fx.Node, values: Mapping[str, list[Value]]) -> l
 
 
 def _named_arguments(
-    gm: torch.fx.GraphModule, node: torch.fx.Node, examples: Mapping[str, Any]
+    gm: torch.fx.GraphModule,
+    node: torch.fx.Node,
+    examples: Mapping[str, Any],
+    chosen: dict[str, arguments.Choice] | None = None,
 ) -> tuple[list[Arg], str | None]:
     if node.op not in ("call_function", "call_method", "call_module"):
         return [], None
     try:
-        args, signature = arguments.named_arguments(gm, node, examples)
+        args, signature = arguments.named_arguments(gm, node, examples, chosen)
     except Exception:
         return [], None
     return list(args), signature
@@ -126,8 +129,12 @@ def node_info(
     values: Mapping[str, list[Value]],
     examples: Mapping[str, Any],
     rename: Callable[[str], str] | None = None,
+    chosen: dict[str, arguments.Choice] | None = None,
+    named: tuple[list[Arg], str | None] | None = None,
 ) -> NodeInfo:
-    args, signature = _named_arguments(gm, node, examples)
+    """The record of ``node``. ``chosen`` collects the signature chosen for its arguments (by
+    node name); ``named`` gives its named arguments when they are known already."""
+    args, signature = named if named is not None else _named_arguments(gm, node, examples, chosen)
     if rename is not None:
         for arg in args:
             arg.value = rename(arg.value)
@@ -154,14 +161,18 @@ def copied_node_info(
     info: NodeInfo,
     values: Mapping[str, list[Value]],
     examples: Mapping[str, Any],
+    chosen: dict[str, arguments.Choice] | None = None,
 ) -> NodeInfo:
     """The record of ``node``, a copy of ``template`` (whose record is ``info``) made for an
     identical sub-block: the template's named arguments with the copy's node names when every
     node argument is exactly one node (the binding depends only on the arguments' kinds, which
-    a copy shares); anything else is named again."""
+    a copy shares); else the signature chosen for the template (in ``chosen``) bound to the
+    copy's own arguments (:func:`arguments.named_like`), or named again."""
     args = _moved_args(info, template, node)
     if args is None:
-        return node_info(gm, node, values, examples)
+        choice = chosen.get(template.name) if chosen is not None else None
+        named = arguments.named_like(node, template, choice, examples) if choice else None
+        return node_info(gm, node, values, examples, named=named)
     return clone(
         info,
         name=node.name,

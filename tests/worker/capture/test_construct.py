@@ -11,19 +11,33 @@ from typing import Any
 
 import pytest
 
-from fxls.protocol.model import CaptureJob, ClassRequest, ModuleResult
+from fxls.protocol.model import CaptureJob, ClassRequest, DimSpec, InputSpec, ModuleResult
 from fxls.worker.capture import parents
 from fxls.worker.capture.pipeline import run_capture
 
 
-def _capture(source: str, *names: str) -> dict[str, ModuleResult]:
+def _capture(
+    source: str,
+    *names: str,
+    inputs: dict[str, list[InputSpec]] | None = None,
+    children_from_trace: bool = True,
+) -> dict[str, ModuleResult]:
     text = textwrap.dedent(source)
     lines = text.splitlines()
     requests = [
-        ClassRequest(name, next(i for i, t in enumerate(lines, 1) if t.startswith(f"class {name}")))
+        ClassRequest(
+            name,
+            next(i for i, t in enumerate(lines, 1) if t.startswith(f"class {name}")),
+            inputs=(inputs or {}).get(name, []),
+        )
         for name in names
     ]
-    job = CaptureJob(path="/virtual/model.py", source=text, classes=requests)
+    job = CaptureJob(
+        path="/virtual/model.py",
+        source=text,
+        classes=requests,
+        children_from_trace=children_from_trace,
+    )
     result = run_capture(job, lambda *_: None)
     assert result.error is None, result.error
     return {m.name: m for m in result.modules}
@@ -331,3 +345,57 @@ class Gate(nn.Module):
     assert (again.input_names, again.input_origins) == (block.input_names, block.input_origins)
     assert [v.shape for v in again.inputs] == [v.shape for v in block.inputs]
     assert again.inputs[1].text == block.inputs[1].text
+
+
+def test_a_sub_block_called_inside_a_torch_module_is_recorded_where_a_run_sees_it_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a module of torch.nn (nn.TransformerEncoder calls the layers it is given) is kept whole
+    # by the trace and by a run of forward alike: both record the first call outside it
+    source = (
+        HEADER
+        + """
+class Layer(nn.Module):
+    def __init__(self, width: int = 16):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+
+    def forward(self, x):
+        return self.fc(x).relu()
+
+class Container(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = Layer()
+
+    def forward(self, x):
+        return self.layer(x) * 2
+
+Container.__module__ = "torch.nn.modules.container_of_layers"
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wrapped = Container()
+        self.extra = Layer()
+
+    def forward(self, x):
+        return self.extra(self.wrapped(x)[:, :3])
+"""
+    )
+    runs: list[str] = []
+    record = parents.record
+
+    def counted(parent: Any, *args: Any, **kwargs: Any) -> Any:
+        runs.append(type(parent).__name__)
+        return record(parent, *args, **kwargs)
+
+    monkeypatch.setattr(parents, "record", counted)
+    x = InputSpec("x", dims=[DimSpec("B", 2), DimSpec("T", 5), DimSpec(None, 16)])
+    traced = _capture(source, "Layer", "Model", inputs={"Model": [x]})["Layer"]
+    assert not runs
+    ran = _capture(source, "Layer", "Model", inputs={"Model": [x]}, children_from_trace=False)
+    assert runs == ["Model"]
+    for layer in (traced, ran["Layer"]):
+        assert layer.constructed is not None and layer.constructed.text == "Model.extra"
+        assert layer.inputs[0].shape == ["B", 3, 16]

@@ -496,3 +496,54 @@ def test_a_dimension_fixed_inside_the_template_is_fixed_in_the_copies(tmp_path: 
     assert to_dict(on_result.nodes) == to_dict(off_result.nodes)
     copied_fc = next(n for n in on_result.nodes if n.name == "blocks_1_fc")
     assert copied_fc.outputs[0].shape == [2, 3, 4]
+
+
+def test_copies_name_their_arguments_with_the_templates_choice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a copy whose argument texts name nodes (`view(B, T, n_head, C // n_head)`) binds the
+    # signature chosen for its template to its own arguments: the records are the ones that
+    # naming every argument again gives
+    from fxls.worker.capture import arguments
+
+    path = ROOT / "bench" / "models" / "gpt48.py"
+    text = path.read_text()
+    job = capture_job(str(path), text, build_requests(parse(text).classes), EngineOptions())
+    named_like = arguments.named_like
+    bound: list[str] = []
+
+    def counted(node: torch.fx.Node, *args: Any) -> Any:
+        found = named_like(node, *args)
+        if found is not None:
+            bound.append(node.name)
+        return found
+
+    def records() -> list[Any]:
+        _, result = capture_document(job, lambda *_: None)
+        return [to_dict(m.nodes) for m in result.modules]
+
+    monkeypatch.setattr(arguments, "named_like", counted)
+    fast = records()
+    assert len(bound) > 4 * 47  # the views of q, k, v and y in every copied block
+    monkeypatch.setattr(arguments, "named_like", lambda *_: None)
+    assert records() == fast
+
+
+def test_a_templates_choice_is_not_used_for_other_constants_or_kinds() -> None:
+    from fxls.worker.capture import arguments
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    n = graph.placeholder("n")
+    template = graph.call_method("view", (x, [n, 4]))
+    same = graph.call_method("view", (x, [n, 4]))
+    other = graph.call_method("view", (x, [n, 5]))
+    other_kind = graph.call_method("view", (x, [x, 4]))
+    examples = {"x": torch.empty(2, 4, device="meta"), "n": 2}
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    chosen: dict[str, Any] = {}
+    expected = arguments.named_arguments(gm, template, examples, chosen)
+    choice = chosen[template.name]
+    assert arguments.named_like(same, template, choice, examples) == expected
+    assert arguments.named_like(other, template, choice, examples) is None
+    assert arguments.named_like(other_kind, template, choice, examples) is None

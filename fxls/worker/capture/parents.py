@@ -2,11 +2,13 @@
 
 ``Block(config)`` is built by ``GPT.__init__`` and called by ``GPT.forward`` with ``[B, T, 768]``:
 that instance, with those inputs in the parent's dimension names, is the best answer to "how
-is ``Block`` built and what does it receive". After a parent is captured, :func:`record` runs
-its ``forward`` once more on fake tensors and, at the first call of each watched class, keeps
-the instance and its arguments; the run stops as soon as every watched class was seen (one
-block of a 48-block stack, not 48). The class's own capture then uses that instance and those
-inputs, so its hovers and hints agree with the parent's.
+is ``Block`` built and what does it receive". After a parent is captured, the first call of
+each watched class is read off its FX trace (:func:`from_trace`: the calls the tracer saw, the
+arguments' examples from the propagation of the traced graph) when the trace saw every call;
+otherwise :func:`record` runs its ``forward`` once more on fake tensors and, at the first call
+of each watched class, keeps the instance and its arguments; the run stops as soon as every
+watched class was seen (one block of a 48-block stack, not 48). The class's own capture then
+uses that instance and those inputs, so its hovers and hints agree with the parent's.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ but proxies, or when ``forward`` changed the instance's attributes.
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import sys
 import types
@@ -627,19 +628,27 @@ def _node_maker(graph: torch.fx.Graph) -> NodeMaker:
     """``graph.create_node`` for copies: the same node, name and place in the graph, without
     the per-node scan of the arguments for raw symbolic sizes (a copy's arguments are its
     template's with other nodes, which passed it) and with the template's name candidate
-    (``_snake_case`` of the same target). Falls back to ``create_node`` itself when the graph
-    lacks the parts it uses or has node-creation hooks."""
+    (``_snake_case`` of the same target). ``create_node`` itself when the graph lacks the parts
+    this uses, has node-creation hooks, or when this torch's ``create_node`` does anything
+    more (:func:`_fast_path_agrees`)."""
+    fast = _fast_maker(graph) if _fast_path_agrees() else None
+    if fast is not None:
+        return fast
+
+    def slow(op, target, args, kwargs, name, candidate, type_expr):  # type: ignore[no-untyped-def]
+        return graph.create_node(op, target, args, kwargs, name, type_expr)
+
+    return slow
+
+
+def _fast_maker(graph: torch.fx.Graph) -> NodeMaker | None:
     namespace = getattr(graph, "_graph_namespace", None)
     insert = getattr(graph, "_insert", None)
     table = getattr(graph, "_find_nodes_lookup_table", None)
     owner = graph.owning_module
     hooks = getattr(owner, "_create_node_hooks", None) if owner is not None else None
     if namespace is None or insert is None or table is None or hooks or not hasattr(graph, "_len"):
-
-        def slow(op, target, args, kwargs, name, candidate, type_expr):  # type: ignore[no-untyped-def]
-            return graph.create_node(op, target, args, kwargs, name, type_expr)
-
-        return slow
+        return None
     node_type = torch.fx.Node
     empty = torch.fx.immutable_collections.immutable_dict
 
@@ -655,6 +664,61 @@ def _node_maker(graph: torch.fx.Graph) -> NodeMaker:
         return node
 
     return make
+
+
+@functools.cache
+def _fast_path_agrees() -> bool:
+    """Whether :func:`_fast_maker` leaves a graph as this torch's ``create_node`` does: the
+    same nodes (names, order, attributes, users), the same graph attributes and node count,
+    and the same answers from ``find_nodes``."""
+    import operator
+
+    def build(fast: bool) -> torch.fx.Graph | None:
+        graph = torch.fx.Graph()
+        x = graph.placeholder("x")
+        make = _fast_maker(graph) if fast else None
+        if fast and make is None:
+            return None
+        prev = x
+        steps: list[tuple[str, Any]] = [
+            ("call_function", operator.add), ("call_method", "relu"),
+            ("call_function", operator.add), ("call_module", "block.fc"),
+            ("get_attr", "block.weight"),
+        ]  # fmt: skip
+        for op, target in steps:
+            args: tuple[Any, ...] = (prev, [prev, 2]) if op != "get_attr" else ()
+            if make is not None:
+                prev = make(op, target, args, {}, None, None, None)
+            else:
+                prev = graph.create_node(op, target, args, {}, None, None)
+        graph.output(prev)
+        return graph
+
+    def state(graph: torch.fx.Graph) -> Any:
+        nodes = [
+            (
+                n.name,
+                n.op,
+                n.target,
+                str(n.args),
+                str(n.kwargs),
+                sorted(vars(n)),
+                n.meta,
+                [u.name for u in n.users],
+                [i.name for i in n.all_input_nodes],
+            )
+            for n in graph.nodes
+        ]
+        queries: list[tuple[str, Any]] = [("call_function", operator.add), ("call_method", "relu")]
+        found = [[n.name for n in graph.find_nodes(op=op, target=target)] for op, target in queries]
+        count = graph._len
+        return nodes, sorted(vars(graph)), count, found, graph.python_code("self").src
+
+    try:
+        fast = build(True)
+        return fast is not None and state(fast) == state(build(False))  # type: ignore[arg-type]
+    except Exception:
+        return False
 
 
 def _names_a_proxy(value: Any, depth: int = 0) -> bool:

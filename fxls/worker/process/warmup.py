@@ -41,9 +41,10 @@ def _import_fx() -> None:
 
 def _import_capture() -> None:
     import fxls.worker.capture.jobs  # noqa: F401 - imported once here instead of in every child
-    from fxls.worker.capture import build
+    from fxls.worker.capture import build, reuse
 
     build.find_torch_resets()
+    reuse._fast_path_agrees()  # once, not in every child that copies a block
 
 
 def _import_dynamo() -> None:

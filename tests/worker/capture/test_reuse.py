@@ -547,3 +547,20 @@ def test_a_templates_choice_is_not_used_for_other_constants_or_kinds() -> None:
     assert arguments.named_like(same, template, choice, examples) == expected
     assert arguments.named_like(other, template, choice, examples) is None
     assert arguments.named_like(other_kind, template, choice, examples) is None
+
+
+def test_copies_skip_create_node_only_where_that_leaves_the_graph_as_it_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the fast path makes a copy's nodes with torch's private graph parts; it is used only
+    # when this torch's create_node does no more than that (checked once per process)
+    assert reuse._fast_path_agrees.__wrapped__()
+    create_node = torch.fx.Graph.create_node
+
+    def more(self: torch.fx.Graph, *args: Any, **kwargs: Any) -> torch.fx.Node:
+        node = create_node(self, *args, **kwargs)
+        node.meta["seen"] = True  # what a later torch might do in create_node
+        return node
+
+    monkeypatch.setattr(torch.fx.Graph, "create_node", more)
+    assert not reuse._fast_path_agrees.__wrapped__()

@@ -479,21 +479,29 @@ class BlockCopy:
     texts: list[int] = field(default_factory=list)
     """Offsets of the copies whose argument texts name nodes (``NodeCopy.texts``)."""
 
-    def expand(self, templates: list[NodeInfo]) -> list[NodeInfo]:
-        """The records of the run: ``[c.expand(t) for c, t in zip(self.copies(templates),
-        templates)]``, without making the copies."""
+    def _moved(
+        self, templates: list[NodeInfo]
+    ) -> Iterator[tuple[int, NodeInfo, str, str, str | None, list[str], dict[str, str]]]:
+        """Per copy of the run: its offset, template record, name, target, module path and
+        inputs, with the names the run renames (template side -> this side)."""
         renamed = dict(self.outer)
         renamed.update(zip([t.name for t in templates], self.names))
         old, new = self.template_path, self.path
-        texts = set(self.texts)
-        out = []
         for i, (template, name) in enumerate(zip(templates, self.names)):
             target = template.target
             if template.op in _PATH_OPS:
                 target = _moved_path(target, old, new) or target
-            inputs = [renamed.get(x, x) for x in template.inputs]
-            text_names = dict(zip(template.inputs, inputs)) if i in texts else None
             path = _moved_path(template.module_path, old, new)
+            inputs = [renamed.get(x, x) for x in template.inputs]
+            yield i, template, name, target, path, inputs, renamed
+
+    def expand(self, templates: list[NodeInfo]) -> list[NodeInfo]:
+        """The records of the run: ``[c.expand(t) for c, t in zip(self.copies(templates),
+        templates)]``, without making the copies."""
+        texts = set(self.texts)
+        out = []
+        for i, template, name, target, path, inputs, renamed in self._moved(templates):
+            text_names = dict(zip(template.inputs, inputs)) if i in texts else None
             users = self.users[i]
             out.append(_expanded(template, name, target, path, users, inputs, renamed, text_names))
         return out
@@ -502,27 +510,19 @@ class BlockCopy:
         """Whether ``self.copies(templates) == run``, without making the copies."""
         if len(templates) != len(self.names) or len(run) != len(self.names):
             return False
-        renamed = dict(self.outer)
-        renamed.update(zip([t.name for t in templates], self.names))
-        old, new = self.template_path, self.path
         texts = set(self.texts)
-        for i, (template, copy) in enumerate(zip(templates, run)):
-            target = template.target
-            if template.op in _PATH_OPS:
-                target = _moved_path(target, old, new) or target
+        for i, template, name, target, path, inputs, renamed in self._moved(templates):
+            copy = run[i]
             if (
                 copy.at != self.at + i
                 or copy.of != self.of + i
-                or copy.name != self.names[i]
+                or copy.name != name
                 or copy.target != target
-                or copy.module_path != _moved_path(template.module_path, old, new)
+                or copy.module_path != path
                 or copy.users != self.users[i]
                 or copy.texts != (i in texts)
-                or copy.inputs != [renamed.get(x, x) for x in template.inputs]
-                or copy.renamed
-                != {
-                    a.node: renamed.get(a.node, a.node) for a in template.args if a.node is not None
-                }
+                or copy.inputs != inputs
+                or copy.renamed != _node_arguments_renamed(template, renamed)
             ):
                 return False
         return True
@@ -530,33 +530,21 @@ class BlockCopy:
     def copies(self, templates: list[NodeInfo]) -> list[NodeCopy]:
         """The node copies of the run, from its template records (``templates[i]`` is the
         record at ``of + i``)."""
-        renamed = dict(self.outer)
-        renamed.update(zip([t.name for t in templates], self.names))
-        old, new = self.template_path, self.path
         texts = set(self.texts)
         out = []
-        for i, (template, name) in enumerate(zip(templates, self.names)):
-            target = template.target
-            if template.op in _PATH_OPS:
-                target = _moved_path(target, old, new) or target
-            out.append(
-                NodeCopy(
-                    at=self.at + i,
-                    of=self.of + i,
-                    name=name,
-                    target=target,
-                    module_path=_moved_path(template.module_path, old, new),
-                    users=self.users[i],
-                    inputs=[renamed.get(x, x) for x in template.inputs],
-                    renamed={
-                        a.node: renamed.get(a.node, a.node)
-                        for a in template.args
-                        if a.node is not None
-                    },
-                    texts=i in texts,
-                )
-            )
+        for i, template, name, target, path, inputs, renamed in self._moved(templates):
+            copy = NodeCopy(
+                at=self.at + i, of=self.of + i, name=name, target=target, module_path=path,
+                users=self.users[i], inputs=inputs,
+                renamed=_node_arguments_renamed(template, renamed), texts=i in texts,
+            )  # fmt: skip
+            out.append(copy)
         return out
+
+
+def _node_arguments_renamed(template: NodeInfo, renamed: dict[str, str]) -> dict[str, str]:
+    """``NodeCopy.renamed`` of a copy of ``template``: its node arguments through ``renamed``."""
+    return {a.node: renamed.get(a.node, a.node) for a in template.args if a.node is not None}
 
 
 @dataclass

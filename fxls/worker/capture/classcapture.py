@@ -441,52 +441,31 @@ class ClassCapture:
         :func:`reuse.compact`); ``capture_document`` expands the copies unless the result is
         sent."""
         copied = reuse.copies(self.traced.segments) if self.traced and rename is None else {}
-        infos: dict[str, NodeInfo] = {}
         by_name: dict[str, torch.fx.Node] = {}
         index: dict[str, int] = {}
         copied_from: dict[int, int] = {}
-        nodes: list[NodeInfo] = []
-        node_copies: list[NodeCopy] = []
-        copy_of: dict[str, NodeCopy] = {}
+        records: list[NodeInfo | NodeCopy] = []
+        expanded: dict[int, NodeInfo] = {}  # templates that are copies themselves, expanded
         chosen: dict[str, arguments.Choice] = {}  # the signature each call was named with
-
-        def whole(name: str) -> NodeInfo | None:
-            """The record of node ``name`` (a copy's is expanded from its template's)."""
-            found = infos.get(name)
-            if found is None and name in copy_of:
-                copy = copy_of[name]
-                template = whole(by_name_of[copy.of])
-                if template is not None:
-                    found = infos[name] = copy.expand(template)
-            return found
-
-        by_name_of: dict[int, str] = {}
         for n in gm.graph.nodes:
             by_name[n.name] = n
-            at = len(by_name_of)
-            by_name_of[at] = n.name
+            at = len(records)
             source = copied.get(n.name)
             template = by_name.get(source[0]) if source is not None else None
-            info: NodeInfo | None = None
+            record: NodeInfo | NodeCopy | None = None
             if template is not None and template.name in index:
                 of = index[template.name]
-                base = whole(template.name)
-                if base is not None:
-                    copy = node_copy(gm, n, template, base, values, at, of)
-                    if copy is not None:
-                        node_copies.append(copy)
-                        copy_of[n.name] = copy
-                        index[n.name] = at
-                        continue
-                    info = copied_node_info(gm, n, template, base, values, examples, chosen)
-                copied_from[at] = of
-            if info is None:
-                info = node_info(gm, n, values, examples, rename, chosen)
-            infos[n.name] = info
+                base = reuse.whole_record(records, of, expanded)
+                record = node_copy(gm, n, template, base, values, at, of)
+                if record is None:
+                    record = copied_node_info(gm, n, template, base, values, examples, chosen)
+                    copied_from[at] = of
+            if record is None:
+                record = node_info(gm, n, values, examples, rename, chosen)
             index[n.name] = at
-            nodes.append(info)
-        self.mod.nodes = nodes
-        self.mod.node_copies = node_copies
+            records.append(record)
+        self.mod.nodes = [r for r in records if isinstance(r, NodeInfo)]
+        self.mod.node_copies = [r for r in records if isinstance(r, NodeCopy)]
         if copied_from:
             self.doc.copied_nodes[id(self.mod)] = (self.mod, copied_from)
         output = next((n for n in gm.graph.nodes if n.op == "output"), None)

@@ -237,26 +237,19 @@ def _renamed_nodes(
             if arg.value != arg.node:
                 return None
         elif any(name in arg.value for name in names):
-            return None
+            return None  # a node inside a list or tuple: named again
     return {a.node: names[a.node] for a in info.args if a.node is not None}
 
 
 def _moved_args(info: NodeInfo, template: torch.fx.Node, node: torch.fx.Node) -> list[Arg] | None:
-    old = template.all_input_nodes
-    new = node.all_input_nodes
-    if len(old) != len(new):
-        return None
-    names = {a.name: b.name for a, b in zip(old, new)}
-    if {a.node for a in info.args if a.node is not None} != set(names):
+    """The template's named arguments with the copy's node names (:func:`_renamed_nodes`)."""
+    renamed = _renamed_nodes(info, template, node)
+    if renamed is None:
         return None
     out = []
     for arg in info.args:
         if arg.node is not None:
-            if arg.value != arg.node:
-                return None
-            out.append(clone(arg, value=names[arg.node], node=names[arg.node]))
-        elif any(name in arg.value for name in names):
-            return None  # a node inside a list or tuple: named again
+            out.append(clone(arg, value=renamed[arg.node], node=renamed[arg.node]))
         else:
             out.append(clone(arg))
     return out

@@ -866,7 +866,7 @@ def _block(run: list[NodeCopy], nodes: list[NodeInfo | NodeCopy]) -> BlockCopy |
     first = run[0]
     if first.of + len(run) > first.at:
         return None  # a template inside the run
-    templates = [_whole(nodes, i) for i in range(first.of, first.of + len(run))]
+    templates = [whole_record(nodes, i) for i in range(first.of, first.of + len(run))]
     old = new = ""
     for copy, template in zip(run, templates):
         if copy.module_path and template.module_path and copy.module_path != template.module_path:
@@ -886,15 +886,23 @@ def _block(run: list[NodeCopy], nodes: list[NodeInfo | NodeCopy]) -> BlockCopy |
     return block if block.gives(templates, run) else None
 
 
-def _whole(nodes: list[NodeInfo | NodeCopy], index: int) -> NodeInfo:
-    """The record at ``index``, a copy there expanded from its template's."""
+def whole_record(
+    nodes: list[NodeInfo | NodeCopy], index: int, expanded: dict[int, NodeInfo] | None = None
+) -> NodeInfo:
+    """The record at ``index`` of records in index order, a copy there expanded from its
+    template's (a chain of copies in turn); ``expanded`` keeps the expansions by index."""
     found = nodes[index]
     chain: list[NodeCopy] = []
     while isinstance(found, NodeCopy):
+        if expanded is not None and found.at in expanded:
+            found = expanded[found.at]
+            break
         chain.append(found)
         found = nodes[found.of]
     for copy in reversed(chain):
         found = copy.expand(found)
+        if expanded is not None:
+            expanded[copy.at] = found
     return found
 
 

@@ -298,17 +298,23 @@ class Model(nn.Module):
 """
 
 
-def test_sub_blocks_are_recorded_from_the_parents_trace_or_by_running_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    runs: list[str] = []
+@pytest.fixture
+def runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The class names of the parents whose ``forward`` ran again to record their children."""
+    found: list[str] = []
     record = parents.record
 
     def counted(parent: Any, *args: Any, **kwargs: Any) -> Any:
-        runs.append(type(parent).__name__)
+        found.append(type(parent).__name__)
         return record(parent, *args, **kwargs)
 
     monkeypatch.setattr(parents, "record", counted)
+    return found
+
+
+def test_sub_blocks_are_recorded_from_the_parents_trace_or_by_running_it(
+    runs: list[str],
+) -> None:
     source = HEADER + _PARENT
     mods = _capture(source, "Block", "Model")
     assert not runs  # a plain trace saw every call: forward is not run again for them
@@ -348,7 +354,7 @@ class Gate(nn.Module):
 
 
 def test_a_sub_block_called_inside_a_torch_module_is_recorded_where_a_run_sees_it_first(
-    monkeypatch: pytest.MonkeyPatch,
+    runs: list[str],
 ) -> None:
     # a module of torch.nn (nn.TransformerEncoder calls the layers it is given) is kept whole
     # by the trace and by a run of forward alike: both record the first call outside it
@@ -383,14 +389,6 @@ class Model(nn.Module):
         return self.extra(self.wrapped(x)[:, :3])
 """
     )
-    runs: list[str] = []
-    record = parents.record
-
-    def counted(parent: Any, *args: Any, **kwargs: Any) -> Any:
-        runs.append(type(parent).__name__)
-        return record(parent, *args, **kwargs)
-
-    monkeypatch.setattr(parents, "record", counted)
     x = InputSpec("x", dims=[DimSpec("B", 2), DimSpec("T", 5), DimSpec(None, 16)])
     traced = _capture(source, "Layer", "Model", inputs={"Model": [x]})["Layer"]
     assert not runs

@@ -63,6 +63,9 @@ class EngineOptions:
     children_from_trace: bool = True
     """Record the instances and inputs of sub-blocks from the parent's FX trace (the same
     records as a second run of the parent's ``forward``); off only to compare."""
+    eager_on_meta: bool = True
+    """Run ``forward`` on meta tensors to compare it with the traced graph (FX109), on fake
+    tensors only when that raises (the same findings); off only to compare."""
     parallel_retries: int = 1
     """How many single-class re-runs of one file may run at once after a job failed (one: the
     worker runs at most two jobs, so the other slot stays free for other files)."""
@@ -267,6 +270,7 @@ def capture_job(
         reuse_blocks=options.reuse_blocks,
         fake_cache=options.fake_cache,
         children_from_trace=options.children_from_trace,
+        eager_on_meta=options.eager_on_meta,
         rules=_rules_for(path, options),
     )
 
@@ -647,6 +651,7 @@ async def _capture(
                 reuse_blocks=job.reuse_blocks,
                 fake_cache=job.fake_cache,
                 children_from_trace=job.children_from_trace,
+                eager_on_meta=job.eager_on_meta,
                 rules=job.rules,
             )
             res = await _run(client, single, options)

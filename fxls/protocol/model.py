@@ -193,6 +193,9 @@ class CaptureJob:
     children_from_trace: bool = True
     """Read how a parent builds and calls its sub-blocks off its FX trace when the trace saw
     every call (the same records as running the parent's ``forward`` again for them)."""
+    eager_on_meta: bool = True
+    """Compare a traced graph with eager execution (FX109) by running ``forward`` on meta
+    tensors first, on fake tensors only when that raises (the same findings)."""
     rules: RulesFile | None = None
     """User rules to match in every traced class (FX360); when ``path`` is the document
     itself, its load problems are reported (FX361-FX363)."""

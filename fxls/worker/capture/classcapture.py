@@ -824,7 +824,13 @@ class ClassCapture:
         doc, mod, specialized = self.doc, self.mod, self.specialized
         try:
             found = strategies.eager_divergence(
-                gm, module, feeds, doc.path, doc.job.source, traced.leaves
+                gm,
+                module,
+                feeds,
+                doc.path,
+                doc.job.source,
+                traced.leaves,
+                on_meta=doc.job.eager_on_meta,
             )
         except Exception as exc:  # the comparison is a bonus: never lose the capture over it
             self.note(f"comparing with eager execution failed: {one_line(exc)}")

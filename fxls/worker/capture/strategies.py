@@ -321,13 +321,17 @@ def eager_divergence(
     path: str,
     source: str,
     leaf_classes: Iterable[str] = (),
+    on_meta: bool = True,
 ) -> Divergence | None:
     """Compare the traced graph with running ``module.forward`` on the same fake inputs.
 
     Both run on static fake tensors at the example sizes and again with the batch dimension
     (the first dimension of the first tensor input, everywhere it appears) one larger. A
     difference in output shapes or dtypes means tracing baked a Python decision into the
-    graph. Runs that raise are not compared (None).
+    graph. Runs that raise are not compared (None). When the graph ran on meta tensors
+    (a module built on the meta device), ``forward`` first runs on meta tensors too
+    (:func:`fakerun.meta_outputs`, unless ``on_meta`` is off) and on fake tensors only if
+    that raises.
     """
     if sum(1 for _ in gm.graph.nodes) > MAX_COMPARE_NODES:
         return None
@@ -348,13 +352,15 @@ def eager_divergence(
         if output is None or output.name not in prop.values:
             return None
         traced = prop.values[output.name]
-        run = fakerun.fake_run(
-            module, feeds, path, symbolic=False, leaf_classes=leaves, source=source
-        )
-        out_node = _output_name(run)
-        if run.error is not None or out_node is None:
-            continue
-        eager = run.values.get(out_node, [])
+        eager = fakerun.meta_outputs(module, feeds) if on_meta and prop.mode == "meta" else None
+        if eager is None:
+            run = fakerun.fake_run(
+                module, feeds, path, symbolic=False, leaf_classes=leaves, source=source
+            )
+            out_node = _output_name(run)
+            if run.error is not None or out_node is None:
+                continue
+            eager = run.values.get(out_node, [])
         if _key(traced) != _key(eager):
             sizes = "; ".join(
                 f"{i.name} [{', '.join(str(s) for _, s in i.dims)}]"

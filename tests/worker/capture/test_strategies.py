@@ -337,6 +337,89 @@ def test_divergence_at_another_batch_size(fixture_module: ModuleType) -> None:
     assert eager_divergence(faithful, eager, feeds, str(FIXTURE), TEXT) is None
 
 
+class _CpuConstant(torch.nn.Module):
+    """Eager adds a CPU tensor the traced graph never sees (a meta run cannot add it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 4)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls = self.calls + 1
+        if isinstance(x, torch.Tensor):
+            x = (x + torch.ones(6, device="cpu")).unsqueeze(1)
+        return self.fc(x)
+
+
+def test_eager_runs_on_meta_tensors_and_finds_what_fake_tensors_find(
+    fixture_module: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For modules built on the meta device the eager side of FX109 runs ``forward`` on meta
+    tensors, without a recorded fake run, and reports the same divergences."""
+    import torch.fx
+
+    from fxls.worker.capture import fakerun
+    from fxls.worker.capture.shapes import ExampleInput
+    from fxls.worker.capture.strategies import eager_divergence
+
+    with torch.device("meta"):
+        flexible = fixture_module.Flexible().eval()
+    images = [ExampleInput("x", "tensor", [("B", 2), (None, 3), (None, 6)])]
+    rows = [ExampleInput("x", "tensor", [("B", 2), (None, 6)])]
+    cases = [
+        (
+            torch.fx.symbolic_trace(fixture_module.ReshapeTwo()),
+            fixture_module.ReshapeBatch(),
+            images,
+        ),
+        (
+            torch.fx.symbolic_trace(fixture_module.ReshapeBatch()),
+            fixture_module.ReshapeBatch(),
+            images,
+        ),
+        (torch.fx.symbolic_trace(flexible), flexible, rows),
+    ]
+    by_fake = [
+        eager_divergence(gm, eager, feeds, str(FIXTURE), TEXT, on_meta=False)
+        for gm, eager, feeds in cases
+    ]
+    assert [found is not None for found in by_fake] == [True, False, True]
+
+    def no_fake_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the meta run answered: no fake run is needed")
+
+    monkeypatch.setattr(fakerun, "fake_run", no_fake_run)
+    by_meta = [eager_divergence(gm, eager, feeds, str(FIXTURE), TEXT) for gm, eager, feeds in cases]
+    assert by_meta == by_fake
+    (found,) = [f for f in by_meta[2:] if f is not None]
+    assert (found.traced, found.eager) == ("[2, 4]", "[2, 1, 4]")
+
+
+def test_eager_falls_back_to_fake_tensors_when_the_meta_run_raises() -> None:
+    """``forward`` adding a CPU tensor cannot run on meta tensors: the fake run answers, the
+    divergence is still found, and the tensor the run assigned to the module is put back."""
+    import torch.fx
+
+    from fxls.worker.capture import fakerun
+    from fxls.worker.capture.shapes import ExampleInput
+    from fxls.worker.capture.strategies import eager_divergence
+
+    with torch.device("meta"):
+        module = _CpuConstant().eval()
+    before = module.calls
+    rows = [ExampleInput("x", "tensor", [("B", 2), (None, 6)])]
+    assert fakerun.meta_outputs(module, rows) is None
+    assert module.calls is before
+    gm = torch.fx.symbolic_trace(module)
+    before = module.calls  # tracing ran the assignment once more
+    source = Path(__file__).read_text(encoding="utf-8")
+    found = eager_divergence(gm, module, rows, __file__, source)
+    assert found is not None and (found.traced, found.eager) == ("[2, 4]", "[2, 1, 4]")
+    assert found == eager_divergence(gm, module, rows, __file__, source, on_meta=False)
+    assert module.calls is before
+
+
 # ---------------------------------------------------------------------------------------
 # Through the real worker (zygote, fork, sandbox)
 # ---------------------------------------------------------------------------------------

@@ -350,9 +350,19 @@ async def test_modernize_attention(client: LanguageClient) -> None:
 
 
 async def test_in_place_statement_is_never_removed(client: LanguageClient) -> None:
-    """``h.mul_(2)``'s result is unused, but removing it changes what the module computes."""
-    uri, _text = _open(client, "unsafe_before.py")
+    """``h.mul_(2)`` has no users in the graph, but removing it would change what the module
+    computes: it is not reported as unused and no fix is offered there. A statement with an
+    unused value that also works in place is reported, and its fix says why it cannot be
+    made."""
+    uri, text = _open(client, "unsafe_before.py")
     diags = await _diagnostics(client, uri)
+    lines = text.split("\n")
+    in_place = lines.index("        h.mul_(2)")
+    assert [d.range.start.line for d in diags if d.code == "FX302"] == [
+        lines.index("        self.fc(h).mul_(2)")
+    ]
+    at = types.Position(in_place, 9)
+    assert await _actions(client, uri, types.Range(at, at), only=["quickfix"]) == []
     diag = next(d for d in diags if d.code == "FX302")
     (fix,) = await _actions(client, uri, diag.range, [diag], only=["quickfix"])
     done = await client.code_action_resolve_async(fix)

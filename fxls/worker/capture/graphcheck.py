@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import operator
 
 import torch.fx
@@ -40,6 +41,37 @@ def unused_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     return [n for n in graph.nodes if n in dead]
 
 
+def works_in_place(node: torch.fx.Node) -> bool:
+    """Whether ``node`` changes a tensor it is given, so that it matters without users: an
+    in-place method or function (``x.mul_(2)``, ``torch.relu_(x)``), ``inplace=True``
+    (``F.relu(x, inplace=True)``), an ``out=`` tensor, or a call of a submodule built with
+    ``inplace=True`` (``nn.ReLU(inplace=True)``)."""
+    if node.op == "call_module":
+        owner = node.graph.owning_module
+        try:
+            module = owner.get_submodule(str(node.target)) if owner is not None else None
+        except AttributeError:
+            return False
+        return getattr(module, "inplace", False) is True
+    if node.op not in ("call_method", "call_function"):
+        return False
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    if isinstance(name, str) and name.endswith("_") and not name.endswith("__"):
+        return True
+    if node.kwargs.get("inplace") is True or node.kwargs.get("out") is not None:
+        return True
+    if node.op == "call_function" and any(arg is True for arg in node.args[1:]):
+        try:
+            params = list(inspect.signature(node.target).parameters)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return False
+        return any(
+            i < len(params) and params[i] == "inplace" and arg is True
+            for i, arg in enumerate(node.args)
+        )
+    return False
+
+
 _QUERY_METHODS = frozenset({"size", "dim", "numel", "stride", "type", "is_contiguous"})
 _QUERY_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"})
 
@@ -73,8 +105,8 @@ def unused(graph: torch.fx.Graph, source: SourceText) -> list[m.Message]:
     """One FX302 hint per unused expression: spans inside another unused span are folded in."""
     spans: dict[tuple[int, int, int, int], tuple[Span, torch.fx.Node]] = {}
     for node in unused_nodes(graph):
-        if _is_bookkeeping(node):
-            continue
+        if _is_bookkeeping(node) or works_in_place(node):
+            continue  # an in-place call has no users, yet its tensor is the one used later
         span = node.meta.get(SPAN_KEY)
         if span is not None:
             spans.setdefault((span.line, span.col, span.end_line, span.end_col), (span, node))

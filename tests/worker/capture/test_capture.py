@@ -291,6 +291,17 @@ def test_unused_computation_hint() -> None:
     assert "FX301" not in _codes(mod)
 
 
+def test_calls_that_work_in_place_are_not_unused() -> None:
+    text = _text("unused.py")
+    spec = InputSpec("x", dims=[DimSpec("B"), DimSpec(None, 6)])
+    (mod,) = _capture("unused.py", _request(text, "InPlace", inputs=[spec])).modules
+    assert mod.status == "traced", mod.error
+    in_place = {"mul_", "relu_", "relu", "act", "add", "zero_"}
+    assert in_place <= {n.target.rsplit(".", 1)[-1] for n in mod.nodes}
+    hints = [d for d in mod.diagnostics if d.code == "FX302"]
+    assert [h.span for h in hints] == [_span_of(text, "h + 1", after="class InPlace")]
+
+
 def test_leaf_classes_are_not_traced_into() -> None:
     text = _text("gpt.py")
     req = _request(

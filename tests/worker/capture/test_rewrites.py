@@ -83,10 +83,18 @@ def test_dead_code_removes_the_statement_and_verifies_outputs() -> None:
 
 def test_dead_code_refuses_in_place_reads_and_stores() -> None:
     job = _job("unsafe_before.py")
+    # `h.mul_(2)` has no users in the graph, but it is not unused: no FX302 there, and a
+    # request to remove it anyway (an old diagnostic, another client) is refused
+    lines = job.source.split("\n")
+    line = lines.index("        h.mul_(2)") + 1
     diag = _diagnostic(job, "InPlace", "FX302")
-    outcome = _one(job, _fix("dead-code", "InPlace", diag.span, "FX302"))
+    assert diag.span.line == lines.index("        self.fc(h).mul_(2)") + 1
+    outcome = _one(job, _fix("dead-code", "InPlace", Span(line, 8, line, 17), "FX302"))
     assert outcome.applicability == "unavailable" and "in place" in outcome.reason
     assert outcome.edits == []
+    # the unused `self.fc(h)` is in a statement that also works in place: refused as well
+    outcome = _one(job, _fix("dead-code", "InPlace", diag.span, "FX302"))
+    assert outcome.applicability == "unavailable" and "`mul_` works in place" in outcome.reason
 
     text = (FIXTURES / "dead_code_before.py").read_text()
     text = text.replace(

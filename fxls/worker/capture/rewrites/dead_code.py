@@ -101,16 +101,6 @@ def _check_nodes(graph: torch.fx.Graph, stmt_span: object, source: SourceText) -
     if used:
         raise Unavailable(f"`{used[0].name}` of this statement is used")
     for n in inside:
-        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
-        if n.op in ("call_method", "call_function") and _in_place(str(name)):
+        if graphcheck.works_in_place(n):
+            name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
             raise Unavailable(f"`{name}` works in place")
-        if n.op == "call_module":
-            module = (
-                graph.owning_module.get_submodule(str(n.target)) if graph.owning_module else None
-            )
-            if getattr(module, "inplace", False):
-                raise Unavailable(f"`{n.target}` works in place")
-
-
-def _in_place(name: str) -> bool:
-    return name.endswith("_") and not name.endswith("__")

@@ -1089,6 +1089,14 @@ def _target_name(node: torch.fx.Node) -> str:
     return getattr(target, "__name__", str(target))
 
 
+def _balanced(text: str) -> str:
+    """``text`` without a closing parenthesis nothing opened at its end (torch's symbolic
+    broadcast error ends "... at non-singleton dimension 1)")."""
+    if text.endswith(")") and text.count(")") > text.count("("):
+        return text[:-1]
+    return text
+
+
 def _shape_error(
     gm: torch.fx.GraphModule,
     node: torch.fx.Node,
@@ -1096,7 +1104,7 @@ def _shape_error(
     env: dict[torch.fx.Node, Any],
     namer: _Namer,
 ) -> ShapeError:
-    original = namer.text(_first_line(exc))
+    original = _balanced(namer.text(_first_line(exc)))
     try:
         message = _explain(gm, node, exc, env, namer, original)
     except Exception:

@@ -562,6 +562,9 @@ def test_layernorm_and_broadcast_errors() -> None:
     assert prop.error is not None and prop.error.node == "add"
     assert "(5)" in prop.error.message and "(6)" in prop.error.message
     assert "[B, 5]" in prop.error.message  # the inputs, in the user's names
+    # torch's symbolic broadcast error ends in a ")" nothing opened: left out
+    assert "dimension 1 (inputs: " in prop.error.message, prop.error.message
+    assert prop.error.message.count("(") == prop.error.message.count(")")
 
 
 class HalfInput(nn.Module):

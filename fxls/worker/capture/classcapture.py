@@ -680,6 +680,7 @@ class ClassCapture:
                 with _state_kept(module):  # forward may store proxies on self while tracing
                     graph = tracer.trace(module, concrete_args=concrete or None)
                     gm = graph_module(tracer.root, graph, type(module).__name__)
+                _attributes_restored(gm, module)
             except BaseException as exc:
                 failure = failures.explain(exc, doc.path, doc.source, req.name, self.span, doc.tree)
                 text = doc.source.text(failure.span) if failure.span is not None else ""
@@ -750,12 +751,15 @@ class ClassCapture:
     ) -> tuple[list[inputs.PlannedInput], shapes.Propagation | BaseException]:
         """Shapes for the planned inputs; when they fail and an input was assumed, its first
         other form that runs through (``fc1 = Linear(9216, 128)`` means 28×28; token ids
-        sequence-first for an RNN)."""
+        sequence-first for an RNN; a sequence as long as the size the error named)."""
         prop = self._propagate(gm, ordered, placeholders)
         if isinstance(prop, shapes.Propagation) and prop.error is None:
             return ordered, prop
+        named = []
+        if isinstance(prop, shapes.Propagation) and prop.error is not None:
+            named = inputs.sizes_named_by(prop.error.original)
         for index, planned in enumerate(ordered):
-            for alternative in inputs.alternatives(planned):
+            for alternative in inputs.alternatives(planned, named):
                 trial = [*ordered[:index], alternative, *ordered[index + 1 :]]
                 # trials run with static sizes (cheap); only the one that fits runs symbolic
                 attempt = self._propagate(gm, trial, placeholders, symbolic=False)
@@ -964,6 +968,28 @@ def _state_kept(module: nn.Module) -> Iterator[None]:
             m._buffers.update(buffers)
             m._modules.clear()
             m._modules.update(modules)
+
+
+def _attributes_restored(gm: torch.fx.GraphModule, module: nn.Module) -> None:
+    """Give ``gm``'s attributes the values ``module`` has again after tracing: a graph module
+    copies what its ``get_attr`` nodes read when it is made, and an attribute ``forward``
+    assigned while tracing (``self.mask = self.mask.to(x.dtype)``) held a Proxy then."""
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        owner_path, _, name = str(node.target).rpartition(".")
+        try:
+            owner = gm.get_submodule(owner_path)
+            value = getattr(owner, name)
+        except AttributeError:
+            continue
+        if not isinstance(value, torch.fx.Proxy):
+            continue
+        try:
+            restored = getattr(module.get_submodule(owner_path), name)
+        except AttributeError:
+            continue
+        setattr(owner, name, restored)
 
 
 def _drop_concrete_guards(gm: torch.fx.GraphModule) -> None:

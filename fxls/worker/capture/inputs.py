@@ -299,9 +299,25 @@ def layer_input(
     return PlannedInput(name, "tensor", dims, dtype, assumed=True, reason=_describe(target, m))
 
 
-def alternatives(planned: PlannedInput) -> list[PlannedInput]:
+def sizes_named_by(error: str) -> list[int]:
+    """The sizes a shape error names in parentheses, in order (torch writes "The size of
+    tensor a (T) must match the size of tensor b (16)"): 16."""
+    found = []
+    for text in re.findall(r"\((\d{1,6})\)", error):
+        size = int(text)
+        if size >= 2 and size not in found:
+            found.append(size)
+    return found
+
+
+def alternatives(
+    planned: PlannedInput, sizes: list[int] | tuple[int, ...] = ()
+) -> list[PlannedInput]:
     """Other plausible forms of an assumed input, tried in turn when it does not run through:
-    other heights/widths for an image ``[B, C, H, W]``, sequence-first ``[T, B]`` token ids."""
+    other heights/widths for an image ``[B, C, H, W]``, sequence-first ``[T, B]`` token ids,
+    then each named dimension other than the batch at each of ``sizes`` (what the shape error
+    named: token ids ``(B, T)`` at ``T`` = 16 for a model whose positional embedding has 16
+    rows; the run then fixes ``T`` to 16 and says so)."""
     if not planned.assumed or planned.kind != "tensor":
         return []
 
@@ -309,6 +325,17 @@ def alternatives(planned: PlannedInput) -> list[PlannedInput]:
         return PlannedInput(planned.name, "tensor", dims, planned.dtype, assumed=True,
                             reason=planned.reason)  # fmt: skip
 
+    resized = [
+        like([*planned.dims[:i], (name, size), *planned.dims[i + 1 :]])
+        for i, (name, current) in enumerate(planned.dims)
+        if name is not None and name != BATCH
+        for size in sizes
+        if size != current
+    ]
+    return _forms(planned, like) + resized
+
+
+def _forms(planned: PlannedInput, like: Any) -> list[PlannedInput]:
     if len(planned.dims) == 4:
         (_, h), (_, w) = planned.dims[2], planned.dims[3]
         if h != w or planned.dims[2][0] is not None:

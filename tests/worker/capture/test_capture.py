@@ -341,6 +341,50 @@ def test_shape_error_at_the_failing_call() -> None:
     assert _node(mod, "relu").outputs[0].shape == ["B", 16]
 
 
+def test_attributes_assigned_while_tracing_hold_tensors_afterwards() -> None:
+    """``self.mask = self.mask.to(x.dtype)`` stores a Proxy while FX traces; the graph module
+    made from the trace reads the tensor again, so the layer that takes the mask runs."""
+    source = (
+        "import torch\nimport torch.nn as nn\n\n"
+        "class CachesMask(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.attn = nn.MultiheadAttention(8, 2)\n"
+        "        self.mask = torch.zeros(4, 4)\n\n"
+        "    def forward(self, x):\n"
+        "        self.mask = self.mask.to(dtype=x.dtype)\n"
+        "        return self.attn(x, x, x, need_weights=False, attn_mask=self.mask)[0]\n"
+    )
+    spec = InputSpec("x", dims=[DimSpec(None, 4), DimSpec("B"), DimSpec(None, 8)])
+    job = CaptureJob(
+        path="/virtual/mask.py",
+        source=source,
+        classes=[ClassRequest("CachesMask", 4, inputs=[spec])],
+    )
+    (mod,) = run_capture(job, lambda *_: None).modules
+    assert mod.status == "traced" and mod.strategy == "fx", mod.diagnostics
+    assert not [d for d in mod.diagnostics if d.code == "FX201"]
+    assert mod.outputs[0].shape == [4, "B", 8]
+
+
+def test_an_assumed_sequence_takes_the_length_a_shape_error_names() -> None:
+    """Token ids are assumed ``(B, T)``; a positional table of 16 rows added to them fails at
+    the assumed length, so ``T`` is tried at 16, the size the error names."""
+    source = (
+        "import torch\nimport torch.nn as nn\n\n"
+        "class Tokens(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.emb = nn.Embedding(100, 8)\n"
+        "        self.pos = nn.Parameter(torch.zeros(16, 8))\n\n"
+        "    def forward(self, idx):\n"
+        "        return self.emb(idx) + self.pos\n"
+    )
+    job = CaptureJob(path="/virtual/tokens.py", source=source, classes=[ClassRequest("Tokens", 4)])
+    (mod,) = run_capture(job, lambda *_: None).modules
+    assert not [d for d in mod.diagnostics if d.code == "FX201"], mod.diagnostics
+    assert mod.inputs[0].shape == ["B", "T"] and mod.outputs[0].shape == ["B", 16, 8]
+    assert any("T = 16" in note for note in mod.notes), mod.notes
+
+
 def test_unknown_inputs_give_fx402() -> None:
     source = (
         "import torch.nn as nn\n\n"

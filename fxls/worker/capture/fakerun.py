@@ -445,11 +445,7 @@ class _Mode(TorchFunctionMode):
         if rec.suppress:
             return func(*args, **kwargs)
         spans = rec.spans.of_stack(sys._getframe(1))
-        out = None
-        if func in _MATMULS and len(args) == 2 and not kwargs:
-            out = _shortcut(shapes._fast_matmul, args[0], args[1])
-        elif func is shapes._SDPA:
-            out = _shortcut(shapes._fast_sdpa, tuple(args), dict(kwargs))
+        out = _function_shortcut(func, args, kwargs)
         op, target, node_args = _describe_call(func, tuple(args))
         if out is None:
             try:
@@ -511,6 +507,16 @@ _MATMULS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__}
 """Shapes of these come from ``shapes._fast_matmul`` when it is certain (much faster)."""
 
 
+def _function_shortcut(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """The output of a matrix product or ``scaled_dot_product_attention`` from its shape
+    shortcut; None runs the real op."""
+    if func in _MATMULS and len(args) == 2 and not kwargs:
+        return _shortcut(shapes._fast_matmul, args[0], args[1])
+    if func is shapes._SDPA:
+        return _shortcut(shapes._fast_sdpa, tuple(args), dict(kwargs))
+    return None
+
+
 # ---------------------------------------------------------------------------------------
 # Running
 # ---------------------------------------------------------------------------------------
@@ -569,11 +575,7 @@ class _Shortcuts(TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        out = None
-        if func in _MATMULS and len(args) == 2 and not kwargs:
-            out = _shortcut(shapes._fast_matmul, args[0], args[1])
-        elif func is shapes._SDPA:
-            out = _shortcut(shapes._fast_sdpa, tuple(args), dict(kwargs))
+        out = _function_shortcut(func, args, kwargs)
         return func(*args, **kwargs) if out is None else out
 
 

@@ -366,9 +366,10 @@ def construction_text(module: ModuleResult) -> list[str]:
         "call site": "built as the file calls it",
         "assumed": "built with assumed arguments",
     }.get(built.source, f"built from {built.source}")
-    if built.source == "parent":
-        whose = built.inputs_from or built.text.split(".", 1)[0]
-        lines = [f"built by {whose}.forward as {built.text}"]
+    if built.source == "parent" and built.inputs_from:
+        lines = [f"built by {built.inputs_from}.forward as {built.text}"]
+    elif built.source == "parent":  # its parent built it; the parent's forward did not run
+        lines = [f"built by {built.text.split('.', 1)[0]}.__init__ as {built.text}"]
     else:
         lines = [f"{how}: {built.text}"]
     if built.assumed:

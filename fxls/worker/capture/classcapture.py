@@ -181,8 +181,8 @@ def capture_class(
         if recorded is not None
         else build.candidates(doc, req, cls, failed, span)
     )
-    first_capture: ClassCapture | None = None
-    for built in options:
+
+    def attempt(built: build.Built, started: float) -> tuple[ModuleResult, ClassCapture]:
         mod = ModuleResult(name=req.name, line=req.line, status="failed")
         mod.timings["build"] = time.perf_counter() - started
         build.record(mod, built, span)
@@ -194,6 +194,11 @@ def capture_class(
             # the parent itself does not run through
             capture.record_children({c: n for c, n in wanted.items() if n not in doc.records})
         doc.captures.setdefault(req.name, capture)
+        return mod, capture
+
+    first_capture: ClassCapture | None = None
+    for built in options:
+        mod, capture = attempt(built, started)
         if built.construction.source != "assumed" or runs(mod):
             doc.captures[req.name] = capture
             return mod
@@ -204,6 +209,14 @@ def capture_class(
             break
         report_phase("init", req.name)
         started = time.perf_counter()
+    # nothing of its own built and ran through (``TransformerEncoder(encoder_layer, n)`` takes a
+    # layer object fxls cannot guess): the instance a parent built, if one did
+    held = doc.built_by_parents.get(req.name) if recorded is None and not req.init else None
+    if held is not None:
+        mod, capture = attempt(_from_parent(held), started)
+        if first is None or runs(mod):
+            doc.captures[req.name] = capture
+            return mod
     if first is not None:
         doc.captures[req.name] = first_capture
         return first
@@ -220,7 +233,7 @@ def _from_parent(recorded: parents.Recorded) -> build.Built:
         "parent",
         recorded.text,
         expr=recorded.expr,
-        inputs_from=recorded.parent,
+        inputs_from=recorded.parent if recorded.called else None,
     )
     return build.Built(recorded.instance, "cpu" if device == "cpu" else "meta", how)
 
@@ -314,9 +327,13 @@ class ClassCapture:
         self._graph(module, plan, traced, traced.gm)
 
     def record_children(self, wanted: dict[type, str]) -> None:
-        """Record the instances of ``wanted`` classes this module builds and calls."""
+        """Record the instances of ``wanted`` classes this module builds and calls (only
+        the instances it builds when its own inputs are unknown)."""
         module, feeds = self.module, self.feeds
-        if module is None or feeds is None or not wanted:
+        if module is None or not wanted:
+            return
+        if feeds is None:
+            self._record_built(module, wanted)
             return
         inside = {type(m) for m in module.modules()} & set(wanted)
         if not inside:
@@ -338,6 +355,16 @@ class ClassCapture:
             )
         self.doc.records.update(found)
         self.timed("record", started)
+
+    def _record_built(self, module: nn.Module, wanted: dict[type, str]) -> None:
+        """The first instance of each ``wanted`` class ``module`` holds, without inputs."""
+        constructed = self.mod.constructed
+        parent_expr = constructed.expr if constructed is not None else None
+        built = self.doc.built_by_parents
+        for path, sub in module.named_modules():
+            name = wanted.get(type(sub))
+            if name is not None and path and name not in built:
+                built[name] = parents.Recorded(sub, path, self.mod.name, parent_expr, called=False)
 
     def _recorded_in_trace(
         self, module: nn.Module, watched: dict[type, str], parent_expr: str | None

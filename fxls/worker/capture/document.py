@@ -27,6 +27,9 @@ class Document:
     tree: ast.Module | None
     records: dict[str, Any] = field(default_factory=dict)
     """Class name -> ``parents.Recorded``: the instance a parent built and called."""
+    built_by_parents: dict[str, Any] = field(default_factory=dict)
+    """Class name -> ``parents.Recorded`` without inputs: an instance a parent built whose
+    ``forward`` could not run (its inputs unknown), for a class that cannot be built alone."""
     captures: dict[str, Any] = field(default_factory=dict)
     """Class name -> the ``ClassCapture`` its result came from (built module, inputs, graph),
     for the rewrites that read and verify against it."""

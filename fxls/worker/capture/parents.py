@@ -41,6 +41,8 @@ class Recorded:
     """An expression that rebuilds the parent, when known."""
     inputs: dict[str, inputs.PlannedInput] = field(default_factory=dict)
     """By ``forward`` parameter name; parameters left to their defaults are absent."""
+    called: bool = True
+    """False for an instance the parent built but whose ``forward`` never ran (no inputs)."""
 
     @property
     def text(self) -> str:

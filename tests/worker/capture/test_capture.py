@@ -10,6 +10,7 @@ from types import ModuleType
 import pytest
 import torch
 
+from fxls.features.hover import class_markdown
 from fxls.protocol.codec import from_dict, to_dict
 from fxls.protocol.model import (
     CaptureJob,
@@ -383,6 +384,36 @@ def test_an_assumed_sequence_takes_the_length_a_shape_error_names() -> None:
     assert not [d for d in mod.diagnostics if d.code == "FX201"], mod.diagnostics
     assert mod.inputs[0].shape == ["B", "T"] and mod.outputs[0].shape == ["B", 16, 8]
     assert any("T = 16" in note for note in mod.notes), mod.notes
+
+
+def test_a_class_that_cannot_be_built_alone_is_captured_as_its_parent_builds_it() -> None:
+    """``Stack(layer, n)`` takes a layer object fxls cannot guess, and ``Parent.forward``'s
+    input is unknown, so no call records it: the instance ``Parent.__init__`` built is used,
+    with inputs inferred from its first layer."""
+    source = (
+        "import copy\nimport torch.nn as nn\n\n"
+        "class Stack(nn.Module):\n"
+        "    def __init__(self, layer, n):\n        super().__init__()\n"
+        "        self.layers = nn.ModuleList([copy.deepcopy(layer) for _ in range(n)])\n\n"
+        "    def forward(self, x):\n"
+        "        for layer in self.layers:\n            x = layer(x)\n        return x\n\n"
+        "class Parent(nn.Module):\n"
+        "    def __init__(self, width=8):\n        super().__init__()\n"
+        "        layer = nn.Linear(width, width)\n"
+        "        self.stack = Stack(layer, 2)\n\n"
+        "    def forward(self, feats):\n"
+        "        return self.stack(feats.flatten(2).permute(2, 0, 1))\n"
+    )
+    requests = [ClassRequest("Stack", 4), ClassRequest("Parent", 14)]
+    job = CaptureJob(path="/virtual/stack.py", source=source, classes=requests)
+    stack, parent = run_capture(job, lambda *_: None).modules
+    assert "FX402" in _codes(parent)
+    assert "FX401" not in _codes(stack), stack.diagnostics
+    built = stack.constructed
+    assert built is not None and (built.source, built.text) == ("parent", "Parent.stack")
+    assert built.inputs_from is None  # built by the parent, not called by it
+    assert stack.inputs[0].shape == ["B", 8] and stack.outputs[0].shape == ["B", 8]
+    assert "built by Parent.__init__ as Parent.stack" in class_markdown(stack)
 
 
 def test_unknown_inputs_give_fx402() -> None:

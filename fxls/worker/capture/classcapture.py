@@ -1005,18 +1005,13 @@ def _attributes_restored(gm: torch.fx.GraphModule, module: nn.Module) -> None:
         if node.op != "get_attr":
             continue
         owner_path, _, name = str(node.target).rpartition(".")
-        try:
+        try:  # user classes may define __getattr__: anything may come of it
             owner = gm.get_submodule(owner_path)
-            value = getattr(owner, name)
-        except AttributeError:
+            if not isinstance(getattr(owner, name), torch.fx.Proxy):
+                continue
+            setattr(owner, name, getattr(module.get_submodule(owner_path), name))
+        except Exception:
             continue
-        if not isinstance(value, torch.fx.Proxy):
-            continue
-        try:
-            restored = getattr(module.get_submodule(owner_path), name)
-        except AttributeError:
-            continue
-        setattr(owner, name, restored)
 
 
 def _drop_concrete_guards(gm: torch.fx.GraphModule) -> None:

@@ -299,14 +299,20 @@ def layer_input(
     return PlannedInput(name, "tensor", dims, dtype, assumed=True, reason=_describe(target, m))
 
 
+MAX_NAMED_SIZES = 3
+"""Sizes read from one shape error to try an assumed dimension at (each is a propagation)."""
+
+
 def sizes_named_by(error: str) -> list[int]:
-    """The sizes a shape error names in parentheses, in order (torch writes "The size of
-    tensor a (T) must match the size of tensor b (16)"): 16."""
-    found = []
-    for text in re.findall(r"\((\d{1,6})\)", error):
+    """The first sizes a shape error names in parentheses, in order (torch writes "The size of
+    tensor a (T) must match the size of tensor b (16)"): 16. At most ``MAX_NAMED_SIZES``."""
+    found: list[int] = []
+    for text in re.findall(r"\((\d{1,6})\)", error[:2000]):
         size = int(text)
         if size >= 2 and size not in found:
             found.append(size)
+        if len(found) == MAX_NAMED_SIZES:
+            break
     return found
 
 

@@ -386,6 +386,28 @@ def test_an_assumed_sequence_takes_the_length_a_shape_error_names() -> None:
     assert any("T = 16" in note for note in mod.notes), mod.notes
 
 
+def test_sizes_a_shape_error_names_become_alternatives_of_assumed_inputs() -> None:
+    from fxls.worker.capture.inputs import (
+        MAX_NAMED_SIZES,
+        PlannedInput,
+        alternatives,
+        sizes_named_by,
+    )
+
+    error = "The size of tensor a (T) must match the size of tensor b (16) at dimension 1"
+    assert sizes_named_by(error) == [16]
+    many = " ".join(f"({n})" for n in range(1, 50))
+    assert sizes_named_by(many) == [2, 3, 4, 5, 6][:MAX_NAMED_SIZES]
+    tokens = PlannedInput("idx", "tensor", [("B", 2), ("T", 5)], torch.int64, assumed=True)
+    # sequence-first first, then T at the named size; the batch is never resized
+    assert [p.dims for p in alternatives(tokens, [16])] == [
+        [("T", 5), ("B", 2)],
+        [("B", 2), ("T", 16)],
+    ]
+    declared = PlannedInput("idx", "tensor", [("B", 2), ("T", 5)], torch.int64)
+    assert alternatives(declared, [16]) == []
+
+
 def test_a_class_that_cannot_be_built_alone_is_captured_as_its_parent_builds_it() -> None:
     """``Stack(layer, n)`` takes a layer object fxls cannot guess, and ``Parent.forward``'s
     input is unknown, so no call records it: the instance ``Parent.__init__`` built is used,

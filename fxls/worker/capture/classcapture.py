@@ -782,9 +782,8 @@ class ClassCapture:
         prop = self._propagate(gm, ordered, placeholders)
         if isinstance(prop, shapes.Propagation) and prop.error is None:
             return ordered, prop
-        named = []
-        if isinstance(prop, shapes.Propagation) and prop.error is not None:
-            named = inputs.sizes_named_by(prop.error.original)
+        failed = prop.error if isinstance(prop, shapes.Propagation) else None
+        named = inputs.sizes_named_by(failed.original) if failed is not None else []
         for index, planned in enumerate(ordered):
             for alternative in inputs.alternatives(planned, named):
                 trial = [*ordered[:index], alternative, *ordered[index + 1 :]]

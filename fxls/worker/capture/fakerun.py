@@ -517,6 +517,14 @@ def _function_shortcut(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -
     return None
 
 
+def _module_shortcut(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """The output of a torch layer called with one tensor, from its shape shortcut; None runs
+    the layer."""
+    if kwargs or len(args) != 1 or not isinstance(args[0], torch.Tensor):
+        return None
+    return _shortcut(shapes._fast_module, module, args[0], ())
+
+
 # ---------------------------------------------------------------------------------------
 # Running
 # ---------------------------------------------------------------------------------------
@@ -535,9 +543,7 @@ def _patched_module_call(recorder: _Recorder) -> Iterator[None]:
         if is_builtin_leaf(module, recorder.leaf_classes):
             recorder.suppress += 1
             try:
-                out = None
-                if not kwargs and len(args) == 1 and isinstance(args[0], torch.Tensor):
-                    out = _shortcut(shapes._fast_module, module, args[0], ())
+                out = _module_shortcut(module, args, kwargs)
                 if out is None:
                     out = original(module, *args, **kwargs)
             except BaseException:
@@ -588,12 +594,8 @@ def _builtin_shortcuts() -> Iterator[None]:
     original = torch.nn.Module.__call__
 
     def call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        one = not kwargs and len(args) == 1 and isinstance(args[0], torch.Tensor)
-        if one and is_builtin_leaf(module):
-            out = _shortcut(shapes._fast_module, module, args[0], ())
-            if out is not None:
-                return out
-        return original(module, *args, **kwargs)
+        out = _module_shortcut(module, args, kwargs) if is_builtin_leaf(module) else None
+        return original(module, *args, **kwargs) if out is None else out
 
     torch.nn.Module.__call__ = call  # type: ignore[method-assign]
     try:
@@ -818,19 +820,7 @@ def meta_outputs(module: torch.nn.Module, inputs: Sequence[Any]) -> list[Value] 
         The output values, or None when ``forward`` raised (code that needs data, or a tensor
         on another device): :func:`fake_run` then answers instead.
     """
-    meta = torch.device("meta")
-
-    def to_meta(t: torch.Tensor) -> torch.Tensor:
-        return t if t.device == meta else torch.empty_like(t, device=meta)
-
-    feeds: list[tuple[str, Any]] = []
-    for inp in inputs:
-        if inp.kind == "tensor":
-            value = torch.empty([s for _, s in inp.dims], dtype=inp.dtype, device=meta)
-        else:
-            value = shapes.map_tensors(inp.value, to_meta)
-        feeds.append((inp.name, value))
-    args, kwargs = _call_arguments(module, feeds)
+    args, kwargs = _call_arguments(module, list(shapes.meta_feeds(inputs).items()))
     saved: list[tuple[dict[str, Any], str, torch.Tensor]] = [
         (store, attr, value)
         for sub in module.modules()
@@ -843,7 +833,7 @@ def meta_outputs(module: torch.nn.Module, inputs: Sequence[Any]) -> list[Value] 
             shapes._quiet_loggers(),
             shapes.data_free_torch(),
             warnings.catch_warnings(),
-            torch.device(meta),
+            torch.device("meta"),
             torch.no_grad(),
             _builtin_shortcuts(),
             _Shortcuts(),

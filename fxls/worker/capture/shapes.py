@@ -845,21 +845,31 @@ def _missing_meta_kernel(exc: BaseException) -> bool:
     return isinstance(exc, NotImplementedError) or "'Meta' backend" in text
 
 
-def _run_meta(
-    gm: torch.fx.GraphModule, inputs: list[ExampleInput], reuse: Copies | None = None
-) -> Propagation:
-    meta = torch.device("meta")
+_META = torch.device("meta")
 
-    def to_meta(t: torch.Tensor) -> torch.Tensor:
-        return t if t.device == meta else torch.empty_like(t, device=meta)
 
+def to_meta(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself on the meta device, else a meta tensor like it."""
+    return t if t.device == _META else torch.empty_like(t, device=_META)
+
+
+def meta_feeds(inputs: Sequence[Any]) -> dict[str, Any]:
+    """Each input by name on the meta device at its static example sizes (tensors inside plain
+    values made meta too)."""
     feeds: dict[str, Any] = {}
     for inp in inputs:
         if inp.kind == "tensor":
-            feeds[inp.name] = torch.empty([s for _, s in inp.dims], dtype=inp.dtype, device=meta)
+            feeds[inp.name] = torch.empty([s for _, s in inp.dims], dtype=inp.dtype, device=_META)
         else:
             feeds[inp.name] = map_tensors(inp.value, to_meta)
-    with torch.device(meta), torch.no_grad():
+    return feeds
+
+
+def _run_meta(
+    gm: torch.fx.GraphModule, inputs: list[ExampleInput], reuse: Copies | None = None
+) -> Propagation:
+    feeds = meta_feeds(inputs)
+    with torch.device(_META), torch.no_grad():
         return _interpret(gm, feeds, _Namer(), "meta", constant=to_meta, reuse=reuse)
 
 

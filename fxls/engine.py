@@ -26,6 +26,7 @@ from fxls import __version__, incremental
 from fxls.analysis import ClassInfo, ParseResult, parse, workspace
 from fxls.protocol import catalogue
 from fxls.protocol.codec import to_dict
+from fxls.protocol.files import Refused, read_source
 from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
@@ -302,19 +303,18 @@ def rules_path(root: str | None, name: str) -> str | None:
     return path if inside else None
 
 
-def read_rules(path: str | None, text: str | None = None) -> RulesFile | None:
-    """The rules file at ``path`` as text (``text`` when the editor has it open); None when it
-    does not exist or is too large. The text is only read here: the worker executes it."""
+def read_rules(path: str | None, text: str | None = None) -> RulesFile | Refused | None:
+    """The rules file at ``path`` as text (``text`` when the editor has it open); None when
+    there is no rules file, :class:`~fxls.protocol.files.Refused` when it cannot be used (not a
+    regular file, a link, over RULES_MAX_BYTES), for the caller to say so. The text is only
+    read here: the worker executes it. Reads the disk: never call it on the event loop."""
     if path is None:
         return None
     if text is None:
-        try:
-            if os.path.getsize(path) > RULES_MAX_BYTES:
-                return None
-            with open(path, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-        except OSError:
-            return None
+        found = read_source(path, cap=RULES_MAX_BYTES, errors="replace")
+        if isinstance(found, Refused):
+            return None if found.kind == "missing" else found
+        text = found
     return RulesFile(path=path, source=text)
 
 

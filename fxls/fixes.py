@@ -534,7 +534,10 @@ async def compute(
     parsed = parse(text)
     if parsed.syntax_error is not None:
         return _failed(fixes, f"the file does not parse: {parsed.syntax_error.message}")
-    requests = class_requests(parsed, path, root, extra_inputs, init_override)
+    # the workspace's files are read for constructor calls: in a thread, off the event loop
+    requests = await asyncio.to_thread(
+        class_requests, parsed, path, root, extra_inputs, init_override
+    )
     job = capture_job(path, text, requests, options, root)
     rewrite = RewriteJob(fixes=list(fixes), combine=combine, unsafe=unsafe)
     if max_params is not None:

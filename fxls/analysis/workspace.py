@@ -8,6 +8,8 @@ returns them as constructor argument text. Pure: it reads files, never runs them
 
 Bounded for editors: at most ``MAX_FILES`` files of at most ``MAX_FILE_BYTES`` are read, the
 listing is cached for ``LISTING_TTL_S`` seconds and each file's findings until it changes.
+Only regular files are read, links not followed (:func:`~fxls.protocol.files.read_source`):
+a ``.py`` link to ``/dev/zero`` or to the server's own input, or a FIFO, is passed over.
 Thread-safe: the server reads the workspace in a thread (:func:`prescan` when the workspace
 opens, with a helper process for the bulk, then each capture), never on its event loop.
 """
@@ -24,6 +26,8 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from fxls.protocol.files import Refused, read_source
 
 MAX_FILES = 2000
 MAX_FILE_BYTES = 1_000_000
@@ -230,13 +234,17 @@ def _calls_in(path: str) -> dict[str, list[tuple[str, int, frozenset[str]]]]:
 
 
 def _parse_calls(path: str, size: int) -> dict[str, list[tuple[str, int, frozenset[str]]]]:
+    """The calls of one workspace file; nothing for a file that is not a regular file (a link,
+    a device, a FIFO: see :func:`~fxls.protocol.files.read_source`) or over MAX_FILE_BYTES."""
     calls: dict[str, list[tuple[str, int, frozenset[str]]]] = {}
     if size > MAX_FILE_BYTES:
         return calls
+    text = read_source(path, cap=MAX_FILE_BYTES, errors="replace")
+    if isinstance(text, Refused):
+        return calls
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            tree = ast.parse(handle.read(), path)
-    except (OSError, SyntaxError, ValueError, RecursionError):
+        tree = ast.parse(text, path)
+    except (SyntaxError, ValueError, RecursionError):
         return calls
     for node in ast.walk(tree):
         site = _site(node)

@@ -21,6 +21,7 @@ from fxls.analysis import parse
 from fxls.check.config import CodeFilter
 from fxls.check.discovery import Target
 from fxls.engine import EngineOptions, FileAnalysis, Runner, SlowRules, analyze
+from fxls.protocol.files import MAX_SOURCE_BYTES, Refused, read_source
 from fxls.protocol.model import Diagnostic, InputSpec, ModuleResult
 
 
@@ -87,14 +88,16 @@ def read_plans(
     init: str | None,
     errors: list[str],
 ) -> list[Plan]:
-    """Read and plan every target; unreadable files are added to ``errors``."""
+    """Read and plan every target; unreadable files are added to ``errors``.
+
+    Only regular files up to MAX_SOURCE_BYTES are read (a device, a FIFO or a file that is
+    too large is an error, never a read without end); a link is followed only when the file
+    was named on the command line, not when a walk or a glob found it."""
     plans = []
     for target in targets:
-        try:
-            with open(target.path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            errors.append(f"cannot read {target.path}: {exc}")
+        text = read_source(target.path, cap=MAX_SOURCE_BYTES, follow_links=target.explicit)
+        if isinstance(text, Refused):
+            errors.append(f"cannot read {target.path}: {text}")
             continue
         plans.append(plan_file(target, text, classes, specs, init))
     return plans

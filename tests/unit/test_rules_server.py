@@ -10,6 +10,7 @@ from fxls import engine
 from fxls.analysis import parse
 from fxls.engine import EngineOptions, FileAnalysis, capture_job, is_rules_file, read_rules
 from fxls.fixes import FIX_ALL_KINDS, candidates, rule_name
+from fxls.protocol.files import Refused
 from fxls.protocol.model import Diagnostic, ModuleResult, RulesFile, Span
 
 MODEL = """import torch
@@ -45,7 +46,8 @@ def test_the_rules_file_is_read_as_text_never_run(tmp_path: Path) -> None:
     assert "fxls_rules_ran" not in sys.modules
     assert read_rules(str(path), "editor text") == RulesFile(str(path), "editor text")
     path.write_text("x" * (engine.RULES_MAX_BYTES + 1))
-    assert read_rules(str(path)) is None
+    too_large = read_rules(str(path))
+    assert isinstance(too_large, Refused) and too_large.kind == "too_large"
 
 
 def test_every_capture_job_carries_the_rules(tmp_path: Path) -> None:

@@ -1,0 +1,125 @@
+"""The real server and CLI against a workspace whose files are not files: a rules file linked
+to ``/dev/zero``, a ``.py`` linked to the reader's own standard input, and a FIFO.
+
+Before fxls read only regular files, the server's workspace scan blocked for ever on the FIFO
+(and every capture with it), read its own JSON-RPC input through the link, and read
+``/dev/zero`` on its event loop until memory ran out; ``fxls check`` hung on the FIFO.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from conftest import start_recording
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "fxls", "serve"])
+MODEL = """\
+import torch.nn as nn
+
+
+# fxls: x = (B, 10)
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(10, 5)
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+
+def hostile_workspace() -> Path:
+    """A folder with a model, ``fxls_rules.py -> /dev/zero``, ``x.py -> /proc/self/fd/0``
+    and a FIFO ``y.py`` (removed when the tests end)."""
+    root = Path(tempfile.mkdtemp(prefix="fxls-files-"))
+    atexit.register(shutil.rmtree, root, True)
+    (root / "pyproject.toml").write_text("[tool.fxls]\n")
+    (root / "model.py").write_text(MODEL)
+    (root / "fxls_rules.py").symlink_to("/dev/zero")
+    (root / "x.py").symlink_to("/proc/self/fd/0")
+    os.mkfifo(root / "y.py")
+    return root
+
+
+WORKSPACE = hostile_workspace()
+
+
+@pytest_lsp.fixture(config=SERVER, scope="module")
+async def client(lsp_client: LanguageClient):
+    await start_recording(lsp_client, WORKSPACE, {"debounceMs": 50})
+    yield
+    await lsp_client.shutdown_session()
+
+
+def _peak_rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    line = next(x for x in status.splitlines() if x.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_96_the_server_reads_no_device_fifo_or_its_own_input(
+    client: LanguageClient,
+) -> None:
+    """The server keeps answering (diagnostics and a hover of another file), its memory stays
+    bounded, and it says that the rules file is not a regular file."""
+    uri = (WORKSPACE / "model.py").as_uri()
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri, "python", 1, MODEL)
+        )
+    )
+    deadline = time.monotonic() + 60
+    published = None
+    while published is None and time.monotonic() < deadline:
+        published = next((p for p in client.published if p.uri == uri), None)  # type: ignore[attr-defined]
+        await asyncio.sleep(0.05)
+    assert published is not None, "no diagnostics for model.py: the server stopped answering"
+    hover = await asyncio.wait_for(
+        client.text_document_hover_async(
+            types.HoverParams(types.TextDocumentIdentifier(uri), types.Position(4, 7))
+        ),
+        timeout=10,
+    )
+    assert hover is not None and "Head" in str(hover.contents)
+    told = [m.message for m in client.messages if "rules file" in m.message]
+    assert len(told) == 1 and "not a regular file" in told[0], told
+    server = client._server
+    assert server is not None and server.returncode is None
+    assert _peak_rss_mb(server.pid) < 1_000
+
+
+def test_97_fxls_check_finishes_on_devices_fifos_and_links() -> None:
+    """``fxls check`` on the same folder ends at once: each file that is not a regular file
+    is named with the reason, the rules file is said to be unused, the model is checked."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "fxls", "check", "."],
+        cwd=WORKSPACE,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert time.monotonic() - started < 60
+    errors = done.stderr.splitlines()
+    for name in ("x.py", "y.py", "fxls_rules.py"):
+        line = next((e for e in errors if f"cannot read {name}" in e), "")
+        assert "not a regular file" in line, (name, done.stderr)
+    assert any("rules file" in e and "not a regular file" in e for e in errors), done.stderr
+    assert "model.py" in done.stdout, done.stdout
+    assert done.returncode == 2, (done.returncode, done.stderr)

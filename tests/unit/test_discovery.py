@@ -51,7 +51,7 @@ def _tree(root: Path, files: dict[str, str]) -> None:
 def test_gitignore_patterns(pattern: str, path: str, is_dir: bool, expected: bool) -> None:
     rule = compile_rule(pattern)
     assert rule is not None
-    matched = (not rule.dir_only or is_dir) and rule.regex.match(path) is not None
+    matched = (not rule.dir_only or is_dir) and rule.matches(path)
     assert matched is expected
 
 

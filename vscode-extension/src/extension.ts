@@ -42,11 +42,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         void server.requestRestart();
       }
     }),
-    // Restricted mode ends: restart so the server may run the workspace's code.
+    // Restricted mode ends: restart, now with the interpreter the workspace chose (if any) and
+    // a server that may run the workspace's code in its sandbox.
     vscode.workspace.onDidGrantWorkspaceTrust(() => void server.requestRestart()),
   );
+  // The Python extension's selection is used in a trusted workspace only (see ./common/python.ts).
   const interpreterListener = await onDidChangePythonInterpreter(() => {
-    if (!getPythonSetting() && getServerCommandSetting().length === 0) {
+    if (vscode.workspace.isTrusted && !getPythonSetting().path && getServerCommandSetting().length === 0) {
       void server.requestRestart();
     }
   });

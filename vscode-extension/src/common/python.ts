@@ -4,6 +4,11 @@
  * Order: the `fxls.python` setting; else the interpreter selected in the Python extension
  * (ms-python.python) when it is installed; else `python3` from PATH. The Python extension is
  * optional: fxls never requires it and talks to it only through the small interface below.
+ *
+ * The Python extension's selection is the workspace's (its `python.defaultInterpreterPath`, a
+ * `.venv` it found in the folder), so it is asked for only in a trusted workspace; an
+ * untrusted one gets the setting or `python3`. Whether those may run there is ./trust.ts's
+ * question, asked before anything starts (server.ts).
  */
 import * as vscode from "vscode";
 import { PYTHON_EXTENSION_ID } from "./constants";
@@ -14,6 +19,8 @@ export type InterpreterSource = "setting" | "python-extension" | "default";
 export interface Interpreter {
   path: string;
   source: InterpreterSource;
+  /** How the workspace chose this interpreter, when it did (see ./trust.ts). */
+  workspaceChoice?: string;
 }
 
 /** The part of the Python extension's API that fxls uses. */
@@ -59,14 +66,17 @@ async function pythonExtensionInterpreter(resource?: vscode.Uri): Promise<string
   }
 }
 
-export async function resolveInterpreter(resource?: vscode.Uri): Promise<Interpreter> {
+/** The interpreter for `resource`; the Python extension is asked only when `trusted`. */
+export async function resolveInterpreter(resource: vscode.Uri | undefined, trusted: boolean): Promise<Interpreter> {
   const fromSetting = getPythonSetting(resource);
-  if (fromSetting) {
-    return { path: fromSetting, source: "setting" };
+  if (fromSetting.path) {
+    const workspaceChoice = fromSetting.namesWorkspace ? "fxls.python is set with ${workspaceFolder}" : undefined;
+    return { path: fromSetting.path, source: "setting", workspaceChoice };
   }
-  const fromExtension = await pythonExtensionInterpreter(resource);
+  const fromExtension = trusted ? await pythonExtensionInterpreter(resource) : undefined;
   if (fromExtension) {
-    return { path: fromExtension, source: "python-extension" };
+    const workspaceChoice = "the Python extension chose it for the workspace";
+    return { path: fromExtension, source: "python-extension", workspaceChoice };
   }
   return { path: DEFAULT_INTERPRETER, source: "default" };
 }

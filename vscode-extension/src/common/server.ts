@@ -4,6 +4,10 @@
  * Each start reads the settings afresh, so a restart picks up a new interpreter, server
  * command or trust state. Restarts are serialised: a restart requested while one is running
  * waits for it, and only the latest settings are used.
+ *
+ * Two processes are started per start, the probe and the server, both with the same program.
+ * In an untrusted workspace each goes through `mayStart` first: a program the workspace chose
+ * (./trust.ts) is not run, and the server starts when trust is granted (extension.ts restarts).
  */
 import { execFile } from "child_process";
 import * as fs from "fs";
@@ -24,6 +28,8 @@ import { classifyProbe, Problem, PROBE_CODE, ProbeRun } from "./probe";
 import { InterpreterSource, resolveInterpreter } from "./python";
 import { getInitializationOptions, getServerCommandSetting } from "./settings";
 import { StatusItem } from "./status";
+import { notificationText } from "./text";
+import { workspaceOwnedReason } from "./trust";
 
 export interface ServerCommand {
   command: string;
@@ -32,7 +38,12 @@ export interface ServerCommand {
   origin: string;
   /** Set when the command is `<interpreter> -m fxls serve` (not fxls.server.command). */
   interpreterSource?: InterpreterSource;
+  /** How the workspace chose the program, when the configuration tells (see ./trust.ts). */
+  workspaceChoice?: string;
 }
+
+/** Longest message the extension words itself (notification, status): its advice plus a path or two fit. */
+const MESSAGE_LIMIT = 1000;
 
 const SOURCE_TEXT: Record<InterpreterSource, string> = {
   setting: "the fxls.python setting",
@@ -60,18 +71,22 @@ export function runProbe(python: string, launch: Launch, timeoutMs = 20000): Pro
   });
 }
 
-/** The command line that starts the server for `resource`'s workspace folder. */
-export async function resolveServerCommand(resource?: vscode.Uri): Promise<ServerCommand> {
+/**
+ * The command line that starts the server for `resource`'s workspace folder; the Python
+ * extension is asked for an interpreter only when `trusted`.
+ */
+export async function resolveServerCommand(resource: vscode.Uri | undefined, trusted: boolean): Promise<ServerCommand> {
   const configured = getServerCommandSetting(resource);
   if (configured.length > 0) {
     return { command: configured[0], args: configured.slice(1), origin: "fxls.server.command" };
   }
-  const interpreter = await resolveInterpreter(resource);
+  const interpreter = await resolveInterpreter(resource, trusted);
   return {
     command: interpreter.path,
     args: SERVER_MODULE_ARGS,
     origin: `interpreter from ${interpreter.source}`,
     interpreterSource: interpreter.source,
+    workspaceChoice: interpreter.workspaceChoice,
   };
 }
 
@@ -99,6 +114,11 @@ function withGraphLenses(document: vscode.TextDocument, lenses: vscode.CodeLens[
 
 function workspaceResource(): vscode.Uri | undefined {
   return vscode.workspace.workspaceFolders?.[0]?.uri;
+}
+
+/** The workspace folders on disk (the folders whose content an untrusted workspace owns). */
+function workspaceFolderPaths(): string[] {
+  return (vscode.workspace.workspaceFolders ?? []).filter((f) => f.uri.scheme === "file").map((f) => f.uri.fsPath);
 }
 
 export class ServerManager implements vscode.Disposable {
@@ -135,8 +155,8 @@ export class ServerManager implements vscode.Disposable {
   }
 
   /**
-   * Restarts after `delayMs` of quiet. Events that come together (granting trust also makes
-   * the workspace's `fxls.python` apply, which is a configuration change) restart once.
+   * Restarts after `delayMs` of quiet. Events that come together (granting trust also changes
+   * the effective configuration, which fires a configuration change) restart once.
    */
   requestRestart(delayMs = 250): Promise<void> {
     if (this.pending) {
@@ -162,11 +182,14 @@ export class ServerManager implements vscode.Disposable {
   private async startClient(): Promise<void> {
     const resource = workspaceResource();
     const trusted = vscode.workspace.isTrusted;
-    const server = await resolveServerCommand(resource);
+    const server = await resolveServerCommand(resource, trusted);
     this.status.set("starting");
     let launch = serverLaunch(server.command, server.args, this.neutralDir, process.env);
     let fxls: FxlsSource | undefined;
     if (server.interpreterSource) {
+      if (!this.mayStart(server, launch)) {
+        return;
+      }
       const source = SOURCE_TEXT[server.interpreterSource];
       const probe = classifyProbe(await runProbe(server.command, launch), server.command, source);
       if (!probe.ok) {
@@ -193,6 +216,9 @@ export class ServerManager implements vscode.Disposable {
       if (fxls === "bundled") {
         launch = serverLaunch(server.command, server.args, this.neutralDir, process.env, bundled);
       }
+    }
+    if (!this.mayStart(server, launch)) {
+      return;
     }
     this.output.info(
       `Starting: ${[server.command, ...server.args].join(" ")} (${server.origin}` +
@@ -246,12 +272,34 @@ export class ServerManager implements vscode.Disposable {
     }
   }
 
+  /**
+   * Whether `launch` may run now: always in a trusted workspace; in an untrusted one only
+   * when the workspace did not choose its program (./trust.ts). When it may not, the status
+   * bar and the log say that it starts once the workspace is trusted.
+   */
+  private mayStart(server: ServerCommand, launch: Launch): boolean {
+    if (vscode.workspace.isTrusted) {
+      return true;
+    }
+    const reason = workspaceOwnedReason(launch, workspaceFolderPaths(), server.workspaceChoice);
+    if (reason === undefined) {
+      return true;
+    }
+    const waiting = notificationText(
+      `"${server.command}" (${server.origin}) runs once the workspace is trusted: ${reason}`,
+      MESSAGE_LIMIT,
+    );
+    this.output.info(`Not starting the server in restricted mode. ${waiting}`);
+    this.status.set("restricted", waiting);
+    return false;
+  }
+
   /** Shows `problem` with its buttons (copy the fix, open the setting, show the log). */
   private async notify(problem: Problem): Promise<void> {
     const labels = { copyCommand: "Copy Command", openSetting: "Open Setting", showLog: "Show Log" };
     const buttons = problem.actions.map((action) => labels[action]);
     const show = problem.severity === "error" ? vscode.window.showErrorMessage : vscode.window.showWarningMessage;
-    const choice = await show(problem.message, ...buttons);
+    const choice = await show(notificationText(problem.message, MESSAGE_LIMIT), ...buttons);
     if (choice === labels.copyCommand && problem.command) {
       await vscode.env.clipboard.writeText(problem.command);
     } else if (choice === labels.openSetting) {
@@ -265,8 +313,11 @@ export class ServerManager implements vscode.Disposable {
     const openSettings = "Open Settings";
     const showOutput = "Show Log";
     const choice = await vscode.window.showErrorMessage(
-      `fxls: could not start the language server with "${server.command}" (${String(error)}). ` +
-        "Set fxls.python to a Python 3.10+ interpreter with torch installed.",
+      notificationText(
+        `fxls: could not start the language server with "${server.command}" (${String(error)}). ` +
+          "Set fxls.python to a Python 3.10+ interpreter with torch installed.",
+        MESSAGE_LIMIT,
+      ),
       openSettings,
       showOutput,
     );

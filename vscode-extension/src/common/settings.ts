@@ -54,7 +54,7 @@ export function userValue<T>(c: vscode.WorkspaceConfiguration, key: string, fall
 export function getServerSettings(resource?: vscode.Uri): ServerSettings {
   const c = config(resource);
   return {
-    python: expandPath(userValue<string>(c, "python", "").trim(), resource),
+    python: getPythonSetting(resource).path,
     limits: {
       timeoutSeconds: userValue<number>(c, "limits.timeoutSeconds", 10),
       cpuSeconds: userValue<number>(c, "limits.cpuSeconds", 12),
@@ -88,9 +88,17 @@ export function getServerCommandSetting(resource?: vscode.Uri): string[] {
   return value.filter((part): part is string => typeof part === "string" && part.length > 0);
 }
 
+/** `fxls.python` expanded, and whether the open folder decides it (see `getPythonSetting`). */
+export interface PythonSetting {
+  path: string;
+  /** The value uses `${workspaceFolder}`: the folder that is open decides what runs. */
+  namesWorkspace: boolean;
+}
+
 /** `fxls.python`, with `~` and `${workspaceFolder}` expanded. */
-export function getPythonSetting(resource?: vscode.Uri): string {
-  return expandPath(userValue<string>(config(resource), "python", "").trim(), resource);
+export function getPythonSetting(resource?: vscode.Uri): PythonSetting {
+  const value = userValue<string>(config(resource), "python", "").trim();
+  return { path: expandPath(value, resource), namesWorkspace: value.includes("${workspaceFolder") };
 }
 
 export function expandPath(value: string, resource?: vscode.Uri): string {

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { asTraceAnswer, notificationText, severityOf, traceLog, traceMessage } from "../src/common/trace-core";
+import { notificationText } from "../src/common/text";
+import { asTraceAnswer, severityOf, traceLog, traceMessage } from "../src/common/trace-core";
 
 const traced = {
   kind: "traced",

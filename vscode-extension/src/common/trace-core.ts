@@ -3,11 +3,12 @@
  * `workspace/executeCommand` `fxls.traceClass` and how the extension words it.
  *
  * The server answers in plain text (clipped, no control characters). VS Code renders
- * `[label](target)` in a notification as a link, so the text shown there has that pattern
- * broken up: a string from user code can never become a link or a command.
+ * `[label](target)` in a notification as a link, so the text shown there goes through
+ * ./text.ts: a string from user code can never become a link or a command.
  *
  * No `vscode` import here: tests run this module under plain Node.
  */
+import { notificationText } from "./text";
 
 /** The server-side command (advertised in `executeCommandProvider`). */
 export const TRACE_SERVER_COMMAND = "fxls.traceClass";
@@ -52,12 +53,6 @@ export function asTraceAnswer(value: unknown): TraceAnswer | undefined {
     return undefined;
   }
   return a;
-}
-
-/** Text for a notification: `[x](y)` can no longer form a link; at most `limit` characters. */
-export function notificationText(text: string, limit = 400): string {
-  const clipped = text.length > limit ? text.slice(0, limit - 1) + "…" : text;
-  return clipped.replace(/\]\s*\(/g, "] (").replace(/[\u0000-\u001f\u007f]/g, " ");
 }
 
 /** How loud the notification is: a warning when the class did not trace cleanly. */

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,12 +36,15 @@ from fxls.protocol.frames import FrameReader, decode_body, encode_frame
 from fxls.protocol.model import (
     PROTOCOL_VERSION,
     CaptureJob,
+    ExpansionTooLarge,
     Isolation,
     JobRequest,
     JobResult,
     Limits,
     ReadyInfo,
     RewriteJob,
+    check_expansion,
+    copies_kept,
 )
 
 State = Literal["stopped", "starting", "running", "errored", "disabled"]
@@ -93,14 +97,37 @@ _REPLACED_LAYERS = frozenset({"cgroup"})
 open files capped), so it is logged, not warned about."""
 
 
-async def _read_frame(reader: asyncio.StreamReader, frames: FrameReader) -> dict[str, Any]:
-    """The next message from the zygote; IncompleteReadError at EOF."""
+async def _read_frame(
+    reader: asyncio.StreamReader, frames: FrameReader
+) -> tuple[dict[str, Any], int]:
+    """The next message from the zygote and its frame's size; IncompleteReadError at EOF."""
     while (body := frames.next_body()) is None:
         chunk = await reader.read(1 << 20)
         if not chunk:
             raise asyncio.IncompleteReadError(b"", None)
         frames.feed(chunk)
-    return decode_body(body)
+    return decode_body(body), len(body)
+
+
+def decode_result(message: Any, frame_bytes: int) -> JobResult:
+    """A ``JobResult`` from the zygote's result frame of ``frame_bytes``, its copied records
+    expanded (``ProtocolError`` when it does not decode).
+
+    The job may have forged the payload (its MAC key is in its own memory), so what the
+    copies expand to is checked against the frame's budget before anything is expanded
+    (``check_expansion``); a result over it becomes ``result_too_large`` for that job only.
+    """
+    with copies_kept():
+        result = from_dict(JobResult, message)
+    if result.payload is None:
+        return result
+    try:
+        check_expansion(result.payload.modules, frame_bytes)
+    except ExpansionTooLarge as exc:
+        return replace(result, kind="result_too_large", message=str(exc), payload=None)
+    for module in result.payload.modules:
+        module.expand()
+    return result
 
 
 class _Adopted:
@@ -407,6 +434,11 @@ class WorkerClient:
                 )
         except OSError as exc:
             raise WorkerStartError(f"cannot run {self.python}: {exc}") from exc
+        except BaseException:
+            if early is not None:  # cancelled while adopting it: nobody else will reap it
+                self._kill(early)
+                await asyncio.shield(asyncio.to_thread(early.wait))
+            raise
         assert proc.stdout is not None and proc.stderr is not None
         tail: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL)
         self._spawn_task(self._pump_stderr(proc.stderr, tail))
@@ -418,6 +450,9 @@ class WorkerClient:
             )
         except asyncio.CancelledError:
             self._kill(proc)
+            # reap it: an adopted zygote (a Popen) is waited for by nobody else, and stays a
+            # zombie of the server until it exits (a shutdown while the worker warms up)
+            await asyncio.shield(proc.wait())
             raise
         except (asyncio.IncompleteReadError, ProtocolError, asyncio.TimeoutError) as exc:
             self._kill(proc)
@@ -457,7 +492,7 @@ class WorkerClient:
 
     async def _await_ready(self, reader: asyncio.StreamReader, messages: list[str]) -> ReadyInfo:
         while True:
-            frame = await _read_frame(reader, self._frames)
+            frame, _ = await _read_frame(reader, self._frames)
             if frame["type"] == "ready":
                 ready = from_dict(ReadyInfo, {k: v for k, v in frame.items() if k != "type"})
                 if ready.protocol != PROTOCOL_VERSION:
@@ -489,7 +524,7 @@ class WorkerClient:
         frames = self._frames
         try:
             while True:
-                self._dispatch(await _read_frame(proc.stdout, frames))
+                self._dispatch(*await _read_frame(proc.stdout, frames))
         except (asyncio.IncompleteReadError, ProtocolError, ConnectionError) as exc:
             if not isinstance(exc, asyncio.IncompleteReadError):
                 self._log(f"worker control channel broken: {exc}")
@@ -507,10 +542,10 @@ class WorkerClient:
         self._available.clear()
         self._restarter = asyncio.ensure_future(self._restart_loop())
 
-    def _dispatch(self, frame: dict[str, Any]) -> None:
+    def _dispatch(self, frame: dict[str, Any], size: int) -> None:
         kind = frame["type"]
         if kind == "result":
-            result = from_dict(JobResult, frame.get("result"))
+            result = decode_result(frame.get("result"), size)
             future = self._pending.pop(result.id, None)
             if future is not None and not future.done():
                 future.set_result(result)

@@ -830,11 +830,21 @@ def check_copies(count: int, copies: list[NodeCopy], blocks: Sequence[BlockCopy]
     fit ``count`` whole records the way :func:`expand_copies` needs: each copy at a free index
     after its template (copies expand in index order, so a template that is a copy itself is
     expanded first), each block's templates before the block."""
+    return len(_layout(count, copies, blocks))
+
+
+def _layout(count: int, copies: list[NodeCopy], blocks: Sequence[BlockCopy]) -> bytearray:
+    """One byte per expanded record, 1 where a copy goes (see :func:`check_copies`). The
+    names a copy brings must be node names (``[A-Za-z_][A-Za-z0-9_]*``, as FX makes them):
+    renaming one identifier in an argument text to another then keeps the number of
+    identifiers in it, which bounds what copies of copies add (:func:`expanded_bytes`)."""
     total = count + len(copies) + sum(len(b.names) for b in blocks)
     taken = bytearray(total)
     for copy in copies:
         if not 0 <= copy.of < copy.at < total or taken[copy.at]:
             raise ValueError(f"node copy at {copy.at} of {copy.of} does not fit")
+        if not _all_names([copy.name], copy.inputs, copy.renamed.values()):
+            raise ValueError(f"node copy at {copy.at} names something that is not a node")
         taken[copy.at] = 1
     for block in blocks:
         size = len(block.names)
@@ -847,8 +857,144 @@ def check_copies(count: int, copies: list[NodeCopy], blocks: Sequence[BlockCopy]
             or any(taken[block.at : block.at + size])
         ):
             raise ValueError(f"block copy at {block.at} of {block.of} does not fit")
+        if not _all_names(block.names, block.outer.values()):
+            raise ValueError(f"block copy at {block.at} names something that is not a node")
         taken[block.at : block.at + size] = b"\x01" * size
+    return taken
+
+
+def _all_names(*groups: typing.Iterable[str]) -> bool:
+    return all(_NAME.fullmatch(name) for group in groups for name in group)
+
+
+_RECORD_BYTES = 520
+"""What one copied record allocates besides its arguments (measured: ~450 bytes for the
+``NodeInfo`` and its ``args``, ``outputs`` and ``inputs`` lists, plus its slot in the node
+list; a GPT-48 result's copies take 1.53 MB expanded, estimated 1.52 MB)."""
+_CLONED_ARG_BYTES = 192
+"""An argument a copy renames (a node argument, or a text that names nodes): a new ``Arg``
+(measured: ~185 bytes, plus its new text)."""
+_SHARED_BYTES = 8
+"""An argument, output or input a copy shares with its template: one list slot."""
+
+EXPANSION_PER_FRAME_BYTE = 64
+"""A result frame may expand to this many times its size (copied records are compact on the
+wire: a copied record of a large model takes ~15 bytes there and ~1 KB expanded)."""
+EXPANSION_FLOOR_BYTES = 16 << 20
+"""What any result may expand to, however small its frame."""
+MAX_EXPANSION_BYTES = 1 << 30
+"""What no result expands past, whatever its frame's size."""
+
+_Shape = tuple[int, int, int, int, int, int]
+"""What copying a record costs: (node arguments, other arguments, outputs, inputs,
+characters of the other arguments' texts, identifiers in those texts)."""
+
+
+def _shape(record: NodeInfo) -> _Shape:
+    texts = [a.value for a in record.args if a.node is None]
+    chars = sum(map(len, texts))
+    names = sum(len(_NAME.findall(t)) for t in texts) if chars else 0
+    nodes = len(record.args) - len(texts)
+    return (nodes, len(texts), len(record.outputs), len(record.inputs), chars, names)
+
+
+def _plain_cost(shape: _Shape, inputs: int) -> int:
+    """Bytes a copy of a record of ``shape`` with ``inputs`` inputs allocates when it renames
+    no argument text (its node arguments are always new ``Arg`` objects)."""
+    nodes, others, outputs, _, _, _ = shape
+    return _RECORD_BYTES + _CLONED_ARG_BYTES * nodes + _SHARED_BYTES * (others + outputs + inputs)
+
+
+def _text_copy(shape: _Shape, inputs: int, longest: int) -> tuple[_Shape, int]:
+    """The shape and cost of a copy of ``shape`` that renames its argument texts with names
+    of at most ``longest`` characters: each identifier in them (at least one character)
+    becomes such a name, so the texts grow by at most ``identifiers * longest``."""
+    nodes, others, outputs, _, chars, names = shape
+    chars += names * longest
+    cost = _plain_cost(shape, inputs) + (_CLONED_ARG_BYTES - _SHARED_BYTES) * others + chars
+    return (nodes, others, outputs, inputs, chars, names), cost
+
+
+def expanded_bytes(
+    nodes: list[NodeInfo], copies: list[NodeCopy], blocks: Sequence[BlockCopy] = ()
+) -> int:
+    """About how many bytes :func:`expand_copies` allocates for the copies (an upper bound of
+    what was measured), computed from the copies' headers and their templates' sizes
+    without making a copy: per copy, its template's arguments, outputs and inputs, and the
+    texts it renames. Linear in the size of what was sent. Raises ``ValueError`` like
+    :func:`check_copies`."""
+    taken = _layout(len(nodes), copies, blocks)
+    shapes: list[_Shape] = []
+    whole = iter(nodes)
+    for is_copy in taken:
+        shapes.append(_NO_SHAPE if is_copy else _shape(next(whole)))
+    plain = [_plain_cost(s, s[3]) for s in shapes]
+    starts: dict[int, NodeCopy | BlockCopy] = {c.at: c for c in copies}
+    starts.update((b.at, b) for b in blocks)
+    total = 0
+    for at in sorted(starts):
+        item = starts[at]
+        if isinstance(item, NodeCopy):
+            template, inputs = shapes[item.of], len(item.inputs)
+            if item.texts:
+                longest = max(map(len, item.inputs), default=0)
+                shapes[at], cost = _text_copy(template, inputs, longest)
+            else:
+                shapes[at] = (*template[:3], inputs, *template[4:])
+                cost = _plain_cost(template, inputs)
+            plain[at] = _plain_cost(shapes[at], inputs)
+            total += cost
+            continue
+        size = len(item.names)
+        shapes[at : at + size] = shapes[item.of : item.of + size]
+        plain[at : at + size] = plain[item.of : item.of + size]
+        total += sum(plain[at : at + size])
+        if item.texts:
+            longest = max(map(len, [*item.names, *item.outer.values()]))
+            for i in {i for i in item.texts if 0 <= i < size}:
+                template = shapes[at + i]
+                shapes[at + i], cost = _text_copy(template, template[3], longest)
+                total += cost - plain[at + i]
     return total
+
+
+_NO_SHAPE: _Shape = (0, 0, 0, 0, 0, 0)
+
+
+class ExpansionTooLarge(ValueError):
+    """Copied records that would expand past what their frame may expand to."""
+
+
+def expansion_budget(frame_bytes: int) -> int:
+    """What the records of one result frame of ``frame_bytes`` may expand to: a fixed
+    multiple of the frame, at least ``EXPANSION_FLOOR_BYTES``, at most
+    ``MAX_EXPANSION_BYTES``."""
+    return min(
+        max(EXPANSION_PER_FRAME_BYTE * frame_bytes, EXPANSION_FLOOR_BYTES), MAX_EXPANSION_BYTES
+    )
+
+
+def check_expansion(modules: Sequence[ModuleResult], frame_bytes: int) -> None:
+    """Raise ``ExpansionTooLarge`` (a ``ValueError``, like a copy that does not fit) when the
+    copies of ``modules``, all sent in one frame of ``frame_bytes``, would expand past that
+    frame's budget (:func:`expansion_budget`). The reader of a frame calls it before
+    expanding anything: a job that found its MAC key can send ~15-byte copies of a record
+    with thousands of arguments, which would otherwise take the reader to gigabytes."""
+    budget = expansion_budget(frame_bytes)
+    total = 0
+    for module in modules:
+        total += expanded_bytes(module.nodes, module.node_copies, module.block_copies)
+        if total > budget:
+            raise ExpansionTooLarge(
+                f"the result would expand past its limit: its copied records need about "
+                f"{_mib(total)} or more, a frame of {_mib(frame_bytes)} may expand to "
+                f"{_mib(budget)} ({EXPANSION_PER_FRAME_BYTE} x the frame, at least "
+                f"{_mib(EXPANSION_FLOOR_BYTES)}, at most {_mib(MAX_EXPANSION_BYTES)})"
+            )
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"
 
 
 _T = typing.TypeVar("_T")
@@ -870,7 +1016,11 @@ def expand_copies(
 ) -> list[NodeInfo]:
     """The whole node list: ``nodes`` (the whole records, in order) with ``copies`` and the
     runs of ``blocks`` inserted at their indices, expanded in index order. Raises
-    ``ValueError`` for indices that do not fit."""
+    ``ValueError`` for indices that do not fit, ``ExpansionTooLarge`` when the copies would
+    take more than ``MAX_EXPANSION_BYTES`` (a reader that knows the frame's size checks the
+    tighter :func:`check_expansion` first)."""
+    if expanded_bytes(nodes, copies, blocks) > MAX_EXPANSION_BYTES:
+        raise ExpansionTooLarge(f"copied records would expand past {_mib(MAX_EXPANSION_BYTES)}")
     total = check_copies(len(nodes), copies, blocks)
     out: list[NodeInfo | None] = [None] * total
     starts: dict[int, NodeCopy | BlockCopy] = {}

@@ -43,12 +43,14 @@ from fxls.protocol.model import (
     PROTOCOL_VERSION,
     CaptureResult,
     ErrorInfo,
+    ExpansionTooLarge,
     JobRequest,
     JobResult,
     Limits,
     Phase,
     ReadyInfo,
     ResultKind,
+    check_expansion,
     copies_kept,
 )
 from fxls.worker.process import sandbox
@@ -171,6 +173,8 @@ class Job:
     setup_error: str | None = None
     protocol_error: str | None = None
     too_large: int | None = None
+    expands_past: str | None = None
+    """Why the result, sent with copied records, would expand past its frame's budget."""
     payload: CaptureResult | None = None
     payload_wire: Any = None
     """The payload as the child sent it (checked: it decodes to ``payload``), forwarded to the
@@ -271,6 +275,8 @@ def classify(job: Job) -> JobResult:
             "result_too_large",
             f"result of {job.too_large} bytes exceeds {MAX_RESULT_BYTES} bytes",
         )
+    if job.expands_past is not None:
+        return done("result_too_large", job.expands_past)
     if job.protocol_error is not None:
         return done("protocol_error", f"bad frame from the job: {job.protocol_error}")
     if signum is not None:
@@ -565,7 +571,7 @@ class Zygote:
             return str(exc)
         kind = message["type"]
         job.frames += 1
-        finished = job.payload is not None or job.too_large is not None
+        finished = any(x is not None for x in (job.payload, job.too_large, job.expands_past))
         if finished:
             return f"unexpected {kind!r} frame after the result"
         if kind == "setup_error" and job.frames == 1:
@@ -585,10 +591,14 @@ class Zygote:
         elif kind == "result" and job.frames > 1:
             try:
                 with copies_kept():  # checked here, expanded by the server
-                    job.payload = from_dict(CaptureResult, message.get("payload"))
+                    payload = from_dict(CaptureResult, message.get("payload"))
+                check_expansion(payload.modules, len(body))
             except ProtocolError as exc:
                 return str(exc)[:2000]
-            job.payload_wire = message.get("payload")
+            except ExpansionTooLarge as exc:
+                job.expands_past = str(exc)
+                return None
+            job.payload, job.payload_wire = payload, message.get("payload")
         elif kind == "result_too_large" and job.frames > 1:
             size = message.get("bytes")
             job.too_large = size if isinstance(size, int) else -1

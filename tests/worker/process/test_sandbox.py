@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -1221,6 +1222,56 @@ async def test_75_results_list_every_layer_and_missing_ones_are_warned(
     for name in replaced:
         assert not any(name in w for w in warnings)
         assert any(name in line for line in notes), worker.logs
+
+
+def expanding_payload(args: int, copies: int) -> dict[str, object]:
+    """A capture result whose one record has ``args`` node arguments and ``copies`` copies
+    of ~90 bytes each on the wire: expanded, every copy clones every argument."""
+    template = {
+        "name": "t",
+        "op": "call_function",
+        "target": "f",
+        "args": [{"name": f"a{i}", "value": f"x{i}", "node": f"x{i}"} for i in range(args)],
+    }
+    node_copies = [
+        {"at": i, "of": 0, "name": f"n{i}", "target": "f", "module_path": None, "users": 0}
+        for i in range(1, copies + 1)
+    ]
+    module = {
+        "name": "M", "line": 1, "status": "traced", "nodes": [template],
+        "node_copies": node_copies,
+    }  # fmt: skip
+    return {"modules": [module]}
+
+
+async def test_89_copies_cannot_expand_past_their_frame(worker: WorkerClient) -> None:
+    # ~500 KB on the wire, ~1 GB once expanded (1,000 arguments x 5,000 copies)
+    payload = expanding_payload(1000, 5000)
+    body = json.dumps({"type": "result", "payload": payload}).encode()
+    pid = worker.pid
+    tracemalloc.start()
+    try:
+        result = await worker.run(import_job(FORGE.format(body=body)))
+        # the server's own decoder refuses it too, before expanding anything
+        wire = {"id": 1, "kind": "ok", "payload": payload}
+        decoded = workerclient.decode_result(wire, len(body))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    for refused in (result, decoded):
+        assert refused.kind == "result_too_large", refused
+        assert "would expand past its limit" in refused.message
+        assert refused.payload is None
+    assert peak < 64 << 20, f"the server held {peak >> 20} MiB for a {len(body) >> 10} KiB frame"
+    assert worker.pid == pid
+    assert (await worker.run(import_job("x = 1"))).kind == "ok"
+    # a result whose copies fit its frame's budget still expands
+    small = expanding_payload(10, 50)
+    body = json.dumps({"type": "result", "payload": small}).encode()
+    fits = await worker.run(import_job(FORGE.format(body=body)))
+    assert fits.kind == "ok" and fits.payload is not None, fits
+    assert len(fits.payload.modules[0].nodes) == 51
+    assert fits.payload.modules[0].nodes[50].name == "n50"
 
 
 # ---------------------------------------------------------------------------------------

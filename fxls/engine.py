@@ -74,6 +74,12 @@ class EngineOptions:
     """Single-class re-runs of one file that may hit a sandbox limit (time, memory, a crash)
     before the file's remaining classes are given up (FX510): a file full of classes that hang
     holds one worker slot for at most ``1 + max_failed_retries`` time-outs."""
+    capture_budget: float = 3.0
+    """Time limits of wall time that one analysis of a file may spend in the worker, all its
+    jobs together (the first job and the single-class re-runs, failed or not). A re-run still
+    going when it is spent is stopped, and the classes not captured by then get FX510: a file
+    of classes that each take just under the limit and succeed would otherwise hold a worker
+    slot for one time limit per class on every edit."""
     rules: RulesFile | None = None
     """The workspace's user rules (read as text; only the worker executes them)."""
 
@@ -431,16 +437,46 @@ async def analyze(
         # reading the workspace's files blocks: in a thread, so the server keeps answering
         await asyncio.to_thread(_add_call_sites, requests, root, path, parsed.defined)
         job = capture_job(path, text, requests, options, root)
+        budget = Budget(options)
         if cache is not None and only is None and not is_rules_file(path, options):
             context = await asyncio.to_thread(job_context, job, options, root, worker)
             await _incremental(
-                client, job, classes, text, options, result, diagnostics, cache, context
+                client, job, classes, text, options, result, diagnostics, cache, context, budget
             )
         else:
-            await _capture(client, job, classes, text, options, result, diagnostics)
+            await _capture(client, job, classes, text, options, result, diagnostics, budget)
     result.diagnostics = dedupe(diagnostics + [d for m in result.modules for d in m.diagnostics])
     result.duration_s = time.monotonic() - started
     return result
+
+
+class Budget:
+    """The wall time one analysis of a file may still spend in the worker
+    (``EngineOptions.capture_budget`` time limits from when it is made)."""
+
+    GRACE_S = 0.5
+    """How long a re-run may go past the budget before it is stopped: time enough for a job
+    that hits its own time limit right at the end to be reported as a time-out (FX501)."""
+
+    def __init__(self, options: EngineOptions) -> None:
+        self.seconds = options.capture_budget * options.limits.timeout_s
+        self.limit = options.limits.timeout_s
+        self.deadline = time.monotonic() + self.seconds
+
+    def left(self, *, grace: bool = False) -> float:
+        """Seconds left (with ``grace``: before a running re-run is stopped)."""
+        return self.deadline + (self.GRACE_S if grace else 0.0) - time.monotonic()
+
+    def spent(self) -> str:
+        """Why the classes left get FX510 once the budget is spent."""
+        return (
+            f"the captures of this file already took {_seconds(self.seconds)} "
+            f"({self.seconds / self.limit:g} × the time limit of {_seconds(self.limit)})"
+        )
+
+
+def _failed_retries(failed: int) -> str:
+    return f"{failed} other classes of this file already hit a sandbox limit"
 
 
 async def _run(client: Runner, job: CaptureJob, options: EngineOptions) -> JobResult:
@@ -515,6 +551,7 @@ async def _incremental(
     diagnostics: list[Diagnostic],
     cache: incremental.CaptureCache,
     context: str,
+    budget: Budget,
 ) -> None:
     """Capture the units of ``job`` whose key is new, take the others from ``cache``.
 
@@ -527,7 +564,7 @@ async def _incremental(
         stats.jobs += 1
         stats.misses += len(job.classes)
         stats.last_captured = [r.name for r in job.classes]
-        await _capture(client, job, classes, text, options, result, diagnostics)
+        await _capture(client, job, classes, text, options, result, diagnostics, budget)
         return
     kept: dict[str, tuple[incremental.Entry, list[ModuleResult]]] = {}
     todo: list[incremental.Unit] = []
@@ -565,7 +602,7 @@ async def _incremental(
                 stats.misses += len(job.classes) - len(requests)
                 stats.last_captured = [r.name for r in job.classes]
             known = first if whole else None
-            await _capture(client, job, classes, text, options, result, diagnostics, known)
+            await _capture(client, job, classes, text, options, result, diagnostics, budget, known)
             return
         for layer in first.isolation:
             if layer not in result.isolation:
@@ -602,6 +639,7 @@ async def _capture(
     options: EngineOptions,
     result: FileAnalysis,
     diagnostics: list[Diagnostic],
+    budget: Budget,
     first: JobResult | None = None,
 ) -> None:
     by_name = {c.name: c for c in classes}
@@ -639,7 +677,7 @@ async def _capture(
     async def one(req: ClassRequest) -> tuple[ClassRequest, JobResult | None]:
         nonlocal failed
         async with semaphore:
-            if failed >= options.max_failed_retries:
+            if failed >= options.max_failed_retries or budget.left() <= 0:
                 return req, None
             single = CaptureJob(
                 path=job.path,
@@ -654,7 +692,10 @@ async def _capture(
                 eager_on_meta=job.eager_on_meta,
                 rules=job.rules,
             )
-            res = await _run(client, single, options)
+            try:
+                res = await asyncio.wait_for(_run(client, single, options), budget.left(grace=True))
+            except asyncio.TimeoutError:  # the budget ran out during this re-run
+                return req, None
             if res.kind in _EXPENSIVE:
                 failed += 1
             return req, res
@@ -665,7 +706,8 @@ async def _capture(
             if req.skip:
                 _absorb(JobResult(id=-1, kind="ok"), [req], job.path, text, result, diagnostics)
                 continue
-            diag = catalogue.FX510(info.name_span, cls=info.name, failed=failed).diagnostic()
+            why = budget.spent() if budget.left() <= 0 else _failed_retries(failed)
+            diag = catalogue.FX510(info.name_span, cls=info.name, reason=why).diagnostic()
             result.modules.append(_failed_module(info, diag))
         elif res.kind == "ok":
             _absorb(res, [req], job.path, text, result, diagnostics)

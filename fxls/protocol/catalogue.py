@@ -510,12 +510,11 @@ class FX510(Message):
     severity = "warning"
     title = "Not captured: retries stopped"
     template = (
-        "`{cls}` was not captured: {failed} other classes of this file already hit a sandbox "
-        "limit, so fxls stopped capturing the file class by class"
+        "`{cls}` was not captured: {reason}, so fxls stopped capturing the file class by class"
     )
     fix = (
-        "Fix or skip (`# fxls: skip`) the classes that time out; the others are captured "
-        "again on the next edit."
+        "Fix or skip (`# fxls: skip`) the classes that time out or take long; the others are "
+        "captured again on the next edit."
     )
 
 

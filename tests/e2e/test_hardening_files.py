@@ -17,13 +17,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import pytest_asyncio
 import pytest_lsp
 from conftest import start_recording
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
+
+from fxls.engine import Budget, EngineOptions, analyze
+from fxls.protocol.model import Limits
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "fxls", "serve"])
@@ -123,3 +129,53 @@ def test_97_fxls_check_finishes_on_devices_fifos_and_links() -> None:
     assert any("rules file" in e and "not a regular file" in e for e in errors), done.stderr
     assert "model.py" in done.stdout, done.stdout
     assert done.returncode == 2, (done.returncode, done.stderr)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def worker() -> AsyncIterator[Any]:
+    """The real worker (zygote and sandboxed jobs) through fxls.workerclient.WorkerClient."""
+    from fxls.workerclient import WorkerClient
+
+    client = WorkerClient()
+    await client.start()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+LIMIT_S = 2.0
+SLOW_CLASSES = "import time\nimport torch.nn as nn\n\n_slept = set()\n" + "".join(
+    f"""
+
+# fxls: x = (2, 3)
+class Slow{i}(nn.Module):
+    def forward(self, x):
+        if "Slow{i}" not in _slept:  # once per job: each capture takes just under the limit
+            _slept.add("Slow{i}")
+            time.sleep({LIMIT_S * 0.7})
+        return x + 1
+"""
+    for i in range(6)
+)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_99_a_files_captures_share_one_time_budget(worker: Any, tmp_path: Path) -> None:
+    """Six classes that each take just under the time limit and succeed: the first job times
+    out on the second class, the re-runs succeed one by one until the file has used three
+    time limits, then the re-run going on is stopped and the classes left get FX510 saying
+    so; the whole analysis ends within the budget."""
+    options = EngineOptions(limits=Limits(timeout_s=LIMIT_S, cpu_s=LIMIT_S + 2))
+    started = time.monotonic()
+    result = await analyze(worker, str(tmp_path / "slow.py"), SLOW_CLASSES, options=options)
+    took = time.monotonic() - started
+    codes = {m.name: [d.code for d in m.diagnostics] for m in result.modules}
+    assert len(result.modules) == 6, codes
+    budget = options.capture_budget * LIMIT_S
+    assert took < budget + Budget.GRACE_S + 1.0, (took, codes)
+    stopped = [d for m in result.modules for d in m.diagnostics if d.code == "FX510"]
+    assert stopped, codes
+    assert all("took" in d.message and "time limit" in d.message for d in stopped)
+    captured = [m.name for m in result.modules if m.status == "traced"]
+    assert captured, codes  # the re-runs before the budget ran out were kept

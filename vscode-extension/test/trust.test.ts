@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
+import { folderHolding, isInside, locateProgram } from "../src/common/trust";
 import { activate } from "../src/extension";
 import { started } from "./fakes/languageclient";
 import { finish, posixOnly, program, Scene, scene, spawned, until, workspaceRuns } from "./fakes/scene";
@@ -107,5 +108,29 @@ test("test_103_untrusted_workspace_program_reached_by_path_link_or_argument_wait
         await finish(s);
       }
     });
+  }
+});
+
+test("a folder holds only what lies below it, by the written or the real path", posixOnly, async () => {
+  const s = scene();
+  try {
+    const sibling = program(path.join(`${s.workspace}-other`, "python"));
+    assert.equal(folderHolding(sibling, [s.workspace]), undefined);
+    assert.equal(folderHolding(path.join(s.workspace, "..foo", "python"), [s.workspace]), s.workspace);
+    assert.equal(isInside(path.join(s.workspace, "..", "x"), s.workspace), false);
+    // a link from outside into the folder, and a folder reached through a link
+    const link = path.join(s.root, "link-to-python");
+    fs.symlinkSync(s.workspacePython, link);
+    assert.equal(folderHolding(link, [s.workspace]), s.workspace);
+    const linkedWorkspace = path.join(s.root, "linked-project");
+    fs.symlinkSync(s.workspace, linkedWorkspace);
+    assert.equal(folderHolding(s.workspacePython, [linkedWorkspace]), linkedWorkspace);
+    // a bare name is found on PATH as spawn finds it; a name found nowhere locates nothing
+    const bin = path.dirname(s.workspacePython);
+    assert.equal(locateProgram("python", "/", `relative:${bin}`), s.workspacePython);
+    assert.equal(locateProgram("no-such-program-fxls", "/", bin), undefined);
+    assert.equal(locateProgram("./python", bin, undefined), s.workspacePython);
+  } finally {
+    await finish(s);
   }
 });

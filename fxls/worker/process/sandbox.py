@@ -613,7 +613,8 @@ def _own_cgroup_dir() -> tuple[str | None, str]:
 
 @dataclass
 class MemoryCgroup:
-    """A cgroup v2 folder delegated to this zygote; each job gets a group with ``memory.max``.
+    """A cgroup v2 folder delegated to this zygote; each job gets a group with ``memory.max``
+    (and ``pids.max`` when the pids controller is delegated too).
 
     Unlike RLIMIT_AS, the cgroup counts every page charged to the job: memfd and tmpfs pages,
     the page cache it fills, pipe buffers. fxls uses only a cgroup that is its own to manage
@@ -625,6 +626,8 @@ class MemoryCgroup:
     """
 
     path: str
+    pids: bool = False
+    """The pids controller is delegated too: each job group gets ``pids.max``."""
 
     @classmethod
     def probe(cls, requested: str | None = None) -> tuple[MemoryCgroup | None, str]:
@@ -643,9 +646,10 @@ class MemoryCgroup:
                         )
                 path = own
             with open(os.path.join(path, "cgroup.controllers")) as f:
-                if "memory" not in f.read().split():
-                    return None, f"{path}: the memory controller is not delegated"
-            group = cls(path)
+                controllers = f.read().split()
+            if "memory" not in controllers:
+                return None, f"{path}: the memory controller is not delegated"
+            group = cls(path, pids="pids" in controllers)
             group._prepare()
             return group, ""
         except OSError as exc:
@@ -664,6 +668,11 @@ class MemoryCgroup:
             os.makedirs(leaf, 0o755, exist_ok=True)
             _cgroup_write(os.path.join(leaf, "cgroup.procs"), str(os.getpid()))
         _cgroup_write(os.path.join(self.path, "cgroup.subtree_control"), "+memory")
+        if self.pids:
+            try:
+                _cgroup_write(os.path.join(self.path, "cgroup.subtree_control"), "+pids")
+            except OSError:  # the memory limit still works; RLIMIT_NPROC bounds threads
+                self.pids = False
         trial = self.job_group(0, 256 * 1024 * 1024)
         try:
             pid = os.fork()
@@ -686,6 +695,8 @@ class MemoryCgroup:
         os.mkdir(path, 0o755)
         try:
             _cgroup_write(os.path.join(path, "memory.max"), str(memory_bytes))
+            if self.pids:
+                _cgroup_write(os.path.join(path, "pids.max"), str(JOB_TASKS))
             for name, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
                 try:
                     _cgroup_write(os.path.join(path, name), value)
@@ -810,6 +821,49 @@ def _vm_size_bytes() -> int:
     return 0
 
 
+JOB_TASKS = 256
+"""Threads a job may start: RLIMIT_NPROC is the user's tasks at the job's start plus this,
+and a job's cgroup (when delegated) has ``pids.max`` = this. torch's thread pools need one
+per core."""
+
+
+def user_tasks(uid: int) -> int:
+    """Tasks (processes and threads) whose real user id is ``uid``, as RLIMIT_NPROC counts
+    them, from ``/proc/<pid>/status`` (its owner is root for a non-dumpable process, such
+    as a job, so the file's ``Uid:`` line is read instead)."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", "rb") as f:
+                status = f.read(4096)
+        except OSError:  # it exited meanwhile
+            continue
+        real = threads = 0
+        for line in status.split(b"\n"):
+            if line.startswith(b"Uid:"):
+                real = int(line.split()[1])
+            elif line.startswith(b"Threads:"):
+                threads = int(line.split()[1])
+                break
+        if real == uid:
+            total += threads
+    return total
+
+
+def _limit_tasks() -> None:
+    """RLIMIT_NPROC = the user's tasks now + ``JOB_TASKS``: a thread bomb stops there (EAGAIN,
+    "can't start new thread") instead of taking every process id of the machine. The kernel
+    does not apply RLIMIT_NPROC to uid 0 even without capabilities (``copy_process`` exempts
+    the root user), so as root only a cgroup's ``pids.max`` bounds a job's threads."""
+    uid = os.getuid()
+    if uid == 0:
+        return
+    nproc = user_tasks(uid) + JOB_TASKS
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+
 def _set_rlimits(limits: Limits, in_cgroup: bool) -> None:
     cpu = max(1, math.ceil(limits.cpu_s))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 2))
@@ -820,6 +874,7 @@ def _set_rlimits(limits: Limits, in_cgroup: bool) -> None:
     nofile = limits.nofile if in_cgroup else min(limits.nofile, NOFILE_WITHOUT_CGROUP)
     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _limit_tasks()
 
 
 def setup_child(plan: ChildPlan) -> list[str]:

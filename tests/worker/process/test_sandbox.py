@@ -39,6 +39,7 @@ from fxls.protocol.model import (
     JobResult,
     Limits,
 )
+from fxls.worker.process import sandbox
 from fxls.workerclient import WorkerClient, WorkerStartError
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
@@ -1272,6 +1273,52 @@ async def test_89_copies_cannot_expand_past_their_frame(worker: WorkerClient) ->
     assert fits.kind == "ok" and fits.payload is not None, fits
     assert len(fits.payload.modules[0].nodes) == 51
     assert fits.payload.modules[0].nodes[50].name == "n50"
+
+
+# Small stacks, so that the address space limit does not stop the bomb first; at most 5,000
+# threads, so that a machine without the limit keeps process ids for everyone else.
+THREAD_BOMB = """
+import threading
+threading.stack_size(64 * 1024)
+stop = threading.Event()
+started = 0
+try:
+    while started < 5000:
+        threading.Thread(target=stop.wait, daemon=True).start()
+        started += 1
+except RuntimeError as exc:
+    print("STOPPED", exc)
+print("STARTED", started)
+stop.set()
+"""
+
+
+def threads_started(result: JobResult) -> int:
+    assert result.kind == "ok", result
+    line = next(ln for ln in result.output_head.splitlines() if ln.startswith("STARTED "))
+    return int(line.split()[1])
+
+
+async def test_90_a_job_has_a_thread_budget(nobody_worker: WorkerClient) -> None:
+    """As a user other than root, RLIMIT_NPROC stops a thread bomb at the user's tasks plus
+    ``JOB_TASKS``, far below the machine's pid_max; the machine can still fork after it."""
+    result = await nobody_worker.run(import_job(THREAD_BOMB), Limits(memory_mb=1024))
+    started = threads_started(result)
+    assert "STOPPED can't start new thread" in result.output_head, result.output_head[-500:]
+    assert started <= sandbox.JOB_TASKS, started
+    subprocess.run(["true"], check=True)
+    assert (await nobody_worker.run(import_job("x = 1"))).kind == "ok"
+
+
+async def test_91_a_job_cgroup_has_pids_max(worker: WorkerClient) -> None:
+    """With a delegated cgroup, ``pids.max`` bounds a job's threads as root too (the kernel
+    exempts uid 0 from RLIMIT_NPROC)."""
+    need(worker, "cgroup")
+    result = await worker.run(import_job(THREAD_BOMB), Limits(memory_mb=1024))
+    if "cgroup" not in result.isolation:
+        pytest.skip("the job did not join its cgroup")
+    assert threads_started(result) < sandbox.JOB_TASKS, result.output_head[-500:]
+    assert "STOPPED can't start new thread" in result.output_head
 
 
 # ---------------------------------------------------------------------------------------

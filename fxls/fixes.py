@@ -11,7 +11,8 @@ Shared by the language server (code actions) and ``fxls check --fix``; no LSP ty
   ``F.scaled_dot_product_attention`` for a hand-written attention, apply a user pass to the
   source on its ``def`` line).
 - :func:`compute` sends them to the worker as one ``rewrite`` job, which computes each edit and
-  verifies it in the sandbox (``fxls.worker.capture.rewrites``).
+  verifies it in the sandbox (``fxls.worker.capture.rewrites``); the outputs the job found
+  equal are compared again here (:func:`recheck`), where user code cannot reach.
 - :func:`minimal_edits` turns an edited text back into the smallest edits (difflib), so that
   everything else in the file stays byte for byte.
 """
@@ -28,6 +29,7 @@ from typing import Any, Literal, Protocol
 
 from fxls.analysis import ClassInfo, parse
 from fxls.engine import EngineOptions, FileAnalysis, capture_job, class_requests
+from fxls.protocol import outputs
 from fxls.protocol.edits import apply_edits, line_starts, span_of
 from fxls.protocol.model import (
     CaptureJob,
@@ -554,7 +556,29 @@ async def compute(
     if result.kind != "ok" or payload is None or payload.rewrite is None:
         why = result.message.strip() or result.kind.replace("_", " ")
         return _failed(fixes, f"the sandbox could not verify it ({why})")
-    return payload.rewrite
+    rewrite_result = payload.rewrite
+    for outcome in [*rewrite_result.outcomes, rewrite_result.combined]:
+        if outcome is not None:
+            recheck(outcome)
+    return rewrite_result
+
+
+def recheck(outcome: FixOutcome) -> None:
+    """Compare again the outputs a rewrite job found equal (``FixOutcome.samples``), in plain
+    Python: the job ran user code, which may have replaced torch's comparisons. A safe fix
+    whose outputs differ becomes unsafe with the counterexample. The samples are dropped."""
+    samples, outcome.samples = outcome.samples, []
+    if outcome.applicability != "safe":
+        return
+    for sample in samples:
+        problem = outputs.difference(sample)
+        if problem is not None:
+            outcome.applicability = "unsafe"
+            outcome.reason = (
+                f"unsafe: outputs differ on {sample.inputs[:200]}: {problem[:300]} (compared "
+                "by fxls outside the sandbox; the comparison in the sandbox said equal)"
+            )
+            return
 
 
 def _failed(fixes: list[FixRequest], reason: str) -> RewriteResult:

@@ -725,6 +725,34 @@ class TextEdit:
 
 
 @dataclass
+class OutputValues:
+    """One output tensor of a class on one random input, as the verification of an edit saw it
+    (:mod:`fxls.protocol.outputs` reads and compares them)."""
+
+    dtype: str
+    """torch's name of the dtype (``torch.float32``)."""
+    shape: list[int]
+    values: str
+    """Base64 of little-endian float64 values (int64 for integer and bool dtypes; a complex
+    number as its two parts) at evenly spaced positions of the flattened tensor: every value
+    up to ``outputs.SAMPLED_VALUES``."""
+
+
+@dataclass
+class OutputSample:
+    """An output of the original and of the edited class on the same input. A rewrite job
+    sends them with a fix it found to compute the same; the server or CLI compares them again
+    outside the job, where user code cannot have replaced the comparison."""
+
+    where: str
+    """``the output`` or ``output 2`` (of the flattened outputs)."""
+    inputs: str
+    """The input sizes (``x [2, 16]``)."""
+    before: OutputValues
+    after: OutputValues
+
+
+@dataclass
 class FixOutcome:
     """One fix (or the combination of several), computed and verified."""
 
@@ -739,6 +767,9 @@ class FixOutcome:
     """What was verified, in words (``outputs equal on x [2, 16] and [3, 16]``)."""
     fixes: list[str] = field(default_factory=list)
     """For a combination: the ids of the fixes it applies."""
+    samples: list[OutputSample] = field(default_factory=list)
+    """For a fix found to compute the same: the outputs compared, checked again by the
+    server or CLI (``fxls.fixes.compute``), which drops them once checked."""
 
 
 @dataclass

@@ -28,8 +28,9 @@ from conftest import start_recording
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from fxls.engine import Budget, EngineOptions, analyze
-from fxls.protocol.model import Limits
+from fxls import fixes
+from fxls.engine import Budget, EngineOptions, analyze, read_rules
+from fxls.protocol.model import Limits, RulesFile
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "fxls", "serve"])
@@ -142,6 +143,50 @@ async def worker() -> AsyncIterator[Any]:
         yield client
     finally:
         await client.close()
+
+
+RULES = Path(__file__).resolve().parents[1] / "fixtures" / "rules"
+LYING_COMPARISONS = """
+# user code in the job replaces every comparison the verification could use
+torch.allclose = lambda *args, **kwargs: True
+torch.equal = lambda *args, **kwargs: True
+torch.Tensor.allclose = lambda *args, **kwargs: True
+torch.Tensor.equal = lambda *args, **kwargs: True
+"""
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_98_a_rules_file_that_replaces_torch_comparisons_verifies_nothing(
+    worker: Any, tmp_path: Path
+) -> None:
+    """The workspace's rules file makes ``torch.allclose`` and ``torch.equal`` always true;
+    its rule sigmoid -> hardsigmoid changes the outputs: the fix is not verified safe (the
+    server compares the outputs the job sent), while the rule that computes the same (GELU's
+    tanh approximation) still is."""
+    model = tmp_path / "mlp_before.py"
+    shutil.copy(RULES / "mlp_before.py", model)
+    rules_path = tmp_path / "fxls_rules.py"
+    rules_path.write_text((RULES / "fxls_rules.py").read_text() + LYING_COMPARISONS)
+    rules = read_rules(str(rules_path))
+    assert isinstance(rules, RulesFile)
+    options = EngineOptions(rules=rules)
+    text = model.read_text()
+    analysis = await analyze(worker, str(model), text, options=options, root=str(tmp_path))
+    found = {c.params.get("rule"): c for c in fixes.candidates(analysis, text) if c.kind == "rule"}
+    assert set(found) == {"gelu_tanh", "hard_gate"}, found
+    result = await fixes.compute(
+        worker,
+        str(model),
+        text,
+        [found["hard_gate"].request(), found["gelu_tanh"].request()],
+        options=options,
+        root=str(tmp_path),
+    )
+    gate, gelu = result.outcomes
+    assert gate.applicability == "unsafe", (gate.reason, gate.checks)
+    assert "outputs differ" in gate.reason and "outside the sandbox" in gate.reason
+    assert gelu.applicability == "safe", gelu.reason
+    assert not gate.samples and not gelu.samples  # checked, then dropped
 
 
 LIMIT_S = 2.0

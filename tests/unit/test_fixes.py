@@ -12,7 +12,7 @@ from fxls.analysis import parse
 from fxls.engine import FileAnalysis
 from fxls.features import code_actions
 from fxls.features.convert import UTF8, UTF16, apply_change
-from fxls.fixes import Candidate, candidates, minimal_edits, moved, refactors_at
+from fxls.fixes import Candidate, candidates, minimal_edits, moved, recheck, refactors_at
 from fxls.protocol.edits import EditError, apply_edits, overlaps
 from fxls.protocol.model import (
     Arg,
@@ -20,9 +20,12 @@ from fxls.protocol.model import (
     FixOutcome,
     ModuleResult,
     NodeInfo,
+    OutputSample,
+    OutputValues,
     Span,
     TextEdit,
 )
+from fxls.protocol.outputs import pack
 
 # ---------------------------------------------------------------------------------------
 # Protocol edits
@@ -331,3 +334,38 @@ def test_resolved_refusals_say_why() -> None:
         types.CodeAction(title="t"), unsafe, "", "u", 1, UTF16, unsafe=True
     )
     assert done.edit is not None and done.title == "t (unsafe: r)"
+
+
+def _sample(before: list[float], after: list[float], dtype: str = "torch.float32") -> OutputSample:
+    return OutputSample(
+        "the output",
+        "x [2]",
+        OutputValues(dtype, [len(before)], pack(before, dtype)),
+        OutputValues(dtype, [len(after)], pack(after, dtype)),
+    )
+
+
+def test_recheck_compares_the_outputs_a_job_found_equal_like_allclose() -> None:
+    """Within tolerance, NaN with NaN and equal infinities agree; a difference, an integer
+    off by one, another shape or a sample that does not match its shape makes a safe fix
+    unsafe; the samples are dropped either way."""
+    nan, inf = float("nan"), float("inf")
+    agree = [
+        _sample([1.0, nan, inf], [1.0 + 1e-6, nan, inf]),
+        _sample([3, 4], [3, 4], "torch.int64"),
+    ]
+    differ = [
+        _sample([1.0, 2.0], [1.0, 2.5]),
+        _sample([1.0, nan], [1.0, 0.0]),
+        _sample([3, 4], [3, 5], "torch.bool"),
+        _sample([1.0], [1.0, 2.0]),
+    ]
+    broken = _sample([1.0, 2.0], [1.0, 2.0])
+    broken.after.values = broken.after.values[:-4]
+    for samples, verdict in [(agree, "safe"), *(([s], "unsafe") for s in [*differ, broken])]:
+        outcome = FixOutcome("f", "safe", "t", samples=samples)
+        recheck(outcome)
+        assert outcome.applicability == verdict, samples
+        assert outcome.samples == []
+        if verdict == "unsafe":
+            assert "outside the sandbox" in outcome.reason

@@ -131,6 +131,7 @@ def _one(
         edits=list(change.edits) if verdict.applicability != "unavailable" else [],
         reason=verdict.reason,
         checks=verdict.checks,
+        samples=verdict.samples,
     )
     return outcome, change if verdict.applicability != "unavailable" else None
 
@@ -164,7 +165,7 @@ def _combined(
         only = chosen[0]
         return FixOutcome(
             "all", only.applicability, only.title, list(only.edits), only.reason,
-            list(only.checks), fixes=[only.id],
+            list(only.checks), fixes=[only.id], samples=list(only.samples),
         )  # fmt: skip
     verdict = _verify_set(original, chosen, changes, rewrite, report)
     if verdict.applicability == "unavailable" or (
@@ -194,6 +195,7 @@ def _combined(
         verdict.reason or "; ".join(o.reason for o in unsafe),
         verdict.checks,
         fixes=[o.id for o in chosen],
+        samples=verdict.samples,
     )
 
 
@@ -206,7 +208,7 @@ def _verify_set(
 ) -> Verdict:
     if len(chosen) == 1:
         only = chosen[0]
-        return Verdict(only.applicability, only.reason, list(only.checks))
+        return Verdict(only.applicability, only.reason, list(only.checks), list(only.samples))
     try:
         return verify(original, merge([changes[o.id] for o in chosen]), rewrite, report)
     except Exception as exc:

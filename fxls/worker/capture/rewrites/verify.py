@@ -17,6 +17,12 @@ An edit is **safe** only when all of these hold for every class it touches:
 A difference in outputs, or a module too large to run (``RewriteJob.max_params``), is
 **unsafe** with the reason (the counterexample: input sizes and largest difference). An edit
 that does not parse, build or capture as far is **unavailable**.
+
+User code runs in this process and may have replaced torch's comparisons (a rules file that
+sets ``torch.allclose = lambda *a, **k: True``), so a safe verdict also carries the values it
+compared (:class:`~fxls.protocol.model.OutputSample`, read with torch's function overrides off):
+the server or CLI compares them again in plain Python (:mod:`fxls.protocol.outputs`) and
+refuses the fix when they differ.
 """
 
 from __future__ import annotations
@@ -42,11 +48,14 @@ from fxls.protocol.model import (
     DimSpec,
     InputSpec,
     ModuleResult,
+    OutputSample,
+    OutputValues,
     Phase,
     RewriteJob,
     Span,
     TextEdit,
 )
+from fxls.protocol.outputs import ATOL, RTOL, SAMPLED_OUTPUTS, SAMPLED_VALUES, integer, pack
 from fxls.protocol.positions import split_lines
 from fxls.worker.capture import failures
 from fxls.worker.capture.document import Document
@@ -58,8 +67,6 @@ from fxls.worker.capture.shapes import ExampleInput
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
 
-RTOL = 1e-4
-ATOL = 1e-5
 INT_HIGH = 10
 """Exclusive upper bound of random integer inputs when no embedding bounds them."""
 
@@ -72,6 +79,8 @@ class Verdict:
     applicability: Applicability
     reason: str = ""
     checks: list[str] = field(default_factory=list)
+    samples: list[OutputSample] = field(default_factory=list)
+    """The outputs compared, for the server to compare again (see the module docstring)."""
 
     @staticmethod
     def unavailable(reason: str, checks: list[str] | None = None) -> Verdict:
@@ -228,12 +237,14 @@ def verify(
         checks.append(done)
     if not rewrite.verify:
         return Verdict("safe", "", checks)
+    samples: list[OutputSample] = []
     for name in change.numeric:
         verdict = compare_outputs(original, doc, name, rewrite)
         checks.extend(verdict.checks)
+        samples.extend(verdict.samples)
         if verdict.applicability != "safe":
             return Verdict(verdict.applicability, verdict.reason, checks)
-    return Verdict("safe", "", checks)
+    return Verdict("safe", "", checks, samples)
 
 
 def _edited_job(original: Original, edited: str, change: Change, shift: LineShift) -> CaptureJob:
@@ -440,6 +451,7 @@ def compare_outputs(
     after.eval()
     high = _int_high(before)
     compared: list[str] = []
+    samples: list[OutputSample] = []
     for variant, batch in _variants(feeds):
         args = make_inputs(feeds, batch, rewrite.seed + variant, high)
         shown = _sizes(feeds, args)
@@ -459,6 +471,7 @@ def compare_outputs(
         difference = differ(want, got)
         if difference is not None:
             return Verdict("unsafe", f"unsafe: outputs differ on {shown}: {difference}")
+        samples.extend(output_samples(want, got, shown))
         compared.append(shown)
         if len(compared) >= 2:
             break
@@ -474,6 +487,7 @@ def compare_outputs(
             f"`{name}` computes the same (eval, BatchNorm statistics randomized) on "
             + " and ".join(compared)
         ],
+        samples=samples,
     )
 
 
@@ -576,6 +590,35 @@ def _sizes(feeds: list[ExampleInput], args: list[Any]) -> str:
         if isinstance(arg, torch.Tensor):
             parts.append(f"{feed.name} [{', '.join(str(s) for s in arg.shape)}]")
     return ", ".join(parts) or "the example inputs"
+
+
+def output_samples(want: Any, got: Any, inputs: str) -> list[OutputSample]:
+    """The tensors among the first SAMPLED_OUTPUTS outputs, before and after, as samples the
+    server compares again (other outputs are compared here only)."""
+    flat_want, _ = tree_flatten(want)
+    flat_got, _ = tree_flatten(got)
+    out: list[OutputSample] = []
+    for index, (a, b) in enumerate(zip(flat_want[:SAMPLED_OUTPUTS], flat_got)):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            where = f"output {index}" if len(flat_want) > 1 else "the output"
+            with contextlib.suppress(Exception):  # sparse, quantized...: compared here only
+                out.append(OutputSample(where, inputs, _values(a), _values(b)))
+    return out
+
+
+def _values(tensor: torch.Tensor) -> OutputValues:
+    """Up to SAMPLED_VALUES values of ``tensor`` at evenly spaced positions, read with
+    ``__torch_function__`` overrides off (a tensor subclass cannot choose what is sent)."""
+    with torch._C.DisableTorchFunctionSubclass():
+        dtype, shape = str(tensor.dtype), [int(size) for size in tensor.shape]
+        flat = tensor.detach().to("cpu").reshape(-1)
+        if flat.numel() > SAMPLED_VALUES:
+            where = torch.linspace(0, flat.numel() - 1, SAMPLED_VALUES, dtype=torch.float64)
+            flat = flat[where.long()]
+        if flat.is_complex():
+            flat = torch.view_as_real(flat.to(torch.complex128)).reshape(-1)
+        numbers = flat.to(torch.int64 if integer(dtype) else torch.float64).tolist()
+    return OutputValues(dtype, shape, pack(numbers, dtype))
 
 
 def differ(want: Any, got: Any) -> str | None:

@@ -2,13 +2,17 @@
 
 GitHub turns them into annotations on the pull request's changed lines. Escaping follows the
 Actions toolkit: in the message ``%``, ``\\r`` and ``\\n``; in properties also ``:`` and ``,``.
-Columns are 1-based; ``endColumn`` is the last column of the span (inclusive).
+Columns are 1-based; ``endColumn`` is the last column of the span (inclusive). Every string
+taken from a result or a path goes through :func:`fxls.report.escape.escape_text` first
+(controls shown, no command can start, long blobs removed, length capped), so the only line
+breaks and properties of a command are fxls's own.
 """
 
 from __future__ import annotations
 
 from fxls.engine import FileAnalysis
 from fxls.protocol.model import Diagnostic
+from fxls.report.escape import escape_text
 from fxls.report.paths import display_path
 
 COMMANDS = {"error": "error", "warning": "warning", "information": "notice", "hint": "notice"}
@@ -26,14 +30,16 @@ def annotation(path: str, d: Diagnostic) -> str:
     """``::error file=m.py,line=3,endLine=3,col=5,endColumn=9,title=FX201::message``."""
     s = d.span
     props = [
-        ("file", path),
+        ("file", escape_text(path, path=True)),
         ("line", str(s.line)),
         ("endLine", str(s.end_line)),
         ("col", str(s.col + 1)),
         ("endColumn", str(max(s.end_col, s.col + 1))),
-        ("title", d.code),
+        ("title", escape_text(d.code)),
     ]
-    message = d.message + (f"\n{d.fix}" if d.fix else "")
+    message = escape_text(d.message, newlines=True)
+    if d.fix:
+        message += "\n" + escape_text(d.fix, newlines=True)
     head = ",".join(f"{key}={escape_property(value)}" for key, value in props)
     return f"::{COMMANDS.get(d.severity, 'notice')} {head}::{escape_data(message)}"
 

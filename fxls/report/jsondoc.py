@@ -1,7 +1,9 @@
 """The JSON report of ``fxls check`` (schema version 1, docs/cli.md).
 
 Version 1 only grows: fields may be added (each documented with the version of fxls that added
-it), never renamed or removed.
+it), never renamed or removed. Every string of the document goes through
+:func:`fxls.report.escape.escape_tree` (controls and bidirectional controls shown escaped, long
+blobs removed, each string capped).
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ from typing import Any
 
 from fxls.engine import FileAnalysis
 from fxls.protocol.model import Diagnostic, InputSpec, PassResult, Value
+from fxls.report.escape import escape_tree
 
 JSON_VERSION = 1
+PATH_KEYS = frozenset({"file"})
+"""Fields that hold a path (escaped as paths: see :func:`fxls.report.escape.escape_text`)."""
 
 
 def _json_diag(d: Diagnostic) -> dict[str, Any]:
@@ -95,7 +100,7 @@ def to_json(
             }
         )
     rest = [d for i, d in enumerate(analysis.diagnostics) if i not in claimed]
-    return {
+    document = {
         "version": JSON_VERSION,
         "file": analysis.path,
         "outcome": analysis.outcome,
@@ -103,6 +108,7 @@ def to_json(
         "modules": modules,
         "diagnostics": [_json_diag(d) for d in rest],
     }
+    return escape_tree(document, PATH_KEYS)
 
 
 def _json_pass(run: PassResult) -> dict[str, Any]:

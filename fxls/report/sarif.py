@@ -3,7 +3,8 @@
 One run; ``tool.driver.rules`` holds every code the run reports (id, a PascalCase name, the
 title, the docs link); each result has its level, a location with 1-based line and column
 numbers counted in code points (``columnKind``), the class it belongs to as a logical location,
-and a ``partialFingerprints`` entry that stays the same when lines move above it.
+and a ``partialFingerprints`` entry that stays the same when lines move above it. Every string
+of the log goes through :func:`fxls.report.escape.escape_tree`, as in the JSON report.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fxls import __version__
 from fxls.engine import FileAnalysis
 from fxls.protocol.catalogue import ALL_MESSAGES, docs_url
 from fxls.protocol.model import Diagnostic, Span
+from fxls.report.escape import escape_tree
 from fxls.report.paths import relative_path
 
 SARIF_VERSION = "2.1.0"
@@ -26,6 +28,8 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVELS = {"error": "error", "warning": "warning", "information": "note", "hint": "note"}
 SRCROOT = "%SRCROOT%"
 FINGERPRINT = "fxls/v1"
+URI_KEYS = frozenset({"uri", "helpUri"})
+"""Fields that hold an address (escaped as paths: see :func:`fxls.report.escape.escape_text`)."""
 
 
 def rule_name(title: str) -> str:
@@ -140,7 +144,7 @@ def sarif_log(
         "semanticVersion": __version__,
         "rules": [rule(code) for code in codes],
     }
-    return {
+    log = {
         "$schema": SARIF_SCHEMA,
         "version": SARIF_VERSION,
         "runs": [
@@ -154,3 +158,4 @@ def sarif_log(
             }
         ],
     }
+    return escape_tree(log, URI_KEYS)

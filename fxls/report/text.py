@@ -1,13 +1,16 @@
 """The text report of ``fxls check``: one header per class, one line per call, diagnostics.
 
-Columns are 1-based here, as compilers print them, so editors can jump to them.
+Columns are 1-based here, as compilers print them, so editors can jump to them. Every part of
+a line that comes from a result or a path goes through :func:`fxls.report.escape.escape_text`
+(controls shown, no command can start, long blobs removed, length capped).
 """
 
 from __future__ import annotations
 
 from fxls import render
 from fxls.engine import FileAnalysis
-from fxls.protocol.model import InputSpec, NodeInfo, Value
+from fxls.protocol.model import Diagnostic, InputSpec, NodeInfo, Value
+from fxls.report.escape import escape_text
 
 
 def _shape_only(v: Value) -> str:
@@ -49,6 +52,13 @@ def where(node: NodeInfo) -> str:
     return node.target if node.op == "call_module" else (node.module_path or "")
 
 
+def diagnostic_line(path: str, d: Diagnostic) -> str:
+    """``path:line:column: severity CODE message`` (column 1-based), escaped."""
+    s = d.span
+    where = f"{escape_text(path, path=True)}:{s.line}:{s.col + 1}: "
+    return where + escape_text(f"{d.severity} {d.code} {d.message}")
+
+
 def format_text(
     analysis: FileAnalysis,
     extra_inputs: dict[str, list[InputSpec]] | None = None,
@@ -59,7 +69,7 @@ def format_text(
     With the analysed ``text``, calls show the expressions the user wrote as arguments."""
     source = text.split("\n") if text is not None else None
     lines: list[str] = []
-    path = analysis.path
+    path = escape_text(analysis.path, path=True)
     for m in analysis.modules:
         parts = [m.status + (f" ({m.strategy})" if m.strategy and m.strategy != "none" else "")]
         if m.nodes:
@@ -77,7 +87,7 @@ def format_text(
             if m.outputs:
                 shown += " → " + ", ".join(_shape_only(v) for v in m.outputs)
             parts.append(shown)
-        lines.append(f"{path}:{m.line} class {m.name}  " + " · ".join(parts))
+        lines.append(f"{path}:{m.line} " + escape_text(f"class {m.name}  " + " · ".join(parts)))
         rows = []
         by_name = {n.name: n for n in m.nodes}
         for n in m.nodes:
@@ -87,19 +97,19 @@ def format_text(
             loc = f"{span.line}:{span.col + 1}" if span else "-"
             outputs = ", ".join(render.value_text(v) for v in n.outputs)
             call = render.call_text(n, source, by_name)
-            rows.append((loc, where(n), n.op, call, outputs))
+            rows.append((loc, *(escape_text(cell) for cell in (where(n), n.op, call, outputs))))
         if rows:
             widths = [max(len(r[i]) for r in rows) for i in range(4)]
             for r in rows:
                 row = "  " + "  ".join(r[i].ljust(widths[i]) for i in range(4))
                 lines.append(f"{row}  → {r[4]}" if r[4] else row.rstrip())
         for run in m.passes:
+            counts = render.pass_counts(run)
             lines.append(
-                f"  pass {run.function} (line {run.line}): {run.status} · {render.pass_counts(run)}"
+                "  "
+                + escape_text(f"pass {run.function} (line {run.line}): {run.status} · {counts}")
             )
-    for d in analysis.diagnostics:
-        s = d.span
-        lines.append(f"{path}:{s.line}:{s.col + 1}: {d.severity} {d.code} {d.message}")
+    lines.extend(diagnostic_line(analysis.path, d) for d in analysis.diagnostics)
     if not analysis.modules and not analysis.diagnostics:
         lines.append(f"{path}: no nn.Module classes found")
     return "\n".join(lines) + "\n"

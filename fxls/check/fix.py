@@ -7,13 +7,19 @@ while that reveals more fixes (at most ``MAX_ROUNDS`` rounds). ``--fix`` writes 
 not changed on disk since it was read) and captures it again, so what is reported is what is
 left; ``--diff`` prints a unified diff and writes nothing. Unsafe fixes (not verified equal)
 are applied only with ``--unsafe-fixes``.
+
+A fix is written only into a regular file inside the project root (the folder of the
+``pyproject.toml``, or the working directory), reached without a symbolic link: a checked
+repository may hold a link to another project's folder, which a glob follows (a walk does
+not), and a fix must never rewrite what the link points at (:func:`write_refusal`).
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-import tempfile
+import secrets
+import stat
 from dataclasses import dataclass, field, replace
 from typing import Literal, TextIO
 
@@ -68,6 +74,7 @@ class Fixer:
         unsafe: bool,
         max_params: int | None = None,
         diff_out: TextIO | None = None,
+        root: str | None = None,
     ) -> None:
         self.client = client
         self.options = options
@@ -76,6 +83,8 @@ class Fixer:
         self.unsafe = unsafe
         self.max_params = max_params
         self.diff_out = diff_out
+        self.root = os.path.abspath(root or os.getcwd())
+        """The project root: fixes are written only inside it."""
         self.counts = FixCounts()
 
     async def apply(self, checked: Checked) -> Checked:
@@ -127,8 +136,11 @@ class Fixer:
         if self.mode == "diff":
             self._diff(plan.path, plan.text, text)
             return checked
-        if not _write_if_unchanged(plan.path, plan.text, text):
-            self.counts.messages.append(f"{plan.path} changed on disk while fxls fixed it; skipped")
+        refused = write_refusal(plan.path, self.root)
+        if refused is None and not _write_if_unchanged(plan.path, plan.text, text):
+            refused = "it changed on disk while fxls fixed it"
+        if refused is not None:
+            self.counts.messages.append(f"{plan.path}: fixes not written: {refused}")
             self.counts.files -= 1
             self.counts.applied -= applied
             return checked
@@ -168,29 +180,98 @@ class Fixer:
             self.diff_out.write(line if line.endswith(("\n", "\r")) else line + "\n")
 
 
-def _write_if_unchanged(path: str, expected: str, new: str) -> bool:
-    """Replace ``path`` with ``new`` atomically, if it still holds ``expected``."""
+def write_refusal(path: str, root: str) -> str | None:
+    """Why fixes may not write ``path`` (None when they may): the real path of the file (every
+    link resolved) must be inside the real path of ``root``, and no part of its path below
+    ``root`` (below the working directory, when ``root`` is in it) may be a link, the file
+    itself included. Links above that are the user's own (a home folder that is a link)."""
+    absolute = os.path.abspath(path)
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(absolute)
+    if os.path.commonpath([real_root, real]) != real_root:
+        return f"it is outside the project root {root} once links are resolved (it is {real})"
+    cwd = os.getcwd()
+    inside_cwd = os.path.commonpath([cwd, root]) == cwd
+    anchor = cwd if inside_cwd else root
+    rel = os.path.relpath(absolute, anchor)
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        anchor, rel = root, os.path.relpath(absolute, root)
+    here = anchor
+    for part in rel.split(os.sep):
+        here = os.path.join(here, part)
+        if os.path.islink(here):
+            return f"it is reached through the symbolic link {here}; fxls writes no fix through one"
+    return None
+
+
+def _open_folder(folder: str) -> int:
+    return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def _read_raw(name: str, dir_fd: int, limit: int) -> str | None:
+    """The text of the regular file ``name`` in ``dir_fd`` as it is on disk (line endings
+    kept), None when it is not a regular file, is a link, is longer than ``limit`` bytes or
+    is not UTF-8."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        with open(path, encoding="utf-8", newline="") as f:
-            raw = f.read()
-    except (OSError, UnicodeDecodeError):
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _write_if_unchanged(path: str, expected: str, new: str) -> bool:
+    """Replace the regular file ``path`` with ``new`` atomically, if it still holds
+    ``expected`` (read with universal newlines: the file's own line endings are kept).
+
+    The folder and the file are opened with ``O_NOFOLLOW``, and the new text is written to a
+    fresh file in that same folder (``O_EXCL``) and renamed over the old one, all relative to
+    the folder's descriptor: a link swapped in meanwhile is never written through."""
+    folder, name = os.path.split(os.path.abspath(path))
+    try:
+        dir_fd = _open_folder(folder)
+    except OSError:
         return False
-    if raw != expected:
-        # read with universal newlines: keep the file's own line endings
-        if "\r\n" in raw and raw.replace("\r\n", "\n") == expected:
-            new = new.replace("\r\n", "\n").replace("\n", "\r\n")
-        else:
+    try:
+        # at most one more byte per line than the text read (\r\n line endings)
+        limit = len(expected.encode("utf-8")) + expected.count("\n")
+        raw = _read_raw(name, dir_fd, limit)
+        if raw is None:
             return False
-    folder = os.path.dirname(os.path.abspath(path))
-    mode = os.stat(path).st_mode
-    fd, tmp = tempfile.mkstemp(prefix=".fxls-fix-", dir=folder)
+        if raw != expected:
+            if "\r\n" in raw and raw.replace("\r\n", "\n") == expected:
+                new = new.replace("\r\n", "\n").replace("\n", "\r\n")
+            else:
+                return False
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode & 0o7777
+        _replace(name, new, mode, dir_fd)
+    finally:
+        os.close(dir_fd)
+    return True
+
+
+def _replace(name: str, text: str, mode: int, dir_fd: int) -> None:
+    """``name`` in ``dir_fd`` replaced by a file holding ``text`` with ``mode``."""
+    tmp = f".fxls-fix-{secrets.token_hex(8)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(new)
-        os.chmod(tmp, mode & 0o7777)
-        os.replace(tmp, path)
+            f.write(text)
+            os.fchmod(f.fileno(), mode)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
         raise
-    return True

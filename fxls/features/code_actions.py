@@ -15,6 +15,7 @@ from typing import Any
 
 from lsprotocol import types
 
+from fxls.features import markdown as md
 from fxls.features.convert import Encoding, LineMapper, lsp_diagnostic, lsp_position
 from fxls.fixes import Candidate, applies, minimal_edits
 from fxls.protocol.edits import apply_edits
@@ -152,7 +153,7 @@ def lsp_code_actions(
         safe = item.outcome is not None and item.outcome.applicability == "safe"
         actions.append(
             types.CodeAction(
-                title=title,
+                title=md.plain(title, md.MAX_LABEL),
                 kind=kind,
                 diagnostics=diagnostics or None,
                 is_preferred=True if safe and c.category == "quickfix" else None,
@@ -173,7 +174,7 @@ def lsp_code_actions(
 def refused(action: types.CodeAction, reason: str) -> types.CodeAction:
     """The action without an edit, disabled with ``reason`` (the client says why)."""
     action.edit = None
-    action.disabled = types.CodeActionDisabled(reason=reason)
+    action.disabled = types.CodeActionDisabled(reason=md.plain(reason))
     return action
 
 
@@ -194,8 +195,8 @@ def resolved(
         return refused(action, f"fxls cannot make this fix: {why}")
     if not applies(outcome, unsafe):
         return refused(action, f"not verified safe: {outcome.reason}; {UNSAFE_HINT}")
-    if outcome.applicability == "unsafe" and outcome.reason not in action.title:
-        action.title = f"{action.title} ({outcome.reason})"
+    if outcome.applicability == "unsafe" and md.plain(outcome.reason) not in action.title:
+        action.title = md.plain(f"{action.title} ({outcome.reason})", md.MAX_LABEL)
     action.edit = workspace_edit(uri, version, text, apply_edits(text, outcome.edits), encoding,
                                  versioned=versioned)  # fmt: skip
     return action

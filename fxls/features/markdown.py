@@ -17,7 +17,13 @@ Rules (CommonMark with GFM tables, which is what VS Code, Neovim and most client
   between them) as it is, since it cannot form any Markdown construct; anything else becomes a
   code span.
 - :func:`plain` is for surfaces that are not Markdown (code lens titles, inlay hint labels,
-  diagnostic messages): control characters become spaces.
+  diagnostic messages, code action titles): control characters become spaces.
+- In every output, code spans included, Unicode format characters (bidi overrides and
+  isolates, zero-width spaces and joiners, the byte order mark, tag characters: category Cf)
+  are shown as escapes (``\\u202e``): they are invisible and can reorder the text shown
+  around them (Trojan Source), so a model's name could otherwise read as something else.
+- :func:`notice` is for ``window/showMessage`` and ``window/logMessage``: plain text in which
+  no link can form (VS Code renders ``[label](command:...)`` in a notification as a link).
 - Every value is clipped to :data:`MAX_VALUE` characters with an ellipsis, before it is
   escaped, and :func:`join_blocks` keeps a whole hover within :data:`MAX_MARKDOWN` characters
   by dropping whole rows or paragraphs, never by cutting through a code span.
@@ -44,7 +50,46 @@ MAX_LISTED_VALUES = 16
 """Most values of one flattened tuple shown."""
 ELLIPSIS = "…"
 
-_CONTROL = {i: " " for i in (*range(0x00, 0x20), 0x7F, 0x85, 0x2028, 0x2029)}
+MAX_NOTICE = 1_000
+"""Longest ``window/showMessage`` or ``window/logMessage`` text (characters)."""
+
+FORMAT_RANGES = (
+    (0x00AD, 0x00AD),
+    (0x0600, 0x0605),
+    (0x061C, 0x061C),
+    (0x06DD, 0x06DD),
+    (0x070F, 0x070F),
+    (0x0890, 0x0891),
+    (0x08E2, 0x08E2),
+    (0x180E, 0x180E),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x2064),
+    (0x2066, 0x206F),
+    (0xFEFF, 0xFEFF),
+    (0xFFF9, 0xFFFB),
+    (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD),
+    (0x13430, 0x1343F),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0001, 0xE0001),
+    (0xE0020, 0xE007F),
+)
+"""The Unicode format characters (category Cf, Unicode 15.1), as inclusive ranges: written
+out, because scanning ``unicodedata`` for them would cost the server ~0.2 s at start."""
+
+
+def _escaped(codepoint: int) -> str:
+    return f"\\u{codepoint:04x}" if codepoint <= 0xFFFF else f"\\U{codepoint:08x}"
+
+
+_CONTROL: dict[int, str] = {
+    **{cp: _escaped(cp) for low, high in FORMAT_RANGES for cp in range(low, high + 1)},
+    **{i: " " for i in (*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)},
+}
+"""C0 and C1 controls, DEL and the line/paragraph separators -> a space; format characters
+-> an escape. The one table every surface's text goes through."""
 _CONTROL_KEEP_NEWLINES = {k: v for k, v in _CONTROL.items() if k not in (0x09, 0x0A)}
 
 
@@ -56,15 +101,37 @@ def clip(text: str, limit: int = MAX_VALUE) -> str:
 
 
 def one_line(text: str) -> str:
-    """Control characters and line/paragraph separators -> spaces."""
+    """Control characters and line/paragraph separators -> spaces, format characters ->
+    escapes (``\\u202e``)."""
     return text.translate(_CONTROL)
 
 
 def plain(text: str, limit: int = MAX_VALUE, *, newlines: bool = False) -> str:
-    """Text for a plain-text surface: clipped, control characters as spaces (line breaks
-    kept when ``newlines``; ``\\r`` never)."""
+    """Text for a plain-text surface: control characters as spaces (line breaks kept when
+    ``newlines``; ``\\r`` never), format characters as escapes, at most ``limit`` characters
+    (clipped before and after escaping, which only lengthens it)."""
     text = clip(text.replace("\r\n", "\n"), limit)
-    return text.translate(_CONTROL_KEEP_NEWLINES if newlines else _CONTROL)
+    return clip(text.translate(_CONTROL_KEEP_NEWLINES if newlines else _CONTROL), limit)
+
+
+def notice(text: str, limit: int = MAX_NOTICE) -> str:
+    """Text for a notification or a log message: :func:`plain` on one line, and no link
+    syntax. Clients render a little Markdown there (VS Code: ``[label](command:...)`` and
+    ``[label](https://...)`` become links), so ``]`` is never followed by ``(`` (a space goes
+    between them: a CommonMark link and VS Code's link syntax both need them adjacent) and
+    ``<``, ``>`` and ``\\`` are escaped with a backslash (no autolink such as
+    ``<command:...>``, no HTML, and no backslash of the text's own that would undo an escape).
+    Code spans stay: they make text inert, and fxls's own messages use them."""
+    out: list[str] = []
+    previous = ""
+    for ch in clip(text, limit):
+        if ch == "(" and previous == "]":
+            out.append(" ")
+        if ch in "<>\\":
+            out.append("\\")
+        out.append(ch)
+        previous = ch
+    return plain("".join(out), limit)  # maps characters to spaces or escapes, never drops one
 
 
 def longest_run(text: str, char: str = "`") -> int:
@@ -85,7 +152,7 @@ def code(text: str, limit: int = MAX_VALUE, *, cell: bool = False) -> str:
 
     ``cell``: the span is inside a GFM table cell, so ``|`` is escaped.
     """
-    body = one_line(clip(text, limit))
+    body = clip(one_line(clip(text, limit)), limit)
     if not body:
         return ""
     if cell:
@@ -160,7 +227,7 @@ def code_block(lines: Sequence[str], limit: int = MAX_MARKDOWN) -> str:
     as spaces) and clipped; the fence is a backtick run longer than any inside the block, so
     no line can close it. Lines that do not fit in ``limit`` are dropped whole.
     """
-    body = [one_line(clip(line)) for line in lines]
+    body = [clip(one_line(clip(line))) for line in lines]
     fence = "`" * max(3, max((longest_run(line) for line in body), default=0) + 1)
     budget = limit - 2 * len(fence) - 40
     kept: list[str] = []
@@ -189,5 +256,5 @@ def is_safe_text(text: str) -> bool:
 def text(value: str, limit: int = MAX_CELL, *, cell: bool = False) -> str:
     """Words and numbers as they are (``16.6 k (16,640)``, ``fx, built on meta``), anything
     else as a code span."""
-    value = one_line(clip(value, limit))
+    value = clip(one_line(clip(value, limit)), limit)
     return value if is_safe_text(value) else code(value, limit, cell=cell)

@@ -137,7 +137,22 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the language server")
     mode = serve.add_mutually_exclusive_group()
     mode.add_argument("--stdio", action="store_true", help="speak LSP on stdin/stdout (default)")
-    mode.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP address")
+    mode.add_argument(
+        "--socket",
+        metavar="PATH",
+        help="listen on a UNIX socket (mode 0600, in a folder only you can use; made if missing)",
+    )
+    mode.add_argument(
+        "--tcp",
+        metavar="HOST:PORT",
+        help="listen on a loopback TCP address; needs a token (--token-file or $FXLS_TOKEN)",
+    )
+    serve.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="the token clients send as initializationOptions.token (a file only you can "
+        "read); default: $FXLS_TOKEN. Required by --tcp, optional with --socket",
+    )
     return parser
 
 
@@ -155,21 +170,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             return 130
     if args.command == "serve":
-        return serve(args.tcp)
+        return serve(args)
     parser.print_help(sys.stderr)
     return EXIT_USAGE
 
 
-def serve(tcp: str | None) -> int:
-    host, _, port = (tcp or "").rpartition(":")
-    if tcp and (not host or not port.isdigit()):
-        print(f"fxls: --tcp expects HOST:PORT, got {tcp!r}", file=sys.stderr)
+def serve(args: argparse.Namespace) -> int:
+    """``fxls serve``: one client on stdio, or at a UNIX socket or loopback TCP port (checked
+    before anything starts: ``fxls.rpc.listener``)."""
+    where = None
+    if args.tcp is not None or args.socket is not None:
+        from fxls import rpc
+
+        try:
+            where = rpc.listener(args.tcp, args.socket, args.token_file)
+        except rpc.ListenError as exc:
+            print(f"fxls: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    elif args.token_file is not None:
+        print("fxls: --token-file is for --tcp and --socket", file=sys.stderr)
         return EXIT_USAGE
     early = _prestart_worker()
     from fxls import server  # the LSP libraries load while the worker imports torch
 
-    if tcp:
-        return int(server.main_tcp(host, int(port), early) or EXIT_OK)
+    if where is not None:
+        return int(server.main_listen(where, early) or EXIT_OK)
     return int(server.main_stdio(early) or EXIT_OK)
 
 

@@ -17,24 +17,38 @@ so was every request after ``shutdown``. This module replaces that loop:
   InvalidRequest, as the LSP specification says;
 - ``didOpen``/``didChange``/``didClose`` go straight to fxls's handlers: fxls keeps its own copy
   of each document (``fxls.documents``), so pygls's workspace copy is not maintained (for a
-  large document it cost a copy and a re-split of every line on each change).
+  large document it cost a copy and a re-split of every line on each change);
+- every ``window/showMessage`` and ``window/logMessage`` passes ``markdown.notice`` on its way
+  out, so a file name, settings value or error it quotes cannot become a link in the editor;
+- a listening server (:func:`serve_listener`: a UNIX socket in a private folder, or a loopback
+  TCP port with a token) acts on nothing a connection sends until its first message is an
+  ``initialize`` that carries the token, and serves one session at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import hmac
+import ipaddress
 import json
 import logging
 import os
+import socket
+import stat
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+import attrs
 from lsprotocol import types
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
+
+from fxls.features import markdown
 
 logger = logging.getLogger(__name__)
 
@@ -186,12 +200,21 @@ class FrameReader:
 
 
 class FxlsProtocol(LanguageServerProtocol):
-    """pygls's protocol, except that document notifications reach fxls's handlers untouched.
+    """pygls's protocol, except that document notifications reach fxls's handlers untouched,
+    and every message to the user passes :func:`fxls.features.markdown.notice`.
 
     fxls applies edits to its own copy of each document (``convert.apply_change``); pygls's
     workspace copy is not kept (pygls also rewrote a position past the end of the last line in
     place, and raised for an unknown document before the handler ran).
     """
+
+    def notify(self, method: str, params: Any | None = None) -> None:
+        """Send a notification. A ``window/showMessage`` or ``window/logMessage`` often quotes
+        a settings value, a file name or an error from the workspace: whoever sends it (fxls
+        or pygls), its text is made inert here, the one place all of them pass."""
+        if isinstance(params, (types.ShowMessageParams, types.LogMessageParams)):
+            params = attrs.evolve(params, message=markdown.notice(params.message))
+        super().notify(method, params)
 
     def _forward(self, method: str, params: Any) -> Any:
         handler = self.fm.features.get(method)
@@ -348,20 +371,267 @@ def serve_stdio(server: Any, stdin: BinaryIO, stdout: BinaryIO) -> int:
     return code
 
 
-def serve_tcp(server: Any, host: str, port: int) -> int:
-    """Serve one client at a time on a TCP address until a session ends."""
+# ---------------------------------------------------------------------------------------
+# Listening: a loopback TCP port or a UNIX socket, for one client that shows the token
+# ---------------------------------------------------------------------------------------
+
+TOKEN_ENV = "FXLS_TOKEN"
+"""The environment variable that holds the token when no ``--token-file`` is given."""
+MIN_TOKEN = 16
+"""Shortest token accepted (characters)."""
+MAX_TOKEN_FILE = 4096
+MAX_FIRST_MESSAGE = 1024 * 1024
+"""Largest first message (``initialize``) of a connection that has not shown the token."""
+FIRST_MESSAGE_TIMEOUT_S = 10.0
+FIRST_MESSAGE = (
+    "fxls: the first message must be initialize with the server's token in "
+    "initializationOptions.token"
+)
+MAX_WAITING = 8
+"""Connections that may wait to show the token at one time; more are closed at once."""
+
+
+class ListenError(Exception):
+    """An address, socket folder or token ``fxls serve`` refuses; the message says why."""
+
+
+@dataclass(frozen=True)
+class Listener:
+    """Where ``fxls serve`` listens instead of stdio, and the token a client must show.
+
+    Either ``hosts`` (loopback addresses only) and ``port``, or ``path`` (a UNIX socket in a
+    folder only this user can use). With a ``token``, a connection's first message must be an
+    ``initialize`` request whose ``initializationOptions.token`` is that token, or the
+    connection is closed before anything it sent is acted on; ``--tcp`` always has one.
+    """
+
+    token: str | None
+    hosts: tuple[str, ...] = ()
+    port: int = 0
+    path: str | None = None
+
+    async def start(self, handle: Any) -> asyncio.Server:
+        """Listen and return the asyncio server (``handle(reader, writer)`` per connection)."""
+        if self.path is None:
+            return await asyncio.start_server(handle, list(self.hosts), self.port)
+        return await asyncio.start_unix_server(handle, sock=_bind_unix(self.path))
+
+    def close(self) -> None:
+        """Remove the socket file (the server has stopped listening)."""
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(os.lstat(self.path).st_mode):
+                    os.unlink(self.path)
+
+
+def listener(tcp: str | None, socket_path: str | None, token_file: str | None) -> Listener:
+    """The :class:`Listener` of ``--tcp HOST:PORT`` or ``--socket PATH``, after checking the
+    address, the socket's folder and the token (``--token-file`` or ``$FXLS_TOKEN``); raises
+    :class:`ListenError`. Anyone who can connect could choose the worker's interpreter and
+    isolation in ``initialize``, that is run programs as this user: so TCP is loopback only
+    and needs a token, and a socket lives where only this user can reach it."""
+    token = read_token(token_file)
+    if socket_path is not None:
+        return Listener(token, path=_socket_path(socket_path))
+    host, _, port = (tcp or "").rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ListenError(f"--tcp expects HOST:PORT, got {tcp!r}")
+    if token is None:
+        raise ListenError(
+            f"--tcp needs a token: put one (at least {MIN_TOKEN} characters) in a file only "
+            f"you can read and pass --token-file FILE, or set ${TOKEN_ENV}; clients send it as "
+            "initializationOptions.token. Or use --socket PATH, which needs none"
+        )
+    return Listener(token, hosts=_loopback(host), port=int(port))
+
+
+def read_token(path: str | None) -> str | None:
+    """The token in the file ``path`` (a regular file of this user that no one else may read
+    or write), else in ``$FXLS_TOKEN``, else None; raises :class:`ListenError`."""
+    if path is None:
+        value = os.environ.get(TOKEN_ENV)
+        return None if not value else _token(value, f"${TOKEN_ENV}")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ListenError(f"cannot open the token file {path!r}: {exc.strerror}") from exc
+    try:
+        info = os.fstat(fd)
+        _own_and_private(path, info, "the token file")
+        if not stat.S_ISREG(info.st_mode):
+            raise ListenError(f"the token file {path!r} is not a regular file")
+        data = os.read(fd, MAX_TOKEN_FILE + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_TOKEN_FILE:
+        raise ListenError(f"the token file {path!r} is longer than {MAX_TOKEN_FILE} bytes")
+    try:
+        return _token(data.decode("utf-8"), f"the token file {path!r}")
+    except UnicodeDecodeError as exc:
+        raise ListenError(f"the token file {path!r} is not UTF-8 text") from exc
+
+
+def _token(value: str, where: str) -> str:
+    token = value.strip()
+    if len(token) < MIN_TOKEN:
+        raise ListenError(f"the token in {where} is shorter than {MIN_TOKEN} characters")
+    return token
+
+
+def _own_and_private(path: str, info: os.stat_result, what: str) -> None:
+    """Refuse what another user owns, or what others may read, write or enter."""
+    if info.st_uid != os.getuid():
+        raise ListenError(f"{what} {path!r} belongs to another user (uid {info.st_uid})")
+    if info.st_mode & 0o077:
+        raise ListenError(
+            f"{what} {path!r} is open to other users (mode {stat.S_IMODE(info.st_mode):o}); "
+            "make it yours only (chmod go-rwx)"
+        )
+
+
+def _loopback(host: str) -> tuple[str, ...]:
+    """The addresses of ``host``, all of which must be loopback (127.0.0.0/8, ::1)."""
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise ListenError(f"cannot resolve the --tcp host {host!r}: {exc}") from exc
+    addresses = tuple(sorted({str(info[4][0]) for info in found}))
+    if not addresses or not all(ipaddress.ip_address(a).is_loopback for a in addresses):
+        raise ListenError(
+            f"--tcp listens on loopback only (127.0.0.1, ::1, localhost); {host!r} is "
+            f"{', '.join(addresses) or 'nothing'}. To reach fxls from elsewhere, tunnel to a "
+            "loopback port (ssh -L) or a socket"
+        )
+    return addresses
+
+
+def _socket_path(path: str) -> str:
+    """``path`` made absolute, in a folder that is this user's and closed to others (created
+    with mode 0700 when missing); a stale socket there is removed, anything else refused."""
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    with contextlib.suppress(FileExistsError):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileNotFoundError as exc:
+            raise ListenError(f"the socket's folder {folder!r} cannot be created: {exc}") from exc
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode):
+        raise ListenError(f"the socket's folder {folder!r} is not a folder (or is a link)")
+    _own_and_private(folder, info, "the socket's folder")
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    if not stat.S_ISSOCK(found.st_mode):
+        raise ListenError(f"{path!r} exists and is not a socket; fxls leaves it alone")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            os.unlink(path)  # a socket nothing listens on: left by a server that ended
+            return path
+        except OSError as exc:
+            raise ListenError(f"cannot check the socket {path!r}: {exc}") from exc
+    raise ListenError(f"another server listens on {path!r}")
+
+
+def _bind_unix(path: str) -> socket.socket:
+    """A listening UNIX socket at ``path`` with mode 0600 from its creation (the umask is
+    narrowed around ``bind``; nothing else runs then)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        os.umask(old)
+    return sock
+
+
+def admitted(body: bytes | Skipped | None, token: str | None) -> bytes | None:
+    """The first message of a connection if it may be acted on, else None.
+
+    Without a token, any message. With one: an ``initialize`` request whose
+    ``initializationOptions.token`` equals it (compared in constant time); the token is taken
+    out of the message, so it is neither a setting nor logged."""
+    if not isinstance(body, bytes):
+        return None
+    if token is None:
+        return body
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.get("method") != "initialize":
+        return None
+    params = data.get("params")
+    options = params.get("initializationOptions") if isinstance(params, dict) else None
+    shown = options.pop("token", None) if isinstance(options, dict) else None
+    if not isinstance(shown, str):
+        return None
+    if not hmac.compare_digest(shown.encode("utf-8", "replace"), token.encode("utf-8")):
+        return None
+    return json.dumps(data).encode("utf-8")
+
+
+def _refuse(writer: asyncio.StreamWriter, why: str) -> None:
+    """Tell a refused client why (one JSON-RPC error, no id) and close its connection."""
+    logger.warning("refused a connection: %s", why)
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": why}}
+    ).encode()
+    with contextlib.suppress(Exception):
+        writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    writer.close()
+
+
+def serve_listener(server: Any, where: Listener) -> int:
+    """Serve one client at a time at ``where`` until a session ends; returns the exit code.
+
+    A connection is a session only once its first message is :func:`admitted` and no other
+    session is running: until then nothing it sends reaches the protocol (no settings, no
+    worker), and the writer the server answers on stays the session's."""
     stop = threading.Event()
     server._stop_event = stop
+    state = {"waiting": 0, "session": False}
 
-    async def session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def first_message(frames: FrameReader) -> bytes | Skipped | None:
+        state["waiting"] += 1
+        try:
+            return await asyncio.wait_for(frames.read(), FIRST_MESSAGE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            state["waiting"] -= 1
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if state["session"] or state["waiting"] >= MAX_WAITING:
+            _refuse(writer, "fxls serves one client at a time")
+            return
+        frames = FrameReader(reader.read, max_message=MAX_FIRST_MESSAGE)
+        first = admitted(await first_message(frames), where.token)
+        if first is None or state["session"]:
+            _refuse(writer, FIRST_MESSAGE)
+            return
+        state["session"] = True
+        frames.max_message = MAX_MESSAGE
         server.protocol.set_writer(writer)
         try:
-            await _serve(server, FrameReader(reader.read), stop)
+            server.protocol.receive(first)
+            await _serve(server, frames, stop)
         finally:
             server.shutdown()
 
     async def main() -> None:
-        server._server = await asyncio.start_server(session, host, port)
+        server._server = await where.start(connection)
+        for sock in server._server.sockets:
+            name = sock.getsockname()
+            shown = name if isinstance(name, str) else f"{name[0]}:{name[1]}"
+            print(f"fxls: listening on {shown}", file=sys.stderr, flush=True)
         async with server._server:
             await server._server.serve_forever()
 
@@ -372,4 +642,9 @@ def serve_tcp(server: Any, host: str, port: int) -> int:
         code = exc.code if isinstance(exc.code, int) else 0
     except (asyncio.CancelledError, KeyboardInterrupt):
         pass
+    except OSError as exc:
+        print(f"fxls: cannot listen: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        where.close()
     return code

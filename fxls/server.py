@@ -18,7 +18,8 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
 from fxls import __version__
-from fxls.rpc import FxlsProtocol, serve_stdio, serve_tcp
+from fxls.features import markdown
+from fxls.rpc import FxlsProtocol, Listener, serve_listener, serve_stdio
 from fxls.session import CODE_ACTION_KINDS, TRACE_COMMAND, Session
 from fxls.workerclient import WorkerClient
 
@@ -178,9 +179,30 @@ def _protect_stdout() -> Any:
     return os.fdopen(rpc_fd, "wb", buffering=0)
 
 
+MAX_LOG_TRACEBACK = 20_000
+"""Longest traceback in one log record (characters)."""
+
+
+class InertFormatter(logging.Formatter):
+    """Log lines for stderr (the editor's log, or a terminal) that a quoted file name, setting
+    or error cannot forge or drive: each message stays on one line, without control or
+    format characters (no terminal escapes, no bidi reordering), and is clipped
+    (``markdown.plain``); a traceback keeps its line breaks only."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = markdown.plain(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        text = super().formatException(ei)
+        return markdown.plain(text, MAX_LOG_TRACEBACK, newlines=True)
+
+
 def _configure_logging() -> None:
     level = os.environ.get("FXLS_LOG_LEVEL", "WARNING").upper()
-    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level, logging.WARNING))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(InertFormatter(logging.BASIC_FORMAT))
+    logging.basicConfig(handlers=[handler], level=getattr(logging, level, logging.WARNING))
 
 
 def main_stdio(prestarted: WorkerClient | None = None) -> int:
@@ -191,8 +213,9 @@ def main_stdio(prestarted: WorkerClient | None = None) -> int:
     return serve_stdio(server, sys.stdin.buffer, out)
 
 
-def main_tcp(host: str, port: int, prestarted: WorkerClient | None = None) -> int:
-    """Serve one client over TCP."""
+def main_listen(where: Listener, prestarted: WorkerClient | None = None) -> int:
+    """Serve one client at a time on a loopback TCP port or a UNIX socket
+    (``fxls.rpc.serve_listener``)."""
     _configure_logging()
     server.session.prestarted = prestarted
-    return serve_tcp(server, host, port)
+    return serve_listener(server, where)

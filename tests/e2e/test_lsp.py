@@ -515,7 +515,11 @@ async def test_tcp_mode_serves_hover() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "fxls", "serve", "--tcp", f"127.0.0.1:{port}"])
+    token = "a-token-of-the-test-session"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "fxls", "serve", "--tcp", f"127.0.0.1:{port}"],
+        env={**os.environ, "FXLS_TOKEN": token},
+    )
     client = make_test_lsp_client()
     try:
         deadline = time.monotonic() + 30
@@ -527,7 +531,7 @@ async def test_tcp_mode_serves_hover() -> None:
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.1)
-        await _start(client, FAST, "visual-studio-code")
+        await _start(client, {**FAST, "token": token}, "visual-studio-code")
         uri, text = _open(client, "shape_error.py")
         diags = await _diagnostics(client, uri)
         assert "FX201" in [d.code for d in diags]

@@ -212,8 +212,11 @@ class FxlsProtocol(LanguageServerProtocol):
         """Send a notification. A ``window/showMessage`` or ``window/logMessage`` often quotes
         a settings value, a file name or an error from the workspace: whoever sends it (fxls
         or pygls), its text is made inert here, the one place all of them pass."""
-        if isinstance(params, (types.ShowMessageParams, types.LogMessageParams)):
+        if isinstance(params, types.ShowMessageParams):
             params = attrs.evolve(params, message=markdown.notice(params.message))
+        elif isinstance(params, types.LogMessageParams):
+            limit = markdown.MAX_LOG_NOTICE
+            params = attrs.evolve(params, message=markdown.notice(params.message, limit))
         super().notify(method, params)
 
     def _forward(self, method: str, params: Any) -> Any:

@@ -51,7 +51,9 @@ MAX_LISTED_VALUES = 16
 ELLIPSIS = "…"
 
 MAX_NOTICE = 1_000
-"""Longest ``window/showMessage`` or ``window/logMessage`` text (characters)."""
+"""Longest ``window/showMessage`` text (characters)."""
+MAX_LOG_NOTICE = 8_000
+"""Longest ``window/logMessage`` text (a worker that fails to start quotes its stderr)."""
 
 FORMAT_RANGES = (
     (0x00AD, 0x00AD),

@@ -50,8 +50,9 @@ class Head(nn.Module):
 
 
 def hostile_workspace() -> Path:
-    """A folder with a model, ``fxls_rules.py -> /dev/zero``, ``x.py -> /proc/self/fd/0``
-    and a FIFO ``y.py`` (removed when the tests end)."""
+    """A folder with a model, ``fxls_rules.py -> /dev/zero``, ``x.py -> /proc/self/fd/0``,
+    a FIFO ``y.py``, ``.gitignore -> /dev/zero`` and a FIFO ``sub/.gitignore`` (removed when
+    the tests end)."""
     root = Path(tempfile.mkdtemp(prefix="fxls-files-"))
     atexit.register(shutil.rmtree, root, True)
     (root / "pyproject.toml").write_text("[tool.fxls]\n")
@@ -59,6 +60,9 @@ def hostile_workspace() -> Path:
     (root / "fxls_rules.py").symlink_to("/dev/zero")
     (root / "x.py").symlink_to("/proc/self/fd/0")
     os.mkfifo(root / "y.py")
+    (root / ".gitignore").symlink_to("/dev/zero")
+    (root / "sub").mkdir()
+    os.mkfifo(root / "sub" / ".gitignore")
     return root
 
 

@@ -473,7 +473,6 @@ def _embedded_json(page: str) -> str:
 
 
 @needs_torch
-@pytest.mark.slow
 @pytest.mark.asyncio(loop_scope="module")
 async def test_86_graph_page_json_cannot_end_or_hide_its_script(captured: LanguageClient) -> None:
     """``<!--<script>`` in an ``extra_repr`` put the HTML parser into the state where the
@@ -497,7 +496,6 @@ async def test_86_graph_page_json_cannot_end_or_hide_its_script(captured: Langua
 
 
 @needs_torch
-@pytest.mark.slow
 @pytest.mark.asyncio(loop_scope="module")
 async def test_87_invisible_and_bidi_characters_are_shown_escaped(
     captured: LanguageClient,

@@ -475,10 +475,6 @@ class Budget:
         )
 
 
-def _failed_retries(failed: int) -> str:
-    return f"{failed} other classes of this file already hit a sandbox limit"
-
-
 async def _run(client: Runner, job: CaptureJob, options: EngineOptions) -> JobResult:
     try:
         return await client.run(job, options.limits, options.isolation)
@@ -674,11 +670,14 @@ async def _capture(
     semaphore = asyncio.Semaphore(max(1, options.parallel_retries))
     failed = 0
 
-    async def one(req: ClassRequest) -> tuple[ClassRequest, JobResult | None]:
+    async def one(req: ClassRequest) -> tuple[ClassRequest, JobResult | str]:
+        """The re-run's result, or why the class was given up (FX510)."""
         nonlocal failed
         async with semaphore:
-            if failed >= options.max_failed_retries or budget.left() <= 0:
-                return req, None
+            if failed >= options.max_failed_retries:
+                return req, f"{failed} other classes of this file already hit a sandbox limit"
+            if budget.left() <= 0:
+                return req, budget.spent()
             single = CaptureJob(
                 path=job.path,
                 source=job.source,
@@ -695,19 +694,18 @@ async def _capture(
             try:
                 res = await asyncio.wait_for(_run(client, single, options), budget.left(grace=True))
             except asyncio.TimeoutError:  # the budget ran out during this re-run
-                return req, None
+                return req, budget.spent()
             if res.kind in _EXPENSIVE:
                 failed += 1
             return req, res
 
     for req, res in await asyncio.gather(*(one(r) for r in rest)):
         info = by_name[req.name]
-        if res is None:
+        if isinstance(res, str):
             if req.skip:
                 _absorb(JobResult(id=-1, kind="ok"), [req], job.path, text, result, diagnostics)
                 continue
-            why = budget.spent() if budget.left() <= 0 else _failed_retries(failed)
-            diag = catalogue.FX510(info.name_span, cls=info.name, reason=why).diagnostic()
+            diag = catalogue.FX510(info.name_span, cls=info.name, reason=res).diagnostic()
             result.modules.append(_failed_module(info, diag))
         elif res.kind == "ok":
             _absorb(res, [req], job.path, text, result, diagnostics)

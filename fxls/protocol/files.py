@@ -22,6 +22,7 @@ so every caller has to decide what to tell the user. Standard library only.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -61,7 +62,7 @@ def _describe(mode: int) -> str:
         (stat.S_ISFIFO, "a FIFO"),
         (stat.S_ISSOCK, "a socket"),
     )
-    return next((text for test, text in kinds if test(mode)), "not a file")
+    return next((text for test, text in kinds if test(mode)), "an unknown kind of file")
 
 
 def _not_regular(mode: int, follow_links: bool) -> Refused:
@@ -93,7 +94,7 @@ def _read_bytes(path: str, *, cap: int, follow_links: bool = False) -> bytes | R
     try:
         fd = os.open(path, _FLAGS | (0 if follow_links else _NOFOLLOW))
     except OSError as exc:
-        if not follow_links and _NOFOLLOW and exc.errno == getattr(os, "ELOOP", -1):
+        if not follow_links and _NOFOLLOW and exc.errno == errno.ELOOP:
             return _not_regular(stat.S_IFLNK, follow_links)  # swapped for a link since
         return _os_error(exc)
     try:

@@ -1,9 +1,9 @@
 """The real server and CLI against a workspace whose files are not files: a rules file linked
 to ``/dev/zero``, a ``.py`` linked to the reader's own standard input, and a FIFO.
 
-Before fxls read only regular files, the server's workspace scan blocked for ever on the FIFO
-(and every capture with it), read its own JSON-RPC input through the link, and read
-``/dev/zero`` on its event loop until memory ran out; ``fxls check`` hung on the FIFO.
+Before fxls read only regular files, the server read ``/dev/zero`` on its event loop until
+memory ran out, its workspace scan would block for ever on the FIFO (and every capture with it)
+and read its own JSON-RPC input through the link; ``fxls check`` hung on the FIFO.
 """
 
 from __future__ import annotations

@@ -66,6 +66,11 @@ JOB_DIR_MAX_ENTRIES = 10_000
 JOB_DIR_MAX_DEPTH = 32
 DISK_CHECK_S = 0.25
 """How often the zygote measures each running job's directory."""
+MAX_JOB_THREADS = 2 * sandbox.JOB_TASKS
+"""A job with more threads is killed. RLIMIT_NPROC (or a cgroup's ``pids.max``) stops a job
+at ``JOB_TASKS`` new threads; the kernel does not apply RLIMIT_NPROC to uid 0, so without a
+cgroup only this watch (every turn of the loop, at most 0.1 s apart while jobs run) keeps a
+root job from taking the machine's process ids for its whole time limit."""
 _PHASES = frozenset(get_args(Phase))
 _LAYER_NAME = re.compile(r"[a-z0-9_-]{1,40}")
 _OOM_MARKERS = ("can't allocate memory", "std::bad_alloc", "Cannot allocate memory")
@@ -127,6 +132,7 @@ class ForkSpawner:
             landlock_abi=self.landlock_abi,
             cgroup=job_cgroup,
             frame_key=frame_key,
+            project=sandbox.project_folders(request.capture.path, request.capture.sys_path),
         )
         _flush_stdio()
         pid = os.fork()
@@ -267,6 +273,7 @@ def classify(job: Job) -> JobResult:
         "cancelled": ("cancelled", "cancelled"),
         "shutdown": ("cancelled", "the worker shut down"),
         "disk": ("file_size_limit", f"the job directory {job.disk_error}"),
+        "threads": ("killed", f"the job started more than {MAX_JOB_THREADS} threads"),
     }
     if job.kill_reason in reasons:
         return done(*reasons[job.kill_reason])
@@ -661,6 +668,8 @@ class Zygote:
         for job in self.jobs.values():
             if job.kill_reason is None and now >= job.deadline:
                 self._kill(job, "timeout")
+            if job.kill_reason is None and sandbox.task_threads(job.spawned.pid) > MAX_JOB_THREADS:
+                self._kill(job, "threads")
             if job.kill_reason is None and now >= job.next_disk_check:
                 job.next_disk_check = now + DISK_CHECK_S
                 self._check_disk(job)

@@ -39,7 +39,7 @@ from fxls.protocol.model import (
     JobResult,
     Limits,
 )
-from fxls.worker.process import sandbox
+from fxls.worker.process import sandbox, zygote
 from fxls.workerclient import WorkerClient, WorkerStartError
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
@@ -1319,6 +1319,75 @@ async def test_91_a_job_cgroup_has_pids_max(worker: WorkerClient) -> None:
         pytest.skip("the job did not join its cgroup")
     assert threads_started(result) < sandbox.JOB_TASKS, result.output_head[-500:]
     assert "STOPPED can't start new thread" in result.output_head
+
+
+async def test_93_a_root_job_holding_threads_is_killed(worker: WorkerClient) -> None:
+    """Root ignores RLIMIT_NPROC: without a cgroup, the zygote kills a job that holds more
+    than ``MAX_JOB_THREADS`` threads at once instead of letting it hold them for its whole
+    time limit."""
+    if worker_uid(worker) != 0:
+        pytest.skip("RLIMIT_NPROC binds a job of an unprivileged user (case 90)")
+    hold = THREAD_BOMB.replace("stop.set()", "time.sleep(8)\nstop.set()")
+    started = time.monotonic()
+    result = await worker.run(import_job("import time\n" + hold), Limits(timeout_s=10))
+    if "cgroup" in result.isolation:
+        assert threads_started(result) < sandbox.JOB_TASKS  # pids.max stopped it (case 91)
+        return
+    assert result.kind == "killed", result
+    assert f"more than {zygote.MAX_JOB_THREADS} threads" in result.message
+    assert time.monotonic() - started < 5
+    subprocess.run(["true"], check=True)
+    assert (await worker.run(import_job("x = 1"))).kind == "ok"
+
+
+READ_PROJECT = """
+import json, os
+root = os.path.dirname(os.path.dirname(__file__))  # the document is <project>/pkg/model.py
+results = {}
+for name in (".git/config", ".env", "secret-link", "data/values.txt", ".git"):
+    try:
+        if name == ".git":
+            results[name] = sorted(os.listdir(os.path.join(root, name)))
+        else:
+            with open(os.path.join(root, name)) as f:
+                results[name] = f.read()
+    except OSError as exc:
+        results[name] = exc.errno
+import helper
+results["helper"] = helper.VALUE
+print("RESULTS " + json.dumps(results))
+"""
+
+
+async def test_92_a_job_cannot_read_the_projects_dot_files(
+    worker: WorkerClient, tmp_path: Path
+) -> None:
+    need(worker, "landlock")
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / ".git" / "config").write_text("[http] extraheader = AUTHORIZATION: basic c2VjcmV0\n")
+    (project / ".env").write_text("API_TOKEN=fxls-test-secret\n")
+    (project / "secret-link").symlink_to(".git/config")
+    (project / "data").mkdir()
+    (project / "data" / "values.txt").write_text("1 2 3\n")
+    (project / "helper.py").write_text("VALUE = 42\n")
+    sub = project / "pkg"
+    sub.mkdir()
+    job = CaptureJob(
+        path=str(sub / "model.py"),
+        source=READ_PROJECT,
+        sys_path=[str(sub), str(project)],
+    )
+    result = await worker.run(job)
+    found = outcomes(result)
+    for secret in (".git/config", ".env", "secret-link"):
+        assert found[secret] == errno.EACCES, (secret, found)
+    assert "fxls-test-secret" not in result.output_head and "c2VjcmV0" not in result.output_head
+    assert found["data/values.txt"] == "1 2 3\n"
+    assert found["helper"] == 42
+    assert found[".git"] == ["config"]  # names stay listable, contents do not
+    # a document that is not on disk (an unsaved buffer) is not restricted
+    assert outcomes(await worker.run(attempts("attempt('etc', open, '/etc/hostname')")))["etc"] == 0
 
 
 # ---------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any, Literal, TextIO
 from fxls import __version__
 from fxls.check.run import UsageError
 from fxls.report import FORMATS
+from fxls.report.escape import MAX_PATH, escape_text
 
 EXIT_OK = 0
 EXIT_ERRORS = 1
@@ -165,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return asyncio.run(runner(args))
         except UsageError as exc:
-            print(f"fxls: {exc}", file=sys.stderr)
+            _say(str(exc))
             return EXIT_USAGE
         except KeyboardInterrupt:
             return 130
@@ -221,15 +222,26 @@ def _prestart_worker() -> Any:
 # ---------------------------------------------------------------------------------------
 
 
+def _say(message: str) -> None:
+    """``fxls: message`` on stderr, escaped as a whole: the messages of ``fxls check`` and
+    ``fxls graph`` carry paths, settings and results of the checked repository, and a line
+    break or ``::`` in them must not start a line (a workflow command in CI) nor a control
+    sequence act on the terminal."""
+    print("fxls: " + escape_text(message, MAX_PATH), file=sys.stderr)
+
+
 def _warn(message: str) -> None:
-    print(f"fxls: warning: {message}", file=sys.stderr)
+    _say(f"warning: {message}")
 
 
 def _capture_settings(args: argparse.Namespace, paths: list[str]) -> tuple[Any, Any, Any]:
-    """(project config, EngineOptions, python) from [tool.fxls] and the command line."""
+    """(project config, EngineOptions, python) from the command line, ``FXLS_PYTHON``, the
+    project's ``[tool.fxls]`` and the user's ``config.toml``; the interpreter, limits and
+    isolation never from the project (``fxls.check.config``)."""
     from fxls.analysis import DirectiveError, parse_init, parse_input_spec
     from fxls.check.config import load_config
     from fxls.engine import EngineOptions, read_rules, rules_path
+    from fxls.protocol.files import Refused
     from fxls.protocol.model import Limits
 
     try:
@@ -252,14 +264,19 @@ def _capture_settings(args: argparse.Namespace, paths: list[str]) -> tuple[Any, 
             memory_mb=limits.memory_mb,
             file_size_mb=limits.file_size_mb,
         )
+    rules_file = rules_path(config.root, settings.code_actions.rules_file)
+    rules = read_rules(rules_file)
+    if isinstance(rules, Refused):
+        _warn(f"the rules file {rules_file} is not used: {rules}")
+        rules = None
     options = EngineOptions(
         limits=limits,
         isolation=settings.isolation.to_protocol(),
         meta_init=settings.capture.meta_init,
         symbolic=settings.capture.symbolic,
-        rules=read_rules(rules_path(config.root, settings.code_actions.rules_file)),
+        rules=rules,
     )
-    python = args.python or settings.python or None
+    python = args.python or os.environ.get("FXLS_PYTHON") or settings.python or None
     return config, options, python
 
 
@@ -323,7 +340,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     found = discover(args.files, excludes)
     exit_code = EXIT_OK
     for error in found.errors:
-        print(f"fxls: {error}", file=sys.stderr)
+        _say(error)
         exit_code = EXIT_USAGE
     read_errors: list[str] = []
     plans = read_plans(found.targets, args.classes, args.specs, args.init, read_errors)
@@ -331,10 +348,10 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if is_rules_file(plan.path, options) and not args.classes:
             plan.needs_worker = True
     for error in read_errors:
-        print(f"fxls: {error}", file=sys.stderr)
+        _say(error)
         exit_code = EXIT_USAGE
     if not found.targets and not found.errors:
-        print(f"fxls: no Python files found in {' '.join(args.files)}", file=sys.stderr)
+        _say(f"no Python files found in {' '.join(args.files)}")
     if plans:
         validate(plans, args.classes, args.specs)
     elif found.targets or found.errors:
@@ -346,7 +363,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
     def log(message: str) -> None:
         if args.verbose:
-            progress.write(sys.stderr, f"fxls: {message}\n")
+            progress.write(sys.stderr, "fxls: " + escape_text(message, MAX_PATH) + "\n")
 
     summary = Summary(skipped_paths=found.skipped)
     documents: list[dict[str, Any]] = []
@@ -365,6 +382,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
             unsafe=args.unsafe_fixes,
             max_params=config.settings.code_actions.max_params,
             diff_out=out,
+            root=config.root,
         )
 
     def emit(checked: Checked) -> None:
@@ -389,13 +407,13 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
                     ready = await client.start()
                 except Exception as exc:
                     progress.hide()
-                    print(f"fxls: the worker could not start: {exc}", file=sys.stderr)
+                    _say(f"the worker could not start: {exc}")
                     return EXIT_WORKER
                 log(f"worker ready: torch {ready.torch_version} ({ready.python})")
 
             def begin(plan: Any) -> None:
                 log(f"checking {plan.path}")
-                progress.begin(plan.path)
+                progress.begin(escape_text(plan.path, path=True))
 
             async for checked in run_plans(
                 client, plans, options, codes, concurrency=args.jobs, started=begin
@@ -432,7 +450,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     print(summary.text(), file=out if fmt == "text" else sys.stderr)
     if fixer is not None:
         for message in fixer.counts.messages:
-            print(f"fxls: {message}", file=sys.stderr)
+            _say(message)
         print(fixer.counts.text("fix"), file=sys.stderr)
     return exit_code
 
@@ -458,6 +476,8 @@ async def graph(args: argparse.Namespace) -> int:
     from fxls.graph import FORMATS as GRAPH_FORMATS
     from fxls.graph import build_graph, render_graph
     from fxls.graph.dot import NO_DOT, GraphvizMissing, dot_binary
+    from fxls.protocol.files import MAX_SOURCE_BYTES, Refused, read_source
+    from fxls.report.text import diagnostic_line
     from fxls.workerclient import WorkerClient
 
     path, cls = _graph_target(args.target)
@@ -467,11 +487,9 @@ async def graph(args: argparse.Namespace) -> int:
     if fmt == "svg" and dot_binary() is None:
         raise UsageError(NO_DOT)
     _config, options, python = _capture_settings(args, [path])
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from exc
+    text = read_source(path, cap=MAX_SOURCE_BYTES, follow_links=True)
+    if isinstance(text, Refused):
+        raise UsageError(f"cannot read {path}: {text}")
     plan = plan_file(Target(path, True), text, [cls] if cls else None, args.specs, args.init)
     if cls is None:
         if len(plan.found) != 1:
@@ -485,14 +503,14 @@ async def graph(args: argparse.Namespace) -> int:
 
     def log(message: str) -> None:
         if args.verbose:
-            print(f"fxls: {message}", file=sys.stderr)
+            _say(message)
 
     client = WorkerClient(python=python, log=log)
     try:
         try:
             await client.start()
         except Exception as exc:
-            print(f"fxls: the worker could not start: {exc}", file=sys.stderr)
+            _say(f"the worker could not start: {exc}")
             return EXIT_WORKER
         analysis = await analyze(
             client,
@@ -507,15 +525,12 @@ async def graph(args: argparse.Namespace) -> int:
         await client.close()
     for d in analysis.diagnostics:
         if d.severity == "error":
-            print(
-                f"{path}:{d.span.line}:{d.span.col + 1}: {d.severity} {d.code} {d.message}",
-                file=sys.stderr,
-            )
+            print(diagnostic_line(path, d), file=sys.stderr)
     module = analysis.module(cls)
     if analysis.outcome in ("worker_died", "sandbox_setup"):
         return EXIT_WORKER
     if module is None or not module.nodes:
-        print(f"fxls: no graph for {cls}: it could not be captured", file=sys.stderr)
+        _say(f"no graph for {cls}: it could not be captured")
         return EXIT_ERRORS
     started = time.monotonic()
     drawn = build_graph(path, module, collapse=not args.no_collapse)
@@ -529,11 +544,10 @@ async def graph(args: argparse.Namespace) -> int:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(output)
     collapsed = ", ".join(f"{c.path} ×{c.repeat}" for c in drawn.collapsed)
-    print(
-        f"fxls: {cls}: {drawn.total_nodes} nodes, {len(drawn.nodes)} drawn"
+    _say(
+        f"{cls}: {drawn.total_nodes} nodes, {len(drawn.nodes)} drawn"
         + (f" (collapsed {collapsed})" if collapsed else "")
         + f", {len(drawn.clusters)} clusters, {len(drawn.edges)} edges"
-        + f" → {args.output} ({time.monotonic() - started:.1f} s)",
-        file=sys.stderr,
+        + f" → {args.output} ({time.monotonic() - started:.1f} s)"
     )
     return EXIT_ERRORS if module.status == "failed" else EXIT_OK

@@ -63,14 +63,16 @@ memoryMB = 4096
 symbolic = false
 """,
     )
-    config = load_config([str(models)])
-    assert config.warnings == []
+    config = load_config([str(models)], user_config=str(tmp_path / "no-user-config.toml"))
     assert config.select == ["FX1", "FX2"] and config.ignore == ["FX202"]
     assert config.exclude == ["legacy/"] and config.root == str(tmp_path)
-    assert config.settings.limits.timeout_seconds == 30
-    assert config.settings.limits.memory_mb == 4096
     assert config.settings.capture.symbolic is False
-    assert config.settings.python == str(tmp_path / ".venv" / "bin" / "python")
+    # what runs and how it is isolated is not the project's choice: ignored, said once
+    assert config.settings.limits.timeout_seconds == 10
+    assert config.settings.limits.memory_mb == 2048
+    assert config.settings.python == ""
+    assert config.ignored == ["limits.memoryMB", "limits.timeoutSeconds", "python"]
+    assert len(config.warnings) == 1 and "ignored `limits.memoryMB`" in config.warnings[0]
     assert config.given == {"python", "debounceMs", "limits.timeoutSeconds", "limits.memoryMB",
                             "capture.symbolic"}  # fmt: skip
 
@@ -83,18 +85,18 @@ def test_unknown_keys_and_bad_values_warn_and_keep_defaults(tmp_path: Path) -> N
 select = ["FX9", "nope"]
 ignore = 3
 colour = "blue"
-limits = { timeoutSeconds = -1, walltime = 5 }
+codeActions = { maxParams = -1, walltime = 5 }
 """,
     )
-    config = load_config([str(models)])
+    config = load_config([str(models)], user_config=str(tmp_path / "no-user-config.toml"))
     text = "\n".join(config.warnings)
     assert "unknown key `tool.fxls.colour`" in text
-    assert "unknown key `tool.fxls.limits.walltime`" in text
-    assert "`tool.fxls.limits.timeoutSeconds` must be a number ≥ 0.1" in text
+    assert "unknown key `tool.fxls.codeActions.walltime`" in text
+    assert "`tool.fxls.codeActions.maxParams` must be an integer ≥ 0" in text
     assert "`tool.fxls.ignore` must be a list of strings" in text
     assert "FX9" in text and "nope" in text
     assert config.select == [] and config.ignore == []
-    assert config.settings.limits.timeout_seconds == 10.0
+    assert config.settings.code_actions.max_params == 20_000_000
 
 
 def test_a_broken_pyproject_is_a_warning(tmp_path: Path) -> None:

@@ -9,13 +9,11 @@ and read its own JSON-RPC input through the link; ``fxls check`` hung on the FIF
 from __future__ import annotations
 
 import asyncio
-import atexit
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -49,12 +47,11 @@ class Head(nn.Module):
 """
 
 
-def hostile_workspace() -> Path:
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with a model, ``fxls_rules.py -> /dev/zero``, ``x.py -> /proc/self/fd/0``,
-    a FIFO ``y.py``, ``.gitignore -> /dev/zero`` and a FIFO ``sub/.gitignore`` (removed when
-    the tests end)."""
-    root = Path(tempfile.mkdtemp(prefix="fxls-files-"))
-    atexit.register(shutil.rmtree, root, True)
+    a FIFO ``y.py``, ``.gitignore -> /dev/zero`` and a FIFO ``sub/.gitignore``."""
+    root = tmp_path_factory.mktemp("hostile")
     (root / "pyproject.toml").write_text("[tool.fxls]\n")
     (root / "model.py").write_text(MODEL)
     (root / "fxls_rules.py").symlink_to("/dev/zero")
@@ -66,12 +63,9 @@ def hostile_workspace() -> Path:
     return root
 
 
-WORKSPACE = hostile_workspace()
-
-
 @pytest_lsp.fixture(config=SERVER, scope="module")
-async def client(lsp_client: LanguageClient):
-    await start_recording(lsp_client, WORKSPACE, {"debounceMs": 50})
+async def client(lsp_client: LanguageClient, workspace: Path):
+    await start_recording(lsp_client, workspace, {"debounceMs": 50})
     yield
     await lsp_client.shutdown_session()
 
@@ -84,11 +78,11 @@ def _peak_rss_mb(pid: int) -> float:
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_96_the_server_reads_no_device_fifo_or_its_own_input(
-    client: LanguageClient,
+    client: LanguageClient, workspace: Path
 ) -> None:
     """The server keeps answering (diagnostics and a hover of another file), its memory stays
     bounded, and it says that the rules file is not a regular file."""
-    uri = (WORKSPACE / "model.py").as_uri()
+    uri = (workspace / "model.py").as_uri()
     client.text_document_did_open(
         types.DidOpenTextDocumentParams(
             text_document=types.TextDocumentItem(uri, "python", 1, MODEL)
@@ -114,13 +108,13 @@ async def test_96_the_server_reads_no_device_fifo_or_its_own_input(
     assert _peak_rss_mb(server.pid) < 1_000
 
 
-def test_97_fxls_check_finishes_on_devices_fifos_and_links() -> None:
+def test_97_fxls_check_finishes_on_devices_fifos_and_links(workspace: Path) -> None:
     """``fxls check`` on the same folder ends at once: each file that is not a regular file
     is named with the reason, the rules file is said to be unused, the model is checked."""
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "fxls", "check", "."],
-        cwd=WORKSPACE,
+        cwd=workspace,
         capture_output=True,
         text=True,
         timeout=120,

@@ -37,6 +37,7 @@ from fxls.features import (
     trace,
 )
 from fxls.protocol import catalogue
+from fxls.protocol.files import Refused
 from fxls.protocol.model import FixOutcome, FixRequest, ReadyInfo, Span
 from fxls.settings import (
     SECTION,
@@ -110,6 +111,9 @@ class Session:
         """``block`` for clients whose hover shows Markdown tables raw (Neovim)."""
         self.slow_rules = engine.SlowRules()
         """Rules file texts that took longer than their time to load."""
+        self.refused_rules: str | None = None
+        """Why the rules file was last found unusable (not a regular file, too large)."""
+        self._told_refused_rules: str | None = None
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -244,12 +248,28 @@ class Session:
         return self.slow_rules.options_for(options, for_path)
 
     def _rules(self) -> Any:
-        """The rules file as text (the editor's when it is open); never executed here."""
+        """The rules file as text (the editor's when it is open); never executed here. Reads
+        the disk: runs in a thread (``engine_options``), never on the event loop; a rules file
+        it cannot use is kept in ``refused_rules`` for :meth:`_note_refused_rules`."""
         path = engine.rules_path(self.root, self.settings.code_actions.rules_file)
         if path is None or not self.trusted:
             return None
         open_doc = next((d for d in self.documents if os.path.abspath(d.path) == path), None)
-        return engine.read_rules(path, open_doc.text if open_doc is not None else None)
+        rules = engine.read_rules(path, open_doc.text if open_doc is not None else None)
+        refused = isinstance(rules, Refused)
+        self.refused_rules = f"{os.path.basename(path)}: {rules}" if refused else None
+        return None if refused else rules
+
+    def _note_refused_rules(self) -> None:
+        """Say once (per reason) that the rules file is not used, and why."""
+        refused = self.refused_rules
+        if refused is None or refused == self._told_refused_rules:
+            return
+        self._told_refused_rules = refused
+        self.show(
+            f"fxls: the rules file is not used: {markdown.plain(refused, 300)}",
+            types.MessageType.Warning,
+        )
 
     def _note_slow_rules(self, options: engine.EngineOptions) -> None:
         """After a job whose rules file took too long to load: leave that text out from now."""
@@ -377,7 +397,8 @@ class Session:
         """The engine's FileAnalysis; worker and internal failures become an FX508."""
         try:
             worker = await self.ensure_worker()
-            options = self.engine_options(doc.path)
+            options = await asyncio.to_thread(self.engine_options, doc.path)  # reads the disk
+            self._note_refused_rules()
             result = await engine.analyze(
                 worker,
                 doc.path,
@@ -804,12 +825,14 @@ class Session:
             worker = await self.ensure_worker()
         except Exception as exc:
             return FixOutcome("all", "unavailable", "", reason=f"the worker did not start: {exc}")
+        options = await asyncio.to_thread(self.engine_options, doc.path)  # reads the disk
+        self._note_refused_rules()
         result = await fixes.compute(
             worker,
             doc.path,
             text,
             requests,
-            options=self.engine_options(doc.path),
+            options=options,
             root=self.root,
             combine=combine,
             unsafe=settings.unsafe,

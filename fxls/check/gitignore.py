@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar, Union
 
+from fxls.protocol.files import Refused, read_source
+
 
 class Star:
     """The wildcard of a pattern: ``*`` in a segment (any characters), or a ``**`` segment
@@ -260,13 +262,18 @@ class RuleSet:
         return verdict
 
 
+MAX_IGNORE_FILE_BYTES = 1024 * 1024
+"""A larger ignore file is not read."""
+
+
 def read_rules(path: str, base: str) -> RuleSet | None:
-    """The RuleSet of a ``.gitignore``-style file, or None when it cannot be read."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return RuleSet(base, compile_rules(f.read().splitlines()))
-    except OSError:
+    """The RuleSet of a ``.gitignore``-style file, or None when it cannot be read: a regular
+    file of at most MAX_IGNORE_FILE_BYTES (a repository's ``.gitignore`` may be a link to
+    ``/dev/zero`` or a FIFO; see :func:`~fxls.protocol.files.read_source`)."""
+    text = read_source(path, cap=MAX_IGNORE_FILE_BYTES, follow_links=True, errors="replace")
+    if isinstance(text, Refused):
         return None
+    return RuleSet(base, compile_rules(text.splitlines()))
 
 
 def find_git_root(start: str) -> str | None:

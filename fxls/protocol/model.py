@@ -907,6 +907,8 @@ _CLONED_ARG_BYTES = 192
 (measured: ~185 bytes, plus its new text)."""
 _SHARED_BYTES = 8
 """An argument, output or input a copy shares with its template: one list slot."""
+_TEXT_BYTES = 56
+"""A renamed text besides its characters: a new ``str``."""
 
 EXPANSION_PER_FRAME_BYTE = 64
 """A result frame may expand to this many times its size (copied records are compact on the
@@ -916,34 +918,42 @@ EXPANSION_FLOOR_BYTES = 16 << 20
 MAX_EXPANSION_BYTES = 1 << 30
 """What no result expands past, whatever its frame's size."""
 
-_Shape = tuple[int, int, int, int, int, int]
-"""What copying a record costs: (node arguments, other arguments, outputs, inputs,
-characters of the other arguments' texts, identifiers in those texts)."""
+_Shape = tuple[int, int, int, int, int, int, int]
+"""What copying a record costs: (node arguments, other arguments, outputs, inputs, and of
+the other arguments' texts: the characters outside identifiers, the number of identifiers,
+the length of the longest one)."""
+_NO_SHAPE: _Shape = (0, 0, 0, 0, 0, 0, 0)
 
 
 def _shape(record: NodeInfo) -> _Shape:
     texts = [a.value for a in record.args if a.node is None]
-    chars = sum(map(len, texts))
-    names = sum(len(_NAME.findall(t)) for t in texts) if chars else 0
+    names = [n for t in texts for n in _NAME.findall(t)]
+    lengths = list(map(len, names))
+    others = sum(map(len, texts)) - sum(lengths)
     nodes = len(record.args) - len(texts)
-    return (nodes, len(texts), len(record.outputs), len(record.inputs), chars, names)
+    outputs, inputs = len(record.outputs), len(record.inputs)
+    return (nodes, len(texts), outputs, inputs, others, len(names), max(lengths, default=0))
 
 
 def _plain_cost(shape: _Shape, inputs: int) -> int:
     """Bytes a copy of a record of ``shape`` with ``inputs`` inputs allocates when it renames
     no argument text (its node arguments are always new ``Arg`` objects)."""
-    nodes, others, outputs, _, _, _ = shape
+    nodes, others, outputs = shape[:3]
     return _RECORD_BYTES + _CLONED_ARG_BYTES * nodes + _SHARED_BYTES * (others + outputs + inputs)
 
 
 def _text_copy(shape: _Shape, inputs: int, longest: int) -> tuple[_Shape, int]:
-    """The shape and cost of a copy of ``shape`` that renames its argument texts with names
-    of at most ``longest`` characters: each identifier in them (at least one character)
-    becomes such a name, so the texts grow by at most ``identifiers * longest``."""
-    nodes, others, outputs, _, chars, names = shape
-    chars += names * longest
-    cost = _plain_cost(shape, inputs) + (_CLONED_ARG_BYTES - _SHARED_BYTES) * others + chars
-    return (nodes, others, outputs, inputs, chars, names), cost
+    """The shape and cost of a copy of ``shape`` that renames identifiers in its argument
+    texts to names of at most ``longest`` characters: the characters outside identifiers
+    and the number of identifiers stay (a name is one identifier), so the texts are at most
+    ``outside + identifiers * max(longest identifier, longest)`` long, along any chain of
+    copies."""
+    nodes, others, outputs, _, outside, names, widest = shape
+    widest = max(widest, longest)
+    chars = outside + names * widest
+    renamed = (_CLONED_ARG_BYTES + _TEXT_BYTES - _SHARED_BYTES) * others + chars
+    cost = _plain_cost(shape, inputs) + renamed
+    return (nodes, others, outputs, inputs, outside, names, widest), cost
 
 
 def expanded_bytes(
@@ -989,9 +999,6 @@ def expanded_bytes(
     return total
 
 
-_NO_SHAPE: _Shape = (0, 0, 0, 0, 0, 0)
-
-
 class ExpansionTooLarge(ValueError):
     """Copied records that would expand past what their frame may expand to."""
 
@@ -1014,6 +1021,8 @@ def check_expansion(modules: Sequence[ModuleResult], frame_bytes: int) -> None:
     budget = expansion_budget(frame_bytes)
     total = 0
     for module in modules:
+        if not (module.node_copies or module.block_copies):
+            continue
         total += expanded_bytes(module.nodes, module.node_copies, module.block_copies)
         if total > budget:
             raise ExpansionTooLarge(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from fxls.protocol.model import (
     Value,
     copies_kept,
     expand_copies,
+    expanded_bytes,
 )
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture import reuse
@@ -460,6 +462,69 @@ def test_copies_that_do_not_fit_are_a_protocol_error() -> None:
     overlapping = dict(runs, node_copies=[{"at": 3, "of": 0, **template}])
     with pytest.raises(ProtocolError):
         from_dict(ModuleResult, overlapping)
+
+
+def _expansion_measured(
+    nodes: list[NodeInfo], copies: list[NodeCopy], blocks: list[BlockCopy]
+) -> tuple[int, int]:
+    """(estimated, allocated) bytes of expanding the copies."""
+    estimate = expanded_bytes(nodes, copies, blocks)
+    tracemalloc.start()
+    try:
+        records = expand_copies(nodes, copies, blocks)
+        allocated = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert len(records) == len(nodes) + len(copies) + sum(len(b.names) for b in blocks)
+    return estimate, allocated
+
+
+def test_the_expansion_estimate_bounds_what_copies_allocate() -> None:
+    # what a result may expand to is checked against its frame on this estimate
+    path = ROOT / "bench" / "models" / "gpt48.py"
+    text = path.read_text()
+    job = capture_job(str(path), text, build_requests(parse(text).classes), EngineOptions())
+    doc, result = capture_document(job, lambda *_: None, keep_copies=True)
+    reuse.compact(result.modules, doc.copied_nodes)
+    gpt = next(m for m in result.modules if m.name == "GPT48")
+    estimate, allocated = _expansion_measured(gpt.nodes, gpt.node_copies, gpt.block_copies)
+    assert allocated * 0.95 <= estimate <= allocated * 2, (estimate, allocated)
+    # hostile shapes: renamed texts along a chain of copies whose names are long (the texts
+    # do not grow with the chain), and many literal arguments
+    texts = [Arg(f"a{i}", "x + x * x") for i in range(200)]
+    template = NodeInfo("t", "call_function", "f", args=texts, inputs=["x"])
+    long = "n" * 300
+    chain = [
+        NodeCopy(at=i, of=i - 1, name=f"c{i}", target="f", module_path=None, users=0,
+                 inputs=[long + str(i)], texts=True)
+        for i in range(1, 30)
+    ]  # fmt: skip
+    estimate, allocated = _expansion_measured([template], chain, [])
+    assert allocated <= estimate <= allocated * 2, (estimate, allocated)
+    literal = NodeInfo("t", "call_function", "f", args=[Arg(f"a{i}", "1") for i in range(500)])
+    block = BlockCopy(at=1, of=0, names=["b"], template_path="", path="", users=[0])
+    estimate, allocated = _expansion_measured([literal], [], [block])
+    assert allocated * 0.95 <= estimate <= allocated * 2, (estimate, allocated)
+
+
+def test_copies_name_nodes_by_identifiers() -> None:
+    data = {
+        "name": "M", "line": 1, "status": "traced",
+        "nodes": [{"name": "x", "op": "placeholder", "target": "x"}],
+        "node_copies": [{"at": 1, "of": 0, "name": "y", "target": "y", "module_path": None,
+                         "users": 0, "inputs": ["x"]}],
+    }  # fmt: skip
+    assert [n.name for n in from_dict(ModuleResult, data).nodes] == ["x", "y"]
+    copy = data["node_copies"][0]  # type: ignore[index]
+    for wrong in ({"name": "y y"}, {"inputs": ["x+1"]}, {"renamed": {"x": "1x"}}):
+        bad = dict(data, node_copies=[dict(copy, **wrong)])
+        with copies_kept(), pytest.raises(ProtocolError, match="not a node"):
+            from_dict(ModuleResult, bad)
+    block = {"at": 1, "of": 0, "names": ["a"], "template_path": "", "path": "", "users": [0]}
+    for wrong in ({"names": ["a.b"]}, {"outer": {"x": "x y"}}):
+        bad = dict(data, node_copies=[], block_copies=[dict(block, **wrong)])
+        with copies_kept(), pytest.raises(ProtocolError, match="not a node"):
+            from_dict(ModuleResult, bad)
 
 
 FIXING = """

@@ -1390,6 +1390,42 @@ async def test_92_a_job_cannot_read_the_projects_dot_files(
     assert outcomes(await worker.run(attempts("attempt('etc', open, '/etc/hostname')")))["etc"] == 0
 
 
+async def test_94_packages_inside_a_project_dot_folder_stay_readable(tmp_path: Path) -> None:
+    """A virtual environment inside the checkout (``<project>/.venv``) is on the worker's
+    ``sys.path``: its packages import, the rest of the dot folder stays unreadable."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / ".git" / "config").write_text("[core]\n")
+    site = project / ".venv" / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "venvmod.py").write_text("VALUE = 7\n")
+    (project / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    code = """
+    import json, os
+    import venvmod
+    root = os.path.dirname(__file__)
+    results = {"venvmod": venvmod.VALUE}
+    for name in (".venv/pyvenv.cfg", ".git/config"):
+        try:
+            results[name] = open(os.path.join(root, name)).read()
+        except OSError as exc:
+            results[name] = exc.errno
+    print("RESULTS " + json.dumps(results))
+    """
+    job = CaptureJob(
+        path=str(project / "model.py"), source=textwrap.dedent(code), sys_path=[str(project)]
+    )
+    env = dict(workerclient.worker_environment(os.environ), PYTHONPATH=str(site))
+    client = WorkerClient(env=env, log=lambda _: None, scratch_dir=str(tmp_path / "scratch"))
+    await client.start()
+    try:
+        need(client, "landlock")
+        found = outcomes(await client.run(job))
+    finally:
+        await client.close()
+    assert found == {"venvmod": 7, ".venv/pyvenv.cfg": errno.EACCES, ".git/config": errno.EACCES}
+
+
 # ---------------------------------------------------------------------------------------
 # control: ping, cancel, queueing
 # ---------------------------------------------------------------------------------------

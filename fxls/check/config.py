@@ -172,7 +172,6 @@ def _string_list(value: Any, key: str, warnings: list[str]) -> list[str] | None:
 class _Table:
     """The fxls keys of one configuration file, and how its warnings name them."""
 
-    path: str
     where: str
     """The file as warnings name it."""
     prefix: str
@@ -234,7 +233,7 @@ def _read_table(path: str, where: str, prefix: str, warnings: list[str]) -> _Tab
     if not isinstance(section, dict):
         warnings.append(f"{where}: `{prefix.rstrip('.')}` must be a table; ignored")
         return None
-    return _Table(path, where, prefix, section)
+    return _Table(where, prefix, section)
 
 
 def _resolve_python(python: str, folder: str) -> str:
@@ -283,7 +282,8 @@ def load_config(
     for table in tables:
         config.warnings.extend(f"{table.where}: {p}" for p in table.problems)
     if config.ignored and path is not None:
-        config.warnings.append(_ignored_warning(os.path.relpath(path), config.ignored))
+        where = os.path.relpath(path)
+        config.warnings.append(_ignored_warning(where, config.ignored, user_path))
     return config
 
 
@@ -295,11 +295,11 @@ def _home_relative(path: str) -> str:
     return path
 
 
-def _ignored_warning(where: str, names: list[str]) -> str:
-    """What to say once when a project file sets settings it may not."""
+def _ignored_warning(where: str, names: list[str], user_path: str) -> str:
+    """What to say once when a project file sets settings it may not, and where they go."""
     listed = ", ".join(f"`{name}`" for name in names)
     return (
         f"{where}: [tool.fxls] may not choose the worker's interpreter, limits or isolation; "
         f"ignored {listed}. Set them on the command line (--python, --timeout), with "
-        f"FXLS_PYTHON, or in {_home_relative(user_config_path())}"
+        f"FXLS_PYTHON, or in {_home_relative(user_path)}"
     )

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fxls.check.config import CodeFilter, find_pyproject, load_config, parse_codes
+from fxls.check.config import (
+    CodeFilter,
+    find_pyproject,
+    load_config,
+    parse_codes,
+    user_config_path,
+)
 
 
 def test_code_filter_prefixes_and_specificity() -> None:
@@ -110,3 +116,30 @@ def test_no_pyproject_no_section(tmp_path: Path) -> None:
     models = _project(tmp_path, "[tool.other]\nx = 1\n")
     config = load_config([str(models)])
     assert config.warnings == [] and config.select is None and config.exclude == []
+
+
+def test_user_config_under_the_project(tmp_path: Path) -> None:
+    models = _project(
+        tmp_path,
+        '[tool.fxls]\nignore = ["FX302"]\ncapture = { symbolic = false }\npython = "x"\n',
+    )
+    user = tmp_path / "home" / "fxls" / "config.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text(
+        'python = "bin/python"\nignore = ["FX1"]\nselect = ["FX2"]\n'
+        "[limits]\ntimeoutSeconds = 30\n[capture]\nsymbolic = true\nmetaInit = false\n"
+    )
+    config = load_config([str(models)], user_config=str(user))
+    assert config.user_path == str(user)
+    assert config.settings.python == str(user.parent / "bin" / "python")  # the user's, not "x"
+    assert config.settings.limits.timeout_seconds == 30
+    assert config.settings.capture.symbolic is False  # the project's value of a key it may set
+    assert config.settings.capture.meta_init is False
+    assert config.ignore == ["FX302"] and config.select == ["FX2"]
+    assert config.ignored == ["python"]
+
+
+def test_user_config_path_follows_xdg() -> None:
+    assert user_config_path({"XDG_CONFIG_HOME": "/cfg"}) == "/cfg/fxls/config.toml"
+    assert user_config_path({"XDG_CONFIG_HOME": "relative"}).endswith("/.config/fxls/config.toml")
+    assert user_config_path({}).endswith("/.config/fxls/config.toml")

@@ -342,6 +342,8 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     for error in found.errors:
         _say(error)
         exit_code = EXIT_USAGE
+    for note in found.notes:
+        _say(note)
     read_errors: list[str] = []
     plans = read_plans(found.targets, args.classes, args.specs, args.init, read_errors)
     for plan in plans:  # the rules file is checked by loading it in the worker

@@ -5,12 +5,18 @@ keeping ``.py`` files and skipping what a project does not consider its source: 
 git (``.gitignore`` files and ``.git/info/exclude``, read without git), virtual environments
 (folders with a ``pyvenv.cfg``, conda environments), ``node_modules``, ``__pycache__``, hidden
 files and folders, and the ``exclude`` patterns of the configuration.
+
+Links: a walk never enters a linked folder. A linked ``.py`` file found by a walk or a glob is
+checked when it leads to a regular file inside the folder walked (a project that links a shared
+module into two places); a link that leads out of it is skipped with a note, and a link to
+anything that is not a regular file is kept, so that reading it reports why it is not checked.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -26,6 +32,9 @@ class Target:
     """The path as shown to the user: as given, or joined to the directory given."""
     explicit: bool
     """Named on the command line (checked even when it is excluded or has no modules)."""
+    follow_link: bool = False
+    """A link found by a walk or a glob that leads to a regular file inside the folder walked:
+    read through the link (other links found that way are not followed)."""
 
 
 @dataclass
@@ -35,6 +44,8 @@ class Discovery:
     """Arguments that name nothing (a missing path, a glob that matches nothing)."""
     skipped: int = 0
     """Directories and files left out by the rules above."""
+    notes: list[str] = field(default_factory=list)
+    """Files left out that the user would want to hear of (a link leading out of the project)."""
 
 
 def is_environment(directory: str) -> bool:
@@ -53,10 +64,40 @@ def has_glob(arg: str) -> bool:
     return any(c in GLOB_CHARS for c in arg)
 
 
+def _inside(path: str, folder: str) -> bool:
+    try:
+        return os.path.commonpath([path, folder]) == folder
+    except ValueError:
+        return False
+
+
 class Walker:
     def __init__(self, excludes: RuleSet | None) -> None:
         self.excludes = excludes
         self.skipped = 0
+        self.linked: set[str] = set()
+        """Absolute paths of links found that lead to a regular file inside the folder walked."""
+        self.notes: list[str] = []
+
+    def _keep_link(self, path: str, shown: str, top: str) -> bool:
+        """Whether the file at ``path`` (``shown`` as the user sees it) is kept; a link is kept
+        when it leads to a regular file inside ``top`` (then read through it) or to something
+        that is not a regular file (then reading it says why); a link out of ``top`` is not."""
+        if not os.path.islink(path):
+            return True
+        real = os.path.realpath(path)
+        try:
+            regular = stat.S_ISREG(os.stat(real).st_mode)
+        except OSError:
+            return True  # dangling: reading it reports the missing file
+        if not regular:
+            return True
+        if _inside(real, os.path.realpath(top)):
+            self.linked.add(os.path.abspath(path))
+            return True
+        self.skipped += 1
+        self.notes.append(f"skipped {shown}: a link to a file outside {top}")
+        return False
 
     def _excluded(self, path: str, is_dir: bool) -> bool:
         return self.excludes is not None and bool(self.excludes.decide(path, is_dir))
@@ -92,7 +133,9 @@ class Walker:
                     if name.endswith(".py"):
                         self.skipped += 1
                     continue
-                yield os.path.join(here, name)
+                shown = os.path.join(here, name)
+                if self._keep_link(path, shown, top):
+                    yield shown
 
     def glob(self, pattern: str) -> Iterator[str]:
         """Matches of a glob (``**`` spans folders), filtered like a walk from its base."""
@@ -114,7 +157,8 @@ class Walker:
                 continue
             if self._skip_chain(base_abs, absolute, stack0, final_dir=False):
                 continue
-            yield match
+            if self._keep_link(absolute, match, base):
+                yield match
 
     def _skip_chain(
         self, base: str, path: str, stack: IgnoreStack | None, *, final_dir: bool
@@ -161,7 +205,7 @@ def discover(args: list[str], excludes: RuleSet | None = None) -> Discovery:
         key = os.path.abspath(path)
         if key not in seen:
             seen.add(key)
-            found.targets.append(Target(_clean(path), explicit))
+            found.targets.append(Target(_clean(path), explicit, key in walker.linked))
 
     for arg in args:
         if os.path.isdir(arg):
@@ -176,4 +220,5 @@ def discover(args: list[str], excludes: RuleSet | None = None) -> Discovery:
             for path in matches:
                 add(path, False)
     found.skipped = walker.skipped
+    found.notes = walker.notes
     return found

@@ -92,10 +92,13 @@ def read_plans(
 
     Only regular files up to MAX_SOURCE_BYTES are read (a device, a FIFO or a file that is
     too large is an error, never a read without end); a link is followed only when the file
-    was named on the command line, not when a walk or a glob found it."""
+    was named on the command line, or when a walk or a glob found it leading to a regular file
+    inside the folder walked (``Target.follow_link``)."""
     plans = []
     for target in targets:
-        text = read_source(target.path, cap=MAX_SOURCE_BYTES, follow_links=target.explicit)
+        text = read_source(
+            target.path, cap=MAX_SOURCE_BYTES, follow_links=target.explicit or target.follow_link
+        )
         if isinstance(text, Refused):
             errors.append(f"cannot read {target.path}: {text}")
             continue

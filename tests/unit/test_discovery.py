@@ -191,3 +191,31 @@ def test_each_file_once_in_a_stable_order(tmp_path: Path) -> None:
     paths = [Path(t.path).relative_to(tmp_path).as_posix() for t in result.targets]
     assert len(paths) == len(set(paths))
     assert paths[:3] == ["pkg/__init__.py", "pkg/scratch.py", "pkg/layers/blocks.py"]
+
+
+def test_links_to_files_inside_the_folder_are_read_through_links_out_are_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A project that links a shared module into a second place gets it checked; a link out of
+    the folder walked is left out with a note; a link to a device stays a target, so that
+    reading it says why it is not checked (``read_source`` refuses it)."""
+    from fxls.check.run import read_plans
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    _tree(project, {"shared/common.py": "X = 1\n", "model.py": "Y = 2\n"})
+    _tree(elsewhere, {"secret.py": "Z = 3\n"})
+    (project / "linked.py").symlink_to(project / "shared" / "common.py")
+    (project / "out.py").symlink_to(elsewhere / "secret.py")
+    (project / "zero.py").symlink_to("/dev/zero")
+    monkeypatch.chdir(tmp_path)
+    for args in (["project"], ["project/*.py"]):
+        found = discover(args)
+        by_name = {os.path.basename(t.path): t for t in found.targets}
+        assert set(by_name) >= {"linked.py", "model.py", "zero.py"}, args
+        assert "out.py" not in by_name, args
+        assert by_name["linked.py"].follow_link and not by_name["zero.py"].follow_link
+        assert any("out.py" in note and "outside" in note for note in found.notes), found.notes
+        errors: list[str] = []
+        plans = read_plans(found.targets, None, [], None, errors)
+        assert {os.path.basename(p.path) for p in plans} >= {"linked.py", "model.py"}
+        assert len(errors) == 1 and "zero.py" in errors[0] and "not a regular file" in errors[0]

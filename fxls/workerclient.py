@@ -72,6 +72,8 @@ WORKER_ENV_NAMES = frozenset(
 WORKER_ENV_PREFIXES = ("LC_", "FXLS_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "TORCH_", "PYTORCH_")
 """The worker runs user code: it gets only these variables of the server's environment (the
 locale, paths, Python's and the thread pools' settings, fxls's own), never API tokens."""
+WORKER_ENV_SECRETS = frozenset({"FXLS_TOKEN"})
+"""fxls's own variables that are secrets (a listening server's token): never passed on."""
 
 
 def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -79,7 +81,8 @@ def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {
         name: value
         for name, value in environ.items()
-        if name in WORKER_ENV_NAMES or name.startswith(WORKER_ENV_PREFIXES)
+        if (name in WORKER_ENV_NAMES or name.startswith(WORKER_ENV_PREFIXES))
+        and name not in WORKER_ENV_SECRETS
     }
 
 

@@ -8,7 +8,8 @@ files and folders, and the ``exclude`` patterns of the configuration.
 
 Links: a walk never enters a linked folder. A linked ``.py`` file found by a walk or a glob is
 checked when it leads to a regular file inside the folder walked (a project that links a shared
-module into two places); a link that leads out of it is skipped with a note, and a link to
+module into two places); a link that leads out of it, or into a hidden file or folder (``.git/``,
+which a walk never enters), is skipped with a note, and a link to
 anything that is not a regular file is kept, so that reading it reports why it is not checked.
 """
 
@@ -92,12 +93,17 @@ class Walker:
             return True  # dangling: reading it reports the missing file
         if not regular:
             return True
-        if _inside(real, os.path.realpath(top)):
-            self.linked.add(os.path.abspath(path))
-            return True
-        self.skipped += 1
-        self.notes.append(f"skipped {shown}: a link to a file outside {top}")
-        return False
+        folder = os.path.realpath(top)
+        if not _inside(real, folder):
+            self.skipped += 1
+            self.notes.append(f"skipped {shown}: a link to a file outside {top}")
+            return False
+        if any(part.startswith(".") for part in os.path.relpath(real, folder).split(os.sep)):
+            self.skipped += 1
+            self.notes.append(f"skipped {shown}: a link to a hidden file or folder")
+            return False
+        self.linked.add(os.path.abspath(path))
+        return True
 
     def _excluded(self, path: str, is_dir: bool) -> bool:
         return self.excludes is not None and bool(self.excludes.decide(path, is_dir))

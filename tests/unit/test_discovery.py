@@ -197,7 +197,7 @@ def test_links_to_files_inside_the_folder_are_read_through_links_out_are_skipped
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A project that links a shared module into a second place gets it checked; a link out of
-    the folder walked is left out with a note; a link to a device stays a target, so that
+    the folder walked, or into a hidden folder of it (``.git/``), is left out with a note; a link to a device stays a target, so that
     reading it says why it is not checked (``read_source`` refuses it)."""
     from fxls.check.run import read_plans
 
@@ -207,12 +207,15 @@ def test_links_to_files_inside_the_folder_are_read_through_links_out_are_skipped
     (project / "linked.py").symlink_to(project / "shared" / "common.py")
     (project / "out.py").symlink_to(elsewhere / "secret.py")
     (project / "zero.py").symlink_to("/dev/zero")
+    _tree(project, {".git/config": "[remote]\n"})
+    (project / "git.py").symlink_to(project / ".git" / "config")
     monkeypatch.chdir(tmp_path)
     for args in (["project"], ["project/*.py"]):
         found = discover(args)
         by_name = {os.path.basename(t.path): t for t in found.targets}
         assert set(by_name) >= {"linked.py", "model.py", "zero.py"}, args
-        assert "out.py" not in by_name, args
+        assert "out.py" not in by_name and "git.py" not in by_name, args
+        assert any("git.py" in note and "hidden" in note for note in found.notes), found.notes
         assert by_name["linked.py"].follow_link and not by_name["zero.py"].follow_link
         assert any("out.py" in note and "outside" in note for note in found.notes), found.notes
         errors: list[str] = []

@@ -143,3 +143,12 @@ def test_log_lines_cannot_be_forged_or_drive_a_terminal() -> None:
     line = InertFormatter(logging.BASIC_FORMAT).format(record)
     assert "\n" not in line and "\x1b" not in line and "\u202e" not in line
     assert "\\u202e" in line
+
+
+def test_the_listening_token_never_reaches_the_worker() -> None:
+    """``$FXLS_TOKEN`` (a listening server's token) is left out of the worker's environment,
+    while fxls's other variables pass."""
+    from fxls.workerclient import worker_environment
+
+    env = worker_environment({"FXLS_TOKEN": "s" * 32, "FXLS_LANDLOCK_ABI": "3", "API_KEY": "k"})
+    assert env == {"FXLS_LANDLOCK_ABI": "3"}

@@ -33,7 +33,7 @@ MODELS = {"gpt48": ("gpt48.py", "GPT48"), "llama7b": ("llama7b.py", "Llama7B"),
 
 def child(path: Path, cls: str, reuse: bool, out: int) -> None:
     from fxls.analysis import parse
-    from fxls.engine import EngineOptions, build_requests, capture_job
+    from fxls.engine.analyze import EngineOptions, build_requests, capture_job
     from fxls.protocol.codec import to_dict
     from fxls.worker.capture import classcapture
     from fxls.worker.capture.pipeline import run_capture_for_wire
@@ -103,7 +103,7 @@ def main() -> None:
     warm_all()
     # what the children import, loaded once here (the worker's children find it loaded too)
     import fxls.analysis
-    import fxls.engine
+    import fxls.engine.analyze
     import fxls.protocol.codec  # noqa: F401
 
     gc.collect()

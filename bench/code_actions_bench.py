@@ -27,10 +27,11 @@ from lsprotocol import types
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fxls import engine, fixes  # noqa: E402
-from fxls.features import code_actions  # noqa: E402
-from fxls.features.convert import UTF16  # noqa: E402
-from fxls.workerclient import WorkerClient  # noqa: E402
+from fxls.engine import analyze as engine  # noqa: E402
+from fxls.engine import fixes  # noqa: E402
+from fxls.engine.workerclient import WorkerClient  # noqa: E402
+from fxls.lsp.features import code_actions  # noqa: E402
+from fxls.lsp.features.convert import UTF16  # noqa: E402
 
 GPT12_DIRECTIVES = (
     "# fxls: init(n_embd=768, n_head=12, block_size=1024)\n# fxls: x = (B=2, T=128, 768)\n"

@@ -1,6 +1,6 @@
 """Capture coverage of the model corpus (tests/corpus) through the real worker.
 
-For every entry of ``tests/corpus/manifest.py`` it runs ``fxls.engine.analyze`` through a real
+For every entry of ``tests/corpus/manifest.py`` it runs ``fxls.engine.analyze.analyze`` through a real
 ``WorkerClient`` (zygote, fork, sandbox; the entry's constructor text and inputs are passed as
 CLI-style overrides), then:
 
@@ -46,9 +46,9 @@ def _manifest() -> ModuleType:
 
 
 async def _capture(entries: list[Any], manifest: ModuleType) -> list[tuple[Any, Any, float]]:
-    from fxls.engine import EngineOptions, analyze
+    from fxls.engine.analyze import EngineOptions, analyze
+    from fxls.engine.workerclient import WorkerClient
     from fxls.protocol.model import Limits
-    from fxls.workerclient import WorkerClient
 
     options = EngineOptions(limits=Limits(timeout_s=120.0, cpu_s=120.0, memory_mb=4096))
     client = WorkerClient()

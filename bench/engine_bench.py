@@ -70,9 +70,9 @@ def machine() -> dict[str, Any]:
 
 
 async def bench_fxls(names: list[str], runs: int) -> dict[str, Any]:
-    from fxls.engine import EngineOptions, analyze
+    from fxls.engine.analyze import EngineOptions, analyze
+    from fxls.engine.workerclient import WorkerClient
     from fxls.protocol.model import Limits
-    from fxls.workerclient import WorkerClient
 
     out: dict[str, Any] = {}
     client = WorkerClient()
@@ -185,14 +185,14 @@ def worker_peak_rss(name: str) -> int:
     file, cls, *_ = MODELS[name]
     code = (
         "import asyncio, sys\n"
-        "from fxls.engine import EngineOptions, analyze\n"
+        "from fxls.engine.analyze import EngineOptions, analyze\n"
         "from fxls.protocol.model import Limits\n"
-        "from fxls.workerclient import WorkerClient\n"
+        "from fxls.engine.workerclient import WorkerClient\n"
         "async def main():\n"
         "    c = WorkerClient(); await c.start()\n"
         f"    job_path = {str(ROOT / 'bench' / 'models' / file)!r}\n"
         "    from fxls.protocol.model import CaptureJob\n"
-        "    from fxls.engine import build_requests\n"
+        "    from fxls.engine.analyze import build_requests\n"
         "    from fxls.analysis import parse\n"
         "    text = open(job_path).read()\n"
         f"    reqs = [r for r in build_requests(parse(text).classes) if r.name == {cls!r}]\n"

@@ -157,7 +157,7 @@ async def bench_cold(runs: int) -> dict[str, Any]:
 
 
 async def _warm_steps() -> dict[str, Any]:
-    from fxls.workerclient import WorkerClient
+    from fxls.engine.workerclient import WorkerClient
 
     logs: list[str] = []
     client = WorkerClient(
@@ -241,10 +241,10 @@ def _whole(uri: str, version: int, text: str) -> Any:
 
 
 async def bench_llama() -> dict[str, Any]:
-    from fxls import engine
     from fxls.analysis import parse
+    from fxls.engine import analyze as engine
+    from fxls.engine.workerclient import WorkerClient
     from fxls.protocol.model import Limits
-    from fxls.workerclient import WorkerClient
 
     client = WorkerClient()
     await client.start()

@@ -37,9 +37,9 @@ def rewrite_every_call(gm):
 
 
 async def bench(names: list[str], runs: int) -> None:
-    from fxls.engine import EngineOptions, analyze
+    from fxls.engine.analyze import EngineOptions, analyze
+    from fxls.engine.workerclient import WorkerClient
     from fxls.protocol.model import Limits
-    from fxls.workerclient import WorkerClient
 
     client = WorkerClient()
     await client.start()

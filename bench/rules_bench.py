@@ -28,8 +28,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from code_actions_bench import gpt12  # noqa: E402
 
-from fxls import engine, fixes  # noqa: E402
-from fxls.workerclient import WorkerClient  # noqa: E402
+from fxls.engine import analyze as engine  # noqa: E402
+from fxls.engine import fixes  # noqa: E402
+from fxls.engine.workerclient import WorkerClient  # noqa: E402
 
 SOFTMAX_RULE = """
 

@@ -2,7 +2,7 @@
 
 Every file of tests/corpus/zeroconfig/ is opened twice, as it is, with default settings:
 
-  engine - ``fxls.engine.analyze`` through a real ``WorkerClient`` (zygote, fork, sandbox), the
+  engine - ``fxls.engine.analyze.analyze`` through a real ``WorkerClient`` (zygote, fork, sandbox), the
            same call the server makes. Each module class is checked against eager execution
            of the real model (``zeroconfig/truth.py`` says how a person builds and calls it;
            fxls never sees it): a class *has shapes* when any node shows a tensor shape; its
@@ -69,8 +69,8 @@ async def analyze_files(paths: list[Path], client: Any = None) -> dict[str, tupl
     """File name -> (FileAnalysis, seconds): each file as it is, default options (the server's
     defaults), workspace root = the repository. Starts (and closes) a WorkerClient unless one
     is given."""
-    from fxls.engine import EngineOptions, analyze
-    from fxls.workerclient import WorkerClient
+    from fxls.engine.analyze import EngineOptions, analyze
+    from fxls.engine.workerclient import WorkerClient
 
     own = client is None
     if own:

@@ -42,6 +42,6 @@ def _drop_working_directory() -> None:
 
 _drop_working_directory()
 
-from fxls.cli import main  # noqa: E402
+from fxls.cli.main import main  # noqa: E402
 
 raise SystemExit(main())

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from fxls import render
+from fxls.engine import render
 from fxls.protocol.model import ModuleResult, NodeInfo
 
 _INDEX = re.compile(r"^\d+$")

@@ -361,7 +361,7 @@ class NodeCopy:
     def expand(self, template: NodeInfo) -> NodeInfo:
         """The record of this node: ``template``'s with the names, target and path of this one.
         It shares the template's spans, output values and the arguments it does not rename
-        (records are read-only once made; ``fxls.incremental`` moves lines on results as
+        (records are read-only once made; ``fxls.engine.incremental`` moves lines on results as
         sent, before their copies are expanded)."""
         return _expanded(
             template, self.name, self.target, self.module_path, self.users, list(self.inputs),
@@ -769,7 +769,7 @@ class FixOutcome:
     """For a combination: the ids of the fixes it applies."""
     samples: list[OutputSample] = field(default_factory=list)
     """For a fix found to compute the same: the outputs compared, checked again by the
-    server or CLI (``fxls.fixes.compute``), which drops them once checked."""
+    server or CLI (``fxls.engine.fixes.compute``), which drops them once checked."""
 
 
 @dataclass

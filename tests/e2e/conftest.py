@@ -17,12 +17,8 @@ from pytest_lsp import LanguageClient, client_capabilities
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
-HAS_WORKER_CLIENT = (ROOT / "fxls" / "workerclient.py").exists()
-
-needs_worker = pytest.mark.skipif(
-    not HAS_WORKER_CLIENT, reason="fxls/workerclient.py (the worker client) is not available"
-)
-"""Mark tests that start the real worker."""
+needs_worker = pytest.mark.worker
+"""Mark tests that start the real worker (``-m "not worker"`` leaves them out; never a skip)."""
 
 RunFxls = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -19,7 +19,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
-from fxls.features.convert import apply_change
+from fxls.lsp.features.convert import apply_change
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rewrites"
 pytestmark = [

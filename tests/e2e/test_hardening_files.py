@@ -26,8 +26,8 @@ from conftest import start_recording
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from fxls import fixes
-from fxls.engine import Budget, EngineOptions, analyze, read_rules
+from fxls.engine import fixes
+from fxls.engine.analyze import Budget, EngineOptions, analyze, read_rules
 from fxls.protocol.model import Limits, RulesFile
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
@@ -132,8 +132,8 @@ def test_97_fxls_check_finishes_on_devices_fifos_and_links(workspace: Path) -> N
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def worker() -> AsyncIterator[Any]:
-    """The real worker (zygote and sandboxed jobs) through fxls.workerclient.WorkerClient."""
-    from fxls.workerclient import WorkerClient
+    """The real worker (zygote and sandboxed jobs) through fxls.engine.workerclient.WorkerClient."""
+    from fxls.engine.workerclient import WorkerClient
 
     client = WorkerClient()
     await client.start()

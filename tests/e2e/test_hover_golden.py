@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fxls.engine import analyze
-from fxls.features import hover
+from fxls.engine.analyze import analyze
+from fxls.lsp.features import hover
 from fxls.protocol.model import ModuleResult, Span
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ pytestmark = [
 
 
 def _capture(path: Path) -> list[ModuleResult]:
-    from fxls.workerclient import WorkerClient
+    from fxls.engine.workerclient import WorkerClient
 
     async def run() -> list[ModuleResult]:
         client = WorkerClient()

@@ -25,7 +25,7 @@ from pytest_lsp.client import make_test_lsp_client
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lsp"
 _MISSING = [
     name
-    for name in ("fxls.workerclient", "fxls.engine", "fxls.worker.process.zygote")
+    for name in ("fxls.engine.workerclient", "fxls.engine.analyze", "fxls.worker.process.zygote")
     if importlib.util.find_spec(name) is None
 ]
 pytestmark = [

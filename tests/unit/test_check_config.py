@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fxls.check.config import (
+from fxls.cli.check.config import (
     CodeFilter,
     find_pyproject,
     load_config,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fxls.check.discovery import discover, exclude_rules
-from fxls.check.gitignore import IgnoreStack, compile_rule
+from fxls.cli.check.discovery import discover, exclude_rules
+from fxls.cli.check.gitignore import IgnoreStack, compile_rule
 
 HAS_GIT = shutil.which("git") is not None
 
@@ -199,7 +199,7 @@ def test_links_to_files_inside_the_folder_are_read_through_links_out_are_skipped
     """A project that links a shared module into a second place gets it checked; a link out of
     the folder walked, or into a hidden folder of it (``.git/``), is left out with a note; a link to a device stays a target, so that
     reading it says why it is not checked (``read_source`` refuses it)."""
-    from fxls.check.run import read_plans
+    from fxls.cli.check.run import read_plans
 
     project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     _tree(project, {"shared/common.py": "X = 1\n", "model.py": "Y = 2\n"})

@@ -7,7 +7,8 @@ import textwrap
 import pytest
 from lsprotocol import types
 
-from fxls.features import code_lens, convert, diagnostics, hover, inlay_hints
+from fxls.engine.render import count_text, value_text
+from fxls.lsp.features import code_lens, convert, diagnostics, hover, inlay_hints
 from fxls.protocol.catalogue import FX201, FX302, docs_url
 from fxls.protocol.model import (
     Arg,
@@ -19,7 +20,6 @@ from fxls.protocol.model import (
     Span,
     Value,
 )
-from fxls.render import count_text, value_text
 
 SOURCE = textwrap.dedent(
     """\

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fxls.documents import Analysed, Document, DocumentStore, LineMap, line_edits
+from fxls.lsp.documents import Analysed, Document, DocumentStore, LineMap, line_edits
 
 BASE = "\n".join(f"line {i}" for i in range(1, 11))
 

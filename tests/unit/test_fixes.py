@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from lsprotocol import types
 
 from fxls.analysis import parse
-from fxls.engine import FileAnalysis
-from fxls.features import code_actions
-from fxls.features.convert import UTF8, UTF16, apply_change
-from fxls.fixes import Candidate, candidates, minimal_edits, moved, recheck, refactors_at
+from fxls.engine.analyze import FileAnalysis
+from fxls.engine.fixes import Candidate, candidates, minimal_edits, moved, recheck, refactors_at
+from fxls.lsp.features import code_actions
+from fxls.lsp.features.convert import UTF8, UTF16, apply_change
 from fxls.protocol.edits import EditError, apply_edits, overlaps
 from fxls.protocol.model import (
     Arg,

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from fxls.analysis import parse
-from fxls.engine import FileAnalysis
+from fxls.cli.report.escape import BLOB_RUN, MAX_TEXT, escape_text
+from fxls.cli.report.github import format_github
+from fxls.cli.report.jsondoc import to_json
+from fxls.cli.report.sarif import sarif_log
+from fxls.cli.report.text import format_text
+from fxls.engine.analyze import FileAnalysis
 from fxls.protocol.model import Arg, Diagnostic, ModuleResult, NodeInfo, Span, Value
-from fxls.report.escape import BLOB_RUN, MAX_TEXT, escape_text
-from fxls.report.github import format_github
-from fxls.report.jsondoc import to_json
-from fxls.report.sarif import sarif_log
-from fxls.report.text import format_text
 
 SOURCE = """from torch import nn
 

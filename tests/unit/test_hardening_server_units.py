@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from fxls import rpc
-from fxls.features import markdown as md
 from fxls.graph.html import script_json
-from fxls.server import InertFormatter
+from fxls.lsp import rpc
+from fxls.lsp.features import markdown as md
+from fxls.lsp.server import InertFormatter
 
 RENDERER = MarkdownIt("commonmark")
 ACTIVE = {"link_open", "image", "html_inline", "html_block"}
@@ -148,7 +148,7 @@ def test_log_lines_cannot_be_forged_or_drive_a_terminal() -> None:
 def test_the_listening_token_never_reaches_the_worker() -> None:
     """``$FXLS_TOKEN`` (a listening server's token) is left out of the worker's environment,
     while fxls's other variables pass."""
-    from fxls.workerclient import worker_environment
+    from fxls.engine.workerclient import worker_environment
 
     env = worker_environment({"FXLS_TOKEN": "s" * 32, "FXLS_LANDLOCK_ABI": "3", "API_KEY": "k"})
     assert env == {"FXLS_LANDLOCK_ABI": "3"}

@@ -1,12 +1,13 @@
-"""Units and keys of incremental captures (fxls.incremental), without the worker."""
+"""Units and keys of incremental captures (fxls.engine.incremental), without the worker."""
 
 from __future__ import annotations
 
 import dataclasses
 import pickle
 
-from fxls import engine, incremental
 from fxls.analysis import parse
+from fxls.engine import analyze as engine
+from fxls.engine import incremental
 from fxls.protocol.codec import from_dict, to_dict
 from fxls.protocol.model import Arg, Diagnostic, ModuleResult, NodeInfo, Span
 

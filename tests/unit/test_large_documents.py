@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lsprotocol import types
 
-from fxls.documents import MAX_DOCUMENT_CHARS, Analysed, Document
-from fxls.features import convert, diagnostics
+from fxls.lsp.documents import MAX_DOCUMENT_CHARS, Analysed, Document
+from fxls.lsp.features import convert, diagnostics
 
 
 def _reference(text: str, change: types.TextDocumentContentChangePartial, enc: str) -> str:

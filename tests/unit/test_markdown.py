@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from fxls.features import hover
-from fxls.features import markdown as md
+from fxls.lsp.features import hover
+from fxls.lsp.features import markdown as md
 from fxls.protocol.model import Arg, ErrorInfo, ModuleResult, NodeInfo, Span, Value
 
 RENDERER = MarkdownIt("commonmark").enable(["table", "strikethrough"])

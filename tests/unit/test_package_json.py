@@ -1,4 +1,4 @@
-"""The settings contract: VS Code's package.json, fxls.settings and docs/configuration.md agree."""
+"""The settings contract: VS Code's package.json, fxls.engine.settings and docs/configuration.md agree."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fxls.settings import defaults_flat, parse_settings
+from fxls.engine.settings import defaults_flat, parse_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "vscode-extension" / "package.json"
@@ -99,7 +99,7 @@ def test_integer_settings_are_integers_in_package_json() -> None:
 
 
 def _protected_names() -> set[str]:
-    from fxls.settings import PROTECTED, SECTION
+    from fxls.engine.settings import PROTECTED, SECTION
 
     return {
         name

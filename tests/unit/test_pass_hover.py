@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fxls.features import pass_hover
+from fxls.lsp.features import pass_hover
 from fxls.protocol.catalogue import FX353
 from fxls.protocol.model import ModuleResult, PassChange, PassResult, Span
 

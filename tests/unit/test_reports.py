@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from fxls.analysis import parse
-from fxls.engine import FileAnalysis
+from fxls.cli.report.github import annotation, escape_data, escape_property, format_github
+from fxls.cli.report.sarif import sarif_log
+from fxls.engine.analyze import FileAnalysis
 from fxls.protocol import catalogue
 from fxls.protocol.model import Diagnostic, ModuleResult, Related, Span
-from fxls.report.github import annotation, escape_data, escape_property, format_github
-from fxls.report.sarif import sarif_log
 
 TEXT = """from torch import nn
 

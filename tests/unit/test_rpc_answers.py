@@ -9,7 +9,7 @@ import logging
 import pytest
 from pygls.lsp.server import LanguageServer
 
-from fxls.rpc import FxlsProtocol
+from fxls.lsp.rpc import FxlsProtocol
 
 
 async def test_an_answer_to_a_cancelled_request_is_no_error(
@@ -23,7 +23,7 @@ async def test_an_answer_to_a_cancelled_request_is_no_error(
     future: concurrent.futures.Future[object] = concurrent.futures.Future()
     future.cancel()
     protocol._request_futures["42"] = future
-    with caplog.at_level(logging.DEBUG, logger="fxls.rpc"):
+    with caplog.at_level(logging.DEBUG, logger="fxls.lsp.rpc"):
         protocol.receive(json.dumps({"jsonrpc": "2.0", "id": "42", "result": None}).encode())
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     assert "cancelled request" in caplog.text

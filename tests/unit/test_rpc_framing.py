@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fxls.rpc import FrameReader, Skipped
+from fxls.lsp.rpc import FrameReader, Skipped
 
 
 def _message(obj: object) -> bytes:

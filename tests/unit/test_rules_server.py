@@ -6,10 +6,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fxls import engine
 from fxls.analysis import parse
-from fxls.engine import EngineOptions, FileAnalysis, capture_job, is_rules_file, read_rules
-from fxls.fixes import FIX_ALL_KINDS, candidates, rule_name
+from fxls.engine import analyze as engine
+from fxls.engine.analyze import EngineOptions, FileAnalysis, capture_job, is_rules_file, read_rules
+from fxls.engine.fixes import FIX_ALL_KINDS, candidates, rule_name
 from fxls.protocol.files import Refused
 from fxls.protocol.model import Diagnostic, ModuleResult, RulesFile, Span
 
@@ -99,7 +99,7 @@ def test_a_rules_text_too_slow_to_load_goes_only_to_its_own_file(tmp_path: Path)
     # again once their text changes
     from lsprotocol import types
 
-    from fxls.session import Session
+    from fxls.lsp.session import Session
 
     rules_path = tmp_path / "fxls_rules.py"
     rules_path.write_text("while True:\n    pass\n")
@@ -123,9 +123,9 @@ def test_a_rules_text_too_slow_to_load_goes_only_to_its_own_file(tmp_path: Path)
 async def test_fxls_check_stops_sending_rules_that_load_too_slowly(tmp_path: Path) -> None:
     # the first file's job reports the rules as too slow: the files after it go without them,
     # the rules file itself keeps them
-    from fxls.check.config import CodeFilter
-    from fxls.check.discovery import Target
-    from fxls.check.run import Plan, run_plans
+    from fxls.cli.check.config import CodeFilter
+    from fxls.cli.check.discovery import Target
+    from fxls.cli.check.run import Plan, run_plans
     from fxls.protocol.model import CaptureJob, CaptureResult, Isolation, JobResult, Limits
 
     sent: list[tuple[str, bool]] = []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fxls.settings import (
+from fxls.engine.settings import (
     Settings,
     defaults_flat,
     merge_settings,
@@ -121,7 +121,7 @@ def test_configuration_overrides_initialization_options_key_by_key() -> None:
 
 
 def test_protected_keys_are_split_off_configuration_answers() -> None:
-    from fxls.settings import Settings, protected_differences, split_protected
+    from fxls.engine.settings import Settings, protected_differences, split_protected
 
     answer = {
         "fxls": {

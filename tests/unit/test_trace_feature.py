@@ -1,11 +1,11 @@
-"""The pure part of "Trace class at cursor" (fxls.features.trace): which class a line is in,
+"""The pure part of "Trace class at cursor" (fxls.lsp.features.trace): which class a line is in,
 and the plain-text answer built from a ModuleResult."""
 
 from __future__ import annotations
 
 import textwrap
 
-from fxls.features import trace
+from fxls.lsp.features import trace
 from fxls.protocol.model import Construction, Diagnostic, ErrorInfo, ModuleResult, Span, Value
 
 TEXT = textwrap.dedent(

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from fxls.workerclient import WorkerClient
+from fxls.engine.workerclient import WorkerClient
 
 NOBODY = 65534
 

@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from fxls.features.hover import class_markdown
+from fxls.lsp.features.hover import class_markdown
 from fxls.protocol.codec import from_dict, to_dict
 from fxls.protocol.model import (
     CaptureJob,
@@ -639,8 +639,8 @@ def test_each_input_says_where_it_came_from() -> None:
     # declared by a directive, recorded from the parent's call, the parameter's default, or
     # assumed (FX405): what the class hover shows after each input
     from fxls.analysis import parse
-    from fxls.engine import build_requests
-    from fxls.features.hover import class_markdown
+    from fxls.engine.analyze import build_requests
+    from fxls.lsp.features.hover import class_markdown
 
     source = (
         "import torch\nfrom torch import nn\n\n\n"

@@ -26,8 +26,8 @@ import torch.fx
 from torch import nn
 
 from fxls.analysis.classes import parse
-from fxls.engine import EngineOptions, FileAnalysis, analyze, build_requests, capture_job
-from fxls.features import code_lens, hover, inlay_hints
+from fxls.engine.analyze import EngineOptions, FileAnalysis, analyze, build_requests, capture_job
+from fxls.lsp.features import code_lens, hover, inlay_hints
 from fxls.protocol.codec import ProtocolError, from_dict, to_dict
 from fxls.protocol.model import (
     Arg,

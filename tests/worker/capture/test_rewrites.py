@@ -362,8 +362,8 @@ def test_attention_rewrites_verify_with_the_right_mask_and_scale() -> None:
     """nanoGPT's causal mask becomes ``is_causal=True``; a banded mask cannot, so it becomes
     ``attn_mask=``; a scale that is not the default stays; dropout keeps its probability in
     training. Each verified in eval mode on real tensors."""
-    from fxls import fixes
-    from fxls.engine import FileAnalysis
+    from fxls.engine import fixes
+    from fxls.engine.analyze import FileAnalysis
 
     job = _job("attention_before.py")
     _, result = capture_document(job, lambda *a: None)

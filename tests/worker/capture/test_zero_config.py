@@ -28,7 +28,7 @@ import pytest
 import pytest_asyncio
 
 from fxls.analysis.classes import parse
-from fxls.engine import EngineOptions, FileAnalysis, analyze
+from fxls.engine.analyze import EngineOptions, FileAnalysis, analyze
 from fxls.protocol.model import Limits, ModuleResult, NodeInfo, Span, Value
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fxls import workerclient
+from fxls.engine import workerclient
+from fxls.engine.workerclient import WorkerClient, WorkerStartError
 from fxls.protocol.codec import to_dict
 from fxls.protocol.frames import MAX_RESULT_BYTES
 from fxls.protocol.model import (
@@ -40,7 +41,6 @@ from fxls.protocol.model import (
     Limits,
 )
 from fxls.worker.process import sandbox, zygote
-from fxls.workerclient import WorkerClient, WorkerStartError
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

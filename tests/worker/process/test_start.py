@@ -24,7 +24,7 @@ async def test_the_zygote_is_ready_after_the_imports_and_warms_the_rest_while_id
     import asyncio
     import time
 
-    from fxls.engine import analyze
+    from fxls.engine.analyze import analyze
     from fxls.worker.process import warmup
 
     ready = own_worker.ready

@@ -1,7 +1,7 @@
 /**
  * Reading the `fxls.*` settings.
  *
- * The server settings mirror `fxls/settings.py` (same names and defaults; a test compares
+ * The server settings mirror `fxls/engine/settings.py` (same names and defaults; a test compares
  * package.json with it). They are sent nested, camelCase, as the language server's
  * `initializationOptions`, together with `trusted`; later changes reach the server through
  * `workspace/didChangeConfiguration` and `workspace/configuration`.

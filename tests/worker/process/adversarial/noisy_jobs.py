@@ -12,8 +12,8 @@ import json
 import os
 import sys
 
+from fxls.engine.workerclient import WorkerClient
 from fxls.protocol.model import CaptureJob
-from fxls.workerclient import WorkerClient
 
 FAKE_RPC = 'Content-Length: 40\\r\\n\\r\\n{"jsonrpc":"2.0","method":"fake","id":1}'
 JOBS = [

@@ -1,0 +1,1 @@
+"""The command line: ``fxls serve``, ``fxls check`` and ``fxls graph``."""

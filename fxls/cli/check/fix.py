@@ -1,0 +1,277 @@
+"""``fxls check --fix / --unsafe-fixes / --diff``: apply (or show) the fixes of each file.
+
+For each file the capture offers fixes for, every fix-all candidate is sent to the worker as
+one rewrite job that computes and verifies each fix, then combines the ones that verified and
+verifies the combination again (``fxls.engine.fixes``); the edited text is captured and fixed again
+while that reveals more fixes (at most ``MAX_ROUNDS`` rounds). ``--fix`` writes the file (only when it has
+not changed on disk since it was read) and captures it again, so what is reported is what is
+left; ``--diff`` prints a unified diff and writes nothing. Unsafe fixes (not verified equal)
+are applied only with ``--unsafe-fixes``.
+
+A fix is written only into a regular file inside the project root (the folder of the
+``pyproject.toml``, or the working directory), reached without a symbolic link: a checked
+repository may hold a link to another project's folder, which a glob follows (a walk does
+not), and a fix must never rewrite what the link points at (:func:`write_refusal`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import secrets
+import stat
+from dataclasses import dataclass, field, replace
+from typing import Literal, TextIO
+
+from fxls.cli.check.config import CodeFilter
+from fxls.cli.check.run import Checked, Plan, filter_analysis
+from fxls.engine import fixes
+from fxls.engine.analyze import EngineOptions, FileAnalysis, analyze
+from fxls.protocol.edits import apply_edits
+from fxls.protocol.model import FixOutcome
+
+FixMode = Literal["fix", "diff"]
+
+MAX_ROUNDS = 5
+"""Capture-and-fix rounds per file: a fix may let torch.fx reach the next problem."""
+
+
+@dataclass
+class FixCounts:
+    files: int = 0
+    """Files changed (or that would change, with ``--diff``)."""
+    applied: int = 0
+    not_safe: int = 0
+    """Fixes that verified unsafe and were left out (no ``--unsafe-fixes``)."""
+    unavailable: int = 0
+    messages: list[str] = field(default_factory=list)
+
+    def text(self, mode: FixMode) -> str:
+        verb = "would fix" if mode == "diff" else "fixed"
+        parts = [f"{verb} {self.applied} problem{'s' if self.applied != 1 else ''}"]
+        if self.files:
+            parts[0] += f" in {self.files} file{'s' if self.files != 1 else ''}"
+        if self.not_safe:
+            parts.append(
+                f"{self.not_safe} more fix{'es' if self.not_safe != 1 else ''} not verified safe "
+                "(--unsafe-fixes applies them)"
+            )
+        if self.unavailable:
+            parts.append(f"{self.unavailable} could not be made")
+        return "fxls: " + "; ".join(parts)
+
+
+class Fixer:
+    """Applies the fixes of each checked file, one file at a time."""
+
+    def __init__(
+        self,
+        client: fixes.RewriteRunner,
+        options: EngineOptions,
+        codes: CodeFilter,
+        *,
+        mode: FixMode,
+        unsafe: bool,
+        max_params: int | None = None,
+        diff_out: TextIO | None = None,
+        root: str | None = None,
+    ) -> None:
+        self.client = client
+        self.options = options
+        self.codes = codes
+        self.mode = mode
+        self.unsafe = unsafe
+        self.max_params = max_params
+        self.diff_out = diff_out
+        self.root = os.path.abspath(root or os.getcwd())
+        """The project root: fixes are written only inside it."""
+        self.counts = FixCounts()
+
+    async def apply(self, checked: Checked) -> Checked:
+        """Fix one file; returns what to report (the new capture after ``--fix``).
+
+        Fixes can reveal others (torch.fx stops at the first failure of a ``forward``, so the
+        next one is seen only once the first is fixed): the file is captured again and fixed
+        again, at most ``MAX_ROUNDS`` times, and written (or diffed) once at the end."""
+        plan, analysis = checked.plan, checked.analysis
+        if analysis.syntax_error is not None:
+            return checked
+        text, applied = plan.text, 0
+        outcomes: list[FixOutcome] = []
+        for round_ in range(MAX_ROUNDS):
+            if round_:
+                analysis = filter_analysis(await self._analyze(plan.path, text, plan), self.codes)
+                if analysis.syntax_error is not None:
+                    break
+            wanted = [c for c in fixes.candidates(analysis, text) if c.fix_all]
+            if not wanted:
+                outcomes = []
+                break
+            result = await fixes.compute(
+                self.client,
+                plan.path,
+                text,
+                [c.request() for c in wanted],
+                options=self.options,
+                combine=True,
+                unsafe=self.unsafe,
+                max_params=self.max_params,
+                extra_inputs=plan.inputs,
+                init_override=plan.init,
+            )
+            combined = result.combined
+            done = set(combined.fixes) if combined is not None else set()
+            outcomes = [o for o in result.outcomes if o.id not in done]
+            if combined is None or not fixes.applies(combined, self.unsafe):
+                break
+            new = apply_edits(text, combined.edits)
+            if new == text:
+                break
+            text, applied = new, applied + len(done)
+        self._count(outcomes)
+        if text == plan.text:
+            return checked
+        self.counts.files += 1
+        self.counts.applied += applied
+        if self.mode == "diff":
+            self._diff(plan.path, plan.text, text)
+            return checked
+        refused = write_refusal(plan.path, self.root)
+        if refused is None and not _write_if_unchanged(plan.path, plan.text, text):
+            refused = "it changed on disk while fxls fixed it"
+        if refused is not None:
+            self.counts.messages.append(f"{plan.path}: fixes not written: {refused}")
+            self.counts.files -= 1
+            self.counts.applied -= applied
+            return checked
+        again = await self._analyze(plan.path, text, plan)
+        return Checked(replace(plan, text=text), filter_analysis(again, self.codes))
+
+    async def _analyze(self, path: str, text: str, plan: Plan) -> FileAnalysis:
+        return await analyze(
+            self.client,  # type: ignore[arg-type]
+            path,
+            text,
+            options=self.options,
+            only=plan.only,
+            extra_inputs=plan.inputs,
+            init_override=plan.init,
+        )
+
+    def _count(self, outcomes: list[FixOutcome]) -> None:
+        """The fixes left out in the last round: unsafe (without ``--unsafe-fixes``) or
+        impossible."""
+        for outcome in outcomes:
+            if outcome.applicability == "unavailable":
+                self.counts.unavailable += 1
+            elif outcome.applicability == "unsafe" and not self.unsafe:
+                self.counts.not_safe += 1
+
+    def _diff(self, path: str, old: str, new: str) -> None:
+        if self.diff_out is None:
+            return
+        lines = difflib.unified_diff(
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=f"a/{path}",
+            tofile=f"b/{path}",
+        )
+        for line in lines:
+            self.diff_out.write(line if line.endswith(("\n", "\r")) else line + "\n")
+
+
+def write_refusal(path: str, root: str) -> str | None:
+    """Why fixes may not write ``path`` (None when they may): the real path of the file (every
+    link resolved) must be inside the real path of ``root``, and no part of its path below
+    ``root`` (below the working directory, when ``root`` is in it) may be a link, the file
+    itself included. Links above that are the user's own (a home folder that is a link)."""
+    absolute = os.path.abspath(path)
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(absolute)
+    if os.path.commonpath([real_root, real]) != real_root:
+        return f"it is outside the project root {root} once links are resolved (it is {real})"
+    cwd = os.getcwd()
+    inside_cwd = os.path.commonpath([cwd, root]) == cwd
+    anchor = cwd if inside_cwd else root
+    rel = os.path.relpath(absolute, anchor)
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        anchor, rel = root, os.path.relpath(absolute, root)
+    here = anchor
+    for part in rel.split(os.sep):
+        here = os.path.join(here, part)
+        if os.path.islink(here):
+            return f"it is reached through the symbolic link {here}; fxls writes no fix through one"
+    return None
+
+
+def _open_folder(folder: str) -> int:
+    return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def _read_raw(name: str, dir_fd: int, limit: int) -> str | None:
+    """The text of the regular file ``name`` in ``dir_fd`` as it is on disk (line endings
+    kept), None when it is not a regular file, is a link, is longer than ``limit`` bytes or
+    is not UTF-8."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _write_if_unchanged(path: str, expected: str, new: str) -> bool:
+    """Replace the regular file ``path`` with ``new`` atomically, if it still holds
+    ``expected`` (read with universal newlines: the file's own line endings are kept).
+
+    The folder and the file are opened with ``O_NOFOLLOW``, and the new text is written to a
+    fresh file in that same folder (``O_EXCL``) and renamed over the old one, all relative to
+    the folder's descriptor: a link swapped in meanwhile is never written through."""
+    folder, name = os.path.split(os.path.abspath(path))
+    try:
+        dir_fd = _open_folder(folder)
+    except OSError:
+        return False
+    try:
+        # at most one more byte per line than the text read (\r\n line endings)
+        limit = len(expected.encode("utf-8")) + expected.count("\n")
+        raw = _read_raw(name, dir_fd, limit)
+        if raw is None:
+            return False
+        if raw != expected:
+            if "\r\n" in raw and raw.replace("\r\n", "\n") == expected:
+                new = new.replace("\r\n", "\n").replace("\n", "\r\n")
+            else:
+                return False
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode & 0o7777
+        _replace(name, new, mode, dir_fd)
+    finally:
+        os.close(dir_fd)
+    return True
+
+
+def _replace(name: str, text: str, mode: int, dir_fd: int) -> None:
+    """``name`` in ``dir_fd`` replaced by a file holding ``text`` with ``mode``."""
+    tmp = f".fxls-fix-{secrets.token_hex(8)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            os.fchmod(f.fileno(), mode)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise

@@ -1,0 +1,325 @@
+"""One ``fxls check`` run: plan each file from its AST, capture through one worker, count.
+
+Files without a module class (and files that do not parse) never reach the worker. Files are
+captured two at a time through the same worker; results come back in the order of the files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from fxls.analysis import parse
+from fxls.cli.check.config import CodeFilter
+from fxls.cli.check.discovery import Target
+from fxls.engine import render
+from fxls.engine.analyze import EngineOptions, FileAnalysis, Runner, SlowRules, analyze
+from fxls.protocol.files import MAX_SOURCE_BYTES, Refused, read_source
+from fxls.protocol.model import Diagnostic, InputSpec, ModuleResult
+
+
+class UsageError(Exception):
+    """Bad command line (exit code 2)."""
+
+
+@dataclass
+class Plan:
+    """What to capture in one file."""
+
+    target: Target
+    text: str
+    only: list[str] | None
+    inputs: dict[str, list[InputSpec]] = field(default_factory=dict)
+    init: dict[str, str] = field(default_factory=dict)
+    needs_worker: bool = True
+    """False when there is nothing to capture (syntax error, no module classes)."""
+    found: list[str] = field(default_factory=list)
+    """Module classes of the file (to check ``--class`` names)."""
+    inputs_taken: set[str] = field(default_factory=set)
+
+    @property
+    def path(self) -> str:
+        return self.target.path
+
+
+def plan_file(
+    target: Target,
+    text: str,
+    classes: list[str] | None,
+    specs: list[InputSpec],
+    init: str | None,
+) -> Plan:
+    """The plan for one file: its module classes (AST only), the inputs each class takes."""
+    parsed = parse(text)
+    only = list(classes) if classes else None
+    selected = [c for c in parsed.classes if only is None or c.name in only]
+    plan = Plan(target, text, only, needs_worker=parsed.syntax_error is None and bool(selected))
+    plan.found = [c.name for c in parsed.classes]
+    for spec in specs:
+        takers = []
+        for c in selected:
+            fwd = c.effective_forward
+            if fwd is None or fwd.accepts_any_keyword or spec.name in [p.name for p in fwd.params]:
+                takers.append(c.name)
+                plan.inputs.setdefault(c.name, []).append(spec)
+        if takers:
+            plan.inputs_taken.add(spec.name)
+    if init is not None:
+        if len(selected) > 1:
+            raise UsageError(
+                f"{target.path}: --init needs --class NAME when a file has several classes"
+            )
+        for c in selected:
+            plan.init[c.name] = init
+    return plan
+
+
+def read_plans(
+    targets: list[Target],
+    classes: list[str] | None,
+    specs: list[InputSpec],
+    init: str | None,
+    errors: list[str],
+) -> list[Plan]:
+    """Read and plan every target; unreadable files are added to ``errors``.
+
+    Only regular files up to MAX_SOURCE_BYTES are read (a device, a FIFO or a file that is
+    too large is an error, never a read without end); a link is followed only when the file
+    was named on the command line, or when a walk or a glob found it leading to a regular file
+    inside the folder walked (``Target.follow_link``)."""
+    plans = []
+    for target in targets:
+        text = read_source(
+            target.path, cap=MAX_SOURCE_BYTES, follow_links=target.explicit or target.follow_link
+        )
+        if isinstance(text, Refused):
+            errors.append(f"cannot read {target.path}: {text}")
+            continue
+        plans.append(plan_file(target, text, classes, specs, init))
+    return plans
+
+
+def validate(plans: list[Plan], classes: list[str] | None, specs: list[InputSpec]) -> None:
+    """``--class`` names a class of some file; ``--input`` names an input some class takes."""
+    for name in classes or []:
+        if not any(name in plan.found for plan in plans):
+            found = sorted({n for plan in plans for n in plan.found})
+            raise UsageError(f"no module class {name} (found: {', '.join(found) or 'none'})")
+    for spec in specs:
+        if not any(spec.name in plan.inputs_taken for plan in plans):
+            raise UsageError(f"--input {spec.name}: no selected class takes an input of that name")
+
+
+@dataclass
+class Checked:
+    plan: Plan
+    analysis: FileAnalysis
+
+    @property
+    def reported(self) -> bool:
+        """Shown in the output: named on the command line, or with modules or diagnostics."""
+        a = self.analysis
+        return self.plan.target.explicit or bool(a.modules or a.diagnostics)
+
+
+def filter_analysis(analysis: FileAnalysis, codes: CodeFilter) -> FileAnalysis:
+    """``analysis`` without the diagnostics ``codes`` leaves out (a shallow copy)."""
+
+    def keep(ds: list[Diagnostic]) -> list[Diagnostic]:
+        return [d for d in ds if codes.allows(d.code)]
+
+    modules = [dataclasses.replace(m, diagnostics=keep(m.diagnostics)) for m in analysis.modules]
+    return dataclasses.replace(analysis, modules=modules, diagnostics=keep(analysis.diagnostics))
+
+
+async def run_plans(
+    client: Runner,
+    plans: list[Plan],
+    options: EngineOptions,
+    codes: CodeFilter,
+    *,
+    concurrency: int = 2,
+    started: Callable[[Plan], None] | None = None,
+) -> AsyncIterator[Checked]:
+    """Capture the plans (``concurrency`` at a time) and yield results in the plans' order.
+
+    Once a job reports that the rules file took longer than its time to load, the files that
+    start after it go without the rules (each would wait for them again); the rules file itself
+    keeps them (its FX361)."""
+    semaphore = asyncio.Semaphore(max(1, concurrency))
+    slow_rules = SlowRules()
+
+    async def one(plan: Plan) -> Checked:
+        async with semaphore:
+            if started is not None:
+                started(plan)
+            chosen = slow_rules.options_for(options, plan.path)
+            analysis = await analyze(
+                client,
+                plan.path,
+                plan.text,
+                options=chosen,
+                only=plan.only,
+                extra_inputs=plan.inputs,
+                init_override=plan.init,
+            )
+            if analysis.rules_too_slow:
+                slow_rules.add(chosen.rules)
+            return Checked(plan, filter_analysis(analysis, codes))
+
+    tasks = [asyncio.ensure_future(one(plan)) for plan in plans]
+    try:
+        for task in tasks:
+            yield await task
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Summary
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Summary:
+    files: int = 0
+    """Files read."""
+    module_files: int = 0
+    """Files with at least one module class."""
+    statuses: Counter[str] = field(default_factory=Counter)
+    severities: Counter[str] = field(default_factory=Counter)
+    skipped_paths: int = 0
+    seconds: float = 0.0
+
+    def add(self, checked: Checked) -> None:
+        a = checked.analysis
+        self.files += 1
+        if a.modules or a.classes:
+            self.module_files += 1
+        self.statuses.update(m.status for m in a.modules)
+        self.severities.update(d.severity for d in a.diagnostics)
+
+    @property
+    def classes(self) -> int:
+        return sum(self.statuses.values())
+
+    def text(self) -> str:
+        return render.check_summary(
+            files=self.files,
+            module_files=self.module_files,
+            statuses=dict(self.statuses),
+            severities=dict(self.severities),
+            seconds=self.seconds,
+        )
+
+
+def module_of(analysis: FileAnalysis, diagnostic: Diagnostic) -> ModuleResult | None:
+    """The module class a diagnostic belongs to (its own, or the class whose lines hold it)."""
+    for m in analysis.modules:
+        if diagnostic in m.diagnostics:
+            return m
+    for info in analysis.classes:
+        if info.span.line <= diagnostic.span.line <= info.span.end_line:
+            return analysis.module(info.name)
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Progress
+# ---------------------------------------------------------------------------------------
+
+
+class Progress:
+    """A ``\\r``-updated line on stderr for runs over ``delay`` seconds, only on a terminal.
+
+    Everything else written to the terminal during the run goes through :meth:`write` (or
+    :meth:`hide` first), so the line never mixes with results or log messages.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        stream: TextIO | None = None,
+        *,
+        enabled: bool | None = None,
+        delay: float = 1.0,
+        interval: float = 0.1,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        if enabled is None:
+            try:
+                enabled = self.stream.isatty()
+            except (AttributeError, ValueError):
+                enabled = False
+        self.enabled = enabled
+        self.total = total
+        self.done = 0
+        self.current = ""
+        self.delay = delay
+        self.interval = interval
+        self.clock = clock or time.monotonic
+        self.start = self.clock()
+        self.shown = False
+        self._task: asyncio.Task[None] | None = None
+
+    def line(self) -> str:
+        elapsed = self.clock() - self.start
+        text = render.progress_text(self.done, self.total, self.current, elapsed)
+        try:
+            width = os.get_terminal_size(self.stream.fileno()).columns or 80
+        except (AttributeError, OSError, ValueError):
+            width = 80
+        return render.truncate(text, max(width - 1, 10))
+
+    def draw(self) -> None:
+        if not self.enabled or self.clock() - self.start < self.delay:
+            return
+        self.stream.write("\r\x1b[K" + self.line())
+        self.stream.flush()
+        self.shown = True
+
+    def hide(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+    def write(self, out: TextIO, text: str) -> None:
+        """Write ``text`` to ``out`` (stdout, say) without breaking the progress line."""
+        self.hide()
+        out.write(text)
+        out.flush()
+        self.draw()
+
+    def begin(self, current: str) -> None:
+        self.current = current
+        self.draw()
+
+    def finish_one(self) -> None:
+        self.done += 1
+        self.draw()
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            self.draw()
+
+    def __enter__(self) -> Progress:
+        if self.enabled:
+            self._task = asyncio.ensure_future(self._tick())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        self.hide()

@@ -1,0 +1,140 @@
+"""The JSON report of ``fxls check`` (schema version 1, docs/cli.md).
+
+Version 1 only grows: fields may be added (each documented with the version of fxls that added
+it), never renamed or removed. Every string of the document goes through
+:func:`fxls.cli.report.escape.escape_tree` (controls and bidirectional controls shown escaped, long
+blobs removed, each string capped).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fxls.cli.report.escape import escape_tree
+from fxls.engine.analyze import FileAnalysis
+from fxls.protocol.model import Diagnostic, InputSpec, PassResult, Value
+
+JSON_VERSION = 1
+PATH_KEYS = frozenset({"file"})
+"""Fields that hold a path (escaped as paths: see :func:`fxls.cli.report.escape.escape_text`)."""
+
+
+def _json_diag(d: Diagnostic) -> dict[str, Any]:
+    s = d.span
+    return {
+        "code": d.code,
+        "severity": d.severity,
+        "message": d.message,
+        "line": s.line,
+        "col": s.col,
+        "end_line": s.end_line,
+        "end_col": s.end_col,
+        "fix": d.fix,
+    }
+
+
+def _json_value(v: Value) -> dict[str, Any]:
+    return {"kind": v.kind, "shape": v.shape, "dtype": v.dtype, "text": v.text}
+
+
+def to_json(
+    analysis: FileAnalysis, extra_inputs: dict[str, list[InputSpec]] | None = None
+) -> dict[str, Any]:
+    """One file's result as the version-1 JSON document (docs/cli.md)."""
+    by_class = {c.name: c for c in analysis.classes}
+    claimed: set[int] = set()
+    modules = []
+    for m in analysis.modules:
+        info = by_class.get(m.name)
+        own = list(m.diagnostics)
+        for i, d in enumerate(analysis.diagnostics):
+            inside = info is not None and info.span.line <= d.span.line <= info.span.end_line
+            directive = info is not None and any(
+                x.line == d.span.line for x in info.directives.items
+            )
+            if d in m.diagnostics or inside or directive:
+                claimed.add(i)
+                if d not in own:
+                    own.append(d)
+        names = m.input_names or [f"arg{i}" for i in range(len(m.inputs))]
+        assumed = m.inputs_assumed or [False] * len(m.inputs)
+        origins = [m.input_origin(i) for i in range(len(m.inputs))]
+        nodes = []
+        for n in m.nodes:
+            span = n.span
+            nodes.append(
+                {
+                    "name": n.name,
+                    "op": n.op,
+                    "target": n.target,
+                    "line": span.line if span else None,
+                    "col": span.col if span else None,
+                    "end_line": span.end_line if span else None,
+                    "end_col": span.end_col if span else None,
+                    "call_site_line": n.call_site.line if n.call_site else None,
+                    "args": [
+                        {"name": a.name, "value": a.value, "default": a.default} for a in n.args
+                    ],
+                    "outputs": [_json_value(v) for v in n.outputs],
+                    "inputs": list(n.inputs),
+                    "module_path": n.module_path or None,
+                }
+            )
+        modules.append(
+            {
+                "class": m.name,
+                "line": m.line,
+                "status": m.status,
+                "capture": m.strategy,
+                "build": m.build,
+                "isolation": list(analysis.isolation),
+                "params": m.params,
+                "inputs": [
+                    {"name": n, **_json_value(v), "assumed": a, "origin": o}
+                    for n, v, a, o in zip(names, m.inputs, assumed, origins)
+                ],
+                "outputs": [_json_value(v) for v in m.outputs],
+                "nodes": nodes,
+                "diagnostics": [_json_diag(d) for d in sorted(own, key=_pos)],
+                "passes": [_json_pass(p) for p in m.passes],
+            }
+        )
+    rest = [d for i, d in enumerate(analysis.diagnostics) if i not in claimed]
+    document = {
+        "version": JSON_VERSION,
+        "file": analysis.path,
+        "outcome": analysis.outcome,
+        "torch_version": analysis.torch_version,
+        "modules": modules,
+        "diagnostics": [_json_diag(d) for d in rest],
+    }
+    return escape_tree(document, PATH_KEYS)
+
+
+def _json_pass(run: PassResult) -> dict[str, Any]:
+    return {
+        "function": run.function,
+        "line": run.line,
+        "status": run.status,
+        "nodes_before": run.before,
+        "nodes_after": run.after,
+        "added": run.added,
+        "removed": run.removed,
+        "replaced": run.replaced,
+        "changes": [
+            {
+                "kind": c.kind,
+                "node": c.node,
+                "op": c.op,
+                "target": c.target,
+                "by": c.by,
+                "line": c.span.line if c.span else None,
+            }
+            for c in run.changes
+        ],
+        "message": run.message or None,
+    }
+
+
+def _pos(d: Diagnostic) -> tuple[int, int, str]:
+    return (d.span.line, d.span.col, d.code)

@@ -1,0 +1,716 @@
+"""The analysis engine shared by ``fxls check`` and the language server.
+
+``analyze()`` turns one document version into a ``FileAnalysis``: it parses the text (AST,
+directives), sends one capture job to the worker, and turns sandbox failures into FX5xx
+diagnostics. When a job with several classes dies (timeout, crash, memory), the class that
+was running gets the diagnostic and every other class is captured again in a job of its own,
+so one bad class never hides the results of the others. With a cache (the language server's),
+only the classes whose unit changed are captured (:mod:`fxls.engine.incremental`). No torch, no LSP
+types here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from fxls import __version__
+from fxls.analysis import ClassInfo, ParseResult, parse, workspace
+from fxls.engine import incremental
+from fxls.protocol import catalogue
+from fxls.protocol.codec import to_dict
+from fxls.protocol.files import Refused, read_source
+from fxls.protocol.model import (
+    CaptureJob,
+    CaptureResult,
+    ClassRequest,
+    Diagnostic,
+    InputSpec,
+    Isolation,
+    JobResult,
+    KnownCall,
+    Limits,
+    ModuleResult,
+    RulesFile,
+    Span,
+)
+
+
+class Runner(Protocol):
+    """What the engine needs from ``fxls.engine.workerclient.WorkerClient``."""
+
+    async def run(self, job: CaptureJob, limits: Limits, isolation: Isolation) -> JobResult: ...
+
+
+@dataclass
+class EngineOptions:
+    limits: Limits = field(default_factory=Limits)
+    isolation: Isolation = field(default_factory=Isolation)
+    meta_init: bool = True
+    symbolic: bool = True
+    reuse_blocks: bool = True
+    """Trace identical sub-blocks once and copy their nodes and shapes (the same results,
+    in time independent of depth); off only to compare."""
+    fake_cache: bool = False
+    """torch's fake-tensor dispatch cache in symbolic shape runs; on only to compare (a job
+    child starts with it empty, and filling it costs more than it saves)."""
+    children_from_trace: bool = True
+    """Record the instances and inputs of sub-blocks from the parent's FX trace (the same
+    records as a second run of the parent's ``forward``); off only to compare."""
+    eager_on_meta: bool = True
+    """Run ``forward`` on meta tensors to compare it with the traced graph (FX109), on fake
+    tensors only when that raises (the same findings); off only to compare."""
+    parallel_retries: int = 1
+    """How many single-class re-runs of one file may run at once after a job failed (one: the
+    worker runs at most two jobs, so the other slot stays free for other files)."""
+    max_failed_retries: int = 2
+    """Single-class re-runs of one file that may hit a sandbox limit (time, memory, a crash)
+    before the file's remaining classes are given up (FX510): a file full of classes that hang
+    holds one worker slot for at most ``1 + max_failed_retries`` time-outs."""
+    capture_budget: float = 3.0
+    """Time limits of wall time that one analysis of a file may spend in the worker, all its
+    jobs together (the first job and the single-class re-runs, failed or not). A re-run still
+    going when it is spent is stopped, and the classes not captured by then get FX510: a file
+    of classes that each take just under the limit and succeed would otherwise hold a worker
+    slot for one time limit per class on every edit."""
+    rules: RulesFile | None = None
+    """The workspace's user rules (read as text; only the worker executes them)."""
+
+
+@dataclass
+class FileAnalysis:
+    path: str
+    version: int | None
+    modules: list[ModuleResult] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    """All diagnostics (file level and per module), deduplicated and sorted by position."""
+    syntax_error: Diagnostic | None = None
+    isolation: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+    outcome: str = "ok"
+    """``ok`` or the first non-ok sandbox result kind (``timeout``, ``oom``...)."""
+    classes: list[ClassInfo] = field(default_factory=list)
+    """The AST view of the document, for features that need class and forward ranges."""
+    torch_version: str | None = None
+    rules_too_slow: bool = False
+    """A job's rules file took longer than its time to load (``CaptureResult.rules_too_slow``)."""
+
+    def module(self, name: str) -> ModuleResult | None:
+        return next((m for m in self.modules if m.name == name), None)
+
+    @property
+    def has_errors(self) -> bool:
+        return any(d.severity == "error" for d in self.diagnostics)
+
+
+_RETRYABLE = frozenset(
+    {
+        "timeout",
+        "oom",
+        "cpu_limit",
+        "file_size_limit",
+        "killed",
+        "signal",
+        "exit",
+        "system_exit",
+        "exception",
+        "recursion",
+        "protocol_error",
+        "result_too_large",
+    }
+)
+"""Job outcomes after which the other classes of the file are worth capturing one by one."""
+
+_EXPENSIVE = frozenset({"timeout", "oom", "cpu_limit", "file_size_limit", "killed", "signal"})
+"""Outcomes that cost a whole limit (or a crash) each; re-runs that end so are capped."""
+
+
+def _signal_name(num: int | None) -> str:
+    if num is None:
+        return "a signal"
+    try:
+        return f"signal {num} ({signal.Signals(num).name})"
+    except ValueError:
+        return f"signal {num}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+def failure_diagnostic(result: JobResult, limits: Limits, cls: str, span: Span) -> Diagnostic:
+    """A non-ok JobResult -> the FX5xx diagnostic on ``span`` (``cls`` names the culprit)."""
+    kind = result.kind
+    detail = result.message.strip()
+    data = {"kind": kind, "phase": result.phase, "class": result.current_class}
+    msg: catalogue.Message
+    if kind == "timeout":
+        msg = catalogue.FX501(span, cls=cls, limit=_seconds(limits.timeout_s))
+    elif kind == "oom":
+        msg = catalogue.FX502(span, cls=cls, limit=f"{limits.memory_mb} MB")
+    elif kind == "cpu_limit":
+        msg = catalogue.FX506(span, cls=cls, limit=_seconds(limits.cpu_s))
+    elif kind == "file_size_limit":
+        msg = catalogue.FX507(span, cls=cls, limit=f"{limits.file_size_mb} MB")
+    elif kind in ("exit", "system_exit"):
+        code = f"exit code {result.exit_code}" if result.exit_code is not None else "exit"
+        msg = catalogue.FX504(span, cls=cls, reason=detail or code)
+    elif kind == "result_too_large":
+        msg = catalogue.FX505(span, cls=cls, reason=detail or "over the size limit")
+    elif kind == "protocol_error":
+        msg = catalogue.FX509(span, cls=cls, reason=detail or "unreadable result")
+    elif kind in ("signal", "killed"):
+        msg = catalogue.FX503(
+            span, cls=cls, reason=detail or f"killed by {_signal_name(result.signal)}"
+        )
+    elif kind in ("exception", "recursion") and result.phase == "trace":
+        msg = catalogue.FX199(span, cls=cls, error=detail or kind)
+    elif kind in ("exception", "recursion") and result.phase == "init":
+        msg = catalogue.FX401(span, cls=cls, error=detail or kind, example="...")
+    elif kind in ("exception", "recursion") and result.phase == "import":
+        msg = catalogue.FX404(span, error=detail or kind)
+    elif kind in ("exception", "recursion"):
+        msg = catalogue.FX503(span, cls=cls, reason=detail or kind)
+    else:  # worker_died, sandbox_setup and anything new
+        msg = catalogue.FX508(span, reason=detail or kind.replace("_", " "))
+    return msg.diagnostic(data)
+
+
+def _file_span(text: str) -> Span:
+    first = text.split("\n", 1)[0].rstrip("\r")
+    return Span(1, 0, 1, len(first))
+
+
+def _diag_key(d: Diagnostic) -> tuple[object, ...]:
+    s = d.span
+    return (d.code, s.line, s.col, s.end_line, s.end_col, d.message)
+
+
+def dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """Drop exact duplicates and sort by position, then code."""
+    seen: set[tuple[object, ...]] = set()
+    out: list[Diagnostic] = []
+    for d in diagnostics:
+        key = _diag_key(d)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    out.sort(key=lambda d: (d.span.line, d.span.col, d.code))
+    return out
+
+
+_TB_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def _import_error_diagnostic(capture: CaptureResult, path: str, text: str) -> Diagnostic | None:
+    """FX404 for a file that failed to execute, unless the worker already reported one."""
+    error = capture.error
+    if error is None or any(d.severity == "error" for d in capture.diagnostics):
+        return None
+    line = 0
+    for m in _TB_LINE.finditer(error.traceback):
+        if m.group("file") == path:
+            line = int(m.group("line"))
+    lines = text.split("\n")
+    if 1 <= line <= len(lines):
+        raw = lines[line - 1].rstrip("\r")
+        start = len(raw) - len(raw.lstrip())
+        span = Span(line, start, line, len(raw.rstrip()))
+    else:
+        span = _file_span(text)
+    return catalogue.FX404(span, error=f"{error.type}: {error.message}").diagnostic()
+
+
+def _failed_module(info: ClassInfo, diagnostic: Diagnostic) -> ModuleResult:
+    return ModuleResult(
+        name=info.name,
+        line=info.line,
+        status="failed",
+        strategy="none",
+        diagnostics=[diagnostic],
+    )
+
+
+def build_requests(
+    classes: list[ClassInfo],
+    extra_inputs: dict[str, list[InputSpec]] | None = None,
+    init_override: dict[str, str] | None = None,
+) -> list[ClassRequest]:
+    """ClassRequests for ``classes``; CLI inputs/init override directives and annotations."""
+    requests = []
+    for info in classes:
+        req = info.request()
+        for spec in (extra_inputs or {}).get(info.name, []):
+            req.inputs = [s for s in req.inputs if s.name != spec.name] + [spec]
+        if init_override and info.name in init_override:
+            req.init = init_override[info.name]
+            req.init_line = None
+        requests.append(req)
+    return requests
+
+
+def capture_job(
+    path: str,
+    text: str,
+    requests: list[ClassRequest],
+    options: EngineOptions,
+    root: str | None = None,
+) -> CaptureJob:
+    """The job that captures ``requests`` of one document version (``sys.path`` gets the
+    file's folder and the workspace root)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    sys_path = [folder] + ([root] if root and root != folder else [])
+    return CaptureJob(
+        path=path,
+        source=text,
+        classes=requests,
+        sys_path=sys_path,
+        meta_init=options.meta_init,
+        symbolic=options.symbolic,
+        reuse_blocks=options.reuse_blocks,
+        fake_cache=options.fake_cache,
+        children_from_trace=options.children_from_trace,
+        eager_on_meta=options.eager_on_meta,
+        rules=_rules_for(path, options),
+    )
+
+
+def _rules_for(path: str, options: EngineOptions) -> RulesFile | None:
+    """The rules the job carries; named as the job's own path when the document is the
+    rules file (the worker then reports why it does not load)."""
+    rules = options.rules
+    if rules is not None and is_rules_file(path, options):
+        return RulesFile(path=path, source=rules.source)
+    return rules
+
+
+RULES_MAX_BYTES = 1024 * 1024
+"""A larger rules file is not read."""
+
+
+def rules_path(root: str | None, name: str) -> str | None:
+    """The rules file ``name`` (relative to the workspace ``root``), None when there is no
+    root or name, or when ``name`` leads out of the workspace."""
+    if not root or not name.strip():
+        return None
+    base = os.path.abspath(root)
+    path = os.path.normpath(os.path.join(base, name.strip()))
+    try:
+        inside = os.path.commonpath([base, path]) == base
+    except ValueError:
+        return None
+    return path if inside else None
+
+
+def read_rules(path: str | None, text: str | None = None) -> RulesFile | Refused | None:
+    """The rules file at ``path`` as text (``text`` when the editor has it open); None when
+    there is no rules file, :class:`~fxls.protocol.files.Refused` when it cannot be used (not a
+    regular file, a link, over RULES_MAX_BYTES), for the caller to say so. The text is only
+    read here: the worker executes it. Reads the disk: never call it on the event loop."""
+    if path is None:
+        return None
+    if text is None:
+        found = read_source(path, cap=RULES_MAX_BYTES, errors="replace")
+        if isinstance(found, Refused):
+            return None if found.kind == "missing" else found
+        text = found
+    return RulesFile(path=path, source=text)
+
+
+def is_rules_file(path: str, options: EngineOptions) -> bool:
+    """Whether ``path`` is the rules file of ``options``."""
+    rules = options.rules
+    return rules is not None and os.path.abspath(rules.path) == os.path.abspath(path)
+
+
+class SlowRules:
+    """Rules file texts that took longer than their time to load (``FileAnalysis.rules_too_slow``):
+    left out of the jobs of other files until the text changes (each job would wait for them
+    again); the rules file's own job keeps them (its FX361)."""
+
+    def __init__(self) -> None:
+        self._texts: set[str] = set()
+
+    def add(self, rules: RulesFile | None) -> bool:
+        """Remember ``rules`` as too slow; True the first time for its text."""
+        if rules is None:
+            return False
+        digest = _digest(rules.source)
+        if digest in self._texts:
+            return False
+        self._texts.add(digest)
+        return True
+
+    def options_for(self, options: EngineOptions, path: str | None) -> EngineOptions:
+        """``options`` for the job of ``path``: without rules known to be too slow."""
+        rules = options.rules
+        if (
+            rules is None
+            or not self._texts
+            or (path is not None and is_rules_file(path, options))
+            or _digest(rules.source) not in self._texts
+        ):
+            return options
+        return dataclasses.replace(options, rules=None)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def class_requests(
+    parsed: ParseResult,
+    path: str,
+    root: str | None = None,
+    extra_inputs: dict[str, list[InputSpec]] | None = None,
+    init_override: dict[str, str] | None = None,
+) -> list[ClassRequest]:
+    """The requests :func:`analyze` sends for every class of ``parsed``: directives, CLI
+    overrides and the calls found in the workspace (for jobs that must capture the same)."""
+    requests = build_requests(parsed.classes, extra_inputs, init_override)
+    _add_call_sites(requests, root, path, parsed.defined)
+    return requests
+
+
+def _add_call_sites(
+    requests: list[ClassRequest], root: str | None, path: str, defined: set[str]
+) -> None:
+    """Calls of the classes without an ``init`` directive in other files of the workspace."""
+    names = [r.name for r in requests if not r.init and not r.skip]
+    if not names:
+        return
+    try:
+        found = workspace.call_sites(root, path, names, defined)
+    except Exception:  # evidence is a bonus: an unreadable workspace changes nothing
+        return
+    for req in requests:
+        for site in found.get(req.name, []):
+            where = os.path.relpath(site.path, root) if root else site.path
+            req.call_sites.append(KnownCall(site.init, f"{where}:{site.line}"))
+
+
+async def analyze(
+    client: Runner,
+    path: str,
+    text: str,
+    *,
+    version: int | None = None,
+    options: EngineOptions | None = None,
+    root: str | None = None,
+    only: list[str] | None = None,
+    extra_inputs: dict[str, list[InputSpec]] | None = None,
+    init_override: dict[str, str] | None = None,
+    cache: incremental.CaptureCache | None = None,
+    worker: str = "",
+) -> FileAnalysis:
+    """Analyze one document version through the worker. Never raises for user code problems
+    (those become diagnostics); ``asyncio.CancelledError`` propagates.
+
+    With a ``cache``, only the classes whose unit changed (:mod:`fxls.engine.incremental`) are
+    captured; the others come from the cache, moved to their current lines. ``worker`` names
+    the worker (interpreter, torch version) for the cache keys."""
+    options = options or EngineOptions()
+    started = time.monotonic()
+    parsed = parse(text)
+    result = FileAnalysis(path=path, version=version, classes=parsed.classes)
+    if parsed.syntax_error is not None:
+        err = parsed.syntax_error
+        result.syntax_error = catalogue.FX404(
+            err.span, error=f"SyntaxError: {err.message}"
+        ).diagnostic()
+        result.diagnostics = [result.syntax_error]
+        result.outcome = "syntax_error"
+        result.duration_s = time.monotonic() - started
+        return result
+
+    classes = [c for c in parsed.classes if only is None or c.name in only]
+    diagnostics = list(parsed.diagnostics)
+    if classes or is_rules_file(path, options):
+        requests = build_requests(classes, extra_inputs, init_override)
+        # reading the workspace's files blocks: in a thread, so the server keeps answering
+        await asyncio.to_thread(_add_call_sites, requests, root, path, parsed.defined)
+        job = capture_job(path, text, requests, options, root)
+        budget = Budget(options)
+        if cache is not None and only is None and not is_rules_file(path, options):
+            context = await asyncio.to_thread(job_context, job, options, root, worker)
+            await _incremental(
+                client, job, classes, text, options, result, diagnostics, cache, context, budget
+            )
+        else:
+            await _capture(client, job, classes, text, options, result, diagnostics, budget)
+    result.diagnostics = dedupe(diagnostics + [d for m in result.modules for d in m.diagnostics])
+    result.duration_s = time.monotonic() - started
+    return result
+
+
+class Budget:
+    """The wall time one analysis of a file may still spend in the worker
+    (``EngineOptions.capture_budget`` time limits from when it is made)."""
+
+    GRACE_S = 0.5
+    """How long a re-run may go past the budget before it is stopped: time enough for a job
+    that hits its own time limit right at the end to be reported as a time-out (FX501)."""
+
+    def __init__(self, options: EngineOptions) -> None:
+        self.seconds = options.capture_budget * options.limits.timeout_s
+        self.limit = options.limits.timeout_s
+        self.deadline = time.monotonic() + self.seconds
+
+    def left(self, *, grace: bool = False) -> float:
+        """Seconds left (with ``grace``: before a running re-run is stopped)."""
+        return self.deadline + (self.GRACE_S if grace else 0.0) - time.monotonic()
+
+    def spent(self) -> str:
+        """Why the classes left get FX510 once the budget is spent."""
+        return (
+            f"the captures of this file already took {_seconds(self.seconds)} "
+            f"({self.seconds / self.limit:g} × the time limit of {_seconds(self.limit)})"
+        )
+
+
+async def _run(client: Runner, job: CaptureJob, options: EngineOptions) -> JobResult:
+    try:
+        return await client.run(job, options.limits, options.isolation)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return JobResult(id=-1, kind="worker_died", message=f"{type(exc).__name__}: {exc}")
+
+
+def _absorb(
+    job_result: JobResult,
+    requests: list[ClassRequest],
+    path: str,
+    text: str,
+    result: FileAnalysis,
+    diagnostics: list[Diagnostic],
+) -> None:
+    """Merge an ok JobResult's payload into ``result`` (skipped classes get a stub)."""
+    for layer in job_result.isolation:
+        if layer not in result.isolation:
+            result.isolation.append(layer)
+    capture = job_result.payload or CaptureResult()
+    result.torch_version = result.torch_version or capture.torch_version
+    result.rules_too_slow = result.rules_too_slow or capture.rules_too_slow
+    diagnostics.extend(capture.diagnostics)
+    import_error = _import_error_diagnostic(capture, path, text)
+    if import_error is not None:
+        diagnostics.append(import_error)
+    returned = {m.name for m in capture.modules}
+    result.modules.extend(capture.modules)
+    for req in requests:
+        if req.skip and req.name not in returned:
+            result.modules.append(ModuleResult(name=req.name, line=req.line, status="skipped"))
+
+
+def job_context(job: CaptureJob, options: EngineOptions, root: str | None, worker: str) -> str:
+    """Everything a capture job depends on beyond its document text and class requests: the
+    fxls and worker versions, the settings, every other field of the job (the document's path,
+    ``sys.path``, the user rules...), and the Python files of the workspace (path, size,
+    modification time) that the document may import (the document's own file on disk
+    excepted: the job runs the editor's text)."""
+    here = os.path.abspath(job.path)
+    files = []
+    for folder in dict.fromkeys(p for p in (root, os.path.dirname(here)) if p):
+        for path in workspace.python_files(folder):
+            if path == here:
+                continue
+            try:
+                stat = os.stat(path)
+            except OSError:
+                continue
+            files.append((path, stat.st_size, stat.st_mtime_ns))
+    files.sort()
+    digest = hashlib.sha256(json.dumps(files).encode("utf-8", "surrogatepass")).hexdigest()
+    # every field of the job but the text and the classes (path, sys.path, settings, rules...)
+    fields = {k: v for k, v in to_dict(job).items() if k not in ("source", "classes")}
+    return json.dumps(
+        [__version__, worker, to_dict(options.limits), to_dict(options.isolation), fields, digest],
+        sort_keys=True,
+    )
+
+
+async def _incremental(
+    client: Runner,
+    job: CaptureJob,
+    classes: list[ClassInfo],
+    text: str,
+    options: EngineOptions,
+    result: FileAnalysis,
+    diagnostics: list[Diagnostic],
+    cache: incremental.CaptureCache,
+    context: str,
+    budget: Budget,
+) -> None:
+    """Capture the units of ``job`` whose key is new, take the others from ``cache``.
+
+    The result equals that of the whole job: a job of some units that does not end ``ok``
+    is run again as the whole job (what the file gets without a cache), and a file that
+    fails to execute does so whatever classes the job asks for."""
+    stats = cache.stats
+    units = incremental.plan(text, job.classes, context)
+    if units is None:
+        stats.jobs += 1
+        stats.misses += len(job.classes)
+        stats.last_captured = [r.name for r in job.classes]
+        await _capture(client, job, classes, text, options, result, diagnostics, budget)
+        return
+    kept: dict[str, tuple[incremental.Entry, list[ModuleResult]]] = {}
+    todo: list[incremental.Unit] = []
+    for unit in units:
+        entry = cache.get(unit.key)
+        moved = incremental.relocate(entry, unit) if entry is not None else None
+        if entry is not None and moved is not None and len(moved) == len(unit.classes):
+            kept[unit.key] = (entry, moved)
+        else:
+            todo.append(unit)
+    wanted = {name for unit in todo for name in unit.classes}
+    requests = [r for r in job.classes if r.name in wanted]
+    stats.last_captured = [r.name for r in requests]
+    fresh: list[ModuleResult] = []
+    if requests:
+        stats.jobs += 1
+        stats.misses += len(requests)
+        part = dataclasses.replace(job, classes=requests)
+        first = await _run(client, part, options)
+        capture = first.payload
+        if first.kind == "ok" and capture is not None and capture.error is not None:
+            # the file did not execute: the same for every set of classes
+            _absorb(first, job.classes, job.path, text, result, diagnostics)
+            return
+        whole = len(requests) == len(job.classes)
+        if (
+            first.kind != "ok"
+            or capture is None
+            or capture.diagnostics
+            or len(capture.modules) != len(requests)
+            or [m.name for m in capture.modules] != [r.name for r in requests]
+        ):
+            if not whole:
+                stats.jobs += 1
+                stats.misses += len(job.classes) - len(requests)
+                stats.last_captured = [r.name for r in job.classes]
+            known = first if whole else None
+            await _capture(client, job, classes, text, options, result, diagnostics, budget, known)
+            return
+        for layer in first.isolation:
+            if layer not in result.isolation:
+                result.isolation.append(layer)
+        result.torch_version = capture.torch_version
+        result.rules_too_slow = result.rules_too_slow or capture.rules_too_slow
+        fresh = capture.modules
+        for unit in todo:
+            mods = [m for m in fresh if m.name in unit.classes]
+            cache.put(
+                unit.key, incremental.store(mods, unit, first.isolation, capture.torch_version)
+            )
+    stats.hits += len(job.classes) - len(requests)
+    queues: dict[str, list[ModuleResult]] = {}
+    for entry, moved in kept.values():
+        for module in moved:
+            queues.setdefault(module.name, []).append(module)
+        if not requests:
+            for layer in entry.isolation:
+                if layer not in result.isolation:
+                    result.isolation.append(layer)
+            result.torch_version = result.torch_version or entry.torch_version
+    for module in fresh:
+        queues.setdefault(module.name, []).append(module)
+    for req in job.classes:
+        result.modules.append(queues[req.name].pop(0))
+
+
+async def _capture(
+    client: Runner,
+    job: CaptureJob,
+    classes: list[ClassInfo],
+    text: str,
+    options: EngineOptions,
+    result: FileAnalysis,
+    diagnostics: list[Diagnostic],
+    budget: Budget,
+    first: JobResult | None = None,
+) -> None:
+    by_name = {c.name: c for c in classes}
+    if first is None:
+        first = await _run(client, job, options)
+    if first.kind == "cancelled":
+        result.outcome = "cancelled"
+        return
+    if first.kind == "ok":
+        _absorb(first, job.classes, job.path, text, result, diagnostics)
+        return
+
+    result.outcome = first.kind
+    for layer in first.isolation:
+        if layer not in result.isolation:
+            result.isolation.append(layer)
+    culprit = by_name.get(first.current_class or "")
+    active = [r for r in job.classes if not r.skip]
+    if culprit is None and len(active) == 1 and first.phase not in ("setup", "import"):
+        culprit = by_name.get(active[0].name)
+    if first.kind not in _RETRYABLE or (culprit is None and first.phase in ("setup", "import")):
+        # The file as a whole could not be captured: retrying class by class cannot help.
+        name = os.path.basename(job.path)
+        diagnostics.append(failure_diagnostic(first, options.limits, name, _file_span(text)))
+        return
+    if culprit is not None:
+        diag = failure_diagnostic(first, options.limits, culprit.name, culprit.name_span)
+        result.modules.append(_failed_module(culprit, diag))
+    rest = [r for r in job.classes if culprit is None or r.name != culprit.name]
+    if not rest:
+        return
+    semaphore = asyncio.Semaphore(max(1, options.parallel_retries))
+    failed = 0
+
+    async def one(req: ClassRequest) -> tuple[ClassRequest, JobResult | str]:
+        """The re-run's result, or why the class was given up (FX510)."""
+        nonlocal failed
+        async with semaphore:
+            if failed >= options.max_failed_retries:
+                return req, f"{failed} other classes of this file already hit a sandbox limit"
+            if budget.left() <= 0:
+                return req, budget.spent()
+            single = CaptureJob(
+                path=job.path,
+                source=job.source,
+                classes=[req],
+                sys_path=job.sys_path,
+                meta_init=job.meta_init,
+                symbolic=job.symbolic,
+                reuse_blocks=job.reuse_blocks,
+                fake_cache=job.fake_cache,
+                children_from_trace=job.children_from_trace,
+                eager_on_meta=job.eager_on_meta,
+                rules=job.rules,
+            )
+            try:
+                res = await asyncio.wait_for(_run(client, single, options), budget.left(grace=True))
+            except asyncio.TimeoutError:  # the budget ran out during this re-run
+                return req, budget.spent()
+            if res.kind in _EXPENSIVE:
+                failed += 1
+            return req, res
+
+    for req, res in await asyncio.gather(*(one(r) for r in rest)):
+        info = by_name[req.name]
+        if isinstance(res, str):
+            if req.skip:
+                _absorb(JobResult(id=-1, kind="ok"), [req], job.path, text, result, diagnostics)
+                continue
+            diag = catalogue.FX510(info.name_span, cls=info.name, reason=res).diagnostic()
+            result.modules.append(_failed_module(info, diag))
+        elif res.kind == "ok":
+            _absorb(res, [req], job.path, text, result, diagnostics)
+        elif res.kind != "cancelled":
+            diag = failure_diagnostic(res, options.limits, info.name, info.name_span)
+            result.modules.append(_failed_module(info, diag))
+    result.modules.sort(key=lambda m: m.line)

@@ -1,0 +1,400 @@
+"""Text for people: shapes, values, counts and call names, the same in every view.
+
+The CLI report, hovers, inlay hints and code lenses all word things through these functions,
+so a shape or a parameter count reads the same in a terminal and in an editor. Plain text
+only: Markdown escaping belongs to ``fxls.lsp.features``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from fxls.protocol.model import Arg, Dim, NodeInfo, PassResult, Span, Value
+
+
+def dtype_name(dtype: str | None) -> str:
+    """``torch.float32`` -> ``float32``."""
+    if not dtype:
+        return ""
+    return dtype.removeprefix("torch.")
+
+
+def shape_text(shape: Sequence[Dim]) -> str:
+    """``[B, 64, 112, 112]``."""
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def value_text(value: Value, *, dtype: bool = True, default_dtype: str | None = None) -> str:
+    """A Value as shown to the user: ``[B, 64, 112, 112] float32``, ``3``, ``None``.
+
+    With ``default_dtype`` set, that dtype is left out (inlay hints omit ``float32``).
+    """
+    if value.kind == "tensor":
+        text = shape_text(value.shape) if value.shape is not None else "tensor"
+        name = dtype_name(value.dtype)
+        if dtype and name and name != default_dtype:
+            text = f"{text} {name}"
+        return text
+    if value.kind == "none":
+        return "None"
+    if value.text is not None and value.kind == "other" and value.text.startswith("tensor("):
+        return _tensor_repr_shape(value.text)
+    if value.text is not None:
+        return value.text
+    return value.kind
+
+
+_SIZE = re.compile(r"size=\(([^()]*)\)")
+
+
+def _tensor_repr_shape(text: str) -> str:
+    """``tensor(..., device='meta', size=(2, 2, 16))`` -> ``[2, 2, 16]`` (never the repr)."""
+    found = _SIZE.search(text)
+    if found is None:
+        return "tensor"
+    return "[" + ", ".join(p.strip() for p in found.group(1).split(",") if p.strip()) + "]"
+
+
+def unpacked_text(
+    names: Sequence[str],
+    values: Sequence[Value | Sequence[Value]],
+    *,
+    default_dtype: str | None = None,
+) -> str:
+    """One part per assigned name of an unpacking line: ``B=B, T=T, C=768`` for sizes,
+    ``q: [B, nh, T, hs], k: ...`` for tensors, ``hidden: ([2, B, 32], [2, B, 32])`` for a
+    tuple (hovers and inlay hints say it alike)."""
+    parts = []
+    for name, value in zip(names, values):
+        if isinstance(value, Value):
+            text = value_text(value, default_dtype=default_dtype)
+            parts.append(f"{name}: {text}" if value.kind == "tensor" else f"{name}={text}")
+        else:
+            parts.append(f"{name}: {values_text(value, default_dtype=default_dtype)}")
+    return ", ".join(parts)
+
+
+def values_text(
+    values: Sequence[Value], *, dtype: bool = True, default_dtype: str | None = None
+) -> str:
+    """One output as its value, several (a flattened tuple) in parentheses."""
+    if not values:
+        return ""
+    if len(values) == 1:
+        return value_text(values[0], dtype=dtype, default_dtype=default_dtype)
+    inner = ", ".join(value_text(v, dtype=dtype, default_dtype=default_dtype) for v in values)
+    return f"({inner})"
+
+
+def count_text(n: int) -> str:
+    """Counts: ``950``, ``12.3 k``, ``25.6 M``, ``1.5 B``."""
+    for size, suffix in ((1_000_000_000, "B"), (1_000_000, "M"), (1_000, "k")):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {suffix}"
+    return str(n)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 node``, ``3 nodes``."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def params_text(n: int | None) -> str | None:
+    """``25.6 M params`` (None when unknown)."""
+    if n is None:
+        return None
+    return f"{count_text(n)} params" if n >= 1_000 else plural(n, "param")
+
+
+def truncate(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, the last one an ellipsis when cut."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def short_target(node: NodeInfo) -> str:
+    """What a call node calls, briefly: ``Conv2d``, ``.view``, ``relu``."""
+    if node.op == "call_module":
+        if node.module_type:
+            return node.module_type.split("(", 1)[0]
+        return node.target
+    if node.op == "call_method":
+        return "." + node.target
+    return node.target.rsplit(".", 1)[-1]
+
+
+def display_name(node: NodeInfo) -> str:
+    """The node as the user knows it: a submodule's qualified name, else the node's name."""
+    return node.target if node.op == "call_module" else node.name
+
+
+def call_text(
+    node: NodeInfo,
+    lines: Sequence[str] | None = None,
+    by_name: Mapping[str, NodeInfo] | None = None,
+) -> str:
+    """``Conv2d(input=x)``: the target with the arguments the call passed explicitly. With the
+    analysed document's ``lines`` (and the module's nodes ``by_name``), each argument is the
+    expression the user wrote (``add(a=out, b=identity)``, ``.relu(self=self.fc1(x))``), never
+    an FX node name; without them, the recorded values."""
+    written: dict[str, str] = {}
+    if lines is not None:
+        written = argument_texts(node, call_parts(span_text(lines, node.span)))
+    parts = []
+    for arg in node.args:
+        if arg.default:
+            continue
+        value = written.get(arg.name)
+        if value is None and lines is not None:
+            value = fallback_text(arg, by_name or {}, lines)
+        parts.append(f"{arg.name}={truncate(value if value is not None else arg.value, 30)}")
+    return truncate(f"{short_target(node)}({', '.join(parts)})", 70)
+
+
+_INDEX = re.compile(r"(?<![A-Za-z_])\d+")
+
+
+def name_pattern(node: NodeInfo) -> tuple[str, str]:
+    """Key under which nodes of loop iterations agree: ``h.0.attn`` and ``h.7.attn`` match."""
+    target = node.module_path or node.target
+    return node.op, _INDEX.sub("#", target if node.op == "call_module" else node.target)
+
+
+def seconds_text(seconds: float) -> str:
+    """``0.4 s``, ``12 s``, ``2 min 5 s``."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s"
+
+
+def check_summary(
+    *,
+    files: int,
+    module_files: int,
+    statuses: Mapping[str, int],
+    severities: Mapping[str, int],
+    seconds: float | None = None,
+) -> str:
+    """The last line of ``fxls check``: files, classes by status, diagnostics by severity.
+
+    ``3 files (2 with module classes) · 4 classes: 3 traced, 0 partial, 1 failed ·
+    1 error, 0 warnings, 2 hints · 2.3 s``
+    """
+    parts = [f"{plural(files, 'file')} ({module_files} with module classes)"]
+    classes = sum(statuses.values())
+    counts = [f"{statuses.get(s, 0)} {s}" for s in ("traced", "partial", "failed")]
+    if statuses.get("skipped"):
+        counts.append(f"{statuses['skipped']} skipped")
+    parts.append(f"{plural(classes, 'class', 'classes')}: " + ", ".join(counts))
+    diags = [
+        plural(severities.get("error", 0), "error"),
+        plural(severities.get("warning", 0), "warning"),
+    ]
+    if severities.get("information"):
+        diags.append(f"{severities['information']} information")
+    if severities.get("hint"):
+        diags.append(plural(severities["hint"], "hint"))
+    parts.append(", ".join(diags))
+    if seconds is not None:
+        parts.append(seconds_text(seconds))
+    return " · ".join(parts)
+
+
+def progress_text(done: int, total: int, current: str, seconds: float) -> str:
+    """``fxls check [3/12] models/gpt.py · 4.2 s``."""
+    return f"fxls check [{done}/{total}] {current} · {seconds_text(seconds)}"
+
+
+_POSITIONAL_KEYS = ("in_features=", "out_features=", "num_embeddings=", "embedding_dim=")
+_DEFAULT_PARTS = {"bias=True", "elementwise_affine=True", "inplace=False", "batch_first=False"}
+
+
+def _split_top(text: str) -> list[str]:
+    """``a, (b, c), d=e`` -> ``["a", "(b, c)", "d=e"]`` (commas outside brackets)."""
+    parts: list[str] = []
+    depth = 0
+    current: list[str] = []
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    if "".join(current).strip():
+        parts.append("".join(current).strip())
+    return parts
+
+
+def module_summary(module_type: str) -> str:
+    """A submodule's constructor, briefly: ``Linear(in_features=768, out_features=3072,
+    bias=True)`` -> ``Linear(768, 3072)``; parts that repeat a default are left out."""
+    name, paren, rest = module_type.partition("(")
+    if not paren or not rest.endswith(")"):
+        return module_type
+    parts = []
+    for part in _split_top(rest[:-1]):
+        if part in _DEFAULT_PARTS:
+            continue
+        for key in _POSITIONAL_KEYS:
+            if part.startswith(key):
+                part = part[len(key) :]
+        parts.append(part)
+    return f"{name}({', '.join(parts)})"
+
+
+# -- the expressions a call wrote -----------------------------------------------------------
+
+_MAX_SOURCE = 2_000
+"""Longest call text parsed for its argument expressions."""
+
+
+def span_text(lines: Sequence[str], span: Span | None) -> str | None:
+    """The document text of ``span`` (lines joined with ``\n``), or None."""
+    if span is None or not 1 <= span.line <= span.end_line <= len(lines):
+        return None
+    if span.line == span.end_line:
+        return lines[span.line - 1][span.col : span.end_col]
+    parts = [lines[span.line - 1][span.col :], *lines[span.line : span.end_line - 1]]
+    parts.append(lines[span.end_line - 1][: span.end_col])
+    text = "\n".join(parts)
+    return text if len(text) <= _MAX_SOURCE else None
+
+
+@dataclass
+class CallParts:
+    """The expressions a call passes, as written: receiver, positional, keywords."""
+
+    func: str | None = None
+    receiver: str | None = None
+    positional: list[str] = field(default_factory=list)
+    keywords: dict[str, str] = field(default_factory=dict)
+
+
+def parse_expression(source: str) -> ast.Expression | None:
+    """``source`` as an expression, or None; quiet about the user's invalid escapes."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return ast.parse(source, mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+
+
+def call_parts(text: str | None) -> CallParts | None:
+    """Parse ``self.c_fc(x)``, ``x.view(B, T, C)``, ``a + b``, ``x[:, -1]`` into the
+    expressions the user wrote (whitespace runs collapsed), or None."""
+    if not text or len(text) > _MAX_SOURCE:
+        return None
+    source = "(" + text + "\n)"
+    tree = parse_expression(source)
+    if tree is None:
+        return _augmented(text)
+
+    def seg(node: ast.AST) -> str:
+        return " ".join((ast.get_source_segment(source, node) or "?").split())
+
+    body = tree.body
+    if isinstance(body, ast.Call):
+        receiver = seg(body.func.value) if isinstance(body.func, ast.Attribute) else None
+        keywords = {kw.arg: seg(kw.value) for kw in body.keywords if kw.arg}
+        return CallParts(seg(body.func), receiver, [seg(a) for a in body.args], keywords)
+    if isinstance(body, ast.BinOp):
+        return CallParts(None, None, [seg(body.left), seg(body.right)])
+    if isinstance(body, ast.Subscript):
+        return CallParts(None, None, [seg(body.value), seg(body.slice)])
+    if isinstance(body, ast.UnaryOp):
+        return CallParts(None, None, [seg(body.operand)])
+    if isinstance(body, ast.Compare) and len(body.comparators) == 1:
+        return CallParts(None, None, [seg(body.left), seg(body.comparators[0])])
+    return None
+
+
+def _augmented(text: str) -> CallParts | None:
+    """``out += identity`` (one line): the target and the value, as for ``out + identity``."""
+    if "\n" in text:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            tree = ast.parse(text.strip())
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.AugAssign):
+        return None
+    stmt, source = tree.body[0], text.strip()
+
+    def seg(node: ast.AST) -> str:
+        return " ".join((ast.get_source_segment(source, node) or "?").split())
+
+    return CallParts(None, None, [seg(stmt.target), seg(stmt.value)])
+
+
+def argument_texts(node: NodeInfo, parts: CallParts | None) -> dict[str, str]:
+    """Argument name -> the expression the call wrote for it (as far as it can be told)."""
+    if parts is None:
+        return {}
+    out: dict[str, str] = {}
+    args = list(node.args)
+    queue = list(parts.positional)
+    last: Arg | None = None
+    if node.op == "call_method" and args and parts.func is not None:
+        if parts.receiver is not None:  # else the span starts at the method's name
+            out[args[0].name] = parts.receiver
+        args = args[1:]
+    for arg in args:
+        if arg.name in parts.keywords:
+            out[arg.name] = parts.keywords[arg.name]
+        elif arg.kind == "var_positional":
+            if queue:
+                out[arg.name] = ", ".join(queue)
+                queue = []
+        elif arg.kind in ("keyword_only", "var_keyword") or arg.default:
+            continue
+        elif queue:
+            out[arg.name] = queue.pop(0)
+            last = arg
+    if queue and last is not None and last.value.startswith(("[", "(")):
+        # x.view(B, T, C): the schema takes one list (size) that the call spread out
+        out[last.name] = "(" + ", ".join([out[last.name], *queue]) + ")"
+    return out
+
+
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+def fallback_text(arg: Arg, by_name: Mapping[str, NodeInfo], lines: Sequence[str]) -> str:
+    """An argument's expression when the call text did not tell: a placeholder's name, the
+    producing node's own source (one short line), a literal; never an FX node name."""
+    source = by_name.get(arg.node) if arg.node else None
+    if source is not None:
+        if source.op == "placeholder":
+            return source.target
+        text = span_text(lines, source.span)
+        if text and "\n" not in text and len(text) <= 60:
+            return text
+        return "…"
+    internal = {n for n, info in by_name.items() if info.op != "placeholder"}
+    if any(w in internal for w in _WORD.findall(arg.value)):
+        return "…"
+    return arg.value
+
+
+def pass_counts(run: PassResult) -> str:
+    """``5 → 6 nodes: 2 added · 0 removed · 1 replaced`` for a user pass (``not run``, or no
+    graph after when it failed before returning one)."""
+    if run.status == "not run":
+        return "not run"
+    if run.after == 0 and run.status == "failed" and not run.changes:
+        return f"{plural(run.before, 'node')} before; no graph after"
+    changes = f"{run.added} added · {run.removed} removed · {run.replaced} replaced"
+    return f"{run.before} → {plural(run.after, 'node')}: {changes}"

@@ -1,0 +1,1 @@
+"""The language server: the only package that speaks LSP (pygls and lsprotocol)."""

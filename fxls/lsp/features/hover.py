@@ -1,0 +1,596 @@
+"""Hover: what a call in ``forward`` does (named arguments, shapes) and class summaries.
+
+Pure: works on protocol objects (``ModuleResult``/``NodeInfo``) and the analysed text, in
+protocol positions (1-based lines, code-point columns).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from lsprotocol import types
+
+from fxls.engine.render import (
+    argument_texts,
+    call_parts,
+    count_text,
+    fallback_text,
+    module_summary,
+    name_pattern,
+    parse_expression,
+    plural,
+    short_target,
+    span_text,
+    unpacked_text,
+    values_text,
+)
+from fxls.lsp.features import markdown as md
+from fxls.lsp.features.convert import Encoding, LineMapper, lsp_range, span_contains
+from fxls.protocol.model import ModuleResult, NodeInfo, Span
+
+_CLASS_RE = re.compile(r"^(\s*class\s+)([A-Za-z_]\w*)")
+
+
+@dataclass
+class HoverText:
+    markdown: str
+    span: Span
+
+
+def _size(span: Span) -> tuple[int, int]:
+    return span.end_line - span.line, (span.end_col - span.col) if span.end_line == span.line else 0
+
+
+def _candidate(node: NodeInfo, line: int, col: int) -> Span | None:
+    best: Span | None = None
+    for span in (node.span, node.call_site):
+        contains = span is not None and span_contains(span, line, col)
+        if contains and (best is None or _size(span) < _size(best)):  # type: ignore[arg-type]
+            best = span
+    return best
+
+
+Style = Literal["table", "block"]
+"""How a hover is laid out: ``table`` (Markdown tables: VS Code and most clients) or
+``block`` (one fenced code block with aligned columns: Neovim, whose float shows tables raw
+and hides ``_`` inside words)."""
+
+MAX_ROWS = 8
+"""Most argument or layer rows of a call hover before a "… N more" line (the whole hover
+stays within about 12 lines)."""
+_PLUMBING_METHODS = {
+    "size", "dim", "contiguous", "view", "reshape", "transpose", "permute", "split", "chunk",
+    "unsqueeze", "squeeze", "flatten", "expand", "to", "type", "float", "type_as", "numel",
+}  # fmt: skip
+_PLUMBING_FUNCTIONS = {"getattr", "getitem", "size", "contiguous", "view", "reshape"}
+
+
+def style_for_client(name: str | None) -> Style:
+    """The hover style for a client, by ``clientInfo.name`` (Neovim: ``block``)."""
+    lowered = (name or "").lower()
+    return "block" if "neovim" in lowered or lowered in ("nvim", "vim") else "table"
+
+
+@dataclass
+class CallView:
+    """What a call hover says, as plain text; :func:`render_view` escapes it per style."""
+
+    output: str
+    callee: str
+    summary: str | None = None
+    repeat: str | None = None
+    columns: tuple[str, str, str] = ("argument", "expression", "shape")
+    rows: list[tuple[str, str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _outputs_text(node: NodeInfo) -> str:
+    return values_text(node.outputs) or "?"
+
+
+def _arg_rows(
+    node: NodeInfo, module: ModuleResult, lines: Sequence[str], call_text: str | None
+) -> list[tuple[str, str, str]]:
+    by_name = {n.name: n for n in module.nodes}
+    written = argument_texts(node, call_parts(call_text))
+    explicit: list[tuple[str, str, str]] = []
+    defaults: list[tuple[str, str, str]] = []
+    for arg in node.args:
+        prefix = {"var_positional": "*", "var_keyword": "**"}.get(arg.kind, "")
+        if arg.default:
+            defaults.append((prefix + arg.name, arg.value, "default"))
+            continue
+        expr = written.get(arg.name) or fallback_text(arg, by_name, lines)
+        source = by_name.get(arg.node) if arg.node else None
+        shape = values_text(source.outputs) if source is not None else ""
+        explicit.append((prefix + arg.name, expr, shape))
+    return explicit + defaults
+
+
+def _callee(node: NodeInfo) -> tuple[str, str | None]:
+    if node.op == "call_module":
+        return node.target, module_summary(node.module_type) if node.module_type else None
+    if node.op == "call_method":
+        return f"Tensor.{node.target}", None
+    return node.target.removeprefix("__fxls_document__."), None
+
+
+def node_view(
+    node: NodeInfo, module: ModuleResult, lines: Sequence[str], call: Span | None = None
+) -> CallView:
+    """One call node: output, callee, arguments as written."""
+    callee, summary = _callee(node)
+    text = span_text(lines, call or node.span)
+    view = CallView(_outputs_text(node), callee, summary)
+    if node.op in ("placeholder", "output"):
+        # the parameter as written (FX renames `hidden` to `hidden_1` when it is fixed)
+        written = (text or "").split(":", 1)[0].split("=", 1)[0].strip().lstrip("*")
+        name = written if written.isidentifier() else node.target
+        view.callee = f"input {name}" if node.op == "placeholder" else "return"
+        return view
+    view.rows = _arg_rows(node, module, lines, text)
+    if node.signature == "approximate":
+        view.notes.append("argument names are approximate")
+    return view
+
+
+def iteration_prefix(path: str) -> str | None:
+    """``h.3`` for ``h.3.attn.proj``: the path up to its first all-digit part (not the
+    first part), or None. One pass over the dotted parts."""
+    parts = path.split(".")
+    for index in range(1, len(parts)):
+        if parts[index].isdecimal():
+            return ".".join(parts[: index + 1])
+    return None
+
+
+def _path(node: NodeInfo) -> str:
+    """The module instance a node runs in, a call_module node's own submodule included."""
+    return node.target if node.op == "call_module" else (node.module_path or "")
+
+
+def _shape_key(node: NodeInfo) -> tuple[str, str, str]:
+    """What must agree between two iterations of a real loop: op, target with indices
+    hidden, and the submodule's constructor."""
+    return (*name_pattern(node), node.module_type or "")
+
+
+def repetitions(nodes: Sequence[NodeInfo]) -> list[list[NodeInfo]] | None:
+    """The iterations of a real loop (``for block in self.h``: ``h.0``, ``h.1`` ... doing
+    the same thing), or None. A Sequential called once whose layers differ is no loop."""
+    if len(nodes) > 1 and len({_shape_key(n) for n in nodes}) == 1:
+        return [[n] for n in nodes]
+    groups: dict[str, list[NodeInfo]] = {}
+    for node in nodes:
+        prefix = iteration_prefix(_path(node))
+        if prefix is None:
+            return None
+        groups.setdefault(prefix, []).append(node)
+    if len(groups) < 2:
+        return None
+    keys = {tuple(_shape_key(n) for n in group) for group in groups.values()}
+    return list(groups.values()) if len(keys) == 1 else None
+
+
+def _common_path(nodes: Sequence[NodeInfo]) -> str:
+    paths = [_path(n).split(".") for n in nodes if _path(n)]
+    if not paths or len(paths) < len(nodes):
+        return ""
+    common: list[str] = []
+    for parts in zip(*paths):
+        if len(set(parts)) != 1:
+            break
+        common.append(parts[0])
+    return ".".join(common)
+
+
+def _is_plumbing(node: NodeInfo) -> bool:
+    if node.op in ("get_attr", "placeholder", "output"):
+        return True
+    short = node.target.rsplit(".", 1)[-1]
+    if node.op == "call_method":
+        return short in _PLUMBING_METHODS
+    return node.op == "call_function" and short in _PLUMBING_FUNCTIONS
+
+
+def _is_tensor(node: NodeInfo) -> bool:
+    return any(v.kind == "tensor" for v in node.outputs)
+
+
+def _layer_name(node: NodeInfo, base: str) -> str:
+    if node.op == "call_module":
+        path = node.target
+        return path[len(base) + 1 :] if base and path.startswith(base + ".") else path
+    return short_target(node)
+
+
+def group_view(
+    nodes: Sequence[NodeInfo], module: ModuleResult, lines: Sequence[str], call: Span
+) -> CallView:
+    """A call whose nodes are in a submodule or helper: one call, input → output, its layers
+    (plumbing left out) with their output shapes; ×N with first and last shapes for a loop."""
+    loops = repetitions(nodes)
+    listed = loops[0] if loops else list(nodes)
+    text = span_text(lines, call)
+    parts = call_parts(text)
+    callee = (parts.func if parts and parts.func else None) or (text or "").split("(", 1)[0]
+    base = _common_path(listed)
+    if loops:
+        base = iteration_prefix(_path(listed[0])) or base
+    view = CallView(_outputs_text(nodes[-1]), " ".join(callee.split()) or "call")
+    if loops:
+        last = loops[-1]
+        first_out, last_out = _outputs_text(listed[-1]), _outputs_text(last[-1])
+        view.output = first_out if first_out == last_out else f"{first_out} … {last_out}"
+        end = iteration_prefix(_path(last[0])) or _common_path(last)
+        view.repeat = f"×{len(loops)}: {base} … {end}"
+    elif base and base != view.callee.removeprefix("self."):
+        view.summary = base
+    # inputs: the values that enter the group from outside, paired with the call's text
+    inside = {n.name for n in nodes}
+    by_name = {n.name: n for n in module.nodes}
+    entering: list[NodeInfo] = []
+    for node in listed:
+        for name in node.inputs:
+            source = by_name.get(name)
+            if name in inside or source is None or source.op == "get_attr" or source in entering:
+                continue
+            if any(v.kind == "tensor" for v in source.outputs):
+                entering.append(source)
+    written = [*parts.positional, *parts.keywords.values()] if parts else []
+    rows: list[tuple[str, str, str]] = []
+    for index, expr in enumerate(written):  # tensors first, as calls usually pass them
+        shape = values_text(entering[index].outputs) if index < len(entering) else ""
+        rows.append(("input", expr, shape))
+    layers = [n for n in listed if n.op == "call_module"]
+    if not layers:
+        layers = [n for n in listed if not _is_plumbing(n) and _is_tensor(n)]
+    children: list[tuple[str, list[NodeInfo]]] = []
+    for node in layers:
+        name = _layer_name(node, base)
+        child = name.split(".", 1)[0] if node.op == "call_module" else name
+        if children and children[-1][0] == child and node.op == "call_module":
+            children[-1][1].append(node)
+        else:
+            children.append((child, [node]))
+    last_in: dict[str, NodeInfo] = {}
+    for node in listed:
+        path = _path(node)
+        rel = path[len(base) + 1 :] if base and path.startswith(base + ".") else path
+        if rel and _is_tensor(node):
+            last_in[rel.split(".", 1)[0]] = node
+    for child, members in children:
+        node = members[-1]
+        if len(members) > 1 and child in last_in:
+            node = last_in[child]
+        if len(members) == 1 and _layer_name(node, base) == child:
+            what = module_summary(node.module_type) if node.module_type else ""
+        else:
+            what = plural(len(members), "layer")
+        rows.append((child, what, _outputs_text(node)))
+    view.columns = ("", "", "shape")
+    view.rows = rows
+    return view
+
+
+def _clip_rows(rows: Sequence[tuple[str, str, str]]) -> tuple[list[tuple[str, str, str]], int]:
+    if len(rows) <= MAX_ROWS + 1:
+        return list(rows), 0
+    return list(rows[:MAX_ROWS]), len(rows) - MAX_ROWS
+
+
+def _md_shape(text: str) -> str:
+    if not text:
+        return ""
+    if text == "default":
+        return "*default*"
+    return md.code(text, md.MAX_CELL, cell=True)
+
+
+def render_view(view: CallView, style: Style = "table") -> str:
+    """A CallView as hover Markdown: a table (``table``) or one aligned code block
+    (``block``). Every string passes through :mod:`fxls.lsp.features.markdown`."""
+    rows, more = _clip_rows(view.rows)
+    keep = [i for i in range(3) if i == 0 or any(row[i] for row in rows)]
+    columns = [view.columns[i] for i in keep]
+    callee = view.callee + (f" · {view.summary}" if view.summary else "")
+    if style == "block":
+        lines = [f"→ {view.output}", callee]
+        if view.repeat:
+            lines.append(view.repeat)
+        widths = [min(max((len(r[i]) for r in rows), default=0), 28) for i in range(3)]
+        for row in rows:
+            cells = [
+                ("(default)" if row[i] == "default" else row[i]).ljust(widths[i]) for i in keep
+            ]
+            lines.append(("  " + "  ".join(cells)).rstrip())
+        if more:
+            lines.append(f"  … {more} more")
+        lines.extend(view.notes)
+        return md.code_block(lines)
+    parts = [f"→ {md.code(view.output)}"]
+    head = md.word(view.callee)
+    if view.summary:
+        head += f" · {md.code(view.summary)}"
+    parts.append(head)
+    if view.repeat:
+        parts.append(md.code(view.repeat))
+    if rows:
+        table = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(keep)]
+        for name, expr, shape in rows:
+            cells = [md.cell(name) if name else "", md.code(expr, md.MAX_CELL, cell=True)]
+            cells.append(_md_shape(shape))
+            table.append("| " + " | ".join(cells[i] for i in keep) + " |")
+        if more:
+            table.append(f"| … {more} more |" + " |" * (len(keep) - 1))
+        parts.append("\n".join(table))
+    parts.extend(f"*{md.text(note, md.MAX_VALUE)}*" for note in view.notes)
+    return _paragraphs(parts)
+
+
+def _paragraphs(parts: Sequence[str]) -> str:
+    return md.join_blocks(parts, "\n\n", md.MAX_MARKDOWN)
+
+
+def _table(header: str, rows: Sequence[str], more: str, max_rows: int = md.MAX_ROWS) -> str:
+    """A Markdown table of at most ``max_rows`` rows and MAX_MARKDOWN / 2 characters."""
+    body = md.join_blocks(rows, "\n", md.MAX_MARKDOWN // 2, more, max_count=max_rows)
+    return header + ("\n" + body if body else "")
+
+
+def class_name_span(module: ModuleResult, lines: Sequence[str]) -> Span | None:
+    """The span of the class name on its ``class`` line."""
+    if not 1 <= module.line <= len(lines):
+        return None
+    match = _CLASS_RE.match(lines[module.line - 1])
+    if match is None or match.group(2) != module.name:
+        return None
+    return Span(module.line, match.start(2), module.line, match.end(2))
+
+
+def construction_text(module: ModuleResult) -> list[str]:
+    """How the instance was built, in words: ``built by `GPT.forward` as `transformer.h.0```,
+    ``assumed: dim=64, heads=4 — pin with `# fxls: init(dim=64, heads=4)```."""
+    built = module.constructed
+    if built is None:
+        return []
+    how = {
+        "directive": "built from the directive",
+        "defaults": "built with its defaults",
+        "config": "built from a config",
+        "factory": "built by a factory",
+        "call site": "built as the file calls it",
+        "assumed": "built with assumed arguments",
+    }.get(built.source, f"built from {built.source}")
+    if built.source == "parent" and built.inputs_from:
+        lines = [f"built by {built.inputs_from}.forward as {built.text}"]
+    elif built.source == "parent":  # its parent built it; the parent's forward did not run
+        lines = [f"built by {built.text.split('.', 1)[0]}.__init__ as {built.text}"]
+    else:
+        lines = [f"{how}: {built.text}"]
+    if built.assumed:
+        assumed = ", ".join(f"{k}={v}" for k, v in built.assumed.items())
+        pin = f" — pin with # fxls: init({built.pin})" if built.pin else ""
+        lines.append(f"assumed: {assumed}{pin}")
+    return lines
+
+
+@dataclass
+class ClassSummary:
+    """What a class hover (and the trace command) says, as plain text."""
+
+    name: str
+    status: str
+    """``traced (fx)``, ``partial (fake-run)``, ``failed``..."""
+    rows: list[tuple[str, str]]
+    error: tuple[str, str] | None = None
+
+    @property
+    def title(self) -> str:
+        return f"{self.name} · nn.Module · {self.status}"
+
+    def lines(self) -> list[str]:
+        """The summary as aligned plain-text lines (title, rows, error)."""
+        width = max((len(label) for label, _ in self.rows), default=0)
+        out = [self.title, *(f"{label.ljust(width)}  {value}" for label, value in self.rows)]
+        if self.error is not None:
+            out.append(f"failed in {self.error[0]}: {self.error[1]}")
+        return out
+
+
+_ORIGINS = {
+    "declared": "declared",
+    "parent": "from the parent's call",
+    "default": "the default",
+    "assumed": "assumed",
+}
+
+
+def input_origin(module: ModuleResult, index: int) -> str:
+    """How the capture got ``forward``'s input ``index``, in words."""
+    origin = module.input_origin(index)
+    return _ORIGINS.get(origin, origin)
+
+
+def class_summary(
+    module: ModuleResult, *, isolation: Sequence[str] = (), duration_s: float | None = None
+) -> ClassSummary:
+    """A module class in rows: parameters, nodes, inputs, output, how it was built and
+    captured, notes, isolation, time; the error when it failed."""
+    status: str = module.status
+    if module.strategy not in ("none", ""):
+        status = f"{status} ({module.strategy})"
+    rows: list[tuple[str, str]] = []
+    if module.params is not None:
+        exact = f" ({module.params:,})" if module.params >= 1_000 else ""
+        rows.append(("parameters", f"{count_text(module.params)}{exact}"))
+    if module.buffers is not None:
+        rows.append(("buffers", f"{module.buffers:,}"))
+    if module.nodes:
+        kinds: dict[str, int] = {}
+        for node in module.nodes:
+            kinds[node.op] = kinds.get(node.op, 0) + 1
+        by_kind = " · ".join(f"{n} {op}" for op, n in list(kinds.items())[:10])
+        rows.append(("nodes", f"{plural(len(module.nodes), 'node')}: {by_kind}"))
+    for index, value in enumerate(module.inputs):
+        name = module.input_names[index] if index < len(module.input_names) else f"#{index}"
+        rows.append((f"input {name}", f"{values_text([value])} ({input_origin(module, index)})"))
+    if module.outputs:
+        rows.append(("output", values_text(module.outputs)))
+    for line in construction_text(module):
+        rows.append(("built", line))
+    capture = module.strategy or "none"
+    if module.build:
+        capture += f", built on {module.build}"
+    rows.append(("capture", capture))
+    for note in module.notes[:4]:
+        rows.append(("note", note))
+    if isolation:
+        rows.append(("isolation", ", ".join(isolation)))
+    seconds = sum(module.timings.values()) if module.timings else duration_s
+    if seconds is not None:
+        rows.append(("capture time", f"{seconds:.2f} s"))
+    error = None
+    if module.error is not None:
+        err = module.error
+        error = (err.phase, md.clip(f"{err.type}: {err.message}", md.MAX_VALUE // 4))
+    return ClassSummary(module.name, status, rows, error)
+
+
+def class_markdown(
+    module: ModuleResult,
+    *,
+    isolation: Sequence[str] = (),
+    duration_s: float | None = None,
+    style: Style = "table",
+) -> str:
+    """Markdown summary of a module class (a table, or one code block for ``block``)."""
+    summary = class_summary(module, isolation=isolation, duration_s=duration_s)
+    if style == "block":
+        return md.code_block(summary.lines())
+    cells = [
+        f"| {md.text(label, cell=True)} | {md.text(value, cell=True)} |"
+        for label, value in summary.rows
+    ]
+    parts = [
+        f"{md.word(module.name)} · nn.Module · {md.text(summary.status)}",
+        _table("| | |\n| --- | --- |", cells, "| … {n} more | |"),
+    ]
+    if summary.error is not None:
+        phase, message = summary.error
+        parts.append(f"failed in {md.word(phase)}: {md.code(message)}")
+    return _paragraphs(parts)
+
+
+def hover_text(
+    modules: Sequence[ModuleResult],
+    lines: Sequence[str],
+    line: int,
+    col: int,
+    *,
+    isolation: Sequence[str] = (),
+    duration_s: float | None = None,
+    style: Style = "table",
+) -> HoverText | None:
+    """The hover at a position of the analysed text, or None."""
+    for module in modules:
+        name_span = class_name_span(module, lines)
+        if name_span is not None and span_contains(name_span, line, col):
+            text = class_markdown(module, isolation=isolation, duration_s=duration_s, style=style)
+            return HoverText(text, name_span)
+    best: tuple[tuple[int, int], Span, ModuleResult] | None = None
+    for module in modules:
+        for node in module.nodes:
+            span = _candidate(node, line, col)
+            if span is not None and (best is None or _size(span) < best[0]):
+                best = (_size(span), span, module)
+    if best is None:
+        return None
+    _, span, module = best
+    group = [n for n in module.nodes if _candidate(n, line, col) == span]
+    return HoverText(render_view(call_view(group, module, lines, span), style), span)
+
+
+def unpacking_view(
+    group: Sequence[NodeInfo], module: ModuleResult, lines: Sequence[str], span: Span
+) -> CallView | None:
+    """``B, T, C = x.size()`` / ``q, k, v = ....split(...)``: one row per assigned name, or
+    None when the span is not such a target."""
+    if not all(n.target.rsplit(".", 1)[-1] == "getitem" for n in group):
+        return None
+    text = span_text(lines, span)
+    parsed = parse_expression(text or "")
+    if parsed is None:
+        return None
+    target = parsed.body
+    if not isinstance(target, ast.Tuple) or len(target.elts) != len(group):
+        return None
+    names = [ast.get_source_segment(text or "", e) or "?" for e in target.elts]
+    values = [values_text(n.outputs) or "?" for n in group]
+    by_name = {n.name: n for n in module.nodes}
+    first = group[0].args[0] if group[0].args else None
+    source = by_name.get(first.node) if first is not None and first.node else None
+    whole = fallback_text(first, by_name, lines) if first is not None else "…"
+    output = unpacked_text(
+        names, [n.outputs[0] if len(n.outputs) == 1 else n.outputs for n in group]
+    )
+    callee = f"unpacking {whole}"
+    if source is not None and source.outputs:
+        callee += f" · {values_text(source.outputs)}"
+    view = CallView(output, callee, columns=("name", "", "value"))
+    view.rows = [(n, "", v) for n, v in zip(names, values)]
+    return view
+
+
+def call_view(
+    group: Sequence[NodeInfo], module: ModuleResult, lines: Sequence[str], span: Span
+) -> CallView:
+    """The view of the nodes one hovered span produced."""
+    if len(group) == 1 and group[0].span in (span, None):
+        return node_view(group[0], module, lines, span)
+    if len(group) == 1:  # the one node of a helper, hovered where forward calls it
+        return group_view(group, module, lines, span)
+    unpacked = unpacking_view(group, module, lines, span)
+    if unpacked is not None:
+        return unpacked
+    loops = repetitions(group)
+    if loops is not None and all(len(it) == 1 for it in loops):
+        view = node_view(group[0], module, lines, span)
+        first, last = _outputs_text(group[0]), _outputs_text(group[-1])
+        view.output = first if first == last else f"{first} … {last}"
+        parts = call_parts(span_text(lines, span))
+        if parts is not None and parts.func:
+            view.callee = parts.func
+        sites = {(n.call_site.line, n.call_site.col) for n in group if n.call_site is not None}
+        if len(sites) > 1:  # a helper called from several places, not a loop
+            view.repeat = f"{plural(len(sites), 'call')}; arguments of the first"
+        elif _path(group[0]) and _path(group[0]) != _path(group[-1]):
+            view.repeat = f"×{len(group)}: {_path(group[0])} … {_path(group[-1])}"
+        else:
+            view.repeat = f"×{len(group)}"
+        return view
+    return group_view(group, module, lines, span)
+
+
+def lsp_hover(
+    text: HoverText | None,
+    current_lines: Sequence[str],
+    encoding: Encoding,
+    mapper: LineMapper,
+    *,
+    note: str | None = None,
+) -> types.Hover | None:
+    """HoverText -> an LSP Hover on the current text (None if its lines were edited)."""
+    if text is None:
+        return None
+    rng = lsp_range(text.span, current_lines, encoding, mapper)
+    if rng is None:
+        return None
+    value = text.markdown if note is None else f"{text.markdown}\n\n*{md.plain(note)}*"
+    return types.Hover(
+        contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=value), range=rng
+    )

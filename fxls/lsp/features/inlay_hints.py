@@ -1,0 +1,257 @@
+"""End-of-line inlay hints: the output shape of each statement in ``forward`` and helpers."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lsprotocol import types
+
+from fxls.engine.render import unpacked_text, values_text
+from fxls.lsp.features import markdown as md
+from fxls.lsp.features.convert import Encoding, LineMapper, units
+from fxls.protocol.model import ModuleResult, NodeInfo, Value
+
+_SKIP_OPS = {"placeholder", "output", "get_attr"}
+_COMPOUND = (
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.If,
+    ast.With,
+    ast.AsyncWith,
+    ast.Try,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Match,
+)
+
+
+@dataclass
+class ShapeHint:
+    line: int
+    """Line (1-based, analysed text) the hint is shown at the end of."""
+    label: str
+    node: str
+
+
+def statement_ends(source: str) -> dict[int, int]:
+    """Line -> last line of the simple statement on it (empty if the text does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    ends: dict[int, int] = {}
+    for stmt in ast.walk(tree):
+        if not isinstance(stmt, ast.stmt):
+            continue
+        end = stmt.end_lineno or stmt.lineno
+        if isinstance(stmt, _COMPOUND):
+            body = getattr(stmt, "body", None)
+            # the header of a compound statement: `for b in self.blocks(x):`
+            if body:
+                end = max(stmt.lineno, body[0].lineno - 1)
+                for line in range(stmt.lineno, end + 1):
+                    ends.setdefault(line, end)
+            continue
+        for line in range(stmt.lineno, end + 1):
+            ends[line] = end
+    return ends
+
+
+@dataclass
+class Unpacking:
+    """``B, T, C = x.size()``: the assigned names and where the target tuple is written."""
+
+    names: list[str]
+    line: int
+    col: int
+    """Code-point column of the target tuple."""
+    end: int
+    """Last line of the statement (where the hint goes)."""
+    values: list[tuple[int, int, int, int]] | None = None
+    """For ``a, b = f(x), g(x)``: the span of each right-hand element (code points)."""
+    value: tuple[int, int, int, int] | None = None
+    """The span of the right-hand side (code points)."""
+
+
+def unpackings(source: str) -> dict[tuple[int, int], Unpacking]:
+    """(line, column) of each tuple target of plain names -> its Unpacking."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    lines = source.split("\n")
+    out: dict[tuple[int, int], Unpacking] = {}
+    for stmt in ast.walk(tree):
+        if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+            continue
+        target = stmt.targets[0]
+        if not isinstance(target, (ast.Tuple, ast.List)) or len(target.elts) < 2:
+            continue
+        if not all(isinstance(e, ast.Name) for e in target.elts):
+            continue
+        col = _column(lines, target.lineno, target.col_offset)
+        names = [e.id for e in target.elts]  # type: ignore[attr-defined]
+        end = stmt.end_lineno or stmt.lineno
+        unpack = Unpacking(names, target.lineno, col, end)
+        rhs = stmt.value
+        unpack.value = (
+            rhs.lineno,
+            _column(lines, rhs.lineno, rhs.col_offset),
+            rhs.end_lineno or rhs.lineno,
+            _column(lines, rhs.end_lineno or rhs.lineno, rhs.end_col_offset or 0),
+        )
+        if isinstance(stmt.value, ast.Tuple) and len(stmt.value.elts) == len(names):
+            unpack.values = [
+                (
+                    e.lineno,
+                    _column(lines, e.lineno, e.col_offset),
+                    e.end_lineno or e.lineno,
+                    _column(lines, e.end_lineno or e.lineno, e.end_col_offset or 0),
+                )
+                for e in stmt.value.elts
+            ]
+        out[(target.lineno, col)] = unpack
+    return out
+
+
+def _column(lines: list[str], line: int, byte_col: int) -> int:
+    """An ast column (UTF-8 bytes) as code points."""
+    text = lines[line - 1] if 1 <= line <= len(lines) else ""
+    return len(text.encode()[:byte_col].decode(errors="ignore"))
+
+
+def _is_meta_value(node: NodeInfo) -> bool:
+    """Devices (``meta``: fxls builds on it, not the user), dtypes: nothing to hint."""
+    return any(v.kind in ("device", "dtype") for v in node.outputs)
+
+
+def _unpacking_hints(modules: Sequence[ModuleResult], source: str) -> dict[int, str]:
+    """Statement end line -> ``B=B, T=T, C=768`` for unpacking lines, from the getitem nodes
+    written at the target (the same words as the hover on the target)."""
+    targets = unpackings(source)
+    out: dict[int, str] = {}
+    for module in modules:
+        by_name = {n.name: n for n in module.nodes}
+        by_span: dict[tuple[int, int, int, int], NodeInfo] = {}
+        sizes: dict[tuple[int, int, int, int], NodeInfo] = {}
+        found: dict[tuple[int, int], list[NodeInfo]] = {}
+        for node in module.nodes:
+            span = node.span
+            if span is None or not node.outputs:
+                continue
+            if node.target.endswith("getitem") and (span.line, span.col) in targets:
+                found.setdefault((span.line, span.col), []).append(node)
+            if len(node.outputs) != 1:
+                continue
+            key = (span.line, span.col, span.end_line, span.end_col)
+            by_span[key] = node  # the last
+            if node.outputs[0].kind == "size":
+                sizes.setdefault(key, node)
+        for unpack in targets.values():
+            if unpack.end in out:
+                continue
+            values: Sequence[Value | list[Value]] | None
+            values = _unpacked_values(unpack, found.get((unpack.line, unpack.col), []), by_name)
+            size = sizes.get(unpack.value) if unpack.value is not None else None
+            if values is None and size is not None:  # `_b, t, _h, d = x.shape`
+                values = _dims(size.outputs[0], len(unpack.names))
+            if values is None and unpack.values is not None:
+                nodes = [by_span.get(span) for span in unpack.values]
+                if all(n is not None for n in nodes):
+                    values = [n.outputs[0] for n in nodes if n is not None]
+            if values is not None:
+                out[unpack.end] = unpacked_text(unpack.names, values, default_dtype="float32")
+    return out
+
+
+def _unpacked_values(
+    unpack: Unpacking, getitems: list[NodeInfo], by_name: dict[str, NodeInfo]
+) -> Sequence[Value | list[Value]] | None:
+    """The value of each name: the getitem nodes at the target, or (when the graph has only
+    the items it uses, ``_b, t, _h, d = x.shape``) the dimensions of the size unpacked."""
+    if len(getitems) >= len(unpack.names):
+        return [n.outputs[0] if len(n.outputs) == 1 else n.outputs for n in getitems]
+    if not getitems or not getitems[0].args or getitems[0].args[0].node is None:
+        return None
+    source = by_name.get(getitems[0].args[0].node)
+    if source is None or len(source.outputs) != 1:
+        return None
+    return _dims(source.outputs[0], len(unpack.names))
+
+
+def _dims(size: Value, count: int) -> list[Value] | None:
+    """The dimensions of a ``torch.Size`` as int values, when it has ``count`` of them."""
+    if size.kind != "size" or size.shape is None or len(size.shape) != count:
+        return None
+    return [Value(kind="int", text=str(dim)) for dim in size.shape]
+
+
+def shape_hints(modules: Sequence[ModuleResult], source: str) -> list[ShapeHint]:
+    """One hint per statement: the output of its last node (graph order); on an unpacking
+    line one part per assigned name. A call into a helper counts for the helper's statement
+    and for the calling statement."""
+    ends = statement_ends(source)
+    unpacked = _unpacking_hints(modules, source)
+    last: dict[int, NodeInfo] = {}
+    for module in modules:
+        seen: dict[int, NodeInfo] = {}
+        for node in module.nodes:
+            if node.op in _SKIP_OPS or node.span is None or not node.outputs:
+                continue
+            if _is_meta_value(node):
+                continue
+            spans = [node.span]
+            if node.call_site is not None and node.call_site != node.span:
+                spans.append(node.call_site)  # `return self.helper(y)` in forward
+            for span in spans:
+                seen[ends.get(span.end_line, span.end_line)] = node
+        for line, node in seen.items():
+            last.setdefault(line, node)
+    hints = []
+    for line in sorted(set(last) | set(unpacked)):
+        if line in unpacked:
+            label = md.plain(f"▸ {unpacked[line]}", md.MAX_LABEL)
+            hints.append(
+                ShapeHint(line=line, label=label, node=last[line].name if line in last else "")
+            )
+            continue
+        node = last[line]
+        text = values_text(node.outputs, default_dtype="float32")
+        if text:
+            label = md.plain(f"▸ {text}", md.MAX_LABEL)
+            hints.append(ShapeHint(line=line, label=label, node=node.name))
+    return hints
+
+
+def lsp_inlay_hints(
+    hints: Sequence[ShapeHint],
+    current_lines: Sequence[str],
+    encoding: Encoding,
+    mapper: LineMapper,
+    visible: types.Range | None = None,
+) -> list[types.InlayHint]:
+    """ShapeHints -> LSP inlay hints at the end of their (current) lines within ``visible``."""
+    out = []
+    for hint in hints:
+        line = mapper(hint.line)
+        if line is None or not 1 <= line <= len(current_lines):
+            continue
+        if visible is not None and not visible.start.line <= line - 1 <= visible.end.line:
+            continue
+        text = current_lines[line - 1].rstrip("\r")
+        out.append(
+            types.InlayHint(
+                position=types.Position(line=line - 1, character=units(text, encoding)),
+                label=hint.label,
+                kind=types.InlayHintKind.Type,
+                padding_left=True,
+                tooltip=types.MarkupContent(
+                    kind=types.MarkupKind.Markdown, value=f"output of {md.code(hint.node)}"
+                ),
+            )
+        )
+    return out

@@ -1,0 +1,852 @@
+"""One editor session: settings, open documents, the worker, and the captures behind them.
+
+The handlers in ``fxls.lsp.server`` call into :class:`Session`; it schedules one capture per
+document version (debounced, newer versions cancel older ones), keeps the worker running,
+publishes diagnostics, asks the client to refresh hints and lenses, and answers feature
+requests from the cached analysis through the pure functions in ``fxls.lsp.features``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import logging
+import os
+import sys
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+from fxls.analysis import workspace
+from fxls.engine import analyze as engine
+from fxls.engine import fixes, incremental
+from fxls.engine.settings import (
+    SECTION,
+    Settings,
+    merge_settings,
+    parse_settings,
+    parse_trusted,
+    protected_differences,
+    split_protected,
+)
+from fxls.engine.workerclient import WorkerClient
+from fxls.lsp.documents import MAX_DOCUMENT_CHARS, Analysed, Document, DocumentStore
+from fxls.lsp.features import (
+    code_actions,
+    code_lens,
+    convert,
+    diagnostics,
+    hover,
+    inlay_hints,
+    markdown,
+    pass_hover,
+    trace,
+)
+from fxls.protocol import catalogue
+from fxls.protocol.files import Refused
+from fxls.protocol.model import FixOutcome, FixRequest, ReadyInfo, Span
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+CODE_ACTION_KINDS = code_actions.KINDS
+"""The code action kinds fxls offers: quickfix, refactor.rewrite, source.fixAll.fxls."""
+
+TRACE_COMMAND = trace.COMMAND
+"""``workspace/executeCommand`` "trace class at cursor": one ``TextDocumentPositionParams``."""
+
+PROGRESS_DELAY_S = 0.5
+"""Captures that take longer than this show work-done progress."""
+PARENT_POLL_S = 2.0
+HOVER_SAMPLES = 10_000
+
+UNTRUSTED_MESSAGE = (
+    "fxls shows no shapes or diagnostics here because this workspace is not trusted: fxls runs "
+    "your module files (in a sandbox) to capture them. In VS Code, trust this folder "
+    "(Workspace Trust: 'Manage Workspace Trust' in the Command Palette). In other editors, "
+    'start fxls with {"trusted": true} in initializationOptions.'
+)
+
+
+class Session:
+    """Server state: settings, documents, the worker and capture tasks."""
+
+    def __init__(self, lsp: LanguageServer) -> None:
+        self.lsp = lsp
+        self.documents = DocumentStore()
+        self.settings = Settings()
+        self.trusted = True
+        self.root: str | None = None
+        self.init_settings: dict[str, Any] = {}
+        self.worker: WorkerClient | None = None
+        self.worker_ready: ReadyInfo | None = None
+        """What the running worker reported at start (interpreter, torch, isolation)."""
+        self.worker_identity = ""
+        """The worker's interpreter and torch version (part of every cache key)."""
+        self.cache: incremental.CaptureCache | None = (
+            incremental.CaptureCache() if incremental.enabled() else None
+        )
+        """Captures of unchanged classes, by key (``FXLS_CAPTURE_CACHE=0``: none)."""
+        self._worker_python: str | None = None
+        self.prestarted: WorkerClient | None = None
+        """A zygote ``fxls serve`` started before the LSP libraries loaded: the worker when
+        the workspace is trusted and ``fxls.python`` names no other interpreter, else closed."""
+        self._worker_lock: asyncio.Lock | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._asking: set[asyncio.Task[Any]] = set()
+        """Requests to the client in flight (refreshes)."""
+        self._tokens = itertools.count(1)
+        self.hover_seconds: deque[float] = deque(maxlen=HOVER_SAMPLES)
+        self.fix_outcomes: dict[str, tuple[int | None, dict[str, FixOutcome]]] = {}
+        """Per document: the version and the fixes the worker computed for it."""
+        self._candidates: dict[str, tuple[Any, list[fixes.Candidate]]] = {}
+        """Per document: the analysis and the fixes it offers (listed on every cursor move)."""
+        self._debouncing: set[asyncio.Task[Any]] = set()
+        """Capture tasks that still wait out the debounce."""
+        self.hover_style: hover.Style = "table"
+        """``block`` for clients whose hover shows Markdown tables raw (Neovim)."""
+        self.slow_rules = engine.SlowRules()
+        """Rules file texts that took longer than their time to load."""
+        self.refused_rules: str | None = None
+        """Why the rules file was last found unusable (not a regular file, too large)."""
+        self._told_refused_rules: str | None = None
+
+    # -- helpers -------------------------------------------------------------------------
+
+    @property
+    def encoding(self) -> convert.Encoding:
+        return convert.encoding_name(self.lsp.workspace.position_encoding)
+
+    def log(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
+        logger.info("%s", message)
+        with contextlib.suppress(Exception):
+            self.lsp.window_log_message(types.LogMessageParams(type=kind, message=message))
+
+    def show(self, message: str, kind: types.MessageType) -> None:
+        with contextlib.suppress(Exception):
+            self.lsp.window_show_message(types.ShowMessageParams(type=kind, message=message))
+
+    def safely(self, feature: str, call: Callable[[], T], default: T) -> T:
+        """Run one feature; a failure is logged and answered with ``default``."""
+        try:
+            return call()
+        except Exception as exc:
+            logger.exception("%s failed", feature)
+            self.log(
+                f"fxls: {feature} failed: {type(exc).__name__}: {exc}", types.MessageType.Error
+            )
+            return default
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _capability(self, *path: str) -> Any:
+        obj: Any = self.lsp.client_capabilities
+        for name in path:
+            obj = getattr(obj, name, None)
+            if obj is None:
+                return None
+        return obj
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def initialize(self, params: types.InitializeParams) -> None:
+        """Adopt trust and settings from ``initializationOptions``; watch the editor process."""
+        options = params.initialization_options
+        client = params.client_info.name if params.client_info is not None else None
+        self.hover_style = hover.style_for_client(client)
+        self.trusted = parse_trusted(options)
+        if isinstance(options, dict):
+            self.init_settings = merge_settings(
+                {}, {k: v for k, v in options.items() if k != "trusted"}
+            )
+            self.apply_settings({})
+        self.root = self.lsp.workspace.root_path
+        if params.process_id:
+            self.spawn(self.watch_parent(params.process_id))
+        if self.trusted:
+            # torch takes a second or more to import: start now, not after the handshake
+            self.spawn(self.warm_up())
+            # and read the workspace's files for call sites meanwhile (seconds in a large one)
+            self.spawn(self._quiet(asyncio.to_thread(workspace.prescan, self.root)))
+        else:
+            self.spawn(self._drop_prestarted())
+
+    async def initialized(self) -> None:
+        """Tell an untrusted workspace why nothing shows; else pull settings (a worker in
+        another interpreter, ``fxls.python``, replaces the one ``initialize`` started)."""
+        if not self.trusted:
+            self.show(UNTRUSTED_MESSAGE, types.MessageType.Info)
+            return
+        await self.pull_settings()
+        self.spawn(self.warm_up())
+
+    # -- settings ------------------------------------------------------------------------
+
+    def apply_settings(self, data: Any) -> None:
+        """Adopt a ``workspace/configuration`` answer on top of the initializationOptions,
+        without its protected keys (``settings.PROTECTED``); problems become one warning,
+        never an error."""
+        data, protected = split_protected(data)
+        ignored = protected_differences(protected, self.settings)
+        if ignored:
+            self.log(
+                f"fxls ignores {', '.join(ignored)} from the editor's configuration: the "
+                "sandbox settings are read once, from initializationOptions (in VS Code: user "
+                "settings; the server restarts when they change)",
+                types.MessageType.Warning,
+            )
+        new, problems = parse_settings(merge_settings(self.init_settings, data))
+        if problems:
+            self.show("fxls settings: " + "; ".join(problems), types.MessageType.Warning)
+        old = self.settings
+        self.settings = new
+        if new != old:
+            self.fix_outcomes.clear()  # verdicts depend on the settings (maxParams, limits)
+            for doc in self.documents:
+                self.schedule(doc, 0.0)
+            self.refresh_views()
+
+    async def configuration_changed(self, settings: Any) -> None:
+        """``didChangeConfiguration``: settings pushed with it, or pulled when not."""
+        if isinstance(settings, dict) and isinstance(settings.get(SECTION), dict):
+            self.apply_settings(settings[SECTION])
+        else:
+            await self.pull_settings()
+
+    async def pull_settings(self) -> None:
+        """Ask the client for the ``fxls`` section (``workspace/configuration``)."""
+        if not self._capability("workspace", "configuration"):
+            return
+        try:
+            result = await self.lsp.workspace_configuration_async(
+                types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)])
+            )
+        except Exception as exc:
+            logger.info("workspace/configuration failed: %s", exc)
+            return
+        if result and result[0] is not None:
+            self.apply_settings(result[0])
+
+    def engine_options(self, for_path: str | None = None) -> engine.EngineOptions:
+        """The options of a job for ``for_path`` (rules known to be too slow left out)."""
+        s = self.settings
+        options = engine.EngineOptions(
+            limits=s.limits.to_protocol(),
+            isolation=s.isolation.to_protocol(),
+            meta_init=s.capture.meta_init,
+            symbolic=s.capture.symbolic,
+            rules=self._rules(),
+        )
+        return self.slow_rules.options_for(options, for_path)
+
+    def _rules(self) -> Any:
+        """The rules file as text (the editor's when it is open); never executed here. Reads
+        the disk: runs in a thread (``engine_options``), never on the event loop; a rules file
+        it cannot use is kept in ``refused_rules`` for :meth:`_note_refused_rules`."""
+        path = engine.rules_path(self.root, self.settings.code_actions.rules_file)
+        if path is None or not self.trusted:
+            return None
+        open_doc = next((d for d in self.documents if os.path.abspath(d.path) == path), None)
+        rules = engine.read_rules(path, open_doc.text if open_doc is not None else None)
+        refused = isinstance(rules, Refused)
+        self.refused_rules = f"{os.path.basename(path)}: {rules}" if refused else None
+        return None if refused else rules
+
+    def _note_refused_rules(self) -> None:
+        """Say once (per reason) that the rules file is not used, and why."""
+        refused = self.refused_rules
+        if refused is None or refused == self._told_refused_rules:
+            return
+        self._told_refused_rules = refused
+        self.show(
+            f"fxls: the rules file is not used: {markdown.plain(refused, 300)}",
+            types.MessageType.Warning,
+        )
+
+    def _note_slow_rules(self, options: engine.EngineOptions) -> None:
+        """After a job whose rules file took too long to load: leave that text out from now."""
+        rules = options.rules
+        if rules is None or not self.slow_rules.add(rules):
+            return
+        name = markdown.plain(os.path.basename(rules.path), 200)
+        self.log(
+            f"fxls: the rules file {name} took longer than its time to load (FX361); its rules "
+            "are left out of captures until it changes",
+            types.MessageType.Warning,
+        )
+
+    # -- worker --------------------------------------------------------------------------
+
+    async def ensure_worker(self) -> WorkerClient:
+        if self._worker_lock is None:
+            self._worker_lock = asyncio.Lock()
+        async with self._worker_lock:
+            python = self.settings.python or None
+            if self.worker is not None and self._worker_python == python:
+                return self.worker
+            if self.worker is not None:
+                await self.close_worker()
+            early = self.prestarted
+            if early is not None and os.path.realpath(early.python) == os.path.realpath(
+                python or sys.executable
+            ):
+                self.prestarted = None
+                early.set_log(self._worker_log)
+                client = early
+            else:
+                await self._drop_prestarted()
+                client = WorkerClient(python, log=self._worker_log)
+            try:
+                info = await client.start()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await client.close()
+                raise
+            self.worker, self._worker_python = client, python
+            self.worker_ready = info
+            self.worker_identity = f"{info.python}|{info.torch_version}|{info.protocol}"
+            missing = ", ".join(f"{k} ({why})" for k, why in info.isolation_missing.items())
+            self.log(
+                f"fxls worker ready: {info.python}, torch {info.torch_version}, "
+                f"isolation: {', '.join(info.isolation_available) or 'none'}"
+                + (f"; unavailable: {missing}" if missing else "")
+                + f" (warm-up {info.warm_s:.2f} s)"
+            )
+            return client
+
+    async def _drop_prestarted(self) -> None:
+        early, self.prestarted = self.prestarted, None
+        if early is not None:
+            await early.close()
+
+    async def warm_up(self) -> None:
+        """Start the worker before the first document needs it."""
+        try:
+            await self.ensure_worker()
+        except Exception as exc:
+            self.log(f"fxls worker could not start: {exc}", types.MessageType.Error)
+
+    def _worker_log(self, message: str, *args: Any) -> None:
+        self.log(f"fxls worker: {message}", types.MessageType.Log)
+
+    async def close_worker(self) -> None:
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            with contextlib.suppress(Exception):
+                await worker.close()
+
+    # -- captures ------------------------------------------------------------------------
+
+    def schedule(self, doc: Document, delay: float) -> None:
+        """Capture ``doc`` at its current version after ``delay``; cancels older jobs."""
+        if not self.trusted or doc.closed:
+            return
+        if doc.too_large:
+            if doc.task is not None:
+                doc.task.cancel()
+            self.publish_too_large(doc)
+            return
+        if doc.task is not None and not doc.task.done():
+            if doc.task_version == doc.version and delay > 0:
+                return
+            doc.task.cancel()
+        doc.task_version = doc.version
+        doc.task = self.spawn(self.capture(doc, doc.version, delay))
+
+    async def capture(self, doc: Document, version: int | None, delay: float) -> None:
+        if delay > 0:
+            task = asyncio.current_task()
+            if task is not None:
+                self._debouncing.add(task)
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                if task is not None:
+                    self._debouncing.discard(task)
+        text = doc.text
+        progress = self.spawn(self._progress(doc))
+        try:
+            analysis = await self._analyze(doc, text, version)
+        finally:
+            progress.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await progress
+        if doc.closed or doc.too_large or analysis is None:
+            return
+        if getattr(analysis, "outcome", "") == "cancelled":
+            return
+        done = Analysed(version=version, text=text, analysis=analysis)
+        previous = doc.result
+        if analysis.syntax_error is not None and previous and previous.analysis.modules:
+            doc.syntax = done
+        else:
+            doc.syntax = None
+            doc.set_result(done)
+        self.publish(doc)
+        self.refresh_views()
+
+    async def _analyze(self, doc: Document, text: str, version: int | None) -> Any:
+        """The engine's FileAnalysis; worker and internal failures become an FX508."""
+        try:
+            worker = await self.ensure_worker()
+            options = await asyncio.to_thread(self.engine_options, doc.path)  # reads the disk
+            self._note_refused_rules()
+            result = await engine.analyze(
+                worker,
+                doc.path,
+                text,
+                version=version,
+                options=options,
+                root=self.root,
+                cache=self.cache,
+                worker=self.worker_identity,
+            )
+            if result.rules_too_slow:
+                self._note_slow_rules(options)
+            return result
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("capture of %s failed", doc.path)
+            self.log(f"fxls could not capture {doc.path}: {exc}", types.MessageType.Error)
+            first = text.split("\n", 1)[0]
+            diag = catalogue.FX508(Span(1, 0, 1, len(first)), reason=str(exc)).diagnostic()
+            return engine.FileAnalysis(
+                path=doc.path, version=version, diagnostics=[diag], outcome="worker_died"
+            )
+
+    async def _progress(self, doc: Document) -> None:
+        """Work-done progress for a capture that takes longer than PROGRESS_DELAY_S."""
+        await asyncio.sleep(PROGRESS_DELAY_S)
+        if not self._capability("window", "work_done_progress"):
+            return
+        token = f"fxls-capture-{next(self._tokens)}"
+        await self.lsp.work_done_progress.create_async(token)
+        name = os.path.basename(doc.path)
+        try:
+            self.lsp.work_done_progress.begin(
+                token, types.WorkDoneProgressBegin(title="fxls", message=f"capturing {name}")
+            )
+            await asyncio.Event().wait()
+        finally:
+            self.lsp.work_done_progress.end(token, types.WorkDoneProgressEnd(message="done"))
+
+    def publish(self, doc: Document) -> None:
+        result = doc.syntax or doc.result
+        mapper = (doc.syntax_map() if doc.syntax else doc.line_map()).to_current
+        items: list[types.Diagnostic] = []
+        if result is not None:
+            found = result.analysis.diagnostics
+            items = self.safely(
+                "diagnostics",
+                lambda: diagnostics.lsp_diagnostics(
+                    found, doc.uri, doc.lines, self.encoding, mapper
+                ),
+                [],
+            )
+        self.lsp.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=items, version=doc.version)
+        )
+
+    def publish_too_large(self, doc: Document) -> None:
+        """One information diagnostic, and one message per document, instead of a capture."""
+        found = diagnostics.too_large(len(doc.text), MAX_DOCUMENT_CHARS)
+        self.lsp.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=[found], version=doc.version)
+        )
+        if not doc.told_too_large:
+            doc.told_too_large = True
+            name = os.path.basename(doc.path)
+            self.show(f"{name}: {found.message}", types.MessageType.Info)
+
+    def refresh_views(self) -> None:
+        """Ask the client to re-request inlay hints and code lenses (when it supports it)."""
+        if self._capability("workspace", "inlay_hint", "refresh_support"):
+            self._ask(self.lsp.workspace_inlay_hint_refresh_async(None))
+        if self._capability("workspace", "code_lens", "refresh_support"):
+            self._ask(self.lsp.workspace_code_lens_refresh_async(None))
+
+    def _ask(self, request: Any) -> None:
+        """Send a request to the client without waiting for its answer."""
+        task = self.spawn(self._quiet(request))
+        self._asking.add(task)
+        task.add_done_callback(self._asking.discard)
+
+    @staticmethod
+    async def _quiet(awaitable: Any) -> None:
+        with contextlib.suppress(Exception):
+            await awaitable
+
+    async def watch_parent(self, pid: int) -> None:
+        """Exit when the editor process dies (``processId`` from initialize)."""
+        while True:
+            await asyncio.sleep(PARENT_POLL_S)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                logger.info("editor process %s is gone; exiting", pid)
+                await self.close_worker()
+                os._exit(0)
+            except PermissionError:
+                pass
+
+    async def stop(self) -> None:
+        for doc in self.documents:
+            self.documents.close(doc.uri)
+        if self._asking:
+            # Let the client answer: pygls logs an error for an answer to a cancelled request.
+            await asyncio.wait(list(self._asking), timeout=1.0)
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)
+        await self._drop_prestarted()
+        await self.close_worker()
+
+    def stats(self) -> dict[str, Any]:
+        """What ``fxls/stats`` answers: server-side state a client cannot observe otherwise."""
+        worker, ready = self.worker, self.worker_ready
+        return {
+            "pid": os.getpid(),
+            "workerPid": worker.pid if worker is not None else None,
+            "documents": [
+                {
+                    "uri": doc.uri,
+                    "version": doc.version,
+                    "length": len(doc.text),
+                    "sha256": hashlib.sha256(doc.text.encode("utf-8", "surrogatepass")).hexdigest(),
+                    "resultVersion": doc.result.version if doc.result else None,
+                }
+                for doc in self.documents
+            ],
+            "hoverSeconds": list(self.hover_seconds),
+            "trusted": self.trusted,
+            "worker": None
+            if ready is None or worker is None
+            else {
+                "python": ready.python,
+                "torch": ready.torch_version,
+                "isolation": list(ready.isolation_available),
+                "unavailable": dict(ready.isolation_missing),
+            },
+            "cache": self.cache.summary() if self.cache is not None else None,
+        }
+
+    # -- document events -----------------------------------------------------------------
+
+    def did_open(self, uri: str, text: str, version: int | None) -> None:
+        self.schedule(self.documents.open(uri, text, version), 0.0)
+
+    def did_change(self, params: types.DidChangeTextDocumentParams) -> None:
+        doc = self.documents.get(params.text_document.uri)
+        if doc is None:
+            return
+        text = doc.text
+        for change in params.content_changes:
+            text = convert.apply_change(text, change, self.encoding)
+        doc.update(text, params.text_document.version)
+        self.schedule(doc, self.settings.debounce_ms / 1000)
+
+    def did_save(self, uri: str) -> None:
+        doc = self.documents.get(uri)
+        rules = engine.rules_path(self.root, self.settings.code_actions.rules_file)
+        if doc is not None and rules is not None and os.path.abspath(doc.path) == rules:
+            for other in self.documents:  # the rules changed: match them again
+                if other is not doc:
+                    self.fix_outcomes.pop(other.uri, None)
+                    self.schedule(other, 0.0)
+        if (
+            doc is not None
+            and (doc.result is None or doc.stale)
+            and doc.task_version != doc.version
+        ):
+            self.schedule(doc, 0.0)
+
+    def did_close(self, uri: str) -> None:
+        self._candidates.pop(uri, None)
+        self.fix_outcomes.pop(uri, None)
+        if self.documents.close(uri) is not None:
+            self.lsp.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(uri=uri, diagnostics=[])
+            )
+
+    # -- feature views -------------------------------------------------------------------
+
+    def hover_at(self, uri: str, position: types.Position) -> types.Hover | None:
+        doc = self.documents.get(uri)
+        if doc is None or doc.result is None:
+            return None
+        result, lines, enc = doc.result, doc.lines, self.encoding
+        line, col = convert.position_from_lsp(position, lines, enc)
+        line_map = doc.line_map()
+        old_line = line_map.to_analysed(line)
+        if old_line is None:
+            return None
+        analysis, old_lines = result.analysis, result.text.split("\n")
+        text = pass_hover.hover_text(
+            analysis.modules, old_lines, old_line, col, style=self.hover_style
+        ) or hover.hover_text(
+            analysis.modules,
+            old_lines,
+            old_line,
+            col,
+            isolation=analysis.isolation,
+            duration_s=analysis.duration_s,
+            style=self.hover_style,
+        )
+        note = None if not doc.stale else f"from version {result.version}; edited since"
+        return hover.lsp_hover(text, lines, enc, line_map.to_current, note=note)
+
+    def inlay_hints_in(self, uri: str, visible: types.Range) -> list[types.InlayHint]:
+        doc = self.documents.get(uri)
+        if doc is None or doc.result is None or not self.settings.inlay_hints.enabled:
+            return []
+        hints = inlay_hints.shape_hints(doc.result.analysis.modules, doc.result.text)
+        mapper = doc.line_map().to_current
+        return inlay_hints.lsp_inlay_hints(hints, doc.lines, self.encoding, mapper, visible)
+
+    def code_lenses_of(self, uri: str) -> list[types.CodeLens]:
+        doc = self.documents.get(uri)
+        if doc is None or doc.result is None or not self.settings.code_lens.enabled:
+            return []
+        analysis = doc.result.analysis
+        return code_lens.lsp_code_lenses(
+            analysis.modules,
+            analysis.diagnostics,
+            doc.lines,
+            self.encoding,
+            doc.line_map().to_current,
+        )
+
+    # -- trace class at cursor -----------------------------------------------------------
+
+    async def trace_class(self, params: types.TextDocumentPositionParams) -> dict[str, Any]:
+        """``fxls.traceClass``: capture the document now (no debounce) and report the module
+        class at the position (``fxls.lsp.features.trace``); never raises."""
+        try:
+            return await self._trace(params.text_document.uri, params.position)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("trace class failed")
+            return trace.problem("error", f"fxls failed: {type(exc).__name__}: {exc}")
+
+    async def _trace(self, uri: str, position: types.Position) -> dict[str, Any]:
+        doc = self.documents.get(uri)
+        if not self.trusted:
+            return trace.problem("untrusted", trace.UNTRUSTED)
+        if doc is None:
+            return trace.problem("notOpen", trace.NOT_OPEN)
+        unparsable = trace.unparsable(doc.text)
+        if unparsable is not None:
+            return unparsable
+        line, _ = convert.position_from_lsp(position, doc.lines, self.encoding)
+        cls = trace.class_at(doc.text, line)
+        if cls is None:
+            return trace.problem("noClass", trace.NO_CLASS)
+        async with self._work_done(f"tracing {cls.name}"):
+            for _ in range(3):  # the user may type while it runs: capture the newest version
+                if doc.closed or doc.too_large:
+                    break
+                if doc.result is not None and doc.result.version == doc.version:
+                    break
+                if doc.syntax is not None and doc.syntax.version == doc.version:
+                    break
+                running = doc.task is not None and not doc.task.done()
+                if not running or doc.task_version != doc.version or doc.task in self._debouncing:
+                    self.schedule(doc, 0.0)
+                if doc.task is not None:
+                    await asyncio.wait({doc.task})
+        result = doc.result
+        module = result.analysis.module(cls.name) if result is not None else None
+        if result is None or module is None:
+            return trace.problem(
+                "notCaptured", f"fxls: {cls.name} was not captured; see the log for why."
+            )
+        return trace.report(
+            module,
+            result.analysis.modules,
+            result.analysis.diagnostics,
+            version=result.version,
+            mapper=doc.line_map().to_current,
+            isolation=result.analysis.isolation,
+            duration_s=result.analysis.duration_s,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _work_done(self, message: str) -> AsyncIterator[None]:
+        """Work-done progress (created by the server) around a command, when supported."""
+        token = None
+        if self._capability("window", "work_done_progress"):
+            token = f"fxls-command-{next(self._tokens)}"
+            try:
+                await self.lsp.work_done_progress.create_async(token)
+                begin = types.WorkDoneProgressBegin(title="fxls", message=message)
+                self.lsp.work_done_progress.begin(token, begin)
+            except Exception as exc:
+                logger.info("work done progress failed: %s", exc)
+                token = None
+        try:
+            yield
+        finally:
+            if token is not None:
+                with contextlib.suppress(Exception):
+                    end = types.WorkDoneProgressEnd(message="done")
+                    self.lsp.work_done_progress.end(token, end)
+
+    # -- code actions --------------------------------------------------------------------
+
+    def _outcomes(self, doc: Document) -> dict[str, FixOutcome]:
+        version, found = self.fix_outcomes.get(doc.uri, (None, {}))
+        if version != doc.version:
+            found = {}
+            self.fix_outcomes[doc.uri] = (doc.version, found)
+        return found
+
+    def _offered(self, doc: Document) -> list[code_actions.Offered]:
+        """The fixes of the cached analysis whose spans are unchanged, on the current text."""
+        if doc.result is None or doc.syntax is not None:
+            return []
+        mapper = doc.line_map().to_current
+        known = self._outcomes(doc)
+        cached = self._candidates.get(doc.uri)
+        if cached is None or cached[0] is not doc.result:
+            cached = (doc.result, fixes.candidates(doc.result.analysis, doc.result.text))
+            self._candidates[doc.uri] = cached
+        out = []
+        for cand in cached[1]:
+            span = fixes.moved(cand.span, mapper)
+            if span is not None:
+                out.append(code_actions.Offered(cand, span, known.get(cand.id)))
+        return out
+
+    def code_actions_for(
+        self, uri: str, request: types.Range, context: types.CodeActionContext
+    ) -> list[types.CodeAction]:
+        """Quick fixes and refactors at ``request`` from the cached analysis (no worker)."""
+        doc = self.documents.get(uri)
+        if doc is None or doc.result is None or doc.syntax is not None:
+            return []
+        offered = self._offered(doc)
+        enc, lines = self.encoding, doc.lines
+        line, col = convert.position_from_lsp(request.start, lines, enc)
+        old_line = doc.line_map().to_analysed(line)
+        if old_line is not None:
+            mapper = doc.line_map().to_current
+            known = self._outcomes(doc)
+            for cand in fixes.refactors_at(doc.result.analysis, doc.result.text, old_line, col):
+                span = fixes.moved(cand.span, mapper)
+                if span is not None:
+                    offered.append(code_actions.Offered(cand, span, known.get(cand.id)))
+        unsafe = self.settings.code_actions.unsafe
+        return code_actions.lsp_code_actions(
+            offered,
+            uri,
+            doc.version,
+            lines,
+            enc,
+            request,
+            context,
+            mapper=doc.line_map().to_current,
+            unsafe=unsafe,
+            fix_all=any(
+                o.candidate.fix_all and (o.outcome is None or fixes.applies(o.outcome, unsafe))
+                for o in offered
+            ),
+        )
+
+    async def resolve_code_action(self, action: types.CodeAction) -> types.CodeAction:
+        """Compute a listed action's edit in the worker, verified; refused when the document
+        changed since it was listed (never raises)."""
+        try:
+            return await self._resolve(action)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("code action resolve failed")
+            self.log(
+                f"fxls: code action failed: {type(exc).__name__}: {exc}", types.MessageType.Error
+            )
+            return code_actions.refused(action, f"fxls failed: {type(exc).__name__}: {exc}")
+
+    async def _resolve(self, action: types.CodeAction) -> types.CodeAction:
+        data = action.data if isinstance(action.data, dict) else {}
+        if not self.trusted:
+            return code_actions.refused(action, "this workspace is not trusted")
+        doc = self.documents.get(str(data.get("uri", "")))
+        version = data.get("version")
+        if doc is None or doc.version != version:
+            return code_actions.refused(
+                action, "the document changed since this action was listed; ask again"
+            )
+        text = doc.text
+        known = self._outcomes(doc)
+        fix_all = data.get("fix") == "all"
+        if fix_all:
+            requests = [o.candidate.request(o.span) for o in self._offered(doc)
+                        if o.candidate.fix_all]  # fmt: skip
+            if not requests:
+                return code_actions.refused(action, "no fix applies to this file")
+        else:
+            request = code_actions.fix_request(data)
+            if request is None:
+                return code_actions.refused(action, "fxls did not understand this action")
+            requests = [request]
+        outcome = None if fix_all else known.get(requests[0].id)
+        if outcome is None:
+            outcome = await self._compute(doc, text, requests, fix_all)
+        if doc.closed or doc.version != version:
+            return code_actions.refused(action, "the document changed while fxls computed the fix")
+        return code_actions.resolved(
+            action,
+            outcome,
+            text,
+            doc.uri,
+            doc.version,
+            self.encoding,
+            unsafe=self.settings.code_actions.unsafe,
+            versioned=bool(self._capability("workspace", "workspace_edit", "document_changes")),
+        )
+
+    async def _compute(
+        self, doc: Document, text: str, requests: list[FixRequest], combine: bool
+    ) -> FixOutcome | None:
+        settings = self.settings.code_actions
+        try:
+            worker = await self.ensure_worker()
+        except Exception as exc:
+            return FixOutcome("all", "unavailable", "", reason=f"the worker did not start: {exc}")
+        options = await asyncio.to_thread(self.engine_options, doc.path)  # reads the disk
+        self._note_refused_rules()
+        result = await fixes.compute(
+            worker,
+            doc.path,
+            text,
+            requests,
+            options=options,
+            root=self.root,
+            combine=combine,
+            unsafe=settings.unsafe,
+            max_params=settings.max_params,
+        )
+        if doc.version is not None and self.fix_outcomes.get(doc.uri, (None,))[0] == doc.version:
+            known = self._outcomes(doc)
+            for outcome in result.outcomes:
+                known[outcome.id] = outcome
+        if combine:
+            if result.combined is not None:
+                return result.combined
+            reasons = sorted({o.reason for o in result.outcomes if o.reason})
+            why = "; ".join(reasons[:3]) or "nothing to change"
+            return FixOutcome("all", "unavailable", "", reason=f"no fix verified safe ({why})")
+        return result.outcomes[0] if result.outcomes else None

@@ -220,11 +220,11 @@ def _top_level_classes(body: list[ast.stmt]) -> Iterator[ast.ClassDef]:
         elif isinstance(stmt, ast.Try) or (
             hasattr(ast, "TryStar") and isinstance(stmt, getattr(ast, "TryStar"))  # noqa: B009
         ):
-            yield from _top_level_classes(stmt.body)  # type: ignore[attr-defined]
-            for handler in stmt.handlers:  # type: ignore[attr-defined]
+            yield from _top_level_classes(stmt.body)
+            for handler in stmt.handlers:
                 yield from _top_level_classes(handler.body)
-            yield from _top_level_classes(stmt.orelse)  # type: ignore[attr-defined]
-            yield from _top_level_classes(stmt.finalbody)  # type: ignore[attr-defined]
+            yield from _top_level_classes(stmt.orelse)
+            yield from _top_level_classes(stmt.finalbody)
         elif isinstance(stmt, ast.With):
             yield from _top_level_classes(stmt.body)
 

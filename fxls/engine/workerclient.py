@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -404,7 +404,7 @@ class WorkerClient:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 kill(proc.pid, signal.SIGKILL)
 
-    def _spawn_task(self, coro: Any) -> asyncio.Task[Any]:
+    def _spawn_task(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

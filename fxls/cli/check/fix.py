@@ -149,7 +149,7 @@ class Fixer:
 
     async def _analyze(self, path: str, text: str, plan: Plan) -> FileAnalysis:
         return await analyze(
-            self.client,  # type: ignore[arg-type]
+            self.client,
             path,
             text,
             options=self.options,

@@ -108,7 +108,8 @@ def to_json(
         "modules": modules,
         "diagnostics": [_json_diag(d) for d in rest],
     }
-    return escape_tree(document, PATH_KEYS)
+    escaped: dict[str, Any] = escape_tree(document, PATH_KEYS)
+    return escaped
 
 
 def _json_pass(run: PassResult) -> dict[str, Any]:

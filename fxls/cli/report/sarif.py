@@ -158,4 +158,5 @@ def sarif_log(
             }
         ],
     }
-    return escape_tree(log, URI_KEYS)
+    escaped: dict[str, Any] = escape_tree(log, URI_KEYS)
+    return escaped

@@ -313,7 +313,7 @@ def _function_sigs(fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) ->
     sigs = [sig] if sig else []
     if not sigs:
         try:
-            qualified = torch.jit._builtins._find_builtin(fn)
+            qualified = torch.jit._builtins._find_builtin(fn)  # type: ignore[no-untyped-call]
         except Exception:
             qualified = None
         if qualified:

@@ -553,7 +553,7 @@ def _unify(a: Any, b: Any) -> bool:
     if not isinstance(a, torch.SymInt) and not isinstance(b, torch.SymInt):
         return False
     try:
-        torch._check(a == b)
+        torch._check(a == b)  # type: ignore[no-untyped-call]
     except Exception:
         return False
     return True
@@ -689,7 +689,7 @@ _BATCHNORMS = {torch.nn.BatchNorm1d: 3, torch.nn.BatchNorm2d: 4, torch.nn.BatchN
 def _one_value_per_channel(x: torch.Tensor) -> bool:
     """Training-mode batch norm rejects inputs with one value per channel; let it say so."""
     sizes = [x.shape[0], *x.shape[2:]]
-    return all(isinstance(d, int) for d in sizes) and math.prod(sizes) == 1  # type: ignore[arg-type]
+    return all(isinstance(d, int) for d in sizes) and math.prod(sizes) == 1
 
 
 def _fast_rnn(module: Any, x: torch.Tensor, hx: Any) -> Any:

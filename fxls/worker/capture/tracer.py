@@ -169,7 +169,7 @@ class SpanTracer(torch.fx.Tracer):
         kwargs: Any,
         name: Any = None,
         type_expr: Any = None,
-    ) -> torch.fx.Node:  # type: ignore[override]
+    ) -> torch.fx.Node:
         node = super().create_node(kind, target, args, kwargs, name, type_expr)
         frame = sys._getframe(1)
         frames = [(code, lasti) for code, lasti in _stack(frame) if code.co_filename == self.path]

@@ -731,7 +731,7 @@ class _Printer:
         if (
             aug.target.id != name
             or node.op != "call_function"
-            or _BINARY.get(node.target) != symbol  # type: ignore[call-overload, arg-type]
+            or _BINARY.get(node.target) != symbol  # type: ignore[arg-type]
             or len(node.args) != 2
             or node.kwargs
             or not isinstance(node.args[0], torch.fx.Node)
@@ -946,9 +946,9 @@ class _Printer:
         if target in _BINARY and len(args) == 2 and not kwargs:
             left = self._operand(args[0], inline, target, 0)
             right = self._operand(args[1], inline, target, 1)
-            return f"{left} {_BINARY[target]} {right}"  # type: ignore[index]
+            return f"{left} {_BINARY[target]} {right}"
         if target in _UNARY and len(args) == 1 and not kwargs:
-            return f"{_UNARY[target]}{self._operand(args[0], inline, target, 1)}"  # type: ignore[index]
+            return f"{_UNARY[target]}{self._operand(args[0], inline, target, 1)}"
         if target is operator.getitem and len(args) == 2:
             return f"{self._operand(args[0], inline)}[{self._value(args[1], inline, index=True)}]"
         if target is builtins.getattr and len(args) == 2 and isinstance(args[1], str):

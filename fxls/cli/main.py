@@ -418,7 +418,13 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 progress.begin(escape_text(plan.path, path=True))
 
             async for checked in run_plans(
-                client, plans, options, codes, concurrency=args.jobs, started=begin
+                client,
+                plans,
+                options,
+                codes,
+                concurrency=args.jobs,
+                started=begin,
+                import_root=config.root,
             ):
                 if fixer is not None:
                     checked = await fixer.apply(checked)
@@ -488,7 +494,7 @@ async def graph(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot tell the format of {args.output}: use .svg, .html or .dot")
     if fmt == "svg" and dot_binary() is None:
         raise UsageError(NO_DOT)
-    _config, options, python = _capture_settings(args, [path])
+    config, options, python = _capture_settings(args, [path])
     text = read_source(path, cap=MAX_SOURCE_BYTES, follow_links=True)
     if isinstance(text, Refused):
         raise UsageError(f"cannot read {path}: {text}")
@@ -522,6 +528,7 @@ async def graph(args: argparse.Namespace) -> int:
             only=[cls],
             extra_inputs=plan.inputs,
             init_override=plan.init,
+            import_root=config.root,
         )
     finally:
         await client.close()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from fxls import __version__
-from fxls.analysis import ClassInfo, ParseResult, parse, workspace
+from fxls.analysis import ClassInfo, ParseResult, packages, parse, workspace
 from fxls.engine import incremental
 from fxls.protocol import catalogue
 from fxls.protocol.codec import to_dict
@@ -211,9 +211,12 @@ _TB_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
 
 def _import_error_diagnostic(capture: CaptureResult, path: str, text: str) -> Diagnostic | None:
-    """FX404 for a file that failed to execute, unless the worker already reported one."""
+    """FX404 for a file that failed to execute, unless the worker already reported why (an
+    error, or FX409: a module the interpreter lacks)."""
     error = capture.error
-    if error is None or any(d.severity == "error" for d in capture.diagnostics):
+    if error is None or any(
+        d.severity == "error" or d.code == "FX409" for d in capture.diagnostics
+    ):
         return None
     line = 0
     for m in _TB_LINE.finditer(error.traceback):
@@ -264,15 +267,18 @@ def capture_job(
     options: EngineOptions,
     root: str | None = None,
 ) -> CaptureJob:
-    """The job that captures ``requests`` of one document version (``sys.path`` gets the
-    file's folder and the workspace root)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    sys_path = [folder] + ([root] if root and root != folder else [])
+    """The job that captures ``requests`` of one document version: it runs as the module
+    Python would import the file as (``packages.locate``), with that module's root and the
+    workspace root on ``sys.path``."""
+    where = packages.locate(path, text, root)
+    sys_path = [where.root] + ([root] if root and root != where.root else [])
     return CaptureJob(
         path=path,
         source=text,
         classes=requests,
         sys_path=sys_path,
+        module=where.name,
+        module_is_package=where.is_package,
         meta_init=options.meta_init,
         symbolic=options.symbolic,
         reuse_blocks=options.reuse_blocks,
@@ -410,13 +416,16 @@ async def analyze(
     init_override: dict[str, str] | None = None,
     cache: incremental.CaptureCache | None = None,
     worker: str = "",
+    import_root: str | None = None,
 ) -> FileAnalysis:
     """Analyze one document version through the worker. Never raises for user code problems
     (those become diagnostics); ``asyncio.CancelledError`` propagates.
 
     With a ``cache``, only the classes whose unit changed (:mod:`fxls.engine.incremental`) are
     captured; the others come from the cache, moved to their current lines. ``worker`` names
-    the worker (interpreter, torch version) for the cache keys."""
+    the worker (interpreter, torch version) for the cache keys. ``import_root`` goes on the
+    job's ``sys.path`` when there is no workspace ``root`` (``fxls check``: the project's
+    folder), without the workspace scan a root brings."""
     options = options or EngineOptions()
     started = time.monotonic()
     parsed = parse(text)
@@ -437,7 +446,7 @@ async def analyze(
         requests = build_requests(classes, extra_inputs, init_override)
         # reading the workspace's files blocks: in a thread, so the server keeps answering
         await asyncio.to_thread(_add_call_sites, requests, root, path, parsed.defined)
-        job = capture_job(path, text, requests, options, root)
+        job = capture_job(path, text, requests, options, root or import_root)
         budget = Budget(options)
         if cache is not None and only is None and not is_rules_file(path, options):
             context = await asyncio.to_thread(job_context, job, options, root, worker)
@@ -679,19 +688,7 @@ async def _capture(
                 return req, f"{failed} other classes of this file already hit a sandbox limit"
             if budget.left() <= 0:
                 return req, budget.spent()
-            single = CaptureJob(
-                path=job.path,
-                source=job.source,
-                classes=[req],
-                sys_path=job.sys_path,
-                meta_init=job.meta_init,
-                symbolic=job.symbolic,
-                reuse_blocks=job.reuse_blocks,
-                fake_cache=job.fake_cache,
-                children_from_trace=job.children_from_trace,
-                eager_on_meta=job.eager_on_meta,
-                rules=job.rules,
-            )
+            single = dataclasses.replace(job, classes=[req])
             try:
                 res = await asyncio.wait_for(_run(client, single, options), budget.left(grace=True))
             except asyncio.TimeoutError:  # the budget ran out during this re-run

@@ -526,8 +526,12 @@ async def compute(
     max_params: int | None = None,
     extra_inputs: dict[str, list[InputSpec]] | None = None,
     init_override: dict[str, str] | None = None,
+    import_root: str | None = None,
 ) -> RewriteResult:
     """Compute and verify ``fixes`` on ``text`` in the worker (one ``rewrite`` job).
+
+    ``import_root`` goes on the job's ``sys.path`` when there is no workspace ``root``, as in
+    :func:`fxls.engine.analyze.analyze`.
 
     Never raises for worker failures: every fix is then ``unavailable`` with the reason.
     ``asyncio.CancelledError`` propagates.
@@ -540,7 +544,7 @@ async def compute(
     requests = await asyncio.to_thread(
         class_requests, parsed, path, root, extra_inputs, init_override
     )
-    job = capture_job(path, text, requests, options, root)
+    job = capture_job(path, text, requests, options, root or import_root)
     rewrite = RewriteJob(fixes=list(fixes), combine=combine, unsafe=unsafe)
     if max_params is not None:
         rewrite.max_params = max_params

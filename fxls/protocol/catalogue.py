@@ -397,6 +397,18 @@ class FX404(Message):
     )
 
 
+class FX409(Message):
+    code = "FX409"
+    severity = "warning"
+    title = "Module cannot be imported"
+    template = "`{module}` cannot be imported by the interpreter fxls runs: {error}"
+    fix = (
+        "Install `{package}` in that interpreter (the one `fxls.python` or `fxls check --python` "
+        "names), or make it importable from the workspace; fxls shows this file's shapes once "
+        "the file runs."
+    )
+
+
 class FX405(Message):
     code = "FX405"
     severity = "information"

@@ -180,7 +180,12 @@ class CaptureJob:
     """The document text (the editor buffer, not the file on disk)."""
     classes: list[ClassRequest] = field(default_factory=list)
     sys_path: list[str] = field(default_factory=list)
-    """Prepended to sys.path: the file's folder and the workspace root."""
+    """Prepended to sys.path: the package root (or the file's folder) and the workspace root."""
+    module: str = ""
+    """The dotted name the document runs as (``pkg.models.llama``): its package is imported
+    first and its relative imports resolve; empty: a script named ``__fxls_document__``."""
+    module_is_package: bool = False
+    """The document is a package's ``__init__.py``."""
     meta_init: bool = True
     """Build modules on the meta device (no real memory); fall back to CPU if that fails."""
     symbolic: bool = True

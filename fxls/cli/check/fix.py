@@ -118,6 +118,7 @@ class Fixer:
                 max_params=self.max_params,
                 extra_inputs=plan.inputs,
                 init_override=plan.init,
+                import_root=self.root,
             )
             combined = result.combined
             done = set(combined.fixes) if combined is not None else set()
@@ -156,6 +157,7 @@ class Fixer:
             only=plan.only,
             extra_inputs=plan.inputs,
             init_override=plan.init,
+            import_root=self.root,
         )
 
     def _count(self, outcomes: list[FixOutcome]) -> None:

@@ -147,8 +147,11 @@ async def run_plans(
     *,
     concurrency: int = 2,
     started: Callable[[Plan], None] | None = None,
+    import_root: str | None = None,
 ) -> AsyncIterator[Checked]:
     """Capture the plans (``concurrency`` at a time) and yield results in the plans' order.
+    ``import_root`` (the project's folder) is on every job's ``sys.path``, so a file imports
+    the project's own modules and packages as the project's scripts do when run from there.
 
     Once a job reports that the rules file took longer than its time to load, the files that
     start after it go without the rules (each would wait for them again); the rules file itself
@@ -169,6 +172,7 @@ async def run_plans(
                 only=plan.only,
                 extra_inputs=plan.inputs,
                 init_override=plan.init,
+                import_root=import_root,
             )
             if analysis.rules_too_slow:
                 slow_rules.add(chosen.rules)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib
+import importlib.abc
+import importlib.machinery
 import linecache
+import os
 import sys
 import types
 from dataclasses import dataclass, field
@@ -14,7 +18,7 @@ from fxls.protocol.model import CaptureJob
 from fxls.protocol.positions import SourceText
 
 MODULE_NAME = "__fxls_document__"
-"""``__name__`` of the executed document (never ``"__main__"``)."""
+"""``__name__`` of a document that runs as a script (never ``"__main__"``)."""
 
 
 @dataclass
@@ -42,6 +46,35 @@ class Document:
         return self.job.path
 
 
+class EditorText(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves the document's module from the editor's text, first on ``sys.meta_path``: its
+    package (and anything else) importing it by name gets the text being edited, never the
+    file on disk, and the module object is the document's namespace."""
+
+    def __init__(self, job: CaptureJob, module: types.ModuleType) -> None:
+        self.job = job
+        self.module = module
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.job.module:
+            return None
+        spec = importlib.machinery.ModuleSpec(
+            fullname, self, origin=self.job.path, is_package=self.job.module_is_package
+        )
+        spec.has_location = True
+        if self.job.module_is_package:
+            spec.submodule_search_locations = [os.path.dirname(self.job.path)]
+        return spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return self.module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        exec(compile(self.job.source, self.job.path, "exec"), module.__dict__)
+
+
 def prepare(job: CaptureJob) -> Document:
     """Register the text for tracebacks and spans, and make the module it runs as."""
     for entry in reversed(job.sys_path):
@@ -53,22 +86,36 @@ def prepare(job: CaptureJob) -> Document:
         job.source.splitlines(keepends=True),
         job.path,
     )
-    module = types.ModuleType(MODULE_NAME)
+    module = types.ModuleType(job.module or MODULE_NAME)
     module.__file__ = job.path
     namespace: dict[str, Any] = module.__dict__
     namespace["__builtins__"] = builtins
-    sys.modules[MODULE_NAME] = module
+    if job.module:
+        sys.meta_path.insert(0, EditorText(job, module))
+    else:
+        sys.modules[MODULE_NAME] = module
     return Document(job=job, source=SourceText(job.source), namespace=namespace, tree=None)
 
 
 def execute(doc: Document) -> None:
-    """Run the document text (user code: may raise anything) and parse it for the AST views."""
-    code = compile(doc.job.source, doc.job.path, "exec")
-    exec(code, doc.namespace)
+    """Run the document text (user code: may raise anything) and parse it for the AST views.
+
+    A document in a package is imported by its name: its parent packages run first (their
+    ``__init__.py`` from disk, which may import the document itself, getting the editor's
+    text), then the document, once, as Python would import it."""
+    if doc.job.module:
+        importlib.import_module(doc.job.module)
+    else:
+        exec(compile(doc.job.source, doc.job.path, "exec"), doc.namespace)
     try:
         doc.tree = ast.parse(doc.job.source)
     except SyntaxError:
         doc.tree = None
+
+
+def module_name(doc: Document) -> str:
+    """``__name__`` of the document's module."""
+    return doc.job.module or MODULE_NAME
 
 
 def resolvable(node: ast.AST, namespace: dict[str, Any]) -> bool:

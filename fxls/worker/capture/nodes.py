@@ -65,17 +65,27 @@ def _target_names() -> dict[int, str]:
     return _TARGET_NAMES
 
 
+DOCUMENT_MODULES = {"__fxls_document__"}
+"""Names of the module the document runs as: its own functions are named without it."""
+
+
 def readable_target(node: torch.fx.Node) -> str:
-    """``conv1``, ``torch.nn.functional.relu``, ``operator.add``, ``view``."""
+    """``conv1``, ``torch.nn.functional.relu``, ``operator.add``, ``view``; a function of the
+    document itself by its own name (``rotate_half``)."""
     target = node.target
     if node.op == "call_function":
         name = _target_names().get(id(target))
         if name is not None:
             return name
         try:
-            return torch.fx.node._get_qualified_name(target)  # type: ignore[arg-type]
+            name = torch.fx.node._get_qualified_name(target)  # type: ignore[arg-type]
         except Exception:
             return getattr(target, "__name__", str(target))
+        module, _, rest = name.rpartition(".")
+        while module and module not in DOCUMENT_MODULES:
+            module, _, head = module.rpartition(".")
+            rest = f"{head}.{rest}"
+        return rest if module else name
     if node.op == "output":
         return "output"
     return str(target)

@@ -16,6 +16,7 @@ failure is caught per class, so one class never hides the others.
 
 from __future__ import annotations
 
+import ast
 import os
 
 import torch
@@ -31,9 +32,9 @@ from fxls.protocol.model import (
     Span,
 )
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture import build, construct, parents, reuse, shapes
+from fxls.worker.capture import build, construct, nodes, parents, reuse, shapes
 from fxls.worker.capture.classcapture import ClassCapture, PhaseReporter, capture_class, runs
-from fxls.worker.capture.document import Document, execute, prepare
+from fxls.worker.capture.document import Document, execute, module_name, prepare
 from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
 
 
@@ -83,6 +84,7 @@ def capture_document(
     """
     result = CaptureResult(torch_version=torch.__version__)
     doc = prepare(job)
+    nodes.DOCUMENT_MODULES.add(module_name(doc))
     report_phase("import", None)
     try:
         execute(doc)
@@ -285,7 +287,26 @@ def _soften_worked_around(mod: ModuleResult) -> None:
             diag.severity = "warning"
 
 
+def _first_import_span(source: SourceText) -> Span | None:
+    """The first ``import``/``from`` statement of the document (where running it first reaches
+    another module: for a file of a package, its package runs before any of its lines)."""
+    try:
+        tree = ast.parse(source.source)
+    except (SyntaxError, ValueError):
+        return None
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            return line_span(source, stmt.lineno)
+    return None
+
+
 def _import_diagnostic(exc: BaseException, path: str, source: SourceText) -> Diagnostic:
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        at = user_span(exc, path, source) or _first_import_span(source) or line_span(source, 1)
+        missing = m.FX409(
+            at, module=exc.name, package=exc.name.partition(".")[0], error=one_line(exc)
+        )
+        return missing.diagnostic({"type": type(exc).__name__})
     span: Span | None = None
     if isinstance(exc, SyntaxError) and exc.filename == path and exc.lineno:
         col = max((exc.offset or 1) - 1, 0)

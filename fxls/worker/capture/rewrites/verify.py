@@ -269,6 +269,8 @@ def _edited_job(original: Original, edited: str, change: Change, shift: LineShif
         source=edited,
         classes=classes,
         sys_path=list(job.sys_path),
+        module=job.module,
+        module_is_package=job.module_is_package,
         meta_init=job.meta_init,
         symbolic=job.symbolic,
     )

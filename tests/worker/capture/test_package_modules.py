@@ -1,0 +1,149 @@
+"""Files of a package run as the module Python imports them as, through the real worker:
+relative imports, ``__name__``-keyed registries and lazily loaded packages work, and the
+editor's text is what runs, not the file on disk.
+
+The package is ``tests/fixtures/packages/tinylib``, laid out like the model libraries."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from fxls.engine.analyze import analyze
+from fxls.engine.workerclient import WorkerClient
+from fxls.protocol.model import ModuleResult
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "packages"
+
+pytestmark = pytest.mark.worker
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def worker() -> AsyncIterator[WorkerClient]:
+    client = WorkerClient()
+    await client.start()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    shutil.copytree(FIXTURES / "tinylib", tmp_path / "tinylib")
+    return tmp_path
+
+
+def _by_name(modules: list[ModuleResult]) -> dict[str, ModuleResult]:
+    return {m.name: m for m in modules}
+
+
+EDITOR_ONLY = textwrap.dedent(
+    """
+
+    class EditorOnly(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(48, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.proj(x)
+
+
+    import tinylib
+
+    assert __name__ == "tinylib.models.tiny.modeling_tiny", __name__
+    assert __package__ == "tinylib.models.tiny", __package__
+    assert "tinylib.models.tiny.modeling_tiny.TinyModel" in tinylib.MODELS, tinylib.MODELS
+    """
+)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_model_file_of_a_package_runs_as_its_module(
+    worker: WorkerClient, workspace: Path
+) -> None:
+    """The editor's text (with a class the file on disk lacks) runs as
+    ``tinylib.models.tiny.modeling_tiny``: its three levels of relative imports resolve, the
+    registry sees the package's module name, and every class shows shapes."""
+    path = workspace / "tinylib" / "models" / "tiny" / "modeling_tiny.py"
+    text = path.read_text() + EDITOR_ONLY
+    analysis = await analyze(worker, str(path), text, root=str(workspace))
+    assert not [d for d in analysis.diagnostics if d.code == "FX404"], analysis.diagnostics
+    modules = _by_name(analysis.modules)
+    assert set(modules) == {"TinyBlock", "TinyModel", "EditorOnly"}, modules
+    for name, module in modules.items():
+        assert module.status == "traced", (name, module.status, module.error)
+    assert modules["EditorOnly"].outputs[0].shape[-1] == 8, modules["EditorOnly"].outputs
+    assert modules["TinyModel"].outputs[0].shape[-1] == 48, modules["TinyModel"].outputs
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_package_importing_the_file_gets_the_editor_text(
+    worker: WorkerClient, workspace: Path
+) -> None:
+    """``tinylib/models/tiny/__init__.py`` imports ``TinyModel`` from the file being edited:
+    with ``TinyModel`` renamed in the editor (not on disk), that import fails as it would
+    for the user, naming the editor's text, not silently using the file on disk."""
+    path = workspace / "tinylib" / "models" / "tiny" / "modeling_tiny.py"
+    text = path.read_text().replace("class TinyModel(", "class TinyModelRenamed(")
+    analysis = await analyze(worker, str(path), text, root=str(workspace))
+    errors = [d for d in analysis.diagnostics if d.code == "FX404"]
+    assert errors and "TinyModel" in errors[0].message, analysis.diagnostics
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_file_outside_a_package_runs_as_a_script(
+    worker: WorkerClient, tmp_path: Path
+) -> None:
+    """A lone file keeps running as before: from its own folder, importing its neighbours by
+    their plain names."""
+    (tmp_path / "helpers.py").write_text("WIDTH = 12\n")
+    path = tmp_path / "model.py"
+    text = textwrap.dedent(
+        """
+        import torch
+        from torch import nn
+
+        from helpers import WIDTH
+
+
+        class Net(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.fc = nn.Linear(4, WIDTH)
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return self.fc(x)
+        """
+    )
+    analysis = await analyze(worker, str(path), text, root=str(tmp_path))
+    (net,) = analysis.modules
+    assert net.status == "traced", net.error
+    assert net.outputs[0].shape[-1] == 12, net.outputs
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_package_that_cannot_be_imported_is_a_warning_naming_the_module(
+    worker: WorkerClient, workspace: Path
+) -> None:
+    """The package's ``__init__.py`` imports a module the interpreter lacks: one warning
+    (FX409, the environment, not the model) at the file's first import, naming the module;
+    no FX404 error."""
+    init = workspace / "tinylib" / "__init__.py"
+    init.write_text("import fxls_missing_dependency.sub\n" + init.read_text())
+    path = workspace / "tinylib" / "models" / "tiny" / "modeling_tiny.py"
+    text = path.read_text()
+    analysis = await analyze(worker, str(path), text, root=str(workspace))
+    codes = [d.code for d in analysis.diagnostics]
+    assert "FX404" not in codes, analysis.diagnostics
+    (missing,) = [d for d in analysis.diagnostics if d.code == "FX409"]
+    assert missing.severity == "warning"
+    assert "fxls_missing_dependency" in missing.message
+    first_import = next(i for i, line in enumerate(text.splitlines(), 1) if "import" in line)
+    assert missing.span.line == first_import

@@ -255,17 +255,38 @@ def _is_config_class(tp: Any) -> bool:
                for p in sig.parameters.values())  # fmt: skip
 
 
+def _shared_parts(a: str, b: str) -> int:
+    """How many leading dotted parts two module names share."""
+    count = 0
+    for x, y in zip(a.split("."), b.split(".")):
+        if x != y:
+            break
+        count += 1
+    return count
+
+
 def _config_classes(doc: Document) -> list[type]:
-    """Classes of the file that look like configuration (dataclasses, NamedTuples, *Config)."""
-    out = []
+    """Classes that look like configuration (dataclasses, NamedTuples, *Config): the file's
+    own, then those it imports from its own package, nearest module first
+    (``transformers.models.llama.configuration_llama`` before ``transformers.configuration_utils``
+    for ``transformers.models.llama.modeling_llama``)."""
+    own = str(doc.namespace.get("__name__", ""))
+    local: list[type] = []
+    imported: list[tuple[int, type]] = []
     for name, value in doc.namespace.items():
-        if getattr(value, "__module__", None) != doc.namespace.get("__name__"):
-            continue
         if not isinstance(value, type) or not _is_config_class(value):
             continue
-        if dataclasses.is_dataclass(value) or re.search(r"Config|Args|Params|Cfg|Settings", name):
-            out.append(value)
-    return out
+        if not (
+            dataclasses.is_dataclass(value) or re.search(r"Config|Args|Params|Cfg|Settings", name)
+        ):
+            continue
+        module = str(getattr(value, "__module__", ""))
+        if module == own:
+            local.append(value)
+        elif "." in own and _shared_parts(module, own) > 0:
+            imported.append((_shared_parts(module, own), value))
+    imported.sort(key=lambda pair: -pair[0])
+    return local + [value for _, value in imported]
 
 
 def _optional(annotation: Any) -> bool:
@@ -368,9 +389,15 @@ def _config_candidates(
     found: list[_ConfigCandidate] = []
     tp = None if annotation is inspect.Parameter.empty else _unwrap_optional(annotation)
     sources: list[tuple[Callable[[], Any], str]] = []
-    if isinstance(tp, type) and _is_config_class(tp):
+    config_named = param.name.lower() in CONFIG_PARAM_NAMES or param.name.lower().endswith(
+        ("config", "cfg")
+    )
+    declared = getattr(cls, "config_class", None)  # PreTrainedModel subclasses name theirs
+    if config_named and isinstance(declared, type) and _is_config_class(declared):
+        sources.append((declared, f"{declared.__name__}()"))
+    if isinstance(tp, type) and _is_config_class(tp) and tp is not declared:
         sources.append((tp, f"{tp.__name__}()"))
-    if param.name.lower() in CONFIG_PARAM_NAMES or param.name.lower().endswith(("config", "cfg")):
+    if config_named:
         default_config = getattr(cls, "get_default_config", None)
         if callable(default_config):
             sources.append((default_config, f"{cls.__name__}.get_default_config()"))

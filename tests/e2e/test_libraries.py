@@ -1,0 +1,59 @@
+"""Model files of real libraries, as their users have them: ``fxls check`` on files of the
+transformers and diffusers releases pinned in pyproject.toml (installed by ``.ci/setup``),
+straight from site-packages, with no directive.
+
+Each file runs as its module, so none ends at its first relative import (FX404); released
+library code gets no error diagnostic; and the classes that show shapes do not fall below
+what fxls shows today (a ratchet: raise the numbers when fxls does better)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import diffusers
+import pytest
+import transformers
+
+pytestmark = [pytest.mark.slow, pytest.mark.worker]
+
+SHAPED_AT_LEAST = {
+    # file -> (classes with shapes, a class that must show them)
+    "transformers/models/llama/modeling_llama.py": (2, "LlamaMLP"),
+    "transformers/models/bert/modeling_bert.py": (7, "BertSelfOutput"),
+    "transformers/models/vit/modeling_vit.py": (5, "ViTPatchEmbeddings"),
+    "diffusers/models/resnet.py": (2, "Conv1dBlock"),
+}
+PACKAGES = {
+    "transformers": Path(transformers.__file__).parent,
+    "diffusers": Path(diffusers.__file__).parent,
+}
+
+
+def _check(path: Path) -> list[dict]:
+    done = subprocess.run(
+        [sys.executable, "-m", "fxls", "check", "--json", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    report = json.loads(done.stdout)
+    return report if isinstance(report, list) else [report]
+
+
+@pytest.mark.parametrize("rel", sorted(SHAPED_AT_LEAST))
+def test_library_model_files_run_as_their_modules(rel: str) -> None:
+    package, _, inner = rel.partition("/")
+    documents = _check(PACKAGES[package] / inner)
+    diagnostics = [x for d in documents for x in d["diagnostics"]]
+    modules = [m for d in documents for m in d["modules"]]
+    diagnostics += [x for m in modules for x in m["diagnostics"]]
+    assert not [x for x in diagnostics if x["code"] == "FX404"], diagnostics
+    assert not [x for x in diagnostics if x["severity"] == "error"], diagnostics
+    shaped = {m["class"] for m in modules if any(o.get("shape") is not None for o in m["outputs"])}
+    at_least, example = SHAPED_AT_LEAST[rel]
+    assert len(shaped) >= at_least, sorted(shaped)
+    assert example in shaped, sorted(shaped)

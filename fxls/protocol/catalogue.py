@@ -454,6 +454,9 @@ class FX407(Message):
 
 class FX501(Message):
     code = "FX501"
+    severity = "warning"
+    """A capture that runs out of time says nothing about the model: a large default
+    configuration, a slow import, a loaded machine."""
     title = "Timed out"
     template = "capturing `{cls}` did not finish within {limit}"
     fix = "Raise `fxls.limits.timeoutSeconds`, or skip the class with `# fxls: skip`."

@@ -20,11 +20,12 @@ import transformers
 pytestmark = [pytest.mark.slow, pytest.mark.worker]
 
 SHAPED_AT_LEAST = {
-    # file -> (classes with shapes, a class that must show them)
-    "transformers/models/llama/modeling_llama.py": (2, "LlamaMLP"),
-    "transformers/models/bert/modeling_bert.py": (7, "BertSelfOutput"),
-    "transformers/models/vit/modeling_vit.py": (5, "ViTPatchEmbeddings"),
-    "diffusers/models/resnet.py": (2, "Conv1dBlock"),
+    # file -> (classes with shapes, a class that must show them, the size its output ends in:
+    # the hidden size of the library's default configuration)
+    "transformers/models/llama/modeling_llama.py": (2, "LlamaModel", 4096),
+    "transformers/models/bert/modeling_bert.py": (11, "BertModel", 768),
+    "transformers/models/vit/modeling_vit.py": (8, "ViTModel", 768),
+    "diffusers/models/resnet.py": (2, "Conv1dBlock", 128),
 }
 PACKAGES = {
     "transformers": Path(transformers.__file__).parent,
@@ -53,7 +54,11 @@ def test_library_model_files_run_as_their_modules(rel: str) -> None:
     diagnostics += [x for m in modules for x in m["diagnostics"]]
     assert not [x for x in diagnostics if x["code"] == "FX404"], diagnostics
     assert not [x for x in diagnostics if x["severity"] == "error"], diagnostics
-    shaped = {m["class"] for m in modules if any(o.get("shape") is not None for o in m["outputs"])}
-    at_least, example = SHAPED_AT_LEAST[rel]
-    assert len(shaped) >= at_least, sorted(shaped)
-    assert example in shaped, sorted(shaped)
+    shaped = {
+        m["class"]: m["outputs"][0]["shape"]
+        for m in modules
+        if m["outputs"] and m["outputs"][0].get("shape") is not None
+    }
+    at_least, example, size = SHAPED_AT_LEAST[rel]
+    assert len(shaped) >= at_least, shaped
+    assert example in shaped and shaped[example][-1] == size, shaped

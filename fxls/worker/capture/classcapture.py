@@ -359,6 +359,12 @@ class ClassCapture:
                 symbolic=self.doc.job.symbolic,
                 parent_expr=parent_expr,
             )
+        if any(p.assumed or p.upstream for p in self.feeds_planned):
+            # a child's inputs follow from inputs fxls assumed for this module: a shape error
+            # in the child may be that guess, not the code (a hint there, as here)
+            for rec in found.values():
+                for planned in rec.inputs.values():
+                    planned.upstream = planned.upstream or self.mod.name
         self.doc.records.update(found)
         self.timed("record", started)
 
@@ -539,6 +545,12 @@ class ClassCapture:
                 plan.planned[param.name] = planned
             else:
                 plan.pending.append(param.name)
+        primary = inputs.primary_input(plan.positional()) if not plan.pending else None
+        if primary is not None and primary.name not in plan.declared:
+            # every input defaults (``input_ids=None, ..., inputs_embeds=None``): a forward
+            # called with none of them computes nothing; its main input is inferred instead
+            del plan.planned[primary.name]
+            plan.pending.append(primary.name)
         names = {p.name for p in params}
         for spec in req.inputs:
             if spec.name not in names:
@@ -826,6 +838,7 @@ class ClassCapture:
             shown = text if 0 < len(text) <= 60 and "\n" not in text else failed_node
             diag = m.FX201(span or self.span, related, node=shown, error=message)
             assumed = [p for p in self.feeds_planned if p.assumed]
+            upstream = next((p.upstream for p in self.feeds_planned if p.upstream), None)
             how = mod.constructed
             if assumed:
                 # the error may come from fxls's guess, not from the code: say so, quietly
@@ -835,6 +848,15 @@ class ClassCapture:
                 found.fix = (
                     f"This shape error happens with inputs fxls assumed ({guessed}); declare "
                     f"the real input with `# fxls: {assumed[0].name} = (...)` above the class."
+                )
+                self.diagnose(found)
+            elif upstream is not None:
+                found = diag.diagnostic({"node": failed_node, "assumed_inputs": True})
+                found.severity = "hint"
+                found.fix = (
+                    f"This shape error happens with the inputs `{upstream}` passes here, which "
+                    f"follow from inputs fxls assumed for it; declare the real input above "
+                    f"`class {upstream}` with `# fxls: NAME = (...)`."
                 )
                 self.diagnose(found)
             elif how is not None and how.source == "assumed":

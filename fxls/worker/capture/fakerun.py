@@ -656,7 +656,9 @@ class _Swap:
 def _call_arguments(
     module: torch.nn.Module, feeds: list[tuple[str, Any]]
 ) -> tuple[list[Any], dict[str, Any]]:
-    """Pass leading parameters positionally and the rest by keyword."""
+    """Pass leading parameters without a default positionally and the rest by keyword, leaving
+    out those that are their default (as callers of library models do: a decorated
+    ``forward`` may add ``use_cache`` itself, and then a positional one is given twice)."""
     try:
         params = list(inspect.signature(module.forward).parameters.values())
     except (TypeError, ValueError):
@@ -673,6 +675,10 @@ def _call_arguments(
             positional = False
             continue
         value = given.pop(param.name)
+        if param.default is not param.empty:
+            positional = False
+            if value is param.default:
+                continue
         if positional and param.kind != param.KEYWORD_ONLY:
             args.append(value)
         else:

@@ -41,6 +41,9 @@ class PlannedInput:
     parent's call (``parent``), the parameter's default (``default``)."""
     reason: str | None = None
     """For assumed inputs: where the shape came from (``conv1: Conv2d(3, 64, ...)``)."""
+    upstream: str | None = None
+    """For an input a parent passed: the parent (or an ancestor) whose own inputs fxls
+    assumed, so this one follows from a guess too (shape errors are then hints)."""
 
     def protocol_value(self) -> Value:
         """The input as a protocol ``Value`` (symbolic dims print as their names)."""
@@ -189,6 +192,23 @@ def keeps_default(param: inspect.Parameter) -> bool:
     return param.default is not inspect.Parameter.empty and not isinstance(
         param.default, torch.Tensor
     )
+
+
+PRIMARY_INPUTS = (
+    "input_ids", "pixel_values", "hidden_states", "sample", "input_values", "input_features",
+    "x", "input", "inputs", "src", "tokens", "idx", "images", "image",
+)  # fmt: skip
+"""Names libraries give the main input of a ``forward`` whose every parameter defaults to
+``None`` (``input_ids`` or ``inputs_embeds``, ``pixel_values``), first the most telling."""
+
+
+def primary_input(params: list[inspect.Parameter]) -> inspect.Parameter | None:
+    """The parameter to give a tensor when every parameter of ``forward`` has a default: the
+    first, by :data:`PRIMARY_INPUTS`, that defaults to ``None``; None when there is none."""
+    if not params or any(p.default is inspect.Parameter.empty for p in params):
+        return None
+    by_name = {p.name: p for p in params if p.default is None}
+    return next((by_name[n] for n in PRIMARY_INPUTS if n in by_name), None)
 
 
 def _describe(name: str, module: nn.Module) -> str:

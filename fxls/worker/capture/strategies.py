@@ -213,10 +213,26 @@ def next_repair(
                     break
                 return Repair("leaf", name)
     names = [n for n in candidates if n not in repairs.concrete and _mentions(failing_text, n)]
-    if names:
-        rest = [n for n in candidates if n not in repairs.concrete and n not in names]
+    rest = [n for n in candidates if n not in repairs.concrete and n not in names]
+    if names or (rest and _raised_by_root(exc, root, path)):
+        # the failing text names them, or the root's own forward raised after checking them
+        # (``if (input_ids is None) ^ (inputs_embeds is not None): raise ValueError(...)``)
         return Repair("concrete", ", ".join(names + rest), names=names + rest)
     return None
+
+
+def _raised_by_root(exc: BaseException, root: torch.nn.Module, path: str) -> bool:
+    """Whether ``exc`` was raised by a ``raise`` in the root module's own ``forward`` (its
+    innermost frame), not by torch or a layer it called."""
+    frames = _frames(exc)  # innermost first
+    if not frames:
+        return False
+    frame = frames[0].tb_frame
+    return (
+        frame.f_code.co_name == "forward"
+        and frame.f_code.co_filename == path
+        and frame.f_locals.get("self") is root
+    )
 
 
 def _mentions(text: str, name: str) -> bool:

@@ -14,7 +14,7 @@ import inspect
 import re
 import sys
 from collections.abc import Callable, Iterable
-from types import CodeType, FrameType, ModuleType
+from types import CodeType, FrameType, FunctionType, ModuleType
 from typing import Any
 
 import torch
@@ -128,7 +128,15 @@ class SpanTracer(torch.fx.Tracer):
         self.module_calls = {}
         if self.reuse_blocks and isinstance(root, torch.nn.Module):
             self.replayer = reuse.Replayer(self, self.path, reuse.document_frames(self.path))
-        return super().trace(root, concrete_args)
+        undecorated = _undecorated_class(root)
+        concrete_args = _without_var_arguments(root, undecorated, concrete_args)
+        if undecorated is None:
+            return super().trace(root, concrete_args)
+        decorated, root.__class__ = root.__class__, undecorated
+        try:
+            return super().trace(root, concrete_args)
+        finally:
+            root.__class__ = decorated
 
     def call_module(
         self,
@@ -138,6 +146,9 @@ class SpanTracer(torch.fx.Tracer):
         kwargs: dict[str, Any],
     ) -> Any:
         self.module_calls.setdefault(type(m), []).append((m, args, kwargs))
+        inner = _undecorated_forward(type(m))
+        if inner is not None and getattr(forward, "__func__", None) is type(m).forward:
+            forward = inner.__get__(m)  # the submodule's own forward, as for the root
         replayer = self.replayer
         if replayer is None or self.is_leaf_module(m, self.path_of_module(m)):
             return super().call_module(m, forward, args, kwargs)
@@ -196,6 +207,69 @@ class SpanTracer(torch.fx.Tracer):
                     n for n in names if isinstance(local.get(n), torch.fx.Proxy)
                 }
             frame = frame.f_back
+
+
+def _without_var_arguments(
+    root: Any, undecorated: type | None, concrete_args: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """``concrete_args`` with ``forward``'s ``*args`` empty and ``**kwargs`` empty (torch.fx
+    names them ``*args``/``**kwargs``): as a Proxy, ``**kwargs`` passed on to a submodule
+    (``self.model(input_ids=input_ids, **kwargs)``) cannot be unpacked, and the call fxls
+    makes passes nothing there anyway."""
+    if not isinstance(root, torch.nn.Module):
+        return concrete_args
+    forward = getattr(undecorated or type(root), "forward", None)
+    if not callable(forward):
+        return concrete_args
+    try:
+        params = inspect.signature(forward).parameters.values()
+    except (TypeError, ValueError):
+        return concrete_args
+    extra: dict[str, Any] = {}
+    for param in params:
+        if param.kind is param.VAR_POSITIONAL:
+            extra["*" + param.name] = ()
+        elif param.kind is param.VAR_KEYWORD:
+            extra["**" + param.name] = {}
+    if not extra:
+        return concrete_args
+    return {**extra, **(concrete_args or {})}
+
+
+def _undecorated_forward(cls: type) -> FunctionType | None:
+    """The function a decorator on ``cls.forward`` wraps (``functools.wraps``), or None when
+    ``forward`` is not decorated."""
+    forward = getattr(cls, "forward", None)
+    try:
+        inner = inspect.unwrap(forward) if forward is not None else None
+    except ValueError:
+        return None
+    if inner is None or inner is forward or not isinstance(inner, FunctionType):
+        return None
+    return inner
+
+
+def _undecorated_class(root: Any) -> type | None:
+    """For a module whose ``forward`` is wrapped by a decorator (``functools.wraps``:
+    ``@can_return_tuple``, ``@auto_docstring``, ``@torch.no_grad()``), a subclass whose
+    ``forward`` is the function the user wrote, or None. torch.fx traces the class's
+    ``forward`` by its code object, and a wrapper's ``(*args, **kwargs)`` code cannot take
+    the real parameters ("co_varnames is too small"): the trace goes through the user's own
+    ``forward`` instead, and what the decorator does around it is left out."""
+    if not isinstance(root, torch.nn.Module):
+        return None
+    cls = type(root)
+    inner = _undecorated_forward(cls)
+    if inner is None:
+        return None
+    try:
+        return type(
+            cls.__name__,
+            (cls,),
+            {"forward": inner, "__module__": cls.__module__, "__qualname__": cls.__qualname__},
+        )
+    except Exception:  # a metaclass or __init_subclass__ that refuses: trace as it is
+        return None
 
 
 def graph_module(root: torch.nn.Module, graph: torch.fx.Graph, name: str) -> torch.fx.GraphModule:

@@ -136,3 +136,53 @@ def test_hover_text_matches_golden(case: str) -> None:
         block = section.split("### block\n", 1)[1].strip()
         assert block.count("\n") + 1 <= MAX_LINES + 2, section  # + the two fence lines
         assert block.split("\n")[1].startswith("→"), section  # the output first
+
+
+PATCHES = '''import torch
+from torch import nn
+
+
+class Patches(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Conv2d(3, 8, 4, stride=4)
+
+    def forward(self, x):
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+class Embed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.patches = Patches()
+        self.drop = nn.Dropout(0.0)
+
+    def forward(self, x):
+        return self.drop(self.patches(x))
+
+
+# fxls: x = (B, 3, 32, 32)
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = Embed()
+
+    def forward(self, x):
+        return self.embed(x)
+'''
+
+
+def test_a_layer_row_shows_what_the_child_returns(tmp_path: Path) -> None:
+    """In the hover of ``self.embed(x)``, the ``patches`` row shows what ``Patches`` returns
+    (``[B, 64, 8]``, after its flatten and transpose), not its one layer's output
+    (``[B, 8, 8, 8]``, the convolution's)."""
+    path = tmp_path / "patches.py"
+    path.write_text(PATCHES)
+    modules = _capture(path)
+    lines = PATCHES.split("\n")
+    line = next(i for i, text in enumerate(lines, 1) if "return self.embed(x)" in text)
+    col = lines[line - 1].index("embed") + 2
+    result = hover.hover_text([m for m in modules if m.name == "Net"], lines, line, col)
+    assert result is not None
+    row = next(r for r in result.markdown.split("\n") if "patches" in r)
+    assert "[B, 64, 8]" in row and "[B, 8, 8, 8]" not in row, result.markdown

@@ -264,9 +264,9 @@ def group_view(
         if rel and _is_tensor(node):
             last_in[rel.split(".", 1)[0]] = node
     for child, members in children:
-        node = members[-1]
-        if len(members) > 1 and child in last_in:
-            node = last_in[child]
+        # the child's output is the last tensor made inside it, not its last layer's: a
+        # patch embedding's projection gives [B, 768, 14, 14], the embedding [B, 196, 768]
+        node = last_in.get(child, members[-1])
         if len(members) == 1 and _layer_name(node, base) == child:
             what = module_summary(node.module_type) if node.module_type else ""
         else:

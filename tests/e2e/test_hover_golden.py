@@ -138,7 +138,7 @@ def test_hover_text_matches_golden(case: str) -> None:
         assert block.split("\n")[1].startswith("→"), section  # the output first
 
 
-PATCHES = '''import torch
+PATCHES = """import torch
 from torch import nn
 
 
@@ -169,7 +169,7 @@ class Net(nn.Module):
 
     def forward(self, x):
         return self.embed(x)
-'''
+"""
 
 
 def test_a_layer_row_shows_what_the_child_returns(tmp_path: Path) -> None:

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from fxls.engine.analyze import analyze
 from fxls.engine.workerclient import WorkerClient
@@ -20,17 +18,7 @@ from fxls.protocol.model import ModuleResult
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "packages"
 
-pytestmark = pytest.mark.worker
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def worker() -> AsyncIterator[WorkerClient]:
-    client = WorkerClient()
-    await client.start()
-    try:
-        yield client
-    finally:
-        await client.close()
+pytestmark = pytest.mark.worker  # `worker`: the module's zygote (tests/worker/conftest.py)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -123,6 +124,9 @@ class Document:
     """The debounce/capture task for the newest version."""
     task_version: int | None = None
     closed: bool = False
+    opened: float = field(default_factory=time.monotonic)
+    """When the editor opened it (``time.monotonic``): a hover before the first capture says
+    how long fxls has been at it."""
     told_too_large: bool = False
     """The user was told once that this document is too large to analyse."""
 

@@ -15,6 +15,7 @@ import itertools
 import logging
 import os
 import sys
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from fxls.analysis import workspace
+from fxls.analysis import parse, workspace
 from fxls.engine import analyze as engine
 from fxls.engine import fixes, incremental
 from fxls.engine.settings import (
@@ -584,8 +585,10 @@ class Session:
 
     def hover_at(self, uri: str, position: types.Position) -> types.Hover | None:
         doc = self.documents.get(uri)
-        if doc is None or doc.result is None:
+        if doc is None:
             return None
+        if doc.result is None:
+            return self._pending_hover(doc, position)
         result, lines, enc = doc.result, doc.lines, self.encoding
         line, col = convert.position_from_lsp(position, lines, enc)
         line_map = doc.line_map()
@@ -606,6 +609,22 @@ class Session:
         )
         note = None if not doc.stale else f"from version {result.version}; edited since"
         return hover.lsp_hover(text, lines, enc, line_map.to_current, note=note)
+
+    def _pending_hover(self, doc: Document, position: types.Position) -> types.Hover | None:
+        """Before the first capture of ``doc`` is done: inside a module class, what fxls is
+        doing (instead of nothing); None when no capture is coming."""
+        if doc.task is None or doc.task.done() or doc.too_large:
+            return None
+        line = position.line + 1
+        said = hover.pending_hover(
+            parse(doc.text).classes,
+            line,
+            worker_ready=self.worker_ready is not None,
+            waited_s=time.monotonic() - doc.opened,
+        )
+        if said is None:
+            return None
+        return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=said))
 
     def inlay_hints_in(self, uri: str, visible: types.Range) -> list[types.InlayHint]:
         doc = self.documents.get(uri)

@@ -545,3 +545,53 @@ async def test_tcp_mode_serves_hover() -> None:
             server.kill()
             server.wait()
         await client.stop()
+
+
+SLOW_IMPORT = """import time
+
+import torch
+from torch import nn
+
+time.sleep(3)  # a slow import: the first capture takes a while
+
+
+class Slow(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+
+async def test_a_hover_before_the_first_capture_says_what_is_happening(
+    client: LanguageClient,
+) -> None:
+    """Hovering inside a class while its file's first capture runs says so (Neovim showed
+    "No information available"); outside every class nothing is said; once the capture is
+    done the hover shows shapes."""
+    uri, text = _open(client, "slow_import.py", SLOW_IMPORT)
+    lines = text.split("\n")
+    inside = next(i for i, t in enumerate(lines) if "self.fc(x)" in t)
+    outside = next(i for i, t in enumerate(lines) if t.startswith("time.sleep"))
+
+    async def hover(line: int) -> str:
+        got = await client.text_document_hover_async(
+            types.HoverParams(
+                text_document=types.TextDocumentIdentifier(uri=uri),
+                position=types.Position(line=line, character=lines[line].index("s") + 1),
+            )
+        )
+        if got is None:
+            return ""
+        return got.contents.value if isinstance(got.contents, types.MarkupContent) else ""
+
+    await asyncio.sleep(0.5)
+    early = await hover(inside)
+    # "starting its worker (importing torch)" when the worker is not ready yet
+    assert early.startswith("fxls · ") and "`Slow` appear here when it is done" in early, early
+    assert await hover(outside) == ""
+    await _diagnostics(client, uri)
+    assert "[B, 2]" in await hover(inside)
+    _close(client, uri)

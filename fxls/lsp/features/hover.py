@@ -14,6 +14,7 @@ from typing import Literal
 
 from lsprotocol import types
 
+from fxls.analysis import ClassInfo
 from fxls.engine.render import (
     argument_texts,
     call_parts,
@@ -574,6 +575,22 @@ def call_view(
             view.repeat = f"×{len(group)}"
         return view
     return group_view(group, module, lines, span)
+
+
+def pending_hover(
+    classes: Sequence[ClassInfo], line: int, *, worker_ready: bool, waited_s: float
+) -> str | None:
+    """What a hover inside a module class says before the file's first capture is done (an
+    editor shows "No information available" for nothing): what fxls is doing and that shapes
+    follow. None outside every class (``line`` is 1-based)."""
+    inside = next((c for c in classes if c.span.line <= line <= c.span.end_line), None)
+    if inside is None:
+        return None
+    doing = "capturing this file" if worker_ready else "starting its worker (importing torch)"
+    return (
+        f"fxls · {doing} ({waited_s:.0f} s so far): the shapes of {md.code(inside.name)} "
+        "appear here when it is done."
+    )
 
 
 def lsp_hover(

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
+from conftest import start_recording
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+from pytest_lsp import ClientServerConfig, LanguageClient
 
 PACKAGES = Path(__file__).resolve().parents[1] / "fixtures" / "packages"
 MODEL = PACKAGES / "tinylib" / "models" / "tiny" / "modeling_tiny.py"
@@ -24,15 +25,8 @@ SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "fxls", "serve
 
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def client(lsp_client: LanguageClient):
-    features = lsp_client.protocol.fm.features
-    for method in (types.WORKSPACE_INLAY_HINT_REFRESH, types.WORKSPACE_CODE_LENS_REFRESH):
-        features[method] = lambda params: None  # the capabilities announce them
-    await lsp_client.initialize_session(
-        types.InitializeParams(
-            capabilities=client_capabilities("visual-studio-code"),
-            root_uri=PACKAGES.as_uri(),
-            initialization_options={"debounceMs": 50, "limits": {"timeoutSeconds": 60}},
-        )
+    await start_recording(
+        lsp_client, PACKAGES, {"debounceMs": 50, "limits": {"timeoutSeconds": 60}}
     )
     yield
     await lsp_client.shutdown_session()

@@ -117,7 +117,7 @@ def _callee(node: NodeInfo) -> tuple[str, str | None]:
         return node.target, module_summary(node.module_type) if node.module_type else None
     if node.op == "call_method":
         return f"Tensor.{node.target}", None
-    return node.target.removeprefix("__fxls_document__."), None
+    return node.target, None  # the worker names the document's own functions bare
 
 
 def node_view(

@@ -11,7 +11,7 @@ Shared by the language server (code actions) and ``fxls check --fix``; no LSP ty
   ``F.scaled_dot_product_attention`` for a hand-written attention, apply a user pass to the
   source on its ``def`` line).
 - :func:`compute` sends them to the worker as one ``rewrite`` job, which computes each edit and
-  verifies it in the sandbox (``fxls.worker.capture.rewrites``); the outputs the job found
+  verifies it in the sandbox (``fxls.worker.rewrite.run``); the outputs the job found
   equal are compared again here (:func:`recheck`), where user code cannot reach.
 - :func:`minimal_edits` turns an edited text back into the smallest edits (difflib), so that
   everything else in the file stays byte for byte.
@@ -48,7 +48,7 @@ from fxls.protocol.model import (
     Span,
     TextEdit,
 )
-from fxls.protocol.positions import SourceText
+from fxls.protocol.positions import SourceText, contains
 
 Category = Literal["quickfix", "refactor"]
 
@@ -155,13 +155,6 @@ def _index(text: str) -> _Index | None:
     return index
 
 
-def _contains(outer: Span, inner: Span) -> bool:
-    return (outer.line, outer.col) <= (inner.line, inner.col) and (
-        inner.end_line,
-        inner.end_col,
-    ) <= (outer.end_line, outer.end_col)
-
-
 def _short(text: str, limit: int = 40) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -170,7 +163,7 @@ def _short(text: str, limit: int = 40) -> str:
 def _forward_owner(classes: list[ClassInfo], span: Span) -> str | None:
     """The class whose own ``forward`` contains ``span``."""
     for info in classes:
-        if info.forward is not None and _contains(info.forward.span, span):
+        if info.forward is not None and contains(info.forward.span, span):
             return info.name
     return None
 
@@ -179,7 +172,7 @@ def _statement(index: _Index, span: Span) -> ast.stmt | None:
     """The innermost statement containing ``span``."""
     best: tuple[Span, ast.stmt] | None = None
     for where, node in index.statements:
-        if _contains(where, span) and (best is None or _contains(best[0], where)):
+        if contains(where, span) and (best is None or contains(best[0], where)):
             best = (where, node)
     return best[1] if best is not None else None
 
@@ -349,7 +342,7 @@ def refactors_at(analysis: FileAnalysis, text: str, line: int, col: int) -> list
                 continue
             if node.signature in (None, "approximate") or not _inside(span, line, col):
                 continue
-            if best is not None and not _contains(best[1], span):
+            if best is not None and not contains(best[1], span):
                 continue
             call = index.calls.get(_key(span))
             if call is None or not call.args or any(isinstance(a, ast.Starred) for a in call.args):

@@ -44,7 +44,7 @@ ResultKind = Literal[
 RESULT_KINDS: tuple[str, ...] = typing.get_args(ResultKind)
 
 JobKind = Literal["capture", "rewrite"]
-"""Kinds of job a child runs; each kind has one runner in ``fxls.worker.capture.jobs``."""
+"""Kinds of job a child runs; each kind has one runner in ``fxls.worker.jobs``."""
 
 FixKind = Literal[
     "dead-code",
@@ -61,7 +61,7 @@ FixKind = Literal[
     "pass",
     "rule",
 ]
-"""The rewrites of ``fxls.worker.capture.rewrites`` (one module each)."""
+"""The rewrites of ``fxls.worker.rewrite.run`` (one module each)."""
 Applicability = Literal["safe", "unsafe", "unavailable"]
 """``safe``: verified in the sandbox; ``unsafe``: could not be verified, or changes what the
 module computes (offered only on request); ``unavailable``: cannot be made or checked."""
@@ -266,7 +266,7 @@ class JobRequest:
     limits: Limits = field(default_factory=Limits)
     isolation: Isolation = field(default_factory=Isolation)
     kind: JobKind = "capture"
-    """What the child computes (``fxls.worker.capture.jobs`` dispatches on it)."""
+    """What the child computes (``fxls.worker.jobs`` dispatches on it)."""
     rewrite: RewriteJob | None = None
     """For kind ``rewrite``: the fixes to compute and verify."""
 

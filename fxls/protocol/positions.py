@@ -18,6 +18,14 @@ from fxls.protocol.model import Span
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 
 
+def contains(outer: Span, inner: Span) -> bool:
+    """``inner`` lies within ``outer`` (both ends included)."""
+    return (outer.line, outer.col) <= (inner.line, inner.col) and (
+        inner.end_line,
+        inner.end_col,
+    ) <= (outer.end_line, outer.end_col)
+
+
 def split_lines(text: str) -> list[str]:
     """Split like Python's tokenizer does (``\\r\\n``, ``\\r``, ``\\n``), no terminators."""
     return _NEWLINE.split(text)

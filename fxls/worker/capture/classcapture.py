@@ -36,29 +36,17 @@ from fxls.protocol.model import (
     Span,
     Value,
 )
-from fxls.worker.capture import (
-    arguments,
-    build,
-    failures,
-    fakerun,
-    graphcheck,
-    inputs,
-    parents,
-    reuse,
-    shapes,
-    strategies,
-)
+from fxls.worker.capture import failures
+from fxls.worker.capture.build import inputs, parents
+from fxls.worker.capture.build import instances as build
 from fxls.worker.capture.document import Document
-from fxls.worker.capture.nodes import copied_node_info, node_copy, node_info, output_values
+from fxls.worker.capture.records import arguments
+from fxls.worker.capture.records.nodes import copied_node_info, node_copy, node_info, output_values
 from fxls.worker.capture.reporting import class_span, dedupe, error_info, line_span, one_line
-from fxls.worker.capture.tracer import (
-    CALL_SITE_KEY,
-    SPAN_KEY,
-    SpanTracer,
-    assign_ast_spans,
-    find_function,
-    graph_module,
-)
+from fxls.worker.capture.shapes import propagation as shapes
+from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, assign_ast_spans, find_function
+from fxls.worker.capture.trace import fakerun, graphcheck, reuse, strategies
+from fxls.worker.capture.trace.tracer import SpanTracer, graph_module
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
 
@@ -689,7 +677,7 @@ class ClassCapture:
     # -- tracing ---------------------------------------------------------------------------
 
     def _trace(self, module: nn.Module, plan: InputPlan) -> Traced:
-        """Trace ``module`` with the FX strategies (see :mod:`fxls.worker.capture.strategies`).
+        """Trace ``module`` with the FX strategies (see :mod:`fxls.worker.capture.trace.strategies`).
 
         Each failed attempt is explained (FX1xx at its span) and, when a repair applies (leaf,
         wrap, concrete), the trace is retried with it, at most ``MAX_AUTO_LEAVES`` leaves and

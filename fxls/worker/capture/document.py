@@ -39,7 +39,7 @@ class Document:
     for the rewrites that read and verify against it."""
     copied_nodes: dict[int, tuple[Any, dict[int, int]]] = field(default_factory=dict)
     """``id`` of a ``ModuleResult`` -> (the result, node index -> index of the node it was copied
-    from): what :func:`fxls.worker.capture.reuse.compact` may send as copies."""
+    from): what :func:`fxls.worker.capture.trace.reuse.compact` may send as copies."""
 
     @property
     def path(self) -> str:

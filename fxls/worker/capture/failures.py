@@ -19,7 +19,7 @@ from types import CodeType, TracebackType
 from fxls.protocol import catalogue as m
 from fxls.protocol.model import Related, Span
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture.tracer import user_spans
+from fxls.worker.capture.spans import user_spans
 
 _FACTORIES = (
     "zeros|ones|empty|full|rand|randn|randint|randperm|arange|eye|linspace|tensor|zeros_like"

@@ -51,9 +51,9 @@ from fxls.protocol.model import (
 )
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.document import Document
-from fxls.worker.capture.nodes import readable_target
+from fxls.worker.capture.records.nodes import readable_target
 from fxls.worker.capture.reporting import line_span, one_line, safe_str, user_span
-from fxls.worker.capture.tracer import SPAN_KEY
+from fxls.worker.capture.spans import SPAN_KEY
 
 PASS_SECONDS = 5.0
 """Longest a pass may run; less when the capture already used most of the job's CPU limit (a

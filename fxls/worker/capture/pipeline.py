@@ -5,9 +5,9 @@ Entry point for the sandboxed child: ``run_capture(job, report_phase) -> Capture
 For each requested class (:class:`~fxls.worker.capture.classcapture.ClassCapture`): build it on
 the meta device (CPU when ``__init__`` needs real values), plan example inputs (declared,
 evaluated, or inferred from the first layer), capture it with the strategies of
-:mod:`fxls.worker.capture.strategies` in order (``fx`` with einops auto-wrapped; FX with
+:mod:`fxls.worker.capture.trace.strategies` in order (``fx`` with einops auto-wrapped; FX with
 automatic repairs ``fx+leaf``/``fx+wrap``/``fx+concrete``; the ``fake-run`` recording of
-:mod:`fxls.worker.capture.fakerun` when no FX graph can be had), propagate shapes, name every
+:mod:`fxls.worker.capture.trace.fakerun` when no FX graph can be had), propagate shapes, name every
 call's arguments, lint the graph, find unused computations, warn about checks baked in while
 tracing (FX108) and compare the traced graph with eager execution on fake inputs (FX109). The
 first FX failure stays visible as its FX1xx diagnostic whatever strategy succeeds. Every
@@ -32,10 +32,15 @@ from fxls.protocol.model import (
     Span,
 )
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture import build, construct, nodes, parents, reuse, shapes
+from fxls.worker.capture import rules
+from fxls.worker.capture.build import construct, parents
+from fxls.worker.capture.build import instances as build
 from fxls.worker.capture.classcapture import ClassCapture, PhaseReporter, capture_class, runs
 from fxls.worker.capture.document import Document, execute, module_name, prepare
+from fxls.worker.capture.records import nodes
 from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
+from fxls.worker.capture.shapes import propagation as shapes
+from fxls.worker.capture.trace import reuse
 
 
 def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
@@ -46,7 +51,7 @@ def run_capture(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
 
 def run_capture_for_wire(job: CaptureJob, report_phase: PhaseReporter) -> CaptureResult:
     """:func:`run_capture` for a result that is sent: the records of copied sub-blocks travel
-    as copies of their template's (:func:`fxls.worker.capture.reuse.compact`), expanded again
+    as copies of their template's (:func:`fxls.worker.capture.trace.reuse.compact`), expanded again
     when the result is decoded."""
     doc, result = _capture_and_passes(job, report_phase, keep_copies=True)
     reuse.compact(result.modules, doc.copied_nodes)
@@ -136,8 +141,6 @@ def _expand(doc: Document, mod: ModuleResult) -> None:
 
 
 def _rules(doc: Document, result: CaptureResult) -> None:
-    from fxls.worker.capture.rewrites import rules  # imports this module
-
     rules.report(doc, result)
 
 

@@ -111,7 +111,7 @@ def run_child(request: JobRequest, plan: sandbox.ChildPlan) -> NoReturn:
         writer.fd = sandbox.RESULT_FD
         writer.send({"type": "isolation", "layers": layers})
 
-        from fxls.worker.capture.jobs import run_job
+        from fxls.worker.jobs import run_job
 
         def report_phase(phase: Phase, class_name: str | None) -> None:
             writer.send({"type": "phase", "phase": phase, "class": class_name})

@@ -40,8 +40,9 @@ def _import_fx() -> None:
 
 
 def _import_capture() -> None:
-    import fxls.worker.capture.jobs  # noqa: F401 - imported once here instead of in every child
-    from fxls.worker.capture import build, reuse
+    import fxls.worker.jobs  # noqa: F401 - imported once here instead of in every child
+    from fxls.worker.capture.build import instances as build
+    from fxls.worker.capture.trace import reuse
 
     build.find_torch_resets()
     reuse._fast_path_agrees()  # once, not in every child that copies a block
@@ -77,7 +78,7 @@ def _meta_trace() -> None:
 
 
 def _shapes() -> None:
-    from fxls.worker.capture import shapes
+    from fxls.worker.capture.shapes import propagation as shapes
 
     shapes.warm_up()
 

@@ -1,4 +1,4 @@
-"""Named arguments for FX call nodes on real traced models (fxls.worker.capture.arguments)."""
+"""Named arguments for FX call nodes on real traced models (fxls.worker.capture.records.arguments)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fxls.protocol.model import Arg
-from fxls.worker.capture.arguments import format_value, named_arguments
+from fxls.worker.capture.records.arguments import format_value, named_arguments
 
 
 def scale_rows(x: torch.Tensor, factor: float = 2.0, *, bias: float = 0.0) -> torch.Tensor:

@@ -387,7 +387,7 @@ def test_an_assumed_sequence_takes_the_length_a_shape_error_names() -> None:
 
 
 def test_sizes_a_shape_error_names_become_alternatives_of_assumed_inputs() -> None:
-    from fxls.worker.capture.inputs import (
+    from fxls.worker.capture.build.inputs import (
         MAX_NAMED_SIZES,
         PlannedInput,
         alternatives,
@@ -544,7 +544,7 @@ def test_meta_builds_skip_initializers_and_masks_with_the_same_tensors() -> None
     # parameter and buffer must come out as the kernels make them (shape, dtype, strides)
     from torch import nn
 
-    from fxls.worker.capture.build import _MetaBuild
+    from fxls.worker.capture.build.instances import _MetaBuild
 
     class Masked(nn.Module):
         def __init__(self) -> None:
@@ -586,7 +586,7 @@ def test_meta_builds_skip_torch_layer_resets_with_the_same_tensors() -> None:
     # reset_parameters still runs, and torch's methods are back afterwards
     from torch import nn
 
-    from fxls.worker.capture.build import _MetaBuild, _values_unwritten
+    from fxls.worker.capture.build.instances import _MetaBuild, _values_unwritten
 
     class Own(nn.Linear):
         def reset_parameters(self) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from fxls.protocol.model import CaptureJob, ClassRequest, DimSpec, InputSpec, ModuleResult
-from fxls.worker.capture import parents
+from fxls.worker.capture.build import parents
 from fxls.worker.capture.pipeline import run_capture
 
 

@@ -1,4 +1,4 @@
-"""The fake-run capture (fxls.worker.capture.fakerun) on models torch.fx cannot trace.
+"""The fake-run capture (fxls.worker.capture.trace.fakerun) on models torch.fx cannot trace.
 
 Each model is a document: its source is written to a file, compiled with that path as filename
 and registered in linecache, built on the meta device and run on fake tensors. Recorded graphs
@@ -21,10 +21,10 @@ import torch
 import torch.fx
 
 from fxls.protocol.model import Span
-from fxls.worker.capture import graphcheck
-from fxls.worker.capture.arguments import named_arguments
-from fxls.worker.capture.fakerun import FakeRun, fake_run
-from fxls.worker.capture.shapes import ExampleInput
+from fxls.worker.capture.records.arguments import named_arguments
+from fxls.worker.capture.shapes.propagation import ExampleInput
+from fxls.worker.capture.trace import graphcheck
+from fxls.worker.capture.trace.fakerun import FakeRun, fake_run
 
 PRELUDE = """\
 import math

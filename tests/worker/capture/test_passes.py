@@ -26,7 +26,7 @@ from fxls.protocol.model import (
     RewriteJob,
 )
 from fxls.worker.capture.pipeline import capture_document, run_capture
-from fxls.worker.capture.rewrites import run_rewrite
+from fxls.worker.rewrite.run import run_rewrite
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "passes"
 MARK = re.compile(r"#\s*(FX35\d)\s*$")

@@ -3,7 +3,7 @@
 Every file of docs/examples, tests/corpus (with zeroconfig) and bench/models is analysed twice
 through the real sandboxed worker, with ``EngineOptions.reuse_blocks`` off and on (and, the
 same way, with torch's fake-tensor dispatch cache on and off: ``EngineOptions.fake_cache``,
-:func:`fxls.worker.capture.shapes.new_fake_mode`, with sub-blocks read off the parent's
+:func:`fxls.worker.capture.shapes.propagation.new_fake_mode`, with sub-blocks read off the parent's
 trace or not, and with the eager comparison of FX109 on meta or fake tensors); the results
 must agree on every node (names, spans, named arguments, shapes), every diagnostic, the hover
 at every node span and class name, the inlay hints and the class summaries (code lens titles
@@ -44,9 +44,10 @@ from fxls.protocol.model import (
     expanded_bytes,
 )
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture import reuse
 from fxls.worker.capture.pipeline import capture_document
-from fxls.worker.capture.tracer import CALL_SITE_KEY, SPAN_KEY, SpanTracer
+from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY
+from fxls.worker.capture.trace import reuse
+from fxls.worker.capture.trace.tracer import SpanTracer
 
 ROOT = Path(__file__).resolve().parents[3]
 FILES = sorted(
@@ -575,7 +576,7 @@ def test_copies_name_their_arguments_with_the_templates_choice(
     # a copy whose argument texts name nodes (`view(B, T, n_head, C // n_head)`) binds the
     # signature chosen for its template to its own arguments: the records are the ones that
     # naming every argument again gives
-    from fxls.worker.capture import arguments
+    from fxls.worker.capture.records import arguments
 
     path = ROOT / "bench" / "models" / "gpt48.py"
     text = path.read_text()
@@ -601,7 +602,7 @@ def test_copies_name_their_arguments_with_the_templates_choice(
 
 
 def test_a_templates_choice_is_not_used_for_other_constants_or_kinds() -> None:
-    from fxls.worker.capture import arguments
+    from fxls.worker.capture.records import arguments
 
     graph = torch.fx.Graph()
     x = graph.placeholder("x")

@@ -21,7 +21,7 @@ from fxls.protocol.model import (
     RulesFile,
 )
 from fxls.worker.capture.pipeline import capture_document
-from fxls.worker.capture.rewrites import run_rewrite
+from fxls.worker.rewrite.run import run_rewrite
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "rules"
 RULES = FIXTURES / "fxls_rules.py"

@@ -1,4 +1,4 @@
-"""Shape and dtype propagation (fxls.worker.capture.shapes) against eager execution on real tensors."""
+"""Shape and dtype propagation (fxls.worker.capture.shapes.propagation) against eager execution on real tensors."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
 
 from fxls.protocol.model import Value
-from fxls.worker.capture.shapes import ExampleInput, Propagation, propagate, warm_up
+from fxls.worker.capture.shapes.propagation import ExampleInput, Propagation, propagate, warm_up
 
 # --- models ----------------------------------------------------------------------------
 
@@ -687,7 +687,7 @@ def test_attention_shortcut_gives_what_the_operator_gives() -> None:
         StatelessSymbolicContext,
     )
 
-    from fxls.worker.capture.shapes import _fast_sdpa
+    from fxls.worker.capture.shapes.propagation import _fast_sdpa
 
     for env in (None, ShapeEnv()):
         mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)

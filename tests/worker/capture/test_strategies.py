@@ -323,8 +323,8 @@ def test_divergence_at_another_batch_size(fixture_module: ModuleType) -> None:
     """A graph that baked the example batch size agrees with eager at that size only."""
     import torch.fx
 
-    from fxls.worker.capture.shapes import ExampleInput
-    from fxls.worker.capture.strategies import eager_divergence
+    from fxls.worker.capture.shapes.propagation import ExampleInput
+    from fxls.worker.capture.trace.strategies import eager_divergence
 
     baked = torch.fx.symbolic_trace(fixture_module.ReshapeTwo())
     eager = fixture_module.ReshapeBatch()
@@ -359,9 +359,9 @@ def test_eager_runs_on_meta_tensors_and_finds_what_fake_tensors_find(
     tensors, without a recorded fake run, and reports the same divergences."""
     import torch.fx
 
-    from fxls.worker.capture import fakerun
-    from fxls.worker.capture.shapes import ExampleInput
-    from fxls.worker.capture.strategies import eager_divergence
+    from fxls.worker.capture.shapes.propagation import ExampleInput
+    from fxls.worker.capture.trace import fakerun
+    from fxls.worker.capture.trace.strategies import eager_divergence
 
     with torch.device("meta"):
         flexible = fixture_module.Flexible().eval()
@@ -401,9 +401,9 @@ def test_eager_falls_back_to_fake_tensors_when_the_meta_run_raises() -> None:
     divergence is still found, and the tensor the run assigned to the module is put back."""
     import torch.fx
 
-    from fxls.worker.capture import fakerun
-    from fxls.worker.capture.shapes import ExampleInput
-    from fxls.worker.capture.strategies import eager_divergence
+    from fxls.worker.capture.shapes.propagation import ExampleInput
+    from fxls.worker.capture.trace import fakerun
+    from fxls.worker.capture.trace.strategies import eager_divergence
 
     with torch.device("meta"):
         module = _CpuConstant().eval()

@@ -1,0 +1,647 @@
+"""How to build a module class nobody said how to build: recipes from evidence, then guesses.
+
+A class with a ``# fxls: init(...)`` directive is built as the directive says. Otherwise fxls
+tries, in order, and the first recipe whose module builds wins:
+
+1. **defaults** — every constructor parameter has a default (``Net()``);
+2. **config** — parameters that take a configuration object get one built from its defaults:
+   an annotated dataclass / NamedTuple / plain class (``ModelArgs()``), the one ``*Config`` class
+   of the file for a parameter named ``config``, or the class's ``get_default_config()``;
+   fields whose default cannot work (``None``, ``-1``) are filled with assumed values;
+3. **factory** — a function of the file that takes no arguments and returns the class
+   (``def resnet18(): return _resnet(BasicBlock, [2, 2, 2, 2])``), called under a time limit;
+4. **call site** — a call of the class in the file whose arguments are constants or names of
+   the file (``Fire(96, 16, 64, 64)`` inside a parent, ``Net(10)`` in a ``__main__`` block);
+5. **assumed** — small values consistent with common constraints, chosen by parameter name and
+   annotation (``dim=64, heads=4, depth=2``), and string choices found in ``__init__`` (``rnn_type
+   in ['LSTM', 'GRU']``). Always labelled: the class hover and an information diagnostic say
+   what was assumed, with the directive that pins it.
+
+Instances that a parent builds (``Block(config)`` inside ``GPT``) are found by
+``fxls.worker.capture.build.parents``, not here.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import copy
+import dataclasses
+import inspect
+import re
+import signal
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from torch import nn
+
+from fxls.protocol.model import KnownCall
+from fxls.worker.capture.document import Document, resolvable
+
+RecipeSource = Literal["defaults", "config", "factory", "call site", "assumed"]
+
+FACTORY_SECONDS = 2.0
+"""Wall time a factory function of the file may take before it is given up."""
+MAX_RECIPES = 12
+"""Recipes tried per class before fxls gives up building it."""
+
+CONFIG_PARAM_NAMES = frozenset(
+    {"config", "cfg", "conf", "args", "params", "hparams", "hp", "opt", "opts", "model_args"}
+)
+_ENTRY_POINTS = re.compile(r"^(main|train\w*|test\w*|eval\w*|run\w*|cli|demo\w*|benchmark\w*)$")
+
+
+@dataclass
+class Recipe:
+    """One way to build a class."""
+
+    source: RecipeSource
+    make: Callable[[], Any]
+    """Builds the module (called under the build's device context)."""
+    text: str
+    """What was built, for people: ``GPT(GPTConfig())``, ``resnet18()``."""
+    init: str | None = None
+    """Arguments for ``# fxls: init(...)`` that pin this recipe (None when not expressible)."""
+    assumed: dict[str, str] = field(default_factory=dict)
+    """Assumed values by parameter or field name (text), for ``assumed``/filled configs."""
+    call: str | None = None
+    """An expression that builds it in the file's namespace, when it is not ``Cls(init)``."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """The constructor arguments, when known (defaults not included)."""
+
+    def expr(self, cls_name: str) -> str | None:
+        """A Python expression that rebuilds the instance, when expressible."""
+        if self.call is not None:
+            return self.call
+        return None if self.init is None else f"{cls_name}({self.init})"
+
+
+# ---------------------------------------------------------------------------------------
+# Guessing values by name
+# ---------------------------------------------------------------------------------------
+
+_INT_GUESSES: tuple[tuple[re.Pattern[str], tuple[int, ...]], ...] = tuple(
+    (re.compile(pattern), values)
+    for pattern, values in (
+        (r"vocab|ntoken|n_token|num_tokens|num_embeddings", (256, 1000)),
+        (r"num_classes|n_classes|nclass|classes|num_labels|n_out|output_dim|out_dim", (10, 16)),
+        (r"kv_heads", (2, 1, 4)),
+        (r"heads?$|n_head|nhead|num_head|head$", (4, 2, 1, 8)),
+        (r"layers?$|depth|n_layer|nlayers|num_blocks|n_blocks|blocks$|stages", (2, 1, 3, 4)),
+        (r"patch", (4, 8, 2)),
+        (r"resolution|image_size|img_size|imsize|im_size", (32, 64, 224)),
+        (r"context|seq_len|max_len|block_size|max_seq|n_ctx|positions|max_position", (16, 32)),
+        (r"in_ch|in_chans|input_channels|channels_in|n_channels|nc$|num_channels", (3, 1)),
+        (r"stride", (1, 2)),
+        (r"kernel|ksize", (3, 1)),
+        (r"padding|pad$", (1, 0)),
+        (r"groups", (1,)),
+        (r"ratio|mult|expansion|factor", (4, 2)),
+        (r"multiple_of", (32,)),
+        (r"batch", (2,)),
+        (r"", (64, 32, 128)),
+    )
+)
+_FLOAT_GUESSES: tuple[tuple[re.Pattern[str], tuple[float, ...]], ...] = tuple(
+    (re.compile(pattern), values)
+    for pattern, values in (
+        (r"drop|^p$|prob", (0.0,)),
+        (r"eps|epsilon", (1e-5,)),
+        (r"ratio|mult|expansion|factor", (4.0, 2.0)),
+        (r"scale|temperature|theta", (1.0,)),
+        (r"", (0.0, 1.0)),
+    )
+)
+
+
+_PER_STAGE = re.compile(r"^(layers|depths|blocks|stages|num_blocks|block_counts|stage_depths)$")
+
+_CLASS_VALUED = frozenset(
+    {"norm_layer", "act_layer", "activation_layer", "activation", "act", "block", "layer",
+     "block_fn", "conv_layer", "norm", "norm_fn"}
+)  # fmt: skip
+
+
+def _first(table: Any, name: str) -> tuple[Any, ...]:
+    lowered = name.lower()
+    for pattern, values in table:
+        if pattern.search(lowered):
+            return tuple(values)
+    return ()
+
+
+def guesses(name: str, annotation: Any, choices: list[str]) -> list[Any]:
+    """Candidate values for a required parameter, most plausible first ([] when none)."""
+    origin = typing.get_origin(annotation)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if (
+        annotation is bool
+        or name.startswith(("use_", "is_", "with_", "tie", "enable"))
+        or name in ("bias", "affine", "batch_first", "bidirectional", "inplace")
+    ):
+        return [False, True]
+    if annotation is str or choices:
+        return list(choices) or []
+    if annotation is float:
+        return list(_first(_FLOAT_GUESSES, name))
+    if origin in (list, tuple, typing.Union) or annotation in (list, tuple):
+        inner = args[0] if args else int
+        if origin is typing.Union and int in args:
+            return list(_first(_INT_GUESSES, name))
+        if inner is int or inner is Ellipsis:
+            return [[2, 2], [1, 1, 1, 1], [2, 2, 2, 2]]
+        return []
+    if annotation is int or annotation is inspect.Parameter.empty:
+        if re.search(r"drop|eps|prob|^p$", name.lower()):
+            return list(_first(_FLOAT_GUESSES, name))
+        if annotation is inspect.Parameter.empty and _PER_STAGE.search(name.lower()):
+            # ``layers`` may be a count or one count per stage (``[2, 2, 2, 2]``)
+            return [*_first(_INT_GUESSES, name)[:2], [2, 2, 2, 2], [1, 1, 1, 1]]
+        lowered = name.lower()
+        if re.search(r"mask|weight|bias_init|init_", lowered) or lowered in _CLASS_VALUED:
+            return [None]
+        return list(_first(_INT_GUESSES, name))
+    return []
+
+
+def string_choices(cls: type, param: str) -> list[str]:
+    """String constants ``__init__`` compares ``param`` with (``==``, ``in [...]``, dict keys)."""
+    try:
+        source = inspect.getsource(cls.__init__)  # type: ignore[misc]
+        tree = ast.parse(_dedent(source))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    found: list[str] = []
+
+    def add(node: ast.AST) -> None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value:
+            if node.value not in found:
+                found.append(node.value)
+        elif isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            for elt in node.elts:
+                add(elt)
+        elif isinstance(node, ast.Dict):
+            for key in node.keys:
+                if key is not None:
+                    add(key)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            names = [node.left, *node.comparators]
+            if any(isinstance(n, ast.Name) and n.id == param for n in names):
+                for n in names:
+                    add(n)
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Name)
+            and node.slice.id == param
+        ):
+            add(node.value)
+    return found
+
+
+def _dedent(source: str) -> str:
+    lines = source.splitlines()
+    indent = min((len(x) - len(x.lstrip()) for x in lines if x.strip()), default=0)
+    return "\n".join(line[indent:] for line in lines)
+
+
+def _text(value: Any) -> str:
+    return repr(value)
+
+
+# ---------------------------------------------------------------------------------------
+# Recipes
+# ---------------------------------------------------------------------------------------
+
+
+def _parameters(cls: type) -> list[inspect.Parameter]:
+    try:
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return []
+    return [p for p in sig.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _annotations(cls: type, namespace: dict[str, Any]) -> dict[str, Any]:
+    init = getattr(cls, "__init__", None)
+    try:
+        return typing.get_type_hints(init, globalns=namespace)
+    except Exception:
+        raw = getattr(init, "__annotations__", {}) or {}
+        out = {}
+        for key, value in raw.items():
+            if isinstance(value, str):
+                with contextlib.suppress(Exception):
+                    value = eval(value, namespace)
+            out[key] = value
+        return out
+
+
+def _is_config_class(tp: Any) -> bool:
+    if not isinstance(tp, type) or issubclass(tp, nn.Module) or tp.__module__ == "builtins":
+        return False
+    if tp.__module__ in ("inspect", "typing", "torch") or tp.__module__.startswith("torch."):
+        return False
+    if dataclasses.is_dataclass(tp) or (issubclass(tp, tuple) and hasattr(tp, "_fields")):
+        return True
+    try:
+        sig = inspect.signature(tp)
+    except (TypeError, ValueError):
+        return False
+    return all(p.default is not p.empty or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+               for p in sig.parameters.values())  # fmt: skip
+
+
+def _shared_parts(a: str, b: str) -> int:
+    """How many leading dotted parts two module names share."""
+    count = 0
+    for x, y in zip(a.split("."), b.split(".")):
+        if x != y:
+            break
+        count += 1
+    return count
+
+
+def _config_classes(doc: Document) -> list[type]:
+    """Classes that look like configuration (dataclasses, NamedTuples, *Config): the file's
+    own, then those it imports from its own package, nearest module first
+    (``transformers.models.llama.configuration_llama`` before ``transformers.configuration_utils``
+    for ``transformers.models.llama.modeling_llama``)."""
+    own = str(doc.namespace.get("__name__", ""))
+    local: list[type] = []
+    imported: list[tuple[int, type]] = []
+    for name, value in doc.namespace.items():
+        if not isinstance(value, type) or not _is_config_class(value):
+            continue
+        if not (
+            dataclasses.is_dataclass(value) or re.search(r"Config|Args|Params|Cfg|Settings", name)
+        ):
+            continue
+        module = str(getattr(value, "__module__", ""))
+        if module == own:
+            local.append(value)
+        elif "." in own and _shared_parts(module, own) > 0:
+            imported.append((_shared_parts(module, own), value))
+    imported.sort(key=lambda pair: -pair[0])
+    return local + [value for _, value in imported]
+
+
+def _optional(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is typing.Union and type(None) in typing.get_args(
+        annotation
+    )
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    if _optional(annotation):
+        rest = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return rest[0] if len(rest) == 1 else annotation
+    return annotation
+
+
+@dataclass
+class _ConfigCandidate:
+    value: Any
+    text: str
+    init_text: str | None
+    assumed: dict[str, str]
+
+
+def _fill_config(config: Any, cls_name: str, init_text: str | None) -> Iterator[_ConfigCandidate]:
+    """The config as is, then with fields whose defaults cannot work (None, -1) filled."""
+    yield _ConfigCandidate(config, init_text or cls_name, init_text, {})
+    fields = _config_fields(config)
+    if fields is None:
+        return
+    negative = [
+        k for k, v in fields.items() if isinstance(v, int) and not isinstance(v, bool) and v < 0
+    ]
+    missing = [k for k, v in fields.items() if v is None]
+    strings = [k for k, v in fields.items() if isinstance(v, str)]
+    if not negative and not missing and not strings:
+        return
+
+    def filled(keys: list[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in keys:
+            options = guesses(key, int, [])
+            if options and options[0] is not None:
+                out[key] = options[0]
+        return out
+
+    # sizes that cannot work (-1) first, then unset ones (None: often "same as another")
+    variants: list[dict[str, Any]] = []
+    for fills in (filled(negative), filled(negative + missing)):
+        if fills and fills not in variants:
+            variants.append(fills)
+    base = variants[-1] if variants else {}
+    for key in strings:  # a preset name may block explicit sizes: try it unset too
+        variants.append({**base, key: None})
+    for variant in variants:
+        filled = _with_fields(config, variant)
+        if filled is None:
+            continue
+        assumed = {k: _text(v) for k, v in variant.items()}
+        text = _config_text(config, variant, init_text)
+        yield _ConfigCandidate(filled, text, text if dataclasses.is_dataclass(config) else None,
+                               assumed)  # fmt: skip
+
+
+def _config_fields(config: Any) -> dict[str, Any] | None:
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    if isinstance(config, tuple) and hasattr(config, "_asdict"):
+        return dict(config._asdict())
+    try:
+        return dict(vars(config))
+    except TypeError:
+        return None
+
+
+def _with_fields(config: Any, changes: dict[str, Any]) -> Any:
+    try:
+        if dataclasses.is_dataclass(config) and not isinstance(config, type):
+            return dataclasses.replace(config, **changes)
+        if isinstance(config, tuple) and hasattr(config, "_replace"):
+            return config._replace(**changes)
+        clone = copy.copy(config)
+        for key, value in changes.items():
+            setattr(clone, key, value)
+        return clone
+    except Exception:
+        return None
+
+
+def _config_text(config: Any, changes: dict[str, Any], base: str | None) -> str:
+    args = ", ".join(f"{k}={_text(v)}" for k, v in changes.items())
+    if dataclasses.is_dataclass(config) or hasattr(config, "_replace"):
+        return f"{type(config).__name__}({args})"
+    return f"{base or type(config).__name__} with {args}"
+
+
+def _config_candidates(
+    doc: Document, cls: type, param: inspect.Parameter, annotation: Any
+) -> list[_ConfigCandidate]:
+    """Configuration objects for ``param`` (empty when it does not take one)."""
+    found: list[_ConfigCandidate] = []
+    tp = None if annotation is inspect.Parameter.empty else _unwrap_optional(annotation)
+    sources: list[tuple[Callable[[], Any], str]] = []
+    config_named = param.name.lower() in CONFIG_PARAM_NAMES or param.name.lower().endswith(
+        ("config", "cfg")
+    )
+    declared = getattr(cls, "config_class", None)  # PreTrainedModel subclasses name theirs
+    if config_named and isinstance(declared, type) and _is_config_class(declared):
+        sources.append((declared, f"{declared.__name__}()"))
+    if isinstance(tp, type) and _is_config_class(tp) and tp is not declared:
+        sources.append((tp, f"{tp.__name__}()"))
+    if config_named:
+        default_config = getattr(cls, "get_default_config", None)
+        if callable(default_config):
+            sources.append((default_config, f"{cls.__name__}.get_default_config()"))
+        if not sources:
+            for config_cls in _config_classes(doc):
+                sources.append((config_cls, f"{config_cls.__name__}()"))
+    for make, text in sources[:3]:
+        try:
+            config = make()
+        except Exception:
+            continue
+        found.extend(_fill_config(config, text, text))
+    return found
+
+
+def recipes(doc: Document, cls: type, known_calls: Sequence[KnownCall] = ()) -> Iterator[Recipe]:
+    """Ways to build ``cls`` without a directive, best evidence first (see the module doc)."""
+    params = _parameters(cls)
+    required = [p for p in params if p.default is p.empty]
+    annotations = _annotations(cls, doc.namespace)
+    name = cls.__name__
+    if not required:
+        yield Recipe("defaults", cls, f"{name}()", init="")
+
+    config_options = {
+        p.name: _config_candidates(doc, cls, p, annotations.get(p.name, p.empty)) for p in required
+    }
+    config_params = [p for p in required if config_options[p.name]]
+    if config_params and len(config_params) == len(required):
+        for combo in _combinations([config_options[p.name] for p in config_params], limit=6):
+            kwargs = {p.name: c.value for p, c in zip(config_params, combo)}
+            inits = [c.init_text for c in combo]
+            init = (
+                ", ".join(f"{p.name}={i}" for p, i in zip(config_params, inits))
+                if all(i is not None for i in inits)
+                else None
+            )
+            assumed = {k: v for c in combo for k, v in c.assumed.items()}
+            text = f"{name}({', '.join(c.text for c in combo)})"
+            yield Recipe(
+                "assumed" if assumed else "config",
+                _bound(cls, kwargs),
+                text,
+                init=init,
+                assumed=assumed,
+                kwargs=kwargs,
+            )
+
+    yield from factories(doc, cls)
+    yield from _call_sites(doc, cls)
+    for known in known_calls:
+        yield Recipe(
+            "call site", _evaluated(doc, cls, known.init), f"{name}({known.init}) in {known.where}",
+            init=known.init,
+        )  # fmt: skip
+
+    if required:
+        yield from _assumed(doc, cls, required, annotations, config_options)
+
+
+def _bound(cls: type, kwargs: dict[str, Any]) -> Callable[[], Any]:
+    def make() -> Any:
+        return cls(**{k: copy.copy(v) for k, v in kwargs.items()})
+
+    return make
+
+
+def _combinations(options: list[list[Any]], limit: int) -> Iterator[tuple[Any, ...]]:
+    """The first ``limit`` combinations, varying one position at a time from the first."""
+    first = tuple(o[0] for o in options)
+    yield first
+    count = 1
+    for i, opts in enumerate(options):
+        for alt in opts[1:]:
+            if count >= limit:
+                return
+            yield (*first[:i], alt, *first[i + 1 :])
+            count += 1
+
+
+def _assumed(
+    doc: Document,
+    cls: type,
+    required: list[inspect.Parameter],
+    annotations: dict[str, Any],
+    config_options: dict[str, list[_ConfigCandidate]],
+) -> Iterator[Recipe]:
+    """Guessed values for every required parameter (configs from their candidates)."""
+    options: list[list[tuple[Any, str, str | None]]] = []
+    for p in required:
+        configs = config_options.get(p.name) or []
+        if configs:
+            options.append([(c.value, c.text, c.init_text) for c in configs])
+            continue
+        annotation = annotations.get(p.name, p.empty)
+        values = guesses(p.name, _unwrap_optional(annotation), string_choices(cls, p.name))
+        if not values and _optional(annotation):
+            values = [None]
+        if not values:
+            values = _class_choices(doc, p.name)
+        if not values:
+            return
+        options.append([(v, _value_text(v), _value_text(v)) for v in values])
+    for combo in _combinations(options, limit=MAX_RECIPES):
+        kwargs = {p.name: value for p, (value, _, _) in zip(required, combo)}
+        parts = [f"{p.name}={text}" for p, (_, text, _) in zip(required, combo)]
+        init_parts = [f"{p.name}={i}" for p, (_, _, i) in zip(required, combo)]
+        init = ", ".join(init_parts) if all(i is not None for _, _, i in combo) else None
+        assumed = {p.name: text for p, (_, text, _) in zip(required, combo)}
+        yield Recipe("assumed", _bound(cls, kwargs), f"{cls.__name__}({', '.join(parts)})",
+                     init=init, assumed=assumed, kwargs=kwargs)  # fmt: skip
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, type):
+        return value.__name__
+    return _text(value)
+
+
+def _class_choices(doc: Document, param: str) -> list[Any]:
+    """For a parameter that takes a module class (``block``): the file's classes named alike."""
+    if not re.search(r"block|layer|cell|module", param.lower()):
+        return []
+    word = param.lower().rstrip("s").split("_")[-1]
+    out = []
+    for name, value in doc.namespace.items():
+        if (
+            isinstance(value, type)
+            and issubclass(value, nn.Module)
+            and getattr(value, "__module__", None) == doc.namespace.get("__name__")
+            and word in name.lower()
+        ):
+            out.append(value)
+    return out[:3]
+
+
+# ---------------------------------------------------------------------------------------
+# Evidence in the file: factories and call sites
+# ---------------------------------------------------------------------------------------
+
+
+def _mentions(fn: ast.FunctionDef, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(fn))
+
+
+def factories(doc: Document, cls: type) -> Iterator[Recipe]:
+    """Module-level functions without required parameters that return an instance of ``cls``."""
+    if doc.tree is None:
+        return
+    functions = {
+        s.name: s for s in doc.tree.body if isinstance(s, ast.FunctionDef) and _no_required(s)
+    }
+    helpers = {s.name: s for s in doc.tree.body if isinstance(s, ast.FunctionDef)}
+    makers = {cls.__name__}
+    for _ in range(3):  # functions that call functions that build the class
+        grown = makers | {n for n, fn in helpers.items() if _mentions(fn, makers)}
+        if grown == makers:
+            break
+        makers = grown
+    for name, fn in functions.items():
+        if _ENTRY_POINTS.match(name) or name not in makers or name == cls.__name__:
+            continue
+        if not any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(fn)):
+            continue
+        func = doc.namespace.get(name)
+        if not callable(func):
+            continue
+        yield Recipe("factory", _limited(func, cls), f"{name}()", call=f"{name}()")
+
+
+def _no_required(fn: ast.FunctionDef) -> bool:
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    required = len(positional) - len(a.defaults)
+    missing_kw = any(d is None for d in a.kw_defaults)
+    return required == 0 and not missing_kw
+
+
+def _limited(func: Callable[[], Any], cls: type) -> Callable[[], Any]:
+    def make() -> Any:
+        result = _call_with_alarm(func, FACTORY_SECONDS)
+        if not isinstance(result, cls):
+            raise TypeError(f"returned {type(result).__name__}, not {cls.__name__}")
+        return result
+
+    return make
+
+
+class _TooSlow(Exception):
+    pass
+
+
+def _call_with_alarm(func: Callable[[], Any], seconds: float) -> Any:
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise _TooSlow(f"took longer than {seconds:g} s")
+
+    try:
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+    except ValueError:  # not the main thread
+        return func()
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return func()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _call_sites(doc: Document, cls: type) -> Iterator[Recipe]:
+    """Calls ``Cls(...)`` in the file whose arguments use only constants and module names."""
+    if doc.tree is None:
+        return
+    seen: set[str] = set()
+    for node in ast.walk(doc.tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        if node.func.id != cls.__name__ or not (node.args or node.keywords):
+            continue
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(
+            k.arg is None for k in node.keywords
+        ):
+            continue
+        if not all(resolvable(a, doc.namespace) for a in [*node.args, *node.keywords]):
+            continue
+        try:
+            args_text = ", ".join(
+                [ast.unparse(a) for a in node.args]
+                + [f"{k.arg}={ast.unparse(k.value)}" for k in node.keywords]
+            )
+        except Exception:
+            continue
+        if args_text in seen:
+            continue
+        seen.add(args_text)
+        yield Recipe(
+            "call site", _evaluated(doc, cls, args_text), f"{cls.__name__}({args_text})",
+            init=args_text,
+        )  # fmt: skip
+        if len(seen) >= 3:
+            return
+
+
+def _evaluated(doc: Document, cls: type, args_text: str) -> Callable[[], Any]:
+    def make() -> Any:
+        return eval(f"_fxls_class({args_text})", doc.namespace, {"_fxls_class": cls})
+
+    return make

@@ -1,0 +1,232 @@
+"""Sub-blocks captured as their parent builds and calls them.
+
+``Block(config)`` is built by ``GPT.__init__`` and called by ``GPT.forward`` with ``[B, T, 768]``:
+that instance, with those inputs in the parent's dimension names, is the best answer to "how
+is ``Block`` built and what does it receive". After a parent is captured, the first call of
+each watched class is read off its FX trace (:func:`from_trace`: the calls the tracer saw, the
+arguments' examples from the propagation of the traced graph) when the trace saw every call;
+otherwise :func:`record` runs its ``forward`` once more on fake tensors and, at the first call
+of each watched class, keeps the instance and its arguments; the run stops as soon as every
+watched class was seen (one block of a 48-block stack, not 48). The class's own capture then
+uses that instance and those inputs, so its hovers and hints agree with the parent's.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+from torch import nn
+
+from fxls.worker.capture.trace import fakerun
+from fxls.worker.capture.build import inputs
+from fxls.worker.capture.shapes import propagation as shapes
+
+MAX_VALUE_DEPTH = 3
+
+
+@dataclass
+class Recorded:
+    """The first instance of a class that a parent called, and what it was called with."""
+
+    instance: nn.Module
+    path: str
+    """Qualified name inside the parent (``transformer.h.0``)."""
+    parent: str
+    """The parent's class name."""
+    parent_expr: str | None
+    """An expression that rebuilds the parent, when known."""
+    inputs: dict[str, inputs.PlannedInput] = field(default_factory=dict)
+    """By ``forward`` parameter name; parameters left to their defaults are absent."""
+    called: bool = True
+    """False for an instance the parent built but whose ``forward`` never ran (no inputs)."""
+
+    @property
+    def text(self) -> str:
+        return f"{self.parent}.{self.path}"
+
+    @property
+    def expr(self) -> str | None:
+        if self.parent_expr is None:
+            return None
+        return f"{self.parent_expr}.get_submodule({self.path!r})"
+
+
+def record(
+    parent: nn.Module,
+    feeds: Sequence[shapes.ExampleInput],
+    wanted: dict[type, str],
+    *,
+    path: str,
+    source: str,
+    symbolic: bool,
+    parent_expr: str | None,
+) -> dict[str, Recorded]:
+    """Run ``parent``'s forward on fake tensors; the first called instance of each class in
+    ``wanted`` (class -> name) with its arguments. Never raises for user code problems."""
+    names = {id(m): n for n, m in parent.named_modules()}
+    found: dict[str, Recorded] = {}
+
+    def watch(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], namer: Any) -> bool:
+        cls_name = wanted.get(type(module))
+        if cls_name is not None and cls_name not in found:
+            got = _arguments(module, args, kwargs, namer)
+            if got is not None:
+                found[cls_name] = Recorded(
+                    module, names.get(id(module), "?"), type(parent).__name__, parent_expr, got
+                )
+            return False
+        # stop at the next watched call once every class was seen
+        return len(found) == len(wanted) and type(module) in wanted
+
+    try:
+        fakerun.fake_run(parent, list(feeds), path, symbolic=symbolic, source=source, watch=watch)
+    except Exception:  # recording is a bonus: the classes fall back to their own recipes
+        return found
+    return found
+
+
+Calls = dict[type, list[tuple[nn.Module, tuple[Any, ...], dict[str, Any]]]]
+
+
+def from_trace(
+    parent: nn.Module,
+    calls: Calls,
+    examples: dict[str, Any],
+    namer: Any,
+    wanted: dict[type, str],
+    *,
+    parent_expr: str | None,
+) -> dict[str, Recorded] | None:
+    """What :func:`record` finds, read off the parent's FX trace instead of a second run:
+    ``calls`` are the submodule calls the trace saw (arguments holding proxies), ``examples``
+    and ``namer`` the propagation of the traced graph, whose example values are those the
+    run would compute. None when the trace cannot say: a wanted class that was not called
+    with recordable arguments (it may be called where the trace does not look: inside a leaf
+    or a wrapped function, or in a copied block), or an argument without an example."""
+    names = {id(m): n for n, m in parent.named_modules()}
+    found: dict[str, Recorded] = {}
+    for cls, cls_name in wanted.items():
+        for module, args, kwargs in calls.get(cls, []):
+            try:
+                values = _examples((args, kwargs), examples, 0)
+            except LookupError:
+                return None
+            got = _arguments(module, values[0], values[1], namer)
+            if got is not None:
+                found[cls_name] = Recorded(
+                    module, names.get(id(module), "?"), type(parent).__name__, parent_expr, got
+                )
+                break
+        else:
+            return None
+    return found
+
+
+def _examples(value: Any, examples: dict[str, Any], depth: int) -> Any:
+    """``value`` with each proxy replaced by its node's example (LookupError when missing)."""
+    if isinstance(value, torch.fx.Proxy):
+        if isinstance(value, torch.fx.proxy.Attribute) and value._node is None:
+            raise LookupError("an attribute proxy no node was made for")
+        return examples[value.node.name]
+    if depth > 8:
+        raise LookupError("too deep")
+    if type(value) in (tuple, list):
+        return type(value)(_examples(v, examples, depth + 1) for v in value)
+    if type(value) is dict:
+        return {k: _examples(v, examples, depth + 1) for k, v in value.items()}
+    if isinstance(value, (tuple, list, dict)):
+        raise LookupError("a container fxls does not rebuild")
+    return value
+
+
+def _arguments(
+    module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], namer: Any
+) -> dict[str, inputs.PlannedInput] | None:
+    try:
+        bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return None
+    out: dict[str, inputs.PlannedInput] = {}
+    for name, value in bound.arguments.items():
+        planned = _planned(name, value, namer)
+        if planned is None:
+            return None
+        out[name] = planned
+    return out
+
+
+def _planned(name: str, value: Any, namer: Any) -> inputs.PlannedInput | None:
+    if isinstance(value, torch.Tensor):
+        dims = [_dim(d, namer) for d in value.shape]
+        return inputs.PlannedInput(name, "tensor", dims, value.dtype, origin="parent")
+    portable = _portable(value, 0)
+    if portable is _UNPORTABLE:
+        return None
+    return inputs.PlannedInput(name, "value", value=portable, origin="parent")
+
+
+def _dim(d: Any, namer: Any) -> tuple[str | None, int]:
+    if isinstance(d, torch.SymInt):
+        hint = d.node.hint
+        size = int(hint) if hint is not None else 2
+        shown = namer.dim(d)
+        if isinstance(shown, str) and shown.isidentifier() and shown in namer.names.values():
+            return shown, size
+        return None, size
+    return None, int(d)
+
+
+_UNPORTABLE = object()
+
+
+def _portable(value: Any, depth: int) -> Any:
+    """A value to pass again in another run: tensors become meta tensors of the same size."""
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device)):
+        return value
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        hint = value.node.hint
+        return _UNPORTABLE if hint is None else hint
+    if isinstance(value, torch.Tensor):
+        sizes = [_dim(d, shapes._Namer({}))[1] for d in value.shape]
+        return torch.empty(sizes, dtype=value.dtype, device="meta")
+    if depth < MAX_VALUE_DEPTH and isinstance(value, (tuple, list)):
+        items = [_portable(v, depth + 1) for v in value]
+        if any(v is _UNPORTABLE for v in items):
+            return _UNPORTABLE
+        return type(value)(items) if isinstance(value, list) else tuple(items)
+    return _UNPORTABLE
+
+
+def parent_first(names: Sequence[str], tree: ast.Module | None) -> list[str]:
+    """Class names ordered so that a class that mentions another in its body comes first."""
+    if tree is None:
+        return list(names)
+    wanted = set(names)
+    mentions: dict[str, set[str]] = {n: set() for n in names}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name in wanted:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Name) and sub.id in wanted and sub.id != node.name:
+                    mentions[node.name].add(sub.id)
+    order: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(name: str) -> None:  # users before what they use
+        if state.get(name):
+            return
+        state[name] = 1
+        for user in names:
+            if name in mentions.get(user, ()) and not state.get(user):
+                visit(user)
+        order.append(name)
+
+    for name in names:
+        visit(name)
+    # visit() appends a class after its users: that is already parents first
+    return order

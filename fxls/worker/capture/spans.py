@@ -1,0 +1,126 @@
+"""Where in the user's file a node was written: span keys, call sites, AST spans.
+
+Every FX node fxls makes carries two spans in ``node.meta``: ``SPAN_KEY``, the innermost frame
+of the document on the stack (where the operation is written), and ``CALL_SITE_KEY``, the
+frame in the root module's own methods that led to it (where ``forward`` calls into a helper
+or a submodule). The tracer, the replay of identical blocks, the fake run and the rewrites all
+read and write them through this module.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from collections.abc import Iterable
+from types import CodeType
+
+import torch.fx
+
+from fxls.protocol.model import Span
+from fxls.protocol.positions import SourceText
+
+SPAN_KEY = "fxls_span"
+CALL_SITE_KEY = "fxls_call_site"
+
+
+def user_spans(frames: Iterable[tuple[CodeType, int]], path: str, source: SourceText) -> list[Span]:
+    """Spans of the (code, lasti) pairs that belong to ``path``, in the given order."""
+    spans = []
+    for code, lasti in frames:
+        if code.co_filename == path:
+            span = source.code_span(code, lasti)
+            if span is not None:
+                spans.append(span)
+    return spans
+
+
+def method_codes(cls: type, path: str) -> set[CodeType]:
+    """Code objects of the methods of ``cls`` (and its bases) written in the document: the
+    frames where a call of the root module's own code is written (``forward``, and helpers such
+    as ``_forward_impl`` that it delegates to)."""
+    codes: set[CodeType] = set()
+    for klass in cls.__mro__:
+        for value in vars(klass).values():
+            func = getattr(value, "__func__", value)
+            try:
+                func = inspect.unwrap(func)
+            except ValueError:
+                continue
+            code = getattr(func, "__code__", None)
+            if isinstance(code, CodeType) and code.co_filename == path:
+                codes.add(code)
+    return codes
+
+
+def call_site_frame(
+    frames: list[tuple[CodeType, int]], root_codes: set[CodeType]
+) -> tuple[CodeType, int]:
+    """Of the document frames (innermost first), the innermost one in a method of the root
+    module, else the outermost: where the user wrote the call that led to the operation."""
+    for code, lasti in frames:
+        if code in root_codes:
+            return code, lasti
+    return frames[-1]
+
+
+def find_function(
+    tree: ast.Module, code: CodeType
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The ``def`` in ``tree`` whose compiled code object is ``code``."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            if first == code.co_firstlineno:
+                return node
+    return None
+
+
+def _own_returns(func: ast.AST) -> list[ast.Return]:
+    found: list[ast.Return] = []
+    stack = list(ast.iter_child_nodes(func))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            found.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+    return sorted(found, key=lambda r: (r.lineno, r.col_offset))
+
+
+def assign_ast_spans(
+    graph: torch.fx.Graph,
+    func: ast.FunctionDef | ast.AsyncFunctionDef | None,
+    source: SourceText,
+) -> None:
+    """Give placeholders, the output and lazy attribute nodes a span.
+
+    Placeholders take the span of their parameter in ``def forward``, the output takes the last
+    ``return`` statement, and nodes still without a span take their first user's span.
+    """
+    params: dict[str, ast.arg] = {}
+    if func is not None:
+        a = func.args
+        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+            params[arg.arg] = arg
+        for extra_arg in (a.vararg, a.kwarg):
+            if extra_arg is not None:
+                params[extra_arg.arg] = extra_arg
+    returns = _own_returns(func) if func is not None else []
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            target = str(node.target).lstrip("*")
+            param = params.get(target) or params.get(re.sub(r"_\d+$", "", target))
+            if param is not None:
+                span = source.node_span(param)
+                node.meta[SPAN_KEY] = node.meta[CALL_SITE_KEY] = span
+        elif node.op == "output" and returns:
+            span = source.node_span(returns[-1])
+            node.meta[SPAN_KEY] = node.meta[CALL_SITE_KEY] = span
+    for node in reversed(list(graph.nodes)):
+        if SPAN_KEY not in node.meta:
+            for user in node.users:
+                if SPAN_KEY in user.meta:
+                    node.meta[SPAN_KEY] = user.meta[SPAN_KEY]
+                    node.meta[CALL_SITE_KEY] = user.meta.get(CALL_SITE_KEY, user.meta[SPAN_KEY])
+                    break

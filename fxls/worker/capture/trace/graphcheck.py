@@ -1,0 +1,119 @@
+"""Graph checks: ``Graph.lint()`` plus an exactly-one-output check (FX301), unused nodes (FX302)."""
+
+from __future__ import annotations
+
+import inspect
+import operator
+
+import torch.fx
+
+from fxls.protocol import catalogue as m
+from fxls.protocol.model import Span
+from fxls.protocol.positions import SourceText
+from fxls.worker.capture.spans import SPAN_KEY
+
+
+def lint(graph: torch.fx.Graph, fallback: Span) -> list[m.Message]:
+    """FX301 when the graph is invalid; ``fallback`` is used when no node span applies."""
+    problems: list[m.Message] = []
+    try:
+        graph.lint()
+    except Exception as exc:  # lint raises RuntimeError, AssertionError, ...
+        problems.append(
+            m.FX301(fallback, error=str(exc).splitlines()[0] if str(exc) else repr(exc))
+        )
+    outputs = [n for n in graph.nodes if n.op == "output"]
+    if len(outputs) != 1:
+        problems.append(
+            m.FX301(fallback, error=f"expected exactly one output node, found {len(outputs)}")
+        )
+    return problems
+
+
+def unused_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """Nodes ``eliminate_dead_code`` would remove: no users, not impure, not placeholder/output."""
+    dead: set[torch.fx.Node] = set()
+    for n in reversed(list(graph.nodes)):
+        if n.op in ("placeholder", "output") or not all(user in dead for user in n.users):
+            continue
+        if not n.is_impure():  # asked last: most nodes have a live user
+            dead.add(n)
+    return [n for n in graph.nodes if n in dead]
+
+
+def works_in_place(node: torch.fx.Node) -> bool:
+    """Whether ``node`` changes a tensor it is given, so that it matters without users: an
+    in-place method or function (``x.mul_(2)``, ``torch.relu_(x)``), ``inplace=True``
+    (``F.relu(x, inplace=True)``), an ``out=`` tensor, or a call of a submodule built with
+    ``inplace=True`` (``nn.ReLU(inplace=True)``)."""
+    if node.op == "call_module":
+        owner = node.graph.owning_module
+        try:
+            module = owner.get_submodule(str(node.target)) if owner is not None else None
+        except AttributeError:
+            return False
+        return getattr(module, "inplace", False) is True
+    if node.op not in ("call_method", "call_function"):
+        return False
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    if isinstance(name, str) and name.endswith("_") and not name.endswith("__"):
+        return True
+    if node.kwargs.get("inplace") is True or node.kwargs.get("out") is not None:
+        return True
+    if node.op == "call_function" and any(arg is True for arg in node.args[1:]):
+        try:
+            params = list(inspect.signature(node.target).parameters)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return False
+        return any(
+            i < len(params) and params[i] == "inplace" and arg is True
+            for i, arg in enumerate(node.args)
+        )
+    return False
+
+
+_QUERY_METHODS = frozenset({"size", "dim", "numel", "stride", "type", "is_contiguous"})
+_QUERY_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"})
+
+
+def _is_bookkeeping(node: torch.fx.Node) -> bool:
+    """Unpacking and size queries: ``b, n, _ = x.shape`` or ``out, _ = self.attn(...)`` leave
+    unused ``getitem``/``size`` nodes behind that are not computations anyone wrote."""
+    if node.op == "call_function" and node.target is operator.getitem:
+        return True
+    if node.op == "call_method" and node.target in _QUERY_METHODS:
+        return True
+    return (
+        node.op == "call_function"
+        and node.target is getattr
+        and len(node.args) > 1
+        and node.args[1] in _QUERY_ATTRS
+    )
+
+
+def _contains(outer: Span, inner: Span) -> bool:
+    return (outer.line, outer.col) <= (inner.line, inner.col) and (
+        inner.end_line,
+        inner.end_col,
+    ) <= (
+        outer.end_line,
+        outer.end_col,
+    )
+
+
+def unused(graph: torch.fx.Graph, source: SourceText) -> list[m.Message]:
+    """One FX302 hint per unused expression: spans inside another unused span are folded in."""
+    spans: dict[tuple[int, int, int, int], tuple[Span, torch.fx.Node]] = {}
+    for node in unused_nodes(graph):
+        if _is_bookkeeping(node) or works_in_place(node):
+            continue  # an in-place call has no users, yet its tensor is the one used later
+        span = node.meta.get(SPAN_KEY)
+        if span is not None:
+            spans.setdefault((span.line, span.col, span.end_line, span.end_col), (span, node))
+    hints: list[m.Message] = []
+    for key, (span, node) in spans.items():
+        if any(other != key and _contains(s, span) for other, (s, _) in spans.items()):
+            continue
+        text = source.text(span).strip()
+        hints.append(m.FX302(span, node=text if 0 < len(text) <= 60 else node.name))
+    return hints

@@ -1,0 +1,397 @@
+"""Capture strategies: tracer settings, automatic repairs, and checks of what tracing baked in.
+
+fxls tries, in order (the one used is ``ModuleResult.capture``):
+
+1. ``fx``: torch.fx with buffers as graph values and known library functions recorded as
+   single nodes (einops ``rearrange``/``repeat``/``reduce``/``einsum``; the layers of
+   ``einops.layers.torch`` as leaf modules), so einops code traces without source changes.
+2. FX with repairs that need no source change, combined as needed within a bounded number of
+   attempts (status ``partial``, each repair explained in ``ModuleResult.notes``):
+   ``leaf`` (the submodule class whose ``forward`` raised is kept as a leaf), ``wrap`` (the
+   module-level helper function that raised is recorded as one call, like ``torch.fx.wrap``),
+   ``concrete`` (plain-value ``forward`` arguments are fixed to their defaults with
+   ``concrete_args``). The capture reads ``fx+leaf``, ``fx+wrap``, ``fx+concrete`` or a
+   combination such as ``fx+leaf+wrap``.
+3. ``fake-run`` (:mod:`fxls.worker.capture.trace.fakerun`) when no FX graph can be had.
+
+Silent mis-traces: :func:`traced_through_checks` finds ``isinstance``/``is None`` checks on
+traced values in helpers and submodules traced through (FX108), and :func:`eager_divergence`
+compares the traced graph with running ``forward`` on the same fake inputs, and at a second
+batch size (FX109).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import types
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import CodeType, ModuleType, TracebackType
+from typing import Any
+
+import torch
+import torch.fx
+
+from fxls.protocol import catalogue as m
+from fxls.protocol.model import Value
+from fxls.protocol.positions import SourceText
+from fxls.worker.capture import failures
+from fxls.worker.capture.shapes import propagation as shapes
+from fxls.worker.capture.spans import find_function
+from fxls.worker.capture.trace import fakerun
+
+MAX_ATTEMPTS = 12
+"""Traces tried per class before giving up on FX (each failed one adds at most one repair)."""
+
+MAX_COMPARE_NODES = 400
+"""Graphs larger than this are not compared with eager execution (FX109): it costs seconds."""
+
+LIBRARY_FUNCTIONS: dict[str, tuple[str, ...]] = {
+    "einops": ("rearrange", "repeat", "reduce", "einsum"),
+}
+"""Functions recorded as one ``call_function`` node, by module; only modules the document has
+imported are used (the worker never imports them itself)."""
+
+LIBRARY_LEAF_MODULES = ("einops.layers.",)
+"""Module classes defined under these packages are leaf modules."""
+
+
+# ---------------------------------------------------------------------------------------
+# Strategy 1: tracer settings for known libraries
+# ---------------------------------------------------------------------------------------
+
+
+def library_autowrap() -> tuple[list[Callable[..., Any]], list[ModuleType]]:
+    """Library functions to auto-wrap and the modules whose attributes to patch."""
+    functions: list[Callable[..., Any]] = []
+    modules: list[ModuleType] = []
+    for module_name, names in LIBRARY_FUNCTIONS.items():
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        found = [getattr(module, n) for n in names if callable(getattr(module, n, None))]
+        if found:
+            functions.extend(found)
+            modules.append(module)
+    return functions, modules
+
+
+def is_library_leaf(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is a library layer fxls keeps as a leaf (``einops.layers.torch``)."""
+    name = type(module).__module__ or ""
+    return name.startswith(LIBRARY_LEAF_MODULES)
+
+
+def library_leaf_classes(root: torch.nn.Module) -> list[str]:
+    """Class names of the library leaf layers inside ``root``."""
+    return sorted({type(sub).__name__ for sub in root.modules() if is_library_leaf(sub)})
+
+
+# ---------------------------------------------------------------------------------------
+# Strategy 2: repairs
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Repair:
+    """One automatic repair: ``kind`` is ``leaf``, ``wrap`` or ``concrete``."""
+
+    kind: str
+    target: str
+    """Class name (leaf), function name (wrap) or comma-separated argument names (concrete)."""
+    function: Callable[..., Any] | None = None
+    names: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Repairs:
+    """The repairs applied so far, in order."""
+
+    leaves: list[str] = field(default_factory=list)
+    wraps: list[Callable[..., Any]] = field(default_factory=list)
+    concrete: list[str] = field(default_factory=list)
+    applied: list[Repair] = field(default_factory=list)
+
+    def add(self, repair: Repair) -> None:
+        self.applied.append(repair)
+        if repair.kind == "leaf":
+            self.leaves.append(repair.target)
+        elif repair.kind == "wrap" and repair.function is not None:
+            self.wraps.append(repair.function)
+        elif repair.kind == "concrete":
+            self.concrete.extend(n for n in repair.names if n not in self.concrete)
+
+    def label(self, declared_leaves: bool = False) -> str:
+        """``fx``, ``fx+leaf``, ``fx+wrap``, ``fx+concrete`` or a combination."""
+        kinds = {r.kind for r in self.applied}
+        parts = ["fx"]
+        if declared_leaves or "leaf" in kinds:
+            parts.append("leaf")
+        parts += [k for k in ("wrap", "concrete") if k in kinds]
+        return "+".join(parts)
+
+    def notes(self, defaults: Mapping[str, Any]) -> list[str]:
+        out = []
+        for r in self.applied:
+            if r.kind == "leaf":
+                out.append(
+                    f"`{r.target}` could not be traced through; it was kept as a leaf module"
+                )
+            elif r.kind == "wrap":
+                out.append(
+                    f"`{r.target}` could not be traced through; each call of it was recorded as "
+                    "one node (auto-wrapped as with `torch.fx.wrap`)"
+                )
+            else:
+                fixed = ", ".join(f"`{n}={defaults.get(n)!r}`" for n in r.names)
+                what = "its default" if len(r.names) == 1 else "their defaults"
+                out.append(
+                    f"traced with {fixed} fixed to {what} (`concrete_args`): the graph holds "
+                    "only the branches taken for these values"
+                )
+        return out
+
+
+def _frames(exc: BaseException) -> list[TracebackType]:
+    """Traceback entries of ``exc`` and its causes, innermost first."""
+    out: list[TracebackType] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain: list[TracebackType] = []
+        tb = current.__traceback__
+        while tb is not None:
+            chain.append(tb)
+            tb = tb.tb_next
+        out.extend(reversed(chain))
+        current = current.__cause__ or current.__context__
+    return out
+
+
+def _module_functions(namespace: Mapping[str, Any]) -> dict[CodeType, Callable[..., Any]]:
+    """Module-level functions of the document, by code object."""
+    out: dict[CodeType, Callable[..., Any]] = {}
+    for value in namespace.values():
+        if isinstance(value, types.FunctionType) and value.__module__ == namespace.get("__name__"):
+            out.setdefault(value.__code__, value)
+    return out
+
+
+def next_repair(
+    exc: BaseException,
+    root: torch.nn.Module,
+    namespace: Mapping[str, Any],
+    path: str,
+    repairs: Repairs,
+    leaves: Collection[str],
+    candidates: Collection[str],
+    failing_text: str,
+) -> Repair | None:
+    """The repair to try after ``exc`` was raised while tracing ``root``; None when none applies.
+
+    The innermost frame of the failure decides: a module-level function of the document becomes
+    a wrapped function, a submodule's ``forward`` a leaf module. Failing that, when the failing
+    source text names plain-value ``forward`` arguments (``candidates``) not fixed yet, they
+    are fixed to their defaults.
+    """
+    if isinstance(exc, (SystemExit, RecursionError, KeyboardInterrupt)):
+        return None
+    helpers = _module_functions(namespace)
+    wrapped = {id(f) for f in repairs.wraps}
+    owned = {id(sub) for sub in root.modules()} - {id(root)}
+    for tb in _frames(exc):
+        code = tb.tb_frame.f_code
+        if code.co_filename == path:
+            fn = helpers.get(code)
+            if fn is not None and id(fn) not in wrapped:
+                return Repair("wrap", fn.__name__, function=fn)
+        if code.co_name == "forward":
+            owner = tb.tb_frame.f_locals.get("self")
+            if owner is not None and id(owner) in owned:
+                name = type(owner).__name__
+                if name in leaves:
+                    break
+                return Repair("leaf", name)
+    names = [n for n in candidates if n not in repairs.concrete and _mentions(failing_text, n)]
+    rest = [n for n in candidates if n not in repairs.concrete and n not in names]
+    if names or (rest and _raised_by_root(exc, root, path)):
+        # the failing text names them, or the root's own forward raised after checking them
+        # (``if (input_ids is None) ^ (inputs_embeds is not None): raise ValueError(...)``)
+        return Repair("concrete", ", ".join(names + rest), names=names + rest)
+    return None
+
+
+def _raised_by_root(exc: BaseException, root: torch.nn.Module, path: str) -> bool:
+    """Whether ``exc`` was raised by a ``raise`` in the root module's own ``forward`` (its
+    innermost frame), not by torch or a layer it called."""
+    frames = _frames(exc)  # innermost first
+    if not frames:
+        return False
+    frame = frames[0].tb_frame
+    return (
+        frame.f_code.co_name == "forward"
+        and frame.f_code.co_filename == path
+        and frame.f_locals.get("self") is root
+    )
+
+
+def _mentions(text: str, name: str) -> bool:
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        return False
+    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(tree))
+
+
+def used_value_placeholders(
+    gm: torch.fx.GraphModule, candidates: Collection[str], params: list[str]
+) -> list[str]:
+    """Plain-value arguments left as placeholders that the graph uses as values.
+
+    A ``mask=None`` placeholder passes ``mask is not None`` while tracing (a Proxy is not None)
+    and is then used as a tensor: the graph is wrong for the default. These need ``concrete``.
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out = []
+    for node, name in zip(placeholders, params):
+        if name in candidates and node.users:
+            out.append(name)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Silent mis-traces
+# ---------------------------------------------------------------------------------------
+
+
+def traced_through_checks(
+    traced_params: Mapping[CodeType, Collection[str]],
+    tree: ast.Module | None,
+    source: SourceText,
+    skip: Iterable[CodeType] = (),
+) -> list[m.Message]:
+    """FX108 for checks on traced values in the document's functions the trace went through.
+
+    ``traced_params`` maps each code object of the document that created a node to the names of
+    its parameters that held a Proxy (``SpanTracer.traced_params``); ``skip`` leaves out codes
+    checked elsewhere (the root ``forward``).
+    """
+    if tree is None:
+        return []
+    skipped = set(skip)
+    found: list[m.Message] = []
+    for code, names in traced_params.items():
+        if code in skipped or not names:
+            continue
+        func = find_function(tree, code)
+        if func is not None:
+            found.extend(failures.specialized_checks(func, set(names), source))
+    return found
+
+
+@dataclass
+class Divergence:
+    """Output shapes of the traced graph and of eager execution that differ."""
+
+    traced: str
+    eager: str
+    sizes: str
+    """The input sizes it shows at, e.g. ``x [3, 16]``."""
+
+
+def _render(values: list[Value]) -> str:
+    parts = []
+    for v in values:
+        if v.kind == "tensor":
+            parts.append("[" + ", ".join(str(d) for d in v.shape or []) + "]")
+        else:
+            parts.append(v.text or v.kind)
+    return ", ".join(parts) if parts else "nothing"
+
+
+def _key(values: list[Value]) -> list[tuple[Any, ...]]:
+    return [(v.kind, tuple(v.shape or ()), v.dtype) for v in values if v.kind in ("tensor", "none")]
+
+
+def _static(inputs: list[shapes.ExampleInput], batch: int | None) -> list[shapes.ExampleInput]:
+    """The inputs with every dimension fixed; ``batch`` replaces the batch dimension's size."""
+    first = next((i for i in inputs if i.kind == "tensor" and i.dims), None)
+    batch_name, batch_size = first.dims[0] if first is not None else (None, -1)
+    out = []
+    for inp in inputs:
+        if inp.kind != "tensor":
+            out.append(inp)
+            continue
+        dims: list[tuple[str | None, int]] = []
+        for i, (name, size) in enumerate(inp.dims):
+            same = name == batch_name if batch_name else (i == 0 and size == batch_size)
+            dims.append((None, batch if batch is not None and same else size))
+        out.append(shapes.ExampleInput(inp.name, "tensor", dims, inp.dtype, inp.value))
+    return out
+
+
+def eager_divergence(
+    gm: torch.fx.GraphModule,
+    module: torch.nn.Module,
+    inputs: list[shapes.ExampleInput],
+    path: str,
+    source: str,
+    leaf_classes: Iterable[str] = (),
+    on_meta: bool = True,
+) -> Divergence | None:
+    """Compare the traced graph with running ``module.forward`` on the same fake inputs.
+
+    Both run on static fake tensors at the example sizes and again with the batch dimension
+    (the first dimension of the first tensor input, everywhere it appears) one larger. A
+    difference in output shapes or dtypes means tracing baked a Python decision into the
+    graph. Runs that raise are not compared (None). When the graph ran on meta tensors
+    (a module built on the meta device), ``forward`` first runs on meta tensors too
+    (:func:`fakerun.meta_outputs`, unless ``on_meta`` is off) and on fake tensors only if
+    that raises.
+    """
+    if sum(1 for _ in gm.graph.nodes) > MAX_COMPARE_NODES:
+        return None
+    first = next((i for i in inputs if i.kind == "tensor" and i.dims), None)
+    batches: list[int | None] = [None]
+    if first is not None:
+        batches.append(first.dims[0][1] + 1)
+    leaves = list(leaf_classes)
+    for batch in batches:
+        feeds = _static(inputs, batch)
+        try:
+            prop = shapes.propagate(gm, feeds, symbolic=False)
+        except Exception:
+            return None
+        if prop.error is not None:
+            continue
+        output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+        if output is None or output.name not in prop.values:
+            return None
+        traced = prop.values[output.name]
+        eager = fakerun.meta_outputs(module, feeds) if on_meta and prop.mode == "meta" else None
+        if eager is None:
+            run = fakerun.fake_run(
+                module, feeds, path, symbolic=False, leaf_classes=leaves, source=source
+            )
+            out_node = _output_name(run)
+            if run.error is not None or out_node is None:
+                continue
+            eager = run.values.get(out_node, [])
+        if _key(traced) != _key(eager):
+            sizes = "; ".join(
+                f"{i.name} [{', '.join(str(s) for _, s in i.dims)}]"
+                for i in feeds
+                if i.kind == "tensor"
+            )
+            return Divergence(_render(traced), _render(eager), sizes)
+    return None
+
+
+def _output_name(run: fakerun.FakeRun) -> str | None:
+    gm = run.graph_module
+    if gm is None:
+        return None
+    node = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    return node.name if node is not None else None

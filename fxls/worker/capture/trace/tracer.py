@@ -1,0 +1,252 @@
+"""A torch.fx tracer that records where in the user's file each node was written.
+
+``SpanTracer`` overrides ``create_node``: it walks the Python stack outwards, keeps frames whose
+code object belongs to the document being captured, and reads the executing instruction's
+source range from ``co_positions()``. The innermost user frame is where the operation is
+written (``node.meta["fxls_span"]``); the outermost is where the root ``forward`` calls into it
+(``node.meta["fxls_call_site"]``). Spans use 1-based lines and 0-based code point columns.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Callable, Iterable
+from types import CodeType, FrameType, FunctionType, ModuleType
+from typing import Any
+
+import torch
+import torch.fx
+
+from fxls.protocol.positions import SourceText
+from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, call_site_frame, method_codes
+from fxls.worker.capture.trace import reuse
+
+
+def _stack(frame: FrameType | None) -> Iterable[tuple[CodeType, int]]:
+    while frame is not None:
+        yield frame.f_code, frame.f_lasti
+        frame = frame.f_back
+
+
+class SpanTracer(torch.fx.Tracer):
+    """``torch.fx.Tracer`` that stores the user's source span on every node it creates.
+
+    Args:
+        path: filename of the document's code objects (``CaptureJob.path``).
+        source: the document text.
+        leaf_classes: class names of submodules not to trace into.
+        autowrap_functions: functions recorded as one ``call_function`` node wherever the
+            document (or a module in ``autowrap_modules``) refers to them by a global name.
+        autowrap_modules: modules whose global names of ``autowrap_functions`` are patched too
+            (``einops.rearrange`` written with the module prefix).
+        leaf_predicate: another leaf rule (library layers such as ``einops.layers.torch``).
+
+    While tracing, ``traced_params`` collects, per code object of the document that created a
+    node, the names of its parameters that held a ``Proxy`` (for FX108 in helpers and
+    submodules traced through).
+    """
+
+    proxy_buffer_attributes = True
+
+    def __init__(
+        self,
+        path: str,
+        source: SourceText,
+        leaf_classes: Iterable[str] = (),
+        autowrap_functions: Iterable[Callable[..., Any]] = (),
+        autowrap_modules: Iterable[ModuleType] = (),
+        leaf_predicate: Callable[[torch.nn.Module], bool] | None = None,
+        reuse_blocks: bool = False,
+    ):
+        super().__init__(autowrap_functions=tuple(autowrap_functions))
+        search = getattr(self, "_autowrap_search", None)
+        if isinstance(search, list):  # torch's list of module dicts to patch at trace start
+            search.extend(m for m in autowrap_modules if m not in search)
+        self.path = path
+        self.source = source
+        self.leaf_classes = set(leaf_classes)
+        self.leaf_predicate = leaf_predicate
+        self.traced_params: dict[CodeType, set[str]] = {}
+        self.module_calls: dict[type, list[tuple[Any, tuple[Any, ...], dict[str, Any]]]] = {}
+        """Per class, each call of a submodule the trace saw (the module, its arguments with
+        proxies), in order; a replayed block's own submodules are not called."""
+        self.root_codes: set[CodeType] = set()
+        self.reuse_blocks = reuse_blocks
+        self.replayer: reuse.Replayer | None = None
+        """Set while tracing with ``reuse_blocks``: the calls replayed (``replayer.segments``)."""
+
+    def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> torch.fx.Graph:
+        if isinstance(root, torch.nn.Module):
+            self.root_codes = method_codes(type(root), self.path)
+        self.replayer = None
+        self.module_calls = {}
+        if self.reuse_blocks and isinstance(root, torch.nn.Module):
+            self.replayer = reuse.Replayer(self, self.path, reuse.document_frames(self.path))
+        undecorated = _undecorated_class(root)
+        concrete_args = _without_var_arguments(root, undecorated, concrete_args)
+        if undecorated is None:
+            return super().trace(root, concrete_args)
+        decorated, root.__class__ = root.__class__, undecorated
+        try:
+            return super().trace(root, concrete_args)
+        finally:
+            root.__class__ = decorated
+
+    def call_module(
+        self,
+        m: torch.nn.Module,
+        forward: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        self.module_calls.setdefault(type(m), []).append((m, args, kwargs))
+        inner = _undecorated_forward(type(m))
+        if inner is not None and getattr(forward, "__func__", None) is type(m).forward:
+            forward = inner.__get__(m)  # the submodule's own forward, as for the root
+        replayer = self.replayer
+        if replayer is None or self.is_leaf_module(m, self.path_of_module(m)):
+            return super().call_module(m, forward, args, kwargs)
+        return replayer.call_module(
+            m,
+            forward,
+            args,
+            kwargs,
+            lambda: super(SpanTracer, self).call_module(m, forward, args, kwargs),
+        )
+
+    def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
+        if self.replayer is not None:
+            self.replayer.parameter_cache = parameter_proxy_cache
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
+
+    def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
+        if type(m).__name__ in self.leaf_classes:
+            return True
+        if self.leaf_predicate is not None and self.leaf_predicate(m):
+            return True
+        return super().is_leaf_module(m, module_qualified_name)
+
+    def create_node(
+        self,
+        kind: str,
+        target: Any,
+        args: Any,
+        kwargs: Any,
+        name: Any = None,
+        type_expr: Any = None,
+    ) -> torch.fx.Node:
+        node = super().create_node(kind, target, args, kwargs, name, type_expr)
+        frame = sys._getframe(1)
+        frames = [(code, lasti) for code, lasti in _stack(frame) if code.co_filename == self.path]
+        if self.replayer is not None and self.replayer.recordings:
+            self.replayer.note_created(node, name, tuple(frames))
+        if frames:
+            span = self.source.code_span(*frames[0])
+            if span is not None:
+                node.meta[SPAN_KEY] = span
+                site = self.source.code_span(*call_site_frame(frames, self.root_codes))
+                node.meta[CALL_SITE_KEY] = site or span
+            self.note_params(frame)
+        return node
+
+    def note_params(self, frame: FrameType | None) -> None:
+        """Record which parameters of each document frame on the stack are proxies."""
+        while frame is not None:
+            code = frame.f_code
+            if code.co_filename == self.path and code not in self.traced_params:
+                count = code.co_argcount + code.co_kwonlyargcount
+                names = code.co_varnames[:count]
+                local = frame.f_locals
+                self.traced_params[code] = {
+                    n for n in names if isinstance(local.get(n), torch.fx.Proxy)
+                }
+            frame = frame.f_back
+
+
+def _without_var_arguments(
+    root: Any, undecorated: type | None, concrete_args: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """``concrete_args`` with ``forward``'s ``*args`` empty and ``**kwargs`` empty (torch.fx
+    names them ``*args``/``**kwargs``): as a Proxy, ``**kwargs`` passed on to a submodule
+    (``self.model(input_ids=input_ids, **kwargs)``) cannot be unpacked, and the call fxls
+    makes passes nothing there anyway."""
+    if not isinstance(root, torch.nn.Module):
+        return concrete_args
+    forward = getattr(undecorated or type(root), "forward", None)
+    if not callable(forward):
+        return concrete_args
+    try:
+        params = inspect.signature(forward).parameters.values()
+    except (TypeError, ValueError):
+        return concrete_args
+    extra: dict[str, Any] = {}
+    for param in params:
+        if param.kind is param.VAR_POSITIONAL:
+            extra["*" + param.name] = ()
+        elif param.kind is param.VAR_KEYWORD:
+            extra["**" + param.name] = {}
+    if not extra:
+        return concrete_args
+    return {**extra, **(concrete_args or {})}
+
+
+def _undecorated_forward(cls: type) -> FunctionType | None:
+    """The function a decorator on ``cls.forward`` wraps (``functools.wraps``), or None when
+    ``forward`` is not decorated."""
+    forward = getattr(cls, "forward", None)
+    try:
+        inner = inspect.unwrap(forward) if forward is not None else None
+    except ValueError:
+        return None
+    if inner is None or inner is forward or not isinstance(inner, FunctionType):
+        return None
+    return inner
+
+
+def _undecorated_class(root: Any) -> type | None:
+    """For a module whose ``forward`` is wrapped by a decorator (``functools.wraps``:
+    ``@can_return_tuple``, ``@auto_docstring``, ``@torch.no_grad()``), a subclass whose
+    ``forward`` is the function the user wrote, or None. torch.fx traces the class's
+    ``forward`` by its code object, and a wrapper's ``(*args, **kwargs)`` code cannot take
+    the real parameters ("co_varnames is too small"): the trace goes through the user's own
+    ``forward`` instead, and what the decorator does around it is left out."""
+    if not isinstance(root, torch.nn.Module):
+        return None
+    cls = type(root)
+    inner = _undecorated_forward(cls)
+    if inner is None:
+        return None
+    try:
+        return type(
+            cls.__name__,
+            (cls,),
+            {"forward": inner, "__module__": cls.__module__, "__qualname__": cls.__qualname__},
+        )
+    except Exception:  # a metaclass or __init_subclass__ that refuses: trace as it is
+        return None
+
+
+def graph_module(root: torch.nn.Module, graph: torch.fx.Graph, name: str) -> torch.fx.GraphModule:
+    """A GraphModule whose Python code is generated when first needed (running it, ``.code``),
+    not when it is made: most captures only read the graph, and generating the code of a
+    2000-node graph costs as much as propagating its shapes."""
+    try:
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+    except ImportError:  # pragma: no cover - torch without lazy graph modules
+        return torch.fx.GraphModule(root, graph, name)
+    return _LazyGraphModule(root, graph, name)
+
+
+def trace(
+    root: torch.nn.Module,
+    path: str,
+    source: SourceText,
+    leaf_classes: Iterable[str] = (),
+    concrete_args: dict[str, Any] | None = None,
+) -> torch.fx.GraphModule:
+    """Trace ``root`` with a ``SpanTracer``; raises what tracing raises."""
+    tracer = SpanTracer(path, source, leaf_classes)
+    graph = tracer.trace(root, concrete_args=concrete_args)
+    name = type(root).__name__
+    return graph_module(tracer.root, graph, name)

@@ -1,0 +1,22 @@
+"""One runner per job kind (``JobRequest.kind``); the job child calls ``run_job``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fxls.protocol.model import CaptureResult, JobRequest, Phase, RewriteJob
+from fxls.worker.capture.pipeline import run_capture_for_wire
+
+PhaseReporter = Callable[[Phase, "str | None"], None]
+
+
+def run_job(request: JobRequest, report: PhaseReporter) -> CaptureResult:
+    """Run ``request`` in this (already sandboxed) process and return its result (to be sent:
+    records of copied sub-blocks are sent as copies, see ``reuse.compact``)."""
+    if request.kind == "capture":
+        return run_capture_for_wire(request.capture, report)
+    if request.kind == "rewrite":
+        from fxls.worker.rewrite.run import run_rewrite
+
+        return run_rewrite(request.capture, request.rewrite or RewriteJob(), report)
+    raise ValueError(f"unknown job kind {request.kind!r}")

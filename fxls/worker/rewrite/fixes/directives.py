@@ -1,0 +1,97 @@
+"""FX405 / FX408: pin what fxls assumed as ``# fxls:`` directives above the class.
+
+``init``: the constructor arguments of the build fxls chose (``Construction.pin``), as
+``# fxls: init(...)``. ``input``: an assumed ``forward`` input with the sizes the capture ran
+with (``# fxls: x = (B=2, 3, 224, 224)``, a dtype when not float32), or a plain value
+(``# fxls: start_pos = 0``). Directives change only how fxls captures, never what the module
+computes, so they are verified by capturing the edited file: it must run as far with the
+same shapes, without the assumption.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fxls.protocol.model import ClassRequest, DimSpec, FixRequest, InputSpec
+from fxls.worker.capture.build import inputs
+from fxls.worker.rewrite import text
+from fxls.worker.rewrite.base import Original, Proposal, Unavailable, gone_of
+
+_LITERALS = (type(None), bool, int, float, str)
+
+
+def propose(original: Original, fix: FixRequest) -> Proposal:
+    what = fix.params.get("what")
+    if what == "init":
+        pin = init_args(original, fix.cls)
+        body = f"init({pin})"
+        title = f"Pin the constructor arguments: `# fxls: {body}`"
+        gone = gone_of(fix, "FX408")
+
+        def update(req: ClassRequest) -> None:
+            req.init, req.init_line = pin, None
+
+    elif what == "input":
+        body, spec = input_directive(original, fix.cls, str(fix.params.get("arg", "")))
+        title = f"Pin the assumed input: `# fxls: {body}`"
+        gone = gone_of(fix, "FX405")
+
+        def update(req: ClassRequest) -> None:
+            req.inputs = [s for s in req.inputs if s.name != spec.name] + [spec]
+
+    else:
+        raise Unavailable(f"unknown directive {what!r}")
+    edit = text.insert_directives(original.doc.source, original.tree, fix.cls, [body])
+    return Proposal(title, [edit], check="capture", gone=gone, requests={fix.cls: update})
+
+
+def init_args(original: Original, cls: str) -> str:
+    """The argument text of ``# fxls: init(...)`` for the build fxls chose."""
+    how = original.module(cls).constructed
+    if how is None or how.pin is None:
+        raise Unavailable("the arguments fxls built it with cannot be written as `init(...)`")
+    return how.pin
+
+
+def input_directive(original: Original, cls: str, arg: str) -> tuple[str, InputSpec]:
+    """``x = (B=2, 3, 224, 224)`` for the input the capture ran with, and the InputSpec the
+    server's directive parser reads from it."""
+    capture = original.capture(cls)
+    planned = next((p for p in capture.feeds_planned if p.name == arg), None)
+    if planned is None:
+        raise Unavailable(f"fxls did not settle an input `{arg}`")
+    if planned.kind == "tensor":
+        dims = ", ".join(f"{name}={size}" if name else str(size) for name, size in planned.dims)
+        if len(planned.dims) == 1:
+            dims += ","
+        dtype = None if planned.dtype == torch.float32 else inputs.dtype_name(planned.dtype)
+        body = f"{arg} = ({dims})" + (f" {dtype}" if dtype else "")
+        spec = InputSpec(
+            name=arg, kind="shape", dims=[DimSpec(n, s) for n, s in planned.dims], dtype=dtype
+        )
+        return body, spec
+    return value_directive(arg, planned.value)
+
+
+def value_directive(arg: str, value: Any) -> tuple[str, InputSpec]:
+    """``flag = False`` and its InputSpec, for a plain value."""
+    literal = _literal(value)
+    if literal is None:
+        raise Unavailable(f"the value fxls passed for `{arg}` cannot be written in a directive")
+    return f"{arg} = {literal}", InputSpec(name=arg, kind="expr", expr=literal)
+
+
+def _literal(value: Any, depth: int = 0) -> str | None:
+    if isinstance(value, _LITERALS):
+        return repr(value)
+    if depth < 3 and isinstance(value, (tuple, list)):
+        items = [_literal(v, depth + 1) for v in value]
+        if any(i is None for i in items):
+            return None
+        inner = ", ".join(i for i in items if i is not None)
+        if isinstance(value, tuple):
+            return f"({inner},)" if len(items) == 1 else f"({inner})"
+        return f"[{inner}]"
+    return None

@@ -1,0 +1,435 @@
+"""Rewrites in-process: each fix on its before/after fixture, and the gates of verification.
+
+``run_rewrite`` executes user code, as the sandboxed child does; here it runs in the test
+process on the fixtures of ``tests/fixtures/rewrites``. One test sends a rewrite job through
+the real zygote.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fxls.analysis import parse, parse_directive
+from fxls.protocol.codec import from_dict, to_dict
+from fxls.protocol.edits import apply_edits
+from fxls.protocol.model import (
+    CaptureJob,
+    CaptureResult,
+    FixOutcome,
+    FixRequest,
+    RewriteJob,
+    Span,
+    TextEdit,
+)
+from fxls.worker.capture.pipeline import capture_document
+from fxls.worker.rewrite.base import Original
+from fxls.worker.rewrite.fixes import directives
+from fxls.worker.rewrite.run import run_rewrite
+from fxls.worker.rewrite.verify import Change, LineShift, randomize, verify
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "rewrites"
+
+
+def _job(name: str, text: str | None = None) -> CaptureJob:
+    path = FIXTURES / name
+    text = path.read_text() if text is None else text
+    classes = [c.request() for c in parse(text).classes]
+    return CaptureJob(path=str(path), source=text, classes=classes, sys_path=[str(FIXTURES)])
+
+
+def _diagnostic(job: CaptureJob, cls: str, code: str, nth: int = 0) -> Any:
+    _, result = capture_document(job, lambda *a: None)
+    mod = next(m for m in result.modules if m.name == cls)
+    return [d for d in mod.diagnostics if d.code == code][nth]
+
+
+def _rewrite(job: CaptureJob, *fixes: FixRequest, **kwargs: Any) -> CaptureResult:
+    result = run_rewrite(job, RewriteJob(fixes=list(fixes), **kwargs), lambda *a: None)
+    assert from_dict(CaptureResult, to_dict(result)) == result  # survives the wire
+    assert result.rewrite is not None
+    return result
+
+
+def _fix(kind: str, cls: str, span: Span, code: str | None = None, **params: Any) -> FixRequest:
+    return FixRequest(id=f"{kind}:{cls}", kind=kind, cls=cls, span=span, code=code, params=params)  # type: ignore[arg-type]
+
+
+def _one(job: CaptureJob, fix: FixRequest, **kwargs: Any) -> FixOutcome:
+    result = _rewrite(job, fix, **kwargs)
+    assert result.rewrite is not None
+    (outcome,) = result.rewrite.outcomes
+    return outcome
+
+
+# ---------------------------------------------------------------------------------------
+# Each rewrite
+# ---------------------------------------------------------------------------------------
+
+
+def test_dead_code_removes_the_statement_and_verifies_outputs() -> None:
+    job = _job("dead_code_before.py")
+    diag = _diagnostic(job, "Head", "FX302")
+    outcome = _one(job, _fix("dead-code", "Head", diag.span, "FX302"))
+    assert outcome.applicability == "safe", outcome.reason
+    assert outcome.title == "Remove unused `wasted = self.fc2(h).relu()`"
+    new = apply_edits(job.source, outcome.edits)
+    assert "wasted" not in new
+    assert new.count("\n") == job.source.count("\n") - 1
+    assert any("computes the same" in c and "[3, 8]" in c for c in outcome.checks), outcome.checks
+
+
+def test_dead_code_refuses_in_place_reads_and_stores() -> None:
+    job = _job("unsafe_before.py")
+    # `h.mul_(2)` has no users in the graph, but it is not unused: no FX302 there, and a
+    # request to remove it anyway (an old diagnostic, another client) is refused
+    lines = job.source.split("\n")
+    line = lines.index("        h.mul_(2)") + 1
+    diag = _diagnostic(job, "InPlace", "FX302")
+    assert diag.span.line == lines.index("        self.fc(h).mul_(2)") + 1
+    outcome = _one(job, _fix("dead-code", "InPlace", Span(line, 8, line, 17), "FX302"))
+    assert outcome.applicability == "unavailable" and "in place" in outcome.reason
+    assert outcome.edits == []
+    # the unused `self.fc(h)` is in a statement that also works in place: refused as well
+    outcome = _one(job, _fix("dead-code", "InPlace", diag.span, "FX302"))
+    assert outcome.applicability == "unavailable" and "`mul_` works in place" in outcome.reason
+
+    text = (FIXTURES / "dead_code_before.py").read_text()
+    text = text.replace(
+        "return self.fc2(F.relu(kept))", "return self.fc2(F.relu(kept)) + 0 * len(str(wasted))"
+    )
+    job = _job("dead_code_read_later.py", text)
+    line = text.split("\n").index("        wasted = self.fc2(h).relu()") + 1
+    span = Span(line, 17, line, 35)
+    outcome = _one(job, _fix("dead-code", "Head", span, "FX302"))
+    assert outcome.applicability == "unavailable"
+    assert "read later" in outcome.reason or "used" in outcome.reason
+
+
+def test_trace_fixits_each_verified_by_plain_fx() -> None:
+    job = _job("trace_fixits_before.py")
+    after = (FIXTURES / "trace_fixits_after.py").read_text()
+    fixes = [
+        _fix("assert", "Checked", _diagnostic(job, "Checked", "FX101").span, "FX101"),
+        _fix("len", "Averaged", _diagnostic(job, "Averaged", "FX102").span, "FX102"),
+        _fix("factory", "Recurrent", _diagnostic(job, "Recurrent", "FX105").span, "FX105"),
+        _fix("factory", "TokenState", _diagnostic(job, "TokenState", "FX105").span, "FX105"),
+    ]
+    for i, fix in enumerate(fixes):
+        fix.id = f"fix{i}"
+    result = _rewrite(job, *fixes, combine=True)
+    assert result.rewrite is not None
+    for outcome in result.rewrite.outcomes:
+        assert outcome.applicability == "safe", (outcome.id, outcome.reason)
+        assert any("torch.fx" in c for c in outcome.checks), outcome.checks
+    combined = result.rewrite.combined
+    assert combined is not None and combined.applicability == "safe"
+    assert sorted(combined.fixes) == ["fix0", "fix1", "fix2", "fix3"]
+    assert apply_edits(job.source, combined.edits) == after
+
+
+def test_factory_keeps_the_default_dtype_when_the_size_tensor_is_integer() -> None:
+    """``tokens.new_zeros(...)`` would be int64: the plain form raises in GRUCell, so the
+    form with ``dtype=torch.float32`` is the one that verifies."""
+    job = _job("trace_fixits_before.py")
+    span = _diagnostic(job, "TokenState", "FX105").span
+    outcome = _one(job, _fix("factory", "TokenState", span, "FX105"))
+    assert outcome.applicability == "safe"
+    new = apply_edits(job.source, outcome.edits)
+    assert "h = tokens.new_zeros((tokens.size(0), 16), dtype=torch.float32)" in new
+
+
+def test_directives_pin_what_was_assumed() -> None:
+    job = _job("directives_before.py")
+    init = _diagnostic(job, "Classifier", "FX408")
+    x = _diagnostic(job, "Classifier", "FX405")
+    flag = _diagnostic(job, "Gate", "FX101")
+    leaf = _diagnostic(job, "Outer", "FX101")
+    assert flag.data["concrete"] == "use_inner" and leaf.data["leaf"] == "Inner"
+    fixes = [
+        _fix("directive", "Classifier", init.span, "FX408", what="init"),
+        _fix("directive", "Classifier", x.span, "FX405", what="input", arg="x"),
+        _fix("concrete", "Gate", flag.span, "FX101", args="use_inner"),
+        _fix("leaf", "Outer", leaf.span, "FX101", leaf="Inner"),
+    ]
+    for i, fix in enumerate(fixes):
+        fix.id = f"fix{i}"
+    result = _rewrite(job, *fixes, combine=True)
+    assert result.rewrite is not None
+    titles = [o.title for o in result.rewrite.outcomes]
+    assert titles == [
+        "Pin the constructor arguments: `# fxls: init(in_features=64)`",
+        "Pin the assumed input: `# fxls: x = (B=2, 64)`",
+        "Trace `Gate` with `# fxls: use_inner = False`",
+        "Keep `Inner` as a leaf of `Outer`: `# fxls: leaf Inner`",
+    ]
+    assert all(o.applicability == "safe" for o in result.rewrite.outcomes), [
+        o.reason for o in result.rewrite.outcomes
+    ]
+    combined = result.rewrite.combined
+    assert combined is not None
+    new = apply_edits(job.source, combined.edits)
+    assert "# fxls: init(in_features=64)\n# fxls: x = (B=2, 64)\nclass Classifier" in new
+    assert "# fxls: use_inner = False\nclass Gate" in new
+    assert "# fxls: leaf Inner\nclass Outer" in new
+
+
+def test_pinning_an_input_that_turns_a_hint_into_an_error_is_refused() -> None:
+    """``Outer``'s assumed input gives a shape hint inside its leaf; declared, it would be an
+    FX201 error: the pin is not offered."""
+    job = _job("directives_before.py")
+    x = _diagnostic(job, "Outer", "FX405")
+    outcome = _one(job, _fix("directive", "Outer", x.span, "FX405", what="input", arg="x"))
+    assert outcome.applicability == "unavailable"
+    assert "FX201" in outcome.reason
+
+
+def test_directive_text_reads_back_as_the_same_request() -> None:
+    """What the worker pins is what the server's directive parser reads from the line."""
+    job = _job("directives_before.py")
+    doc, result = capture_document(job, lambda *a: None)
+    original = Original(doc, result)
+    body, spec = directives.input_directive(original, "Classifier", "x")
+    parsed = parse_directive(body)
+    assert parsed.input is not None
+    assert (parsed.input.name, parsed.input.kind, parsed.input.dims, parsed.input.dtype) == (
+        spec.name,
+        spec.kind,
+        spec.dims,
+        spec.dtype,
+    )
+    body, spec = directives.value_directive("flag", (1, 2.5, None, "a"))
+    parsed = parse_directive(body)
+    assert parsed.input is not None and parsed.input.expr == spec.expr == "(1, 2.5, None, 'a')"
+
+
+def test_name_every_argument_keeps_the_expressions() -> None:
+    text = (FIXTURES / "dead_code_after.py").read_text()
+    job = _job("name_args.py", text)
+    _, result = capture_document(job, lambda *a: None)
+    mod = result.modules[0]
+    relu = next(n for n in mod.nodes if n.target.endswith("relu"))
+    fc2 = next(n for n in mod.nodes if n.target == "fc2")
+    assert relu.span is not None and fc2.span is not None
+    outcome = _one(job, _fix("name-args", "Head", relu.span))
+    assert outcome.applicability == "safe", outcome.reason
+    new = apply_edits(text, outcome.edits)
+    assert "return self.fc2(F.relu(input=kept))" in new
+    outcome = _one(job, _fix("name-args", "Head", fc2.span))
+    assert outcome.applicability == "safe", outcome.reason
+    assert "return self.fc2(input=F.relu(kept))" in apply_edits(text, outcome.edits)
+
+
+# ---------------------------------------------------------------------------------------
+# The gates
+# ---------------------------------------------------------------------------------------
+
+
+def _original(name: str, text: str | None = None) -> Original:
+    doc, result = capture_document(_job(name, text), lambda *a: None)
+    return Original(doc, result)
+
+
+def _replace(text: str, old: str, new: str) -> TextEdit:
+    offset = text.index(old)
+    line = text.count("\n", 0, offset) + 1
+    col = offset - (text.rfind("\n", 0, offset) + 1)
+    return TextEdit(Span(line, col, line, col + len(old)), new)
+
+
+def test_an_edit_that_changes_results_is_unsafe_with_a_counterexample() -> None:
+    original = _original("dead_code_after.py")
+    edit = _replace(original.source, "kept = h * 2", "kept = h * 3")
+    verdict = verify(original, Change([edit], ["Head"], ["Head"]), RewriteJob(), lambda *a: None)
+    assert verdict.applicability == "unsafe"
+    assert "outputs differ on x [2, 8]" in verdict.reason and "max |Δ|" in verdict.reason
+
+
+CONV_BN = """
+import torch
+from torch import nn
+
+
+# fxls: x = (B=2, 3, 8, 8)
+class ConvBN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+"""
+
+
+def test_conv_bn_fusion_pasted_into_forward_is_caught() -> None:
+    """Folding a fresh BatchNorm into the convolution (what a fusion pass does) looks right
+    in eval mode with default statistics; the randomized statistics show the difference."""
+    original = _original("conv_bn.py", CONV_BN)
+    edit = _replace(original.source, "self.bn(self.conv(x))", "self.conv(x)")
+    verdict = verify(
+        original, Change([edit], ["ConvBN"], ["ConvBN"]), RewriteJob(), lambda *a: None
+    )
+    assert verdict.applicability == "unsafe", verdict
+    assert "outputs differ" in verdict.reason
+
+
+def test_randomize_moves_batchnorm_away_from_the_identity() -> None:
+    bn = torch.nn.BatchNorm1d(4)
+    with torch.no_grad():
+        randomize(bn, 0)
+    assert not torch.allclose(bn.running_mean, torch.zeros(4))
+    assert not torch.allclose(bn.running_var, torch.ones(4))
+    assert not torch.allclose(bn.weight, torch.ones(4))
+
+
+def test_edits_that_do_not_parse_or_build_are_unavailable() -> None:
+    original = _original("dead_code_after.py")
+    broken = _replace(original.source, "kept = h * 2", "kept = h *")
+    verdict = verify(original, Change([broken], ["Head"], ["Head"]), RewriteJob(), lambda *a: None)
+    assert verdict.applicability == "unavailable" and "does not parse" in verdict.reason
+    no_build = _replace(original.source, "nn.Linear(8, 8)", "nn.Linear(8, 8, nope=1)")
+    verdict = verify(
+        original, Change([no_build], ["Head"], ["Head"]), RewriteJob(), lambda *a: None
+    )
+    assert verdict.applicability == "unavailable" and "build" in verdict.reason
+
+
+def test_too_large_to_verify_is_unsafe() -> None:
+    job = _job("dead_code_before.py")
+    diag = _diagnostic(job, "Head", "FX302")
+    outcome = _one(job, _fix("dead-code", "Head", diag.span, "FX302"), max_params=10)
+    assert outcome.applicability == "unsafe"
+    assert outcome.reason.startswith("unsafe: too large to verify")
+    assert outcome.edits  # offered to users who ask for unsafe fixes
+
+
+def test_combination_leaves_out_unsafe_fixes_unless_asked() -> None:
+    job = _job("dead_code_before.py")
+    first = _diagnostic(job, "Head", "FX302", 0)
+    second = _diagnostic(job, "Head", "FX302", 1)
+    fixes = [
+        _fix("dead-code", "Head", first.span, "FX302"),
+        _fix("dead-code", "Head", second.span, "FX302"),
+    ]
+    fixes[1].id = "second"
+    result = _rewrite(job, *fixes, combine=True, max_params=10)
+    assert result.rewrite is not None and result.rewrite.combined is None
+    result = _rewrite(job, *fixes, combine=True, max_params=10, unsafe=True)
+    assert result.rewrite is not None
+    combined = result.rewrite.combined
+    assert combined is not None and combined.applicability == "unsafe"
+    assert apply_edits(job.source, combined.edits) == (FIXTURES / "dead_code_after.py").read_text()
+
+
+def test_line_shift_through_insertions_and_deletions() -> None:
+    shift = LineShift(
+        [
+            TextEdit(Span(3, 0, 3, 0), "# a\n# b\n"),
+            TextEdit(Span(10, 0, 11, 0), ""),
+        ]
+    )
+    assert [shift.line(n) for n in (1, 3, 4, 10, 11, 12)] == [1, 5, 6, 12, 12, 13]
+
+
+def test_a_file_that_does_not_run_makes_every_fix_unavailable() -> None:
+    job = _job("boom.py", "raise RuntimeError('boom')\n")
+    outcome = _one(job, _fix("dead-code", "X", Span(1, 0, 1, 1)))
+    assert outcome.applicability == "unavailable" and "does not run" in outcome.reason
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_rewrite_job_through_the_zygote(worker: Any) -> None:
+    job = _job("dead_code_before.py")
+    diag = _diagnostic(job, "Head", "FX302")
+    rewrite = RewriteJob(fixes=[_fix("dead-code", "Head", diag.span, "FX302")])
+    result = await worker.run(job, rewrite=rewrite)
+    assert result.kind == "ok", result.message
+    assert result.payload is not None and result.payload.rewrite is not None
+    (outcome,) = result.payload.rewrite.outcomes
+    assert outcome.applicability == "safe", outcome.reason
+    assert "seccomp" in result.isolation or result.isolation
+
+
+# ---------------------------------------------------------------------------------------
+# Attention -> scaled_dot_product_attention
+# ---------------------------------------------------------------------------------------
+
+
+def test_attention_rewrites_verify_with_the_right_mask_and_scale() -> None:
+    """nanoGPT's causal mask becomes ``is_causal=True``; a banded mask cannot, so it becomes
+    ``attn_mask=``; a scale that is not the default stays; dropout keeps its probability in
+    training. Each verified in eval mode on real tensors."""
+    from fxls.engine import fixes
+    from fxls.engine.analyze import FileAnalysis
+
+    job = _job("attention_before.py")
+    _, result = capture_document(job, lambda *a: None)
+    analysis = FileAnalysis(
+        path=job.path, version=1, modules=result.modules, classes=parse(job.source).classes
+    )
+    requests = []
+    for mod in result.modules:
+        for covering, softmax in fixes.attention_spans(mod):
+            (cand,) = [
+                c
+                for c in fixes.refactors_at(analysis, job.source, softmax.line, softmax.col)
+                if c.kind == "attention"
+            ]
+            assert cand.span == covering
+            requests.append(cand.request())
+    assert [r.cls for r in requests] == ["Causal", "Banded", "ViTStyle"]
+    outcome = _rewrite(job, *requests, combine=True)
+    assert outcome.rewrite is not None and outcome.rewrite.combined is not None
+    assert [o.applicability for o in outcome.rewrite.outcomes] == ["safe"] * 3
+    after = apply_edits(job.source, outcome.rewrite.combined.edits)
+    assert after == (FIXTURES / "attention_after.py").read_text()
+
+
+def test_attention_whose_weights_are_used_is_not_rewritten() -> None:
+    job = _job("attention_before.py")
+    text = job.source
+    line = text.split("\n").index("        att = F.softmax(att, dim=-1)", 80) + 1
+    outcome = _one(job, _fix("attention", "ReturnsWeights", Span(line - 1, 0, line + 1, 20)))
+    assert outcome.applicability == "unavailable"
+    assert "no attention pattern" in outcome.reason
+
+
+def test_wrap_a_helper_for_plain_torch_fx() -> None:
+    job = _job("wrap_before.py")
+    diag = _diagnostic(job, "Normalized", "FX101")
+    assert diag.data["wrap"] == "normalize"
+    outcome = _one(job, _fix("wrap", "Normalized", diag.span, "FX101", wrap="normalize"))
+    assert outcome.applicability == "safe", outcome.reason
+    assert "plain `torch.fx.symbolic_trace` of `Normalized` succeeds" in outcome.checks
+    assert apply_edits(job.source, outcome.edits) == (FIXTURES / "wrap_after.py").read_text()
+    # already wrapped: nothing to do
+    job = _job("wrap_after.py")
+    outcome = _one(job, _fix("wrap", "Normalized", diag.span, "FX101", wrap="normalize"))
+    assert outcome.applicability == "unavailable" and "already wrapped" in outcome.reason
+
+
+def test_unpacked_sizes_become_one_argument_for_any_rank() -> None:
+    """``*x.shape[:-1]`` in ``view`` / ``new_zeros`` -> ``x.shape[:-1] + (...)``: plain FX traces
+    past it and the module computes the same; ``*`` of a list is not rewritten."""
+    job = _job("sizes_before.py")
+    after = (FIXTURES / "sizes_after.py").read_text()
+    fixes = [
+        _fix("sizes", "Heads", _diagnostic(job, "Heads", "FX103").span, "FX103"),
+        _fix("sizes", "Padded", _diagnostic(job, "Padded", "FX103").span, "FX103"),
+    ]
+    for i, fix in enumerate(fixes):
+        fix.id = f"fix{i}"
+    result = _rewrite(job, *fixes, combine=True)
+    assert result.rewrite is not None
+    for outcome in result.rewrite.outcomes:
+        assert outcome.applicability == "safe", (outcome.id, outcome.reason)
+        assert any("symbolic_trace" in c or "traces past" in c for c in outcome.checks)
+    combined = result.rewrite.combined
+    assert combined is not None and combined.applicability == "safe"
+    assert apply_edits(job.source, combined.edits) == after
+    listed = _one(job, _fix("sizes", "Listed", _diagnostic(job, "Listed", "FX103").span, "FX103"))
+    assert listed.applicability == "unavailable" and "unpacked" in listed.reason

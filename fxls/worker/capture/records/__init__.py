@@ -1,0 +1,1 @@
+"""FX nodes as wire data: targets, named arguments (``normalized_arguments`` for every node)."""

@@ -1,0 +1,1 @@
+"""One module per fix kind; each has ``propose(original, fix) -> Proposal``."""

@@ -23,7 +23,7 @@ import torch
 import torch.fx
 from torch import nn
 
-from fxls.protocol import catalogue as m
+from fxls.protocol import catalogue
 from fxls.protocol.model import (
     ClassRequest,
     Construction,
@@ -520,7 +520,9 @@ class ClassCapture:
                 except inputs.InputError as exc:
                     span = line_span(doc.source, spec.line) if spec.line else self.span
                     error = f"`{param.name}`: {exc}"
-                    self.diagnose(m.FX403(span, error=error).diagnostic({"arg": param.name}))
+                    self.diagnose(
+                        catalogue.FX403(span, error=error).diagnostic({"arg": param.name})
+                    )
             recorded = self.given.get(param.name)
             if recorded is not None:
                 plan.planned[param.name] = recorded
@@ -544,7 +546,7 @@ class ClassCapture:
             if spec.name not in names:
                 span = line_span(doc.source, spec.line) if spec.line else self.span
                 error = f"`{req.name}.forward` has no parameter `{spec.name}`"
-                self.diagnose(m.FX403(span, error=error).diagnostic({"arg": spec.name}))
+                self.diagnose(catalogue.FX403(span, error=error).diagnostic({"arg": spec.name}))
         return plan
 
     def _inferred(
@@ -586,7 +588,9 @@ class ClassCapture:
                 continue
             name, at = names[index], spans[index]
             if known is None:
-                diag = m.FX402(at, arg=name, cls=self.req.name, example=m.suggested_shape(name))
+                diag = catalogue.FX402(
+                    at, arg=name, cls=self.req.name, example=catalogue.suggested_shape(name)
+                )
                 self.diagnose(diag.diagnostic({"arg": name}))
                 complete = False
                 continue
@@ -647,7 +651,9 @@ class ClassCapture:
             directive = shape
             if shape.startswith("[") and isinstance(used.value, torch.Tensor):
                 directive = "(" + shape[1:-1] + ")"  # a tensor, not a list
-            info = m.FX405(at, arg=used.name, shape=shape, reason=used.reason, directive=directive)
+            info = catalogue.FX405(
+                at, arg=used.name, shape=shape, reason=used.reason, directive=directive
+            )
             self.diagnose(info.diagnostic({"arg": used.name, "shape": shape}))
         self.assumed_inputs = []
 
@@ -806,7 +812,9 @@ class ClassCapture:
         doc, mod = self.doc, self.mod
         if isinstance(prop, BaseException):
             mod.status = "partial"
-            self.diagnose(m.FX202(self.span, node=mod.name, error=one_line(prop)).diagnostic())
+            self.diagnose(
+                catalogue.FX202(self.span, node=mod.name, error=one_line(prop)).diagnostic()
+            )
             return {}, {}
         values, examples = dict(prop.values), dict(prop.examples)
         for note in prop.notes:  # named dimensions fixed to their example size, and why
@@ -824,7 +832,7 @@ class ClassCapture:
                 related.append(Related(call_site, f"called from `{mod.name}.forward` here"))
             text = doc.source.text(span).strip() if span is not None else ""
             shown = text if 0 < len(text) <= 60 and "\n" not in text else failed_node
-            diag = m.FX201(span or self.span, related, node=shown, error=message)
+            diag = catalogue.FX201(span or self.span, related, node=shown, error=message)
             assumed = [p for p in self.feeds_planned if p.assumed]
             upstream = next((p.upstream for p in self.feeds_planned if p.upstream), None)
             how = mod.constructed
@@ -887,7 +895,7 @@ class ClassCapture:
         related = [Related(d.span, "decided once while tracing") for d in specialized[1:]]
         if specialized:
             related.insert(0, Related(self.span, f"`{mod.name}` traced with inputs {found.sizes}"))
-        diag = m.FX109(span, related, traced=found.traced, eager=found.eager)
+        diag = catalogue.FX109(span, related, traced=found.traced, eager=found.eager)
         self.diagnose(diag.diagnostic({"sizes": found.sizes}))
         mod.status = "partial"
 

@@ -16,7 +16,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from types import CodeType, TracebackType
 
-from fxls.protocol import catalogue as m
+from fxls.protocol import catalogue
 from fxls.protocol.model import Related, Span
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.spans import user_spans
@@ -33,7 +33,7 @@ _NAME = re.compile(r"^\s*(?:not\s+)?([A-Za-z_]\w*)\s*$")
 class Failure:
     """A located, explained trace failure."""
 
-    message: m.Message
+    message: catalogue.Message
     span: Span | None
     """None when no frame of the document was involved (the class line is used instead)."""
     in_torch: bool = False
@@ -122,31 +122,31 @@ def explain(
     first_line = error.splitlines()[0] if error else type(exc).__name__
     msg = str(exc)
 
-    def build(kind: type[m.Message], **kwargs: str) -> Failure:
+    def build(kind: type[catalogue.Message], **kwargs: str) -> Failure:
         fields = {"source": text, "cls": cls, **kwargs}
         return Failure(kind(at, related, **fields), span, in_torch)
 
     if in_torch:
         module = torch_module or "a torch.nn module"
-        return build(m.FX107, module=module, reason=first_line, cls=torch_module or cls)
+        return build(catalogue.FX107, module=module, reason=first_line, cls=torch_module or cls)
     if "cannot be used as inputs to control flow" in msg:
         name = _NAME.match(text)
-        return build(m.FX101, arg=name.group(1) if name else "flag")
+        return build(catalogue.FX101, arg=name.group(1) if name else "flag")
     if "'len' is not supported" in msg:
         inner = _LEN_CALL.match(text)
-        return build(m.FX102, arg=inner.group(1) if inner else "x")
+        return build(catalogue.FX102, arg=inner.group(1) if inner else "x")
     if "cannot be iterated" in msg:
-        return build(m.FX103)
+        return build(catalogue.FX103)
     if isinstance(exc, TypeError) and "slice indices must be integers" in msg:
-        return build(m.FX106)
+        return build(catalogue.FX106)
     factory = _FACTORY_CALL.match(text)
     if isinstance(exc, TypeError) and factory:
-        return build(m.FX105, func=f"torch.{factory.group(1)}")
+        return build(catalogue.FX105, func=f"torch.{factory.group(1)}")
     if isinstance(exc, TypeError) and (
         "'Proxy'" in msg or "cannot be interpreted as an integer" in msg
     ):
-        return build(m.FX104)
-    return build(m.FX199, error=first_line)
+        return build(catalogue.FX104)
+    return build(catalogue.FX199, error=first_line)
 
 
 def _narrow(span: Span, tree: ast.Module, source: SourceText) -> Span:
@@ -166,11 +166,11 @@ def specialized_checks(
     func: ast.FunctionDef | ast.AsyncFunctionDef | None,
     traced: Collection[str],
     source: SourceText,
-) -> list[m.Message]:
+) -> list[catalogue.Message]:
     """FX108 warnings for ``isinstance(p, ...)`` and ``p is None`` checks on traced parameters."""
     if func is None:
         return []
-    found: list[m.Message] = []
+    found: list[catalogue.Message] = []
     for node in ast.walk(func):
         hit = False
         if (
@@ -192,6 +192,6 @@ def specialized_checks(
             hit = True
         if hit:
             span = source.node_span(node)
-            found.append(m.FX108(span, source=source.text(span)))
+            found.append(catalogue.FX108(span, source=source.text(span)))
     found.sort(key=lambda msg: (msg.span.line, msg.span.col))
     return found

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from fxls.protocol import catalogue as m
+from fxls.protocol import catalogue
 from fxls.protocol.model import (
     ClassRequest,
     Diagnostic,
@@ -277,7 +277,7 @@ class PassRun:
             return line_span(self.doc.source, self.spec.line)
         return Span(self.spec.line, col, self.spec.line, col + len(self.spec.function))
 
-    def report(self, message: m.Message, **data: Any) -> None:
+    def report(self, message: catalogue.Message, **data: Any) -> None:
         diagnostic: Diagnostic = message.diagnostic(
             {"pass": self.spec.function, "class": self.req.name, **data}
         )
@@ -286,7 +286,9 @@ class PassRun:
     def not_run(self, reason: str) -> None:
         self.result.status = "not run"
         self.result.message = reason
-        self.report(m.FX358(self.def_span, fn=self.spec.function, cls=self.req.name, reason=reason))
+        self.report(
+            catalogue.FX358(self.def_span, fn=self.spec.function, cls=self.req.name, reason=reason)
+        )
 
     def run(self) -> None:
         fn = self.doc.namespace.get(self.spec.function)
@@ -344,12 +346,14 @@ class PassRun:
             if failed is not None and _caused_by(exc, failed[0]):
                 _, node, users, span = failed
                 self.report(
-                    m.FX352(span or self.def_span, fn=name, cls=cls, node=node.name, users=users),
+                    catalogue.FX352(
+                        span or self.def_span, fn=name, cls=cls, node=node.name, users=users
+                    ),
                     node=node.name,
                 )
                 return None
             span = user_span(exc, self.doc.path, self.doc.source) or self.def_span
-            self.report(m.FX356(span, fn=name, cls=cls, error=one_line(exc)))
+            self.report(catalogue.FX356(span, fn=name, cls=cls, error=one_line(exc)))
             return None
         if isinstance(out, (torch.fx.GraphModule, torch.fx.Graph)):
             return out
@@ -357,7 +361,7 @@ class PassRun:
         kind = "None" if out is None else f"a `{type(out).__name__}`"
         self.result.message = f"returned {kind}"
         span = line_span(self.doc.source, lines[-1]) if lines else self.def_span
-        self.report(m.FX357(span, fn=name, cls=cls, returned=kind))
+        self.report(catalogue.FX357(span, fn=name, cls=cls, returned=kind))
         return None
 
     def _where(self, node: torch.fx.Node) -> Span | None:
@@ -378,7 +382,9 @@ class PassRun:
                     key = (span.line, span.col, span.end_line, span.end_col)
                     if key not in foreign:  # once per line of the pass (node_copy in a loop)
                         foreign.add(key)
-                        message = m.FX354(span, fn=name, cls=cls, node=node.name, arg=arg.name)
+                        message = catalogue.FX354(
+                            span, fn=name, cls=cls, node=node.name, arg=arg.name
+                        )
                         self.report(message, node=node.name)
                     count += 1
                 elif arg not in seen:
@@ -394,7 +400,9 @@ class PassRun:
             else:  # where the pass erased one
                 erased = self.edits.erased.items()
                 where = next((s for n, s in erased if n.op == "output" and s), None)
-            self.report(m.FX355(where or self.def_span, fn=name, cls=cls, count=len(outputs)))
+            self.report(
+                catalogue.FX355(where or self.def_span, fn=name, cls=cls, count=len(outputs))
+            )
             count += 1
         if count:
             return count
@@ -402,7 +410,9 @@ class PassRun:
             graph.lint()
         except Exception as exc:
             error = " ".join(safe_str(exc).split())[:MAX_ERROR] or type(exc).__name__
-            self.report(m.FX351(self._lint_span(graph, error), fn=name, cls=cls, error=error))
+            self.report(
+                catalogue.FX351(self._lint_span(graph, error), fn=name, cls=cls, error=error)
+            )
             return 1
         return 0
 
@@ -416,7 +426,7 @@ class PassRun:
         related = []
         if made is not None and used is not None and used != made:
             related.append(Related(used, f"`{node.name}` is made to use `{arg.name}` here"))
-        message = m.FX353(
+        message = catalogue.FX353(
             span, related, fn=self.spec.function, cls=self.req.name, node=node.name, arg=arg.name
         )
         self.report(message, node=node.name)

@@ -22,7 +22,7 @@ import os
 import torch
 from torch import nn
 
-from fxls.protocol import catalogue as m
+from fxls.protocol import catalogue
 from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
@@ -306,7 +306,7 @@ def _first_import_span(source: SourceText) -> Span | None:
 def _import_diagnostic(exc: BaseException, path: str, source: SourceText) -> Diagnostic:
     if isinstance(exc, ModuleNotFoundError) and exc.name:
         at = user_span(exc, path, source) or _first_import_span(source) or line_span(source, 1)
-        missing = m.FX409(
+        missing = catalogue.FX409(
             at, module=exc.name, package=exc.name.partition(".")[0], error=one_line(exc)
         )
         return missing.diagnostic({"type": type(exc).__name__})
@@ -324,4 +324,4 @@ def _import_diagnostic(exc: BaseException, path: str, source: SourceText) -> Dia
         span = user_span(exc, path, source)
     if span is None:
         span = line_span(source, 1)
-    return m.FX404(span, error=one_line(exc)).diagnostic({"type": type(exc).__name__})
+    return catalogue.FX404(span, error=one_line(exc)).diagnostic({"type": type(exc).__name__})

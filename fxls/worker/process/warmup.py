@@ -45,7 +45,7 @@ def _import_capture() -> None:
     from fxls.worker.capture.trace import reuse
 
     build.find_torch_resets()
-    reuse._fast_path_agrees()  # once, not in every child that copies a block
+    reuse.fast_path_agrees()  # once, not in every child that copies a block
 
 
 def _import_dynamo() -> None:

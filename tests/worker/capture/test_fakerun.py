@@ -560,7 +560,7 @@ def test_leaf_classes_and_builtin_modules_with_kwargs(doc: Callable[[str], Doc])
 def test_builtin_leaves_take_the_shape_shortcut(
     doc: Callable[[str], Doc], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Linear and LayerNorm shapes come from shapes._fast_module, not from running the operator
+    # Linear and LayerNorm shapes come from shortcuts.fast_module, not from running the operator
     # on fake tensors (several times slower in a fresh job child); the shapes are the same
     d = doc(GPT_MODEL)
     inputs = [tensor("x", ("B", 2), ("T", 4), (None, 32))]

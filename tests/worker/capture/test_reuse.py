@@ -626,7 +626,7 @@ def test_copies_skip_create_node_only_where_that_leaves_the_graph_as_it_would(
 ) -> None:
     # the fast path makes a copy's nodes with torch's private graph parts; it is used only
     # when this torch's create_node does no more than that (checked once per process)
-    assert reuse._fast_path_agrees.__wrapped__()
+    assert reuse.fast_path_agrees.__wrapped__()
     create_node = torch.fx.Graph.create_node
 
     def more(self: torch.fx.Graph, *args: Any, **kwargs: Any) -> torch.fx.Node:
@@ -635,4 +635,4 @@ def test_copies_skip_create_node_only_where_that_leaves_the_graph_as_it_would(
         return node
 
     monkeypatch.setattr(torch.fx.Graph, "create_node", more)
-    assert not reuse._fast_path_agrees.__wrapped__()
+    assert not reuse.fast_path_agrees.__wrapped__()

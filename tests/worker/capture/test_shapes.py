@@ -676,7 +676,7 @@ def test_speed_of_static_propagation() -> None:
 
 
 def test_attention_shortcut_gives_what_the_operator_gives() -> None:
-    # shapes._fast_sdpa answers F.scaled_dot_product_attention for fake tensors: shape, strides
+    # shortcuts.fast_sdpa answers F.scaled_dot_product_attention for fake tensors: shape, strides
     # and dtype must be the operator's, static and with symbolic sizes, for the layouts models
     # pass (transposed heads, sliced, expanded, L != S); masks and dropout go to the operator
     import torch.nn.functional as F
@@ -687,7 +687,7 @@ def test_attention_shortcut_gives_what_the_operator_gives() -> None:
         StatelessSymbolicContext,
     )
 
-    from fxls.worker.capture.shapes.propagation import _fast_sdpa
+    from fxls.worker.capture.shapes.shortcuts import fast_sdpa as _fast_sdpa
 
     for env in (None, ShapeEnv()):
         mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from fxls.protocol import catalogue as m
+from fxls.protocol import catalogue
 from fxls.protocol.model import (
     ClassRequest,
     Construction,
@@ -249,7 +249,7 @@ def _build_failed(
     inner = user_span(exc, doc.path, doc.source)
     if inner is not None and inner != span:
         related.append(Related(inner, f"raised here: {one_line(exc)}"))
-    message = m.FX401(span, related, cls=req.name, error=one_line(exc), example=example)
+    message = catalogue.FX401(span, related, cls=req.name, error=one_line(exc), example=example)
     return message.diagnostic(
         {"example": example}, severity="error" if severity == "error" else "information"
     )
@@ -276,11 +276,11 @@ def record(mod: ModuleResult, built: Built, class_span: Span) -> None:
     mod.error = None
     if built.meta_error is not None:
         mod.diagnostics.append(
-            m.FX406(class_span, cls=mod.name, error=one_line(built.meta_error)).diagnostic()
+            catalogue.FX406(class_span, cls=mod.name, error=one_line(built.meta_error)).diagnostic()
         )
     how = built.construction
     if how.assumed:
         assumed = ", ".join(f"{k}={v}" for k, v in how.assumed.items())
         pin = how.pin if how.pin is not None else "..."
-        diag = m.FX408(class_span, cls=mod.name, assumed=assumed, pin=pin)
+        diag = catalogue.FX408(class_span, cls=mod.name, assumed=assumed, pin=pin)
         mod.diagnostics.append(diag.diagnostic({"assumed": dict(how.assumed), "init": how.pin}))

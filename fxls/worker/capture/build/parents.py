@@ -23,9 +23,10 @@ import torch
 import torch.fx
 from torch import nn
 
-from fxls.worker.capture.trace import fakerun
 from fxls.worker.capture.build import inputs
 from fxls.worker.capture.shapes import propagation as shapes
+from fxls.worker.capture.shapes.values import Namer
+from fxls.worker.capture.trace import fakerun
 
 MAX_VALUE_DEPTH = 3
 
@@ -193,7 +194,7 @@ def _portable(value: Any, depth: int) -> Any:
         hint = value.node.hint
         return _UNPORTABLE if hint is None else hint
     if isinstance(value, torch.Tensor):
-        sizes = [_dim(d, shapes._Namer({}))[1] for d in value.shape]
+        sizes = [_dim(d, Namer({}))[1] for d in value.shape]
         return torch.empty(sizes, dtype=value.dtype, device="meta")
     if depth < MAX_VALUE_DEPTH and isinstance(value, (tuple, list)):
         items = [_portable(v, depth + 1) for v in value]

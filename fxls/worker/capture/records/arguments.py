@@ -43,7 +43,12 @@ import torch.fx
 
 from fxls.protocol.model import Arg
 
-__all__ = ["format_value", "named_arguments"]
+__all__ = [
+    "Choice",
+    "format_value",
+    "named_arguments",
+    "named_like",
+]
 
 _EMPTY = inspect.Parameter.empty
 _MISSING = object()

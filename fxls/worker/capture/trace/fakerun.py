@@ -61,9 +61,16 @@ from torch.overrides import TorchFunctionMode
 from fxls.protocol.model import Span, Value
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.shapes import propagation as shapes
+from fxls.worker.capture.shapes import shortcuts
+from fxls.worker.capture.shapes.values import Namer
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, call_site_frame, method_codes
 
-__all__ = ["FakeRun", "fake_run", "is_builtin_leaf"]
+__all__ = [
+    "FakeRun",
+    "fake_run",
+    "is_builtin_leaf",
+    "meta_outputs",
+]
 
 ExampleInput = shapes.ExampleInput
 
@@ -140,7 +147,7 @@ class FakeRun:
 
     def rename(self, text: str) -> str:
         """Raw symbols in a text (``s26*s49`` in an argument) -> the user's names (``B*T``)."""
-        return shapes._Namer(self.names).text(text)
+        return Namer(self.names).text(text)
 
 
 def is_builtin_leaf(module: torch.nn.Module, leaf_classes: Iterable[str] = ()) -> bool:
@@ -256,7 +263,7 @@ class _Recorder:
         self.module_names: dict[int, str] = {}
         self.examples: dict[str, Any] = {}
         self.values: dict[str, list[Value]] = {}
-        self.namer = shapes._Namer({})
+        self.namer = Namer({})
         self.node_spans: dict[str, tuple[Span | None, Span | None]] = {}
         self.suppress = 0
         self.root: torch.nn.Module | None = None
@@ -504,16 +511,16 @@ def _shortcut(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 _MATMULS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__}
-"""Shapes of these come from ``shapes._fast_matmul`` when it is certain (much faster)."""
+"""Shapes of these come from ``shortcuts.fast_matmul`` when it is certain (much faster)."""
 
 
 def _function_shortcut(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     """The output of a matrix product or ``scaled_dot_product_attention`` from its shape
     shortcut; None runs the real op."""
     if func in _MATMULS and len(args) == 2 and not kwargs:
-        return _shortcut(shapes._fast_matmul, args[0], args[1])
-    if func is shapes._SDPA:
-        return _shortcut(shapes._fast_sdpa, tuple(args), dict(kwargs))
+        return _shortcut(shortcuts.fast_matmul, args[0], args[1])
+    if func is shortcuts.SDPA:
+        return _shortcut(shortcuts.fast_sdpa, tuple(args), dict(kwargs))
     return None
 
 
@@ -522,7 +529,7 @@ def _module_shortcut(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[
     the layer."""
     if kwargs or len(args) != 1 or not isinstance(args[0], torch.Tensor):
         return None
-    return _shortcut(shapes._fast_module, module, args[0], ())
+    return _shortcut(shortcuts.fast_module, module, args[0], ())
 
 
 # ---------------------------------------------------------------------------------------
@@ -746,7 +753,7 @@ def fake_run(
     error_span: Span | None = None
     swap = _Swap(module, fake_mode, recorder)
 
-    with shapes._quiet_loggers(), shapes.data_free_torch(), warnings.catch_warnings():
+    with shapes.quiet_loggers(), shapes.data_free_torch(), warnings.catch_warnings():
         # symbolic sizes computed in Python (B * T) stay constants of the graph on purpose
         warnings.filterwarnings("ignore", message="Raw SymInt value")
         try:
@@ -776,7 +783,7 @@ def fake_run(
                         if name and isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
                             names.setdefault(d.node.expr, name)
                 feeds.append((inp.name, fake))
-            recorder.namer = shapes._Namer(names)
+            recorder.namer = Namer(names)
             for name, value in feeds:
                 recorder.placeholder(name, value)
             args, kwargs = _call_arguments(module, feeds)
@@ -836,7 +843,7 @@ def meta_outputs(module: torch.nn.Module, inputs: Sequence[Any]) -> list[Value] 
     ]
     try:
         with (
-            shapes._quiet_loggers(),
+            shapes.quiet_loggers(),
             shapes.data_free_torch(),
             warnings.catch_warnings(),
             torch.device("meta"),

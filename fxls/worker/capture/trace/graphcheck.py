@@ -7,25 +7,27 @@ import operator
 
 import torch.fx
 
-from fxls.protocol import catalogue as m
+from fxls.protocol import catalogue
 from fxls.protocol.model import Span
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.spans import SPAN_KEY
 
 
-def lint(graph: torch.fx.Graph, fallback: Span) -> list[m.Message]:
+def lint(graph: torch.fx.Graph, fallback: Span) -> list[catalogue.Message]:
     """FX301 when the graph is invalid; ``fallback`` is used when no node span applies."""
-    problems: list[m.Message] = []
+    problems: list[catalogue.Message] = []
     try:
         graph.lint()
     except Exception as exc:  # lint raises RuntimeError, AssertionError, ...
         problems.append(
-            m.FX301(fallback, error=str(exc).splitlines()[0] if str(exc) else repr(exc))
+            catalogue.FX301(fallback, error=str(exc).splitlines()[0] if str(exc) else repr(exc))
         )
     outputs = [n for n in graph.nodes if n.op == "output"]
     if len(outputs) != 1:
         problems.append(
-            m.FX301(fallback, error=f"expected exactly one output node, found {len(outputs)}")
+            catalogue.FX301(
+                fallback, error=f"expected exactly one output node, found {len(outputs)}"
+            )
         )
     return problems
 
@@ -101,7 +103,7 @@ def _contains(outer: Span, inner: Span) -> bool:
     )
 
 
-def unused(graph: torch.fx.Graph, source: SourceText) -> list[m.Message]:
+def unused(graph: torch.fx.Graph, source: SourceText) -> list[catalogue.Message]:
     """One FX302 hint per unused expression: spans inside another unused span are folded in."""
     spans: dict[tuple[int, int, int, int], tuple[Span, torch.fx.Node]] = {}
     for node in unused_nodes(graph):
@@ -110,10 +112,10 @@ def unused(graph: torch.fx.Graph, source: SourceText) -> list[m.Message]:
         span = node.meta.get(SPAN_KEY)
         if span is not None:
             spans.setdefault((span.line, span.col, span.end_line, span.end_col), (span, node))
-    hints: list[m.Message] = []
+    hints: list[catalogue.Message] = []
     for key, (span, node) in spans.items():
         if any(other != key and _contains(s, span) for other, (s, _) in spans.items()):
             continue
         text = source.text(span).strip()
-        hints.append(m.FX302(span, node=text if 0 < len(text) <= 60 else node.name))
+        hints.append(catalogue.FX302(span, node=text if 0 < len(text) <= 60 else node.name))
     return hints

@@ -654,8 +654,8 @@ def _node_maker(graph: torch.fx.Graph) -> NodeMaker:
     template's with other nodes, which passed it) and with the template's name candidate
     (``_snake_case`` of the same target). ``create_node`` itself when the graph lacks the parts
     this uses, has node-creation hooks, or when this torch's ``create_node`` does anything
-    more (:func:`_fast_path_agrees`)."""
-    fast = _fast_maker(graph) if _fast_path_agrees() else None
+    more (:func:`fast_path_agrees`)."""
+    fast = _fast_maker(graph) if fast_path_agrees() else None
     if fast is not None:
         return fast
 
@@ -691,7 +691,7 @@ def _fast_maker(graph: torch.fx.Graph) -> NodeMaker | None:
 
 
 @functools.cache
-def _fast_path_agrees() -> bool:
+def fast_path_agrees() -> bool:
     """Whether :func:`_fast_maker` leaves a graph as this torch's ``create_node`` does: the
     same nodes (names, order, attributes, users), the same graph attributes and node count,
     and the same answers from ``find_nodes``."""

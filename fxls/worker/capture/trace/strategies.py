@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from fxls.protocol import catalogue as m
+from fxls.protocol import catalogue
 from fxls.protocol.model import Value
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture import failures
@@ -271,7 +271,7 @@ def traced_through_checks(
     tree: ast.Module | None,
     source: SourceText,
     skip: Iterable[CodeType] = (),
-) -> list[m.Message]:
+) -> list[catalogue.Message]:
     """FX108 for checks on traced values in the document's functions the trace went through.
 
     ``traced_params`` maps each code object of the document that created a node to the names of
@@ -281,7 +281,7 @@ def traced_through_checks(
     if tree is None:
         return []
     skipped = set(skip)
-    found: list[m.Message] = []
+    found: list[catalogue.Message] = []
     for code, names in traced_params.items():
         if code in skipped or not names:
             continue

@@ -1,0 +1,217 @@
+"""Shortcuts: the output of the most frequent (and, symbolically, most expensive) operations
+is made directly with ``new_empty`` when its shape is certain; anything unusual (a mismatch, a
+dtype difference, broadcasting) runs the real operator, which also produces its error."""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from fxls.worker.capture.shapes.values import dtype_name
+
+# Shortcuts: the output of the most frequent (and, symbolically, most expensive) operations is
+# made directly with ``new_empty`` when its shape is certain; anything unusual (a mismatch, a
+# dtype difference, broadcasting) runs the real operator, which also produces its error.
+
+MATMULS = {operator.matmul, torch.matmul}
+SDPA = torch.nn.functional.scaled_dot_product_attention
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Structural equality of two sizes (ints or SymInts) that never adds a guard."""
+    if isinstance(a, torch.SymInt):
+        a = a.node.expr
+    if isinstance(b, torch.SymInt):
+        b = b.node.expr
+    return bool(a == b)
+
+
+def _unify(a: Any, b: Any) -> bool:
+    """``_same``, or a symbolic size that equals the other at its example value: record the
+    equality (a guard, as the real kernel would) and say yes."""
+    if _same(a, b):
+        return True
+    if not isinstance(a, torch.SymInt) and not isinstance(b, torch.SymInt):
+        return False
+    try:
+        torch._check(a == b)  # type: ignore[no-untyped-call]
+    except Exception:
+        return False
+    return True
+
+
+def fast_matmul(a: Any, b: Any) -> torch.Tensor | None:
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return None
+    if a.dtype != b.dtype or a.device != b.device or a.dim() < 2 or b.dim() < 2:
+        return None
+    sa, sb = a.shape, b.shape
+    if not _same(sa[-1], sb[-2]):
+        return None
+    if b.dim() == 2 or (a.dim() == b.dim() and all(_same(x, y) for x, y in zip(sa[:-2], sb[:-2]))):
+        shape = [*sa[:-1], sb[-1]]
+    else:
+        return None
+    return a.new_empty(shape)
+
+
+_SDPA_PARAMS = (
+    "query",
+    "key",
+    "value",
+    "attn_mask",
+    "dropout_p",
+    "is_causal",
+    "scale",
+    "enable_gqa",
+)
+_SDPA_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def fast_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """``F.scaled_dot_product_attention`` without a mask, dropout or grouped heads, where the
+    answer is certain: the output is laid out like the query (what torch's CPU kernel and its
+    fake implementation give); fake tensors otherwise run the attention's decomposition, the
+    most expensive operator of a transformer block. None leaves it to the operator."""
+    if len(args) > len(_SDPA_PARAMS) or not set(kwargs) <= set(_SDPA_PARAMS):
+        return None
+    bound = dict(zip(_SDPA_PARAMS, args))
+    if set(bound) & set(kwargs):
+        return None
+    bound.update(kwargs)
+    q, k, v = bound.get("query"), bound.get("key"), bound.get("value")
+    if not (
+        isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+    ):
+        return None
+    dropout, causal, scale = (
+        bound.get("dropout_p", 0.0),
+        bound.get("is_causal", False),
+        bound.get("scale"),
+    )
+    if bound.get("attn_mask") is not None or bound.get("enable_gqa", False) is not False:
+        return None
+    if type(dropout) not in (int, float) or dropout != 0 or type(causal) is not bool:
+        return None
+    if scale is not None and type(scale) not in (int, float):
+        return None
+    if not (q.dtype == k.dtype == v.dtype and q.dtype in _SDPA_DTYPES):
+        return None
+    if not (q.device == k.device == v.device and q.dim() == k.dim() == v.dim() >= 2):
+        return None
+    if not (all(_same(a, b) for a, b in zip(q.shape[:-2], k.shape[:-2]))
+            and all(_same(a, b) for a, b in zip(k.shape[:-2], v.shape[:-2]))):  # fmt: skip
+        return None
+    if not (
+        _same(q.shape[-1], k.shape[-1])
+        and _same(q.shape[-1], v.shape[-1])
+        and _same(k.shape[-2], v.shape[-2])
+    ):
+        return None
+    return torch.empty_like(q)
+
+
+def fast_module(module: Any, x: torch.Tensor, rest: tuple[Any, ...]) -> Any:
+    kind = type(module)
+    if kind in (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN):
+        return fast_rnn(module, x, rest[0] if len(rest) == 1 else None) if len(rest) <= 1 else None
+    if rest:
+        return None
+    if kind is torch.nn.Linear:
+        weight = module.weight
+        bias = module.bias
+        if (
+            x.dim() >= 1
+            and x.dtype == weight.dtype
+            and (bias is None or bias.dtype == weight.dtype)
+            and x.device == weight.device
+            and _same(x.shape[-1], module.in_features)
+        ):
+            return x.new_empty([*x.shape[:-1], module.out_features])
+    elif kind in _BATCHNORMS:
+        weight = module.weight
+        if (x.dim() == _BATCHNORMS[kind] or (kind is torch.nn.BatchNorm1d and x.dim() == 2)) and (
+            (weight is None or (x.dtype == weight.dtype and x.device == weight.device))
+            and _same(x.shape[1], module.num_features)
+            and not (module.training and _one_value_per_channel(x))
+        ):
+            return torch.empty_like(x)
+    elif kind is torch.nn.LayerNorm:
+        norm = module.normalized_shape
+        weight = module.weight
+        if (
+            0 < len(norm) <= x.dim()
+            and (weight is None or (x.dtype == weight.dtype and x.device == weight.device))
+            and all(_same(d, n) for d, n in zip(x.shape[-len(norm) :], norm))
+        ):
+            return x.new_empty(x.shape)
+    return None
+
+
+class DtypeMismatch(RuntimeError):
+    """A module's weights and its input have different floating dtypes (eager rejects it)."""
+
+
+def check_dtype(module: torch.nn.Module, x: torch.Tensor) -> None:
+    """Meta kernels accept ``Linear(float32)(x.half())``; eager CPU kernels do not."""
+    if not isinstance(module, (torch.nn.Linear, torch.nn.modules.conv._ConvNd)):
+        return
+    weight = module.weight
+    if x.dtype != weight.dtype and x.dtype.is_floating_point and weight.dtype.is_floating_point:
+        raise DtypeMismatch(
+            f"input type ({dtype_name(x.dtype)}) and weight type "
+            f"({dtype_name(weight.dtype)}) should be the same"
+        )
+
+
+_BATCHNORMS = {torch.nn.BatchNorm1d: 3, torch.nn.BatchNorm2d: 4, torch.nn.BatchNorm3d: 5}
+
+
+def _one_value_per_channel(x: torch.Tensor) -> bool:
+    """Training-mode batch norm rejects inputs with one value per channel; let it say so."""
+    sizes = [x.shape[0], *x.shape[2:]]
+    return all(isinstance(d, int) for d in sizes) and math.prod(sizes) == 1
+
+
+def fast_rnn(module: Any, x: torch.Tensor, hx: Any) -> Any:
+    """LSTM/GRU/RNN outputs; their fake kernels fix symbolic sizes to the example's values.
+
+    ``hx`` (None, a state tensor, or an LSTM's ``(h, c)``) must have exactly the expected
+    shapes, otherwise the real kernel runs and reports the mismatch.
+    """
+    weight = module.weight_ih_l0
+    if x.dim() != 3 or x.dtype != weight.dtype or not _same(x.shape[-1], module.input_size):
+        return None
+    if module.batch_first:
+        batch, time = x.shape[0], x.shape[1]
+    else:
+        time, batch = x.shape[0], x.shape[1]
+    dirs = 2 if module.bidirectional else 1
+    proj = getattr(module, "proj_size", 0)
+    out_size = proj if proj > 0 else module.hidden_size
+    layers = dirs * module.num_layers
+    is_lstm = isinstance(module, torch.nn.LSTM)
+    if hx is not None:
+        states = tuple(hx) if is_lstm and isinstance(hx, (tuple, list)) else (hx,)
+        wanted = [[layers, batch, out_size], [layers, batch, module.hidden_size]]
+        if len(states) != (2 if is_lstm else 1):
+            return None
+        for state, shape in zip(states, wanted):
+            if not (
+                isinstance(state, torch.Tensor)
+                and state.dtype == x.dtype
+                and state.dim() == 3
+                and all(_unify(a, b) for a, b in zip(state.shape, shape))
+            ):
+                return None
+    out = x.new_empty(
+        [batch, time, dirs * out_size] if module.batch_first else [time, batch, dirs * out_size]
+    )
+    h = x.new_empty([layers, batch, out_size])
+    if is_lstm:
+        return out, (h, x.new_empty([layers, batch, module.hidden_size]))
+    return out, h

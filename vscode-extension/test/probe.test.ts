@@ -6,7 +6,11 @@ const ok = (info: object): ProbeRun => ({ exitCode: 0, stdout: JSON.stringify(in
 const base = { python: "3.11.7", executable: "/env/bin/python", torch: "2.13.0+cpu", fxls: null };
 
 test("a missing interpreter says so and offers the setting and the log", () => {
-  const c = classifyProbe({ spawnError: "ENOENT", exitCode: null, stdout: "", stderr: "" }, "/no/python", "the fxls.python setting");
+  const c = classifyProbe(
+    { spawnError: "ENOENT", exitCode: null, stdout: "", stderr: "" },
+    "/no/python",
+    "the fxls.python setting",
+  );
   assert.equal(c.ok, false);
   assert.equal(c.problem?.kind, "no-python");
   assert.match(c.problem!.message, /"\/no\/python" \(the fxls.python setting\) was not found/);

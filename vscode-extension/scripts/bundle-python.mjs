@@ -38,6 +38,8 @@ try {
   const wheel = readdirSync(wheels).find((f) => f.startsWith("fxls-") && f.endsWith(".whl"));
   if (!wheel) throw new Error("pip wheel made no fxls wheel");
   rmSync(libs, { recursive: true, force: true });
+  // pip's options stay beside their values
+  // prettier-ignore
   run([
     "install", "--quiet", "--no-compile", "--target", libs,
     "--only-binary=:all:", "--python-version", "3.10", "--implementation", "py",
@@ -57,5 +59,7 @@ for (const needed of ["fxls/__main__.py", "fxls/graph/vendor/dagre.min.js", "pyg
     process.exit(1);
   }
 }
-const packages = readdirSync(libs).filter((f) => f.endsWith(".dist-info")).map((f) => f.replace(/\.dist-info$/, ""));
+const packages = readdirSync(libs)
+  .filter((f) => f.endsWith(".dist-info"))
+  .map((f) => f.replace(/\.dist-info$/, ""));
 console.error(`bundle-python: ${libs}: ${packages.join(", ")}`);

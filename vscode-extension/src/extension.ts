@@ -21,7 +21,8 @@ let manager: ServerManager | undefined;
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const output = vscode.window.createOutputChannel(EXTENSION_NAME, { log: true });
   const status = new StatusItem();
-  const version = String(context.extension.packageJSON.version ?? "0.0.0");
+  const packageJSON = context.extension.packageJSON as { version?: string };
+  const version = String(packageJSON.version ?? "0.0.0");
   manager = new ServerManager(output, status, context.extensionUri.fsPath, version);
   const server = manager;
   const graph = new GraphView(() => server.languageClient, output);

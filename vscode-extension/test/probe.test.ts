@@ -6,17 +6,21 @@ const ok = (info: object): ProbeRun => ({ exitCode: 0, stdout: JSON.stringify(in
 const base = { python: "3.11.7", executable: "/env/bin/python", torch: "2.13.0+cpu", fxls: null };
 
 test("a missing interpreter says so and offers the setting and the log", () => {
-  const c = classifyProbe({ spawnError: "ENOENT", exitCode: null, stdout: "", stderr: "" }, "/no/python", "the fxls.python setting");
+  const c = classifyProbe(
+    { spawnError: "ENOENT", exitCode: null, stdout: "", stderr: "" },
+    "/no/python",
+    "the fxls.python setting",
+  );
   assert.equal(c.ok, false);
   assert.equal(c.problem?.kind, "no-python");
-  assert.match(c.problem!.message, /"\/no\/python" \(the fxls.python setting\) was not found/);
+  assert.match(c.problem.message, /"\/no\/python" \(the fxls.python setting\) was not found/);
   assert.deepEqual(c.problem?.actions, ["openSetting", "showLog"]);
 });
 
 test("something that is not Python", () => {
   const c = classifyProbe({ exitCode: 2, stdout: "", stderr: "usage: foo\n" }, "/bin/foo", "the fxls.python setting");
   assert.equal(c.problem?.kind, "not-python");
-  assert.match(c.problem!.message, /exit 2: usage: foo/);
+  assert.match(c.problem.message, /exit 2: usage: foo/);
 });
 
 test("Python without torch: the exact pip command for that interpreter", () => {
@@ -24,7 +28,7 @@ test("Python without torch: the exact pip command for that interpreter", () => {
   assert.equal(c.ok, false);
   assert.equal(c.problem?.kind, "no-torch");
   assert.equal(c.problem?.command, "/env/bin/python -m pip install torch");
-  assert.match(c.problem!.message, /Install it with: \/env\/bin\/python -m pip install torch/);
+  assert.match(c.problem.message, /Install it with: \/env\/bin\/python -m pip install torch/);
   assert.deepEqual(c.problem?.actions, ["copyCommand", "openSetting", "showLog"]);
 });
 

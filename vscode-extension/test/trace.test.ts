@@ -56,7 +56,7 @@ test("text from user code never becomes a link in a notification", () => {
   const hostile = { ...traced, summary: "X: failed · [click](command:workbench.action.terminal.new) \u0007" };
   const text = traceMessage(hostile);
   assert.ok(!/\]\(/.test(text), text);
-  assert.ok(!/\u0007/.test(text));
+  assert.ok(!text.includes("\u0007"));
   assert.equal(notificationText("a".repeat(500)).length, 400);
   assert.equal(notificationText("[B, 3] → [B, 10]"), "[B, 3] → [B, 10]");
 });

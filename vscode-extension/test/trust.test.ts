@@ -36,8 +36,11 @@ test("test_101_untrusted_workspace_folder_interpreter_waits_for_trust", posixOnl
       assert.deepEqual(fake.messages, [], "restricted mode shows no error");
     });
     const runs = workspaceRuns(s);
-    assert.ok(runs.some((line) => line.startsWith(`${s.workspacePython} -c `)), `probe after trust: ${runs}`);
-    assert.ok(runs.includes(`${s.workspacePython} -m fxls serve`), `server after trust: ${runs}`);
+    assert.ok(
+      runs.some((line) => line.startsWith(`${s.workspacePython} -c `)),
+      `probe after trust: ${runs.join(",")}`,
+    );
+    assert.ok(runs.includes(`${s.workspacePython} -m fxls serve`), `server after trust: ${runs.join(",")}`);
     assert.equal(started.at(-1)?.command, s.workspacePython);
     assert.equal((started.at(-1)?.initializationOptions as { trusted: boolean }).trusted, true);
   } finally {

@@ -14,9 +14,4 @@ export const PYTHON_EXTENSION_ID = "ms-python.python";
  * Settings that change how the server process is started, or that the server reads only at
  * start (the sandbox settings, see settings.ts); a change restarts it.
  */
-export const RESTART_SETTINGS = [
-  "fxls.python",
-  "fxls.server.command",
-  "fxls.limits",
-  "fxls.isolation",
-] as const;
+export const RESTART_SETTINGS = ["fxls.python", "fxls.server.command", "fxls.limits", "fxls.isolation"] as const;

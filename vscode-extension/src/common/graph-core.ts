@@ -101,5 +101,7 @@ export function webviewHtml(html: string, nonce: string, cspSource: string): str
   let out = html.replace(/<script(?=[\s>])/g, `<script nonce="${nonce}"`);
   out = /<head[^>]*>/.test(out) ? out.replace(/<head[^>]*>/, (head) => `${head}\n${meta}`) : meta + out;
   const bridge = `<script nonce="${nonce}">${BRIDGE}</script>`;
-  return out.includes("</body>") ? out.replace(/<\/body>(?![\s\S]*<\/body>)/, () => `${bridge}\n</body>`) : out + bridge;
+  return out.includes("</body>")
+    ? out.replace(/<\/body>(?![\s\S]*<\/body>)/, () => `${bridge}\n</body>`)
+    : out + bridge;
 }

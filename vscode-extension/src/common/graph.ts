@@ -51,7 +51,8 @@ export class GraphView implements vscode.Disposable {
       return;
     }
     const document = await vscode.workspace.openTextDocument(target);
-    const cursor = editor && editor.document.uri.toString() === target.toString() ? editor.selection.active.line : undefined;
+    const cursor =
+      editor && editor.document.uri.toString() === target.toString() ? editor.selection.active.line : undefined;
     const name = typeof cls === "string" ? cls : await pickClass(document, cursor);
     if (!name) {
       void vscode.window.showInformationMessage("fxls: this file has no class to draw.");

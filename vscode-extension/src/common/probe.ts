@@ -43,12 +43,7 @@ export interface ProbeRun {
   stderr: string;
 }
 
-export type ProblemKind =
-  | "no-python"
-  | "not-python"
-  | "python-too-old"
-  | "no-torch"
-  | "torch-too-old";
+export type ProblemKind = "no-python" | "not-python" | "python-too-old" | "no-torch" | "torch-too-old";
 
 export type Action = "openSetting" | "showLog" | "copyCommand";
 

@@ -82,9 +82,7 @@ export async function resolveInterpreter(resource: vscode.Uri | undefined, trust
 }
 
 /** Calls `listener` when the Python extension's selected interpreter changes. */
-export async function onDidChangePythonInterpreter(
-  listener: () => void,
-): Promise<vscode.Disposable | undefined> {
+export async function onDidChangePythonInterpreter(listener: () => void): Promise<vscode.Disposable | undefined> {
   const environments = await pythonEnvironments();
   return environments?.onDidChangeActiveEnvironmentPath(listener);
 }

@@ -107,9 +107,7 @@ export function expandPath(value: string, resource?: vscode.Uri): string {
   }
   const home = process.env.HOME ?? process.env.USERPROFILE ?? "";
   let out = value.replace(/^~(?=$|[\\/])/, home);
-  const folder =
-    (resource && vscode.workspace.getWorkspaceFolder(resource)) ??
-    vscode.workspace.workspaceFolders?.[0];
+  const folder = (resource && vscode.workspace.getWorkspaceFolder(resource)) ?? vscode.workspace.workspaceFolders?.[0];
   if (folder) {
     out = out.replace(/\$\{workspaceFolder\}/g, folder.uri.fsPath);
   }

@@ -43,8 +43,7 @@ export class StatusItem implements vscode.Disposable {
     this.current = state;
     this.item.text = `${ICONS[state]} fxls`;
     this.item.tooltip = detail ? `${TOOLTIPS[state]}\n${detail}` : TOOLTIPS[state];
-    this.item.backgroundColor =
-      state === "error" ? new vscode.ThemeColor("statusBarItem.errorBackground") : undefined;
+    this.item.backgroundColor = state === "error" ? new vscode.ThemeColor("statusBarItem.errorBackground") : undefined;
   }
 
   dispose(): void {

@@ -13,6 +13,7 @@
  * No `vscode` import here: tests run this module under plain Node.
  */
 
+// eslint-disable-next-line no-control-regex -- control characters are what it matches, to replace them
 const CONTROLS = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
 
 /** `text` made inert for a notification: no link can form, no control character is left. */

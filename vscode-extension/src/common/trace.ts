@@ -67,7 +67,8 @@ export class TraceCommand {
     if (answer.kind === "untrusted") {
       buttons.push(MANAGE_TRUST);
     }
-    const show = severityOf(answer) === "info" ? vscode.window.showInformationMessage : vscode.window.showWarningMessage;
+    const show =
+      severityOf(answer) === "info" ? vscode.window.showInformationMessage : vscode.window.showWarningMessage;
     const choice = await show(traceMessage(answer), ...buttons);
     if (choice === SHOW_GRAPH) {
       await vscode.commands.executeCommand(COMMAND_SHOW_GRAPH, document.uri, answer.className);

@@ -80,6 +80,7 @@ export class LanguageClient {
     return this.state === State.Running;
   }
 
+  // eslint-disable-next-line @typescript-eslint/require-await -- async like the real client's dispose
   async dispose(_timeout?: number): Promise<void> {
     this.setState(State.Stopped);
   }

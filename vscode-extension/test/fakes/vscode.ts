@@ -109,6 +109,7 @@ export function pythonExtension(selected: string): { asked: number; extension: u
             record.asked += 1;
             return { id: selected, path: selected };
           },
+          // eslint-disable-next-line @typescript-eslint/require-await -- async like the Python extension's API
           resolveEnvironment: async () => ({ executable: { uri: Uri.file(selected) } }),
           onDidChangeActiveEnvironmentPath: changed.event,
         },
@@ -187,6 +188,7 @@ export const workspace = {
 };
 
 function record(kind: string) {
+  // eslint-disable-next-line @typescript-eslint/require-await -- async like vscode.window.show*Message
   return async (message: string, ..._items: string[]): Promise<string | undefined> => {
     fake.messages.push(`${kind}: ${message}`);
     return undefined;
@@ -220,9 +222,11 @@ export const window = {
 
 export const commands = {
   registerCommand: (_id: string, _run: (...args: unknown[]) => unknown) => new Disposable(() => undefined),
+  // eslint-disable-next-line @typescript-eslint/require-await -- async like vscode.commands.executeCommand
   executeCommand: async (_id: string, ..._args: unknown[]): Promise<undefined> => undefined,
 };
 
+// eslint-disable-next-line @typescript-eslint/require-await -- async like vscode.env.clipboard.writeText
 export const env = { clipboard: { writeText: async (_text: string): Promise<void> => undefined } };
 
 export const extensions = {

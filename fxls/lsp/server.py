@@ -145,23 +145,7 @@ def on_graph(ls: FxlsServer, params: Any) -> dict[str, Any]:
         return params.get(name) if isinstance(params, dict) else getattr(params, name, None)
 
     uri, cls = get("uri"), get("className")
-    return ls.session.safely("graph", lambda: graph_page(ls.session, uri, cls), {"error": "failed"})
-
-
-def graph_page(session: Session, uri: Any, cls: Any) -> dict[str, Any]:
-    """The ``fxls/graph`` answer for class ``cls`` of the open document ``uri``."""
-    from fxls.graph import build_graph, render_graph
-
-    doc = session.documents.get(uri) if isinstance(uri, str) else None
-    if doc is None or doc.result is None:
-        why = "" if session.trusted else " (the workspace is not trusted, so fxls runs none of it)"
-        return {"error": f"this file has not been analysed yet{why}"}
-    module = doc.result.analysis.module(cls) if isinstance(cls, str) else None
-    if module is None or not module.nodes:
-        return {"error": f"no graph for {cls}: it is not a module class fxls could capture"}
-    path = doc.path if getattr(doc, "path", None) else uri
-    drawn = build_graph(str(path), module)
-    return {"html": render_graph(drawn, "html"), "nodes": drawn.total_nodes}
+    return ls.session.safely("graph", lambda: ls.session.graph(uri, cls), {"error": "failed"})
 
 
 @server.feature(types.SHUTDOWN)

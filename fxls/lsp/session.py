@@ -48,6 +48,7 @@ from fxls.lsp.features import (
     pass_hover,
     trace,
 )
+from fxls.lsp.features.graph import graph_page
 from fxls.protocol import catalogue
 from fxls.protocol.files import Refused
 from fxls.protocol.model import FixOutcome, FixRequest, ReadyInfo, Span
@@ -513,6 +514,11 @@ class Session:
             await asyncio.wait(tasks, timeout=5.0)
         await self._drop_prestarted()
         await self.close_worker()
+
+    def graph(self, uri: Any, cls: Any) -> dict[str, Any]:
+        """The ``fxls/graph`` answer for class ``cls`` of the open document ``uri``."""
+        doc = self.documents.get(uri) if isinstance(uri, str) else None
+        return graph_page(doc, str(uri), cls, self.trusted)
 
     def stats(self) -> dict[str, Any]:
         """What ``fxls/stats`` answers: server-side state a client cannot observe otherwise."""

@@ -41,7 +41,10 @@ def _add_capture_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--init", metavar="ARGS", help="constructor arguments, e.g. 'n_layer=2'")
     p.add_argument(
-        "--timeout", type=float, metavar="S", help="seconds per capture job (default 10)"
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="CPU seconds per capture job (default 10; wall clock twice that)",
     )
     p.add_argument("--python", metavar="PATH", help="interpreter that runs the worker")
     p.add_argument("-v", "--verbose", action="store_true", help="log messages on stderr")
@@ -259,8 +262,8 @@ def _capture_settings(args: argparse.Namespace, paths: list[str]) -> tuple[Any, 
         if args.timeout <= 0:
             raise UsageError("--timeout must be positive")
         limits = Limits(
-            timeout_s=args.timeout,
-            cpu_s=max(args.timeout + 2, 1.0),
+            timeout_s=2 * args.timeout,
+            cpu_s=args.timeout,
             memory_mb=limits.memory_mb,
             file_size_mb=limits.file_size_mb,
         )

@@ -153,7 +153,9 @@ def failure_diagnostic(result: JobResult, limits: Limits, cls: str, span: Span) 
     data = {"kind": kind, "phase": result.phase, "class": result.current_class}
     msg: catalogue.Message
     if kind == "timeout":
-        msg = catalogue.FX501(span, cls=cls, limit=_seconds(limits.timeout_s))
+        wall = result.wall_limit_s or limits.timeout_s
+        limit = f"{_seconds(wall)} of wall-clock time"
+        msg = catalogue.FX501(span, cls=cls, limit=limit, why=_why_slow(result))
     elif kind == "oom":
         msg = catalogue.FX502(span, cls=cls, limit=f"{limits.memory_mb} MB")
     elif kind == "cpu_limit":
@@ -182,6 +184,19 @@ def failure_diagnostic(result: JobResult, limits: Limits, cls: str, span: Span) 
     else:  # worker_died, sandbox_setup and anything new
         msg = catalogue.FX508(span, reason=detail or kind.replace("_", " "))
     return msg.diagnostic(data)
+
+
+def _why_slow(result: JobResult) -> str:
+    """What the CPU time says about a wall-clock time-out (FX501's ``why``)."""
+    cpu, wall = result.cpu_s, result.duration_s
+    if wall <= 0:
+        return ""
+    if cpu < COMPUTING_SHARE * wall:
+        return (
+            f" and used only {cpu:.1f} s of CPU: it was waiting (a `sleep`, `input()`, a lock "
+            "or a slow file system?)"
+        )
+    return f" (tried twice; it used {cpu:.1f} s of CPU): the machine is too busy"
 
 
 def _file_span(text: str) -> Span:
@@ -461,33 +476,92 @@ async def analyze(
 
 
 class Budget:
-    """The wall time one analysis of a file may still spend in the worker
-    (``EngineOptions.capture_budget`` time limits from when it is made)."""
+    """What one analysis of a file may still spend in the worker: ``capture_budget`` CPU
+    limits of CPU time, all its jobs together (counted from what each job reports, so the
+    same on a busy machine as on an idle one), with a wall-clock backstop of as many wall
+    limits from when it is made."""
 
     GRACE_S = 0.5
-    """How long a re-run may go past the budget before it is stopped: time enough for a job
-    that hits its own time limit right at the end to be reported as a time-out (FX501)."""
+    """How long a re-run may go past the wall-clock backstop before it is stopped: time enough
+    for a job that hits its own limit right at the end to be reported as such."""
 
     def __init__(self, options: EngineOptions) -> None:
-        self.seconds = options.capture_budget * options.limits.timeout_s
-        self.limit = options.limits.timeout_s
-        self.deadline = time.monotonic() + self.seconds
+        self.seconds = options.capture_budget * options.limits.cpu_s
+        self.limit = options.limits.cpu_s
+        self.used = 0.0
+        self.wall = options.capture_budget * options.limits.timeout_s
+        self.wall_limit = options.limits.timeout_s
+        self.deadline = time.monotonic() + self.wall
 
-    def left(self, *, grace: bool = False) -> float:
-        """Seconds left (with ``grace``: before a running re-run is stopped)."""
-        return self.deadline + (self.GRACE_S if grace else 0.0) - time.monotonic()
+    def spend(self, result: JobResult) -> None:
+        """Count the CPU time a finished job used."""
+        self.used += max(0.0, result.cpu_s)
+
+    def left(self) -> float:
+        """CPU seconds left (none once the wall-clock backstop has passed)."""
+        if time.monotonic() >= self.deadline:
+            return 0.0
+        return self.seconds - self.used
+
+    def wall_left(self) -> float:
+        """Seconds a running re-run may still take before it is stopped."""
+        return self.deadline + self.GRACE_S - time.monotonic()
 
     def spent(self) -> str:
         """Why the classes left get FX510 once the budget is spent."""
+        if self.used < self.seconds:  # the wall-clock backstop (captures that mostly waited)
+            return (
+                f"the captures of this file already took {_seconds(self.wall)} "
+                f"({self.wall / self.wall_limit:g} × the time limit of {_seconds(self.wall_limit)})"
+            )
         return (
-            f"the captures of this file already took {_seconds(self.seconds)} "
-            f"({self.seconds / self.limit:g} × the time limit of {_seconds(self.limit)})"
+            f"the captures of this file already used {_seconds(self.seconds)} of CPU time "
+            f"({self.seconds / self.limit:g} × the CPU limit of {_seconds(self.limit)})"
         )
 
 
-async def _run(client: Runner, job: CaptureJob, options: EngineOptions) -> JobResult:
+BUSY_RETRY_FACTOR = 2.0
+"""A job stopped by the wall clock while it was computing runs once more with this many times
+its wall-clock limit (its CPU limit unchanged)."""
+
+COMPUTING_SHARE = 0.1
+"""A job whose CPU time is at least this share of its wall time was computing, not waiting."""
+
+
+def slowed_by_machine(result: JobResult) -> bool:
+    """A wall-clock time-out of a job that computed without reaching its CPU limit: the machine
+    was busy (a wait — ``sleep``, ``input()``, a lock — uses no CPU and is not retried)."""
+    return (
+        result.kind == "timeout"
+        and result.duration_s > 0
+        and result.cpu_s >= COMPUTING_SHARE * result.duration_s
+    )
+
+
+async def _run(
+    client: Runner, job: CaptureJob, options: EngineOptions, budget: Budget | None = None
+) -> JobResult:
+    """Run ``job``; once more with a longer wall-clock limit when a busy machine stopped it, so
+    the CPU limit, which does not depend on the load, decides. Each run's CPU time is spent
+    from ``budget``."""
+    result = await _run_once(client, job, options.limits, options)
+    if budget is not None:
+        budget.spend(result)
+    if slowed_by_machine(result):
+        longer = dataclasses.replace(
+            options.limits, timeout_s=options.limits.timeout_s * BUSY_RETRY_FACTOR
+        )
+        result = await _run_once(client, job, longer, options)
+        if budget is not None:
+            budget.spend(result)
+    return result
+
+
+async def _run_once(
+    client: Runner, job: CaptureJob, limits: Limits, options: EngineOptions
+) -> JobResult:
     try:
-        return await client.run(job, options.limits, options.isolation)
+        return await client.run(job, limits, options.isolation)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
@@ -589,7 +663,7 @@ async def _incremental(
         stats.jobs += 1
         stats.misses += len(requests)
         part = dataclasses.replace(job, classes=requests)
-        first = await _run(client, part, options)
+        first = await _run(client, part, options, budget)
         capture = first.payload
         if first.kind == "ok" and capture is not None and capture.error is not None:
             # the file did not execute: the same for every set of classes
@@ -650,7 +724,7 @@ async def _capture(
 ) -> None:
     by_name = {c.name: c for c in classes}
     if first is None:
-        first = await _run(client, job, options)
+        first = await _run(client, job, options, budget)
     if first.kind == "cancelled":
         result.outcome = "cancelled"
         return
@@ -690,7 +764,9 @@ async def _capture(
                 return req, budget.spent()
             single = dataclasses.replace(job, classes=[req])
             try:
-                res = await asyncio.wait_for(_run(client, single, options), budget.left(grace=True))
+                res = await asyncio.wait_for(
+                    _run(client, single, options, budget), budget.wall_left()
+                )
             except asyncio.TimeoutError:  # the budget ran out during this re-run
                 return req, budget.spent()
             if res.kind in _EXPENSIVE:

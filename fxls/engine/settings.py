@@ -40,8 +40,17 @@ def _setting(
 class LimitsSettings:
     """Resource limits for one capture job."""
 
-    timeout_seconds: float = _setting(10.0, "Wall-clock time one capture may take.", minimum=0.1)
-    cpu_seconds: float = _setting(12.0, "CPU time one capture may use.", minimum=0.1)
+    timeout_seconds: float = _setting(
+        20.0,
+        "Wall-clock time one capture may take (a capture that computed but was slowed by a busy "
+        "machine runs once more with twice as long).",
+        minimum=0.1,
+    )
+    cpu_seconds: float = _setting(
+        10.0,
+        "CPU time one capture may use: the limit that decides for captures that compute.",
+        minimum=0.1,
+    )
     memory_mb: int = _setting(
         2048, "Memory (MB) a capture may add on top of the worker.", wire="memoryMB", minimum=64
     )

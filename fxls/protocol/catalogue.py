@@ -458,7 +458,7 @@ class FX501(Message):
     """A capture that runs out of time says nothing about the model: a large default
     configuration, a slow import, a loaded machine."""
     title = "Timed out"
-    template = "capturing `{cls}` did not finish within {limit}"
+    template = "capturing `{cls}` did not finish within {limit}{why}"
     fix = "Raise `fxls.limits.timeoutSeconds`, or skip the class with `# fxls: skip`."
 
 
@@ -496,6 +496,8 @@ class FX505(Message):
 
 class FX506(Message):
     code = "FX506"
+    severity = "warning"
+    """Like a time-out, a capture that uses up its CPU time says nothing about the model."""
     title = "CPU time limit"
     template = "capturing `{cls}` used more than {limit} of CPU time"
     fix = "Raise `fxls.limits.cpuSeconds`, or skip the class with `# fxls: skip`."

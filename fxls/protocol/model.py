@@ -208,9 +208,11 @@ class CaptureJob:
 
 @dataclass
 class Limits:
-    timeout_s: float = 10.0
-    cpu_s: float = 12.0
-    """Soft RLIMIT_CPU; the hard limit is two seconds more."""
+    timeout_s: float = 20.0
+    """Wall clock: a backstop for jobs that wait; the CPU limit decides for jobs that compute."""
+    cpu_s: float = 10.0
+    """Soft RLIMIT_CPU (the hard limit is two seconds more): the same on a busy machine as on an
+    idle one, so a capture that fits does so on every run."""
     memory_mb: int = 2048
     """Address space the job may add on top of the zygote's size at fork."""
     file_size_mb: int = 64
@@ -817,6 +819,11 @@ class JobResult:
     isolation: list[str] = field(default_factory=list)
     """Isolation layers that were active: ``seccomp``, ``landlock``, ``setsid``, ``rlimits``..."""
     duration_s: float = 0.0
+    cpu_s: float = 0.0
+    """CPU time the job used (user + system): beside ``duration_s`` it tells a busy machine
+    (the job computed, slowly) from a job that waited (``sleep``, ``input()``, a lock)."""
+    wall_limit_s: float = 0.0
+    """The wall-clock limit the job ran with (a re-run on a busy machine has a longer one)."""
     max_rss_kb: int = 0
     payload: CaptureResult | None = None
 

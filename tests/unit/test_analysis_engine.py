@@ -102,15 +102,15 @@ async def worker() -> AsyncIterator[object]:
 @pytest.mark.asyncio(loop_scope="module")
 async def test_each_failing_class_gets_its_own_diagnostic(worker: object, tmp_path: Path) -> None:
     path = str(tmp_path / "models.py")
-    options = EngineOptions(limits=Limits(timeout_s=3, cpu_s=5))
+    options = EngineOptions(limits=Limits(timeout_s=6, cpu_s=2))
     result = await analyze(worker, path, SOURCE, version=7, options=options)  # type: ignore[arg-type]
     assert result.version == 7
-    assert result.outcome in ("signal", "timeout")
+    assert result.outcome in ("signal", "cpu_limit")
     status = {m.name: m.status for m in result.modules}
     assert status == {"Aborts": "failed", "Hangs": "failed", "Good": "traced", "Skipped": "skipped"}
     codes = {(d.code, d.span.line) for d in result.diagnostics}
     assert ("FX503", 5) in codes  # SIGABRT on `class Aborts`
-    assert ("FX501", 10) in codes  # timeout on `class Hangs`
+    assert ("FX506", 10) in codes  # a busy loop is stopped by the CPU limit, not the clock
     good = result.module("Good")
     assert good is not None and good.outputs[0].shape == ["B", 3]
     assert [c.name for c in result.classes] == ["Aborts", "Hangs", "Good", "Skipped"]
@@ -182,3 +182,75 @@ async def test_retries_of_a_file_whose_classes_all_time_out_are_capped() -> None
     assert sorted(codes.values()).count(["FX501"]) == 3
     assert sorted(codes.values()).count(["FX510"]) == 3
     assert len(result.modules) == 6
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_capture_that_waits_is_stopped_by_the_clock_and_said_so(
+    worker: object, tmp_path: Path
+) -> None:
+    source = textwrap.dedent(
+        """\
+        import time
+        from torch import nn
+
+        # fxls: x = (B=2, 4)
+        class Sleeps(nn.Module):
+            def forward(self, x):
+                time.sleep(600)
+                return x
+        """
+    )
+    options = EngineOptions(limits=Limits(timeout_s=1.5, cpu_s=5))
+    result = await analyze(worker, str(tmp_path / "m.py"), source, options=options)  # type: ignore[arg-type]
+    (diag,) = [d for d in result.diagnostics if d.code == "FX501"]
+    assert diag.severity == "warning"
+    assert diag.span.line == 5
+    assert "1.5 s of wall-clock time" in diag.message
+    assert "waiting" in diag.message  # no CPU used: not retried, and the cause named
+
+
+class Scripted:
+    """A runner that answers jobs from a list and records the limits each ran with."""
+
+    def __init__(self, *answers: JobResult) -> None:
+        self.answers = list(answers)
+        self.limits: list[Limits] = []
+
+    async def run(self, job: object, limits: Limits, isolation: object) -> JobResult:
+        self.limits.append(limits)
+        return self.answers.pop(0)
+
+
+BUSY_SOURCE = "from torch import nn\n\n# fxls: x = (2, 4)\nclass Net(nn.Module):\n    def forward(self, x):\n        return x\n"
+
+
+async def test_a_busy_machine_gets_one_rerun_with_a_longer_clock() -> None:
+    slowed = JobResult(1, "timeout", duration_s=4.0, cpu_s=2.5, wall_limit_s=4.0)
+    runner = Scripted(slowed, JobResult(2, "ok"))
+    options = EngineOptions(limits=Limits(timeout_s=4, cpu_s=10))
+    result = await analyze(runner, "m.py", BUSY_SOURCE, options=options)  # type: ignore[arg-type]
+    assert [lim.timeout_s for lim in runner.limits] == [4, 8]
+    assert [lim.cpu_s for lim in runner.limits] == [10, 10]
+    assert not [d for d in result.diagnostics if d.code.startswith("FX5")]
+
+
+async def test_a_machine_busy_twice_is_a_warning_that_says_so() -> None:
+    first = JobResult(1, "timeout", duration_s=4.0, cpu_s=2.5, wall_limit_s=4.0)
+    again = JobResult(2, "timeout", duration_s=8.0, cpu_s=5.0, wall_limit_s=8.0)
+    runner = Scripted(first, again)
+    options = EngineOptions(limits=Limits(timeout_s=4, cpu_s=10))
+    result = await analyze(runner, "m.py", BUSY_SOURCE, options=options)  # type: ignore[arg-type]
+    (diag,) = [d for d in result.diagnostics if d.code == "FX501"]
+    assert diag.severity == "warning"
+    assert "8 s of wall-clock time" in diag.message
+    assert "tried twice" in diag.message and "busy" in diag.message
+
+
+async def test_a_job_that_waited_is_not_run_again() -> None:
+    waited = JobResult(1, "timeout", duration_s=4.0, cpu_s=0.05, wall_limit_s=4.0)
+    runner = Scripted(waited)
+    options = EngineOptions(limits=Limits(timeout_s=4, cpu_s=10))
+    result = await analyze(runner, "m.py", BUSY_SOURCE, options=options)  # type: ignore[arg-type]
+    assert len(runner.limits) == 1
+    assert any(d.code == "FX501" and "waiting" in d.message for d in result.diagnostics)

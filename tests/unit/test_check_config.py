@@ -74,7 +74,7 @@ symbolic = false
     assert config.exclude == ["legacy/"] and config.root == str(tmp_path)
     assert config.settings.capture.symbolic is False
     # what runs and how it is isolated is not the project's choice: ignored, said once
-    assert config.settings.limits.timeout_seconds == 10
+    assert config.settings.limits.timeout_seconds == 20
     assert config.settings.limits.memory_mb == 2048
     assert config.settings.python == ""
     assert config.ignored == ["limits.memoryMB", "limits.timeoutSeconds", "python"]

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CONTRACT = {
     "fxls.python": "",
-    "fxls.limits.timeoutSeconds": 10,
-    "fxls.limits.cpuSeconds": 12,
+    "fxls.limits.timeoutSeconds": 20,
+    "fxls.limits.cpuSeconds": 10,
     "fxls.limits.memoryMB": 2048,
     "fxls.limits.fileSizeMB": 64,
     "fxls.debounceMs": 300,
@@ -140,6 +140,6 @@ def test_protected_keys_are_split_off_configuration_answers() -> None:
         "fxls.python",
     ]
     # values equal to the settings in force (VS Code sends every key) are not worth a word
-    _, same = split_protected({"limits": {"timeoutSeconds": 10}, "python": ""})
+    _, same = split_protected({"limits": {"timeoutSeconds": 20}, "python": ""})
     assert protected_differences(same, Settings()) == []
     assert split_protected(None) == (None, {})

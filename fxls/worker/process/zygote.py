@@ -256,6 +256,8 @@ def classify(job: Job) -> JobResult:
     if job.rusage is not None:
         result.max_rss_kb = int(job.rusage.ru_maxrss)
         cpu = job.rusage.ru_utime + job.rusage.ru_stime
+        result.cpu_s = round(cpu, 3)
+    result.wall_limit_s = job.request.limits.timeout_s
     signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
     result.signal, result.exit_code = signum, code

@@ -247,6 +247,9 @@ async def test_09_busy_loop_at_import_times_out(worker: WorkerClient) -> None:
     assert result.kind == "timeout", result
     assert result.phase == "import"
     assert time.monotonic() - started < 6
+    # it computed: the engine tells a busy machine from a wait by the CPU time it reports
+    assert result.wall_limit_s == 2
+    assert result.cpu_s > 0.1 * result.duration_s
 
 
 async def test_10_busy_loop_in_forward_times_out(worker: WorkerClient) -> None:
@@ -274,6 +277,7 @@ async def test_13_sleep_times_out(worker: WorkerClient) -> None:
     result = await worker.run(import_job("import time\ntime.sleep(100)"), Limits(timeout_s=1.5))
     assert result.kind == "timeout", result
     assert 1.4 < result.duration_s < 5
+    assert result.cpu_s < 0.1 * result.duration_s  # a wait, not a busy machine
 
 
 # ---------------------------------------------------------------------------------------

@@ -56,8 +56,8 @@ export function getServerSettings(resource?: vscode.Uri): ServerSettings {
   return {
     python: getPythonSetting(resource).path,
     limits: {
-      timeoutSeconds: userValue<number>(c, "limits.timeoutSeconds", 10),
-      cpuSeconds: userValue<number>(c, "limits.cpuSeconds", 12),
+      timeoutSeconds: userValue<number>(c, "limits.timeoutSeconds", 20),
+      cpuSeconds: userValue<number>(c, "limits.cpuSeconds", 10),
       memoryMB: userValue<number>(c, "limits.memoryMB", 2048),
       fileSizeMB: userValue<number>(c, "limits.fileSizeMB", 64),
     },

@@ -76,6 +76,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--json", action="store_true", help="the same as --output-format json")
     check.add_argument(
+        "--annotate-info",
+        action="store_true",
+        help="with --output-format github: also annotate information and hint diagnostics "
+        "(default: errors and warnings only)",
+    )
+    check.add_argument(
         "--select",
         action="append",
         metavar="CODES",
@@ -332,6 +338,8 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     )
     if args.diff and fmt != "text":
         raise UsageError("--diff prints a diff: it cannot be combined with --output-format")
+    if args.annotate_info and fmt != "github":
+        raise UsageError("--annotate-info goes with --output-format github")
     if args.exclude is not None:
         excludes = exclude_rules(args.exclude, os.getcwd())
     else:
@@ -395,7 +403,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if fmt == "text":
             progress.write(out, format_text(analysis, checked.plan.inputs, checked.plan.text))
         elif fmt == "github":
-            progress.write(out, format_github(analysis, base))
+            progress.write(out, format_github(analysis, base, annotate_info=args.annotate_info))
         elif fmt == "json":
             documents.append(to_json(analysis, checked.plan.inputs))
         else:
@@ -456,6 +464,12 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
         worker_failed = exit_code == EXIT_WORKER
         return exit_code if worker_failed else (EXIT_ERRORS if fixer.counts.applied else EXIT_OK)
     print(summary.text(), file=out if fmt == "text" else sys.stderr)
+    notices = summary.severities["information"] + summary.severities["hint"]
+    if fmt == "github" and not args.annotate_info and notices:
+        _say(
+            f"{notices} information and hint diagnostic{'s' if notices != 1 else ''} not "
+            "annotated (--annotate-info annotates them)"
+        )
     if fixer is not None:
         for message in fixer.counts.messages:
             _say(message)

@@ -117,6 +117,12 @@ def _parser() -> argparse.ArgumentParser:
         help="with --fix or --diff: also apply fixes that could not be verified safe",
     )
     check.add_argument(
+        "--pin",
+        action="store_true",
+        help="with --fix or --diff: also write the `# fxls:` directives that pin what fxls "
+        "assumed (inputs, constructor arguments, flag values)",
+    )
+    check.add_argument(
         "--diff",
         action="store_true",
         help="print the fixes as a unified diff instead of writing them (exit 1 when any "
@@ -323,7 +329,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from fxls.cli.report.jsondoc import to_json
     from fxls.cli.report.paths import report_base
     from fxls.cli.report.sarif import sarif_log
-    from fxls.cli.report.text import format_text
+    from fxls.cli.report.text import format_text, not_made_line
     from fxls.engine.analyze import is_rules_file
 
     out = out or sys.stdout
@@ -338,6 +344,8 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     )
     if args.diff and fmt != "text":
         raise UsageError("--diff prints a diff: it cannot be combined with --output-format")
+    if args.pin and fix_mode is None:
+        raise UsageError("--pin goes with --fix, --unsafe-fixes or --diff")
     if args.annotate_info and fmt != "github":
         raise UsageError("--annotate-info goes with --output-format github")
     if args.exclude is not None:
@@ -390,6 +398,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
             codes,
             mode=fix_mode,
             unsafe=args.unsafe_fixes,
+            pin=args.pin,
             max_params=config.settings.code_actions.max_params,
             diff_out=out,
             root=config.root,
@@ -405,7 +414,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
         elif fmt == "github":
             progress.write(out, format_github(analysis, base, annotate_info=args.annotate_info))
         elif fmt == "json":
-            documents.append(to_json(analysis, checked.plan.inputs))
+            documents.append(to_json(analysis, checked.plan.inputs, checked.not_made))
         else:
             sarif_files.append((analysis, checked.plan.text))
 
@@ -460,6 +469,8 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out.flush()
     if fixer is not None and fix_mode == "diff":
         print(summary.text(), file=sys.stderr)
+        for path, fix in fixer.not_made:
+            print("fxls: " + not_made_line(path, fix), file=sys.stderr)
         print(fixer.counts.text("diff"), file=sys.stderr)
         worker_failed = exit_code == EXIT_WORKER
         return exit_code if worker_failed else (EXIT_ERRORS if fixer.counts.applied else EXIT_OK)
@@ -473,6 +484,8 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if fixer is not None:
         for message in fixer.counts.messages:
             _say(message)
+        for path, fix in fixer.not_made:
+            print("fxls: " + not_made_line(path, fix), file=sys.stderr)
         print(fixer.counts.text("fix"), file=sys.stderr)
     return exit_code
 

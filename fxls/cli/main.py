@@ -79,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--json", action="store_true", help="the same as --output-format json")
     check.add_argument(
+        "--annotate-info",
+        action="store_true",
+        help="with --output-format github: also annotate information and hint diagnostics "
+        "(default: errors and warnings only)",
+    )
+    check.add_argument(
         "--select",
         action="append",
         metavar="CODES",
@@ -112,6 +118,12 @@ def _parser() -> argparse.ArgumentParser:
         "--unsafe-fixes",
         action="store_true",
         help="with --fix or --diff: also apply fixes that could not be verified safe",
+    )
+    check.add_argument(
+        "--pin",
+        action="store_true",
+        help="with --fix or --diff: also write the `# fxls:` directives that pin what fxls "
+        "assumed (inputs, constructor arguments, flag values)",
     )
     check.add_argument(
         "--diff",
@@ -320,7 +332,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from fxls.cli.report.jsondoc import to_json
     from fxls.cli.report.paths import report_base
     from fxls.cli.report.sarif import sarif_log
-    from fxls.cli.report.text import format_text
+    from fxls.cli.report.text import format_text, not_made_line
     from fxls.engine.analyze import is_rules_file
 
     out = out or sys.stdout
@@ -335,6 +347,10 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     )
     if args.diff and fmt != "text":
         raise UsageError("--diff prints a diff: it cannot be combined with --output-format")
+    if args.pin and fix_mode is None:
+        raise UsageError("--pin goes with --fix, --unsafe-fixes or --diff")
+    if args.annotate_info and fmt != "github":
+        raise UsageError("--annotate-info goes with --output-format github")
     if args.exclude is not None:
         excludes = exclude_rules(args.exclude, os.getcwd())
     else:
@@ -385,6 +401,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
             codes,
             mode=fix_mode,
             unsafe=args.unsafe_fixes,
+            pin=args.pin,
             max_params=config.settings.code_actions.max_params,
             diff_out=out,
             root=config.root,
@@ -398,9 +415,9 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if fmt == "text":
             progress.write(out, format_text(analysis, checked.plan.inputs, checked.plan.text))
         elif fmt == "github":
-            progress.write(out, format_github(analysis, base))
+            progress.write(out, format_github(analysis, base, annotate_info=args.annotate_info))
         elif fmt == "json":
-            documents.append(to_json(analysis, checked.plan.inputs))
+            documents.append(to_json(analysis, checked.plan.inputs, checked.not_made))
         else:
             sarif_files.append((analysis, checked.plan.text))
 
@@ -455,13 +472,23 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out.flush()
     if fixer is not None and fix_mode == "diff":
         print(summary.text(), file=sys.stderr)
+        for path, fix in fixer.not_made:
+            print("fxls: " + not_made_line(path, fix), file=sys.stderr)
         print(fixer.counts.text("diff"), file=sys.stderr)
         worker_failed = exit_code == EXIT_WORKER
         return exit_code if worker_failed else (EXIT_ERRORS if fixer.counts.applied else EXIT_OK)
     print(summary.text(), file=out if fmt == "text" else sys.stderr)
+    notices = summary.severities["information"] + summary.severities["hint"]
+    if fmt == "github" and not args.annotate_info and notices:
+        _say(
+            f"{notices} information and hint diagnostic{'s' if notices != 1 else ''} not "
+            "annotated (--annotate-info annotates them)"
+        )
     if fixer is not None:
         for message in fixer.counts.messages:
             _say(message)
+        for path, fix in fixer.not_made:
+            print("fxls: " + not_made_line(path, fix), file=sys.stderr)
         print(fixer.counts.text("fix"), file=sys.stderr)
     return exit_code
 

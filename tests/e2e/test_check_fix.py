@@ -9,6 +9,7 @@ to fix.
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -208,7 +209,7 @@ def test_fix_keeps_every_module_computing_the_same(tmp_path: Path) -> None:
 
 
 def test_fix_rewrites_fixtures_to_their_after_twins(tmp_path: Path) -> None:
-    names = ["dead_code", "trace_fixits", "directives", "sizes_rounds"]
+    names = ["dead_code", "trace_fixits", "sizes_rounds"]  # directives: the test below
     for name in names:
         shutil.copy(REWRITES / f"{name}_before.py", tmp_path / f"{name}.py")
     shutil.copy(REWRITES / "unsafe_before.py", tmp_path / "unsafe.py")
@@ -218,8 +219,89 @@ def test_fix_rewrites_fixtures_to_their_after_twins(tmp_path: Path) -> None:
         after = (tmp_path / f"{name}.py").read_text()
         assert after == (REWRITES / f"{name}_after.py").read_text(), name
         compare_eager(tmp_path / f"{name}.py", (REWRITES / f"{name}_before.py").read_text(), after)
-    # the in-place statement stays
+    # the in-place statement stays, and the summary says why
     assert (tmp_path / "unsafe.py").read_text() == (REWRITES / "unsafe_before.py").read_text()
+    assert (
+        "fxls: unsafe.py:21: fix not made: Remove unused `self.fc(h).mul_(2)`: "
+        "`mul_` works in place\n" in result.stderr
+    ), result.stderr[-3000:]
+    assert "; 1 could not be made (listed above)\n" in result.stderr
+
+
+PINS = [
+    "# fxls: init(in_features=64)\n",
+    "# fxls: x = (B=2, 64)\n",
+    "# fxls: x = (B=2, 4)\n",
+    "# fxls: use_inner = False\n",
+]
+"""The directives of ``directives_after.py`` that pin what fxls assumed (its ``leaf`` pins no
+value)."""
+
+
+def test_fix_pins_what_fxls_assumed_only_with_pin(tmp_path: Path) -> None:
+    before = (REWRITES / "directives_before.py").read_text()
+    after = (REWRITES / "directives_after.py").read_text()
+    assert all(pin in after.splitlines(keepends=True) for pin in PINS)
+    unpinned = "".join(line for line in after.splitlines(keepends=True) if line not in PINS)
+    assert "# fxls: leaf Inner\n" in unpinned
+    target = tmp_path / "directives.py"
+    target.write_text(before)
+
+    fixed = _fxls("directives.py", "--fix", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert target.read_text() == unpinned
+    assert "; 5 more fixes would pin values fxls assumed (--pin applies them)" in fixed.stderr
+
+    # Outer's input cannot be pinned (it would turn its hint into FX201): listed at its line
+    # in the file as it is after the run, unchanged by --diff, fixed by --fix
+    outer = "    def forward(self, x):\n        return self.inner(self.fc(x))\n"
+    diff = _fxls("directives.py", "--diff", "--pin", cwd=tmp_path)
+    assert diff.returncode == 1, diff.stderr[-3000:]
+    assert "+# fxls: init(in_features=64)" in diff.stdout and "+# fxls: leaf" not in diff.stdout
+    assert target.read_text() == unpinned
+    line = unpinned[: unpinned.index(outer)].count("\n") + 1
+    refused = f"fxls: directives.py:{line}: fix not made: Pin the assumed input `x` (B, 4) "
+    assert refused in diff.stderr, diff.stderr[-3000:]
+    assert "`Outer` now reports FX201" in diff.stderr
+
+    pinned = _fxls("directives.py", "--fix", "--pin", "--json", cwd=tmp_path)
+    assert pinned.returncode == 0, pinned.stderr[-3000:]
+    assert target.read_text() == after
+    (not_made,) = json.loads(pinned.stdout)["fixes_not_made"]
+    assert not_made["line"] == after[: after.index(outer)].count("\n") + 1 == line + 4
+    assert (not_made["code"], not_made["kind"]) == ("FX405", "directive")
+    assert not_made["title"].startswith("Pin the assumed input `x`")
+    assert not_made["reason"].startswith("`Outer` now reports FX201")
+    compare_eager(target, before, after)
+
+
+def test_fixes_not_made_are_listed_escaped(tmp_path: Path) -> None:
+    """The title quotes the checked code and the reason comes from the worker: both inert."""
+    text = (REWRITES / "unsafe_before.py").read_text()
+    statement = "self.fc(h).mul_(2)"
+    assert statement in text
+    hostile = 'self.fc(h).mul_(2 if "\x1b]0;pwned\x07\u202e" else 3)'
+    (tmp_path / "hostile.py").write_text(text.replace(statement, hostile))
+    shown = 'Remove unused `self.fc(h).mul_(2 if "\\x1b]0;pwned\\x07\\u202e" else…`'
+
+    fixed = _fxls("hostile.py", "--fix", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    line = f"fxls: hostile.py:21: fix not made: {shown}: `mul_` works in place\n"
+    assert line in fixed.stderr, fixed.stderr[-3000:]
+    assert "\x1b" not in fixed.stderr and "\u202e" not in fixed.stderr
+
+    as_json = _fxls("hostile.py", "--fix", "--json", cwd=tmp_path)
+    document = json.loads(as_json.stdout)
+    assert document["fixes_not_made"] == [
+        {
+            "line": 21,
+            "code": "FX302",
+            "kind": "dead-code",
+            "title": shown,
+            "reason": "`mul_` works in place",
+        }
+    ]
+    assert "fixes_not_made" not in json.loads(_fxls("hostile.py", "--json", cwd=tmp_path).stdout)
 
 
 def test_unsafe_fixes_need_the_flag(tmp_path: Path) -> None:

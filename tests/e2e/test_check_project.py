@@ -154,17 +154,28 @@ def test_text_output_and_summary(project: Path) -> None:
 
 
 def test_github_annotations(project: Path) -> None:
-    proc = _fxls(project, ".", "--output-format", "github", env={"GITHUB_WORKSPACE": str(project)})
+    env = {"GITHUB_WORKSPACE": str(project)}
+    proc = _fxls(project, ".", "--output-format", "github", env=env)
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
-    assert len(lines) == 3, lines
+    assert len(lines) == 2, lines  # errors and warnings only: the FX302 hint is no annotation
     assert lines[0].startswith("::error file=models/broken_syntax.py,line=2,")
     assert "title=FX404::" in lines[0]
+    assert lines[1].startswith("::error file=models/heads/wrong.py,line=11,endLine=11,col=16,")
+    assert "title=FX201::" in lines[1]
     assert (
-        lines[1].startswith("::notice file=models/good.py,line=11,") and "title=FX302::" in lines[1]
+        "fxls: 1 information and hint diagnostic not annotated (--annotate-info annotates them)"
+        in proc.stderr
     )
-    assert lines[2].startswith("::error file=models/heads/wrong.py,line=11,endLine=11,col=16,")
-    assert "title=FX201::" in lines[2]
+
+    proc = _fxls(project, ".", "--output-format", "github", "--annotate-info", env=env)
+    assert proc.returncode == 1, proc.stderr
+    with_info = proc.stdout.splitlines()
+    assert len(with_info) == 3, with_info
+    assert with_info[0] == lines[0] and with_info[2] == lines[1]
+    assert with_info[1].startswith("::notice file=models/good.py,line=11,")
+    assert "title=FX302::" in with_info[1]
+    assert "not annotated" not in proc.stderr
 
 
 def test_sarif_output(project: Path) -> None:

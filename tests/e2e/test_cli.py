@@ -225,6 +225,8 @@ def test_usage_errors_exit_2_without_output(run_fxls: RunFxls, tmp_path: Path) -
         ("check", "docs/examples/cnn.py", "--input", "nothere=(B, 3)"),
         ("check", "docs/examples/resnet.py", "--init", "n=1"),
         ("check", "docs/examples/cnn.py", "--init", "n="),
+        ("check", "docs/examples/cnn.py", "--pin"),  # --pin goes with --fix or --diff
+        ("check", "docs/examples/cnn.py", "--json", "--annotate-info"),  # for github only
         ("check",),
     ]
     for args in cases:

@@ -6,7 +6,10 @@ verifies the combination again (``fxls.engine.fixes``); the edited text is captu
 while that reveals more fixes (at most ``MAX_ROUNDS`` rounds). ``--fix`` writes the file (only when it has
 not changed on disk since it was read) and captures it again, so what is reported is what is
 left; ``--diff`` prints a unified diff and writes nothing. Unsafe fixes (not verified equal)
-are applied only with ``--unsafe-fixes``.
+are applied only with ``--unsafe-fixes``, and fixes that write a ``# fxls:`` directive pinning
+what fxls assumed (:data:`PIN_KINDS`) only with ``--pin``. The fixes that could not be made are
+kept with their reasons (:class:`fxls.cli.check.run.NotMade`), at their lines in the file as it
+is after the run.
 
 A fix is written only into a regular file inside the project root (the folder of the
 ``pyproject.toml``, or the working directory), reached without a symbolic link: a checked
@@ -20,20 +23,29 @@ import difflib
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal, TextIO
 
 from fxls.cli.check.config import CodeFilter
-from fxls.cli.check.run import Checked, Plan, filter_analysis
+from fxls.cli.check.run import Checked, NotMade, Plan, filter_analysis
 from fxls.engine import fixes
 from fxls.engine.analyze import EngineOptions, FileAnalysis, analyze
 from fxls.protocol.edits import apply_edits
 from fxls.protocol.model import FixOutcome
+from fxls.protocol.positions import split_lines
 
 FixMode = Literal["fix", "diff"]
 
 MAX_ROUNDS = 5
 """Capture-and-fix rounds per file: a fix may let torch.fx reach the next problem."""
+
+PIN_KINDS: frozenset[str] = frozenset({"directive", "concrete"})
+"""Fix kinds that write a ``# fxls:`` directive holding a value fxls guessed: the inputs and
+constructor arguments it assumed (FX405, FX408: ``# fxls: x = (B=2, 64)``,
+``# fxls: init(...)``) and the default it fixed a flag argument to (FX101:
+``# fxls: use_inner = False``). Applied only with ``--pin``: the guess becomes the file's
+declared truth, which is for the user to decide. ``leaf`` directives pin no value and apply."""
 
 
 @dataclass
@@ -44,6 +56,8 @@ class FixCounts:
     not_safe: int = 0
     """Fixes that verified unsafe and were left out (no ``--unsafe-fixes``)."""
     unavailable: int = 0
+    pins: int = 0
+    """Fixes left out because they pin what fxls assumed (no ``--pin``)."""
     messages: list[str] = field(default_factory=list)
 
     def text(self, mode: FixMode) -> str:
@@ -56,8 +70,13 @@ class FixCounts:
                 f"{self.not_safe} more fix{'es' if self.not_safe != 1 else ''} not verified safe "
                 "(--unsafe-fixes applies them)"
             )
+        if self.pins:
+            parts.append(
+                f"{self.pins} more fix{'es' if self.pins != 1 else ''} would pin values fxls "
+                "assumed (--pin applies them)"
+            )
         if self.unavailable:
-            parts.append(f"{self.unavailable} could not be made")
+            parts.append(f"{self.unavailable} could not be made (listed above)")
         return "fxls: " + "; ".join(parts)
 
 
@@ -72,6 +91,7 @@ class Fixer:
         *,
         mode: FixMode,
         unsafe: bool,
+        pin: bool = False,
         max_params: int | None = None,
         diff_out: TextIO | None = None,
         root: str | None = None,
@@ -81,11 +101,14 @@ class Fixer:
         self.codes = codes
         self.mode = mode
         self.unsafe = unsafe
+        self.pin = pin
         self.max_params = max_params
         self.diff_out = diff_out
         self.root = os.path.abspath(root or os.getcwd())
         """The project root: fixes are written only inside it."""
         self.counts = FixCounts()
+        self.not_made: list[tuple[str, NotMade]] = []
+        """(path, fix) of every fix that could not be made, in the order of the files."""
 
     async def apply(self, checked: Checked) -> Checked:
         """Fix one file; returns what to report (the new capture after ``--fix``).
@@ -95,15 +118,22 @@ class Fixer:
         again, at most ``MAX_ROUNDS`` times, and written (or diffed) once at the end."""
         plan, analysis = checked.plan, checked.analysis
         if analysis.syntax_error is not None:
-            return checked
+            return replace(checked, not_made=[])
         text, applied = plan.text, 0
         outcomes: list[FixOutcome] = []
+        offered: dict[str, fixes.Candidate] = {}
+        held: list[fixes.Candidate] = []
+        round_text = text
+        """The text the last round's candidates and outcomes refer to."""
         for round_ in range(MAX_ROUNDS):
             if round_:
                 analysis = filter_analysis(await self._analyze(plan.path, text, plan), self.codes)
                 if analysis.syntax_error is not None:
                     break
-            wanted = [c for c in fixes.candidates(analysis, text) if c.fix_all]
+            listed = [c for c in fixes.candidates(analysis, text) if c.fix_all]
+            held = [c for c in listed if c.kind in PIN_KINDS and not self.pin]
+            wanted = [c for c in listed if self.pin or c.kind not in PIN_KINDS]
+            offered, round_text = {c.id: c for c in wanted}, text
             if not wanted:
                 outcomes = []
                 break
@@ -129,24 +159,35 @@ class Fixer:
             if new == text:
                 break
             text, applied = new, applied + len(done)
-        self._count(outcomes)
+        self._count(outcomes, held)
+        refused = [o for o in outcomes if o.applicability == "unavailable"]
+
+        def finish(result: Checked, shown: str) -> Checked:
+            """``result`` with the fixes not made, at their lines in ``shown``."""
+            if not refused:
+                return replace(result, not_made=[])
+            line_in = _line_mapper(round_text, shown)
+            not_made = [_not_made(o, offered.get(o.id), line_in) for o in refused]
+            self.not_made.extend((plan.path, n) for n in not_made)
+            return replace(result, not_made=not_made)
+
         if text == plan.text:
-            return checked
+            return finish(checked, plan.text)
         self.counts.files += 1
         self.counts.applied += applied
         if self.mode == "diff":
             self._diff(plan.path, plan.text, text)
-            return checked
-        refused = write_refusal(plan.path, self.root)
-        if refused is None and not _write_if_unchanged(plan.path, plan.text, text):
-            refused = "it changed on disk while fxls fixed it"
-        if refused is not None:
-            self.counts.messages.append(f"{plan.path}: fixes not written: {refused}")
+            return finish(checked, plan.text)
+        refusal = write_refusal(plan.path, self.root)
+        if refusal is None and not _write_if_unchanged(plan.path, plan.text, text):
+            refusal = "it changed on disk while fxls fixed it"
+        if refusal is not None:
+            self.counts.messages.append(f"{plan.path}: fixes not written: {refusal}")
             self.counts.files -= 1
             self.counts.applied -= applied
-            return checked
+            return finish(checked, plan.text)
         again = await self._analyze(plan.path, text, plan)
-        return Checked(replace(plan, text=text), filter_analysis(again, self.codes))
+        return finish(Checked(replace(plan, text=text), filter_analysis(again, self.codes)), text)
 
     async def _analyze(self, path: str, text: str, plan: Plan) -> FileAnalysis:
         return await analyze(
@@ -160,9 +201,10 @@ class Fixer:
             import_root=self.root,
         )
 
-    def _count(self, outcomes: list[FixOutcome]) -> None:
-        """The fixes left out in the last round: unsafe (without ``--unsafe-fixes``) or
-        impossible."""
+    def _count(self, outcomes: list[FixOutcome], held: list[fixes.Candidate]) -> None:
+        """The fixes left out in the last round: unsafe (without ``--unsafe-fixes``),
+        impossible, or pinning a guess (without ``--pin``)."""
+        self.counts.pins += len(held)
         for outcome in outcomes:
             if outcome.applicability == "unavailable":
                 self.counts.unavailable += 1
@@ -180,6 +222,41 @@ class Fixer:
         )
         for line in lines:
             self.diff_out.write(line if line.endswith(("\n", "\r")) else line + "\n")
+
+
+def _not_made(
+    outcome: FixOutcome, candidate: fixes.Candidate | None, line_in: Callable[[int], int]
+) -> NotMade:
+    """A fix that could not be made, titled as it was offered (the worker titles an
+    unavailable fix with its id)."""
+    if candidate is None:
+        return NotMade(None, None, "", outcome.title, outcome.reason or "no reason given")
+    return NotMade(
+        line_in(candidate.span.line),
+        candidate.code,
+        candidate.kind,
+        candidate.title,
+        outcome.reason or "no reason given",
+    )
+
+
+def _line_mapper(old: str, new: str) -> Callable[[int], int]:
+    """Maps a 1-based line of ``old`` to the same line in ``new``: an unchanged line to where
+    it moved, a changed or removed one to where its replacement starts."""
+    if old == new:
+        return lambda line: line
+    a, b = split_lines(old), split_lines(new)
+    blocks = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+
+    def line_in(line: int) -> int:
+        index = line - 1
+        for tag, i1, i2, j1, _j2 in blocks:
+            if i1 <= index < i2:
+                moved = j1 + (index - i1) if tag == "equal" else j1
+                return max(1, min(moved + 1, len(b)))
+        return max(1, min(line, len(b)))
+
+    return line_in
 
 
 def write_refusal(path: str, root: str) -> str | None:

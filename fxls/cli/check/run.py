@@ -118,9 +118,24 @@ def validate(plans: list[Plan], classes: list[str] | None, specs: list[InputSpec
 
 
 @dataclass
+class NotMade:
+    """A fix ``--fix`` (or ``--diff``) could not make, and why (text from the worker and the
+    checked code: escape it before showing it)."""
+
+    line: int | None
+    """In the file as it is after the run (the fixed text once written, else the original)."""
+    code: str | None
+    kind: str
+    title: str
+    reason: str
+
+
+@dataclass
 class Checked:
     plan: Plan
     analysis: FileAnalysis
+    not_made: list[NotMade] | None = None
+    """With ``--fix``/``--diff``: the fixes of this file that could not be made."""
 
     @property
     def reported(self) -> bool:

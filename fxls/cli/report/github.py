@@ -1,6 +1,9 @@
-"""GitHub Actions workflow commands: one ``::error``/``::warning``/``::notice`` per diagnostic.
+"""GitHub Actions workflow commands: one ``::error``/``::warning`` per error or warning, and with
+``--annotate-info`` one ``::notice`` per information or hint diagnostic.
 
-GitHub turns them into annotations on the pull request's changed lines. Escaping follows the
+GitHub turns them into annotations on the pull request's changed lines; information and hints
+(unused code, assumed inputs, trace fallbacks) would outnumber the problems, and GitHub shows
+only a few annotations of each kind per step, so ``fxls check`` leaves them out by default. Escaping follows the
 Actions toolkit: in the message ``%``, ``\\r`` and ``\\n``; in properties also ``:`` and ``,``.
 Columns are 1-based; ``endColumn`` is the last column of the span (inclusive). Every string
 taken from a result or a path goes through :func:`fxls.cli.report.escape.escape_text` first
@@ -16,6 +19,8 @@ from fxls.engine.analyze import FileAnalysis
 from fxls.protocol.model import Diagnostic
 
 COMMANDS = {"error": "error", "warning": "warning", "information": "notice", "hint": "notice"}
+NOTICES = frozenset({"information", "hint"})
+"""Severities annotated only on request (``--annotate-info``)."""
 
 
 def escape_data(text: str) -> str:
@@ -44,7 +49,9 @@ def annotation(path: str, d: Diagnostic) -> str:
     return f"::{COMMANDS.get(d.severity, 'notice')} {head}::{escape_data(message)}"
 
 
-def format_github(analysis: FileAnalysis, base: str) -> str:
-    """The annotations of one file (an empty string when it has no diagnostics)."""
+def format_github(analysis: FileAnalysis, base: str, *, annotate_info: bool = True) -> str:
+    """The annotations of one file (an empty string when it has none); information and hint
+    diagnostics only with ``annotate_info``."""
     path = display_path(analysis.path, base)
-    return "".join(annotation(path, d) + "\n" for d in analysis.diagnostics)
+    shown = [d for d in analysis.diagnostics if annotate_info or d.severity not in NOTICES]
+    return "".join(annotation(path, d) + "\n" for d in shown)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fxls.cli.check.run import NotMade
 from fxls.cli.report.escape import escape_tree
 from fxls.engine.analyze import FileAnalysis
 from fxls.protocol.model import Diagnostic, InputSpec, PassResult, Value
@@ -38,9 +39,12 @@ def _json_value(v: Value) -> dict[str, Any]:
 
 
 def to_json(
-    analysis: FileAnalysis, extra_inputs: dict[str, list[InputSpec]] | None = None
+    analysis: FileAnalysis,
+    extra_inputs: dict[str, list[InputSpec]] | None = None,
+    not_made: list[NotMade] | None = None,
 ) -> dict[str, Any]:
-    """One file's result as the version-1 JSON document (docs/cli.md)."""
+    """One file's result as the version-1 JSON document (docs/cli.md); with ``not_made``
+    (``--fix``), also ``fixes_not_made``."""
     by_class = {c.name: c for c in analysis.classes}
     claimed: set[int] = set()
     modules = []
@@ -108,6 +112,11 @@ def to_json(
         "modules": modules,
         "diagnostics": [_json_diag(d) for d in rest],
     }
+    if not_made is not None:
+        document["fixes_not_made"] = [
+            {"line": n.line, "code": n.code, "kind": n.kind, "title": n.title, "reason": n.reason}
+            for n in not_made
+        ]
     escaped: dict[str, Any] = escape_tree(document, PATH_KEYS)
     return escaped
 

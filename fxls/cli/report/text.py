@@ -7,6 +7,7 @@ a line that comes from a result or a path goes through :func:`fxls.cli.report.es
 
 from __future__ import annotations
 
+from fxls.cli.check.run import NotMade
 from fxls.cli.report.escape import escape_text
 from fxls.engine import render
 from fxls.engine.analyze import FileAnalysis
@@ -57,6 +58,13 @@ def diagnostic_line(path: str, d: Diagnostic) -> str:
     s = d.span
     where = f"{escape_text(path, path=True)}:{s.line}:{s.col + 1}: "
     return where + escape_text(f"{d.severity} {d.code} {d.message}")
+
+
+def not_made_line(path: str, fix: NotMade) -> str:
+    """``path:line: fix not made: TITLE: REASON``, escaped (the title names the checked code,
+    the reason comes from the worker)."""
+    where = escape_text(path, path=True) + (f":{fix.line}" if fix.line is not None else "")
+    return f"{where}: fix not made: {escape_text(fix.title)}: {escape_text(fix.reason)}"
 
 
 def format_text(

@@ -409,6 +409,33 @@ class FX409(Message):
     )
 
 
+class FX410(Message):
+    code = "FX410"
+    severity = "warning"
+    """A script that exits at import says nothing about its models."""
+    title = "Script exits at import"
+    template = (
+        "running this file stopped at {what}: fxls imports it as a module, with no command-line "
+        "arguments"
+    )
+    fix = (
+        'Move the script part under `if __name__ == "__main__":` (it does not run when the file '
+        "is imported), or put the model classes in a module of their own."
+    )
+
+
+class FX411(Message):
+    code = "FX411"
+    severity = "warning"
+    """A library that is not built is the environment, not the model."""
+    title = "Native library missing"
+    template = "a native library could not be loaded: {error}"
+    fix = (
+        "Build or install it for the interpreter fxls runs (`fxls.python`, or `fxls check "
+        "--python` with the project's virtual environment)."
+    )
+
+
 class FX405(Message):
     code = "FX405"
     severity = "information"

@@ -97,9 +97,10 @@ def capture_document(
         result.error = error_info("import", exc)
         if job.rules is not None and os.path.abspath(job.rules.path) == os.path.abspath(job.path):
             _rules(doc, result)  # the rules file itself: FX361 at its line
-        else:
-            result.diagnostics.append(_import_diagnostic(exc, job.path, doc.source))
-        return doc, result
+            return doc, result
+        result.diagnostics.append(_import_diagnostic(exc, job.path, doc.source))
+        if not _exited_after_classes(doc, job, exc):
+            return doc, result
 
     names = list(dict.fromkeys(req.name for req in job.classes))
     rank = {name: i for i, name in enumerate(parents.parent_first(names, doc.tree))}
@@ -113,6 +114,9 @@ def capture_document(
             mod = ModuleResult(
                 name=req.name, line=req.line, status="skipped", notes=["skipped by directive"]
             )
+        elif result.error is not None and not isinstance(doc.namespace.get(req.name), type):
+            note = "not defined: the file exited at import before its `class` statement ran"
+            mod = ModuleResult(name=req.name, line=req.line, status="skipped", notes=[note])
         else:
             try:
                 wanted = _wanted(doc, job, done, req.name)
@@ -324,4 +328,45 @@ def _import_diagnostic(exc: BaseException, path: str, source: SourceText) -> Dia
         span = user_span(exc, path, source)
     if span is None:
         span = line_span(source, 1)
-    return catalogue.FX404(span, error=one_line(exc)).diagnostic({"type": type(exc).__name__})
+    data = {"type": type(exc).__name__}
+    if isinstance(exc, SystemExit):
+        return catalogue.FX410(span, what=_exit_cause(exc)).diagnostic(data)
+    if isinstance(exc, OSError | ImportError) and any(m in str(exc) for m in _NATIVE_MARKERS):
+        return catalogue.FX411(span, error=one_line(exc)).diagnostic(data)
+    return catalogue.FX404(span, error=one_line(exc)).diagnostic(data)
+
+
+def _exited_after_classes(doc: Document, job: CaptureJob, exc: BaseException) -> bool:
+    """A script that exits at import (FX410) after defining some of the requested classes:
+    those are captured from what ran (a file of a package is not: its module is gone)."""
+    if not isinstance(exc, SystemExit) or job.module:
+        return False
+    if not any(isinstance(doc.namespace.get(r.name), type) for r in job.classes):
+        return False
+    try:
+        doc.tree = ast.parse(job.source)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+_NATIVE_MARKERS = ("cannot open shared object file", "undefined symbol", "image not found")
+"""What the dynamic loader says when a compiled library is missing or built for another torch."""
+
+
+def _exit_cause(exc: SystemExit) -> str:
+    """What made a file exit at import, in the user's words (FX410's ``what``)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith(f"{os.sep}argparse.py"):
+            return f"parsing command-line arguments (`parse_args()` exited with status {exc.code})"
+        tb = tb.tb_next
+    if exc.code is None:
+        return "`sys.exit()`"
+    if isinstance(exc.code, int):
+        return f"`sys.exit({exc.code})`"
+    try:
+        lines = str(exc.code).strip().splitlines()
+    except Exception:  # the file's own object: its __str__ may raise
+        lines = [type(exc.code).__name__]
+    return f"`sys.exit({(lines[0] if lines else '')[:80]!r})`"

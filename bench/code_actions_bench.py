@@ -83,7 +83,9 @@ async def main() -> None:
             text = path.read_text()
             options = engine.EngineOptions()
             options.limits.timeout_s = 60
-            analysis = await engine.analyze(worker, str(path), text, options=options)
+            analysis = await engine.analyze(
+                worker, engine.AnalysisRequest(str(path), text), options=options
+            )
             nodes = sum(len(m.nodes) for m in analysis.modules)
             fixes._index.cache_clear()
             started = time.perf_counter()
@@ -110,7 +112,7 @@ async def main() -> None:
         ]
         for path, kind, combine in cases:
             text = path.read_text()
-            analysis = await engine.analyze(worker, str(path), text)
+            analysis = await engine.analyze(worker, engine.AnalysisRequest(str(path), text))
             wanted = [
                 c for c in fixes.candidates(analysis, text)
                 if (kind is None and c.fix_all) or c.kind == kind

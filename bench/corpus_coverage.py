@@ -46,7 +46,7 @@ def _manifest() -> ModuleType:
 
 
 async def _capture(entries: list[Any], manifest: ModuleType) -> list[tuple[Any, Any, float]]:
-    from fxls.engine.analyze import EngineOptions, analyze
+    from fxls.engine.analyze import AnalysisRequest, EngineOptions, analyze
     from fxls.engine.workerclient import WorkerClient
     from fxls.protocol.model import Limits
 
@@ -61,12 +61,14 @@ async def _capture(entries: list[Any], manifest: ModuleType) -> list[tuple[Any, 
             started = time.perf_counter()
             analysis = await analyze(
                 client,
-                str(entry.path),
-                entry.source(),
+                AnalysisRequest(
+                    str(entry.path),
+                    entry.source(),
+                    only=[entry.cls],
+                    extra_inputs={entry.cls: request.inputs},
+                    init_override={entry.cls: entry.init} if entry.init else None,
+                ),
                 options=options,
-                only=[entry.cls],
-                extra_inputs={entry.cls: request.inputs},
-                init_override={entry.cls: entry.init} if entry.init else None,
             )
             out.append((entry, analysis, time.perf_counter() - started))
     finally:

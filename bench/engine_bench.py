@@ -70,7 +70,7 @@ def machine() -> dict[str, Any]:
 
 
 async def bench_fxls(names: list[str], runs: int) -> dict[str, Any]:
-    from fxls.engine.analyze import EngineOptions, analyze
+    from fxls.engine.analyze import AnalysisRequest, EngineOptions, analyze
     from fxls.engine.workerclient import WorkerClient
     from fxls.protocol.model import Limits
 
@@ -85,7 +85,7 @@ async def bench_fxls(names: list[str], runs: int) -> dict[str, Any]:
             path = str(ROOT / "bench" / "models" / file)
             text = Path(path).read_text()
             # One untimed run warms the page cache and the zygote's lazily loaded modules.
-            first = await analyze(client, path, text, options=options, only=[cls])
+            first = await analyze(client, AnalysisRequest(path, text, only=[cls]), options=options)
             mod = first.module(cls)
             assert mod is not None and mod.status in ("traced", "partial"), (
                 name,
@@ -94,7 +94,9 @@ async def bench_fxls(names: list[str], runs: int) -> dict[str, Any]:
             samples = []
             for _ in range(runs):
                 started = time.perf_counter()
-                result = await analyze(client, path, text, options=options, only=[cls])
+                result = await analyze(
+                    client, AnalysisRequest(path, text, only=[cls]), options=options
+                )
                 samples.append(time.perf_counter() - started)
             m = result.module(cls)
             assert m is not None

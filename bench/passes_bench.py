@@ -37,7 +37,7 @@ def rewrite_every_call(gm):
 
 
 async def bench(names: list[str], runs: int) -> None:
-    from fxls.engine.analyze import EngineOptions, analyze
+    from fxls.engine.analyze import AnalysisRequest, EngineOptions, analyze
     from fxls.engine.workerclient import WorkerClient
     from fxls.protocol.model import Limits
 
@@ -52,13 +52,15 @@ async def bench(names: list[str], runs: int) -> None:
             plain = Path(path).read_text()
             with_pass = plain + PASS.format(cls=cls)
             for text in (plain, with_pass):  # warm-up
-                await analyze(client, path, text, options=options, only=[cls])
+                await analyze(client, AnalysisRequest(path, text, only=[cls]), options=options)
             anchor, passed, own = [], [], []
             replaced = nodes = 0
             for _ in range(runs):
                 for text, into in ((plain, anchor), (with_pass, passed)):
                     started = time.perf_counter()
-                    result = await analyze(client, path, text, options=options, only=[cls])
+                    result = await analyze(
+                        client, AnalysisRequest(path, text, only=[cls]), options=options
+                    )
                     into.append(time.perf_counter() - started)
                 mod = result.module(cls)
                 assert mod is not None and mod.passes, result.diagnostics

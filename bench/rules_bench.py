@@ -68,11 +68,15 @@ async def main() -> None:
         with_rules = engine.EngineOptions(limits=plain.limits, rules=rules)
         times: dict[str, list[float]] = {"without rules": [], "with rules": []}
         matches = 0
-        await engine.analyze(worker, str(path), text, options=plain)  # warm the page cache
+        await engine.analyze(
+            worker, engine.AnalysisRequest(str(path), text), options=plain
+        )  # warm the page cache
         for _ in range(args.runs):
             for label, options in (("without rules", plain), ("with rules", with_rules)):
                 started = time.perf_counter()
-                analysis = await engine.analyze(worker, str(path), text, options=options)
+                analysis = await engine.analyze(
+                    worker, engine.AnalysisRequest(str(path), text), options=options
+                )
                 times[label].append(time.perf_counter() - started)
                 if options is with_rules:
                     matches = sum(1 for d in analysis.diagnostics if d.code == "FX360")
@@ -87,7 +91,9 @@ async def main() -> None:
         ]
         for case, rule in cases:
             text = case.read_text()
-            analysis = await engine.analyze(worker, str(case), text, options=with_rules)
+            analysis = await engine.analyze(
+                worker, engine.AnalysisRequest(str(case), text), options=with_rules
+            )
             wanted = [
                 c for c in fixes.candidates(analysis, text)
                 if c.kind == "rule" and c.params.get("rule") == rule

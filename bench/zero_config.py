@@ -69,7 +69,7 @@ async def analyze_files(paths: list[Path], client: Any = None) -> dict[str, tupl
     """File name -> (FileAnalysis, seconds): each file as it is, default options (the server's
     defaults), workspace root = the repository. Starts (and closes) a WorkerClient unless one
     is given."""
-    from fxls.engine.analyze import EngineOptions, analyze
+    from fxls.engine.analyze import AnalysisRequest, EngineOptions, analyze
     from fxls.engine.workerclient import WorkerClient
 
     own = client is None
@@ -81,7 +81,9 @@ async def analyze_files(paths: list[Path], client: Any = None) -> dict[str, tupl
         for path in paths:
             started = time.perf_counter()
             analysis = await analyze(
-                client, str(path), path.read_text(), options=EngineOptions(), root=str(ROOT)
+                client,
+                AnalysisRequest(str(path), path.read_text(), root=str(ROOT)),
+                options=EngineOptions(),
             )
             out[path.name] = (analysis, time.perf_counter() - started)
     finally:

@@ -511,7 +511,7 @@ async def graph(args: argparse.Namespace) -> int:
     from fxls.cli.check.discovery import Target
     from fxls.cli.check.run import plan_file, validate
     from fxls.cli.report.text import diagnostic_line
-    from fxls.engine.analyze import analyze
+    from fxls.engine.analyze import AnalysisRequest, analyze
     from fxls.engine.workerclient import WorkerClient
     from fxls.graph import FORMATS as GRAPH_FORMATS
     from fxls.graph import build_graph, render_graph
@@ -552,13 +552,15 @@ async def graph(args: argparse.Namespace) -> int:
             return EXIT_WORKER
         analysis = await analyze(
             client,
-            path,
-            text,
+            AnalysisRequest(
+                path,
+                text,
+                only=[cls],
+                extra_inputs=plan.inputs,
+                init_override=plan.init,
+                import_root=config.root,
+            ),
             options=options,
-            only=[cls],
-            extra_inputs=plan.inputs,
-            init_override=plan.init,
-            import_root=config.root,
         )
     finally:
         await client.close()

@@ -423,30 +423,47 @@ def _add_call_sites(
             req.call_sites.append(KnownCall(site.init, f"{where}:{site.line}"))
 
 
+@dataclass(frozen=True)
+class AnalysisRequest:
+    """One document version to analyse, and what the caller pins for it."""
+
+    path: str
+    text: str
+    version: int | None = None
+    root: str | None = None
+    """The workspace root: on the job's ``sys.path``, scanned for call sites and cache keys."""
+    import_root: str | None = None
+    """On the job's ``sys.path`` when there is no workspace ``root`` (``fxls check``: the
+    project's folder), without the workspace scan a root brings."""
+    only: list[str] | None = None
+    """Capture only these classes (``fxls graph``, ``fxls check --class``)."""
+    extra_inputs: dict[str, list[InputSpec]] | None = None
+    """Inputs given on the command line, over directives."""
+    init_override: dict[str, str] | None = None
+    """Constructor arguments given on the command line, over directives."""
+
+
 async def analyze(
     client: Runner,
-    path: str,
-    text: str,
-    *,
-    version: int | None = None,
+    request: AnalysisRequest,
     options: EngineOptions | None = None,
-    root: str | None = None,
-    only: list[str] | None = None,
-    extra_inputs: dict[str, list[InputSpec]] | None = None,
-    init_override: dict[str, str] | None = None,
     cache: incremental.CaptureCache | None = None,
     worker: str = "",
-    import_root: str | None = None,
 ) -> FileAnalysis:
     """Analyze one document version through the worker. Never raises for user code problems
     (those become diagnostics); ``asyncio.CancelledError`` propagates.
 
     With a ``cache``, only the classes whose unit changed (:mod:`fxls.engine.incremental`) are
     captured; the others come from the cache, moved to their current lines. ``worker`` names
-    the worker (interpreter, torch version) for the cache keys. ``import_root`` goes on the
-    job's ``sys.path`` when there is no workspace ``root`` (``fxls check``: the project's
-    folder), without the workspace scan a root brings."""
+    the worker (interpreter, torch version) for the cache keys."""
     options = options or EngineOptions()
+    path, text, version, root, only = (
+        request.path,
+        request.text,
+        request.version,
+        request.root,
+        request.only,
+    )
     started = time.monotonic()
     parsed = parse(text)
     result = FileAnalysis(path=path, version=version, classes=parsed.classes)
@@ -463,21 +480,33 @@ async def analyze(
     classes = [c for c in parsed.classes if only is None or c.name in only]
     diagnostics = list(parsed.diagnostics)
     if classes or is_rules_file(path, options):
-        requests = build_requests(classes, extra_inputs, init_override)
+        requests = build_requests(classes, request.extra_inputs, request.init_override)
         # reading the workspace's files blocks: in a thread, so the server keeps answering
         await asyncio.to_thread(_add_call_sites, requests, root, path, parsed.defined)
-        job = capture_job(path, text, requests, options, root or import_root)
-        budget = Budget(options)
+        job = capture_job(path, text, requests, options, root or request.import_root)
+        run = _Run(client, job, classes, text, options, result, diagnostics, Budget(options))
         if cache is not None and only is None and not is_rules_file(path, options):
             context = await asyncio.to_thread(job_context, job, options, root, worker)
-            await _incremental(
-                client, job, classes, text, options, result, diagnostics, cache, context, budget
-            )
+            await _incremental(run, cache, context)
         else:
-            await _capture(client, job, classes, text, options, result, diagnostics, budget)
+            await _capture(run)
     result.diagnostics = dedupe(diagnostics + [d for m in result.modules for d in m.diagnostics])
     result.duration_s = time.monotonic() - started
     return result
+
+
+@dataclass
+class _Run:
+    """One analysis in progress: what each of its steps reads, and the result they fill."""
+
+    client: Runner
+    job: CaptureJob
+    classes: list[ClassInfo]
+    text: str
+    options: EngineOptions
+    result: FileAnalysis
+    diagnostics: list[Diagnostic]
+    budget: Budget
 
 
 class Budget:
@@ -626,30 +655,20 @@ def job_context(job: CaptureJob, options: EngineOptions, root: str | None, worke
     )
 
 
-async def _incremental(
-    client: Runner,
-    job: CaptureJob,
-    classes: list[ClassInfo],
-    text: str,
-    options: EngineOptions,
-    result: FileAnalysis,
-    diagnostics: list[Diagnostic],
-    cache: incremental.CaptureCache,
-    context: str,
-    budget: Budget,
-) -> None:
-    """Capture the units of ``job`` whose key is new, take the others from ``cache``.
+async def _incremental(run: _Run, cache: incremental.CaptureCache, context: str) -> None:
+    """Capture the units of ``run.job`` whose key is new, take the others from ``cache``.
 
     The result equals that of the whole job: a job of some units that does not end ``ok``
     is run again as the whole job (what the file gets without a cache), and a file that
     fails to execute does so whatever classes the job asks for."""
+    job, text, result, diagnostics = run.job, run.text, run.result, run.diagnostics
     stats = cache.stats
     units = incremental.plan(text, job.classes, context)
     if units is None:
         stats.jobs += 1
         stats.misses += len(job.classes)
         stats.last_captured = [r.name for r in job.classes]
-        await _capture(client, job, classes, text, options, result, diagnostics, budget)
+        await _capture(run)
         return
     kept: dict[str, tuple[incremental.Entry, list[ModuleResult]]] = {}
     todo: list[incremental.Unit] = []
@@ -668,7 +687,7 @@ async def _incremental(
         stats.jobs += 1
         stats.misses += len(requests)
         part = dataclasses.replace(job, classes=requests)
-        first = await _run(client, part, options, budget)
+        first = await _run(run.client, part, run.options, run.budget)
         capture = first.payload
         if first.kind == "ok" and capture is not None and capture.error is not None:
             # the file did not execute: the same for every set of classes
@@ -687,7 +706,7 @@ async def _incremental(
                 stats.misses += len(job.classes) - len(requests)
                 stats.last_captured = [r.name for r in job.classes]
             known = first if whole else None
-            await _capture(client, job, classes, text, options, result, diagnostics, budget, known)
+            await _capture(run, known)
             return
         for layer in first.isolation:
             if layer not in result.isolation:
@@ -716,17 +735,11 @@ async def _incremental(
         result.modules.append(queues[req.name].pop(0))
 
 
-async def _capture(
-    client: Runner,
-    job: CaptureJob,
-    classes: list[ClassInfo],
-    text: str,
-    options: EngineOptions,
-    result: FileAnalysis,
-    diagnostics: list[Diagnostic],
-    budget: Budget,
-    first: JobResult | None = None,
-) -> None:
+async def _capture(run: _Run, first: JobResult | None = None) -> None:
+    """Run ``run.job`` (unless ``first`` is its result already); when it fails, blame the class
+    it was capturing and capture the others one by one."""
+    client, job, classes, text = run.client, run.job, run.classes, run.text
+    options, result, diagnostics, budget = run.options, run.result, run.diagnostics, run.budget
     by_name = {c.name: c for c in classes}
     if first is None:
         first = await _run(client, job, options, budget)

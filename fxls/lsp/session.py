@@ -404,11 +404,8 @@ class Session:
             self._note_refused_rules()
             result = await engine.analyze(
                 worker,
-                doc.path,
-                text,
-                version=version,
+                engine.AnalysisRequest(doc.path, text, version=version, root=self.root),
                 options=options,
-                root=self.root,
                 cache=self.cache,
                 worker=self.worker_identity,
             )

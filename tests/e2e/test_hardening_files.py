@@ -27,7 +27,7 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from fxls.engine import fixes
-from fxls.engine.analyze import Budget, EngineOptions, analyze, read_rules
+from fxls.engine.analyze import AnalysisRequest, Budget, EngineOptions, analyze, read_rules
 from fxls.protocol.model import Limits, RulesFile
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
@@ -169,7 +169,9 @@ async def test_98_a_rules_file_that_replaces_torch_comparisons_verifies_nothing(
     assert isinstance(rules, RulesFile)
     options = EngineOptions(rules=rules)
     text = model.read_text()
-    analysis = await analyze(worker, str(model), text, options=options, root=str(tmp_path))
+    analysis = await analyze(
+        worker, AnalysisRequest(str(model), text, root=str(tmp_path)), options=options
+    )
     found = {c.params.get("rule"): c for c in fixes.candidates(analysis, text) if c.kind == "rule"}
     assert set(found) == {"gelu_tanh", "hard_gate"}, found
     result = await fixes.compute(
@@ -211,7 +213,9 @@ async def test_99_a_files_captures_share_one_time_budget(worker: Any, tmp_path: 
     so; the whole analysis ends within the budget."""
     options = EngineOptions(limits=Limits(timeout_s=LIMIT_S, cpu_s=LIMIT_S + 2))
     started = time.monotonic()
-    result = await analyze(worker, str(tmp_path / "slow.py"), SLOW_CLASSES, options=options)
+    result = await analyze(
+        worker, AnalysisRequest(str(tmp_path / "slow.py"), SLOW_CLASSES), options=options
+    )
     took = time.monotonic() - started
     codes = {m.name: [d.code for d in m.diagnostics] for m in result.modules}
     assert len(result.modules) == 6, codes

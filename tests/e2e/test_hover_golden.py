@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fxls.engine.analyze import analyze
+from fxls.engine.analyze import AnalysisRequest, analyze
 from fxls.lsp.features import hover
 from fxls.protocol.model import ModuleResult, Span
 
@@ -47,7 +47,7 @@ def _capture(path: Path) -> list[ModuleResult]:
         client = WorkerClient()
         await client.start()
         try:
-            analysis = await analyze(client, str(path), path.read_text())
+            analysis = await analyze(client, AnalysisRequest(str(path), path.read_text()))
         finally:
             await client.close()
         return analysis.modules

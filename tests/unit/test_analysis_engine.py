@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from fxls.engine.analyze import EngineOptions, analyze, dedupe, failure_diagnostic
+from fxls.engine.analyze import AnalysisRequest, EngineOptions, analyze, dedupe, failure_diagnostic
 from fxls.protocol.model import Diagnostic, JobResult, Limits, Span
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +103,7 @@ async def worker() -> AsyncIterator[object]:
 async def test_each_failing_class_gets_its_own_diagnostic(worker: object, tmp_path: Path) -> None:
     path = str(tmp_path / "models.py")
     options = EngineOptions(limits=Limits(timeout_s=6, cpu_s=2))
-    result = await analyze(worker, path, SOURCE, version=7, options=options)  # type: ignore[arg-type]
+    result = await analyze(worker, AnalysisRequest(path, SOURCE, version=7), options=options)  # type: ignore[arg-type]
     assert result.version == 7
     assert result.outcome in ("signal", "cpu_limit")
     status = {m.name: m.status for m in result.modules}
@@ -122,7 +122,7 @@ async def test_a_file_that_exits_at_import_is_one_file_level_diagnostic(
     worker: object, tmp_path: Path
 ) -> None:
     source = "import os\nfrom torch import nn\nos._exit(4)\n\nclass A(nn.Module):\n    pass\n"
-    result = await analyze(worker, str(tmp_path / "m.py"), source)  # type: ignore[arg-type]
+    result = await analyze(worker, AnalysisRequest(str(tmp_path / "m.py"), source))  # type: ignore[arg-type]
     assert result.modules == []
     (diag,) = [d for d in result.diagnostics if d.severity == "error"]
     assert (diag.code, diag.span.line) == ("FX504", 1)
@@ -134,11 +134,11 @@ async def test_syntax_error_and_cancellation_need_no_worker() -> None:
         async def run(self, *args: object) -> JobResult:
             raise AssertionError("no job expected")
 
-    result = await analyze(Never(), "x.py", "class A(nn.Module:\n")  # type: ignore[arg-type]
+    result = await analyze(Never(), AnalysisRequest("x.py", "class A(nn.Module:\n"))  # type: ignore[arg-type]
     assert result.outcome == "syntax_error"
     assert result.syntax_error is not None
     assert [d.code for d in result.diagnostics] == ["FX404"]
-    empty = await analyze(Never(), "x.py", "x = 1\n")  # type: ignore[arg-type]
+    empty = await analyze(Never(), AnalysisRequest("x.py", "x = 1\n"))  # type: ignore[arg-type]
     assert (empty.modules, empty.diagnostics, empty.outcome) == ([], [], "ok")
 
     class Slow:
@@ -146,7 +146,9 @@ async def test_syntax_error_and_cancellation_need_no_worker() -> None:
             await asyncio.sleep(60)
             raise AssertionError("not reached")
 
-    task = asyncio.ensure_future(analyze(Slow(), "x.py", "class A(nn.Module):\n    pass\n"))  # type: ignore[arg-type]
+    task = asyncio.ensure_future(
+        analyze(Slow(), AnalysisRequest("x.py", "class A(nn.Module):\n    pass\n"))
+    )  # type: ignore[arg-type]
     await asyncio.sleep(0.05)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -176,7 +178,7 @@ async def test_retries_of_a_file_whose_classes_all_time_out_are_capped() -> None
             return JobResult(len(self.jobs), "timeout", phase="trace", current_class=names[0])
 
     runner = AllTimeOut()
-    result = await analyze(runner, "x.py", source)  # type: ignore[arg-type]
+    result = await analyze(runner, AnalysisRequest("x.py", source))  # type: ignore[arg-type]
     assert len(runner.jobs) == 3 and runner.most == 1
     codes = {m.name: [d.code for d in m.diagnostics] for m in result.modules}
     assert sorted(codes.values()).count(["FX501"]) == 3
@@ -202,7 +204,7 @@ async def test_a_capture_that_waits_is_stopped_by_the_clock_and_said_so(
         """
     )
     options = EngineOptions(limits=Limits(timeout_s=1.5, cpu_s=5))
-    result = await analyze(worker, str(tmp_path / "m.py"), source, options=options)  # type: ignore[arg-type]
+    result = await analyze(worker, AnalysisRequest(str(tmp_path / "m.py"), source), options=options)  # type: ignore[arg-type]
     (diag,) = [d for d in result.diagnostics if d.code == "FX501"]
     assert diag.severity == "warning"
     assert diag.span.line == 5
@@ -229,7 +231,7 @@ async def test_a_busy_machine_gets_one_rerun_with_a_longer_clock() -> None:
     slowed = JobResult(1, "timeout", duration_s=4.0, cpu_s=2.5, wall_limit_s=4.0)
     runner = Scripted(slowed, JobResult(2, "ok"))
     options = EngineOptions(limits=Limits(timeout_s=4, cpu_s=10))
-    result = await analyze(runner, "m.py", BUSY_SOURCE, options=options)  # type: ignore[arg-type]
+    result = await analyze(runner, AnalysisRequest("m.py", BUSY_SOURCE), options=options)  # type: ignore[arg-type]
     assert [lim.timeout_s for lim in runner.limits] == [4, 8]
     assert [lim.cpu_s for lim in runner.limits] == [10, 10]
     assert not [d for d in result.diagnostics if d.code.startswith("FX5")]
@@ -240,7 +242,7 @@ async def test_a_machine_busy_twice_is_a_warning_that_says_so() -> None:
     again = JobResult(2, "timeout", duration_s=8.0, cpu_s=5.0, wall_limit_s=8.0)
     runner = Scripted(first, again)
     options = EngineOptions(limits=Limits(timeout_s=4, cpu_s=10))
-    result = await analyze(runner, "m.py", BUSY_SOURCE, options=options)  # type: ignore[arg-type]
+    result = await analyze(runner, AnalysisRequest("m.py", BUSY_SOURCE), options=options)  # type: ignore[arg-type]
     (diag,) = [d for d in result.diagnostics if d.code == "FX501"]
     assert diag.severity == "warning"
     assert "8 s of wall-clock time" in diag.message
@@ -251,6 +253,6 @@ async def test_a_job_that_waited_is_not_run_again() -> None:
     waited = JobResult(1, "timeout", duration_s=4.0, cpu_s=0.05, wall_limit_s=4.0)
     runner = Scripted(waited)
     options = EngineOptions(limits=Limits(timeout_s=4, cpu_s=10))
-    result = await analyze(runner, "m.py", BUSY_SOURCE, options=options)  # type: ignore[arg-type]
+    result = await analyze(runner, AnalysisRequest("m.py", BUSY_SOURCE), options=options)  # type: ignore[arg-type]
     assert len(runner.limits) == 1
     assert any(d.code == "FX501" and "waiting" in d.message for d in result.diagnostics)

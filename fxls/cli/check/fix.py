@@ -30,7 +30,7 @@ from typing import Literal, TextIO
 from fxls.cli.check.config import CodeFilter
 from fxls.cli.check.run import Checked, NotMade, Plan, filter_analysis
 from fxls.engine import fixes
-from fxls.engine.analyze import EngineOptions, FileAnalysis, analyze
+from fxls.engine.analyze import AnalysisRequest, EngineOptions, FileAnalysis, analyze
 from fxls.protocol.edits import apply_edits
 from fxls.protocol.model import FixOutcome
 from fxls.protocol.positions import split_lines
@@ -192,13 +192,15 @@ class Fixer:
     async def _analyze(self, path: str, text: str, plan: Plan) -> FileAnalysis:
         return await analyze(
             self.client,
-            path,
-            text,
+            AnalysisRequest(
+                path,
+                text,
+                only=plan.only,
+                extra_inputs=plan.inputs,
+                init_override=plan.init,
+                import_root=self.root,
+            ),
             options=self.options,
-            only=plan.only,
-            extra_inputs=plan.inputs,
-            init_override=plan.init,
-            import_root=self.root,
         )
 
     def _count(self, outcomes: list[FixOutcome], held: list[fixes.Candidate]) -> None:

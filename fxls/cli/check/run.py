@@ -20,7 +20,14 @@ from fxls.analysis import parse
 from fxls.cli.check.config import CodeFilter
 from fxls.cli.check.discovery import Target
 from fxls.engine import render
-from fxls.engine.analyze import EngineOptions, FileAnalysis, Runner, SlowRules, analyze
+from fxls.engine.analyze import (
+    AnalysisRequest,
+    EngineOptions,
+    FileAnalysis,
+    Runner,
+    SlowRules,
+    analyze,
+)
 from fxls.protocol.files import MAX_SOURCE_BYTES, Refused, read_source
 from fxls.protocol.model import Diagnostic, InputSpec, ModuleResult
 
@@ -181,13 +188,15 @@ async def run_plans(
             chosen = slow_rules.options_for(options, plan.path)
             analysis = await analyze(
                 client,
-                plan.path,
-                plan.text,
+                AnalysisRequest(
+                    plan.path,
+                    plan.text,
+                    only=plan.only,
+                    extra_inputs=plan.inputs,
+                    init_override=plan.init,
+                    import_root=import_root,
+                ),
                 options=chosen,
-                only=plan.only,
-                extra_inputs=plan.inputs,
-                init_override=plan.init,
-                import_root=import_root,
             )
             if analysis.rules_too_slow:
                 slow_rules.add(chosen.rules)

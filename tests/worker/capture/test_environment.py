@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fxls.engine.analyze import analyze
+from fxls.engine.analyze import AnalysisRequest, analyze
 from fxls.engine.workerclient import WorkerClient
 
 pytestmark = [pytest.mark.worker, pytest.mark.asyncio(loop_scope="module")]
@@ -28,7 +28,7 @@ async def _analyze(worker: WorkerClient, tmp_path: Path, source: str):  # type: 
     path = tmp_path / "train.py"
     text = textwrap.dedent(source)
     path.write_text(text)
-    return await analyze(worker, str(path), text, root=str(tmp_path))
+    return await analyze(worker, AnalysisRequest(str(path), text, root=str(tmp_path)))
 
 
 def _line_of(source: str, needle: str) -> int:

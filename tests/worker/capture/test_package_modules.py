@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fxls.engine.analyze import analyze
+from fxls.engine.analyze import AnalysisRequest, analyze
 from fxls.engine.workerclient import WorkerClient
 from fxls.protocol.model import ModuleResult
 
@@ -66,7 +66,7 @@ async def test_a_model_file_of_a_package_runs_as_its_module(
     ``*Model`` classes do; ``TinyForLM`` passes its ``**kwargs`` on to it."""
     path = workspace / "tinylib" / "models" / "tiny" / "modeling_tiny.py"
     text = path.read_text() + EDITOR_ONLY
-    analysis = await analyze(worker, str(path), text, root=str(workspace))
+    analysis = await analyze(worker, AnalysisRequest(str(path), text, root=str(workspace)))
     assert not [d for d in analysis.diagnostics if d.code == "FX404"], analysis.diagnostics
     modules = _by_name(analysis.modules)
     assert set(modules) == {
@@ -104,7 +104,7 @@ async def test_the_package_importing_the_file_gets_the_editor_text(
     for the user, naming the editor's text, not silently using the file on disk."""
     path = workspace / "tinylib" / "models" / "tiny" / "modeling_tiny.py"
     text = path.read_text().replace("class TinyModel(", "class TinyModelRenamed(")
-    analysis = await analyze(worker, str(path), text, root=str(workspace))
+    analysis = await analyze(worker, AnalysisRequest(str(path), text, root=str(workspace)))
     errors = [d for d in analysis.diagnostics if d.code == "FX404"]
     assert errors and "TinyModel" in errors[0].message, analysis.diagnostics
 
@@ -134,7 +134,7 @@ async def test_a_file_outside_a_package_runs_as_a_script(
                 return self.fc(x)
         """
     )
-    analysis = await analyze(worker, str(path), text, root=str(tmp_path))
+    analysis = await analyze(worker, AnalysisRequest(str(path), text, root=str(tmp_path)))
     (net,) = analysis.modules
     assert net.status == "traced", net.error
     assert net.outputs[0].shape[-1] == 12, net.outputs
@@ -151,7 +151,7 @@ async def test_a_package_that_cannot_be_imported_is_a_warning_naming_the_module(
     init.write_text("import fxls_missing_dependency.sub\n" + init.read_text())
     path = workspace / "tinylib" / "models" / "tiny" / "modeling_tiny.py"
     text = path.read_text()
-    analysis = await analyze(worker, str(path), text, root=str(workspace))
+    analysis = await analyze(worker, AnalysisRequest(str(path), text, root=str(workspace)))
     codes = [d.code for d in analysis.diagnostics]
     assert "FX404" not in codes, analysis.diagnostics
     (missing,) = [d for d in analysis.diagnostics if d.code == "FX409"]

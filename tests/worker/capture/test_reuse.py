@@ -26,7 +26,14 @@ import torch.fx
 from torch import nn
 
 from fxls.analysis.classes import parse
-from fxls.engine.analyze import EngineOptions, FileAnalysis, analyze, build_requests, capture_job
+from fxls.engine.analyze import (
+    AnalysisRequest,
+    EngineOptions,
+    FileAnalysis,
+    analyze,
+    build_requests,
+    capture_job,
+)
 from fxls.lsp.features import code_lens, hover, inlay_hints
 from fxls.protocol.codec import ProtocolError, from_dict, to_dict
 from fxls.protocol.model import (
@@ -119,10 +126,12 @@ async def test_results_are_the_same_with_and_without_the_speedup(
         without = EngineOptions(limits=LIMITS, fake_cache=True)
     else:
         without = dataclasses.replace(EngineOptions(limits=LIMITS), **{speedup: False})
-    off = _seen(await analyze(worker, str(path), text, options=without), text)
+    off = _seen(await analyze(worker, AnalysisRequest(str(path), text), options=without), text)
     # every speed-up is on by default: the analysis with all of them is made once per file
     if path not in _WITH_ALL:
-        analysis = await analyze(worker, str(path), text, options=EngineOptions(limits=LIMITS))
+        analysis = await analyze(
+            worker, AnalysisRequest(str(path), text), options=EngineOptions(limits=LIMITS)
+        )
         _WITH_ALL[path] = _seen(analysis, text)
     on = _WITH_ALL[path]
     assert on["modules"] == off["modules"]

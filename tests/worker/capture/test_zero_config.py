@@ -28,7 +28,7 @@ import pytest
 import pytest_asyncio
 
 from fxls.analysis.classes import parse
-from fxls.engine.analyze import EngineOptions, FileAnalysis, analyze
+from fxls.engine.analyze import AnalysisRequest, EngineOptions, FileAnalysis, analyze
 from fxls.protocol.model import Limits, ModuleResult, NodeInfo, Span, Value
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -226,10 +226,8 @@ async def analyses(worker) -> dict[str, FileAnalysis]:  # type: ignore[no-untype
     for path in FILES:
         out[path.name] = await analyze(
             worker,
-            str(path),
-            path.read_text(encoding="utf-8"),
+            AnalysisRequest(str(path), path.read_text(encoding="utf-8"), root=str(ROOT)),
             options=EngineOptions(limits=Limits(timeout_s=60.0, cpu_s=60.0)),
-            root=str(ROOT),
         )
     return out
 

@@ -24,7 +24,7 @@ async def test_the_zygote_is_ready_after_the_imports_and_warms_the_rest_while_id
     import asyncio
     import time
 
-    from fxls.engine.analyze import analyze
+    from fxls.engine.analyze import AnalysisRequest, analyze
     from fxls.worker.process import warmup
 
     ready = own_worker.ready
@@ -33,7 +33,7 @@ async def test_the_zygote_is_ready_after_the_imports_and_warms_the_rest_while_id
     assert all(seconds >= 0 for seconds in ready.warm_steps.values())
     # a job right away runs (its child does what the zygote has not warmed yet)
     text = "import torch\nfrom torch import nn\n\n\nclass Net(nn.Module):\n    def forward(self, x):\n        return x.relu()\n"
-    first = await analyze(own_worker, "/tmp/net.py", text)
+    first = await analyze(own_worker, AnalysisRequest("/tmp/net.py", text))
     assert first.outcome == "ok" and first.modules[0].status in ("traced", "partial")
     deadline = time.monotonic() + 60
     while not any("warm-up finished while idle" in line for line in own_worker.logs):
@@ -47,7 +47,7 @@ async def test_the_zygote_is_ready_after_the_imports_and_warms_the_rest_while_id
         await asyncio.sleep(0.05)
     quiet = next(line for line in own_worker.logs if "common operators finished" in line)
     assert all(name in quiet for name, _ in warmup.QUIET)
-    again = await analyze(own_worker, "/tmp/net.py", text)
+    again = await analyze(own_worker, AnalysisRequest("/tmp/net.py", text))
     assert again.modules[0].status == first.modules[0].status
 
 

@@ -17,6 +17,7 @@ opens, with a helper process for the bulk, then each capture), never on its even
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import subprocess
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,28 +54,44 @@ _SCAN = threading.Lock()
 for it and reads its cache instead of parsing the same files again."""
 
 
-def prescan(root: str | None) -> int:
-    """Read every file of the workspace ``root`` once, so the first capture finds the calls in
-    the cache (parsing a few hundred files takes seconds). Returns how many files were read;
-    meant for a thread started when the editor opens the workspace.
+def prescan(root: str | None, progress: Callable[[int, int], None] | None = None) -> int:
+    """Read every file of the workspace ``root`` once, so captures find the calls in the cache
+    (parsing a few hundred files takes seconds). Returns how many files were read; meant for a
+    thread started when the editor opens the workspace. ``progress(done, total)`` is called as
+    batches of files are read.
 
-    Many files are parsed by a helper process (:func:`_scan_elsewhere`): parsing them here
-    would hold the interpreter lock for seconds while the editor waits for answers, and leave
-    ~10 MiB of parse garbage in the server's memory (this repository: 450 files)."""
+    Many files are parsed by helper processes (:func:`_scan_elsewhere`), a batch at a time:
+    parsing them here would hold the interpreter lock for seconds while the editor waits for
+    answers, and leave ~10 MiB of parse garbage in the server's memory (this repository: 450
+    files). Captures do not wait for it (:func:`known_call_sites`)."""
     if not root or not os.path.isdir(root):
         return 0
     with _SCAN:
         files = _listing(root)
         todo = [path for path in files if not _fresh(path)]
         if len(todo) >= HELPER_MIN_FILES:
-            _scan_elsewhere(todo)
+            for start in range(0, len(todo), SCAN_BATCH):
+                if progress is not None:
+                    progress(start, len(todo))
+                _scan_elsewhere(todo[start : start + SCAN_BATCH])
         for path in files:
             _calls_in(path)  # what the helper did not read (or all, without a helper)
+        if progress is not None:
+            progress(len(todo), len(todo))
     return len(files)
 
 
+SCAN_BATCH = 250
+"""Files one helper process reads (progress is reported between batches)."""
+
 HELPER_MIN_FILES = 50
-"""Files to read before :func:`prescan` starts a helper process for them."""
+"""Unread files before :func:`prescan` reads them in helper processes instead of here."""
+
+INLINE_MAX = HELPER_MIN_FILES
+"""Unread files a capture reads itself; with more, it uses what is read and says so
+(:func:`known_call_sites`), and :func:`prescan` reads the rest in helper processes."""
+
+
 HELPER_TIMEOUT_S = 120.0
 
 _HELPER = (
@@ -129,6 +147,14 @@ def _scan_elsewhere(paths: list[str]) -> None:
             _FILES[path] = (float(mtime), int(size), parsed)
 
 
+def _unread(path: str) -> bool:
+    """A file that exists and whose findings are not kept (a file that is gone is not)."""
+    try:
+        return _cached(path, os.stat(path)) is None
+    except OSError:
+        return False
+
+
 def _fresh(path: str) -> bool:
     try:
         return _cached(path, os.stat(path)) is not None
@@ -153,11 +179,49 @@ def call_sites(
     arguments use only literals and the names in ``defined`` (the document's top level)."""
     if not root or not classes or not os.path.isdir(root):
         return {}
+    with _SCAN:
+        return _sites(root, document, classes, defined, read=True)
+
+
+def known_call_sites(
+    root: str | None, document: str, classes: list[str], defined: set[str]
+) -> tuple[dict[str, list[CallSite]], bool]:
+    """:func:`call_sites` without waiting for a scan of the workspace: the calls in the files
+    read so far, and whether that was every file. While :func:`prescan` runs, or when more
+    than ``INLINE_MAX`` files are unread, the first capture of a file goes ahead with what is
+    known; the caller refines the result when the scan is done."""
+    if not root or not classes or not os.path.isdir(root):
+        return {}, True
+    if not _SCAN.acquire(blocking=False):  # a scan is running: do not wait for it
+        return _sites(root, document, classes, defined, read=False), False
+    try:
+        files = _listing(root)
+        unread = sum(1 for path in files if _unread(path))
+        complete = unread <= INLINE_MAX
+        return _sites(root, document, classes, defined, read=complete), complete
+    finally:
+        _SCAN.release()
+
+
+def _sites(
+    root: str, document: str, classes: list[str], defined: set[str], *, read: bool
+) -> dict[str, list[CallSite]]:
+    """Calls of ``classes`` in the files of ``root``: every file (``read``), else only those
+    whose findings are kept."""
+    here = os.path.abspath(document)
+    listing = []
+    for path in _listing(root):
+        if path == here:
+            continue
+        if read:
+            listing.append((path, _calls_in(path)))
+            continue
+        with contextlib.suppress(OSError):
+            kept = _cached(path, os.stat(path))
+            if kept is not None:
+                listing.append((path, kept))
     wanted = set(classes)
     found: dict[str, list[CallSite]] = {}
-    here = os.path.abspath(document)
-    with _SCAN:
-        listing = [(path, _calls_in(path)) for path in _listing(root) if path != here]
     for path, in_file in listing:
         for name, calls in in_file.items():
             if name not in wanted:

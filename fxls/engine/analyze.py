@@ -102,6 +102,9 @@ class FileAnalysis:
     torch_version: str | None = None
     rules_too_slow: bool = False
     """A job's rules file took longer than its time to load (``CaptureResult.rules_too_slow``)."""
+    evidence_complete: bool = True
+    """Every file of the workspace was read for calls of the classes (False while the first
+    scan of a large workspace runs: the analysis is worth repeating when it is done)."""
 
     def module(self, name: str) -> ModuleResult | None:
         return next((m for m in self.modules if m.name == name), None)
@@ -408,19 +411,22 @@ def class_requests(
 
 def _add_call_sites(
     requests: list[ClassRequest], root: str | None, path: str, defined: set[str]
-) -> None:
-    """Calls of the classes without an ``init`` directive in other files of the workspace."""
+) -> bool:
+    """Calls of the classes without an ``init`` directive in other files of the workspace, as
+    far as the workspace has been read (never waiting for a scan of it). Returns whether every
+    file was read: when not, the result is refined once the scan is done."""
     names = [r.name for r in requests if not r.init and not r.skip]
     if not names:
-        return
+        return True
     try:
-        found = workspace.call_sites(root, path, names, defined)
+        found, complete = workspace.known_call_sites(root, path, names, defined)
     except Exception:  # evidence is a bonus: an unreadable workspace changes nothing
-        return
+        return True
     for req in requests:
         for site in found.get(req.name, []):
             where = os.path.relpath(site.path, root) if root else site.path
             req.call_sites.append(KnownCall(site.init, f"{where}:{site.line}"))
+    return complete
 
 
 @dataclass(frozen=True)
@@ -482,7 +488,9 @@ async def analyze(
     if classes or is_rules_file(path, options):
         requests = build_requests(classes, request.extra_inputs, request.init_override)
         # reading the workspace's files blocks: in a thread, so the server keeps answering
-        await asyncio.to_thread(_add_call_sites, requests, root, path, parsed.defined)
+        result.evidence_complete = await asyncio.to_thread(
+            _add_call_sites, requests, root, path, parsed.defined
+        )
         job = capture_job(path, text, requests, options, root or request.import_root)
         run = _Run(client, job, classes, text, options, result, diagnostics, Budget(options))
         if cache is not None and only is None and not is_rules_file(path, options):

@@ -103,6 +103,9 @@ class Session:
         self._asking: set[asyncio.Task[Any]] = set()
         """Requests to the client in flight (refreshes)."""
         self._tokens = itertools.count(1)
+        self.reading_workspace = False
+        """A scan of the workspace for call sites is running (``read_workspace``)."""
+        self.workspace_read_at: float | None = None
         self.hover_seconds: deque[float] = deque(maxlen=HOVER_SAMPLES)
         self.fix_outcomes: dict[str, tuple[int | None, dict[str, FixOutcome]]] = {}
         """Per document: the version and the fixes the worker computed for it."""
@@ -178,7 +181,7 @@ class Session:
             # torch takes a second or more to import: start now, not after the handshake
             self.spawn(self.warm_up())
             # and read the workspace's files for call sites meanwhile (seconds in a large one)
-            self.spawn(self._quiet(asyncio.to_thread(workspace.prescan, self.root)))
+            self.spawn(self.read_workspace())
         else:
             self.spawn(self._drop_prestarted())
 
@@ -395,6 +398,18 @@ class Session:
             doc.set_result(done)
         self.publish(doc)
         self.refresh_views()
+        if not analysis.evidence_complete:
+            self._refine_later()
+
+    def _refine_later(self) -> None:
+        """An analysis went ahead before the workspace was read: read it (again, when files
+        changed since the last read) and capture such documents again when done."""
+        last = self.workspace_read_at
+        if self.reading_workspace or (
+            last is not None and time.monotonic() - last < workspace.LISTING_TTL_S
+        ):
+            return
+        self.spawn(self.read_workspace())
 
     async def _analyze(self, doc: Document, text: str, version: int | None) -> Any:
         """The engine's FileAnalysis; worker and internal failures become an FX508."""
@@ -438,6 +453,56 @@ class Session:
             await asyncio.Event().wait()
         finally:
             self.lsp.work_done_progress.end(token, types.WorkDoneProgressEnd(message="done"))
+
+    async def read_workspace(self) -> None:
+        """Read the workspace's files for calls of module classes (seconds in a large one),
+        with progress; captures do not wait for it. Then capture again the open documents
+        whose analysis went ahead before every file was read."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+
+        def progress(done: int, total: int) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (done, total))
+
+        if self.reading_workspace:
+            return
+        self.reading_workspace = True
+        reporter = self.spawn(self._report_scan(queue))
+        try:
+            await asyncio.to_thread(workspace.prescan, self.root, progress)
+        except Exception as exc:  # evidence is a bonus: a workspace that cannot be read
+            logger.info("reading the workspace failed: %s", exc)
+        finally:
+            self.reading_workspace = False
+            self.workspace_read_at = time.monotonic()
+            reporter.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reporter
+        for doc in list(self.documents):
+            if doc.result is not None and not doc.result.analysis.evidence_complete:
+                self.schedule(doc, 0.0)
+
+    async def _report_scan(self, queue: asyncio.Queue[tuple[int, int]]) -> None:
+        """Work-done progress for a scan of the workspace that reads many files."""
+        done, total = await queue.get()
+        if total < workspace.SCAN_BATCH or not self._capability("window", "work_done_progress"):
+            return
+        token = f"fxls-workspace-{next(self._tokens)}"
+        await self.lsp.work_done_progress.create_async(token)
+        message = f"reading the workspace for calls of module classes: {total} files"
+        self.lsp.work_done_progress.begin(
+            token, types.WorkDoneProgressBegin(title="fxls", message=message, percentage=0)
+        )
+        try:
+            while done < total:
+                done, total = await queue.get()
+                report = types.WorkDoneProgressReport(
+                    message=f"{done} of {total} files", percentage=100 * done // max(total, 1)
+                )
+                self.lsp.work_done_progress.report(token, report)
+        finally:
+            end = types.WorkDoneProgressEnd(message="workspace read")
+            self.lsp.work_done_progress.end(token, end)
 
     def publish(self, doc: Document) -> None:
         result = doc.syntax or doc.result

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, needs_worker
+from harness import ROOT, needs_worker
 
 pytestmark = [needs_worker, pytest.mark.slow]
 

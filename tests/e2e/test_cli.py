@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLES, ROOT, RunFxls, needs_worker
+from harness import EXAMPLES, ROOT, RunFxls, needs_worker
 
 import fxls
 

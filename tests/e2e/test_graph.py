@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, needs_worker
+from harness import ROOT, needs_worker
 
 pytestmark = [needs_worker, pytest.mark.slow]
 HAS_DOT = shutil.which("dot") is not None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
+from harness import record
 from lsprotocol import types
 from markdown_it import MarkdownIt
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
@@ -30,23 +31,9 @@ RENDERER = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 FORBIDDEN = {"link_open", "image", "html_inline", "html_block"}
 
 
-def _record(client: LanguageClient) -> None:
-    client.published = []  # type: ignore[attr-defined]
-    features = client.protocol.fm.features
-    original = features[PUBLISH]
-
-    def record(params: types.PublishDiagnosticsParams) -> None:
-        client.published.append((time.monotonic(), params))  # type: ignore[attr-defined]
-        original(params)
-
-    features[PUBLISH] = record
-    for method in (types.WORKSPACE_INLAY_HINT_REFRESH, types.WORKSPACE_CODE_LENS_REFRESH):
-        features[method] = lambda params: None
-
-
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def client(lsp_client: LanguageClient):
-    _record(lsp_client)
+    record(lsp_client, timed=True)
     await lsp_client.initialize_session(
         types.InitializeParams(
             capabilities=client_capabilities("visual-studio-code"),
@@ -230,7 +217,7 @@ TIMEOUT_S = 4.0
 @pytest_lsp.fixture(config=SERVER, scope="module")
 async def slow_client(lsp_client: LanguageClient):
     """A server whose captures may use TIMEOUT_S seconds of CPU."""
-    _record(lsp_client)
+    record(lsp_client, timed=True)
     await lsp_client.initialize_session(
         types.InitializeParams(
             capabilities=client_capabilities("visual-studio-code"),

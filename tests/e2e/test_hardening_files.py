@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import pytest_lsp
-from conftest import start_recording
+from harness import start_recording
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 

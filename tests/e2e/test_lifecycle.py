@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import pytest_lsp
+from harness import record
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
@@ -109,24 +110,10 @@ async def settle(server_pid: int, want: int, timeout: float = 10.0) -> list[Proc
 # -- client helpers --------------------------------------------------------------------------
 
 
-def _record(client: LanguageClient) -> None:
-    client.published = []  # type: ignore[attr-defined]
-    features = client.protocol.fm.features
-    original = features[PUBLISH]
-
-    def record(params: types.PublishDiagnosticsParams) -> None:
-        client.published.append(params)  # type: ignore[attr-defined]
-        original(params)
-
-    features[PUBLISH] = record
-    for method in (types.WORKSPACE_INLAY_HINT_REFRESH, types.WORKSPACE_CODE_LENS_REFRESH):
-        features[method] = lambda params: None
-
-
 async def _start(
     client: LanguageClient, process_id: int | None = None, options: dict[str, Any] | None = None
 ) -> None:
-    _record(client)
+    record(client)
     await client.initialize_session(
         types.InitializeParams(
             capabilities=client_capabilities("visual-studio-code"),

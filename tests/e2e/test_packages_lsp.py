@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
-from conftest import start_recording
+from harness import start_recording
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 

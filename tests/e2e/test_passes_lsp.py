@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
-from conftest import RunFxls, needs_nvim, nvim_code_action, start_recording
+from harness import RunFxls, needs_nvim, nvim_code_action, start_recording
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 

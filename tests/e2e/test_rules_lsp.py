@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
-from conftest import needs_nvim, nvim_code_action, start_recording
+from harness import needs_nvim, nvim_code_action, start_recording
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 

@@ -113,3 +113,43 @@ def test_a_large_workspace_is_read_by_a_helper_process_with_the_same_findings(
     assert helper == workspace._FILES
     sites = workspace.call_sites(str(tmp_path), str(tmp_path / "net.py"), ["Net"], {"DEPTH"})
     assert [s.init for s in sites["Net"]] == ["0, depth=DEPTH", "1, depth=DEPTH", "10, depth=DEPTH"]
+
+
+def _large_workspace(tmp_path: Path, files: int) -> Path:
+    model = _write(
+        tmp_path / "net.py",
+        """
+        from torch import nn
+        class Net(nn.Module):
+            def __init__(self, width): ...
+        """,
+    )
+    _write(tmp_path / "train.py", "net = Net(64)\n")
+    for i in range(files):
+        _write(tmp_path / "pkg" / f"mod{i}.py", f"VALUE = {i}\n")
+    return model
+
+
+def test_a_capture_does_not_wait_for_a_scan_of_the_workspace(tmp_path: Path) -> None:
+    """While a scan holds the workspace, the first capture goes ahead with what is known and
+    says it is incomplete; once the scan is done, the call is found and the answer complete."""
+    model = _large_workspace(tmp_path, 10)
+    root = str(tmp_path)
+    with workspace._SCAN:  # a scan running in another thread
+        found, complete = workspace.known_call_sites(root, str(model), ["Net"], set())
+    assert (found, complete) == ({}, False)
+    workspace.prescan(root)
+    found, complete = workspace.known_call_sites(root, str(model), ["Net"], set())
+    assert complete and [s.init for s in found["Net"]] == ["64"]
+
+
+def test_many_unread_files_are_left_to_the_scan(tmp_path: Path) -> None:
+    model = _large_workspace(tmp_path, workspace.INLINE_MAX + 10)
+    root = str(tmp_path)
+    found, complete = workspace.known_call_sites(root, str(model), ["Net"], set())
+    assert not complete  # more unread files than a capture reads itself
+    reports: list[tuple[int, int]] = []
+    assert workspace.prescan(root, lambda done, total: reports.append((done, total))) > 60
+    assert reports[-1][0] == reports[-1][1] > workspace.INLINE_MAX
+    found, complete = workspace.known_call_sites(root, str(model), ["Net"], set())
+    assert complete and [s.init for s in found["Net"]] == ["64"]

@@ -40,3 +40,14 @@ def _build_docs(site: Path, env: dict[str, str] | None = None) -> subprocess.Com
 @pytest.fixture
 def build_docs() -> Callable[..., subprocess.CompletedProcess[str]]:
     return _build_docs
+
+
+@pytest.fixture(autouse=True)
+def _no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unit tests start no worker: one that tries fails at once, pointing to tests/worker/."""
+    from fxls.engine.workerclient import WorkerClient
+
+    async def refuse(self: WorkerClient, *args: object, **kwargs: object) -> None:
+        raise AssertionError("a unit test started the worker: it belongs in tests/worker/")
+
+    monkeypatch.setattr(WorkerClient, "start", refuse)

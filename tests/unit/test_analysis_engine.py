@@ -1,17 +1,14 @@
 """The engine: sandbox outcomes -> FX5xx diagnostics, and per-class isolation of failures.
 
-The mapping tests are pure; the isolation tests run the real worker (skipped without it).
+Pure: jobs are answered by scripted runners (tests/worker/test_engine_outcomes.py runs real ones).
 """
 
 from __future__ import annotations
 
 import asyncio
-import textwrap
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from fxls.engine.analyze import AnalysisRequest, EngineOptions, analyze, dedupe, failure_diagnostic
 from fxls.protocol.model import Diagnostic, JobResult, Limits, Span
@@ -51,82 +48,6 @@ def test_dedupe_sorts_and_drops_exact_duplicates() -> None:
     b = Diagnostic("FX101", "error", "m", Span(2, 0, 2, 1))
     c = Diagnostic("FX302", "hint", "m", Span(5, 2, 5, 4))
     assert dedupe([a, b, a, c, Diagnostic("FX201", "error", "m", Span(5, 2, 5, 4))]) == [b, a, c]
-
-
-SOURCE = textwrap.dedent(
-    """\
-    import os
-    from torch import nn
-
-    # fxls: x = (B=2, 4)
-    class Aborts(nn.Module):
-        def forward(self, x):
-            os.abort()
-
-    # fxls: x = (B=2, 4)
-    class Hangs(nn.Module):
-        def forward(self, x):
-            while True:
-                pass
-
-    # fxls: x = (B=2, 4)
-    class Good(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(4, 3)
-
-        def forward(self, x):
-            return self.fc(x)
-
-    # fxls: skip
-    class Skipped(nn.Module):
-        def forward(self, x):
-            return x
-    """
-)
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def worker() -> AsyncIterator[object]:
-    from fxls.engine.workerclient import WorkerClient
-
-    client = WorkerClient()
-    await client.start()
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
-@pytest.mark.slow
-@pytest.mark.asyncio(loop_scope="module")
-async def test_each_failing_class_gets_its_own_diagnostic(worker: object, tmp_path: Path) -> None:
-    path = str(tmp_path / "models.py")
-    options = EngineOptions(limits=Limits(timeout_s=6, cpu_s=2))
-    result = await analyze(worker, AnalysisRequest(path, SOURCE, version=7), options=options)  # type: ignore[arg-type]
-    assert result.version == 7
-    assert result.outcome in ("signal", "cpu_limit")
-    status = {m.name: m.status for m in result.modules}
-    assert status == {"Aborts": "failed", "Hangs": "failed", "Good": "traced", "Skipped": "skipped"}
-    codes = {(d.code, d.span.line) for d in result.diagnostics}
-    assert ("FX503", 5) in codes  # SIGABRT on `class Aborts`
-    assert ("FX506", 10) in codes  # a busy loop is stopped by the CPU limit, not the clock
-    good = result.module("Good")
-    assert good is not None and good.outputs[0].shape == ["B", 3]
-    assert [c.name for c in result.classes] == ["Aborts", "Hangs", "Good", "Skipped"]
-
-
-@pytest.mark.slow
-@pytest.mark.asyncio(loop_scope="module")
-async def test_a_file_that_exits_at_import_is_one_file_level_diagnostic(
-    worker: object, tmp_path: Path
-) -> None:
-    source = "import os\nfrom torch import nn\nos._exit(4)\n\nclass A(nn.Module):\n    pass\n"
-    result = await analyze(worker, AnalysisRequest(str(tmp_path / "m.py"), source))  # type: ignore[arg-type]
-    assert result.modules == []
-    (diag,) = [d for d in result.diagnostics if d.severity == "error"]
-    assert (diag.code, diag.span.line) == ("FX504", 1)
-    assert "code 4" in diag.message
 
 
 async def test_syntax_error_and_cancellation_need_no_worker() -> None:
@@ -184,32 +105,6 @@ async def test_retries_of_a_file_whose_classes_all_time_out_are_capped() -> None
     assert sorted(codes.values()).count(["FX501"]) == 3
     assert sorted(codes.values()).count(["FX510"]) == 3
     assert len(result.modules) == 6
-
-
-@pytest.mark.slow
-@pytest.mark.asyncio(loop_scope="module")
-async def test_a_capture_that_waits_is_stopped_by_the_clock_and_said_so(
-    worker: object, tmp_path: Path
-) -> None:
-    source = textwrap.dedent(
-        """\
-        import time
-        from torch import nn
-
-        # fxls: x = (B=2, 4)
-        class Sleeps(nn.Module):
-            def forward(self, x):
-                time.sleep(600)
-                return x
-        """
-    )
-    options = EngineOptions(limits=Limits(timeout_s=1.5, cpu_s=5))
-    result = await analyze(worker, AnalysisRequest(str(tmp_path / "m.py"), source), options=options)  # type: ignore[arg-type]
-    (diag,) = [d for d in result.diagnostics if d.code == "FX501"]
-    assert diag.severity == "warning"
-    assert diag.span.line == 5
-    assert "1.5 s of wall-clock time" in diag.message
-    assert "waiting" in diag.message  # no CPU used: not retried, and the cause named
 
 
 class Scripted:

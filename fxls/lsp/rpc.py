@@ -75,7 +75,7 @@ class Skipped:
     reason: str
 
 
-class FrameReader:
+class LspMessageReader:
     """Length-prefixed messages (``Content-Length: N\\r\\n\\r\\n`` + N bytes) from a byte
     stream, with the limits above. Standard library only."""
 
@@ -331,7 +331,7 @@ def _stdin_reader(stdin: BinaryIO, loop: asyncio.AbstractEventLoop) -> ReadSome:
     return read_some
 
 
-async def _serve(server: Any, reader: FrameReader, stop: threading.Event) -> None:
+async def _serve(server: Any, reader: LspMessageReader, stop: threading.Event) -> None:
     protocol: FxlsProtocol = server.protocol
     warned = False
     while not stop.is_set():
@@ -359,7 +359,7 @@ def serve_stdio(server: Any, stdin: BinaryIO, stdout: BinaryIO) -> int:
     server.protocol.set_writer(_StdoutWriter(stdout))
 
     async def main() -> None:
-        reader = FrameReader(_stdin_reader(stdin, asyncio.get_running_loop()))
+        reader = LspMessageReader(_stdin_reader(stdin, asyncio.get_running_loop()))
         await _serve(server, reader, stop)
 
     code = 0
@@ -602,7 +602,7 @@ def serve_listener(server: Any, where: Listener) -> int:
     server._stop_event = stop
     state = {"waiting": 0, "session": False}
 
-    async def first_message(frames: FrameReader) -> bytes | Skipped | None:
+    async def first_message(frames: LspMessageReader) -> bytes | Skipped | None:
         state["waiting"] += 1
         try:
             return await asyncio.wait_for(frames.read(), FIRST_MESSAGE_TIMEOUT_S)
@@ -615,7 +615,7 @@ def serve_listener(server: Any, where: Listener) -> int:
         if state["session"] or state["waiting"] >= MAX_WAITING:
             _refuse(writer, "fxls serves one client at a time")
             return
-        frames = FrameReader(reader.read, max_message=MAX_FIRST_MESSAGE)
+        frames = LspMessageReader(reader.read, max_message=MAX_FIRST_MESSAGE)
         first = admitted(await first_message(frames), where.token)
         if first is None or state["session"]:
             _refuse(writer, FIRST_MESSAGE)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fxls.lsp.rpc import FrameReader, Skipped
+from fxls.lsp.rpc import LspMessageReader, Skipped
 
 
 def _message(obj: object) -> bytes:
@@ -23,7 +23,7 @@ async def _read_all(stream: bytes, chunk: int, **limits: int) -> list[object]:
         pos += len(data)
         return data
 
-    reader = FrameReader(read_some, **limits)
+    reader = LspMessageReader(read_some, **limits)
     out: list[object] = []
     while True:
         message = await reader.read()

@@ -436,6 +436,21 @@ class FX411(Message):
     )
 
 
+class FX412(Message):
+    code = "FX412"
+    severity = "information"
+    """The file itself runs: its shapes are shown, and what its package lacks is said."""
+    title = "Package code skipped"
+    template = (
+        "the `__init__.py` of package `{package}` imports `{module}`, which the interpreter fxls "
+        "runs does not have: this file ran without its packages' `__init__.py`"
+    )
+    fix = (
+        "Install `{module}` in that interpreter (`fxls.python`, `fxls check --python`) to run "
+        "the package as Python would."
+    )
+
+
 class FX405(Message):
     code = "FX405"
     severity = "information"

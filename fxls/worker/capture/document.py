@@ -7,6 +7,7 @@ import builtins
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import linecache
 import os
 import sys
@@ -37,6 +38,9 @@ class Document:
     captures: dict[str, Any] = field(default_factory=dict)
     """Class name -> the ``ClassCapture`` its result came from (built module, inputs, graph),
     for the rewrites that read and verify against it."""
+    package_skipped: ModuleNotFoundError | None = None
+    """Why the ``__init__.py`` of the document's packages did not run: a module the
+    interpreter lacks (the document ran without them, :func:`execute`)."""
     copied_nodes: dict[int, tuple[Any, dict[int, int]]] = field(default_factory=dict)
     """``id`` of a ``ModuleResult`` -> (the result, node index -> index of the node it was copied
     from): what :func:`fxls.worker.capture.trace.reuse.compact` may send as copies."""
@@ -104,13 +108,68 @@ def execute(doc: Document) -> None:
     ``__init__.py`` from disk, which may import the document itself, getting the editor's
     text), then the document, once, as Python would import it."""
     if doc.job.module:
-        importlib.import_module(doc.job.module)
+        try:
+            importlib.import_module(doc.job.module)
+        except ModuleNotFoundError as exc:
+            if _ran(exc, doc.job.path) or not _parent_packages(doc.job):
+                raise
+            # a package's __init__.py imports what this interpreter lacks (an optional
+            # dependency of other modules): run the document without its packages' code,
+            # unless it needs that code too (then the missing module is the answer)
+            for name, folder in _parent_packages(doc.job):
+                _namespace_package(name, folder)
+            needs_package = False
+            try:
+                importlib.import_module(doc.job.module)
+            except BaseException:
+                needs_package = True
+            if needs_package:
+                raise exc  # outside the handler: no context of the second attempt
+            doc.package_skipped = exc
     else:
         exec(compile(doc.job.source, doc.job.path, "exec"), doc.namespace)
     try:
         doc.tree = ast.parse(doc.job.source)
     except SyntaxError:
         doc.tree = None
+
+
+def _ran(exc: BaseException, path: str) -> bool:
+    """Whether the document's own code is on the exception's traceback."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == path:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _parent_packages(job: CaptureJob) -> list[tuple[str, str]]:
+    """(name, folder) of the packages above the document's module, outermost first."""
+    assert job.module is not None
+    parts = job.module.split(".")[:-1]
+    if not parts:
+        return []
+    spec = importlib.machinery.PathFinder.find_spec(parts[0], sys.path)
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    folder = next(iter(spec.submodule_search_locations))
+    found = [(parts[0], folder)]
+    for depth in range(2, len(parts) + 1):
+        folder = os.path.join(folder, parts[depth - 1])
+        found.append((".".join(parts[:depth]), folder))
+    return found
+
+
+def _namespace_package(name: str, folder: str) -> None:
+    """Make ``name`` an importable package of ``folder`` whose ``__init__.py`` is not run."""
+    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = [folder]
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    if parent and parent in sys.modules:
+        setattr(sys.modules[parent], child, module)
 
 
 def module_name(doc: Document) -> str:

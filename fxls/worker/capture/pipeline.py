@@ -102,6 +102,13 @@ def capture_document(
         if not _exited_after_classes(doc, job, exc):
             return doc, result
 
+    if doc.package_skipped is not None and job.module:
+        missing = doc.package_skipped.name or "a module"
+        at = _first_import_span(doc.source) or line_span(doc.source, 1)
+        package = job.module.split(".")[0]
+        skipped = catalogue.FX412(at, package=package, module=missing)
+        result.diagnostics.append(skipped.diagnostic({"module": missing}))
+
     names = list(dict.fromkeys(req.name for req in job.classes))
     rank = {name: i for i, name in enumerate(parents.parent_first(names, doc.tree))}
     order = sorted(range(len(job.classes)), key=lambda i: (rank[job.classes[i].name], i))

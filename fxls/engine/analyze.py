@@ -102,6 +102,9 @@ class FileAnalysis:
     torch_version: str | None = None
     rules_too_slow: bool = False
     """A job's rules file took longer than its time to load (``CaptureResult.rules_too_slow``)."""
+    stored: bool = False
+    """Read from the store of an earlier session (:mod:`fxls.engine.store`), shown until the
+    worker's capture of the same text replaces it."""
     evidence_complete: bool = True
     """Every file of the workspace was read for calls of the classes (False while the first
     scan of a large workspace runs: the analysis is worth repeating when it is done)."""
@@ -636,13 +639,11 @@ def _absorb(
             result.modules.append(ModuleResult(name=req.name, line=req.line, status="skipped"))
 
 
-def job_context(job: CaptureJob, options: EngineOptions, root: str | None, worker: str) -> str:
-    """Everything a capture job depends on beyond its document text and class requests: the
-    fxls and worker versions, the settings, every other field of the job (the document's path,
-    ``sys.path``, the user rules...), and the Python files of the workspace (path, size,
-    modification time) that the document may import (the document's own file on disk
-    excepted: the job runs the editor's text)."""
-    here = os.path.abspath(job.path)
+def workspace_digest(root: str | None, document: str) -> str:
+    """A hash of the Python files of the workspace ``root`` and of the document's folder (path,
+    size, modification time) that the document may import, the document's own file excepted
+    (the editor's text is what runs)."""
+    here = os.path.abspath(document)
     files = []
     for folder in dict.fromkeys(p for p in (root, os.path.dirname(here)) if p):
         for path in workspace.python_files(folder):
@@ -654,7 +655,16 @@ def job_context(job: CaptureJob, options: EngineOptions, root: str | None, worke
                 continue
             files.append((path, stat.st_size, stat.st_mtime_ns))
     files.sort()
-    digest = hashlib.sha256(json.dumps(files).encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(json.dumps(files).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def job_context(job: CaptureJob, options: EngineOptions, root: str | None, worker: str) -> str:
+    """Everything a capture job depends on beyond its document text and class requests: the
+    fxls and worker versions, the settings, every other field of the job (the document's path,
+    ``sys.path``, the user rules...), and the Python files of the workspace (path, size,
+    modification time) that the document may import (the document's own file on disk
+    excepted: the job runs the editor's text)."""
+    digest = workspace_digest(root, job.path)
     # every field of the job but the text and the classes (path, sys.path, settings, rules...)
     fields = {k: v for k, v in to_dict(job).items() if k not in ("source", "classes")}
     return json.dumps(

@@ -133,6 +133,11 @@ class Settings:
         "", "Interpreter that runs the worker (needs torch); empty: the server's own."
     )
     debounce_ms: int = _setting(300, "Delay (ms) after typing before a capture starts.", minimum=0)
+    store_results: bool = _setting(
+        True,
+        "Show a file's shapes from the last session at once (kept in the user's cache folder), "
+        "marked as stored until the worker's capture replaces them.",
+    )
     limits: LimitsSettings = field(default_factory=LimitsSettings)
     isolation: IsolationSettings = field(default_factory=IsolationSettings)
     inlay_hints: InlayHintSettings = field(default_factory=InlayHintSettings)

@@ -127,6 +127,9 @@ class Document:
     opened: float = field(default_factory=time.monotonic)
     """When the editor opened it (``time.monotonic``): a hover before the first capture says
     how long fxls has been at it."""
+    saved_text: str | None = None
+    """The text as on disk (at open, and at each save): the analyses worth storing for the next
+    session, which opens the file from disk."""
     told_too_large: bool = False
     """The user was told once that this document is too large to analyse."""
 
@@ -213,7 +216,7 @@ class DocumentStore:
         old = self._docs.get(uri)
         if old is not None:
             self.close(uri)
-        doc = Document(uri=uri, path=uri_to_path(uri), text=text, version=version)
+        doc = Document(uri=uri, path=uri_to_path(uri), text=text, version=version, saved_text=text)
         self._docs[uri] = doc
         return doc
 

@@ -35,6 +35,8 @@ from fxls.engine.settings import (
     protected_differences,
     split_protected,
 )
+from fxls.engine.store import ResultStore
+from fxls.engine.store import enabled as store_enabled
 from fxls.engine.workerclient import WorkerClient
 from fxls.lsp.documents import MAX_DOCUMENT_CHARS, Analysed, Document, DocumentStore
 from fxls.lsp.features import (
@@ -90,6 +92,8 @@ class Session:
         """What the running worker reported at start (interpreter, torch, isolation)."""
         self.worker_identity = ""
         """The worker's interpreter and torch version (part of every cache key)."""
+        self.store: ResultStore | None = ResultStore() if store_enabled() else None
+        """Analyses of earlier sessions (``FXLS_STORE=0``: none; ``fxls.storeResults``)."""
         self.cache: incremental.CaptureCache | None = (
             incremental.CaptureCache() if incremental.enabled() else None
         )
@@ -378,6 +382,8 @@ class Session:
                 if task is not None:
                     self._debouncing.discard(task)
         text = doc.text
+        if doc.result is None:
+            await self._show_stored(doc, text, version)
         progress = self.spawn(self._progress(doc))
         try:
             analysis = await self._analyze(doc, text, version)
@@ -400,6 +406,50 @@ class Session:
         self.refresh_views()
         if not analysis.evidence_complete:
             self._refine_later()
+        elif text == doc.saved_text:
+            self.spawn(self._store(doc.path, text, analysis))
+
+    # -- the store of earlier sessions ----------------------------------------------------
+
+    def _store_key(self, path: str, text: str) -> str | None:
+        """The store key of ``text`` (blocking: reads settings and the workspace listing)."""
+        if self.store is None or not self.settings.store_results:
+            return None
+        python = self.settings.python or sys.executable
+        return self.store.key(path, text, self.engine_options(path), python, self.root)
+
+    async def _show_stored(self, doc: Document, text: str, version: int | None) -> None:
+        """Before the first capture of ``doc``: publish what an earlier session stored for this
+        very text, marked as stored, while the worker starts and captures it again."""
+        store = self.store
+        try:
+            key = await asyncio.to_thread(self._store_key, doc.path, text)
+            stored = (
+                None
+                if key is None or store is None
+                else await asyncio.to_thread(store.load, key, doc.path, text)
+            )
+        except Exception as exc:  # the store is a bonus: never in the way of a capture
+            logger.info("reading the store failed: %s", exc)
+            return
+        if stored is None or doc.result is not None or doc.closed or doc.version != version:
+            return
+        stored.version = version
+        doc.set_result(Analysed(version=version, text=text, analysis=stored))
+        self.publish(doc)
+        self.refresh_views()
+
+    async def _store(self, path: str, text: str, analysis: engine.FileAnalysis) -> None:
+        """Keep a fresh analysis of the text on disk for the next session."""
+        store = self.store
+        if store is None or analysis.stored or analysis.outcome in ("cancelled", "worker_died"):
+            return
+        try:
+            key = await asyncio.to_thread(self._store_key, path, text)
+            if key is not None:
+                await asyncio.to_thread(store.save, key, analysis)
+        except Exception as exc:
+            logger.info("writing the store failed: %s", exc)
 
     def _refine_later(self) -> None:
         """An analysis went ahead before the workspace was read: read it (again, when files
@@ -628,6 +678,11 @@ class Session:
 
     def did_save(self, uri: str) -> None:
         doc = self.documents.get(uri)
+        if doc is not None:
+            doc.saved_text = doc.text
+            done = doc.result
+            if done is not None and done.text == doc.text and not done.analysis.stored:
+                self.spawn(self._store(doc.path, done.text, done.analysis))
         rules = engine.rules_path(self.root, self.settings.code_actions.rules_file)
         if doc is not None and rules is not None and os.path.abspath(doc.path) == rules:
             for other in self.documents:  # the rules changed: match them again
@@ -676,6 +731,8 @@ class Session:
             style=self.hover_style,
         )
         note = None if not doc.stale else f"from version {result.version}; edited since"
+        if analysis.stored:
+            note = "stored by an earlier session; fxls is capturing the file again"
         return hover.lsp_hover(text, lines, enc, line_map.to_current, note=note)
 
     def _pending_hover(self, doc: Document, position: types.Position) -> types.Hover | None:

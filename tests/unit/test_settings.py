@@ -26,6 +26,7 @@ CONTRACT = {
     "fxls.limits.memoryMB": 2048,
     "fxls.limits.fileSizeMB": 64,
     "fxls.debounceMs": 300,
+    "fxls.storeResults": True,
     "fxls.inlayHints.enabled": True,
     "fxls.codeLens.enabled": True,
     "fxls.codeActions.unsafe": False,

@@ -410,3 +410,12 @@ async def test_unsafe_fix_refused_by_default(client: LanguageClient) -> None:
         client.workspace_did_change_configuration(
             types.DidChangeConfigurationParams(settings={"fxls": {"codeActions": {}}})
         )
+
+
+async def test_a_pass_is_blamed_at_the_edit_its_own_lint_found(client: LanguageClient) -> None:
+    uri, text = _open(client, "pass_lint.py")
+    diags = await _diagnostics(client, uri)
+    (blamed,) = [d for d in diags if str(d.code).startswith("FX35")]
+    assert blamed.code == "FX353"
+    assert blamed.range.start.line == text.split("\n").index("    fc1.args = (fc2,)")
+    _close(client, uri)

@@ -433,3 +433,18 @@ def test_unpacked_sizes_become_one_argument_for_any_rank() -> None:
     assert apply_edits(job.source, combined.edits) == after
     listed = _one(job, _fix("sizes", "Listed", _diagnostic(job, "Listed", "FX103").span, "FX103"))
     assert listed.applicability == "unavailable" and "unpacked" in listed.reason
+
+
+def test_a_pass_whose_own_lint_fails_is_blamed_at_its_edit() -> None:
+    """``fc1.args = (fc2,)`` then ``gm.graph.lint()`` in the pass: FX353 at the assignment,
+    not FX356 at the ``lint()`` line. The pass failed, so it is not offered as a refactor."""
+    from fxls.worker.capture.pipeline import run_capture
+
+    job = _job("pass_lint.py")
+    result = run_capture(job, lambda *a: None)
+    (net,) = result.modules
+    lines = job.source.split("\n")
+    blamed = [(d.code, d.span.line) for d in net.diagnostics if d.code.startswith("FX35")]
+    assert blamed == [("FX353", lines.index("    fc1.args = (fc2,)") + 1)]
+    (run,) = net.passes
+    assert run.status == "failed" and "used before it has been defined" in run.message

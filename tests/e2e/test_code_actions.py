@@ -419,3 +419,19 @@ async def test_a_pass_is_blamed_at_the_edit_its_own_lint_found(client: LanguageC
     assert blamed.code == "FX353"
     assert blamed.range.start.line == text.split("\n").index("    fc1.args = (fc2,)")
     _close(client, uri)
+
+
+async def test_len_fix_where_the_original_was_captured_on_fake_tensors(
+    client: LanguageClient,
+) -> None:
+    """``n = len(x)``: the original's output is ``[2, 8]`` (the fake run fixed the batch
+    size), the edit's ``[B, 8]``; the fix is not refused for "the output shapes change"."""
+    uri, text = _open(client, "len_shapes_before.py")
+    diags = await _diagnostics(client, uri)
+    diag = next(d for d in diags if d.code == "FX102")
+    (fix,) = await _actions(client, uri, diag.range, [diag], only=["quickfix"])
+    done = await client.code_action_resolve_async(fix)
+    assert done.edit is not None, done.disabled
+    after = _apply(text, done.edit, uri, "utf-16")
+    assert after == (FIXTURES / "len_shapes_after.py").read_text()
+    _close(client, uri)

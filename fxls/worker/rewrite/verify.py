@@ -4,8 +4,9 @@ An edit is **safe** only when all of these hold for every class it touches:
 
 1. the edited file parses and runs;
 2. each class builds and captures at least as far as before (traced, then partial with shapes,
-   then nodes only), with the same output shapes, no new error and no new ``Graph.lint()``
-   failure (FX301); the diagnostics the fix is for are gone;
+   then nodes only), with the same output shapes (a size the original fixed to its example
+   value, which the edit keeps symbolic, is the same size), no new error and no new
+   ``Graph.lint()`` failure (FX301); the diagnostics the fix is for are gone;
 3. for a trace fix-it, plain ``torch.fx.symbolic_trace`` no longer fails in the edited text;
 4. for an edit of code (not of directives), the edited module computes the same as the
    original: both built on the CPU from the same expression with the same seed, the original's
@@ -221,7 +222,8 @@ def verify(
         if before.status == "skipped":
             continue
         after = next((m for m in result.modules if m.name == before.name), None)
-        problem = _compare_captures(before, after, change, shift)
+        sizes = example_sizes(original, before.name)
+        problem = _compare_captures(before, after, change, shift, sizes)
         if problem is not None:
             return Verdict.unavailable(problem, checks)
     checks.append(_capture_check(change.classes, result))
@@ -296,14 +298,107 @@ def _reach(mod: ModuleResult) -> int:
     return _RANK.get(mod.status, 0)
 
 
-def _shape_key(mod: ModuleResult) -> list[tuple[Any, ...]]:
-    return [(v.kind, tuple(map(str, v.shape or [])), v.dtype) for v in mod.outputs]
+def example_sizes(original: Original, name: str) -> dict[str, int]:
+    """The example size of each named dimension of the inputs class ``name`` was captured
+    with (``{"B": 2, "T": 8}``)."""
+    capture = original.doc.captures.get(name)
+    feeds = getattr(capture, "feeds", None) or []
+    return {dim: size for feed in feeds for dim, size in feed.dims if dim is not None}
+
+
+def same_shapes(before: ModuleResult, after: ModuleResult, sizes: dict[str, int]) -> bool:
+    """Whether the outputs of two captures of a class have the same kinds, dtypes and shapes.
+
+    A size the original fixed to a number where the edit keeps it symbolic is the same shape
+    when the edit's size, at the example sizes of the inputs (``sizes``), is that number: the
+    original ran ``forward`` on fake tensors and something there (``len(x)``, ``int(n)``,
+    a branch on a size) fixed the dimension to its example value, which the edit no longer
+    does. The reverse (the edit fixes a size the original kept) is a change.
+    """
+    if len(before.outputs) != len(after.outputs):
+        return False
+    for old, new in zip(before.outputs, after.outputs):
+        if (old.kind, old.dtype) != (new.kind, new.dtype):
+            return False
+        old_shape, new_shape = old.shape or [], new.shape or []
+        if len(old_shape) != len(new_shape):
+            return False
+        for a, b in zip(old_shape, new_shape):
+            if str(a) == str(b):
+                continue
+            if not (isinstance(a, int) and isinstance(b, str) and size_value(b, sizes) == a):
+                return False
+    return True
+
+
+def _shapes_text(mod: ModuleResult) -> str:
+    shapes = [f"[{', '.join(map(str, v.shape or []))}]" for v in mod.outputs if v.shape]
+    return ", ".join(shapes[:4]) + (", ..." if len(shapes) > 4 else "")
+
+
+_SIZE_OPS: dict[type, Callable[[int, int], int]] = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b,
+    ast.Mod: lambda a, b: a % b,
+}
+_SIZE_CALLS: dict[str, Callable[[list[int]], int]] = {
+    "Max": max,
+    "Min": min,
+    "max": max,
+    "min": min,
+}
+
+
+def size_value(text: str, sizes: dict[str, int]) -> int | None:
+    """The value of a symbolic size as fxls prints it (``T - 1``, ``2*B``, ``(T//2)``,
+    ``Max(1, T)``) at the example ``sizes``; None when it holds anything else."""
+    if len(text) > 200:
+        return None
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+    def value(node: ast.AST, depth: int) -> int:
+        if depth > 30:
+            raise ValueError("too deep")
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name) and node.id in sizes:
+            return sizes[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -value(node.operand, depth + 1)
+        if isinstance(node, ast.BinOp) and type(node.op) in _SIZE_OPS:
+            return _SIZE_OPS[type(node.op)](
+                value(node.left, depth + 1), value(node.right, depth + 1)
+            )
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _SIZE_CALLS
+            and node.args
+            and not node.keywords
+        ):
+            return _SIZE_CALLS[node.func.id]([value(a, depth + 1) for a in node.args])
+        raise ValueError("not a size")
+
+    try:
+        return value(tree.body, 0)
+    except (ValueError, ZeroDivisionError):
+        return None
 
 
 def _compare_captures(
-    before: ModuleResult, after: ModuleResult | None, change: Change, shift: LineShift
+    before: ModuleResult,
+    after: ModuleResult | None,
+    change: Change,
+    shift: LineShift,
+    sizes: dict[str, int],
 ) -> str | None:
-    """Why the edited capture of a class is worse, or None."""
+    """Why the edited capture of a class is worse, or None (``sizes``: the example sizes of
+    the class's named input dimensions)."""
     if after is None or (after.build is None and before.build is not None):
         return f"`{before.name}` no longer builds" + (
             f": {after.error.type}: {after.error.message}" if after and after.error else ""
@@ -327,9 +422,12 @@ def _compare_captures(
         (own or same_build)
         and before.outputs
         and after.outputs
-        and _shape_key(before) != _shape_key(after)
+        and not same_shapes(before, after, sizes)
     ):
-        return f"the output shapes of `{before.name}` change"
+        return (
+            f"the output shapes of `{before.name}` change: {_shapes_text(before)} before, "
+            f"{_shapes_text(after)} after the edit"
+        )
     for code, cls, span in change.gone:
         if cls != before.name:
             continue

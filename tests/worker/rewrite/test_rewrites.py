@@ -448,3 +448,42 @@ def test_a_pass_whose_own_lint_fails_is_blamed_at_its_edit() -> None:
     assert blamed == [("FX353", lines.index("    fc1.args = (fc2,)") + 1)]
     (run,) = net.passes
     assert run.status == "failed" and "used before it has been defined" in run.message
+
+
+# ---------------------------------------------------------------------------------------
+# False refusals
+# ---------------------------------------------------------------------------------------
+
+
+def test_len_of_an_input_the_fake_run_fixed_verifies() -> None:
+    """torch.fx fails on ``len(x)``, so the original is captured by running ``forward`` on
+    fake tensors, where ``len`` fixes the batch size: its output is ``[2, 8]``, the edit's
+    ``[B, 8]``. At the example sizes that is the same shape: the fix is safe."""
+    job = _job("len_shapes_before.py")
+    diag = _diagnostic(job, "Mean", "FX102")
+    _, result = capture_document(job, lambda *a: None)
+    (mod,) = result.modules
+    assert mod.strategy == "fake-run" and mod.outputs[0].shape == [2, 8]
+    outcome = _one(job, _fix("len", "Mean", diag.span, "FX102"))
+    assert outcome.applicability == "safe", outcome.reason
+    assert "captures as far with the same shapes: `Mean` traced (fx)" in outcome.checks
+    assert apply_edits(job.source, outcome.edits) == (FIXTURES / "len_shapes_after.py").read_text()
+
+
+def test_an_edit_that_fixes_a_size_the_original_kept_changes_the_shapes() -> None:
+    """The reverse of the above is a change, said with both shapes."""
+    original = _original("len_shapes_after.py")
+    edit = _replace(original.source, "return self.fc(x) / n", "return self.fc(x)[:2] / n")
+    verdict = verify(original, Change([edit], ["Mean"], ["Mean"]), RewriteJob(), lambda *a: None)
+    assert verdict.applicability == "unavailable"
+    assert "the output shapes of `Mean` change: [B, 8] before, [2, 8] after" in verdict.reason
+
+
+def test_size_values_at_the_example_sizes() -> None:
+    from fxls.worker.rewrite.verify import size_value
+
+    sizes = {"B": 2, "T": 8}
+    assert [size_value(t, sizes) for t in ("B", "T - 1", "2*B", "(T//2)", "Max(1, T)")] == [
+        2, 7, 4, 4, 8,
+    ]  # fmt: skip
+    assert [size_value(t, sizes) for t in ("C", "B + ", "x.y", "B**99999", "T/2")] == [None] * 5

@@ -435,3 +435,27 @@ async def test_len_fix_where_the_original_was_captured_on_fake_tensors(
     after = _apply(text, done.edit, uri, "utf-16")
     assert after == (FIXTURES / "len_shapes_after.py").read_text()
     _close(client, uri)
+
+
+async def test_causal_attention_of_a_model_too_large_to_run(client: LanguageClient) -> None:
+    """minGPT's attention block, built by a model over ``maxParams`` from a configuration fxls
+    filled in: verified alone."""
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"fxls": {"codeActions": {"maxParams": 50000}}})
+    )
+    try:
+        uri, text = _open(client, "causal_attention_before.py")
+        await _diagnostics(client, uri)
+        line = text.split("\n").index("        att = F.softmax(att, dim=-1)")
+        at = types.Position(line, 12)
+        actions = await _actions(client, uri, types.Range(at, at), only=["refactor.rewrite"])
+        (refactor,) = [a for a in actions if "scaled_dot_product_attention" in a.title]
+        done = await client.code_action_resolve_async(refactor)
+        assert done.edit is not None, done.disabled
+        after = _apply(text, done.edit, uri, "utf-16")
+        assert after == (FIXTURES / "causal_attention_after.py").read_text()
+        _close(client, uri)
+    finally:
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"fxls": {"codeActions": {}}})
+        )

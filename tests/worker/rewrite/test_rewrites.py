@@ -487,3 +487,96 @@ def test_size_values_at_the_example_sizes() -> None:
         2, 7, 4, 4, 8,
     ]  # fmt: skip
     assert [size_value(t, sizes) for t in ("C", "B + ", "x.y", "B**99999", "T/2")] == [None] * 5
+
+
+def _attention_requests(job: CaptureJob) -> list[FixRequest]:
+    """The attention refactor at each softmax, as the server lists it."""
+    from fxls.engine import fixes
+    from fxls.engine.analyze import FileAnalysis
+
+    _, result = capture_document(job, lambda *a: None)
+    analysis = FileAnalysis(
+        path=job.path, version=1, modules=result.modules, classes=parse(job.source).classes
+    )
+    requests: dict[str, FixRequest] = {}
+    for mod in result.modules:
+        for _, softmax in fixes.attention_spans(mod):
+            for cand in fixes.refactors_at(analysis, job.source, softmax.line, softmax.col):
+                if cand.kind == "attention":
+                    requests.setdefault(cand.id, cand.request())
+    return list(requests.values())
+
+
+def test_causal_attention_built_from_a_filled_config_is_rebuilt_by_its_recipe() -> None:
+    """minGPT: the model is built from ``GPT.get_default_config()`` with sizes fxls fills in,
+    which no expression writes down, and the attention block is the one the model builds. The
+    verification builds both again the same way, in eval and in training mode (dropout)."""
+    job = _job("causal_attention_before.py")
+    (request,) = _attention_requests(job)
+    assert request.cls == "CausalSelfAttention"
+    outcome = _one(job, request)
+    assert outcome.applicability == "safe", outcome.reason
+    after = (FIXTURES / "causal_attention_after.py").read_text()
+    assert apply_edits(job.source, outcome.edits) == after
+    assert "dropout_p=self.attn_dropout.p if self.training else 0.0" in after
+    assert any(
+        c.startswith("`CausalSelfAttention` computes the same (eval") for c in outcome.checks
+    )
+    assert any("in training mode (dropout on, the same seed)" in c for c in outcome.checks)
+
+
+def test_attention_in_a_model_too_large_to_run_is_verified_alone() -> None:
+    """The model is over ``max_params``, the attention block is not: the block alone is built
+    on the CPU inside the model built on the meta device. Over the limit too: unsafe."""
+    job = _job("causal_attention_before.py")
+    (request,) = _attention_requests(job)
+    outcome = _one(job, request, max_params=50_000)
+    assert outcome.applicability == "safe", outcome.reason
+    assert apply_edits(job.source, outcome.edits) == (
+        (FIXTURES / "causal_attention_after.py").read_text()
+    )
+    assert any(
+        "`CausalSelfAttention` alone on the CPU: `GPT`, which builds it, has 133,888 parameters"
+        in c
+        for c in outcome.checks
+    ), outcome.checks
+    outcome = _one(job, request, max_params=10_000)
+    assert outcome.applicability == "unsafe"
+    assert outcome.reason.startswith("unsafe: too large to verify (built inside `GPT`)")
+
+
+def test_head_attention_and_functional_dropout() -> None:
+    """Karpathy's ``Head``: ``k.shape[-1] ** -0.5`` is SDPA's default scale, and ``v =
+    self.value(x)`` between the softmax and the product is kept above the new call.
+    ``F.dropout(att, p=self.p, training=self.training)`` keeps its own condition."""
+    job = _job("head_attention_before.py")
+    requests = _attention_requests(job)
+    assert [r.cls for r in requests] == ["Head", "FunctionalDropout"]
+    for i, request in enumerate(requests):
+        request.id = f"attention{i}"
+    result = _rewrite(job, *requests, combine=True)
+    assert result.rewrite is not None and result.rewrite.combined is not None
+    for outcome in result.rewrite.outcomes:
+        assert outcome.applicability == "safe", (outcome.id, outcome.reason)
+        assert any("in training mode" in c for c in outcome.checks), outcome.checks
+    after = apply_edits(job.source, result.rewrite.combined.edits)
+    assert after == (FIXTURES / "head_attention_after.py").read_text()
+
+
+def test_training_mode_catches_a_dropout_the_edit_drops() -> None:
+    """Without ``dropout_p`` the edit computes the same in eval mode only."""
+    original = _original("head_attention_before.py")
+    source = original.source
+    start = source.index("        wei = q @ k")
+    end = source.index("        v = self.value(x)")
+    lines = source[:start].count("\n") + 1, source[:end].count("\n") + 1
+    edits = [
+        TextEdit(Span(lines[0], 0, lines[1], 0), ""),
+        _replace(source, "out = wei @ v", "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)"),
+    ]  # fmt: skip
+    eval_only = verify(original, Change(edits, ["Head"], ["Head"]), RewriteJob(), lambda *a: None)
+    assert eval_only.applicability == "safe", eval_only.reason
+    both = Change(edits, ["Head"], ["Head"], train=["Head"])
+    verdict = verify(original, both, RewriteJob(), lambda *a: None)
+    assert verdict.applicability == "unsafe"
+    assert "outputs differ in training mode (dropout on, same seed)" in verdict.reason

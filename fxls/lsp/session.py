@@ -907,13 +907,19 @@ class Session:
                 o.candidate.fix_all and (o.outcome is None or fixes.applies(o.outcome, unsafe))
                 for o in offered
             ),
+            disabled=bool(self._capability("text_document", "code_action", "disabled_support")),
         )
 
     async def resolve_code_action(self, action: types.CodeAction) -> types.CodeAction:
         """Compute a listed action's edit in the worker, verified; refused when the document
-        changed since it was listed (never raises)."""
+        changed since it was listed (never raises). A refusal is also said with
+        ``window/showMessage``: editors do not read ``disabled`` on a resolved action, so it
+        would otherwise change nothing and say nothing. Work-done progress shows while it
+        takes longer than PROGRESS_DELAY_S."""
+        title = action.title
         try:
-            return await self._resolve(action)
+            async with self._progress_after(f"checking: {title}"):
+                done = await self._resolve(action)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -921,7 +927,40 @@ class Session:
             self.log(
                 f"fxls: code action failed: {type(exc).__name__}: {exc}", types.MessageType.Error
             )
-            return code_actions.refused(action, f"fxls failed: {type(exc).__name__}: {exc}")
+            done = code_actions.refused(action, f"fxls failed: {type(exc).__name__}: {exc}")
+        message = code_actions.refused_message(done)
+        if message is not None:
+            self.show(message, types.MessageType.Warning)
+        return done
+
+    @contextlib.asynccontextmanager
+    async def _progress_after(self, message: str) -> AsyncIterator[None]:
+        """Work-done progress (created by the server) around the block once it has run for
+        PROGRESS_DELAY_S, when the client supports it; ended when the block ends."""
+        began: list[str] = []
+
+        async def show() -> None:
+            await asyncio.sleep(PROGRESS_DELAY_S)
+            if not self._capability("window", "work_done_progress"):
+                return
+            token = f"fxls-resolve-{next(self._tokens)}"
+            await self.lsp.work_done_progress.create_async(token)
+            text = markdown.plain(message, markdown.MAX_LABEL)
+            begin = types.WorkDoneProgressBegin(title="fxls", message=text)
+            self.lsp.work_done_progress.begin(token, begin)
+            began.append(token)
+
+        task = self.spawn(show())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            for token in began:
+                with contextlib.suppress(Exception):
+                    end = types.WorkDoneProgressEnd(message="done")
+                    self.lsp.work_done_progress.end(token, end)
 
     async def _resolve(self, action: types.CodeAction) -> types.CodeAction:
         data = action.data if isinstance(action.data, dict) else {}

@@ -365,11 +365,19 @@ async def test_in_place_statement_is_never_removed(client: LanguageClient) -> No
     assert await _actions(client, uri, types.Range(at, at), only=["quickfix"]) == []
     diag = next(d for d in diags if d.code == "FX302")
     (fix,) = await _actions(client, uri, diag.range, [diag], only=["quickfix"])
+    shown = len(client.messages)
     done = await client.code_action_resolve_async(fix)
     assert done.edit is None and done.disabled is not None
     assert "in place" in done.disabled.reason
-    # listed again at the same version: known unavailable, no longer offered
-    assert await _actions(client, uri, diag.range, [diag], only=["quickfix"]) == []
+    # the editor applies a resolved action without reading `disabled`: it is also said
+    (message,) = client.messages[shown:]
+    assert message.type == types.MessageType.Warning
+    assert message.message == f"{fix.title}: {done.disabled.reason}"
+    # listed again at the same version: known unavailable, so disabled with the reason for
+    # a client that shows disabled actions (VS Code greys it out)
+    (again,) = await _actions(client, uri, diag.range, [diag], only=["quickfix"])
+    assert again.title == fix.title and again.edit is None
+    assert again.disabled is not None and again.disabled.reason == done.disabled.reason
     _close(client, uri)
 
 
@@ -404,9 +412,102 @@ async def test_unsafe_fix_refused_by_default(client: LanguageClient) -> None:
         assert done.edit is None and done.disabled is not None
         assert "too large to verify" in done.disabled.reason
         assert "fxls.codeActions.unsafe" in done.disabled.reason
-        assert await _actions(client, uri, diag.range, [diag], only=["quickfix"]) == []
+        (again,) = await _actions(client, uri, diag.range, [diag], only=["quickfix"])
+        assert again.disabled is not None and again.disabled.reason == done.disabled.reason
         _close(client, uri)
     finally:
         client.workspace_did_change_configuration(
             types.DidChangeConfigurationParams(settings={"fxls": {"codeActions": {}}})
         )
+
+
+async def test_refusal_said_to_a_client_without_disabled_actions(
+    unsafe_client: LanguageClient,
+) -> None:
+    """Neovim 0.11 neither declares ``disabledSupport`` nor reads ``disabled`` on a resolved
+    action: picking a refused action there is answered with a message, and the action is no
+    longer listed."""
+    uri, _ = _open(unsafe_client, "unsafe_before.py")
+    diags = await _diagnostics(unsafe_client, uri)
+    diag = next(d for d in diags if d.code == "FX302")
+    (fix,) = await _actions(unsafe_client, uri, diag.range, [diag], only=["quickfix"])
+    shown = len(unsafe_client.messages)
+    done = await unsafe_client.code_action_resolve_async(fix)
+    assert done.edit is None and done.disabled is not None
+    (message,) = unsafe_client.messages[shown:]
+    assert message.message.startswith("Remove unused `self.fc(h).mul_(2)`: fxls cannot make")
+    assert "`mul_` works in place" in message.message
+    assert await _actions(unsafe_client, uri, diag.range, [diag], only=["quickfix"]) == []
+    _close(unsafe_client, uri)
+
+
+async def test_len_fix_where_the_original_was_captured_on_fake_tensors(
+    client: LanguageClient,
+) -> None:
+    """``n = len(x)``: the original's output is ``[2, 8]`` (the fake run fixed the batch
+    size), the edit's ``[B, 8]``; the fix is not refused for "the output shapes change"."""
+    uri, text = _open(client, "len_shapes_before.py")
+    diags = await _diagnostics(client, uri)
+    diag = next(d for d in diags if d.code == "FX102")
+    (fix,) = await _actions(client, uri, diag.range, [diag], only=["quickfix"])
+    done = await client.code_action_resolve_async(fix)
+    assert done.edit is not None, done.disabled
+    after = _apply(text, done.edit, uri, "utf-16")
+    assert after == (FIXTURES / "len_shapes_after.py").read_text()
+    _close(client, uri)
+
+
+async def test_causal_attention_of_a_model_too_large_to_run(client: LanguageClient) -> None:
+    """minGPT's attention block, built by a model over ``maxParams`` from a configuration fxls
+    filled in: verified alone."""
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"fxls": {"codeActions": {"maxParams": 50000}}})
+    )
+    try:
+        uri, text = _open(client, "causal_attention_before.py")
+        await _diagnostics(client, uri)
+        line = text.split("\n").index("        att = F.softmax(att, dim=-1)")
+        at = types.Position(line, 12)
+        actions = await _actions(client, uri, types.Range(at, at), only=["refactor.rewrite"])
+        (refactor,) = [a for a in actions if "scaled_dot_product_attention" in a.title]
+        done = await client.code_action_resolve_async(refactor)
+        assert done.edit is not None, done.disabled
+        after = _apply(text, done.edit, uri, "utf-16")
+        assert after == (FIXTURES / "causal_attention_after.py").read_text()
+        _close(client, uri)
+    finally:
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"fxls": {"codeActions": {}}})
+        )
+
+
+async def test_progress_while_a_slow_resolve_runs(client: LanguageClient) -> None:
+    """Resolving an action that takes longer than half a second shows work-done progress,
+    ended when the answer is sent; a quick one (the outcome known) shows none."""
+    uri, _text = _open(client, "slow_before.py")
+    diags = await _diagnostics(client, uri)
+    diag = next(d for d in diags if d.code == "FX302")
+    (fix,) = await _actions(client, uri, diag.range, [diag], only=["quickfix"])
+    known = set(client.progress_reports)
+    done = await client.code_action_resolve_async(fix)
+    assert done.edit is not None, done.disabled
+    new = [t for t in client.progress_reports if t not in known]
+    assert len(new) == 1, client.progress_reports
+    begin, *_, end = client.progress_reports[new[0]]
+    assert isinstance(begin, types.WorkDoneProgressBegin)
+    assert begin.message == f"checking: {fix.title}"
+    assert isinstance(end, types.WorkDoneProgressEnd)
+    known = set(client.progress_reports)
+    again = await client.code_action_resolve_async(fix)
+    assert again.edit is not None
+    assert set(client.progress_reports) == known
+    _close(client, uri)
+
+
+async def test_a_pass_is_blamed_at_the_edit_its_own_lint_found(client: LanguageClient) -> None:
+    uri, text = _open(client, "pass_lint.py")
+    diags = await _diagnostics(client, uri)
+    (blamed,) = [d for d in diags if str(d.code).startswith("FX35")]
+    assert blamed.code == "FX353"
+    assert blamed.range.start.line == text.split("\n").index("    fc1.args = (fc2,)")
+    _close(client, uri)

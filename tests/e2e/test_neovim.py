@@ -161,6 +161,48 @@ def test_neovim_applies_a_quick_fix_then_fixes_all(tmp_path: Path) -> None:
     assert result["fixed_all_lines"] == after[:-1]
 
 
+REFUSED_DRIVER = Path(__file__).resolve().parent / "nvim" / "refused_action.lua"
+
+
+def test_neovim_says_why_a_picked_action_is_refused(tmp_path: Path) -> None:
+    """Neovim 0.11 applies a resolved action without reading its ``disabled`` reason: picking
+    a fix that fxls refuses used to change nothing and say nothing. The server's
+    ``window/showMessage`` reaches ``:messages``; the buffer stays as it was."""
+    target = tmp_path / "in_place.py"
+    text = (REWRITES / "unsafe_before.py").read_text()
+    target.write_text(text)
+    out = tmp_path / "result.json"
+    env = dict(os.environ)
+    for name in ("CONFIG", "DATA", "CACHE", "STATE"):
+        env[f"XDG_{name}_HOME"] = str(tmp_path / name.lower())
+    env.update(
+        FXLS_NVIM_CONFIG=str(CONFIG),
+        FXLS_NVIM_FILE=str(target),
+        FXLS_NVIM_OUT=str(out),
+        FXLS_NVIM_CODE="FX302",
+        FXLS_NVIM_LINE="self.fc(h).mul_(2)",
+        FXLS_NVIM_TITLE="Remove unused",
+        FXLS_CMD=json.dumps([sys.executable, "-m", "fxls", "serve"]),
+    )
+    proc = subprocess.run(
+        [str(NVIM), "--headless", "--clean", "-c", f"luafile {REFUSED_DRIVER}"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.exists(), f"no result (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    result: dict[str, Any] = json.loads(out.read_text())
+    assert proc.returncode == 0, (result.get("error"), result.get("titles"), proc.stderr[-2000:])
+    assert "Remove unused `self.fc(h).mul_(2)`" in result["titles"]
+    assert (
+        "LSP[fxls][Warning] Remove unused `self.fc(h).mul_(2)`: fxls cannot make this fix: "
+        "`mul_` works in place" in result["messages"]
+    ), result["messages"]
+    assert result["lines"] == text.split("\n")[:-1]
+
+
 TRACE_DRIVER = Path(__file__).resolve().parent / "nvim" / "trace.lua"
 SHIPPED = ROOT / "docs" / "editors"
 TRACES = [

@@ -236,6 +236,7 @@ def _list(
     rng: types.Range,
     only: list[str] | None = None,
     unsafe: bool = False,
+    disabled: bool = False,
 ) -> list[types.CodeAction]:
     return code_actions.lsp_code_actions(
         offered,
@@ -248,6 +249,7 @@ def _list(
         mapper=lambda line: line,
         unsafe=unsafe,
         fix_all=True,
+        disabled=disabled,
     )
 
 
@@ -294,6 +296,30 @@ def test_known_outcomes_decide_what_is_listed() -> None:
     safe = FixOutcome("x", "safe", "Verified title", edit)
     (shown,) = _list([_offered(safe)], rng, only=["quickfix"])
     assert shown.title == "Verified title" and shown.is_preferred is True
+    assert shown.disabled is None
+
+
+def test_known_refusals_are_listed_disabled_with_the_reason_for_clients_that_show_them() -> None:
+    """VS Code shows a disabled action greyed out with its reason; a client without
+    ``disabledSupport`` (Neovim 0.11) does not get it."""
+    item = _offered()
+    rng = _at(item.span.line - 1, item.span.col)
+    unavailable = FixOutcome("x", "unavailable", "x", reason="`h.mul_` works in place")
+    (shown,) = _list([_offered(unavailable)], rng, only=["quickfix"], disabled=True)
+    assert shown.title == item.candidate.title  # not the outcome's placeholder title
+    assert shown.disabled is not None and shown.edit is None
+    assert shown.disabled.reason == "fxls cannot make this fix: `h.mul_` works in place"
+    assert shown.data is not None and shown.data["fix"] == item.candidate.id
+    edit = [TextEdit(Span(1, 0, 1, 0), "#\n")]
+    unsafe = FixOutcome("x", "unsafe", "Title", edit, reason="unsafe: too large\u202e\nto verify")
+    (shown,) = _list([_offered(unsafe)], rng, only=["quickfix"], disabled=True)
+    assert shown.disabled is not None
+    assert shown.disabled.reason == (
+        "not verified safe: unsafe: too large\\u202e to verify; "
+        "set `fxls.codeActions.unsafe` to apply it anyway"
+    )
+    (shown,) = _list([_offered(unsafe)], rng, only=["quickfix"], unsafe=True, disabled=True)
+    assert shown.disabled is None and shown.title.startswith("Title (unsafe: too large")
 
 
 def test_resolved_edits_are_minimal_and_in_the_client_encoding() -> None:
@@ -334,6 +360,29 @@ def test_resolved_refusals_say_why() -> None:
         types.CodeAction(title="t"), unsafe, "", "u", 1, UTF16, unsafe=True
     )
     assert done.edit is not None and done.title == "t (unsafe: r)"
+    assert code_actions.refused_message(done) is None
+    # an action listed disabled, resolved once unsafe fixes are on: no longer disabled
+    listed = code_actions.refused(types.CodeAction(title="t"), "not verified safe")
+    done = code_actions.resolved(listed, unsafe, "", "u", 1, UTF16, unsafe=True)
+    assert done.edit is not None and done.disabled is None
+
+
+def test_a_refused_resolve_is_also_a_message() -> None:
+    """Editors apply a resolved action without reading ``disabled``: the server says the
+    reason with ``window/showMessage`` too, as plain text on one line, capped."""
+    why = FixOutcome(
+        "x", "unavailable", "t", reason="the output shapes of `Net` change\n[evil](command:x)"
+    )
+    done = code_actions.resolved(types.CodeAction(title="Replace `len(x)`"), why, "", "u", 1, UTF16)
+    message = code_actions.refused_message(done)
+    assert message == (
+        "Replace `len(x)`: fxls cannot make this fix: the output shapes of `Net` change "
+        "[evil](command:x)"
+    )
+    long = FixOutcome("x", "unavailable", "t", reason="x" * 5000)
+    done = code_actions.resolved(types.CodeAction(title="t"), long, "", "u", 1, UTF16)
+    message = code_actions.refused_message(done)
+    assert message is not None and len(message) <= 1000 and message.endswith("…")
 
 
 def _sample(before: list[float], after: list[float], dtype: str = "torch.float32") -> OutputSample:

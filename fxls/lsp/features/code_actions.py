@@ -4,7 +4,9 @@ Listing is pure and fast: each :class:`~fxls.engine.fixes.Candidate` whose span 
 the analysis becomes a ``CodeAction`` without an edit, with everything needed to compute it in
 ``data`` (uri, document version, class, fix id, kind, span on the current text). The edit is
 computed in ``codeAction/resolve`` by the worker; :func:`resolved` turns its outcome into a
-``WorkspaceEdit`` of minimal text edits, or a disabled action that says why not.
+``WorkspaceEdit`` of minimal text edits, or a disabled action that says why not
+(:func:`refused_message`: the same reason for ``window/showMessage``). An action whose outcome
+is already known to be refused is listed disabled with the reason, for clients that show those.
 """
 
 from __future__ import annotations
@@ -103,17 +105,28 @@ def fix_request(data: Any) -> FixRequest | None:
         return None
 
 
-def _title(offered: Offered, unsafe: bool) -> str | None:
-    """The title, or None when the action must not be offered (known unavailable, or unsafe
-    while unsafe fixes are off)."""
+def refusal(outcome: FixOutcome | None, unsafe: bool) -> str | None:
+    """Why an outcome cannot be applied, for people (None when it can)."""
+    if outcome is None or outcome.applicability == "unavailable" or not outcome.edits:
+        why = outcome.reason if outcome is not None and outcome.reason else "nothing to change"
+        return f"fxls cannot make this fix: {why}"
+    if not applies(outcome, unsafe):
+        return f"not verified safe: {outcome.reason}; {UNSAFE_HINT}"
+    return None
+
+
+def _title(offered: Offered, unsafe: bool) -> tuple[str, str | None]:
+    """The title, and why the action is refused when that is known already (known
+    unavailable, or unsafe while unsafe fixes are off)."""
     outcome = offered.outcome
     if outcome is None:
-        return offered.candidate.title
-    if outcome.applicability == "unavailable" or not outcome.edits:
-        return None
+        return offered.candidate.title, None
+    why = refusal(outcome, unsafe)
+    if why is not None:
+        return offered.candidate.title, why
     if outcome.applicability == "unsafe":
-        return f"{outcome.title} ({outcome.reason})" if unsafe else None
-    return outcome.title
+        return f"{outcome.title} ({outcome.reason})", None
+    return outcome.title, None
 
 
 def lsp_code_actions(
@@ -128,9 +141,15 @@ def lsp_code_actions(
     mapper: LineMapper,
     unsafe: bool = False,
     fix_all: bool = False,
+    disabled: bool = False,
 ) -> list[types.CodeAction]:
     """The actions for ``request``: fixes whose span or diagnostic is there, refactors at the
-    cursor, and ``source.fixAll.fxls`` when ``fix_all`` and any fix applies to the file."""
+    cursor, and ``source.fixAll.fxls`` when ``fix_all`` and any fix applies to the file.
+
+    An action already known to be refused for this version of the document (resolved before:
+    unavailable, or unsafe while unsafe fixes are off) is listed disabled, with the reason,
+    for a client that shows disabled actions (``disabled``: ``disabledSupport``), else left
+    out."""
     only = [str(getattr(k, "value", k)) for k in context.only] if context.only else None
     actions: list[types.CodeAction] = []
     for item in offered:
@@ -138,8 +157,8 @@ def lsp_code_actions(
         kind = kind_of(c)
         if not wanted(only, kind):
             continue
-        title = _title(item, unsafe)
-        if title is None:
+        title, why = _title(item, unsafe)
+        if why is not None and not disabled:
             continue
         rng = _range(item.span, lines, encoding)
         diagnostics = []
@@ -157,6 +176,7 @@ def lsp_code_actions(
                 kind=kind,
                 diagnostics=diagnostics or None,
                 is_preferred=True if safe and c.category == "quickfix" else None,
+                disabled=types.CodeActionDisabled(reason=md.plain(why)) if why else None,
                 data=request_data(item, uri, version),
             )
         )
@@ -178,6 +198,18 @@ def refused(action: types.CodeAction, reason: str) -> types.CodeAction:
     return action
 
 
+def refused_message(action: types.CodeAction) -> str | None:
+    """What ``window/showMessage`` says when a resolved action is refused (None when it is
+    not): its title and the reason, as plain text. Editors do not read ``disabled`` on a
+    resolved action (Neovim 0.11 applies what it holds: nothing), so a refusal would otherwise
+    change nothing and say nothing. The server makes every message inert on its way out
+    (``markdown.notice``)."""
+    if action.disabled is None:
+        return None
+    title = md.plain(action.title or "this action", md.MAX_LABEL)
+    return md.plain(f"{title}: {action.disabled.reason}", md.MAX_NOTICE)
+
+
 def resolved(
     action: types.CodeAction,
     outcome: FixOutcome | None,
@@ -190,11 +222,11 @@ def resolved(
     versioned: bool = True,
 ) -> types.CodeAction:
     """``action`` with the outcome's edit (minimal text edits on ``text``), or disabled."""
-    if outcome is None or outcome.applicability == "unavailable" or not outcome.edits:
-        why = outcome.reason if outcome is not None and outcome.reason else "nothing to change"
-        return refused(action, f"fxls cannot make this fix: {why}")
-    if not applies(outcome, unsafe):
-        return refused(action, f"not verified safe: {outcome.reason}; {UNSAFE_HINT}")
+    why = refusal(outcome, unsafe)
+    if why is not None:
+        return refused(action, why)
+    assert outcome is not None
+    action.disabled = None
     if outcome.applicability == "unsafe" and md.plain(outcome.reason) not in action.title:
         action.title = md.plain(f"{action.title} ({outcome.reason})", md.MAX_LABEL)
     action.edit = workspace_edit(uri, version, text, apply_edits(text, outcome.edits), encoding,

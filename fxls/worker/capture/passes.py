@@ -14,7 +14,9 @@ problem is reported at the line of the pass that created or broke the node (FX35
 - a node used before its definition (FX353, where the used node was created or the use made);
 - no output node, or two (FX355);
 - any other ``Graph.lint()`` failure (FX351);
-- the pass raising (FX356, at the raising line) or returning something that is not a
+- the pass raising (FX356, at the raising line; when it is the pass's own ``graph.lint()``
+  that raises, the graph is checked as above and the problem blamed on the edit that made it,
+  as if the pass had returned the graph) or returning something that is not a
   ``GraphModule``/``Graph`` (FX357, at the ``return``); a pass that runs longer than its budget
   (:data:`PASS_SECONDS`) is stopped and reported as raising, at the line it was running.
 
@@ -352,6 +354,9 @@ class PassRun:
                     node=node.name,
                 )
                 return None
+            linted = _linted_graph(exc)
+            if linted is not None and self._check(linted):
+                return None  # its own ``graph.lint()`` found what the pass broke: blame the edit
             span = user_span(exc, self.doc.path, self.doc.source) or self.def_span
             self.report(catalogue.FX356(span, fn=name, cls=cls, error=one_line(exc)))
             return None
@@ -505,6 +510,18 @@ def _names(text: str, name: str) -> bool:
             return True
         start = text.find(name, start + 1)
     return False
+
+
+def _linted_graph(exc: BaseException) -> torch.fx.Graph | None:
+    """The graph whose ``Graph.lint()`` raised ``exc``, when it did."""
+    lint = torch.fx.Graph.lint.__code__
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is lint:
+            graph = tb.tb_frame.f_locals.get("self")
+            return graph if isinstance(graph, torch.fx.Graph) else None
+        tb = tb.tb_next
+    return None
 
 
 def _caused_by(exc: BaseException, cause: BaseException | None) -> bool:

@@ -38,6 +38,9 @@ class Proposal:
     traces_past: bool = False
     """A trace fix-it: plain ``torch.fx.symbolic_trace`` must no longer fail in the edited
     text (it may fail further on)."""
+    train: bool = False
+    """The edit changes what the module does in training mode (dropout): it must compute the
+    same in training mode too, with the same seed before each run."""
     alternatives: list[list[TextEdit]] = field(default_factory=list)
     """Other edits for the same fix, tried in order when ``edits`` does not verify safe."""
     gone: list[tuple[str, str, Span]] = field(default_factory=list)

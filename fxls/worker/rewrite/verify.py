@@ -4,15 +4,20 @@ An edit is **safe** only when all of these hold for every class it touches:
 
 1. the edited file parses and runs;
 2. each class builds and captures at least as far as before (traced, then partial with shapes,
-   then nodes only), with the same output shapes, no new error and no new ``Graph.lint()``
-   failure (FX301); the diagnostics the fix is for are gone;
+   then nodes only), with the same output shapes (a size the original fixed to its example
+   value, which the edit keeps symbolic, is the same size), no new error and no new
+   ``Graph.lint()`` failure (FX301); the diagnostics the fix is for are gone;
 3. for a trace fix-it, plain ``torch.fx.symbolic_trace`` no longer fails in the edited text;
 4. for an edit of code (not of directives), the edited module computes the same as the
-   original: both built on the CPU from the same expression with the same seed, the original's
-   state_dict copied into the edited one after BatchNorm statistics and affine parameters (and
-   any parameter filled with one constant) are randomized, eval mode and no_grad, outputs
-   allclose on at least two random inputs, one with another batch size when the inputs have
-   one; integer inputs stay within the smallest embedding.
+   original: both built on the CPU the way the capture built them (its expression, or the
+   recipe that filled in a configuration object, made again in each document) with the same
+   seed, the original's state_dict copied into the edited one after BatchNorm statistics and
+   affine parameters (and any parameter filled with one constant) are randomized, eval mode
+   and no_grad, outputs allclose on at least two random inputs, one with another batch size
+   when the inputs have one; integer inputs stay within the smallest embedding. A class built
+   inside a parent too large to run is built alone: the parent on the meta device, the class
+   on the CPU (:meth:`Rebuild.build_alone`). An edit that changes what dropout does
+   (``Proposal.train``) is also compared in training mode, with the same seed before each run.
 
 A difference in outputs, or a module too large to run (``RewriteJob.max_params``), is
 **unsafe** with the reason (the counterexample: input sizes and largest difference). An edit
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +64,7 @@ from fxls.protocol.model import (
 from fxls.protocol.outputs import ATOL, RTOL, SAMPLED_OUTPUTS, SAMPLED_VALUES, integer, pack
 from fxls.protocol.positions import contains, split_lines
 from fxls.worker.capture import failures
+from fxls.worker.capture.build import construct
 from fxls.worker.capture.document import Document
 from fxls.worker.capture.pipeline import capture_document
 from fxls.worker.capture.reporting import one_line
@@ -98,6 +105,8 @@ class Change:
     """Classes whose code changed: they must compute the same on real tensors."""
     traces_past: list[str] = field(default_factory=list)
     """Classes of trace fix-its: plain torch.fx must no longer fail at the edit."""
+    train: list[str] = field(default_factory=list)
+    """Classes that must compute the same in training mode too (dropout on, same seed)."""
     gone: list[tuple[str, str, Span]] = field(default_factory=list)
     requests: dict[str, Callable[[ClassRequest], None]] = field(default_factory=dict)
     """Per class: how the edit changes its capture request (directives added)."""
@@ -109,6 +118,7 @@ def change_of(fix_cls: str, proposal: Proposal, edits: list[TextEdit] | None = N
         classes=[fix_cls],
         numeric=[fix_cls] if proposal.check == "numeric" else [],
         traces_past=[fix_cls] if proposal.traces_past else [],
+        train=[fix_cls] if proposal.train else [],
         gone=list(proposal.gone),
         requests=dict(proposal.requests),
     )
@@ -121,6 +131,7 @@ def merge(changes: Sequence[Change]) -> Change:
         out.classes.extend(c for c in change.classes if c not in out.classes)
         out.numeric.extend(c for c in change.numeric if c not in out.numeric)
         out.traces_past.extend(c for c in change.traces_past if c not in out.traces_past)
+        out.train.extend(c for c in change.train if c not in out.train)
         out.gone.extend(change.gone)
         for cls, update in change.requests.items():
             previous = out.requests.get(cls)
@@ -221,7 +232,8 @@ def verify(
         if before.status == "skipped":
             continue
         after = next((m for m in result.modules if m.name == before.name), None)
-        problem = _compare_captures(before, after, change, shift)
+        sizes = example_sizes(original, before.name)
+        problem = _compare_captures(before, after, change, shift, sizes)
         if problem is not None:
             return Verdict.unavailable(problem, checks)
     checks.append(_capture_check(change.classes, result))
@@ -239,7 +251,7 @@ def verify(
         return Verdict("safe", "", checks)
     samples: list[OutputSample] = []
     for name in change.numeric:
-        verdict = compare_outputs(original, doc, name, rewrite)
+        verdict = compare_outputs(original, doc, name, rewrite, train=name in change.train)
         checks.extend(verdict.checks)
         samples.extend(verdict.samples)
         if verdict.applicability != "safe":
@@ -259,6 +271,7 @@ def _edited_job(original: Original, edited: str, change: Change, shift: LineShif
             inputs=[_shifted_spec(s, shift) for s in req.inputs],
             leaf=list(req.leaf),
             skip=req.skip,
+            call_sites=list(req.call_sites),
         )
         update = change.requests.get(req.name)
         if update is not None:
@@ -296,14 +309,107 @@ def _reach(mod: ModuleResult) -> int:
     return _RANK.get(mod.status, 0)
 
 
-def _shape_key(mod: ModuleResult) -> list[tuple[Any, ...]]:
-    return [(v.kind, tuple(map(str, v.shape or [])), v.dtype) for v in mod.outputs]
+def example_sizes(original: Original, name: str) -> dict[str, int]:
+    """The example size of each named dimension of the inputs class ``name`` was captured
+    with (``{"B": 2, "T": 8}``)."""
+    capture = original.doc.captures.get(name)
+    feeds = getattr(capture, "feeds", None) or []
+    return {dim: size for feed in feeds for dim, size in feed.dims if dim is not None}
+
+
+def same_shapes(before: ModuleResult, after: ModuleResult, sizes: dict[str, int]) -> bool:
+    """Whether the outputs of two captures of a class have the same kinds, dtypes and shapes.
+
+    A size the original fixed to a number where the edit keeps it symbolic is the same shape
+    when the edit's size, at the example sizes of the inputs (``sizes``), is that number: the
+    original ran ``forward`` on fake tensors and something there (``len(x)``, ``int(n)``,
+    a branch on a size) fixed the dimension to its example value, which the edit no longer
+    does. The reverse (the edit fixes a size the original kept) is a change.
+    """
+    if len(before.outputs) != len(after.outputs):
+        return False
+    for old, new in zip(before.outputs, after.outputs):
+        if (old.kind, old.dtype) != (new.kind, new.dtype):
+            return False
+        old_shape, new_shape = old.shape or [], new.shape or []
+        if len(old_shape) != len(new_shape):
+            return False
+        for a, b in zip(old_shape, new_shape):
+            if str(a) == str(b):
+                continue
+            if not (isinstance(a, int) and isinstance(b, str) and size_value(b, sizes) == a):
+                return False
+    return True
+
+
+def _shapes_text(mod: ModuleResult) -> str:
+    shapes = [f"[{', '.join(map(str, v.shape or []))}]" for v in mod.outputs if v.shape]
+    return ", ".join(shapes[:4]) + (", ..." if len(shapes) > 4 else "")
+
+
+_SIZE_OPS: dict[type, Callable[[int, int], int]] = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b,
+    ast.Mod: lambda a, b: a % b,
+}
+_SIZE_CALLS: dict[str, Callable[[list[int]], int]] = {
+    "Max": max,
+    "Min": min,
+    "max": max,
+    "min": min,
+}
+
+
+def size_value(text: str, sizes: dict[str, int]) -> int | None:
+    """The value of a symbolic size as fxls prints it (``T - 1``, ``2*B``, ``(T//2)``,
+    ``Max(1, T)``) at the example ``sizes``; None when it holds anything else."""
+    if len(text) > 200:
+        return None
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+    def value(node: ast.AST, depth: int) -> int:
+        if depth > 30:
+            raise ValueError("too deep")
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name) and node.id in sizes:
+            return sizes[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -value(node.operand, depth + 1)
+        if isinstance(node, ast.BinOp) and type(node.op) in _SIZE_OPS:
+            return _SIZE_OPS[type(node.op)](
+                value(node.left, depth + 1), value(node.right, depth + 1)
+            )
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _SIZE_CALLS
+            and node.args
+            and not node.keywords
+        ):
+            return _SIZE_CALLS[node.func.id]([value(a, depth + 1) for a in node.args])
+        raise ValueError("not a size")
+
+    try:
+        return value(tree.body, 0)
+    except (ValueError, ZeroDivisionError):
+        return None
 
 
 def _compare_captures(
-    before: ModuleResult, after: ModuleResult | None, change: Change, shift: LineShift
+    before: ModuleResult,
+    after: ModuleResult | None,
+    change: Change,
+    shift: LineShift,
+    sizes: dict[str, int],
 ) -> str | None:
-    """Why the edited capture of a class is worse, or None."""
+    """Why the edited capture of a class is worse, or None (``sizes``: the example sizes of
+    the class's named input dimensions)."""
     if after is None or (after.build is None and before.build is not None):
         return f"`{before.name}` no longer builds" + (
             f": {after.error.type}: {after.error.message}" if after and after.error else ""
@@ -327,9 +433,12 @@ def _compare_captures(
         (own or same_build)
         and before.outputs
         and after.outputs
-        and _shape_key(before) != _shape_key(after)
+        and not same_shapes(before, after, sizes)
     ):
-        return f"the output shapes of `{before.name}` change"
+        return (
+            f"the output shapes of `{before.name}` change: {_shapes_text(before)} before, "
+            f"{_shapes_text(after)} after the edit"
+        )
     for code, cls, span in change.gone:
         if cls != before.name:
             continue
@@ -358,14 +467,6 @@ def _capture_check(names: list[str], result: CaptureResult) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def _build(doc: Document, expr: str, device: str) -> nn.Module:
-    with torch.device(device):
-        module = eval(expr, doc.namespace)  # the user's own constructor, in the sandbox
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"`{expr}` is a {type(module).__name__}, not a module")
-    return module
-
-
 def _plain_trace(
     original: Original,
     doc: Document,
@@ -376,11 +477,11 @@ def _plain_trace(
 ) -> tuple[str | None, str]:
     """Plain ``torch.fx.symbolic_trace`` of the edited class must not fail in the edit, nor
     where the original failed (``failed_at``, on the edited text)."""
-    how = original.module(name).constructed
-    if how is None or how.expr is None:
-        return None, f"`{name}`: cannot be rebuilt to trace with plain torch.fx (skipped)"
+    plan = rebuild_plan(original, name)
+    if isinstance(plan, str):
+        return None, f"`{name}`: cannot be rebuilt to trace with plain torch.fx (skipped: {plan})"
     try:
-        module = _build(doc, how.expr, "meta")
+        module = plan.build(doc, "meta")
     except Exception as exc:
         return f"the edited `{name}` does not build: {one_line(exc)}", ""
     try:
@@ -408,39 +509,208 @@ def _quiet() -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------------------
-# Real tensors
+# Building a class again
 # ---------------------------------------------------------------------------------------
 
 
-def compare_outputs(
-    original: Original, edited: Document, name: str, rewrite: RewriteJob
-) -> Verdict:
-    """Build both classes on the CPU and compare their outputs on random inputs."""
+class CannotRebuild(Exception):
+    """A class cannot be built again the way its capture built it; the message says why."""
+
+
+@dataclass
+class Rebuild:
+    """How the verification builds class ``name`` again, in the original and in the edited
+    document: the way its capture built it, or inside the parent class that built it.
+
+    ``root`` is the class built (``name`` itself, or the parent whose instance holds it at
+    ``path``); each document builds it by its own constructor call, so the edited document
+    builds its edited class.
+    """
+
+    original: Original
+    name: str
+    root: str
+    path: str
+    """Where the instance of ``name`` is inside ``root`` (``""``: it is ``root``)."""
+    params: int | None
+    """Parameters of ``name``."""
+    root_params: int | None
+    """Parameters of ``root``."""
+
+    def make_root(self, doc: Document) -> Callable[[], Any]:
+        """What builds ``root`` in ``doc``: the expression its capture recorded, else the
+        recipe of ``fxls.worker.capture.build.construct`` that built it (a configuration
+        object fxls filled in, which no expression writes down), made again in ``doc``."""
+        how = self.original.module(self.root).constructed
+        if how is None:
+            raise CannotRebuild(f"fxls does not know how `{self.root}` was built")
+        expr = how.expr
+        if expr is not None:
+            return lambda: eval(expr, doc.namespace)  # the user's own constructor, sandboxed
+        cls = doc.namespace.get(self.root)
+        request = next((r for r in doc.job.classes if r.name == self.root), None)
+        if not isinstance(cls, type) or request is None:
+            raise CannotRebuild(f"`{self.root}` is not a class of the edited file")
+        for index, recipe in enumerate(construct.recipes(doc, cls, request.call_sites)):
+            if index >= 2 * construct.MAX_RECIPES:
+                break
+            if (recipe.source, recipe.text) == (how.source, how.text):
+                return recipe.make
+        raise CannotRebuild(f"fxls cannot build `{how.text}` again")
+
+    def build(self, doc: Document, device: str) -> nn.Module:
+        """The instance of ``name`` in ``doc``, everything built on ``device``."""
+        make = self.make_root(doc)
+        with torch.device(device):
+            root = make()
+        return _part(root, self.path, self.root)
+
+    def build_alone(self, doc: Document) -> nn.Module:
+        """The instance of ``name`` in ``doc`` on the CPU, its parent ``root`` on the meta
+        device: only the class whose ``forward`` changed gets real tensors. ``name``'s
+        ``__init__`` runs on the CPU for the one instance at ``path`` (found by a first build
+        on the meta device, in construction order)."""
+        cls = doc.namespace.get(self.name)
+        if not isinstance(cls, type):
+            raise CannotRebuild(f"`{self.name}` is not a class of the edited file")
+        make = self.make_root(doc)
+        made: list[object] = []
+
+        def note(module: object) -> bool:
+            made.append(module)
+            return False
+
+        with torch.device("meta"), _init_hook(cls, note):
+            target = _part(make(), self.path, self.root)
+        index = next((i for i, m in enumerate(made) if m is target), None)
+        if index is None:
+            raise CannotRebuild(f"`{self.root}` does not build `{self.name}` itself")
+        count = itertools.count()
+        with torch.device("meta"), _init_hook(cls, lambda module: next(count) == index):
+            module = _part(make(), self.path, self.root)
+        on_meta = [n for n, t in itertools.chain(module.named_parameters(),
+                   module.named_buffers()) if t.device.type != "cpu"]  # fmt: skip
+        if on_meta:
+            raise CannotRebuild(
+                f"`{self.name}` holds tensors `{self.root}` made for it (`{on_meta[0]}`)"
+            )
+        return module
+
+
+def _part(root: Any, path: str, root_name: str) -> nn.Module:
+    if not isinstance(root, nn.Module):
+        raise TypeError(f"building `{root_name}` gives a {type(root).__name__}, not a module")
+    return root.get_submodule(path) if path else root
+
+
+@contextlib.contextmanager
+def _init_hook(cls: type, on_cpu: Callable[[object], bool]) -> Iterator[None]:
+    """While the block runs, each ``cls(...)`` calls ``on_cpu(instance)`` and runs its
+    ``__init__`` on the CPU when that returns True."""
+    had = "__init__" in cls.__dict__
+    init = cls.__init__  # type: ignore[misc]
+
+    def hooked(self: Any, *args: Any, **kwargs: Any) -> None:
+        if on_cpu(self):
+            with torch.device("cpu"):
+                init(self, *args, **kwargs)
+        else:
+            init(self, *args, **kwargs)
+
+    cls.__init__ = hooked  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        if had:
+            cls.__init__ = init  # type: ignore[misc]
+        else:
+            del cls.__init__  # type: ignore[misc]
+
+
+def rebuild_plan(original: Original, name: str) -> Rebuild | str:
+    """How to build ``name`` again (see :class:`Rebuild`), or why fxls cannot."""
     mod = original.module(name)
-    built, params = _built_from(original, mod)
-    if params is None or params > rewrite.max_params:
-        inside = f" (built inside `{built}`)" if built != name else ""
-        count = f"{params:,} parameters" if params is not None else "size unknown"
+    current, path, seen = mod, "", {name}
+    while current.constructed is not None and current.constructed.source == "parent":
+        how = current.constructed
+        record = original.doc.records.get(current.name) or original.doc.built_by_parents.get(
+            current.name
+        )
+        if record is None or getattr(record, "text", None) != how.text:
+            return f"fxls does not know where `{current.name}` is inside its parent"
+        path = f"{record.path}.{path}" if path else str(record.path)
+        parent = str(record.parent)
+        if parent in seen:
+            return f"`{parent}` is built inside itself"
+        seen.add(parent)
+        try:
+            current = original.module(parent)
+        except Exception:
+            return f"`{parent}` was not captured"
+    if current.constructed is None:
+        return f"fxls does not know how `{current.name}` was built"
+    return Rebuild(original, name, current.name, path, mod.params, current.params)
+
+
+def _count(params: int | None) -> str:
+    return f"{params:,} parameters" if params is not None else "size unknown"
+
+
+# ---------------------------------------------------------------------------------------
+# Real tensors
+# ---------------------------------------------------------------------------------------
+
+TRAIN_DROPOUT = 0.25
+"""Probability given, in the comparison in training mode, to every dropout module whose own is
+0 (both versions alike), so that the comparison sees dropout."""
+
+
+def compare_outputs(
+    original: Original, edited: Document, name: str, rewrite: RewriteJob, *, train: bool = False
+) -> Verdict:
+    """Build both classes on the CPU and compare their outputs on random inputs, in eval mode
+    and, with ``train``, in training mode too (dropout on, the same seed before each run)."""
+    plan = rebuild_plan(original, name)
+    if isinstance(plan, str):
+        return Verdict(
+            "unsafe", f"unsafe: `{name}` cannot be rebuilt to compare its outputs: {plan}"
+        )
+    whole = plan.root_params is not None and plan.root_params <= rewrite.max_params
+    alone = (
+        not whole
+        and plan.path != ""
+        and plan.params is not None
+        and plan.params <= rewrite.max_params
+    )
+    if not whole and not alone:
+        inside = f" (built inside `{plan.root}`)" if plan.root != name else ""
         return Verdict(
             "unsafe",
-            f"unsafe: too large to verify{inside}: {count}; fxls runs modules up to "
-            f"{rewrite.max_params:,} parameters on real tensors",
+            f"unsafe: too large to verify{inside}: {_count(plan.root_params)}; fxls runs "
+            f"modules up to {rewrite.max_params:,} parameters on real tensors",
         )
-    how = mod.constructed
-    if how is None or how.expr is None:
-        return Verdict("unsafe", f"unsafe: `{name}` cannot be rebuilt to compare its outputs")
     capture = original.capture(name)
     feeds = capture.feeds
     if feeds is None:
         return Verdict("unsafe", f"unsafe: the inputs of `{name}` are unknown")
-    try:
+
+    def build(doc: Document) -> nn.Module:
         torch.manual_seed(rewrite.seed)
-        before = _build(original.doc, how.expr, "cpu")
+        return plan.build_alone(doc) if alone else plan.build(doc, "cpu")
+
+    try:
+        before = build(original.doc)
     except Exception as exc:
+        if alone:
+            return Verdict(
+                "unsafe",
+                f"unsafe: too large to verify (built inside `{plan.root}`: "
+                f"{_count(plan.root_params)}), and `{name}` cannot be built on its own: "
+                f"{one_line(exc)}",
+            )
         return Verdict("unsafe", f"unsafe: `{name}` could not be built on the CPU: {one_line(exc)}")
     try:
-        torch.manual_seed(rewrite.seed)
-        after = _build(edited, how.expr, "cpu")
+        after = build(edited)
     except Exception as exc:
         return Verdict.unavailable(f"the edited `{name}` does not build: {one_line(exc)}")
     with torch.no_grad():
@@ -454,27 +724,24 @@ def compare_outputs(
     high = _int_high(before)
     compared: list[str] = []
     samples: list[OutputSample] = []
+    runs: list[list[Any]] = []
     for variant, batch in _variants(feeds):
         args = make_inputs(feeds, batch, rewrite.seed + variant, high)
         shown = _sizes(feeds, args)
-        with torch.no_grad():
-            try:
-                torch.manual_seed(rewrite.seed)
-                want = before(*_cloned(args))
-            except Exception:
-                continue  # the original does not run on these inputs: not a counterexample
-            try:
-                torch.manual_seed(rewrite.seed)
-                got = after(*_cloned(args))
-            except Exception as exc:
-                return Verdict(
-                    "unsafe", f"unsafe: the edited `{name}` raises on {shown}: {one_line(exc)}"
-                )
+        outcome = _run_both(before, after, args, rewrite.seed)
+        if outcome is None:
+            continue  # the original does not run on these inputs: not a counterexample
+        want, got = outcome
+        if isinstance(got, BaseException):
+            return Verdict(
+                "unsafe", f"unsafe: the edited `{name}` raises on {shown}: {one_line(got)}"
+            )
         difference = differ(want, got)
         if difference is not None:
             return Verdict("unsafe", f"unsafe: outputs differ on {shown}: {difference}")
         samples.extend(output_samples(want, got, shown))
         compared.append(shown)
+        runs.append(args)
         if len(compared) >= 2:
             break
     if len(compared) < 2:
@@ -483,30 +750,94 @@ def compare_outputs(
             f"unsafe: `{name}` ran on {len(compared)} random input(s) only; "
             "fxls compares at least two",
         )
+    where = (
+        f" (`{name}` alone on the CPU: `{plan.root}`, which builds it, has "
+        f"{_count(plan.root_params)} and was built on the meta device)"
+        if alone
+        else ""
+    )
+    checks = [
+        f"`{name}` computes the same (eval, BatchNorm statistics randomized) on "
+        + " and ".join(compared)
+        + where
+    ]
+    if train:
+        verdict = _compare_training(before, after, runs, compared, name, rewrite.seed)
+        if verdict.applicability != "safe":
+            return verdict
+        checks.extend(verdict.checks)
+        samples.extend(verdict.samples)
+    return Verdict("safe", checks=checks, samples=samples)
+
+
+def _run_both(
+    before: nn.Module, after: nn.Module, args: list[Any], seed: int
+) -> tuple[Any, Any] | None:
+    """Both modules on ``args``, each after seeding with ``seed``: (want, got), got being the
+    exception when the edited one raises; None when the original raises."""
+    with torch.no_grad():
+        try:
+            torch.manual_seed(seed)
+            want = before(*_cloned(args))
+        except Exception:
+            return None
+        try:
+            torch.manual_seed(seed)
+            got = after(*_cloned(args))
+        except Exception as exc:
+            return want, exc
+    return want, got
+
+
+def _compare_training(
+    before: nn.Module,
+    after: nn.Module,
+    runs: list[list[Any]],
+    shown: list[str],
+    name: str,
+    seed: int,
+) -> Verdict:
+    """Both modules in training mode on the inputs compared in eval: the same seed before each
+    run, so that dropout draws the same masks in both when the edit applies the same dropout
+    (``F.scaled_dot_product_attention`` on the CPU draws its ``dropout_p`` mask as
+    ``F.dropout`` does on the attention weights). Dropout modules whose probability is 0 get
+    :data:`TRAIN_DROPOUT` in both versions, so that a missing or wrong ``dropout_p`` shows."""
+    raised = 0.0
+    for module in (before, after):
+        for sub in module.modules():
+            if isinstance(sub, nn.modules.dropout._DropoutNd) and sub.p == 0:
+                sub.p = TRAIN_DROPOUT
+                raised = TRAIN_DROPOUT
+    before.train()
+    after.train()
+    samples: list[OutputSample] = []
+    for args, sizes in zip(runs, shown):
+        outcome = _run_both(before, after, args, seed)
+        if outcome is None:
+            continue
+        want, got = outcome
+        if isinstance(got, BaseException):
+            return Verdict(
+                "unsafe",
+                f"unsafe: the edited `{name}` raises in training mode on {sizes}: {one_line(got)}",
+            )
+        difference = differ(want, got)
+        if difference is not None:
+            return Verdict(
+                "unsafe",
+                f"unsafe: outputs differ in training mode (dropout on, same seed) on {sizes}: "
+                f"{difference}",
+            )
+        samples.extend(output_samples(want, got, f"{sizes} in training mode"))
+    dropout = f", dropout modules of p 0 set to {raised}" if raised else ""
     return Verdict(
         "safe",
         checks=[
-            f"`{name}` computes the same (eval, BatchNorm statistics randomized) on "
-            + " and ".join(compared)
+            f"`{name}` computes the same in training mode (dropout on, the same seed{dropout}) "
+            f"on {' and '.join(shown)}"
         ],
         samples=samples,
     )
-
-
-def _built_from(original: Original, mod: ModuleResult) -> tuple[str, int | None]:
-    """The class whose instance the verification builds (a parent's, for a submodule captured
-    from it) and its parameter count."""
-    seen = {mod.name}
-    while mod.constructed is not None and mod.constructed.source == "parent":
-        parent = mod.constructed.inputs_from
-        if parent is None or parent in seen:
-            return mod.name, None
-        seen.add(parent)
-        try:
-            mod = original.module(parent)
-        except Exception:
-            return parent, None
-    return mod.name, mod.params
 
 
 def randomize(module: nn.Module, seed: int) -> None:

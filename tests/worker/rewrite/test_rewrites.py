@@ -433,3 +433,150 @@ def test_unpacked_sizes_become_one_argument_for_any_rank() -> None:
     assert apply_edits(job.source, combined.edits) == after
     listed = _one(job, _fix("sizes", "Listed", _diagnostic(job, "Listed", "FX103").span, "FX103"))
     assert listed.applicability == "unavailable" and "unpacked" in listed.reason
+
+
+def test_a_pass_whose_own_lint_fails_is_blamed_at_its_edit() -> None:
+    """``fc1.args = (fc2,)`` then ``gm.graph.lint()`` in the pass: FX353 at the assignment,
+    not FX356 at the ``lint()`` line. The pass failed, so it is not offered as a refactor."""
+    from fxls.worker.capture.pipeline import run_capture
+
+    job = _job("pass_lint.py")
+    result = run_capture(job, lambda *a: None)
+    (net,) = result.modules
+    lines = job.source.split("\n")
+    blamed = [(d.code, d.span.line) for d in net.diagnostics if d.code.startswith("FX35")]
+    assert blamed == [("FX353", lines.index("    fc1.args = (fc2,)") + 1)]
+    (run,) = net.passes
+    assert run.status == "failed" and "used before it has been defined" in run.message
+
+
+# ---------------------------------------------------------------------------------------
+# False refusals
+# ---------------------------------------------------------------------------------------
+
+
+def test_len_of_an_input_the_fake_run_fixed_verifies() -> None:
+    """torch.fx fails on ``len(x)``, so the original is captured by running ``forward`` on
+    fake tensors, where ``len`` fixes the batch size: its output is ``[2, 8]``, the edit's
+    ``[B, 8]``. At the example sizes that is the same shape: the fix is safe."""
+    job = _job("len_shapes_before.py")
+    diag = _diagnostic(job, "Mean", "FX102")
+    _, result = capture_document(job, lambda *a: None)
+    (mod,) = result.modules
+    assert mod.strategy == "fake-run" and mod.outputs[0].shape == [2, 8]
+    outcome = _one(job, _fix("len", "Mean", diag.span, "FX102"))
+    assert outcome.applicability == "safe", outcome.reason
+    assert "captures as far with the same shapes: `Mean` traced (fx)" in outcome.checks
+    assert apply_edits(job.source, outcome.edits) == (FIXTURES / "len_shapes_after.py").read_text()
+
+
+def test_an_edit_that_fixes_a_size_the_original_kept_changes_the_shapes() -> None:
+    """The reverse of the above is a change, said with both shapes."""
+    original = _original("len_shapes_after.py")
+    edit = _replace(original.source, "return self.fc(x) / n", "return self.fc(x)[:2] / n")
+    verdict = verify(original, Change([edit], ["Mean"], ["Mean"]), RewriteJob(), lambda *a: None)
+    assert verdict.applicability == "unavailable"
+    assert "the output shapes of `Mean` change: [B, 8] before, [2, 8] after" in verdict.reason
+
+
+def test_size_values_at_the_example_sizes() -> None:
+    from fxls.worker.rewrite.verify import size_value
+
+    sizes = {"B": 2, "T": 8}
+    assert [size_value(t, sizes) for t in ("B", "T - 1", "2*B", "(T//2)", "Max(1, T)")] == [
+        2, 7, 4, 4, 8,
+    ]  # fmt: skip
+    assert [size_value(t, sizes) for t in ("C", "B + ", "x.y", "B**99999", "T/2")] == [None] * 5
+
+
+def _attention_requests(job: CaptureJob) -> list[FixRequest]:
+    """The attention refactor at each softmax, as the server lists it."""
+    from fxls.engine import fixes
+    from fxls.engine.analyze import FileAnalysis
+
+    _, result = capture_document(job, lambda *a: None)
+    analysis = FileAnalysis(
+        path=job.path, version=1, modules=result.modules, classes=parse(job.source).classes
+    )
+    requests: dict[str, FixRequest] = {}
+    for mod in result.modules:
+        for _, softmax in fixes.attention_spans(mod):
+            for cand in fixes.refactors_at(analysis, job.source, softmax.line, softmax.col):
+                if cand.kind == "attention":
+                    requests.setdefault(cand.id, cand.request())
+    return list(requests.values())
+
+
+def test_causal_attention_built_from_a_filled_config_is_rebuilt_by_its_recipe() -> None:
+    """minGPT: the model is built from ``GPT.get_default_config()`` with sizes fxls fills in,
+    which no expression writes down, and the attention block is the one the model builds. The
+    verification builds both again the same way, in eval and in training mode (dropout)."""
+    job = _job("causal_attention_before.py")
+    (request,) = _attention_requests(job)
+    assert request.cls == "CausalSelfAttention"
+    outcome = _one(job, request)
+    assert outcome.applicability == "safe", outcome.reason
+    after = (FIXTURES / "causal_attention_after.py").read_text()
+    assert apply_edits(job.source, outcome.edits) == after
+    assert "dropout_p=self.attn_dropout.p if self.training else 0.0" in after
+    assert any(
+        c.startswith("`CausalSelfAttention` computes the same (eval") for c in outcome.checks
+    )
+    assert any("in training mode (dropout on, the same seed)" in c for c in outcome.checks)
+
+
+def test_attention_in_a_model_too_large_to_run_is_verified_alone() -> None:
+    """The model is over ``max_params``, the attention block is not: the block alone is built
+    on the CPU inside the model built on the meta device. Over the limit too: unsafe."""
+    job = _job("causal_attention_before.py")
+    (request,) = _attention_requests(job)
+    outcome = _one(job, request, max_params=50_000)
+    assert outcome.applicability == "safe", outcome.reason
+    assert apply_edits(job.source, outcome.edits) == (
+        (FIXTURES / "causal_attention_after.py").read_text()
+    )
+    assert any(
+        "`CausalSelfAttention` alone on the CPU: `GPT`, which builds it, has 133,888 parameters"
+        in c
+        for c in outcome.checks
+    ), outcome.checks
+    outcome = _one(job, request, max_params=10_000)
+    assert outcome.applicability == "unsafe"
+    assert outcome.reason.startswith("unsafe: too large to verify (built inside `GPT`)")
+
+
+def test_head_attention_and_functional_dropout() -> None:
+    """Karpathy's ``Head``: ``k.shape[-1] ** -0.5`` is SDPA's default scale, and ``v =
+    self.value(x)`` between the softmax and the product is kept above the new call.
+    ``F.dropout(att, p=self.p, training=self.training)`` keeps its own condition."""
+    job = _job("head_attention_before.py")
+    requests = _attention_requests(job)
+    assert [r.cls for r in requests] == ["Head", "FunctionalDropout"]
+    for i, request in enumerate(requests):
+        request.id = f"attention{i}"
+    result = _rewrite(job, *requests, combine=True)
+    assert result.rewrite is not None and result.rewrite.combined is not None
+    for outcome in result.rewrite.outcomes:
+        assert outcome.applicability == "safe", (outcome.id, outcome.reason)
+        assert any("in training mode" in c for c in outcome.checks), outcome.checks
+    after = apply_edits(job.source, result.rewrite.combined.edits)
+    assert after == (FIXTURES / "head_attention_after.py").read_text()
+
+
+def test_training_mode_catches_a_dropout_the_edit_drops() -> None:
+    """Without ``dropout_p`` the edit computes the same in eval mode only."""
+    original = _original("head_attention_before.py")
+    source = original.source
+    start = source.index("        wei = q @ k")
+    end = source.index("        v = self.value(x)")
+    lines = source[:start].count("\n") + 1, source[:end].count("\n") + 1
+    edits = [
+        TextEdit(Span(lines[0], 0, lines[1], 0), ""),
+        _replace(source, "out = wei @ v", "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)"),
+    ]  # fmt: skip
+    eval_only = verify(original, Change(edits, ["Head"], ["Head"]), RewriteJob(), lambda *a: None)
+    assert eval_only.applicability == "safe", eval_only.reason
+    both = Change(edits, ["Head"], ["Head"], train=["Head"])
+    verdict = verify(original, both, RewriteJob(), lambda *a: None)
+    assert verdict.applicability == "unsafe"
+    assert "outputs differ in training mode (dropout on, same seed)" in verdict.reason

@@ -5,17 +5,22 @@ dimension: before it, an optional ``masked_fill(mask, -inf)``, an optional scali
 (``* s`` or ``/ d``, computed from sizes and constants only), and ``q @ k.transpose(-2, -1)``
 (or ``torch.matmul``); after it, an optional dropout and ``@ v``. Every intermediate value has
 one user. The matched nodes are mapped back to the statements of ``forward`` that produced
-them (their call sites); those statements must be consecutive, compute nothing else, and the
-names they bind (but the last) must not be read afterwards. They become one statement::
+them (their call sites); those statements must compute nothing else, and the names they bind
+(but the last) must not be read afterwards. A statement between them that is independent of
+the attention (``v = self.value(x)`` after the softmax) stays, above the new statement. They
+become one statement::
 
     y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                        dropout_p=self.attn_dropout.p if self.training else 0.0)
 
-``scale=`` is passed unless the scale is the default ``1 / sqrt(k.size(-1))``; a mask becomes
-``is_causal=True`` when that verifies (a causal tril buffer), else ``attn_mask=`` (the negated
-mask: SDPA attends where the mask is True). Verified like every code change: the module must
-compute the same in eval mode (dropout is then off in both versions, and SDPA applies the same
-probability in training).
+``scale=`` is passed unless the scale is the default ``1 / sqrt(k.size(-1))`` (or
+``k.shape[-1] ** -0.5``); a mask becomes ``is_causal=True`` when that verifies (a causal tril
+buffer), else ``attn_mask=`` (the negated mask: SDPA attends where the mask is True). Dropout
+on the weights becomes ``dropout_p``, applied when the original applies it: a dropout module's
+``p`` in training and 0 in eval, ``F.dropout``'s ``p`` under its own ``training`` argument.
+Verified like every code change, in eval mode, and in training mode too when there is dropout:
+with the same seed before each run, SDPA on the CPU draws its dropout mask as ``F.dropout``
+does on the attention weights, so both versions compute the same there as well.
 """
 
 from __future__ import annotations
@@ -40,10 +45,13 @@ from fxls.worker.rewrite.fixes.assertion import torch_name
 _MATMULS = (operator.matmul, torch.matmul)
 _SCALES = (operator.mul, operator.truediv)
 _SIZE_METHODS = frozenset({"size", "dim"})
+_LAST_SIZE = r"\.(?:size\(-1\)|shape\[-1\])"
 _DEFAULT_SCALE = re.compile(
-    r"^\(?\s*1(?:\.0*)?\s*/\s*(?:math\.sqrt|np\.sqrt|sqrt)\((?P<x>\w+)\.size\(-1\)\)\s*\)?$"
-    r"|^\(?\s*(?P<y>\w+)\.size\(-1\)\s*\*\*\s*-0?\.5\s*\)?$"
+    r"^\(?\s*1(?:\.0*)?\s*/\s*(?:math\.sqrt|np\.sqrt|sqrt)\((?P<x>\w+)" + _LAST_SIZE + r"\)\s*\)?$"
+    r"|^\(?\s*(?P<y>\w+)" + _LAST_SIZE + r"\s*\*\*\s*-0?\.5\s*\)?$"
 )
+"""SDPA's default scale, ``1 / sqrt(E)`` with ``E`` the last size of ``k``, as people write
+it: ``1.0 / math.sqrt(k.size(-1))``, ``k.shape[-1] ** -0.5``."""
 
 
 @dataclass
@@ -114,6 +122,14 @@ def _scalar_only(value: object, seen: set[torch.fx.Node]) -> bool:
         return isinstance(value, (int, float))
     if value.op == "call_method" and value.target in _SIZE_METHODS:
         seen.add(value)
+        return True
+    if (
+        value.op == "call_function"
+        and value.target is getattr
+        and len(value.args) == 2
+        and value.args[1] in ("shape", "ndim")
+    ):
+        seen.add(value)  # ``k.shape``, read by ``k.shape[-1]``
         return True
     if value.op == "call_function" and (
         getattr(value.target, "__module__", None) in ("math", "_operator", "operator")
@@ -247,7 +263,7 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
         and src.node_span(value) == out_span
         and (isinstance(last, ast.Return) or _single_name(last))
     )
-    _check_statements(stmts, match, traced.gm.graph, src, forward, exact)
+    kept = _check_statements(stmts, match, traced.gm.graph, src, forward, exact)
     lead = f"{last.targets[0].id} = " if isinstance(last, ast.Assign) else "return "  # type: ignore[attr-defined]
 
     scores = _ast_at(tree, src, _at(match.scores))
@@ -265,15 +281,17 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
     scale = _scale(match, tree, src, scores, k)
     if scale:
         args.append(scale)
-    if match.dropout is not None:
-        args.append(f"dropout_p={_dropout_p(match, tree, src)} if self.training else 0.0")
+    dropout_p = _dropout_p(match, tree, src) if match.dropout is not None else None
+    if dropout_p is not None:
+        args.append(f"dropout_p={dropout_p}")
     functional = _functional(original)
     indent = re.match(r"[ \t]*", src.line(first.lineno))
     pad = indent.group(0) if indent else ""
-    comments = [
+    kept_lines = {n for stmt in kept for n in range(stmt.lineno, (stmt.end_lineno or 0) + 1)}
+    comments = [  # comment lines, and statements that only sit between those of the attention
         src.line(n)
         for n in range(first.lineno, (last.end_lineno or last.lineno) + 1 if exact else last.lineno)
-        if src.line(n).strip().startswith("#")
+        if src.line(n).strip().startswith("#") or n in kept_lines
     ]
     tail = src.line(last.end_lineno or last.lineno)[src.node_span(last).end_col :].rstrip()
     nl = text.newline_of(src.source)
@@ -306,6 +324,7 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
         f"Use `{functional}.scaled_dot_product_attention` (fused attention)",
         first_try,
         check="numeric",
+        train=match.dropout is not None,
         alternatives=alternatives,
     )
 
@@ -336,9 +355,12 @@ def _check_statements(
     src: SourceText,
     forward: ast.AST,
     exact: bool,
-) -> None:
+) -> list[ast.stmt]:
     """The statements compute the attention and nothing else (with ``exact`` False, the last
-    one may go on with the result: ``y = (att @ v).transpose(1, 2)``)."""
+    one may go on with the result: ``y = (att @ v).transpose(1, 2)``), except statements
+    between them that neither read the attention nor are read by it but through ``q``, ``k``
+    and ``v`` (``v = self.value(x)`` after the softmax): those are returned, to be kept
+    above the new statement."""
     spans = [src.node_span(s) for s in stmts]
     inside = [
         n
@@ -348,27 +370,45 @@ def _check_statements(
         and any(contains(s, at) for s in spans)
     ]
     covered = set(match.nodes()) | match.extra
+    # what the statements compute only to feed the mask or the scale (``self.bias[:, :, :T, :T]
+    # == 0``, sizes): never the operands of the products, which the new call still reads
+    feeding = covered - {match.scores, match.key_t, match.out}
     grown = True
-    while grown:  # what the statements compute only to feed the pattern (the mask, sizes)
+    while grown:
         grown = False
         for node in inside:
-            if node not in covered and node.users and all(u in covered for u in node.users):
+            if node not in covered and node.users and all(u in feeding for u in node.users):
                 covered.add(node)
+                feeding.add(node)
                 grown = True
-    for stmt in stmts:
-        if stmt is stmts[-1] and (isinstance(stmt, ast.Return) or not exact):
+    attention = set(match.nodes())
+    reads_attention: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        if any(a in attention or a in reads_attention for a in node.all_input_nodes):
+            reads_attention.add(node)
+    later = set() if exact else _downstream(match.out)
+    bound: set[str] = set()
+    kept: list[ast.stmt] = []
+    for stmt, span in zip(stmts, spans):
+        own = [n for n in inside if (at := _at(n)) is not None and contains(span, at)]
+        if stmt is stmts[-1]:
+            if not (isinstance(stmt, ast.Return) or not exact or _single_name(stmt)):
+                raise Unavailable("the attention's statements are not simple assignments")
+            for node in own:
+                if node not in covered and node not in later:  # ``own`` are inside ``last``
+                    raise Unavailable(f"these statements also compute `{node.name}`")
             continue
+        if stmt is not stmts[0] and own and not any(n in covered for n in own):
+            reads = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+            if not any(n in reads_attention for n in own) and not reads & bound:
+                kept.append(stmt)  # between the attention's statements, independent of them
+                continue
         if not _single_name(stmt):
             raise Unavailable("the attention's statements are not simple assignments")
-    last = src.node_span(stmts[-1])
-    later = set() if exact else _downstream(match.out)
-    for node in inside:
-        at = _at(node)
-        if node in later and at is not None and contains(last, at):
-            continue  # the last statement goes on with the result
-        if node not in covered:
-            raise Unavailable(f"these statements also compute `{node.name}`")
-    bound = {s.targets[0].id for s in stmts[:-1] if isinstance(s, ast.Assign)}  # type: ignore[attr-defined]
+        for node in own:
+            if node not in covered:
+                raise Unavailable(f"these statements also compute `{node.name}`")
+        bound.add(stmt.targets[0].id)  # type: ignore[attr-defined]
     final = stmts[-1]
     end = (final.end_lineno or final.lineno, final.end_col_offset or 0)
     for node in ast.walk(forward):
@@ -379,6 +419,7 @@ def _check_statements(
             and (node.lineno, node.col_offset) > end
         ):
             raise Unavailable(f"`{node.id}` (the attention weights) is read later")
+    return kept
 
 
 def _scale(match: Match, tree: ast.AST, src: SourceText, scores: ast.expr, k: str) -> str:
@@ -420,17 +461,27 @@ def _mask(match: Match, tree: ast.AST, src: SourceText) -> str:
     return f"~({text.segment(src, mask)})"
 
 
-def _dropout_p(match: Match, tree: ast.AST, src: SourceText) -> str:
+def _dropout_p(match: Match, tree: ast.AST, src: SourceText) -> str | None:
+    """SDPA's ``dropout_p`` for the dropout on the attention weights, exactly as it applies:
+    ``self.drop.p if self.training else 0.0`` for a dropout module, and for ``F.dropout(att,
+    p, training)`` the probability when ``training`` holds (``F.dropout``'s ``training`` is
+    True unless passed: dropout then applies in eval mode too). None when it never applies
+    (``training=False``)."""
     node = match.dropout
     assert node is not None
     call = _ast_at(tree, src, _at(node))
-    if node.op == "call_module" and isinstance(call, ast.Call):
-        return f"{text.segment(src, call.func)}.p"
-    if isinstance(call, ast.Call):
-        for kw in call.keywords:
-            if kw.arg == "p":
-                return text.segment(src, kw.value)
-        if len(call.args) > 1:
-            return text.segment(src, call.args[1])
-        return "0.5"
-    raise Unavailable("the dropout is written in a way fxls does not rewrite")
+    if not isinstance(call, ast.Call):
+        raise Unavailable("the dropout is written in a way fxls does not rewrite")
+    if node.op == "call_module":
+        return f"{text.segment(src, call.func)}.p if self.training else 0.0"
+    named = {kw.arg: kw.value for kw in call.keywords if kw.arg is not None}
+    if len(named) != len(call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+        raise Unavailable("the dropout's arguments are unpacked")
+    p = named.get("p", call.args[1] if len(call.args) > 1 else None)
+    training = named.get("training", call.args[2] if len(call.args) > 2 else None)
+    shown = text.segment(src, p) if p is not None else "0.5"
+    if training is None or (isinstance(training, ast.Constant) and training.value is True):
+        return shown
+    if isinstance(training, ast.Constant) and training.value is False:
+        return None
+    return f"{shown} if {text.segment(src, training)} else 0.0"

@@ -31,6 +31,7 @@ from fxls.analysis import ClassInfo, parse
 from fxls.engine.analyze import EngineOptions, FileAnalysis, capture_job, class_requests
 from fxls.protocol import outputs
 from fxls.protocol.edits import apply_edits, line_starts, span_of
+from fxls.protocol.fixkinds import FIX_ALL_KINDS, PER_CLASS_KINDS
 from fxls.protocol.model import (
     CaptureJob,
     Diagnostic,
@@ -51,22 +52,6 @@ from fxls.protocol.model import (
 from fxls.protocol.positions import SourceText, contains
 
 Category = Literal["quickfix", "refactor"]
-
-FIX_ALL_KINDS: frozenset[str] = frozenset(
-    {
-        "dead-code",
-        "directive",
-        "leaf",
-        "wrap",
-        "concrete",
-        "assert",
-        "len",
-        "sizes",
-        "factory",
-        "rule",
-    }
-)
-"""Fixes that ``source.fixAll.fxls`` and ``fxls check --fix`` apply (when they verify safe)."""
 
 REWRITE_MIN_TIMEOUT_S = 30.0
 """A rewrite job captures the file, then captures and runs each edited version: it gets at
@@ -188,7 +173,7 @@ def candidates(analysis: FileAnalysis, text: str) -> list[Candidate]:
             for cand in _from_diagnostic(analysis, mod, diag, index):
                 key: tuple[Any, ...] = (cand.kind, cand.span.line, cand.span.col, cand.span.end_line,
                        cand.span.end_col, repr(sorted(cand.params.items())))  # fmt: skip
-                if cand.kind in ("directive", "leaf", "concrete"):
+                if cand.kind in PER_CLASS_KINDS:
                     key = (*key, cand.cls)
                 found.setdefault(key, cand)
     out = list(found.values())
@@ -258,14 +243,14 @@ def _from_diagnostic(
         yield make("concrete", mod.name, f"Trace with `{args}` fixed by a directive", args=args)
     if code == "FX101" and _key(span) in index.assert_tests:
         yield make(
-            "assert", owner or mod.name, "Replace `assert` with `torch._assert(...)` (traceable)"
+            "assertion", owner or mod.name, "Replace `assert` with `torch._assert(...)` (traceable)"
         )
     if code == "FX102":
         call = index.calls.get(_key(span))
         if call is not None and len(call.args) == 1:
             inner = src.text(src.node_span(call.args[0]))
             yield make(
-                "len",
+                "length",
                 owner or mod.name,
                 f"Replace `{_short(src.text(span))}` with `{_short(inner)}.size(0)` (traceable)",
             )
@@ -386,7 +371,7 @@ def _passes_at(analysis: FileAnalysis, text: str, line: int) -> list[Candidate]:
             out.append(
                 Candidate(
                     id=f"pass:{mod.name}:{run.function}:{line}",
-                    kind="pass",
+                    kind="apply-pass",
                     cls=mod.name,
                     span=span,
                     title=f"Apply `{run.function}` to `{mod.name}`",

@@ -49,8 +49,8 @@ JobKind = Literal["capture", "rewrite"]
 FixKind = Literal[
     "dead-code",
     "directive",
-    "assert",
-    "len",
+    "assertion",
+    "length",
     "sizes",
     "factory",
     "concrete",
@@ -58,10 +58,10 @@ FixKind = Literal[
     "wrap",
     "name-args",
     "attention",
-    "pass",
+    "apply-pass",
     "rule",
 ]
-"""The rewrites of ``fxls.worker.rewrite.run`` (one module each)."""
+"""The kinds of :mod:`fxls.protocol.fixkinds` (the codec refuses any other)."""
 Applicability = Literal["safe", "unsafe", "unavailable"]
 """``safe``: verified in the sandbox; ``unsafe``: could not be verified, or changes what the
 module computes (offered only on request); ``unavailable``: cannot be made or checked."""

@@ -164,8 +164,11 @@ async def test_a_rule_that_changes_results_is_not_offered_as_safe(client: Langua
     assert done.disabled is not None
     assert "not verified safe" in done.disabled.reason
     assert "outputs differ" in done.disabled.reason
-    # known unsafe for this version: no longer listed (unsafe fixes are off)
-    assert await _actions(client, uri, gate) == []
+    # known unsafe for this version: listed greyed out with the reason (VS Code declares
+    # disabledSupport), never with an edit (unsafe fixes are off)
+    (again,) = await _actions(client, uri, gate)
+    assert again.edit is None and again.disabled is not None
+    assert "outputs differ" in again.disabled.reason
     _close(client, uri)
 
 

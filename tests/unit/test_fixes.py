@@ -155,10 +155,10 @@ def test_candidates_from_diagnostics() -> None:
             "Net",
             "Pin the assumed input `x` (B, 64) with `# fxls: x = ...`",
         ),
-        ("assert", "Net", "Replace `assert` with `torch._assert(...)` (traceable)"),
+        ("assertion", "Net", "Replace `assert` with `torch._assert(...)` (traceable)"),
         ("leaf", "Net", "Keep `Sub` as a leaf: `# fxls: leaf Sub`"),
         ("dead-code", "Net", "Remove unused `wasted = self.fc(x).relu()`"),
-        ("len", "Net", "Replace `len(x)` with `x.size(0)` (traceable)"),
+        ("length", "Net", "Replace `len(x)` with `x.size(0)` (traceable)"),
         ("wrap", "Net", 'Wrap `helper` for torch.fx: `torch.fx.wrap("helper")`'),
         ("factory", "Net", "Replace `torch.zeros(...)` with `x.new_zeros(...)` (traceable)"),
     ]
@@ -185,7 +185,7 @@ def test_same_fix_from_two_modules_is_listed_once() -> None:
     diag = _diag("FX102", "len(x)")
     analysis = _analysis([diag])
     analysis.modules.append(ModuleResult("Other", 1, "partial", diagnostics=[diag]))
-    assert [c.kind for c in candidates(analysis, SOURCE)] == ["len"]
+    assert [c.kind for c in candidates(analysis, SOURCE)] == ["length"]
 
 
 def test_name_every_argument_at_the_cursor() -> None:
@@ -221,7 +221,7 @@ def test_moved_spans() -> None:
 def _offered(outcome: FixOutcome | None = None) -> code_actions.Offered:
     cand = Candidate(
         id="FX102:len:Net:13:12",
-        kind="len",
+        kind="length",
         cls="Net",
         span=_span(SOURCE, "len(x)"),
         title="Replace `len(x)` with `x.size(0)` (traceable)",
@@ -267,7 +267,7 @@ def test_actions_at_the_span_with_data_and_kinds() -> None:
         "uri": "file:///x.py",
         "version": 7,
         "fix": "FX102:len:Net:13:12",
-        "kind": "len",
+        "kind": "length",
         "class": "Net",
         "code": "FX102",
         "span": [item.span.line, item.span.col, item.span.end_line, item.span.end_col],
@@ -281,7 +281,7 @@ def test_actions_at_the_span_with_data_and_kinds() -> None:
         "source.fixAll.fxls"
     ]
     request = code_actions.fix_request(fix.data)
-    assert request is not None and request.span == item.span and request.kind == "len"
+    assert request is not None and request.span == item.span and request.kind == "length"
 
 
 def test_known_outcomes_decide_what_is_listed() -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 from fxls.analysis import parse
 from fxls.engine import analyze as engine
 from fxls.engine.analyze import EngineOptions, FileAnalysis, capture_job, is_rules_file, read_rules
-from fxls.engine.fixes import FIX_ALL_KINDS, candidates, rule_name
+from fxls.engine.fixes import candidates, rule_name
 from fxls.protocol.files import Refused
+from fxls.protocol.fixkinds import FIX_ALL_KINDS
 from fxls.protocol.model import Diagnostic, ModuleResult, RulesFile, Span
 
 MODEL = """import torch

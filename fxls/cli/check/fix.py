@@ -32,6 +32,7 @@ from fxls.cli.check.run import Checked, NotMade, Plan, filter_analysis
 from fxls.engine import fixes
 from fxls.engine.analyze import AnalysisRequest, EngineOptions, FileAnalysis, analyze
 from fxls.protocol.edits import apply_edits
+from fxls.protocol.fixkinds import PIN_KINDS
 from fxls.protocol.model import FixOutcome
 from fxls.protocol.positions import split_lines
 
@@ -40,7 +41,6 @@ FixMode = Literal["fix", "diff"]
 MAX_ROUNDS = 5
 """Capture-and-fix rounds per file: a fix may let torch.fx reach the next problem."""
 
-PIN_KINDS: frozenset[str] = frozenset({"directive", "concrete"})
 """Fix kinds that write a ``# fxls:`` directive holding a value fxls guessed: the inputs and
 constructor arguments it assumed (FX405, FX408: ``# fxls: x = (B=2, 64)``,
 ``# fxls: init(...)``) and the default it fixed a flag argument to (FX101:

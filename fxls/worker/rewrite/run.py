@@ -18,6 +18,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 from fxls.protocol.edits import compatible
+from fxls.protocol.fixkinds import FIX_KINDS
 from fxls.protocol.model import (
     Applicability,
     CaptureJob,
@@ -37,7 +38,7 @@ from fxls.worker.rewrite.fixes import (
     attention,
     concrete,
     dead_code,
-    directives,
+    directive,
     factory,
     leaf,
     length,
@@ -51,21 +52,12 @@ from fxls.worker.rewrite.verify import Change, Verdict, change_of, merge, verify
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
 
-REWRITES: dict[str, ModuleType] = {
-    "dead-code": dead_code,
-    "directive": directives,
-    "leaf": leaf,
-    "wrap": wrap,
-    "concrete": concrete,
-    "assert": assertion,
-    "len": length,
-    "sizes": sizes,
-    "factory": factory,
-    "name-args": name_args,
-    "attention": attention,
-    "pass": apply_pass,
-    "rule": rule,
-}
+_FIX_MODULES = (apply_pass, assertion, attention, concrete, dead_code, directive, factory, leaf,
+                length, name_args, rule, sizes, wrap)  # fmt: skip
+_MODULES: dict[str, ModuleType] = {m.__name__.rpartition(".")[2]: m for m in _FIX_MODULES}
+
+REWRITES: dict[str, ModuleType] = {k.kind: _MODULES[k.module] for k in FIX_KINDS}
+"""The module of each fix kind of the registry (:mod:`fxls.protocol.fixkinds`)."""
 
 _ORDER = {"safe": 0, "unsafe": 1, "unavailable": 2}
 

@@ -237,7 +237,7 @@ def _apply(job: CaptureJob, cls: str) -> FixOutcome:
     parsed = parse(job.source)
     (info,) = parsed.passes
     fix = FixRequest(
-        id=f"pass:{cls}:{info.function}:{info.line}", kind="pass", cls=cls, span=info.name_span,
+        id=f"pass:{cls}:{info.function}:{info.line}", kind="apply-pass", cls=cls, span=info.name_span,
         params={"pass": info.function, "line": info.line},
     )  # fmt: skip
     result = run_rewrite(job, RewriteJob(fixes=[fix]), lambda *a: None)

@@ -27,7 +27,7 @@ from fxls.protocol.model import (
 )
 from fxls.worker.capture.pipeline import capture_document
 from fxls.worker.rewrite.base import Original
-from fxls.worker.rewrite.fixes import directives
+from fxls.worker.rewrite.fixes import directive
 from fxls.worker.rewrite.run import run_rewrite
 from fxls.worker.rewrite.verify import Change, LineShift, randomize, verify
 
@@ -113,8 +113,8 @@ def test_trace_fixits_each_verified_by_plain_fx() -> None:
     job = _job("trace_fixits_before.py")
     after = (FIXTURES / "trace_fixits_after.py").read_text()
     fixes = [
-        _fix("assert", "Checked", _diagnostic(job, "Checked", "FX101").span, "FX101"),
-        _fix("len", "Averaged", _diagnostic(job, "Averaged", "FX102").span, "FX102"),
+        _fix("assertion", "Checked", _diagnostic(job, "Checked", "FX101").span, "FX101"),
+        _fix("length", "Averaged", _diagnostic(job, "Averaged", "FX102").span, "FX102"),
         _fix("factory", "Recurrent", _diagnostic(job, "Recurrent", "FX105").span, "FX105"),
         _fix("factory", "TokenState", _diagnostic(job, "TokenState", "FX105").span, "FX105"),
     ]
@@ -192,7 +192,7 @@ def test_directive_text_reads_back_as_the_same_request() -> None:
     job = _job("directives_before.py")
     doc, result = capture_document(job, lambda *a: None)
     original = Original(doc, result)
-    body, spec = directives.input_directive(original, "Classifier", "x")
+    body, spec = directive.input_directive(original, "Classifier", "x")
     parsed = parse_directive(body)
     assert parsed.input is not None
     assert (parsed.input.name, parsed.input.kind, parsed.input.dims, parsed.input.dtype) == (
@@ -201,7 +201,7 @@ def test_directive_text_reads_back_as_the_same_request() -> None:
         spec.dims,
         spec.dtype,
     )
-    body, spec = directives.value_directive("flag", (1, 2.5, None, "a"))
+    body, spec = directive.value_directive("flag", (1, 2.5, None, "a"))
     parsed = parse_directive(body)
     assert parsed.input is not None and parsed.input.expr == spec.expr == "(1, 2.5, None, 'a')"
 
@@ -464,7 +464,7 @@ def test_len_of_an_input_the_fake_run_fixed_verifies() -> None:
     _, result = capture_document(job, lambda *a: None)
     (mod,) = result.modules
     assert mod.strategy == "fake-run" and mod.outputs[0].shape == [2, 8]
-    outcome = _one(job, _fix("len", "Mean", diag.span, "FX102"))
+    outcome = _one(job, _fix("length", "Mean", diag.span, "FX102"))
     assert outcome.applicability == "safe", outcome.reason
     assert "captures as far with the same shapes: `Mean` traced (fx)" in outcome.checks
     assert apply_edits(job.source, outcome.edits) == (FIXTURES / "len_shapes_after.py").read_text()

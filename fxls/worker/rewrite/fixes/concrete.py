@@ -12,7 +12,7 @@ from __future__ import annotations
 from fxls.protocol.model import ClassRequest, FixRequest, InputSpec
 from fxls.worker.rewrite import text
 from fxls.worker.rewrite.base import Original, Proposal, Unavailable, gone_of
-from fxls.worker.rewrite.fixes.directives import value_directive
+from fxls.worker.rewrite.fixes.directive import value_directive
 
 
 def propose(original: Original, fix: FixRequest) -> Proposal:

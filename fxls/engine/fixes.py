@@ -30,7 +30,7 @@ from typing import Any, Literal, Protocol
 from fxls.analysis import ClassInfo, parse
 from fxls.engine.analyze import EngineOptions, FileAnalysis, capture_job, class_requests
 from fxls.protocol import outputs
-from fxls.protocol.edits import apply_edits, line_starts, span_of
+from fxls.protocol.edits import apply_edits, common_ends, line_starts, span_of
 from fxls.protocol.fixkinds import FIX_ALL_KINDS, PER_CLASS_KINDS
 from fxls.protocol.model import (
     CaptureJob,
@@ -615,13 +615,7 @@ def minimal_edits(old: str, new: str) -> list[TextEdit]:
 
 def _narrow(a: str, b: str) -> list[tuple[int, int, str]]:
     """Edits within one changed block: (start, end) in ``a`` and the replacement."""
-    prefix = 0
-    limit = min(len(a), len(b))
-    while prefix < limit and a[prefix] == b[prefix]:
-        prefix += 1
-    suffix = 0
-    while suffix < limit - prefix and a[len(a) - 1 - suffix] == b[len(b) - 1 - suffix]:
-        suffix += 1
+    prefix, suffix = common_ends(a, b)
     mid_a, mid_b = a[prefix : len(a) - suffix], b[prefix : len(b) - suffix]
     if len(mid_a) + len(mid_b) > _CHAR_DIFF_LIMIT or not mid_a or not mid_b:
         return [(prefix, prefix + len(mid_a), mid_b)]

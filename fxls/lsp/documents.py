@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from fxls.engine.analyze import FileAnalysis
+from fxls.protocol.edits import common_ends
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,7 @@ def line_edits(old: str, new: str) -> list[LineEdit]:
         return []
     a = old.split("\n")
     b = new.split("\n")
-    prefix = 0
-    limit = min(len(a), len(b))
-    while prefix < limit and a[prefix] == b[prefix]:
-        prefix += 1
-    suffix = 0
-    while suffix < limit - prefix and a[len(a) - 1 - suffix] == b[len(b) - 1 - suffix]:
-        suffix += 1
+    prefix, suffix = common_ends(a, b)
     mid_a, mid_b = a[prefix : len(a) - suffix], b[prefix : len(b) - suffix]
     edits = []
     matcher = difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=False)

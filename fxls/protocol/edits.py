@@ -11,10 +11,24 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from fxls.protocol.model import Span, TextEdit
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def common_ends(a: Sequence[Any], b: Sequence[Any]) -> tuple[int, int]:
+    """How many leading and trailing items ``a`` and ``b`` share (not overlapping): what a
+    diff of the two need not look at."""
+    prefix = 0
+    limit = min(len(a), len(b))
+    while prefix < limit and a[prefix] == b[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and a[len(a) - 1 - suffix] == b[len(b) - 1 - suffix]:
+        suffix += 1
+    return prefix, suffix
 
 
 class EditError(ValueError):

@@ -573,7 +573,10 @@ class ClassCapture:
                 plan.planned[param.name] = recorded
                 plan.declared.add(param.name)
                 continue
-            if inputs.keeps_default(param):
+            sized = param.default is None and inputs.from_build(
+                param.name, self.arguments, plan.symbols
+            )
+            if inputs.keeps_default(param) and not sized:
                 planned = inputs.PlannedInput(
                     param.name, "value", value=param.default, origin="default"
                 )
@@ -605,6 +608,8 @@ class ClassCapture:
         are settled, ``_report_assumed``), or FX402."""
         spatial = self.hints.get("spatial", inputs.SPATIAL)
         planned = self._from_calls(plan).get(name)
+        if planned is None:
+            planned = inputs.from_build(name, self.arguments, plan.symbols)
         if planned is None and name in inputs.SEQUENCE_STATES and self.module is not None:
             # a library block's states are (B, T, hidden size) (its first Linear alone would
             # say (B, hidden size))

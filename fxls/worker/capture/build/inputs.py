@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -260,7 +261,39 @@ def infer(
     if found is None:
         return None
     target, m = found
-    return layer_input(str(placeholder.target), target, m, symbols, spatial)
+    planned = layer_input(str(placeholder.target), target, m, symbols, spatial)
+    if planned is None and not type(m).__module__.startswith("torch."):
+        # a block kept whole (a leaf): what its own forward passes its first input to
+        tree = module_tree(type(m))
+        try:
+            first = next(iter(inspect.signature(m.forward).parameters))
+        except (TypeError, ValueError, StopIteration):
+            return None
+        inner = _first_in_source(m, "forward", first, f"{target}.", tree, 1) if tree else None
+        if inner is not None:
+            planned = layer_input(str(placeholder.target), inner[0], inner[1], symbols, spatial)
+    return planned
+
+
+_TREES: dict[str, ast.Module | None] = {}
+MAX_TREES = 16
+
+
+def module_tree(cls: type) -> ast.Module | None:
+    """The parsed source of the module that defines ``cls`` (a library's file), cached."""
+    name = getattr(cls, "__module__", "") or ""
+    if name not in _TREES:
+        tree: ast.Module | None = None
+        module = sys.modules.get(name)
+        try:
+            if module is not None:
+                tree = ast.parse(inspect.getsource(module))
+        except (OSError, TypeError, SyntaxError, ValueError):
+            tree = None
+        if len(_TREES) >= MAX_TREES:
+            _TREES.clear()
+        _TREES[name] = tree
+    return _TREES[name]
 
 
 def layer_input(
@@ -297,6 +330,8 @@ def layer_input(
         dims = [b, *fixed(m.num_features)]
     elif isinstance(m, nn.BatchNorm2d):
         dims = [b, *fixed(m.num_features, spatial, spatial)]
+    elif isinstance(m, nn.GroupNorm):
+        dims = [b, *fixed(m.num_channels, spatial, spatial)]
     elif isinstance(m, nn.BatchNorm3d):
         dims = [b, *fixed(m.num_features, 16, 112, 112)]
     elif isinstance(m, nn.RNNBase):
@@ -441,6 +476,12 @@ def _first_in_source(
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
     }
     aliases = {param}
+    for node in sorted(
+        (n for n in ast.walk(fn) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)),
+        key=lambda n: (n.lineno, n.col_offset),
+    ):  # ``hidden_states = input_tensor``: the same value under another name
+        if node.value.id in aliases:
+            aliases.update(t.id for t in node.targets if isinstance(t, ast.Name))
     for call in calls:
         first = call.args[0]
         if not (isinstance(first, ast.Name) and first.id in aliases):
@@ -480,7 +521,7 @@ _KEEPS_CHANNELS = (
 
 _LAYERS = (
     nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, nn.Embedding, nn.LayerNorm, nn.BatchNorm1d,
-    nn.BatchNorm2d, nn.BatchNorm3d, nn.RNNBase, nn.MultiheadAttention,
+    nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.RNNBase, nn.MultiheadAttention,
     nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.TransformerEncoder,
     nn.TransformerDecoder,
 )  # fmt: skip
@@ -744,3 +785,24 @@ def decoder_inputs(params: list[inspect.Parameter], primary: inspect.Parameter) 
     if primary.name == "decoder_input_ids":
         return []
     return [p.name for p in params if p.name == "decoder_input_ids" and p.default is None]
+
+
+SIZED_BY_BUILD = {"temb": "temb_channels", "encoder_hidden_states": "cross_attention_dim"}
+"""Inputs that default to ``None`` but that a block built with this size needs (diffusers'
+``temb`` of a block with ``temb_channels``, the text states of one with
+``cross_attention_dim``), by the constructor argument that sizes them."""
+
+
+def from_build(name: str, arguments: dict[str, Any], symbols: Symbols) -> PlannedInput | None:
+    """``temb`` ``(B, temb_channels)``, ``encoder_hidden_states`` ``(B, S,
+    cross_attention_dim)`` for a block built with that argument; None otherwise."""
+    size_name = SIZED_BY_BUILD.get(name)
+    size = arguments.get(size_name) if size_name is not None else None
+    if type(size) is not int or size <= 0:
+        return None
+    b: tuple[str | None, int] = (BATCH, symbols.size(BATCH))
+    dims = (
+        [b, (None, size)] if name == "temb" else [b, (SOURCE, symbols.size(SOURCE)), (None, size)]
+    )
+    why = f"the block's {size_name}={size}"
+    return PlannedInput(name, "tensor", dims, assumed=True, reason=why)

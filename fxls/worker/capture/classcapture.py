@@ -534,7 +534,7 @@ class ClassCapture:
                 shown.append(f"`{key}` {', '.join(_value_text(v) for v in part)}")
             else:
                 left.append(f"`{key}`" + ("" if value is None else f" ({type(value).__name__})"))
-        if not kept or len(kept) == len(mod.outputs):
+        if not kept:
             return
         mod.outputs = kept
         what = strategies.result_kind(result)

@@ -480,7 +480,7 @@ def _first_in_source(
         (n for n in ast.walk(fn) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)),
         key=lambda n: (n.lineno, n.col_offset),
     ):  # ``hidden_states = input_tensor``: the same value under another name
-        if node.value.id in aliases:
+        if isinstance(node.value, ast.Name) and node.value.id in aliases:
             aliases.update(t.id for t in node.targets if isinstance(t, ast.Name))
     for call in calls:
         first = call.args[0]

@@ -610,9 +610,7 @@ class ClassCapture:
         planned = self._from_calls(plan).get(name)
         if planned is None:
             planned = inputs.from_build(name, self.arguments, plan.symbols)
-        if planned is None and name in inputs.SEQUENCE_STATES and self.module is not None:
-            # a library block's states are (B, T, hidden size) (its first Linear alone would
-            # say (B, hidden size))
+        if planned is None and name in inputs.CONFIG_FIRST and self.module is not None:
             planned = inputs.from_config(name, self.module, self.arguments, plan.symbols)
         if planned is None and node is not None:
             planned = inputs.infer(graph_owner, node, plan.symbols, spatial)
@@ -913,6 +911,17 @@ class ClassCapture:
                     f"This shape error happens with the inputs `{upstream}` passes here, which "
                     f"follow from inputs fxls assumed for it; declare the real input above "
                     f"`class {upstream}` with `# fxls: NAME = (...)`."
+                )
+                self.diagnose(found)
+            elif self.plan is not None and self.plan.params and not self.plan.positional():
+                # ``forward(self, *args, **kwargs)`` (a wrapper passing everything on): fxls
+                # called it with nothing, which says nothing about the code
+                found = diag.diagnostic({"node": failed_node, "no_arguments": True})
+                found.severity = "hint"
+                found.fix = (
+                    f"`{mod.name}.forward` takes only `*args`/`**kwargs`, and fxls called it "
+                    "with none; capture the class that calls it, or describe its inputs "
+                    "with `# fxls: init(...)` and input directives."
                 )
                 self.diagnose(found)
             elif how is not None and how.source == "assumed":

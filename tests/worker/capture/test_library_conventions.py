@@ -232,3 +232,33 @@ def test_inputs_of_a_block_come_through_the_block_it_keeps_whole_and_its_build()
     assert len(shapes["hidden_states"]) == 4, shapes
     assert shapes["temb"] == ["B", int(mod.constructed.assumed["temb_channels"])], shapes
     assert len(_shape(mod)) == 4
+
+
+def test_a_wrapper_taking_only_args_and_kwargs_called_with_none_is_no_error() -> None:
+    """``forward(self, *args, **kwargs)`` passes everything on (Whisper's decoder wrapper):
+    called with nothing, the block it wraps raises; that is a hint, not an error."""
+    mods = _capture(
+        """
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+
+    def forward(self, input_ids=None, inputs_embeds=None):
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        return self.embed(input_ids) if inputs_embeds is None else inputs_embeds
+
+
+class Wrapper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.decoder = Decoder()
+
+    def forward(self, *args, **kwargs):
+        return self.decoder(*args, **kwargs)
+""",
+        "Wrapper",
+    )
+    diagnostics = mods["Wrapper"].diagnostics
+    assert not [d for d in diagnostics if d.severity == "error"], diagnostics

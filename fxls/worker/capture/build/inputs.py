@@ -669,8 +669,10 @@ def _evaluate(node: ast.expr, namespace: dict[str, Any]) -> Any:
 SOURCE = "S"
 """The length of an encoder's sequence a decoder attends to (``encoder_hidden_states``)."""
 
-SEQUENCE_STATES = frozenset({"hidden_states", "encoder_hidden_states"})
-"""Inputs a library block with a configuration takes as ``(B, T, hidden size)``."""
+CONFIG_FIRST = frozenset({"hidden_states", "encoder_hidden_states", "input_features"})
+"""Inputs a library block with a configuration sizes better than its first layer does: states
+``(B, T, hidden size)`` (a Linear alone says ``(B, hidden size)``), Whisper's mel features at
+the one length its encoder accepts (a Conv1d alone says any length)."""
 _SUB_CONFIGS = ("text_config", "vision_config", "audio_config", "encoder", "decoder")
 _TOKEN_IDS = ("input_ids", "decoder_input_ids")
 

@@ -33,7 +33,13 @@ FILES = [
     "diffusers/models/unets/unet_2d_blocks.py",
     "diffusers/models/resnet.py",
     "diffusers/models/attention_processor.py",
+    "transformers/models/whisper/modeling_whisper.py",
+    "transformers/models/clip/modeling_clip.py",
+    "diffusers/models/attention.py",
+    "diffusers/models/autoencoders/vae.py",
+    "diffusers/models/autoencoders/autoencoder_kl.py",
 ]
+"""The files measured; the first nine are the ones of the first library run."""
 
 
 def site_packages(python: str) -> Path:
@@ -79,6 +85,15 @@ def summarize(documents: list[dict]) -> dict[str, object]:
         "warnings": sum(1 for x in diagnostics if x.get("severity") == "warning"),
         "fx404": sum(1 for x in diagnostics if x.get("code") == "FX404"),
         "failed": sorted(m["class"] for m in with_forward if m not in shaped),
+        "why": {
+            m["class"]: [
+                f"{x['code']} {x['severity']}: {x['message'][:160]}"
+                for x in m.get("diagnostics", [])
+                if x.get("severity") in ("error", "warning")
+            ]
+            for m in with_forward
+            if m not in shaped
+        },
     }
 
 
@@ -86,10 +101,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", required=True, help="the interpreter with the libraries")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument(
+        "--file",
+        action="append",
+        help="check only this file (relative to site-packages, or a part of its path; repeatable)",
+    )
+    parser.add_argument(
+        "--why", action="store_true", help="print the warnings of the classes without shapes"
+    )
     args = parser.parse_args()
     root = site_packages(args.python)
     rows = []
-    for rel in FILES:
+    files = FILES
+    if args.file:
+        files = [f for f in FILES if any(part in f for part in args.file)]
+        files += [f for f in args.file if f.endswith(".py") and f not in files]
+    for rel in files:
         path = root / rel
         if not path.exists():
             print(f"missing: {rel}", file=sys.stderr)
@@ -99,7 +126,11 @@ def main() -> int:
         if error:
             row["error"] = error
         rows.append(row)
+        why = row["why"]
         print(json.dumps(row), file=sys.stderr)
+        if args.why:
+            for name, lines in why.items():
+                print(f"  {name}: " + (" | ".join(lines) or "no warning"), file=sys.stderr)
     total = sum(int(r["classes"]) for r in rows)
     shaped = sum(int(r["with_shapes"]) for r in rows)
     print("| file | classes | with shapes | errors | warnings | s |")

@@ -15,7 +15,7 @@ import inspect
 import re
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,7 @@ from fxls.worker.capture.records import arguments
 from fxls.worker.capture.records.nodes import copied_node_info, node_copy, node_info, output_values
 from fxls.worker.capture.reporting import class_span, dedupe, error_info, line_span, one_line
 from fxls.worker.capture.shapes import propagation as shapes
+from fxls.worker.capture.shapes.values import values_of
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, assign_ast_spans, find_function
 from fxls.worker.capture.trace import fakerun, graphcheck, reuse, strategies
 from fxls.worker.capture.trace.tracer import SpanTracer, graph_module
@@ -182,6 +183,11 @@ def capture_class(
         build.record(mod, built, span)
         given = recorded.inputs if recorded is not None else {}
         capture = ClassCapture(doc, req, mod, given)
+        if recorded is not None and recorded.left_out:
+            capture.note(
+                f"`{recorded.parent}` also passes {', '.join(recorded.left_out)}; captured "
+                "without them (their defaults)"
+            )
         capture.run(built.module, report_phase, built.arguments)
         if wanted:
             # what the parent called before any failure is evidence for the children even if
@@ -273,6 +279,8 @@ class ClassCapture:
         """Inputs found in the file's own calls of the class (computed once)."""
         self.hints: dict[str, int] = {}
         """Sizes the build names (image size, channels), for inferred inputs."""
+        self.arguments: dict[str, Any] = {}
+        """The constructor arguments, when known (configurations for inferred inputs)."""
         self.span: Span = class_span(doc.source, req.line, req.name)
         """The class name on its ``class`` line: where class-wide diagnostics go."""
         self.module: nn.Module | None = None
@@ -301,7 +309,8 @@ class ClassCapture:
         """Every step after the build: inputs, trace, shapes, checks, records."""
         doc, req, mod = self.doc, self.req, self.mod
         self.module = module
-        self.hints = inputs.size_hints(module, arguments or {})
+        self.arguments = arguments or {}
+        self.hints = inputs.size_hints(module, self.arguments)
         mod.params = sum(p.numel() for p in module.parameters())
         mod.buffers = sum(b.numel() for b in module.buffers())
         plan = self.plan = self._plan_inputs(module)
@@ -498,6 +507,42 @@ class ClassCapture:
         output = next((n for n in gm.graph.nodes if n.op == "output"), None)
         if output is not None:
             self.mod.outputs = values.get(output.name) or output_values(output, values)
+            self._tensor_fields(strategies.result_fields(gm, examples.get(output.name)))
+
+    def _tensor_fields(self, result: Mapping[str, Any] | None) -> None:
+        """A ``forward`` that returns a dict-like result (a ``ModelOutput`` dataclass): its
+        outputs are the fields that hold tensors, and a note names them and those left out
+        (unset fields, caches)."""
+        mod = self.mod
+        if result is None or not result:
+            return
+        try:
+            items = [(str(k), v, len(values_of(v))) for k, v in result.items()]
+        except Exception:  # a user's mapping may raise on iteration
+            return
+        if sum(n for _, _, n in items) != len(mod.outputs):
+            return
+        kept: list[Value] = []
+        shown: list[str] = []
+        left: list[str] = []
+        at = 0
+        for key, value, count in items:
+            part = mod.outputs[at : at + count]
+            at += count
+            if any(v.kind == "tensor" for v in part):
+                kept.extend(part)
+                shown.append(f"`{key}` {', '.join(_value_text(v) for v in part)}")
+            else:
+                left.append(f"`{key}`" + ("" if value is None else f" ({type(value).__name__})"))
+        if not kept:
+            return
+        mod.outputs = kept
+        what = strategies.result_kind(result)
+        what = "a dict" if what in ("dict", "immutable_dict") else f"`{what}`"
+        note = f"`forward` returns {what}; its tensor fields are shown: {'; '.join(shown)}"
+        if left:
+            note += f" (not shown: {', '.join(left)})"
+        self.note(note)
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -528,7 +573,10 @@ class ClassCapture:
                 plan.planned[param.name] = recorded
                 plan.declared.add(param.name)
                 continue
-            if inputs.keeps_default(param):
+            sized = param.default is None and inputs.from_build(
+                param.name, self.arguments, plan.symbols
+            )
+            if inputs.keeps_default(param) and not sized:
                 planned = inputs.PlannedInput(
                     param.name, "value", value=param.default, origin="default"
                 )
@@ -541,6 +589,10 @@ class ClassCapture:
             # called with none of them computes nothing; its main input is inferred instead
             del plan.planned[primary.name]
             plan.pending.append(primary.name)
+            for name in inputs.decoder_inputs(plan.positional(), primary):
+                if name not in plan.declared:
+                    del plan.planned[name]
+                    plan.pending.append(name)
         names = {p.name for p in params}
         for spec in req.inputs:
             if spec.name not in names:
@@ -556,12 +608,18 @@ class ClassCapture:
         are settled, ``_report_assumed``), or FX402."""
         spatial = self.hints.get("spatial", inputs.SPATIAL)
         planned = self._from_calls(plan).get(name)
+        if planned is None:
+            planned = inputs.from_build(name, self.arguments, plan.symbols)
+        if planned is None and name in inputs.CONFIG_FIRST and self.module is not None:
+            planned = inputs.from_config(name, self.module, self.arguments, plan.symbols)
         if planned is None and node is not None:
             planned = inputs.infer(graph_owner, node, plan.symbols, spatial)
         if planned is None and self.module is not None:
             planned = inputs.infer_from_source(
                 self.module, name, self.doc.tree, plan.symbols, spatial
             )
+        if planned is None and self.module is not None:
+            planned = inputs.from_config(name, self.module, self.arguments, plan.symbols)
         if planned is None and "spatial" in self.hints and _image_like(name):
             b = (inputs.BATCH, plan.symbols.size(inputs.BATCH))
             dims = [b, (None, self.hints.get("channels", 3)), (None, spatial), (None, spatial)]
@@ -855,6 +913,17 @@ class ClassCapture:
                     f"`class {upstream}` with `# fxls: NAME = (...)`."
                 )
                 self.diagnose(found)
+            elif self.plan is not None and self.plan.params and not self.plan.positional():
+                # ``forward(self, *args, **kwargs)`` (a wrapper passing everything on): fxls
+                # called it with nothing, which says nothing about the code
+                found = diag.diagnostic({"node": failed_node, "no_arguments": True})
+                found.severity = "hint"
+                found.fix = (
+                    f"`{mod.name}.forward` takes only `*args`/`**kwargs`, and fxls called it "
+                    "with none; capture the class that calls it, or describe its inputs "
+                    "with `# fxls: init(...)` and input directives."
+                )
+                self.diagnose(found)
             elif how is not None and how.source == "assumed":
                 found = diag.diagnostic({"node": failed_node, "assumed_init": True})
                 found.severity = "hint"
@@ -979,6 +1048,7 @@ class ClassCapture:
         output = next((n for n in gm.graph.nodes if n.op == "output"), None)
         if run.error is None and output is not None:
             mod.outputs = list(run.values.get(output.name, []))
+            self._tensor_fields(strategies.result_fields(None, run.examples.get(output.name)))
             mod.status = "partial"
             mod.error = None
             mod.diagnostics.extend(d.diagnostic() for d in graphcheck.unused(gm.graph, doc.source))
@@ -1053,6 +1123,12 @@ def _drop_concrete_guards(gm: torch.fx.GraphModule) -> None:
         changed = True
     if changed:
         gm.recompile()
+
+
+def _value_text(value: Value) -> str:
+    if value.kind == "tensor":
+        return "[" + ", ".join(str(d) for d in value.shape or []) + "]"
+    return value.text or value.kind
 
 
 def _placeholder_params(

@@ -70,6 +70,8 @@ class Recipe:
     """An expression that builds it in the file's namespace, when it is not ``Cls(init)``."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """The constructor arguments, when known (defaults not included)."""
+    notes: list[str] = field(default_factory=list)
+    """What the class hover should say about this build (a configuration made smaller)."""
 
     def expr(self, cls_name: str) -> str | None:
         """A Python expression that rebuilds the instance, when expressible."""
@@ -308,6 +310,48 @@ class _ConfigCandidate:
     text: str
     init_text: str | None
     assumed: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+
+
+MAX_DEFAULT_LAYERS = 2
+"""Layers of a library's default configuration that fxls builds (a 32-layer Llama runs 32
+identical layers on fake tensors, each showing the shapes of the first)."""
+_LAYER_COUNTS = re.compile(
+    r"^(num_hidden_layers|num_layers|n_layers?|encoder_layers|decoder_layers|"
+    r"num_encoder_layers|num_decoder_layers)$"
+)
+
+
+def _fewer_layers(make: Callable[..., Any], config: Any, text: str) -> _ConfigCandidate | None:
+    """The default configuration again with at most ``MAX_DEFAULT_LAYERS`` of each stack of
+    identical layers (every other size as it is), labelled; None when it has no stack deeper
+    than that or does not build so."""
+    fields = _config_fields(config) or {}
+    counts = {
+        k: v
+        for k, v in fields.items()
+        if _LAYER_COUNTS.match(k) and type(v) is int and v > MAX_DEFAULT_LAYERS
+    }
+    if not counts:
+        return None
+    changes = dict.fromkeys(counts, MAX_DEFAULT_LAYERS)
+    try:
+        smaller = make(**changes)
+    except Exception:  # a config that checks per-layer lists against the count
+        return None
+    if any(getattr(smaller, k, None) != MAX_DEFAULT_LAYERS for k in changes):
+        return None
+    name = text.removesuffix("()")
+    args = ", ".join(f"{k}={v}" for k, v in changes.items())
+    was = ", ".join(f"{k}={v}" for k, v in counts.items())
+    smaller_text = f"{name}({args})"
+    note = (
+        f"built from `{smaller_text}`: the default `{text}` with {MAX_DEFAULT_LAYERS} layers "
+        f"per stack instead of {was}; every other size is the default's, and layers of a "
+        f"stack are alike, so the shapes are the default configuration's. Pin another with "
+        f"`# fxls: init(config={text})`."
+    )
+    return _ConfigCandidate(smaller, smaller_text, smaller_text, {}, [note])
 
 
 def _fill_config(config: Any, cls_name: str, init_text: str | None) -> Iterator[_ConfigCandidate]:
@@ -409,6 +453,10 @@ def _config_candidates(
             config = make()
         except Exception:
             continue
+        if isinstance(make, type) and text == f"{make.__name__}()":
+            smaller = _fewer_layers(make, config, text)
+            if smaller is not None:
+                found.append(smaller)
         found.extend(_fill_config(config, text, text))
     return found
 
@@ -444,6 +492,7 @@ def recipes(doc: Document, cls: type, known_calls: Sequence[KnownCall] = ()) -> 
                 init=init,
                 assumed=assumed,
                 kwargs=kwargs,
+                notes=[n for c in combo for n in c.notes],
             )
 
     yield from factories(doc, cls)
@@ -455,7 +504,7 @@ def recipes(doc: Document, cls: type, known_calls: Sequence[KnownCall] = ()) -> 
         )  # fmt: skip
 
     if required:
-        yield from _assumed(doc, cls, required, annotations, config_options)
+        yield from _assumed(doc, cls, required, annotations, config_options, _group_size(params))
 
 
 def _bound(cls: type, kwargs: dict[str, Any]) -> Callable[[], Any]:
@@ -484,8 +533,10 @@ def _assumed(
     required: list[inspect.Parameter],
     annotations: dict[str, Any],
     config_options: dict[str, list[_ConfigCandidate]],
+    groups: int = 1,
 ) -> Iterator[Recipe]:
-    """Guessed values for every required parameter (configs from their candidates)."""
+    """Guessed values for every required parameter (configs from their candidates); channel
+    counts are multiples of ``groups`` (the group norm size the class defaults to)."""
     options: list[list[tuple[Any, str, str | None]]] = []
     for p in required:
         configs = config_options.get(p.name) or []
@@ -494,6 +545,8 @@ def _assumed(
             continue
         annotation = annotations.get(p.name, p.empty)
         values = guesses(p.name, _unwrap_optional(annotation), string_choices(cls, p.name))
+        if groups > 1 and _CHANNELS.search(p.name.lower()):
+            values = _multiples(values, groups)
         if not values and _optional(annotation):
             values = [None]
         if not values:
@@ -509,6 +562,27 @@ def _assumed(
         assumed = {p.name: text for p, (_, text, _) in zip(required, combo)}
         yield Recipe("assumed", _bound(cls, kwargs), f"{cls.__name__}({', '.join(parts)})",
                      init=init, assumed=assumed, kwargs=kwargs)  # fmt: skip
+
+
+_GROUPS = re.compile(r"(^|_)groups$")
+_CHANNELS = re.compile(r"channels|^dim$|_dim$|^features$|hidden_size")
+
+
+def _group_size(params: list[inspect.Parameter]) -> int:
+    """The largest group count a constructor defaults to (``resnet_groups=32``,
+    ``norm_num_groups=32``): channel counts must be multiples of it for ``GroupNorm``."""
+    found = 1
+    for p in params:
+        value = p.default
+        if _GROUPS.search(p.name.lower()) and type(value) is int and 1 < value <= 256:
+            found = max(found, value)
+    return found
+
+
+def _multiples(values: list[Any], groups: int) -> list[Any]:
+    """The int guesses that are multiples of ``groups``, else ``2 * groups`` and ``groups``."""
+    kept = [v for v in values if type(v) is int and v % groups == 0]
+    return kept or [2 * groups, groups]
 
 
 def _value_text(value: Any) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -260,7 +261,39 @@ def infer(
     if found is None:
         return None
     target, m = found
-    return layer_input(str(placeholder.target), target, m, symbols, spatial)
+    planned = layer_input(str(placeholder.target), target, m, symbols, spatial)
+    if planned is None and not type(m).__module__.startswith("torch."):
+        # a block kept whole (a leaf): what its own forward passes its first input to
+        tree = module_tree(type(m))
+        try:
+            first = next(iter(inspect.signature(m.forward).parameters))
+        except (TypeError, ValueError, StopIteration):
+            return None
+        inner = _first_in_source(m, "forward", first, f"{target}.", tree, 1) if tree else None
+        if inner is not None:
+            planned = layer_input(str(placeholder.target), inner[0], inner[1], symbols, spatial)
+    return planned
+
+
+_TREES: dict[str, ast.Module | None] = {}
+MAX_TREES = 16
+
+
+def module_tree(cls: type) -> ast.Module | None:
+    """The parsed source of the module that defines ``cls`` (a library's file), cached."""
+    name = getattr(cls, "__module__", "") or ""
+    if name not in _TREES:
+        tree: ast.Module | None = None
+        module = sys.modules.get(name)
+        try:
+            if module is not None:
+                tree = ast.parse(inspect.getsource(module))
+        except (OSError, TypeError, SyntaxError, ValueError):
+            tree = None
+        if len(_TREES) >= MAX_TREES:
+            _TREES.clear()
+        _TREES[name] = tree
+    return _TREES[name]
 
 
 def layer_input(
@@ -297,6 +330,8 @@ def layer_input(
         dims = [b, *fixed(m.num_features)]
     elif isinstance(m, nn.BatchNorm2d):
         dims = [b, *fixed(m.num_features, spatial, spatial)]
+    elif isinstance(m, nn.GroupNorm):
+        dims = [b, *fixed(m.num_channels, spatial, spatial)]
     elif isinstance(m, nn.BatchNorm3d):
         dims = [b, *fixed(m.num_features, 16, 112, 112)]
     elif isinstance(m, nn.RNNBase):
@@ -441,6 +476,12 @@ def _first_in_source(
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
     }
     aliases = {param}
+    for node in sorted(
+        (n for n in ast.walk(fn) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)),
+        key=lambda n: (n.lineno, n.col_offset),
+    ):  # ``hidden_states = input_tensor``: the same value under another name
+        if isinstance(node.value, ast.Name) and node.value.id in aliases:
+            aliases.update(t.id for t in node.targets if isinstance(t, ast.Name))
     for call in calls:
         first = call.args[0]
         if not (isinstance(first, ast.Name) and first.id in aliases):
@@ -480,7 +521,7 @@ _KEEPS_CHANNELS = (
 
 _LAYERS = (
     nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, nn.Embedding, nn.LayerNorm, nn.BatchNorm1d,
-    nn.BatchNorm2d, nn.BatchNorm3d, nn.RNNBase, nn.MultiheadAttention,
+    nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.RNNBase, nn.MultiheadAttention,
     nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.TransformerEncoder,
     nn.TransformerDecoder,
 )  # fmt: skip
@@ -619,3 +660,151 @@ def _evaluate(node: ast.expr, namespace: dict[str, Any]) -> Any:
             return eval(code, namespace)
     except Exception:
         return None
+
+
+# ---------------------------------------------------------------------------------------
+# Inputs of library models, by their conventional names and the model's configuration
+# ---------------------------------------------------------------------------------------
+
+SOURCE = "S"
+"""The length of an encoder's sequence a decoder attends to (``encoder_hidden_states``)."""
+
+CONFIG_FIRST = frozenset({"hidden_states", "encoder_hidden_states", "input_features"})
+"""Inputs a library block with a configuration sizes better than its first layer does: states
+``(B, T, hidden size)`` (a Linear alone says ``(B, hidden size)``), Whisper's mel features at
+the one length its encoder accepts (a Conv1d alone says any length)."""
+_SUB_CONFIGS = ("text_config", "vision_config", "audio_config", "encoder", "decoder")
+_TOKEN_IDS = ("input_ids", "decoder_input_ids")
+
+
+def configurations(module: nn.Module, arguments: dict[str, Any]) -> list[Any]:
+    """The configuration objects a module was built from or keeps (``self.config``, a
+    ``config`` argument), then their sub-configurations (``text_config``, ``vision_config``)."""
+    found: list[Any] = []
+    for value in (getattr(module, "config", None), *arguments.values()):
+        if value is None or isinstance(value, (nn.Module, torch.Tensor, type)):
+            continue
+        if not hasattr(value, "__dict__") or not _config_like(value):
+            continue
+        if all(value is not f for f in found):
+            found.append(value)
+    for config in list(found):
+        for name in _SUB_CONFIGS:
+            sub = getattr(config, name, None)
+            if sub is not None and _config_like(sub) and all(sub is not f for f in found):
+                found.append(sub)
+    return found
+
+
+def _config_like(value: Any) -> bool:
+    name = type(value).__name__
+    if isinstance(value, dict):  # diffusers' FrozenDict: fields as attributes too
+        return type(value) is not dict and name.endswith(("Dict", "Config"))
+    return name.endswith(("Config", "Configuration")) or hasattr(value, "to_dict")
+
+
+def _field(configs: list[Any], *names: str) -> tuple[int, str] | None:
+    """The first positive int field among ``names`` in ``configs``, with its name and owner."""
+    for config in configs:
+        for name in names:
+            try:
+                value = getattr(config, name, None)
+            except Exception:  # a config's property may raise
+                continue
+            if type(value) is int and value > 0:
+                return value, f"{type(config).__name__}.{name}={value}"
+    return None
+
+
+def from_config(
+    name: str, module: nn.Module, arguments: dict[str, Any], symbols: Symbols
+) -> PlannedInput | None:
+    """A library ``forward`` input by its conventional name, sized from the module's
+    configuration: token ids ``(B, T)``, ``pixel_values`` ``(B, C, H, W)`` at the configured
+    image size, Whisper's ``input_features`` at the length its encoder requires, a
+    diffusion model's ``sample`` and ``timestep``, ``encoder_hidden_states`` ``(B, S, D)``,
+    ``hidden_states`` ``(B, T, hidden_size)``. Marked assumed with the fields it read; None
+    when the name is not one of these or the configuration lacks the sizes."""
+    configs = configurations(module, arguments)
+    b: tuple[str | None, int] = (BATCH, symbols.size(BATCH))
+
+    def planned(dims: list[tuple[str | None, int]], dtype: torch.dtype, why: str) -> PlannedInput:
+        return PlannedInput(name, "tensor", dims, dtype, assumed=True, reason=why)
+
+    if name in _TOKEN_IDS:
+        vocab = _field(configs, "vocab_size")
+        if vocab is None:
+            return None
+        return planned(
+            [b, (SEQUENCE, symbols.size(SEQUENCE))], torch.int64, f"token ids, {vocab[1]}"
+        )
+    if name == "pixel_values":
+        size = _field(configs, "image_size")
+        if size is None:
+            return None
+        channels = _field(configs, "num_channels", "in_channels")
+        c = channels[0] if channels is not None else 3
+        why = size[1] + (f", {channels[1]}" if channels is not None else "")
+        return planned([b, (None, c), (None, size[0]), (None, size[0])], torch.float32, why)
+    if name == "input_features":
+        mels = _field(configs, "num_mel_bins")
+        positions = _field(configs, "max_source_positions")
+        if mels is None or positions is None:
+            return None
+        # the encoder's two convolutions (the second of stride 2) make max_source_positions
+        # frames of 2 * max_source_positions mel frames, the only length it accepts
+        length = 2 * positions[0]
+        why = f"mel features, {mels[1]}, {positions[1]} (× 2 frames)"
+        return planned([b, (None, mels[0]), (None, length)], torch.float32, why)
+    if name == "sample":
+        channels = _field(configs, "in_channels")
+        if channels is None:
+            return None
+        size = _field(configs, "sample_size")
+        s = size[0] if size is not None else 32
+        why = channels[1] + (f", {size[1]}" if size is not None else ", sample size 32")
+        return planned([b, (None, channels[0]), (None, s), (None, s)], torch.float32, why)
+    if name in ("timestep", "timesteps") and _field(configs, "in_channels") is not None:
+        return planned([b], torch.int64, "one diffusion timestep per sample")
+    if name == "encoder_hidden_states":
+        width = _field(configs, "cross_attention_dim", "d_model", "hidden_size")
+        if width is None:
+            return None
+        dims = [b, (SOURCE, symbols.size(SOURCE)), (None, width[0])]
+        return planned(dims, torch.float32, f"an encoder's output, {width[1]}")
+    if name == "hidden_states":
+        width = _field(configs, "hidden_size", "d_model")
+        if width is None:
+            return None
+        dims = [b, (SEQUENCE, symbols.size(SEQUENCE)), (None, width[0])]
+        return planned(dims, torch.float32, width[1])
+    return None
+
+
+def decoder_inputs(params: list[inspect.Parameter], primary: inspect.Parameter) -> list[str]:
+    """The decoder's token ids of an encoder-decoder ``forward`` whose inputs all default to
+    ``None``: a decoder called with neither ids nor embeddings raises, as its encoder does."""
+    if primary.name == "decoder_input_ids":
+        return []
+    return [p.name for p in params if p.name == "decoder_input_ids" and p.default is None]
+
+
+SIZED_BY_BUILD = {"temb": "temb_channels", "encoder_hidden_states": "cross_attention_dim"}
+"""Inputs that default to ``None`` but that a block built with this size needs (diffusers'
+``temb`` of a block with ``temb_channels``, the text states of one with
+``cross_attention_dim``), by the constructor argument that sizes them."""
+
+
+def from_build(name: str, arguments: dict[str, Any], symbols: Symbols) -> PlannedInput | None:
+    """``temb`` ``(B, temb_channels)``, ``encoder_hidden_states`` ``(B, S,
+    cross_attention_dim)`` for a block built with that argument; None otherwise."""
+    size_name = SIZED_BY_BUILD.get(name)
+    size = arguments.get(size_name) if size_name is not None else None
+    if type(size) is not int or size <= 0:
+        return None
+    b: tuple[str | None, int] = (BATCH, symbols.size(BATCH))
+    dims = (
+        [b, (None, size)] if name == "temb" else [b, (SOURCE, symbols.size(SOURCE)), (None, size)]
+    )
+    why = f"the block's {size_name}={size}"
+    return PlannedInput(name, "tensor", dims, assumed=True, reason=why)

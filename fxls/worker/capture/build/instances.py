@@ -47,6 +47,8 @@ class Built:
     """Why the meta build failed when the CPU build was used."""
     arguments: dict[str, Any] = field(default_factory=dict)
     """Constructor arguments by name, when known (for sizes the build names)."""
+    notes: list[str] = field(default_factory=list)
+    """What the recipe says about the build (a smaller configuration), for the hover."""
 
 
 def candidates(
@@ -116,6 +118,7 @@ def _from_recipe(
     built, error = _build(doc, recipe.make, how)
     if built is not None:
         built.arguments = {**_defaults(cls), **recipe.kwargs}
+        built.notes = list(recipe.notes)
     return built, error
 
 
@@ -274,6 +277,7 @@ def record(mod: ModuleResult, built: Built, class_span: Span) -> None:
     mod.build = built.device
     mod.constructed = built.construction
     mod.error = None
+    mod.notes.extend(built.notes)
     if built.meta_error is not None:
         mod.diagnostics.append(
             catalogue.FX406(class_span, cls=mod.name, error=one_line(built.meta_error)).diagnostic()

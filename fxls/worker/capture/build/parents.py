@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.fx
 from torch import nn
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from fxls.worker.capture.build import inputs
 from fxls.worker.capture.shapes import propagation as shapes
@@ -46,6 +47,9 @@ class Recorded:
     """By ``forward`` parameter name; parameters left to their defaults are absent."""
     called: bool = True
     """False for an instance the parent built but whose ``forward`` never ran (no inputs)."""
+    left_out: list[str] = field(default_factory=list)
+    """Arguments the parent passed that are not passed again (a cache object where the
+    parameter defaults to ``None``, what ``**kwargs`` received), described for a note."""
 
     @property
     def text(self) -> str:
@@ -79,7 +83,7 @@ def record(
             got = _arguments(module, args, kwargs, namer)
             if got is not None:
                 found[cls_name] = Recorded(
-                    module, names.get(id(module), "?"), type(parent).__name__, parent_expr, got
+                    module, names.get(id(module), "?"), type(parent).__name__, parent_expr, *got
                 )
             return False
         # stop at the next watched call once every class was seen
@@ -121,7 +125,7 @@ def from_trace(
             got = _arguments(module, values[0], values[1], namer)
             if got is not None:
                 found[cls_name] = Recorded(
-                    module, names.get(id(module), "?"), type(parent).__name__, parent_expr, got
+                    module, names.get(id(module), "?"), type(parent).__name__, parent_expr, *got
                 )
                 break
         else:
@@ -148,18 +152,31 @@ def _examples(value: Any, examples: dict[str, Any], depth: int) -> Any:
 
 def _arguments(
     module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], namer: Any
-) -> dict[str, inputs.PlannedInput] | None:
+) -> tuple[dict[str, inputs.PlannedInput], bool, list[str]] | None:
+    """The call's arguments by parameter name, ``called`` (True) and what is left out: the
+    values ``**kwargs`` received (the capture passes it nothing), and objects fxls cannot
+    pass again (a ``DynamicCache``) to a parameter that defaults to ``None``: its default is
+    used, as in a first call with an empty cache. None when another argument cannot be."""
     try:
-        bound = inspect.signature(module.forward).bind(*args, **kwargs)
+        signature = inspect.signature(module.forward)
+        bound = signature.bind(*args, **kwargs)
     except (TypeError, ValueError):
         return None
     out: dict[str, inputs.PlannedInput] = {}
+    left_out: list[str] = []
     for name, value in bound.arguments.items():
+        param = signature.parameters[name]
+        if param.kind == param.VAR_KEYWORD:
+            left_out.extend(f"`{key}`" for key, item in value.items() if item is not None)
+            continue
         planned = _planned(name, value, namer)
+        if planned is None and param.default is None:
+            left_out.append(f"`{name}` ({type(value).__name__})")
+            continue
         if planned is None:
             return None
         out[name] = planned
-    return out
+    return out, True, left_out
 
 
 def _planned(name: str, value: Any, namer: Any) -> inputs.PlannedInput | None:
@@ -195,7 +212,10 @@ def _portable(value: Any, depth: int) -> Any:
         return _UNPORTABLE if hint is None else hint
     if isinstance(value, torch.Tensor):
         sizes = [_dim(d, Namer({}))[1] for d in value.shape]
-        return torch.empty(sizes, dtype=value.dtype, device="meta")
+        # made outside the parent's run: under its fake mode this would be one of its fake
+        # tensors (on the meta device), which a later run cannot mix with its own
+        with unset_fake_temporarily(), torch._C.DisableTorchFunction():
+            return torch.empty(sizes, dtype=value.dtype, device="meta")
     if depth < MAX_VALUE_DEPTH and isinstance(value, (tuple, list)):
         items = [_portable(v, depth + 1) for v in value]
         if any(v is _UNPORTABLE for v in items):

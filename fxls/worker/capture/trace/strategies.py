@@ -311,8 +311,9 @@ def _render(values: list[Value]) -> str:
     return ", ".join(parts) if parts else "nothing"
 
 
-def _key(values: list[Value]) -> list[tuple[Any, ...]]:
-    return [(v.kind, tuple(v.shape or ()), v.dtype) for v in values if v.kind in ("tensor", "none")]
+def _key(values: list[Value], fields: bool = False) -> list[tuple[Any, ...]]:
+    kinds = ("tensor",) if fields else ("tensor", "none")
+    return [(v.kind, tuple(v.shape or ()), v.dtype) for v in values if v.kind in kinds]
 
 
 def _static(inputs: list[shapes.ExampleInput], batch: int | None) -> list[shapes.ExampleInput]:
@@ -370,6 +371,9 @@ def eager_divergence(
         if output is None or output.name not in prop.values:
             return None
         traced = prop.values[output.name]
+        # a dict-like result (a ModelOutput) holds only the fields that were set when forward
+        # runs, and every field the trace could not tell apart from a value when traced
+        fields = result_fields(gm, prop.examples.get(output.name)) is not None
         eager = fakerun.meta_outputs(module, feeds) if on_meta and prop.mode == "meta" else None
         if eager is None:
             run = fakerun.fake_run(
@@ -379,7 +383,7 @@ def eager_divergence(
             if run.error is not None or out_node is None:
                 continue
             eager = run.values.get(out_node, [])
-        if _key(traced) != _key(eager):
+        if _key(traced, fields) != _key(eager, fields):
             sizes = "; ".join(
                 f"{i.name} [{', '.join(str(s) for _, s in i.dims)}]"
                 for i in feeds
@@ -387,6 +391,49 @@ def eager_divergence(
             )
             return Divergence(_render(traced), _render(eager), sizes)
     return None
+
+
+def result_fields(gm: torch.fx.GraphModule | None, result: Any) -> Mapping[str, Any] | None:
+    """A ``forward``'s dict-like result (a ``ModelOutput``) by field; None for other results.
+
+    A graph traced with ``concrete_args`` returns its result flattened (a list of leaves) and
+    keeps the structure as the pytree spec of its output (transformers registers
+    ``ModelOutput`` with pytree): the fields are read from there, each with its leaves."""
+    if isinstance(result, Mapping):
+        return result
+    info = getattr(gm.graph._codegen, "pytree_info", None) if gm is not None else None
+    spec = getattr(info, "out_spec", None)
+    if spec is None or not isinstance(result, (list, tuple)):
+        return None
+    kind = getattr(spec, "type", None)
+    keys = getattr(spec, "context", None)
+    children = spec.children() if callable(getattr(spec, "children", None)) else None
+    if not (isinstance(kind, type) and issubclass(kind, Mapping)) or children is None:
+        return None
+    if not isinstance(keys, (list, tuple)) or len(keys) != len(children):
+        return None
+    if sum(child.num_leaves for child in children) != len(result):
+        return None
+    fields: dict[str, Any] = {}
+    at = 0
+    for key, child in zip(keys, children):
+        leaves = list(result[at : at + child.num_leaves])
+        at += child.num_leaves
+        fields[str(key)] = leaves[0] if child.num_leaves == 1 else leaves
+    return _Fields(kind.__name__, fields)
+
+
+class _Fields(dict[str, Any]):
+    """A result's fields read off its pytree spec, named after the result's type."""
+
+    def __init__(self, kind: str, fields: dict[str, Any]) -> None:
+        super().__init__(fields)
+        self.kind = kind
+
+
+def result_kind(result: Mapping[str, Any]) -> str:
+    """The type name of a dict-like result (from :func:`result_fields`)."""
+    return result.kind if isinstance(result, _Fields) else type(result).__name__
 
 
 def _output_name(run: fakerun.FakeRun) -> str | None:

@@ -1,0 +1,264 @@
+"""Conventions of model libraries (transformers, diffusers), each on one small file of its
+own: default configurations with deep stacks, inputs sized from a configuration or from the
+build, dict-like results, sub-blocks called with caches and ``**kwargs``, group-normed blocks.
+
+Every case runs the real capture (``run_capture``) on a document without ``# fxls:``
+directives."""
+
+from __future__ import annotations
+
+import textwrap
+
+from fxls.protocol.model import CaptureJob, ClassRequest, ModuleResult
+from fxls.worker.capture.pipeline import run_capture
+
+HEADER = """\
+from collections import OrderedDict
+from dataclasses import dataclass
+import torch
+from torch import nn
+"""
+
+
+def _capture(source: str, *names: str) -> dict[str, ModuleResult]:
+    text = textwrap.dedent(HEADER + source)
+    lines = text.splitlines()
+    requests = [
+        ClassRequest(name, next(i for i, t in enumerate(lines, 1) if t.startswith(f"class {name}")))
+        for name in names
+    ]
+    result = run_capture(CaptureJob(path="/virtual/lib.py", source=text, classes=requests), print)
+    assert result.error is None, result.error
+    return {m.name: m for m in result.modules}
+
+
+def _shape(mod: ModuleResult) -> list[object]:
+    assert mod.outputs and mod.outputs[0].shape is not None, (mod.status, mod.notes)
+    return list(mod.outputs[0].shape)
+
+
+DEEP = """
+@dataclass
+class DeepConfig:
+    vocab_size: int = 100
+    hidden_size: int = 48
+    num_hidden_layers: int = 12
+
+
+class Layer(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.fc = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states):
+        return hidden_states + self.fc(hidden_states)
+
+
+class Backbone(nn.Module):
+    config_class = DeepConfig
+
+    def __init__(self, config):
+        super().__init__()
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
+
+    def forward(self, input_ids=None, inputs_embeds=None):
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        hidden_states = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
+        if hidden_states.shape[-1] != self.embed.embedding_dim:  # FX cannot trace this
+            raise ValueError("embeddings of the wrong size")
+        for layer in self.layers:
+            hidden_states = layer(hidden_states)
+        return hidden_states
+"""
+
+
+def test_a_default_configuration_with_a_deep_stack_is_built_with_two_layers_and_says_so() -> None:
+    mod = _capture(DEEP, "Backbone")["Backbone"]
+    assert mod.constructed is not None
+    assert mod.constructed.text == "Backbone(DeepConfig(num_hidden_layers=2))", mod.constructed
+    assert mod.constructed.pin == "config=DeepConfig(num_hidden_layers=2)"
+    assert any("num_hidden_layers=12" in n and "DeepConfig()" in n for n in mod.notes), mod.notes
+    assert _shape(mod)[-1] == 48  # every other size is the default's
+
+
+def test_token_ids_are_sized_from_the_configuration_when_no_layer_tells() -> None:
+    """``input_ids`` reaches no layer fxls can read (it is passed by keyword to a block kept
+    whole): the configuration's vocabulary says it is token ids ``(B, T)``."""
+    mods = _capture(
+        DEEP
+        + """
+class Head(nn.Module):
+    config_class = DeepConfig
+
+    def __init__(self, config):
+        super().__init__()
+        self.model = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, input_ids=None, labels=None, **kwargs):
+        return self.lm_head(self.model(input_ids=input_ids, **kwargs))
+""",
+        "Head",
+    )
+    head = mods["Head"]
+    assert head.input_names[0] == "input_ids" and head.inputs[0].dtype == "int64", head.inputs
+    assert head.inputs[0].shape == ["B", "T"] and head.inputs_assumed[0]
+    assert _shape(head) == ["B", "T", 100]
+
+
+def test_a_dict_like_result_shows_its_tensor_fields() -> None:
+    """A ``ModelOutput``-style result (an ordered dict with dataclass fields) shows the fields
+    that hold tensors and names them in a note (a transformers head's unset fields, left
+    out, are checked on the real library in tests/e2e/test_libraries.py)."""
+    mods = _capture(
+        """
+@dataclass
+class Output(OrderedDict):
+    logits: torch.Tensor | None = None
+    hidden_states: torch.Tensor | None = None
+    attentions: torch.Tensor | None = None
+
+    def __post_init__(self):
+        for name in ("logits", "hidden_states", "attentions"):
+            if getattr(self, name) is not None:
+                self[name] = getattr(self, name)
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return Output(logits=self.fc(x), hidden_states=None)
+""",
+        "Classifier",
+    )
+    mod = mods["Classifier"]
+    assert [v.kind for v in mod.outputs] == ["tensor"], mod.outputs
+    assert _shape(mod)[-1] == 4
+    assert not [d for d in mod.diagnostics if d.code == "FX109"], mod.diagnostics
+    assert any("returns a dict" in n and "`logits` [B, 4]" in n for n in mod.notes), mod.notes
+
+
+def test_a_sub_block_called_with_a_cache_and_kwargs_is_captured_from_its_parent() -> None:
+    """The parent passes a cache object to a parameter that defaults to ``None`` and flags
+    through ``**kwargs``: the block is still the instance the parent called, with the
+    parent's inputs, and a note says what was not passed again."""
+    mods = _capture(
+        """
+class Cache:
+    def update(self, key):
+        return key
+
+
+class Attention(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, hidden_states, past_key_values=None, **kwargs):
+        out = self.proj(hidden_states)
+        if past_key_values is not None:
+            out = past_key_values.update(out)
+        return out
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 24)
+        self.attn = Attention(24)
+
+    def forward(self, input_ids):
+        cache = Cache()
+        return self.attn(self.embed(input_ids), past_key_values=cache, use_cache=True)
+""",
+        "Model",
+        "Attention",
+    )
+    attn = mods["Attention"]
+    assert attn.constructed is not None and attn.constructed.source == "parent", attn.constructed
+    assert _shape(attn) == ["B", "T", 24]
+    assert any("`past_key_values` (Cache)" in n and "`use_cache`" in n for n in attn.notes)
+
+
+BLOCKS = """
+class Resnet(nn.Module):
+    def __init__(self, in_channels, out_channels, temb_channels=512, groups=32):
+        super().__init__()
+        self.norm1 = nn.GroupNorm(groups, in_channels)
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, padding=1)
+        self.time_emb_proj = nn.Linear(temb_channels, out_channels)
+
+    def forward(self, input_tensor, temb):
+        hidden_states = input_tensor
+        hidden_states = self.conv1(torch.nn.functional.silu(self.norm1(hidden_states)))
+        if hidden_states.shape[1] > 0:  # a decision FX cannot trace: kept whole
+            hidden_states = hidden_states + self.time_emb_proj(temb)[:, :, None, None]
+        return hidden_states
+
+
+class DownBlock(nn.Module):
+    def __init__(self, in_channels, out_channels, temb_channels, resnet_groups=32):
+        super().__init__()
+        self.resnets = nn.ModuleList(
+            [Resnet(in_channels, out_channels, temb_channels, resnet_groups)]
+        )
+
+    def forward(self, hidden_states, temb=None):
+        for resnet in self.resnets:
+            hidden_states = resnet(hidden_states, temb)
+        return hidden_states
+"""
+
+
+def test_a_group_normed_block_is_assumed_with_channels_its_groups_divide() -> None:
+    mod = _capture(BLOCKS, "DownBlock")["DownBlock"]
+    assert mod.constructed is not None and mod.constructed.source == "assumed"
+    assert int(mod.constructed.assumed["in_channels"]) % 32 == 0, mod.constructed
+
+
+def test_inputs_of_a_block_come_through_the_block_it_keeps_whole_and_its_build() -> None:
+    """``hidden_states`` reaches a ``Resnet`` kept as a leaf, whose own forward passes it
+    (renamed) to a GroupNorm: ``(B, C, H, W)``. ``temb`` defaults to ``None`` but the block
+    was built with ``temb_channels``: ``(B, temb_channels)``."""
+    mod = _capture(BLOCKS, "DownBlock")["DownBlock"]
+    shapes = dict(zip(mod.input_names, [v.shape for v in mod.inputs]))
+    channels = int(mod.constructed.assumed["in_channels"]) if mod.constructed else 0
+    assert shapes["hidden_states"] is not None and shapes["hidden_states"][:2] == ["B", channels]
+    assert len(shapes["hidden_states"]) == 4, shapes
+    assert shapes["temb"] == ["B", int(mod.constructed.assumed["temb_channels"])], shapes
+    assert len(_shape(mod)) == 4
+
+
+def test_a_wrapper_taking_only_args_and_kwargs_called_with_none_is_no_error() -> None:
+    """``forward(self, *args, **kwargs)`` passes everything on (Whisper's decoder wrapper):
+    called with nothing, the block it wraps raises; that is a hint, not an error."""
+    mods = _capture(
+        """
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+
+    def forward(self, input_ids=None, inputs_embeds=None):
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        return self.embed(input_ids) if inputs_embeds is None else inputs_embeds
+
+
+class Wrapper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.decoder = Decoder()
+
+    def forward(self, *args, **kwargs):
+        return self.decoder(*args, **kwargs)
+""",
+        "Wrapper",
+    )
+    diagnostics = mods["Wrapper"].diagnostics
+    assert not [d for d in diagnostics if d.severity == "error"], diagnostics

@@ -262,3 +262,43 @@ class Wrapper(nn.Module):
     )
     diagnostics = mods["Wrapper"].diagnostics
     assert not [d for d in diagnostics if d.severity == "error"], diagnostics
+
+
+PADDED = """
+class TinyConfig:
+    def __init__(self, vocab_size=100, hidden_size=16, num_labels=3, pad_token_id=None):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_labels = num_labels
+        self.pad_token_id = pad_token_id
+
+
+class SequenceClassifier(nn.Module):
+    config_class = TinyConfig
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.score = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, input_ids=None, inputs_embeds=None):
+        logits = self.score(self.embed(input_ids))
+        batch_size = input_ids.shape[0]
+        if self.config.pad_token_id is None and batch_size != 1:
+            raise ValueError("Cannot handle batch sizes > 1 if no padding token is defined.")
+        non_pad_mask = (input_ids != self.config.pad_token_id).to(torch.int32)
+        token_indices = torch.arange(input_ids.shape[-1])
+        last_non_pad_token = (token_indices * non_pad_mask).argmax(-1)
+        return logits[torch.arange(batch_size), last_non_pad_token]
+"""
+
+
+def test_a_default_configuration_gets_a_pad_token_when_forward_needs_one_and_says_so() -> None:
+    """A decoder's sequence classifier finds each sequence's last token by ``pad_token_id``
+    and raises for a batch of more than one when the default configuration sets none."""
+    mod = _capture(PADDED, "SequenceClassifier")["SequenceClassifier"]
+    assert mod.constructed is not None
+    assert mod.constructed.pin == "config=TinyConfig(pad_token_id=0)", mod.constructed
+    assert any("pad_token_id=0" in n and "TinyConfig()" in n for n in mod.notes), mod.notes
+    assert _shape(mod) == ["B", 3]

@@ -341,8 +341,9 @@ def _fewer_layers(make: Callable[..., Any], config: Any, text: str) -> _ConfigCa
         return None
     if any(getattr(smaller, k, None) != MAX_DEFAULT_LAYERS for k in changes):
         return None
-    name = text.removesuffix("()")
-    args = ", ".join(f"{k}={v}" for k, v in changes.items())
+    name, _, given = text.partition("(")
+    given = given.removesuffix(")")
+    args = ", ".join([*([given] if given else []), *(f"{k}={v}" for k, v in changes.items())])
     was = ", ".join(f"{k}={v}" for k, v in counts.items())
     smaller_text = f"{name}({args})"
     note = (
@@ -454,11 +455,68 @@ def _config_candidates(
         except Exception:
             continue
         if isinstance(make, type) and text == f"{make.__name__}()":
+            padded = _pad_token(cls, make, config, text)
+            if padded is not None:
+                make, config, text, notes = padded
+                for candidate in _config_variants(make, config, text):
+                    candidate.notes.extend(notes)
+                    found.append(candidate)
+                continue
             smaller = _fewer_layers(make, config, text)
             if smaller is not None:
                 found.append(smaller)
         found.extend(_fill_config(config, text, text))
     return found
+
+
+def _config_variants(make: Callable[..., Any], config: Any, text: str) -> list[_ConfigCandidate]:
+    """The candidates of one default configuration: fewer layers first, then as it is."""
+    smaller = _fewer_layers(make, config, text)
+    return ([smaller] if smaller is not None else []) + list(_fill_config(config, text, text))
+
+
+PAD_TOKEN_ID = 0
+"""The padding token id given to a default configuration that sets none when ``forward``
+reads it (a sequence classifier finds each sequence's last token by it)."""
+
+
+def _pad_token(
+    cls: type, make: Callable[..., Any], config: Any, text: str
+) -> tuple[Callable[..., Any], Any, str, list[str]] | None:
+    """A default configuration without ``pad_token_id`` for a class whose ``forward`` reads it
+    (transformers' ``*ForSequenceClassification`` of decoder models raise "Cannot handle
+    batch sizes > 1 if no padding token is defined"): the configuration with
+    ``pad_token_id=0``, its text and the note that says so. None when it is not needed or
+    does not build."""
+    if getattr(config, "pad_token_id", 0) is not None or not _reads(cls, "pad_token_id"):
+        return None
+    try:
+        padded = make(pad_token_id=PAD_TOKEN_ID)
+    except Exception:
+        return None
+    if getattr(padded, "pad_token_id", None) != PAD_TOKEN_ID:
+        return None
+    name = text.removesuffix("()")
+
+    def made(**changes: Any) -> Any:
+        return make(pad_token_id=PAD_TOKEN_ID, **changes)
+
+    made.__name__ = name
+    note = (
+        f"`pad_token_id={PAD_TOKEN_ID}` added to the default `{text}`, which sets none: "
+        "`forward` finds each sequence's last token by it, and raises for a batch of more "
+        f"than one without it. Pin another with `# fxls: init(config={name}(pad_token_id=...))`."
+    )
+    return made, padded, f"{name}(pad_token_id={PAD_TOKEN_ID})", [note]
+
+
+def _reads(cls: type, name: str) -> bool:
+    """Whether the source of ``cls.forward`` (wherever it is defined) mentions ``name``."""
+    try:
+        source = inspect.getsource(inspect.unwrap(cls.forward))  # type: ignore[attr-defined]
+    except (OSError, TypeError, AttributeError):
+        return False
+    return name in source
 
 
 def recipes(doc: Document, cls: type, known_calls: Sequence[KnownCall] = ()) -> Iterator[Recipe]:

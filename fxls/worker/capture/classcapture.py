@@ -573,8 +573,9 @@ class ClassCapture:
                 plan.planned[param.name] = recorded
                 plan.declared.add(param.name)
                 continue
-            sized = param.default is None and inputs.from_build(
-                param.name, self.arguments, plan.symbols
+            sized = param.default is None and (
+                inputs.from_build(param.name, self.arguments, plan.symbols)
+                or inputs.skip_sample(param.name, module, plan.symbols, self._spatial())
             )
             if inputs.keeps_default(param) and not sized:
                 planned = inputs.PlannedInput(
@@ -601,6 +602,10 @@ class ClassCapture:
                 self.diagnose(catalogue.FX403(span, error=error).diagnostic({"arg": spec.name}))
         return plan
 
+    def _spatial(self) -> int:
+        """The image size the build names, else the one fxls assumes first."""
+        return self.hints.get("spatial", inputs.SPATIAL)
+
     def _inferred(
         self, graph_owner: Any, node: torch.fx.Node | None, name: str, plan: InputPlan, at: Span
     ) -> inputs.PlannedInput | None:
@@ -610,6 +615,10 @@ class ClassCapture:
         planned = self._from_calls(plan).get(name)
         if planned is None:
             planned = inputs.from_build(name, self.arguments, plan.symbols)
+        if planned is None and self.module is not None:
+            planned = inputs.up_block_inputs(
+                name, self.module, self.arguments, plan.symbols, spatial
+            ) or inputs.skip_sample(name, self.module, plan.symbols, spatial)
         if planned is None and name in inputs.CONFIG_FIRST and self.module is not None:
             planned = inputs.from_config(name, self.module, self.arguments, plan.symbols)
         if planned is None and node is not None:

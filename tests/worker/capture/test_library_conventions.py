@@ -302,3 +302,83 @@ def test_a_default_configuration_gets_a_pad_token_when_forward_needs_one_and_say
     assert mod.constructed.pin == "config=TinyConfig(pad_token_id=0)", mod.constructed
     assert any("pad_token_id=0" in n and "TinyConfig()" in n for n in mod.notes), mod.notes
     assert _shape(mod) == ["B", 3]
+
+
+UP = """
+class Res(nn.Module):
+    def __init__(self, in_channels, out_channels, temb_channels):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.norm1 = nn.GroupNorm(32, in_channels)
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, padding=1)
+        self.time_emb_proj = nn.Linear(temb_channels, out_channels)
+
+    def forward(self, input_tensor, temb):
+        hidden_states = self.conv1(self.norm1(input_tensor))
+        return hidden_states + self.time_emb_proj(temb)[:, :, None, None]
+
+
+class UpBlock(nn.Module):
+    def __init__(self, in_channels, prev_output_channel, out_channels, temb_channels,
+                 num_layers=3):
+        super().__init__()
+        resnets = []
+        for i in range(num_layers):
+            res_skip_channels = in_channels if (i == num_layers - 1) else out_channels
+            resnet_in_channels = prev_output_channel if i == 0 else out_channels
+            resnets.append(Res(resnet_in_channels + res_skip_channels, out_channels,
+                               temb_channels))
+        self.resnets = nn.ModuleList(resnets)
+        self.up = nn.Upsample(scale_factor=2.0)
+
+    def forward(self, hidden_states, res_hidden_states_tuple, temb=None):
+        for resnet in self.resnets:
+            res_hidden_states = res_hidden_states_tuple[-1]
+            res_hidden_states_tuple = res_hidden_states_tuple[:-1]
+            hidden_states = torch.cat([hidden_states, res_hidden_states], dim=1)
+            hidden_states = resnet(hidden_states, temb)
+        return self.up(hidden_states)
+
+
+class SkipDown(nn.Module):
+    def __init__(self, in_channels, out_channels, temb_channels):
+        super().__init__()
+        self.resnets = nn.ModuleList(
+            [Res(in_channels, out_channels, temb_channels)]
+        )
+        self.groups = torch.nn.GroupNorm(min(in_channels // 4, 32), in_channels)
+        self.downsamplers = nn.ModuleList([nn.AvgPool2d(2)])
+        self.skip_conv = nn.Conv2d(3, out_channels, 1)
+
+    def forward(self, hidden_states, temb=None, skip_sample=None):
+        hidden_states = self.resnets[0](self.groups(hidden_states), temb)
+        hidden_states = self.downsamplers[0](hidden_states)
+        skip_sample = self.downsamplers[0](skip_sample)
+        return hidden_states + self.skip_conv(skip_sample), skip_sample
+"""
+
+
+def test_an_up_block_gets_one_skip_state_per_resnet_sized_from_its_resnets() -> None:
+    """``res_hidden_states_tuple`` is popped from the end, one state per resnet: the states
+    are sized from what each resnet's input channels leave after the states it receives,
+    ``hidden_states`` from ``prev_output_channel``."""
+    mod = _capture(UP + "\n\nblock = UpBlock(32, 128, 64, temb_channels=16)\n", "UpBlock")[
+        "UpBlock"
+    ]
+    assert mod.constructed is not None and mod.constructed.source == "call site"
+    inputs = dict(zip(mod.input_names, mod.inputs))
+    assert inputs["hidden_states"].shape is not None and inputs["hidden_states"].shape[1] == 128
+    states = inputs["res_hidden_states_tuple"].text or ""
+    assert states.startswith("([2, 32, 224, 224], [2, 64, 224, 224], [2, 64, "), states
+    assert _shape(mod)[1:3] == [64, 2 * inputs["hidden_states"].shape[2]]
+
+
+def test_block_channels_are_tried_alike_when_the_first_guesses_do_not_build() -> None:
+    """``in_channels=3`` (an image's) leaves no group for a norm of ``in_channels // 4``
+    groups: every channel parameter at 64 builds; ``skip_sample`` is the image the block's
+    ``skip_conv`` takes."""
+    mod = _capture(UP, "SkipDown")["SkipDown"]
+    assert mod.constructed is not None and mod.constructed.assumed["in_channels"] == "64"
+    inputs = dict(zip(mod.input_names, mod.inputs))
+    assert inputs["skip_sample"].shape is not None and inputs["skip_sample"].shape[:2] == ["B", 3]
+    assert _shape(mod)[1] == 64

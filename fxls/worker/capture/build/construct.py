@@ -556,9 +556,10 @@ def recipes(doc: Document, cls: type, known_calls: Sequence[KnownCall] = ()) -> 
     yield from factories(doc, cls)
     yield from _call_sites(doc, cls)
     for known in known_calls:
+        bound: dict[str, Any] = {}
         yield Recipe(
-            "call site", _evaluated(doc, cls, known.init), f"{name}({known.init}) in {known.where}",
-            init=known.init,
+            "call site", _evaluated(doc, cls, known.init, bound),
+            f"{name}({known.init}) in {known.where}", init=known.init, kwargs=bound,
         )  # fmt: skip
 
     if required:
@@ -612,7 +613,9 @@ def _assumed(
         if not values:
             return
         options.append([(v, _value_text(v), _value_text(v)) for v in values])
-    for combo in _combinations(options, limit=MAX_RECIPES):
+    for combo in _with_uniform_channels(
+        _combinations(options, limit=MAX_RECIPES), required, options, groups
+    ):
         kwargs = {p.name: value for p, (value, _, _) in zip(required, combo)}
         parts = [f"{p.name}={text}" for p, (_, text, _) in zip(required, combo)]
         init_parts = [f"{p.name}={i}" for p, (_, _, i) in zip(required, combo)]
@@ -620,6 +623,35 @@ def _assumed(
         assumed = {p.name: text for p, (_, text, _) in zip(required, combo)}
         yield Recipe("assumed", _bound(cls, kwargs), f"{cls.__name__}({', '.join(parts)})",
                      init=init, assumed=assumed, kwargs=kwargs)  # fmt: skip
+
+
+UNIFORM_CHANNELS = 64
+"""The one channel count given to every channel parameter of a block whose first guesses
+do not build (``in_channels=3`` of a block that divides it by 4 for its group norms)."""
+_CHANNEL_NAMES = re.compile(r"channel")
+
+
+def _with_uniform_channels(
+    combos: Iterator[tuple[Any, ...]],
+    required: list[inspect.Parameter],
+    options: list[list[tuple[Any, str, str | None]]],
+    groups: int,
+) -> Iterator[tuple[Any, ...]]:
+    """The combinations, with one more second: every channel parameter (``in_channels``,
+    ``prev_output_channel``, ``temb_channels``) at ``UNIFORM_CHANNELS`` (a multiple of the
+    block's group count) and the others at their first guess. A UNet block's
+    ``in_channels`` are features, not an image's 3."""
+    channels = UNIFORM_CHANNELS if UNIFORM_CHANNELS % groups == 0 else 2 * groups
+    uniform = tuple(
+        (channels, repr(channels), repr(channels))
+        if _CHANNEL_NAMES.search(p.name.lower()) and type(opts[0][0]) is int
+        else opts[0]
+        for p, opts in zip(required, options)
+    )
+    for index, combo in enumerate(combos):
+        yield combo
+        if index == 0 and uniform != combo:
+            yield uniform
 
 
 _GROUPS = re.compile(r"(^|_)groups$")
@@ -764,16 +796,31 @@ def _call_sites(doc: Document, cls: type) -> Iterator[Recipe]:
         if args_text in seen:
             continue
         seen.add(args_text)
+        bound: dict[str, Any] = {}
         yield Recipe(
-            "call site", _evaluated(doc, cls, args_text), f"{cls.__name__}({args_text})",
-            init=args_text,
+            "call site", _evaluated(doc, cls, args_text, bound), f"{cls.__name__}({args_text})",
+            init=args_text, kwargs=bound,
         )  # fmt: skip
         if len(seen) >= 3:
             return
 
 
-def _evaluated(doc: Document, cls: type, args_text: str) -> Callable[[], Any]:
+def _evaluated(
+    doc: Document, cls: type, args_text: str, bound: dict[str, Any] | None = None
+) -> Callable[[], Any]:
+    """Builds ``cls({args_text})`` in the file's namespace; the arguments, by parameter name,
+    go into ``bound`` (the sizes a call site names: ``prev_output_channel=128``)."""
+
     def make() -> Any:
-        return eval(f"_fxls_class({args_text})", doc.namespace, {"_fxls_class": cls})
+        args, kwargs = eval(f"_fxls_args({args_text})", doc.namespace, {"_fxls_args": _given})
+        if bound is not None:
+            bound.clear()
+            with contextlib.suppress(TypeError, ValueError):
+                bound.update(inspect.signature(cls).bind_partial(*args, **kwargs).arguments)
+        return cls(*args, **kwargs)
 
     return make
+
+
+def _given(*args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return args, kwargs

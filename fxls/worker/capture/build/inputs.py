@@ -100,6 +100,9 @@ def value_of(v: Any) -> Value:
         return Value(kind="device", text=repr(str(v)))
     if isinstance(v, torch.Tensor):
         return Value(kind="tensor", shape=list(v.shape), dtype=dtype_name(v.dtype))
+    if isinstance(v, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in v):
+        text = _value_text(v)  # ([2, 64, 224, 224], [2, 32, 224, 224]): sizes, not reprs
+        return Value(kind="other", text=text if len(text) <= 80 else text[:77] + "...")
     text = repr(v)
     return Value(kind="other", text=text if len(text) <= 80 else text[:77] + "...")
 
@@ -807,4 +810,84 @@ def from_build(name: str, arguments: dict[str, Any], symbols: Symbols) -> Planne
         [b, (None, size)] if name == "temb" else [b, (SOURCE, symbols.size(SOURCE)), (None, size)]
     )
     why = f"the block's {size_name}={size}"
+    return PlannedInput(name, "tensor", dims, assumed=True, reason=why)
+
+
+SKIP_STATES = "res_hidden_states_tuple"
+"""diffusers' up blocks take the skip connections of the matching down block as a tuple of
+tensors, which they pop from the end, one per resnet, and concatenate to ``hidden_states``
+along the channels."""
+
+
+def up_block_inputs(
+    name: str, module: nn.Module, arguments: dict[str, Any], symbols: Symbols, spatial: int
+) -> PlannedInput | None:
+    """The inputs of a diffusers up block built with ``prev_output_channel``:
+    ``hidden_states`` ``(B, prev_output_channel, H, W)`` and ``res_hidden_states_tuple``, one
+    ``(B, C, H, W)`` per resnet in the order a UNet passes them (the last is concatenated
+    first), each ``C`` what that resnet's input channels leave after the channels of the
+    states it receives (``in_channels`` for the last resnet, ``out_channels`` for the
+    others, by diffusers' construction). None for other inputs and blocks."""
+    previous = arguments.get("prev_output_channel")
+    params = _forward_names(module)
+    if type(previous) is not int or previous <= 0 or SKIP_STATES not in params:
+        return None
+    batch = symbols.size(BATCH)
+    b: tuple[str | None, int] = (BATCH, batch)
+    why = f"the up block's prev_output_channel={previous}"
+    if name == "hidden_states":
+        dims = [b, (None, previous), (None, spatial), (None, spatial)]
+        return PlannedInput(name, "tensor", dims, assumed=True, reason=why)
+    if name != SKIP_STATES:
+        return None
+    channels = skip_channels(module, previous)
+    if channels is None:
+        return None
+    with torch.device("meta"):
+        states = tuple(torch.empty(batch, c, spatial, spatial) for c in reversed(channels))
+    why = f"one skip state per resnet, channels {list(reversed(channels))} from the resnets"
+    return PlannedInput(name, "value", value=states, assumed=True, reason=why)
+
+
+def _forward_names(module: nn.Module) -> list[str]:
+    try:
+        return list(inspect.signature(module.forward).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def skip_channels(module: nn.Module, previous: int) -> list[int] | None:
+    """The channels of the skip state each resnet of ``module.resnets`` concatenates, in the
+    resnets' order: its input channels less those of the states it receives (``previous``
+    for the first, the output of the one before for the others). None when a resnet does
+    not say its channels or leaves none for a skip state."""
+    resnets = getattr(module, "resnets", None)
+    if not isinstance(resnets, nn.ModuleList) or not len(resnets):
+        return None
+    found: list[int] = []
+    channels = previous
+    for resnet in resnets:
+        into, out = getattr(resnet, "in_channels", None), getattr(resnet, "out_channels", None)
+        if type(into) is not int or type(out) is not int or into <= channels:
+            return None
+        found.append(into - channels)
+        channels = out
+    return found
+
+
+def skip_sample(
+    name: str, module: nn.Module, symbols: Symbols, spatial: int
+) -> PlannedInput | None:
+    """``skip_sample`` of a diffusers skip down block (one with ``downsamplers``): the image
+    ``(B, C, H, W)`` its ``skip_conv`` takes, at the resolution of ``hidden_states``;
+    ``forward`` downsamples it and fails without it. None otherwise (an up block makes its
+    own when given none)."""
+    conv = getattr(module, "skip_conv", None)
+    if name != "skip_sample" or not isinstance(conv, nn.Conv2d):
+        return None
+    if getattr(module, "downsamplers", None) is None:
+        return None
+    b: tuple[str | None, int] = (BATCH, symbols.size(BATCH))
+    dims = [b, (None, conv.in_channels), (None, spatial), (None, spatial)]
+    why = f"the image `skip_conv` takes: {_describe('skip_conv', conv)}"
     return PlannedInput(name, "tensor", dims, assumed=True, reason=why)

@@ -576,6 +576,7 @@ class ClassCapture:
             sized = param.default is None and (
                 inputs.from_build(param.name, self.arguments, plan.symbols)
                 or inputs.skip_sample(param.name, module, plan.symbols, self._spatial())
+                or inputs.cross_attention_states(param.name, module, self.arguments, plan.symbols)
             )
             if inputs.keeps_default(param) and not sized:
                 planned = inputs.PlannedInput(
@@ -619,6 +620,8 @@ class ClassCapture:
             planned = inputs.up_block_inputs(
                 name, self.module, self.arguments, plan.symbols, spatial
             ) or inputs.skip_sample(name, self.module, plan.symbols, spatial)
+        if planned is None and self.module is not None:
+            planned = inputs.cross_attention_states(name, self.module, self.arguments, plan.symbols)
         if planned is None and name in inputs.CONFIG_FIRST and self.module is not None:
             planned = inputs.from_config(name, self.module, self.arguments, plan.symbols)
         if planned is None and node is not None:

@@ -382,3 +382,66 @@ def test_block_channels_are_tried_alike_when_the_first_guesses_do_not_build() ->
     inputs = dict(zip(mod.input_names, mod.inputs))
     assert inputs["skip_sample"].shape is not None and inputs["skip_sample"].shape[:2] == ["B", 3]
     assert _shape(mod)[1] == 64
+
+
+HEADS = """
+class TextConfig:
+    def __init__(self, vocab_size=100, hidden_size=16):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+
+
+class Encoder(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+
+    def forward(self, input_ids):
+        return self.embed(input_ids)
+
+
+class TinyForMultipleChoice(nn.Module):
+    config_class = TextConfig
+
+    def __init__(self, config):
+        super().__init__()
+        self.encoder = Encoder(config)
+        self.score = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, input_ids=None, inputs_embeds=None):
+        num_choices = input_ids.shape[1]
+        input_ids = input_ids.view(-1, input_ids.size(-1))
+        pooled = self.encoder(input_ids=input_ids)[:, 0]
+        return self.score(pooled).view(-1, num_choices)
+
+
+class TinyCrossAttention(nn.Module):
+    config_class = TextConfig
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states, encoder_hidden_states=None, attention_mask=None):
+        scores = self.query(hidden_states) @ self.key(encoder_hidden_states).transpose(1, 2)
+        return scores.softmax(-1)
+"""
+
+
+def test_a_multiple_choice_head_gets_token_ids_per_choice() -> None:
+    """``*ForMultipleChoice`` reads ``num_choices`` off the second dimension of its token ids:
+    ``(B, N, T)``, and its logits are ``[B, N]``."""
+    mod = _capture(HEADS, "TinyForMultipleChoice")["TinyForMultipleChoice"]
+    assert mod.inputs[0].shape == ["B", "N", "T"], mod.inputs
+    assert _shape(mod) == ["B", "N"]
+
+
+def test_a_cross_attention_block_gets_the_states_it_attends_to() -> None:
+    """``encoder_hidden_states`` defaults to ``None``, but a ``*CrossAttention`` block attends
+    to nothing else: ``(B, S, hidden_size)``."""
+    mod = _capture(HEADS, "TinyCrossAttention")["TinyCrossAttention"]
+    inputs = dict(zip(mod.input_names, mod.inputs))
+    assert inputs["encoder_hidden_states"].shape == ["B", "S", 16], inputs
+    assert _shape(mod) == ["B", "T", "S"]

@@ -738,9 +738,12 @@ def from_config(
         vocab = _field(configs, "vocab_size")
         if vocab is None:
             return None
-        return planned(
-            [b, (SEQUENCE, symbols.size(SEQUENCE))], torch.int64, f"token ids, {vocab[1]}"
-        )
+        t: tuple[str | None, int] = (SEQUENCE, symbols.size(SEQUENCE))
+        if name == "input_ids" and multiple_choice(module):
+            n: tuple[str | None, int] = (CHOICES, symbols.size(CHOICES))
+            why = f"token ids of each choice, {vocab[1]}"
+            return planned([b, n, t], torch.int64, why)
+        return planned([b, t], torch.int64, f"token ids, {vocab[1]}")
     if name == "pixel_values":
         size = _field(configs, "image_size")
         if size is None:
@@ -782,6 +785,35 @@ def from_config(
         dims = [b, (SEQUENCE, symbols.size(SEQUENCE)), (None, width[0])]
         return planned(dims, torch.float32, width[1])
     return None
+
+
+CHOICES = "N"
+"""The number of choices of a multiple-choice head (``input_ids`` ``(B, N, T)``)."""
+
+
+def multiple_choice(module: nn.Module) -> bool:
+    """A transformers ``*ForMultipleChoice`` head: its ``forward`` reads ``num_choices`` off
+    the second dimension of its token ids and flattens the choices into the batch."""
+    return type(module).__name__.endswith("ForMultipleChoice") and _reads(module, "num_choices")
+
+
+def _reads(module: nn.Module, name: str) -> bool:
+    try:
+        source = inspect.getsource(inspect.unwrap(type(module).forward))
+    except (OSError, TypeError):
+        return False
+    return name in source
+
+
+def cross_attention_states(
+    name: str, module: nn.Module, arguments: dict[str, Any], symbols: Symbols
+) -> PlannedInput | None:
+    """``encoder_hidden_states`` of a transformers cross-attention block
+    (``BertCrossAttention``): it defaults to ``None`` but the block attends to nothing else
+    (``(B, S, hidden_size)`` from the configuration). None for other inputs and classes."""
+    if name != "encoder_hidden_states" or "CrossAttention" not in type(module).__name__:
+        return None
+    return from_config(name, module, arguments, symbols)
 
 
 def decoder_inputs(params: list[inspect.Parameter], primary: inspect.Parameter) -> list[str]:

@@ -17,7 +17,9 @@ failure is caught per class, so one class never hides the others.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
+import sys
 
 import torch
 from torch import nn
@@ -98,7 +100,7 @@ def capture_document(
         if job.rules is not None and os.path.abspath(job.rules.path) == os.path.abspath(job.path):
             _rules(doc, result)  # the rules file itself: FX361 at its line
             return doc, result
-        result.diagnostics.append(_import_diagnostic(exc, job.path, doc.source))
+        result.diagnostics.append(_import_diagnostic(exc, job.path, doc.source, job.module))
         if not _exited_after_classes(doc, job, exc):
             return doc, result
 
@@ -314,9 +316,43 @@ def _first_import_span(source: SourceText) -> Span | None:
     return None
 
 
-def _import_diagnostic(exc: BaseException, path: str, source: SourceText) -> Diagnostic:
+def _failed_import_span(source: SourceText, module: str | None) -> Span | None:
+    """The first top-level import of the document whose module did not get imported: where
+    its run stopped when the failure came from another module's code (a package's
+    ``__init__.py`` that needs what the interpreter lacks; timm's ``from timm.layers import``
+    needs torchvision). None when every imported module is there or the text does not
+    parse."""
+    try:
+        tree = ast.parse(source.source)
+    except (SyntaxError, ValueError):
+        return None
+    package = module.rpartition(".")[0] if module else ""
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Import):
+            names = [alias.name for alias in stmt.names]
+        elif isinstance(stmt, ast.ImportFrom):
+            relative = "." * stmt.level + (stmt.module or "")
+            try:
+                names = [importlib.util.resolve_name(relative, package)]
+            except (ImportError, ValueError):
+                continue
+        else:
+            continue
+        if any(name not in sys.modules for name in names):
+            return line_span(source, stmt.lineno)
+    return None
+
+
+def _import_diagnostic(
+    exc: BaseException, path: str, source: SourceText, module: str | None = None
+) -> Diagnostic:
     if isinstance(exc, ModuleNotFoundError) and exc.name:
-        at = user_span(exc, path, source) or _first_import_span(source) or line_span(source, 1)
+        at = (
+            user_span(exc, path, source)
+            or _failed_import_span(source, module)
+            or _first_import_span(source)
+            or line_span(source, 1)
+        )
         missing = catalogue.FX409(
             at, module=exc.name, package=exc.name.partition(".")[0], error=one_line(exc)
         )

@@ -53,3 +53,20 @@ async def test_a_file_that_needs_the_missing_module_is_a_warning_naming_it(
     assert "fxls_missing_optional_dep" in missing.message
     assert missing.span.line == 1
     assert not [d for d in analysis.diagnostics if d.code == "FX412"]
+
+
+async def test_a_file_that_needs_the_missing_module_through_its_package_names_that_import(
+    worker: WorkerClient, workspace: Path
+) -> None:
+    """The file imports the standard library and torch, then a module of its package that
+    needs the missing one (as timm's model files need torchvision through ``timm.layers``):
+    one warning, at that import, not at the file's first."""
+    path = workspace / "optlib" / "heads.py"
+    analysis = await analyze(
+        worker, AnalysisRequest(str(path), path.read_text(), root=str(workspace))
+    )
+    (missing,) = [d for d in analysis.diagnostics if d.code == "FX409"]
+    assert missing.severity == "warning"
+    assert "fxls_missing_optional_dep" in missing.message
+    assert missing.span.line == 5, missing.span
+    assert not [d for d in analysis.diagnostics if d.severity == "error"], analysis.diagnostics

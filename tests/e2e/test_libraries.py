@@ -22,16 +22,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.worker]
 SHAPED_AT_LEAST = {
     # file -> (classes with shapes, a class that must show them, the size its output ends in:
     # the hidden size of the library's default configuration, or a task head's output)
-    "transformers/models/llama/modeling_llama.py": (9, "LlamaModel", 4096),
-    "transformers/models/mistral/modeling_mistral.py": (9, "MistralForCausalLM", 32000),
-    "transformers/models/gpt2/modeling_gpt2.py": (9, "GPT2Model", 768),
-    "transformers/models/bert/modeling_bert.py": (22, "BertModel", 768),
+    "transformers/models/llama/modeling_llama.py": (10, "LlamaModel", 4096),
+    "transformers/models/mistral/modeling_mistral.py": (10, "MistralForCausalLM", 32000),
+    "transformers/models/gpt2/modeling_gpt2.py": (10, "GPT2Model", 768),
+    "transformers/models/bert/modeling_bert.py": (24, "BertModel", 768),
     "transformers/models/t5/modeling_t5.py": (16, "T5ForConditionalGeneration", 32128),
     "transformers/models/vit/modeling_vit.py": (9, "ViTModel", 768),
     "transformers/models/whisper/modeling_whisper.py": (5, "WhisperEncoder", 384),
     "transformers/models/clip/modeling_clip.py": (9, "CLIPTextModel", 512),
     "diffusers/models/resnet.py": (5, "Conv1dBlock", 128),
-    "diffusers/models/unets/unet_2d_blocks.py": (12, "UNetMidBlock2DCrossAttn", 224),
+    "diffusers/models/unets/unet_2d_blocks.py": (24, "UNetMidBlock2DCrossAttn", 224),
     "diffusers/models/autoencoders/vae.py": (4, "Encoder", 224),
 }
 HEADS_WITHOUT_FX109 = ("LlamaForCausalLM", "LlamaForTokenClassification", "BertForMaskedLM")

@@ -39,10 +39,10 @@ from fxls.protocol.model import (
 from fxls.worker.capture import failures
 from fxls.worker.capture.build import inputs, parents
 from fxls.worker.capture.build import instances as build
-from fxls.worker.capture.document import Document
+from fxls.worker.capture.document import ExecutedDocument
 from fxls.worker.capture.records import arguments
 from fxls.worker.capture.records.nodes import copied_node_info, node_copy, node_info, output_values
-from fxls.worker.capture.reporting import class_span, dedupe, error_info, line_span, one_line
+from fxls.worker.capture.reporting import class_span, error_info, line_span, once_per_span, one_line
 from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.shapes.values import values_of
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, assign_ast_spans, find_function
@@ -144,7 +144,7 @@ MAX_ASSUMED_BUILDS = 3
 
 
 def capture_class(
-    doc: Document,
+    doc: ExecutedDocument,
     req: ClassRequest,
     report_phase: PhaseReporter,
     wanted: dict[type, str] | None = None,
@@ -258,7 +258,7 @@ class ClassCapture:
 
     def __init__(
         self,
-        doc: Document,
+        doc: ExecutedDocument,
         req: ClassRequest,
         mod: ModuleResult,
         given: dict[str, inputs.PlannedInput] | None = None,
@@ -425,7 +425,7 @@ class ClassCapture:
         checks += strategies.traced_through_checks(
             traced.traced_params, doc.tree, doc.source, skip=[root_code] if root_code else []
         )
-        self.specialized = dedupe([w.diagnostic() for w in checks])
+        self.specialized = once_per_span([w.diagnostic() for w in checks])
         self.mod.diagnostics.extend(self.specialized)
 
     def _graph(

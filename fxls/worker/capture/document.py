@@ -23,7 +23,7 @@ MODULE_NAME = "__fxls_document__"
 
 
 @dataclass
-class Document:
+class ExecutedDocument:
     """One document version, executed (or about to be) in this process."""
 
     job: CaptureJob
@@ -79,7 +79,7 @@ class EditorText(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(compile(self.job.source, self.job.path, "exec"), module.__dict__)
 
 
-def prepare(job: CaptureJob) -> Document:
+def prepare(job: CaptureJob) -> ExecutedDocument:
     """Register the text for tracebacks and spans, and make the module it runs as."""
     for entry in reversed(job.sys_path):
         if entry not in sys.path:
@@ -98,10 +98,10 @@ def prepare(job: CaptureJob) -> Document:
         sys.meta_path.insert(0, EditorText(job, module))
     else:
         sys.modules[MODULE_NAME] = module
-    return Document(job=job, source=SourceText(job.source), namespace=namespace, tree=None)
+    return ExecutedDocument(job=job, source=SourceText(job.source), namespace=namespace, tree=None)
 
 
-def execute(doc: Document) -> None:
+def execute(doc: ExecutedDocument) -> None:
     """Run the document text (user code: may raise anything) and parse it for the AST views.
 
     A document in a package is imported by its name: its parent packages run first (their
@@ -172,7 +172,7 @@ def _namespace_package(name: str, folder: str) -> None:
         setattr(sys.modules[parent], child, module)
 
 
-def module_name(doc: Document) -> str:
+def module_name(doc: ExecutedDocument) -> str:
     """``__name__`` of the document's module."""
     return doc.job.module or MODULE_NAME
 

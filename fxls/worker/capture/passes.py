@@ -52,7 +52,7 @@ from fxls.protocol.model import (
     Span,
 )
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture.document import Document
+from fxls.worker.capture.document import ExecutedDocument
 from fxls.worker.capture.records.nodes import readable_target
 from fxls.worker.capture.reporting import line_span, one_line, safe_str, user_span
 from fxls.worker.capture.spans import SPAN_KEY
@@ -234,7 +234,7 @@ def time_limit(seconds: float) -> Iterator[None]:
 
 
 def run_passes(
-    doc: Document,
+    doc: ExecutedDocument,
     requests: list[ClassRequest],
     modules: list[ModuleResult],
     report_phase: Callable[[Phase, str | None], None],
@@ -260,7 +260,7 @@ class PassRun:
 
     def __init__(
         self,
-        doc: Document,
+        doc: ExecutedDocument,
         req: ClassRequest,
         mod: ModuleResult,
         spec: PassRequest,

@@ -38,7 +38,7 @@ from fxls.worker.capture import rules
 from fxls.worker.capture.build import construct, parents
 from fxls.worker.capture.build import instances as build
 from fxls.worker.capture.classcapture import ClassCapture, PhaseReporter, capture_class, runs
-from fxls.worker.capture.document import Document, execute, module_name, prepare
+from fxls.worker.capture.document import ExecutedDocument, execute, module_name, prepare
 from fxls.worker.capture.records import nodes
 from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
 from fxls.worker.capture.shapes import propagation as shapes
@@ -62,7 +62,7 @@ def run_capture_for_wire(job: CaptureJob, report_phase: PhaseReporter) -> Captur
 
 def _capture_and_passes(
     job: CaptureJob, report_phase: PhaseReporter, *, keep_copies: bool = False
-) -> tuple[Document, CaptureResult]:
+) -> tuple[ExecutedDocument, CaptureResult]:
     with shapes.dispatch_cache(job.fake_cache):
         doc, result = capture_document(job, report_phase, keep_copies=keep_copies)
         if result.error is None and any(req.passes for req in job.classes):
@@ -74,7 +74,7 @@ def _capture_and_passes(
 
 def capture_document(
     job: CaptureJob, report_phase: PhaseReporter, *, keep_copies: bool = False
-) -> tuple[Document, CaptureResult]:
+) -> tuple[ExecutedDocument, CaptureResult]:
     """Execute ``job.source`` and capture each requested class.
 
     Args:
@@ -146,14 +146,14 @@ def capture_document(
     return doc, result
 
 
-def _expand(doc: Document, mod: ModuleResult) -> None:
+def _expand(doc: ExecutedDocument, mod: ModuleResult) -> None:
     """Every record of ``mod`` in ``nodes`` (its copies expanded in place)."""
     if mod.node_copies:
         mod.expand()
         doc.copied_nodes.pop(id(mod), None)
 
 
-def _rules(doc: Document, result: CaptureResult) -> None:
+def _rules(doc: ExecutedDocument, result: CaptureResult) -> None:
     rules.report(doc, result)
 
 
@@ -162,7 +162,7 @@ MAX_FACTORY_PRODUCTS = 3
 
 
 def _adopt_parents(
-    doc: Document,
+    doc: ExecutedDocument,
     job: CaptureJob,
     results: dict[int, ModuleResult],
     report_phase: PhaseReporter,
@@ -245,7 +245,7 @@ def _weak(mod: ModuleResult) -> bool:
     return how == "assumed" or not runs(mod)
 
 
-def _record_from(doc: Document, cls: type, name: str, exclude: str) -> None:
+def _record_from(doc: ExecutedDocument, cls: type, name: str, exclude: str) -> None:
     """Record an instance of ``cls`` from a module captured earlier in this job."""
     if name in doc.records:
         return
@@ -260,7 +260,7 @@ def _record_from(doc: Document, cls: type, name: str, exclude: str) -> None:
 
 
 def _wanted(
-    doc: Document, job: CaptureJob, done: dict[str, ModuleResult], current: str
+    doc: ExecutedDocument, job: CaptureJob, done: dict[str, ModuleResult], current: str
 ) -> dict[type, str]:
     """Classes still to capture whose instances a parent may record (no ``init`` directive)."""
     wanted: dict[type, str] = {}
@@ -379,7 +379,7 @@ def _import_diagnostic(
     return catalogue.FX404(span, error=one_line(exc)).diagnostic(data)
 
 
-def _exited_after_classes(doc: Document, job: CaptureJob, exc: BaseException) -> bool:
+def _exited_after_classes(doc: ExecutedDocument, job: CaptureJob, exc: BaseException) -> bool:
     """A script that exits at import (FX410) after defining some of the requested classes:
     those are captured from what ran (a file of a package is not: its module is gone)."""
     if not isinstance(exc, SystemExit) or job.module:

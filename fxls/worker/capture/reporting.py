@@ -68,7 +68,7 @@ def user_span(exc: BaseException, path: str, source: SourceText) -> Span | None:
     return spans[0] if spans else None
 
 
-def dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+def once_per_span(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     """Diagnostics with the same code and span, once."""
     seen: set[tuple[Any, ...]] = set()
     out = []

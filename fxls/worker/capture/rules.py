@@ -40,7 +40,7 @@ from fxls.protocol.model import (
 )
 from fxls.protocol.positions import SourceText, contains
 from fxls.worker.capture import failures
-from fxls.worker.capture.document import Document
+from fxls.worker.capture.document import ExecutedDocument
 from fxls.worker.capture.reporting import one_line
 from fxls.worker.capture.spans import SPAN_KEY
 
@@ -267,7 +267,7 @@ def matches(rule: Rule, gm: torch.fx.GraphModule, inside: Span) -> list[Span]:
     return found
 
 
-def report(doc: Document, result: CaptureResult) -> None:
+def report(doc: ExecutedDocument, result: CaptureResult) -> None:
     """FX360 for every match of every rule in each traced class's own ``forward``; the load
     diagnostics when the document is the rules file."""
     rules = doc.job.rules

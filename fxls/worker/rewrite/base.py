@@ -16,7 +16,7 @@ from fxls.protocol.model import (
     TextEdit,
 )
 from fxls.worker.capture.classcapture import ClassCapture
-from fxls.worker.capture.document import Document
+from fxls.worker.capture.document import ExecutedDocument
 
 Check = Literal["numeric", "capture"]
 """``numeric``: the edit changes code, so the edited module must compute the same on real
@@ -61,7 +61,7 @@ def gone_of(fix: FixRequest, code: str | None = None) -> list[tuple[str, str, Sp
 class Original:
     """The document as the job sent it, executed and captured once for every rewrite."""
 
-    doc: Document
+    doc: ExecutedDocument
     result: CaptureResult
 
     @property

@@ -34,7 +34,6 @@ import ast
 import builtins
 import inspect
 import keyword
-import math
 import operator
 import re
 from collections.abc import Callable, Iterable
@@ -49,6 +48,7 @@ from torch import nn
 from fxls.protocol.edits import apply_edits
 from fxls.protocol.model import Span, TextEdit
 from fxls.protocol.positions import SourceText, contains
+from fxls.worker.capture.records.arguments import float_literal
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY
 from fxls.worker.rewrite import text
 from fxls.worker.rewrite.base import Original, Unavailable
@@ -867,11 +867,7 @@ class _Printer:
         if isinstance(value, bool) or value is None or isinstance(value, (int, bytes)):
             return repr(value)
         if isinstance(value, float):
-            if math.isinf(value):
-                return 'float("inf")' if value > 0 else '-float("inf")'
-            if math.isnan(value):
-                return 'float("nan")'
-            return repr(value)
+            return float_literal(value, '"' if self.regen.double_quotes else "'")
         if value is Ellipsis:
             return "..."
         if isinstance(value, slice):

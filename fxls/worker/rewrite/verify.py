@@ -65,7 +65,7 @@ from fxls.protocol.outputs import ATOL, RTOL, SAMPLED_OUTPUTS, SAMPLED_VALUES, i
 from fxls.protocol.positions import contains, split_lines
 from fxls.worker.capture import failures
 from fxls.worker.capture.build import construct
-from fxls.worker.capture.document import Document
+from fxls.worker.capture.document import ExecutedDocument
 from fxls.worker.capture.pipeline import capture_document
 from fxls.worker.capture.reporting import one_line
 from fxls.worker.capture.shapes.propagation import ExampleInput
@@ -469,7 +469,7 @@ def _capture_check(names: list[str], result: CaptureResult) -> str:
 
 def _plain_trace(
     original: Original,
-    doc: Document,
+    doc: ExecutedDocument,
     name: str,
     source: str,
     edits: list[TextEdit],
@@ -537,7 +537,7 @@ class Rebuild:
     root_params: int | None
     """Parameters of ``root``."""
 
-    def make_root(self, doc: Document) -> Callable[[], Any]:
+    def make_root(self, doc: ExecutedDocument) -> Callable[[], Any]:
         """What builds ``root`` in ``doc``: the expression its capture recorded, else the
         recipe of ``fxls.worker.capture.build.construct`` that built it (a configuration
         object fxls filled in, which no expression writes down), made again in ``doc``."""
@@ -558,14 +558,14 @@ class Rebuild:
                 return recipe.make
         raise CannotRebuild(f"fxls cannot build `{how.text}` again")
 
-    def build(self, doc: Document, device: str) -> nn.Module:
+    def build(self, doc: ExecutedDocument, device: str) -> nn.Module:
         """The instance of ``name`` in ``doc``, everything built on ``device``."""
         make = self.make_root(doc)
         with torch.device(device):
             root = make()
         return _part(root, self.path, self.root)
 
-    def build_alone(self, doc: Document) -> nn.Module:
+    def build_alone(self, doc: ExecutedDocument) -> nn.Module:
         """The instance of ``name`` in ``doc`` on the CPU, its parent ``root`` on the meta
         device: only the class whose ``forward`` changed gets real tensors. ``name``'s
         ``__init__`` runs on the CPU for the one instance at ``path`` (found by a first build
@@ -666,7 +666,12 @@ TRAIN_DROPOUT = 0.25
 
 
 def compare_outputs(
-    original: Original, edited: Document, name: str, rewrite: RewriteJob, *, train: bool = False
+    original: Original,
+    edited: ExecutedDocument,
+    name: str,
+    rewrite: RewriteJob,
+    *,
+    train: bool = False,
 ) -> Verdict:
     """Build both classes on the CPU and compare their outputs on random inputs, in eval mode
     and, with ``train``, in training mode too (dropout on, the same seed before each run)."""
@@ -694,7 +699,7 @@ def compare_outputs(
     if feeds is None:
         return Verdict("unsafe", f"unsafe: the inputs of `{name}` are unknown")
 
-    def build(doc: Document) -> nn.Module:
+    def build(doc: ExecutedDocument) -> nn.Module:
         torch.manual_seed(rewrite.seed)
         return plan.build_alone(doc) if alone else plan.build(doc, "cpu")
 

@@ -38,7 +38,7 @@ from typing import Any, Literal
 from torch import nn
 
 from fxls.protocol.model import KnownCall
-from fxls.worker.capture.document import Document, resolvable
+from fxls.worker.capture.document import ExecutedDocument, resolvable
 
 RecipeSource = Literal["defaults", "config", "factory", "call site", "assumed"]
 
@@ -267,7 +267,7 @@ def _shared_parts(a: str, b: str) -> int:
     return count
 
 
-def _config_classes(doc: Document) -> list[type]:
+def _config_classes(doc: ExecutedDocument) -> list[type]:
     """Classes that look like configuration (dataclasses, NamedTuples, *Config): the file's
     own, then those it imports from its own package, nearest module first
     (``transformers.models.llama.configuration_llama`` before ``transformers.configuration_utils``
@@ -428,7 +428,7 @@ def _config_text(config: Any, changes: dict[str, Any], base: str | None) -> str:
 
 
 def _config_candidates(
-    doc: Document, cls: type, param: inspect.Parameter, annotation: Any
+    doc: ExecutedDocument, cls: type, param: inspect.Parameter, annotation: Any
 ) -> list[_ConfigCandidate]:
     """Configuration objects for ``param`` (empty when it does not take one)."""
     found: list[_ConfigCandidate] = []
@@ -519,7 +519,9 @@ def _reads(cls: type, name: str) -> bool:
     return name in source
 
 
-def recipes(doc: Document, cls: type, known_calls: Sequence[KnownCall] = ()) -> Iterator[Recipe]:
+def recipes(
+    doc: ExecutedDocument, cls: type, known_calls: Sequence[KnownCall] = ()
+) -> Iterator[Recipe]:
     """Ways to build ``cls`` without a directive, best evidence first (see the module doc)."""
     params = _parameters(cls)
     required = [p for p in params if p.default is p.empty]
@@ -587,7 +589,7 @@ def _combinations(options: list[list[Any]], limit: int) -> Iterator[tuple[Any, .
 
 
 def _assumed(
-    doc: Document,
+    doc: ExecutedDocument,
     cls: type,
     required: list[inspect.Parameter],
     annotations: dict[str, Any],
@@ -681,7 +683,7 @@ def _value_text(value: Any) -> str:
     return _text(value)
 
 
-def _class_choices(doc: Document, param: str) -> list[Any]:
+def _class_choices(doc: ExecutedDocument, param: str) -> list[Any]:
     """For a parameter that takes a module class (``block``): the file's classes named alike."""
     if not re.search(r"block|layer|cell|module", param.lower()):
         return []
@@ -707,7 +709,7 @@ def _mentions(fn: ast.FunctionDef, names: set[str]) -> bool:
     return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(fn))
 
 
-def factories(doc: Document, cls: type) -> Iterator[Recipe]:
+def factories(doc: ExecutedDocument, cls: type) -> Iterator[Recipe]:
     """Module-level functions without required parameters that return an instance of ``cls``."""
     if doc.tree is None:
         return
@@ -770,7 +772,7 @@ def _call_with_alarm(func: Callable[[], Any], seconds: float) -> Any:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _call_sites(doc: Document, cls: type) -> Iterator[Recipe]:
+def _call_sites(doc: ExecutedDocument, cls: type) -> Iterator[Recipe]:
     """Calls ``Cls(...)`` in the file whose arguments use only constants and module names."""
     if doc.tree is None:
         return
@@ -806,7 +808,7 @@ def _call_sites(doc: Document, cls: type) -> Iterator[Recipe]:
 
 
 def _evaluated(
-    doc: Document, cls: type, args_text: str, bound: dict[str, Any] | None = None
+    doc: ExecutedDocument, cls: type, args_text: str, bound: dict[str, Any] | None = None
 ) -> Callable[[], Any]:
     """Builds ``cls({args_text})`` in the file's namespace; the arguments, by parameter name,
     go into ``bound`` (the sizes a call site names: ``prev_output_channel=128``)."""

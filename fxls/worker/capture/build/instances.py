@@ -31,7 +31,7 @@ from fxls.protocol.model import (
     Span,
 )
 from fxls.worker.capture.build import construct
-from fxls.worker.capture.document import Document
+from fxls.worker.capture.document import ExecutedDocument
 from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
 
 _META_HINTS = ("meta", "item()", "is not implemented for", "NotImplementedError", "data_ptr")
@@ -52,7 +52,7 @@ class Built:
 
 
 def candidates(
-    doc: Document, req: ClassRequest, cls: type, mod: ModuleResult, class_span: Span
+    doc: ExecutedDocument, req: ClassRequest, cls: type, mod: ModuleResult, class_span: Span
 ) -> Iterator[Built]:
     """Instances of ``cls`` as ``req`` says, or by the recipes of ``construct`` (in order).
 
@@ -100,13 +100,13 @@ def candidates(
         mod.diagnostics.append(_build_failed(doc, req, cls, error, class_span, "information"))
 
 
-def from_recipe(doc: Document, cls: type, recipe: construct.Recipe) -> Built | None:
+def from_recipe(doc: ExecutedDocument, cls: type, recipe: construct.Recipe) -> Built | None:
     """One recipe built (meta first), or None when it raises."""
     return _from_recipe(doc, cls, recipe)[0]
 
 
 def _from_recipe(
-    doc: Document, cls: type, recipe: construct.Recipe
+    doc: ExecutedDocument, cls: type, recipe: construct.Recipe
 ) -> tuple[Built | None, BaseException | None]:
     how = Construction(
         recipe.source,
@@ -197,7 +197,7 @@ def _values_unwritten() -> Iterator[None]:
 
 
 def _build(
-    doc: Document, make: Callable[[], Any], how: Construction
+    doc: ExecutedDocument, make: Callable[[], Any], how: Construction
 ) -> tuple[Built | None, BaseException | None]:
     meta_error: BaseException | None = None
     if doc.job.meta_init:
@@ -237,7 +237,7 @@ def _may_need_real_memory(exc: BaseException) -> bool:
 
 
 def _build_failed(
-    doc: Document,
+    doc: ExecutedDocument,
     req: ClassRequest,
     cls: type,
     exc: BaseException,

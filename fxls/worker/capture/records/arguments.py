@@ -45,6 +45,7 @@ from fxls.protocol.model import Arg
 
 __all__ = [
     "Choice",
+    "float_literal",
     "format_value",
     "named_arguments",
     "named_like",
@@ -95,17 +96,23 @@ def format_value(value: Any) -> str:
     return text
 
 
+def float_literal(value: float, quote: str = "'") -> str:
+    """Python source for a float: ``repr``, and ``float('inf')``, ``float('-inf')``,
+    ``float('nan')`` (with ``quote``) for the values ``repr`` cannot write back."""
+    if math.isinf(value):
+        return f"float({quote}{'inf' if value > 0 else '-inf'}{quote})"
+    if math.isnan(value):
+        return f"float({quote}nan{quote})"
+    return repr(value)
+
+
 def _format(value: Any) -> str:
     if isinstance(value, torch.fx.Node):
         return value.name
     if value is None or isinstance(value, (bool, int, str)):
         return repr(value)
     if isinstance(value, float):
-        if math.isinf(value):
-            return "float('inf')" if value > 0 else "float('-inf')"
-        if math.isnan(value):
-            return "float('nan')"
-        return repr(value)
+        return float_literal(value)
     if value is Ellipsis:
         return "..."
     if isinstance(value, slice):

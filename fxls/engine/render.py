@@ -623,14 +623,20 @@ def runs_across(per_module: Sequence[tuple[ModuleResult, list[Run]]]) -> list[Ru
 def escaping(nodes: Sequence[NodeInfo]) -> list[NodeInfo]:
     """The nodes of one run whose values are used after it (by a node outside it or as the
     module's output): what a call returns, when it returns something it made. Empty when it
-    returns a value made before it (``if n_rep == 1: return x``) or no tensor at all."""
+    returns a value made before it (``if n_rep == 1: return x``) or no tensor at all.
+    Parameters and buffers it reads are not what it makes, even when later code reads them
+    too (a weight tied to another layer)."""
     inside = {n.name for n in nodes}
     read: dict[str, int] = {}
     for node in nodes:
         for name in node.inputs:
             if name in inside:
                 read[name] = read.get(name, 0) + 1
-    return [n for n in nodes if n.users > read.get(n.name, 0)]
+    return [
+        n
+        for n in nodes
+        if n.users > read.get(n.name, 0) and n.op not in ("get_attr", "placeholder")
+    ]
 
 
 def others_text(shown: Run, differ: int, total: int) -> str:

@@ -749,3 +749,11 @@ def test_values_that_hold_for_the_example_sizes_only_say_so() -> None:
     found = hover.hover_text([module], LINES, 12, LINES[11].index("conv1") + 1)
     assert found is not None and "*output holds for B = 2 only*" in found.markdown
     assert "[B, 16] → [2, 4, 2] (holds for B = 2)" in code_lens.lens_title(module)
+    # a value that reads one of them: its input row holds for B = 2 only, and says so
+    total = NodeInfo(
+        name="sum", op="call_method", target="sum", span=span_of(13, "F.conv2d(x, w, stride=2)"),
+        args=[Arg("self", "view", node="view")], outputs=[t()], inputs=["view"], users=1,
+    )  # fmt: skip
+    module.nodes.insert(1, total)
+    found = hover.hover_text([module], LINES, 13, LINES[12].index("conv2d") + 1)
+    assert found is not None and "*some values shown hold for B = 2 only*" in found.markdown

@@ -628,8 +628,11 @@ def _mark_examples(view: CallView, nodes: Sequence[NodeInfo], module: ModuleResu
         return
     bound = set(module.example_nodes)
     shown = nodes if len(nodes) == 1 else escaping(nodes)
+    held = example_text(module.example_sizes)
     if any(n.name in bound for n in shown):
-        view.notes.insert(0, f"output {example_text(module.example_sizes)} only")
+        view.notes.insert(0, f"output {held} only")
+    elif any(n.name in bound or bound.intersection(n.inputs) for n in nodes):
+        view.notes.insert(0, f"some values shown {held.replace('holds', 'hold', 1)} only")
 
 
 def _run_view(

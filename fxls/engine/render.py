@@ -10,10 +10,10 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fxls.protocol.model import Arg, Dim, NodeInfo, PassResult, Span, Value
+from fxls.protocol.model import Arg, Dim, ModuleResult, NodeInfo, PassResult, Span, Value
 
 
 def dtype_name(dtype: str | None) -> str:
@@ -398,3 +398,263 @@ def pass_counts(run: PassResult) -> str:
         return f"{plural(run.before, 'node')} before; no graph after"
     changes = f"{run.added} added · {run.removed} removed · {run.replaced} replaced"
     return f"{run.before} → {plural(run.after, 'node')}: {changes}"
+
+
+# -- which run of the code a value belongs to ------------------------------------------------
+
+
+def owner(node: NodeInfo, containers: Collection[str]) -> str:
+    """The module instance whose code wrote ``node``: its ``module_path`` without the
+    containers (``ModuleResult.containers``) it was made inside (``features.3`` for a layer
+    of ``features.3.conv``, a ``Sequential`` that ``features.3`` calls)."""
+    path = node.module_path or ""
+    while path and path in containers:
+        path = path.rpartition(".")[0]
+    return path
+
+
+def _path(node: NodeInfo) -> str:
+    """The module instance a node runs in, a call_module node's own submodule included."""
+    return node.target if node.op == "call_module" else (node.module_path or "")
+
+
+@dataclass
+class Run:
+    """One execution of a piece of code (a line, a call): the nodes it made, in graph order."""
+
+    nodes: list[NodeInfo]
+    owner: str
+    """The instance whose code ran (``features.3``; ``""`` for the class captured)."""
+    site: Span | None
+    """Where the class's own code called into it (``NodeInfo.call_site``)."""
+    outer: str | None = None
+    """For code the class's own code called into: the submodule it called there."""
+    module: ModuleResult | None = None
+    """The captured class the run belongs to."""
+    label: str = ""
+    """Which run this is, in words: ``features.3``, ``the call at line 34``, ``run 2``."""
+    kind: str = "runs"
+    """What the runs of a piece of code are: ``instances``, ``calls`` or ``runs``."""
+    direct: bool = False
+    """Whether the run's first node is a submodule its code calls itself."""
+    written: list[bool] = field(default_factory=list)
+    """Per node, whether it is written in the code itself (not in code it calls), when the
+    caller keeps that."""
+
+    @property
+    def where(self) -> str:
+        """The instance that ran, in its class's capture (``""``: the class itself); for a
+        submodule the code calls itself (``block(x)`` in a loop), that submodule."""
+        if self.owner or self.outer:
+            return self.owner or self.outer or ""
+        return self.nodes[0].target if self.direct and self.nodes else ""
+
+
+def executions(
+    nodes: Sequence[NodeInfo],
+    containers: Collection[str],
+    written: Callable[[NodeInfo], bool],
+    module: ModuleResult | None = None,
+) -> list[Run]:
+    """The runs of one piece of code among ``nodes`` (graph order), labelled.
+
+    ``written(node)`` tells a node written in that code (its span is there) from one made
+    by code it calls (its call site is there). A new run starts where the instance that
+    runs the code changes (``features.3`` → ``features.5``), where the class's code calls it
+    from another place, where the submodule called there changes (``h.0`` → ``h.1`` in a
+    loop of ``forward``), or where the first node of the run comes again (a loop, a helper
+    called twice).
+    """
+    called = set(containers)
+    for node in nodes:
+        called.add(node.module_path or "")
+        if node.op == "call_module":
+            called.add(node.target)
+    runs: list[Run] = []
+    current: Run | None = None
+    for node in nodes:
+        mine = written(node)
+        who = owner(node, containers) if mine else ""
+        outer = None if mine else _outermost(_path(node), called)
+        # for code of a submodule or helper, where the class's own code called into it; none
+        # for the class's own code (a node written there has its own expression as call site,
+        # and a node made by code it calls is part of the same run of it)
+        site = node.call_site if mine and node.call_site != node.span else None
+        if (
+            current is None
+            or who != current.owner
+            or site != current.site
+            or (outer is not None and current.outer is not None and outer != current.outer)
+            or (
+                (mine or not outer)  # a submodule's runs are told apart by ``outer``
+                and _again(node, current.nodes[0], _direct(node, who, mine) and current.direct)
+            )
+        ):
+            current = Run([], who, site, outer, module)
+            current.direct = _direct(node, who, mine)
+            runs.append(current)
+        elif current.outer is None:
+            current.outer = outer
+        current.nodes.append(node)
+    label_runs(runs)
+    return runs
+
+
+def _direct(node: NodeInfo, who: str, written: bool) -> bool:
+    """A submodule the code itself calls (not a layer of a container it calls)."""
+    return written and node.op == "call_module" and (node.module_path or "") == who
+
+
+def _outermost(path: str, called: Collection[str]) -> str:
+    """The first module on ``path`` that was called (``transformer.h.3`` for
+    ``transformer.h.3.attn.c_attn``: ``transformer`` and ``transformer.h`` are containers
+    nothing calls)."""
+    parts = path.split(".") if path else []
+    for index in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:index])
+        if prefix in called:
+            return prefix
+    return path
+
+
+def _again(node: NodeInfo, first: NodeInfo, direct: bool) -> bool:
+    """Whether ``node`` starts another run of the code ``first`` started: the same call at
+    the same place with the same arguments but for the values it reads (the next iteration
+    of a loop, the second call of a helper); the items of one unpacking differ in their
+    index and stay one run. A submodule the code calls itself (``direct``) counts as the same
+    whatever its index (``for block in self.h: y = block(y)`` calls ``h.0``, then ``h.1``);
+    the layers of a container it calls do not (``features.3.conv.0.0`` and ``...conv.1.0``
+    are one call of ``conv``), nor those of a submodule's code (``layer1.0.conv1`` and
+    ``layer1.1.conv1`` are one call of ``layer1``)."""
+    if (node.op, node.span) != (first.op, first.span):
+        return False
+    if node.target != first.target and (
+        not direct or _INDEX.sub("#", node.target) != _INDEX.sub("#", first.target)
+    ):
+        return False
+    return _constants(node) == _constants(first)
+
+
+def _constants(node: NodeInfo) -> list[tuple[str, str]]:
+    """The arguments of ``node`` but for the nodes they read (``[getitem_3, 2]`` ->
+    ``[·0, 2]``: each input by its place among ``node.inputs``)."""
+    places = {name: f"·{index}" for index, name in enumerate(node.inputs)}
+    out = []
+    for arg in node.args:
+        if arg.node is not None:
+            continue
+        value = arg.value
+        if any(name in value for name in places):
+            value = _WORD.sub(lambda m: places.get(m.group(0), m.group(0)), value)
+        out.append((arg.name, value))
+    return out
+
+
+def label_runs(runs: Sequence[Run]) -> None:
+    """Name each run by what tells it from the others: the instance (``features.3``; with
+    the class for runs of several captured classes, ``MobileNetV2.features.3``), then the
+    place its code was called from (``the call at line 34``), then its place in the order
+    (``run 2``)."""
+    if len(runs) < 2:
+        return
+    several = len({id(r.module) for r in runs}) > 1
+    places = [(_qualified(r) if several else r.where) or "the class" for r in runs]
+    sites = [f"the call at line {r.site.line}" if r.site is not None else "" for r in runs]
+    distinct = len(set(places)) > 1
+    sites_of: dict[str, set[str]] = {}
+    for place, site in zip(places, sites):
+        sites_of.setdefault(place, set()).add(site)
+    kind = "instances" if distinct else "calls"
+    labels = []
+    for place, site in zip(places, sites):
+        parts = [place] if distinct else []
+        if len(sites_of[place]) > 1:
+            parts.append(site)
+            kind = "calls"
+        labels.append(", ".join(parts))
+    if len(set(labels)) < len(labels):
+        kind = "runs"
+        seen: dict[str, int] = {}
+        for index, label in enumerate(labels):
+            seen[label] = seen.get(label, 0) + 1
+            labels[index] = f"{label}, run {seen[label]}" if label else f"run {seen[label]}"
+    for run, label in zip(runs, labels):
+        run.label, run.kind = truncate(label, 60), kind
+
+
+def _qualified(run: Run) -> str:
+    """The run's instance with its class: ``MobileNetV2.features.3``; for a class captured as
+    the instance its parent built, that instance (``MobileNetV2.features.1``); for a class
+    captured on its own, how it was built (``Fire(64, 16, 64, 64)``)."""
+    module = run.module
+    if module is None:
+        return run.where
+    built = module.constructed
+    if run.where:
+        base = built.text if built is not None and built.source == "parent" else module.name
+        return f"{base}.{run.where}"
+    if built is not None and (built.source == "parent" or built.text.startswith(module.name)):
+        return truncate(built.text, 40)
+    return module.name
+
+
+def runs_across(per_module: Sequence[tuple[ModuleResult, list[Run]]]) -> list[Run]:
+    """The runs of one piece of code in every captured class that ran it, the first class's
+    first; a class captured as the instance a parent built stands for that instance of the
+    parent's runs (which are left out). Labelled across classes when there are several."""
+    parents: dict[tuple[str, str], None] = {}
+    for module, runs in per_module:
+        built = module.constructed
+        if runs and built is not None and built.source == "parent" and built.inputs_from:
+            path = built.text.removeprefix(built.inputs_from + ".")
+            parents[(built.inputs_from, path)] = None
+    out: list[Run] = []
+    for module, runs in per_module:
+        for run in runs:
+            if (module.name, run.where) in parents:
+                continue
+            run.module = module
+            out.append(run)
+    if len({id(r.module) for r in out}) > 1:
+        label_runs(out)
+    return out
+
+
+def escaping(nodes: Sequence[NodeInfo]) -> list[NodeInfo]:
+    """The nodes of one run whose values are used after it (by a node outside it or as the
+    module's output): what a call returns, when it returns something it made. Empty when it
+    returns a value made before it (``if n_rep == 1: return x``) or no tensor at all.
+    Parameters and buffers it reads are not what it makes, even when later code reads them
+    too (a weight tied to another layer)."""
+    inside = {n.name for n in nodes}
+    read: dict[str, int] = {}
+    for node in nodes:
+        for name in node.inputs:
+            if name in inside:
+                read[name] = read.get(name, 0) + 1
+    return [
+        n
+        for n in nodes
+        if n.users > read.get(n.name, 0) and n.op not in ("get_attr", "placeholder")
+    ]
+
+
+def others_text(shown: Run, differ: int, total: int) -> str:
+    """``features.3 · 1 of 10 instances · 9 others differ``."""
+    others = "1 other differs" if differ == 1 else f"{differ} others differ"
+    return f"{shown.label} · 1 of {total} {shown.kind} · {others}"
+
+
+def example_text(module_sizes: Mapping[str, int]) -> str:
+    """``holds for B = 2`` (the example sizes some values hold for only)."""
+    return "holds for " + ", ".join(f"{k} = {v}" for k, v in module_sizes.items())
+
+
+def outputs_hold_for(module: ModuleResult) -> str | None:
+    """``holds for B = 2`` when the class's outputs hold for its example sizes only."""
+    if not module.example_nodes:
+        return None
+    bound = set(module.example_nodes)
+    if any(n.op == "output" and n.name in bound for n in module.nodes):
+        return example_text(module.example_sizes)
+    return None

@@ -686,6 +686,19 @@ class ModuleResult:
     once decoded."""
     block_copies: list[BlockCopy] = field(default_factory=list)
     """On the wire only, like ``node_copies``: runs of copies, one per copied sub-block."""
+    example_nodes: list[str] = field(default_factory=list)
+    """Nodes (by name) whose values hold for the example sizes ``example_sizes`` only: an
+    operation fixed a named dimension to its example size (``F.interpolate``, ``len(x)``),
+    and computed again at other sizes their numbers changed in a way no expression in the
+    names gives, or that run failed. Every other number is the same at any size of the
+    names, and a dimension that follows a name is written in it."""
+    example_sizes: dict[str, int] = field(default_factory=dict)
+    """The sizes ``example_nodes`` hold for (``{"B": 2}``); empty when no node is listed."""
+    containers: list[str] = field(default_factory=list)
+    """Module paths of the submodules that ran without code of the document (an
+    ``nn.Sequential``, a subclass without a ``forward`` of its own, a library's module traced
+    through): a node made inside one was written in the code that called it, so it belongs
+    to the instance whose ``module_path`` is its own without these."""
 
     def input_origin(self, index: int) -> InputOrigin:
         """Where input ``index`` came from (``inputs_assumed`` when a result has no origins)."""

@@ -12,6 +12,7 @@ from fxls.lsp.features import code_lens, convert, diagnostics, hover, inlay_hint
 from fxls.protocol.catalogue import FX201, FX302, docs_url
 from fxls.protocol.model import (
     Arg,
+    Construction,
     Diagnostic,
     ErrorInfo,
     ModuleResult,
@@ -70,6 +71,8 @@ CONV1 = NodeInfo(
     outputs=[t("B", 64, 112, 112)],
     module_type="Conv2d(3, 64, kernel_size=(7, 7), stride=(2, 2), padding=(3, 3), bias=False)",
     module_path="conv1",
+    users=1,
+    inputs=["x"],
 )
 CONV2D = NodeInfo(
     name="conv2d",
@@ -100,6 +103,8 @@ LOOP = [
         outputs=[t("B", 64, 112, 8)],
         module_type="Linear(in_features=8, out_features=8, bias=True)",
         module_path=f"h.{i}",
+        users=1,
+        inputs=["conv1" if i == 0 else f"h_{i - 1}"],
     )
     for i in range(3)
 ]
@@ -111,6 +116,8 @@ RELU = NodeInfo(
     call_site=Span(16, LINES[15].index("self.helper("), 17, LINES[16].index(")") + 1),
     args=[Arg(name="self", value="h_2", node="h_2")],
     outputs=[t("B", 64, 112, 8)],
+    users=1,  # the output
+    inputs=["h_2"],
 )
 PLACEHOLDERS = [
     NodeInfo(name="x", op="placeholder", target="x", outputs=[X]),
@@ -270,7 +277,8 @@ def test_inlay_hints_one_per_statement_last_node() -> None:
     by_line = {h.line: h for h in hints}
     assert by_line[12].label == "▸ [B, 64, 112, 112]"
     assert by_line[13].label == "▸ [B, 8, 109, 109]"
-    assert by_line[15].label == "▸ [B, 64, 112, 8]" and by_line[15].node == "h_2"
+    # one iteration of the loop (the first), not the last one's output: all three agree
+    assert by_line[15].label == "▸ [B, 64, 112, 8]" and by_line[15].node == "h_0"
     assert by_line[21].node == "relu"
     assert by_line[17].node == "relu"  # `out = self.helper(\n y)` ends on line 17
     assert set(by_line) == {12, 13, 15, 17, 21}
@@ -466,11 +474,14 @@ def test_hover_traced_through_loop_summarises_iterations() -> None:
             call_site=call_site,
             outputs=[t("B", 64)],
             module_path=f"h.{i}",
+            users=1,  # y -> add_0 -> relu_0 -> add_1 ... -> the output
+            inputs=[f"add_{i}"] if op == "relu" else [f"relu_{i - 1}" if i else "y"],
         )
         for i in range(48)
         for op in ("add", "relu")
     ]
-    module = ModuleResult(name="Net", line=5, status="traced", nodes=nodes)
+    y = NodeInfo(name="y", op="placeholder", target="y", outputs=[t("B", 64)], users=1)
+    module = ModuleResult(name="Net", line=5, status="traced", nodes=[y, *nodes])
     result = hover.hover_text([module], LINES, 15, call_site.col + 1)
     assert result is not None
     assert result.markdown.startswith("→ `[B, 64] float32`\n\nblock\n\n`×48: h.0 … h.47`")
@@ -498,7 +509,7 @@ def test_inlay_hints_one_part_per_name_on_unpacking_lines_and_the_hover_agrees()
             op="call_function",
             target="operator.getitem",
             span=Span(2, 4, 2, 11),
-            args=[Arg(name="a", value="size", node="size")],
+            args=[Arg(name="a", value="size", node="size"), Arg(name="b", value=str(i))],
             outputs=[Value(kind="int", text=text)],
         )
         for i, text in enumerate(["B", "T", "768"])
@@ -588,3 +599,161 @@ def test_inlay_hints_unpacking_a_tuple_of_calls_and_a_shape() -> None:
     module = ModuleResult(name="Net", line=1, status="traced", nodes=[p, q, shape, item])
     labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
     assert labels == {2: "▸ a: [B, 8], b: [B, 4]", 3: "▸ _b=B, t=T"}
+
+
+# -- one run of the code at a time -----------------------------------------------------------
+
+BLOCK_SOURCE = textwrap.dedent(
+    """\
+    class Block(nn.Module):
+        def forward(self, x):
+            return x + self.conv(x)
+
+
+    class Net(nn.Module):
+        def forward(self, x):
+            x = self.features(x)
+            n = helper(x)
+            return x
+    """
+)
+BLOCK_LINES = BLOCK_SOURCE.split("\n")
+
+
+def _residual(path: str, channels: int, size: int, read: str, number: int) -> list[NodeInfo]:
+    """The nodes ``features.<i>`` makes for ``x + self.conv(x)``: two layers of its ``conv``
+    (a container) and the sum."""
+    shape = t("B", channels, size, size)
+    conv_span, add_span = span_of_in(3, "self.conv(x)"), span_of_in(3, "x + self.conv(x)")
+    site = span_of_in(8, "self.features(x)")
+    conv = [
+        NodeInfo(
+            name=f"conv_{number}_{i}",
+            op="call_module",
+            target=f"{path}.conv.{i}",
+            span=conv_span,
+            call_site=site,
+            outputs=[shape],
+            module_path=f"{path}.conv",
+            users=1,
+            inputs=[read if i == 0 else f"conv_{number}_{i - 1}"],
+        )
+        for i in range(2)
+    ]
+    add = NodeInfo(
+        name=f"add_{number}", op="call_function", target="operator.add", span=add_span,
+        call_site=site, outputs=[shape], module_path=path, users=1,
+        args=[Arg("a", read, node=read), Arg("b", f"conv_{number}_1", node=f"conv_{number}_1")],
+        inputs=[read, f"conv_{number}_1"],
+    )  # fmt: skip
+    return [*conv, add]
+
+
+def span_of_in(line: int, needle: str) -> Span:
+    col = BLOCK_LINES[line - 1].index(needle)
+    return Span(line, col, line, col + len(needle))
+
+
+def _net() -> ModuleResult:
+    x = NodeInfo(name="x", op="placeholder", target="x", outputs=[t("B", 8, 32, 32)], users=2)
+    nodes = [
+        x,
+        *_residual("features.0", 8, 32, "x", 0),
+        *_residual("features.2", 16, 16, "add_0", 1),
+        *_residual("features.4", 24, 8, "add_1", 2),
+    ]
+    containers = ["features", "features.0.conv", "features.2.conv", "features.4.conv"]
+    return ModuleResult(name="Net", line=6, status="traced", nodes=nodes, containers=containers)
+
+
+def test_a_line_run_by_several_instances_shows_the_first_named() -> None:
+    """The hover and the hint of ``x + self.conv(x)`` show ``features.0``'s values (its input
+    and its output), name it and count the instances that differ: never the output of
+    ``features.4`` over the input of ``features.0``."""
+    net = _net()
+    found = hover.hover_text([net], BLOCK_LINES, 3, BLOCK_LINES[2].index("x + ") + 1, style="block")
+    assert found is not None
+    shown = found.markdown.split("\n")
+    assert shown[1:4] == [
+        "→ [B, 8, 32, 32] float32",
+        "operator.add",
+        "features.0 · 1 of 3 instances · 2 others differ",
+    ]
+    (hint,) = [h for h in inlay_hints.shape_hints([net], BLOCK_SOURCE) if h.line == 3]
+    assert hint.label == "▸ [B, 8, 32, 32] · features.0 · 1 of 3 instances · 2 others differ"
+    assert hint.node == "add_0"
+
+
+def test_the_class_captured_as_a_parents_instance_stands_for_it() -> None:
+    """``Block`` captured as the instance ``Net`` built (``features.0``): its own run of the
+    line is that instance's (the parent's run of ``features.0`` is not counted twice)."""
+    net = _net()
+    conv_site = span_of_in(3, "self.conv(x)")
+    nodes = [NodeInfo(name="x", op="placeholder", target="x", outputs=[t("B", 8, 32, 32)], users=2)]
+    for n in _residual("features.0", 8, 32, "x", 0):  # the same nodes, in Block's own paths
+        nodes.append(
+            NodeInfo(
+                name=n.name,
+                op=n.op,
+                target=n.target.removeprefix("features.0."),
+                span=n.span,
+                call_site=n.span if n.op == "call_function" else conv_site,
+                outputs=n.outputs,
+                module_path=(n.module_path or "").removeprefix("features.0").lstrip("."),
+                users=n.users,
+                inputs=n.inputs,
+                args=n.args,
+            )
+        )
+    own = ModuleResult(
+        name="Block",
+        line=1,
+        status="traced",
+        containers=["conv"],
+        constructed=Construction("parent", "Net.features.0", inputs_from="Net"),
+        nodes=nodes,
+    )
+    (hint,) = [h for h in inlay_hints.shape_hints([own, net], BLOCK_SOURCE) if h.line == 3]
+    assert hint.label == "▸ [B, 8, 32, 32] · Net.features.0 · 1 of 3 instances · 2 others differ"
+
+
+def test_a_call_that_returns_nothing_it_computes_shows_no_result() -> None:
+    """``helper(x)`` made one size (``x.shape[0]``) that nothing after it reads: the call
+    returns a value made before it, and neither the hover nor the hint shows the size."""
+    site = span_of_in(9, "helper(x)")
+    size = NodeInfo(
+        name="getitem", op="call_function", target="operator.getitem", span=Span(20, 4, 20, 14),
+        call_site=site, outputs=[Value(kind="int", text="B")], users=0,
+        args=[Arg("a", "x", node="x"), Arg("b", "0")], inputs=["x"],
+    )  # fmt: skip
+    x = NodeInfo(name="x", op="placeholder", target="x", outputs=[t("B", 8)], users=2)
+    module = ModuleResult(name="Net", line=6, status="traced", nodes=[x, size])
+    found = hover.hover_text([module], BLOCK_LINES, 9, site.col + 2, style="block")
+    assert found is not None
+    assert found.markdown.split("\n")[1] == f"→ {hover.NO_RESULT}"
+    assert not [h for h in inlay_hints.shape_hints([module], BLOCK_SOURCE) if h.line == 9]
+
+
+def test_values_that_hold_for_the_example_sizes_only_say_so() -> None:
+    view = NodeInfo(
+        name="view", op="call_method", target="view", span=span_of(12, "self.conv1(x)"),
+        call_site=span_of(12, "self.conv1(x)"), outputs=[t(2, 4, 2)], users=1,
+    )  # fmt: skip
+    output = NodeInfo(name="output", op="output", target="output", outputs=[t(2, 4, 2)])
+    module = ModuleResult(
+        name="Net", line=5, status="traced", nodes=[view, output], inputs=[t("B", 16)],
+        outputs=[t(2, 4, 2)], example_nodes=["view", "output"], example_sizes={"B": 2},
+    )  # fmt: skip
+    (hint,) = inlay_hints.shape_hints([module], SOURCE)
+    assert hint.label == "▸ [2, 4, 2] · holds for B = 2"
+    found = hover.hover_text([module], LINES, 12, LINES[11].index("conv1") + 1)
+    assert found is not None and "*output holds for B = 2 only*" in found.markdown
+    assert "[B, 16] → [2, 4, 2] (holds for B = 2)" in code_lens.lens_title(module)
+    # a value that reads one of them: its input row holds for B = 2 only, and says so
+    total = NodeInfo(
+        name="sum", op="call_method", target="sum", span=span_of(13, "F.conv2d(x, w, stride=2)"),
+        args=[Arg("self", "view", node="view")], outputs=[t()], inputs=["view"], users=1,
+    )  # fmt: skip
+    module.nodes.insert(1, total)
+    found = hover.hover_text([module], LINES, 13, LINES[12].index("conv2d") + 1)
+    assert found is not None and "*some values shown hold for B = 2 only*" in found.markdown

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from lsprotocol import types
 
-from fxls.engine.render import count_text, plural, values_text
+from fxls.engine.render import count_text, outputs_hold_for, plural, values_text
 from fxls.lsp.features import markdown as md
 from fxls.lsp.features.convert import Encoding, LineMapper, lsp_position
 from fxls.protocol.model import Diagnostic, ModuleResult
@@ -60,6 +60,9 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
     elif module.inputs or module.outputs:
         ins = ", ".join(values_text([v], dtype=False) for v in module.inputs)
         outs = values_text(module.outputs, dtype=False) or "?"
+        held = outputs_hold_for(module)
+        if held is not None:
+            outs += f" ({held})"
         parts.append(f"{ins} → {outs}")
     built = module.constructed
     if built is not None and built.source == "parent" and built.inputs_from:

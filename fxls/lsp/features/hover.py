@@ -16,14 +16,21 @@ from lsprotocol import types
 
 from fxls.analysis import ClassInfo
 from fxls.engine.render import (
+    Run,
     argument_texts,
     call_parts,
     count_text,
+    escaping,
+    example_text,
+    executions,
     fallback_text,
     module_summary,
     name_pattern,
+    others_text,
+    outputs_hold_for,
     parse_expression,
     plural,
+    runs_across,
     short_target,
     span_text,
     unpacked_text,
@@ -91,6 +98,21 @@ class CallView:
 
 def _outputs_text(node: NodeInfo) -> str:
     return values_text(node.outputs) or "?"
+
+
+NO_RESULT = "? (the call returns nothing it computes)"
+"""The output of a call none of whose values is used after it: it returns a value made
+before it (``if n_rep == 1: return x``) or one that is no node (a Python number)."""
+
+
+def result_text(nodes: Sequence[NodeInfo]) -> str:
+    """What one run of a call returns: the values it made that are used after it."""
+    out = escaping(nodes)
+    if not out:
+        return NO_RESULT
+    if len(out) == 1:
+        return _outputs_text(out[0])
+    return "(" + ", ".join(_outputs_text(n) for n in out) + ")"
 
 
 def _arg_rows(
@@ -222,11 +244,9 @@ def group_view(
     base = _common_path(listed)
     if loops:
         base = iteration_prefix(_path(listed[0])) or base
-    view = CallView(_outputs_text(nodes[-1]), " ".join(callee.split()) or "call")
+    view = CallView(result_text(nodes), " ".join(callee.split()) or "call")
     if loops:
         last = loops[-1]
-        first_out, last_out = _outputs_text(listed[-1]), _outputs_text(last[-1])
-        view.output = first_out if first_out == last_out else f"{first_out} … {last_out}"
         end = iteration_prefix(_path(last[0])) or _common_path(last)
         view.repeat = f"×{len(loops)}: {base} … {end}"
     elif base and base != view.callee.removeprefix("self."):
@@ -441,7 +461,9 @@ def class_summary(
         name = module.input_names[index] if index < len(module.input_names) else f"#{index}"
         rows.append((f"input {name}", f"{values_text([value])} ({input_origin(module, index)})"))
     if module.outputs:
-        rows.append(("output", values_text(module.outputs)))
+        held = outputs_hold_for(module)
+        output = values_text(module.outputs)
+        rows.append(("output", output if held is None else f"{output} ({held} only)"))
     for line in construction_text(module):
         rows.append(("built", line))
     capture = module.strategy or "none"
@@ -511,18 +533,28 @@ def hover_text(
                 best = (_size(span), span, module)
     if best is None:
         return None
-    _, span, module = best
-    group = [n for n in module.nodes if _candidate(n, line, col) == span]
-    return HoverText(render_view(call_view(group, module, lines, span), style), span)
+    _, span, first = best
+    per_module = []
+    for module in [first, *(m for m in modules if m is not first)]:
+        group = [n for n in module.nodes if _candidate(n, line, col) == span]
+        if group:
+            runs = executions(group, module.containers, lambda n: n.span == span, module)
+            per_module.append((module, runs))
+    runs = runs_across(per_module)
+    return HoverText(render_view(runs_view(runs, lines, span), style), span)
 
 
 def unpacking_view(
     group: Sequence[NodeInfo], module: ModuleResult, lines: Sequence[str], span: Span
 ) -> CallView | None:
     """``B, T, C = x.size()`` / ``q, k, v = ....split(...)``: one row per assigned name, or
-    None when the span is not such a target."""
-    if not all(n.target.rsplit(".", 1)[-1] == "getitem" for n in group):
+    None when the span is not such a target. The size a shape unpacking reads
+    (``getattr(x, "shape")``, made where it is used) is not one of the names."""
+    items = [n for n in group if n.target.rsplit(".", 1)[-1] == "getitem"]
+    rest = [n for n in group if n.target.rsplit(".", 1)[-1] != "getitem"]
+    if any(any(v.kind != "size" for v in n.outputs) for n in rest):
         return None
+    group = items
     text = span_text(lines, span)
     parsed = parse_expression(text or "")
     if parsed is None:
@@ -539,7 +571,8 @@ def unpacking_view(
     output = unpacked_text(
         names, [n.outputs[0] if len(n.outputs) == 1 else n.outputs for n in group]
     )
-    callee = f"unpacking {whole}"
+    # a size made where it is unpacked (``x.shape`` read lazily) has the target's own text
+    callee = "unpacking" if source is not None and source.span == span else f"unpacking {whole}"
     if source is not None and source.outputs:
         callee += f" · {values_text(source.outputs)}"
     view = CallView(output, callee, columns=("name", "", "value"))
@@ -550,31 +583,70 @@ def unpacking_view(
 def call_view(
     group: Sequence[NodeInfo], module: ModuleResult, lines: Sequence[str], span: Span
 ) -> CallView:
-    """The view of the nodes one hovered span produced."""
-    if len(group) == 1 and group[0].span in (span, None):
-        return node_view(group[0], module, lines, span)
-    if len(group) == 1:  # the one node of a helper, hovered where forward calls it
-        return group_view(group, module, lines, span)
-    unpacked = unpacking_view(group, module, lines, span)
+    """The view of the nodes of one class that one hovered span produced (:func:`runs_view`)."""
+    runs = executions(group, module.containers, lambda n: n.span == span, module)
+    return runs_view(runs, lines, span)
+
+
+def runs_view(runs: Sequence[Run], lines: Sequence[str], span: Span) -> CallView:
+    """The view of one run of the code at ``span`` (the first), naming it and counting the
+    other runs whose view differs, when it ran several times (the blocks of a loop, the calls
+    of a helper, in one captured class or several). A view never mixes two runs' values."""
+    first = runs[0]
+    module = first.module
+    assert module is not None
+    view = _run_view(first.nodes, module, lines, span)
+    if len(runs) > 1:
+        shown = _shown(view)
+        differ = 0
+        for run in runs[1:]:
+            assert run.module is not None
+            differ += _shown(_run_view(run.nodes, run.module, lines, span)) != shown
+        if differ:
+            view.repeat = others_text(first, differ, len(runs))
+        elif any(r.module is not module for r in runs):
+            pass  # other classes' runs of this code show the same: nothing to add
+        elif first.kind == "instances":
+            view.repeat = f"×{len(runs)}: {first.label} … {runs[-1].label}"
+        else:
+            view.repeat = f"×{len(runs)} {first.kind}"
+        if view.repeat and view.summary in (first.where, first.label):
+            view.summary = None  # the instance is named on the line below
+    _mark_examples(view, first.nodes, module)
+    return view
+
+
+def _shown(view: CallView) -> tuple[str, tuple[str, ...]]:
+    """The values a view shows (its output and its rows' shapes): what must agree for two
+    runs to show the same."""
+    return view.output, tuple(row[2] for row in view.rows)
+
+
+def _mark_examples(view: CallView, nodes: Sequence[NodeInfo], module: ModuleResult) -> None:
+    """Values that hold for the example sizes only say so (``holds for B = 2``)."""
+    if not module.example_nodes:
+        return
+    bound = set(module.example_nodes)
+    shown = nodes if len(nodes) == 1 else escaping(nodes)
+    held = example_text(module.example_sizes)
+    if any(n.name in bound for n in shown):
+        view.notes.insert(0, f"output {held} only")
+    elif any(n.name in bound or bound.intersection(n.inputs) for n in nodes):
+        view.notes.insert(0, f"some values shown {held.replace('holds', 'hold', 1)} only")
+
+
+def _run_view(
+    nodes: Sequence[NodeInfo], module: ModuleResult, lines: Sequence[str], span: Span
+) -> CallView:
+    """The view of one run of the code at ``span``."""
+    if len(nodes) == 1 and nodes[0].span in (span, None):
+        return node_view(nodes[0], module, lines, span)
+    if len(nodes) == 1:  # the one node of a helper, hovered where forward calls it
+        return group_view(nodes, module, lines, span)
+    unpacked = unpacking_view(nodes, module, lines, span)
     if unpacked is not None:
         return unpacked
-    loops = repetitions(group)
-    if loops is not None and all(len(it) == 1 for it in loops):
-        view = node_view(group[0], module, lines, span)
-        first, last = _outputs_text(group[0]), _outputs_text(group[-1])
-        view.output = first if first == last else f"{first} … {last}"
-        parts = call_parts(span_text(lines, span))
-        if parts is not None and parts.func:
-            view.callee = parts.func
-        sites = {(n.call_site.line, n.call_site.col) for n in group if n.call_site is not None}
-        if len(sites) > 1:  # a helper called from several places, not a loop
-            view.repeat = f"{plural(len(sites), 'call')}; arguments of the first"
-        elif _path(group[0]) and _path(group[0]) != _path(group[-1]):
-            view.repeat = f"×{len(group)}: {_path(group[0])} … {_path(group[-1])}"
-        else:
-            view.repeat = f"×{len(group)}"
-        return view
-    return group_view(group, module, lines, span)
+    return group_view(nodes, module, lines, span)
 
 
 def pending_hover(

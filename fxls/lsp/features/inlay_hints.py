@@ -8,7 +8,16 @@ from dataclasses import dataclass
 
 from lsprotocol import types
 
-from fxls.engine.render import unpacked_text, values_text
+from fxls.engine.render import (
+    Run,
+    escaping,
+    example_text,
+    executions,
+    others_text,
+    runs_across,
+    unpacked_text,
+    values_text,
+)
 from fxls.lsp.features import markdown as md
 from fxls.lsp.features.convert import Encoding, LineMapper, units
 from fxls.protocol.model import ModuleResult, NodeInfo, Value
@@ -191,40 +200,90 @@ def _dims(size: Value, count: int) -> list[Value] | None:
 
 
 def shape_hints(modules: Sequence[ModuleResult], source: str) -> list[ShapeHint]:
-    """One hint per statement: the output of its last node (graph order); on an unpacking
-    line one part per assigned name. A call into a helper counts for the helper's statement
-    and for the calling statement."""
+    """One hint per statement: the value its code makes that is used after it (graph order:
+    the last one), of the first run of that code when it ran several times (naming that run
+    and counting the others whose value differs); on an unpacking line one part per assigned
+    name. A call into a helper counts for the helper's statement and for the calling
+    statement; a call that returns nothing it computes (``return x``) gets no hint."""
     ends = statement_ends(source)
     unpacked = _unpacking_hints(modules, source)
-    last: dict[int, NodeInfo] = {}
+    per_line: dict[int, list[tuple[ModuleResult, list[Run]]]] = {}
     for module in modules:
-        seen: dict[int, NodeInfo] = {}
+        attached: dict[int, list[tuple[NodeInfo, bool]]] = {}
         for node in module.nodes:
             if node.op in _SKIP_OPS or node.span is None or not node.outputs:
                 continue
             if _is_meta_value(node):
                 continue
-            spans = [node.span]
-            if node.call_site is not None and node.call_site != node.span:
-                spans.append(node.call_site)  # `return self.helper(y)` in forward
-            for span in spans:
-                seen[ends.get(span.end_line, span.end_line)] = node
-        for line, node in seen.items():
-            last.setdefault(line, node)
+            own = ends.get(node.span.end_line, node.span.end_line)
+            attached.setdefault(own, []).append((node, True))
+            site = node.call_site
+            if site is not None and site != node.span:  # `return self.helper(y)` in forward
+                line = ends.get(site.end_line, site.end_line)
+                if line != own:
+                    attached.setdefault(line, []).append((node, False))
+        for line, pairs in attached.items():
+            per_line.setdefault(line, []).append((module, _runs(pairs, module)))
+    chosen: dict[int, tuple[str, str]] = {}
+    for line, per_module in per_line.items():
+        found = _line_hint(runs_across(per_module))
+        if found is not None:
+            chosen[line] = found
     hints = []
-    for line in sorted(set(last) | set(unpacked)):
+    for line in sorted(set(chosen) | set(unpacked)):
         if line in unpacked:
             label = md.plain(f"▸ {unpacked[line]}", md.MAX_LABEL)
-            hints.append(
-                ShapeHint(line=line, label=label, node=last[line].name if line in last else "")
-            )
+            name = chosen[line][1] if line in chosen else ""
+            hints.append(ShapeHint(line=line, label=label, node=name))
             continue
-        node = last[line]
-        text = values_text(node.outputs, default_dtype="float32")
-        if text:
-            label = md.plain(f"▸ {text}", md.MAX_LABEL)
-            hints.append(ShapeHint(line=line, label=label, node=node.name))
+        text, name = chosen[line]
+        hints.append(ShapeHint(line=line, label=md.plain(f"▸ {text}", md.MAX_LABEL), node=name))
     return hints
+
+
+def _runs(pairs: list[tuple[NodeInfo, bool]], module: ModuleResult) -> list[Run]:
+    """The runs of one statement's nodes (each with whether it is written there rather than
+    in code the statement calls)."""
+    written = {id(n) for n, mine in pairs if mine}
+    runs = executions([n for n, _ in pairs], module.containers, lambda n: id(n) in written, module)
+    for run in runs:
+        run.written = [id(n) in written for n in run.nodes]
+    return runs
+
+
+def _result(run: Run) -> NodeInfo | None:
+    """The node whose value one run of a statement gives: the last one used after it; the
+    last one written there when none is (computed, then never used); None for a call that
+    returns nothing it computes."""
+    out = escaping(run.nodes)
+    if out:
+        return out[-1]
+    mine = [n for n, written in zip(run.nodes, run.written) if written]
+    return mine[-1] if mine else None
+
+
+def _line_hint(runs: Sequence[Run]) -> tuple[str, str] | None:
+    """(label text, node name) for one statement's runs, or None when nothing is shown."""
+    if not runs:
+        return None
+    node = _result(runs[0])
+    if node is None:
+        return None
+    shown = values_text(node.outputs, default_dtype="float32")
+    if not shown:
+        return None
+    text = shown
+    module = runs[0].module
+    if module is not None and node.name in module.example_nodes:
+        text += f" · {example_text(module.example_sizes)}"
+    differ = 0
+    for run in runs[1:]:
+        other = _result(run)
+        if other is None or values_text(other.outputs, default_dtype="float32") != shown:
+            differ += 1
+    if differ:
+        text += f" · {others_text(runs[0], differ, len(runs))}"
+    return text, node.name
 
 
 def lsp_inlay_hints(

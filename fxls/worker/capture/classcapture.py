@@ -41,9 +41,16 @@ from fxls.worker.capture.build import inputs, parents
 from fxls.worker.capture.build import instances as build
 from fxls.worker.capture.document import ExecutedDocument
 from fxls.worker.capture.records import arguments
-from fxls.worker.capture.records.nodes import copied_node_info, node_copy, node_info, output_values
+from fxls.worker.capture.records.nodes import (
+    containers,
+    copied_node_info,
+    node_copy,
+    node_info,
+    output_values,
+)
 from fxls.worker.capture.reporting import class_span, error_info, line_span, once_per_span, one_line
 from fxls.worker.capture.shapes import propagation as shapes
+from fxls.worker.capture.shapes import sizes
 from fxls.worker.capture.shapes.values import values_of
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, assign_ast_spans, find_function
 from fxls.worker.capture.trace import fakerun, graphcheck, reuse, strategies
@@ -502,6 +509,7 @@ class ClassCapture:
             records.append(record)
         self.mod.nodes = [r for r in records if isinstance(r, NodeInfo)]
         self.mod.node_copies = [r for r in records if isinstance(r, NodeCopy)]
+        self.mod.containers = containers(gm, self.doc.path)
         if copied_from:
             self.doc.copied_nodes[id(self.mod)] = (self.mod, copied_from)
         output = next((n for n in gm.graph.nodes if n.op == "output"), None)
@@ -890,6 +898,8 @@ class ClassCapture:
         for note in prop.notes:  # named dimensions fixed to their example size, and why
             if note not in mod.notes:
                 mod.notes.append(note)
+        mod.example_nodes = list(prop.example_nodes)
+        mod.example_sizes = dict(prop.example_sizes)
         failed_node = prop.error.node if prop.error is not None else None
         message = prop.error.message if prop.error is not None else ""
         if failed_node is not None:
@@ -1014,52 +1024,57 @@ class ClassCapture:
         self.feeds_planned = ordered
 
         feeds = self.feeds = [_example(p, p.name) for p in ordered]
-        try:
-            run = fakerun.fake_run(
+
+        def fake_run(feeds: list[shapes.ExampleInput], symbolic: bool) -> fakerun.FakeRun:
+            return fakerun.fake_run(
                 module,
                 feeds,
                 doc.path,
-                symbolic=doc.job.symbolic,
+                symbolic=symbolic,
                 leaf_classes=traced.leaves,
                 source=doc.job.source,
             )
+
+        static_note = ""
+        started = time.perf_counter()
+        try:
+            run = fake_run(feeds, doc.job.symbolic)
+            took = time.perf_counter() - started
             if run.error is not None and run.mode == "symbolic":
                 # some kernels refuse symbolic sizes; static sizes still give the shapes
-                static = fakerun.fake_run(
-                    module,
-                    feeds,
-                    doc.path,
-                    symbolic=False,
-                    leaf_classes=traced.leaves,
-                    source=doc.job.source,
-                )
+                static = fake_run(feeds, False)
                 if static.error is None:
                     run = static
-                    self.note(
-                        "named dimensions could not stay symbolic while running `forward`; "
-                        "the shapes are for the example sizes"
-                    )
+                    static_note = "named dimensions could not stay symbolic while running `forward`"
         except Exception as exc:
             self.note(f"running forward on fake tensors failed: {one_line(exc)}")
             return
-        for name, size in run.specialized.items():
-            self.note(
-                f"`forward` only works for {name} = {size}: shapes use that size instead of "
-                "the name"
-            )
         gm = run.graph_module
         if gm is None:
             self.note("running forward on fake tensors recorded no usable graph")
             return
+        values = run.values
+        fixed = fakerun.fixed_sizes(run, feeds)
+        if fixed and doc.job.symbolic:
+            symbolic = run.mode == "symbolic"
+            allowed = shapes.rerun_allowed(took, len(gm.graph.nodes))
+            again = (lambda f: fake_run(f, symbolic)) if allowed else None
+            general = fakerun.generalize(run, feeds, again)
+            values = general.values
+            mod.example_nodes = general.bound
+            mod.example_sizes = dict(fixed) if general.bound else {}
+            self.note(_fixed_note(fixed, general, static_note))
+        elif static_note:
+            self.note(f"{static_note}; the shapes are for the example sizes")
         assign_ast_spans(gm.graph, self.forward_def, doc.source)
         mod.nodes = [
-            node_info(gm, node, run.values, run.examples, rename=run.rename)
-            for node in gm.graph.nodes
+            node_info(gm, node, values, run.examples, rename=run.rename) for node in gm.graph.nodes
         ]
+        mod.containers = containers(gm, doc.path)
         mod.strategy = "fake-run"
         output = next((n for n in gm.graph.nodes if n.op == "output"), None)
         if run.error is None and output is not None:
-            mod.outputs = list(run.values.get(output.name, []))
+            mod.outputs = list(values.get(output.name, []))
             self._tensor_fields(strategies.result_fields(None, run.examples.get(output.name)))
             mod.status = "partial"
             mod.error = None
@@ -1078,6 +1093,25 @@ class ClassCapture:
             f"torch.fx could not trace `forward`, and running it on fake tensors stopped{where} "
             f"({error}); only the operations before that point are shown"
         )
+
+
+def _fixed_note(fixed: dict[str, int], found: sizes.Generalized, static: str) -> str:
+    """What a fake run whose sizes were fixed shows, in words (``static``: why every named
+    dimension was fixed, when it was)."""
+    named = ", ".join(f"{name} = {size}" for name, size in fixed.items())
+    other = found.reruns[0]
+    again = ", ".join(f"{name} = {size}" for name, size in other.sizes.items())
+    names = ", ".join(fixed)
+    sized = "its example size" if len(fixed) == 1 else "their example sizes"
+    why = static if static else f"`forward` fixes {names} to {sized}"
+    if not found.bound:
+        return f"{why}; computed again at {again}, the shapes follow the names"
+    count = "1 shape holds" if len(found.bound) == 1 else f"{len(found.bound)} shapes hold"
+    if other.error == fakerun.NOT_AGAIN:
+        return f"{why} (not computed again at another size: the model is large); {count} for {named} only"
+    if other.error is not None:
+        return f"{why}; at {again} it fails at `{other.error}`: {count} for {named} only"
+    return f"{why}; computed again at {again}, {count} for {named} only"
 
 
 @contextlib.contextmanager

@@ -824,13 +824,14 @@ def compare(t: Truth, mod: Any) -> Verdict:
     # the truth's sizes for fxls's symbols first; fxls's own kind of sizes if that fails
     eager: EagerRun | None = None
     sizes: dict[str, int] = {}
-    # a named dimension fxls says it had to fix to its example size is checked at that size
-    fixed = {
-        name: int(size)
-        for note in getattr(mod, "notes", [])
-        for name, size in re.findall(r"only works for (\w+) = (\d+)", note)
-    }
-    order = (False, True) if any("for the example sizes" in n for n in mod.notes) else (True, False)
+    # a named dimension some of whose shapes hold for its example size only (fxls says so) is
+    # checked at that size
+    fixed = dict(getattr(mod, "example_sizes", {}) or {})
+    for note in getattr(mod, "notes", []):
+        for name, size in re.findall(r"only works for (\w+) = (\d+)", note):
+            fixed.setdefault(name, int(size))
+    static = any("for the example sizes" in n for n in mod.notes)
+    order = (False, True) if static else (True, False)
     for prefer_truth in order:
         attempt_sizes = _bind(t, inputs, prefer_truth, fixed)
         replace, problem = _replacements(t, inputs, attempt_sizes)

@@ -388,10 +388,13 @@ def test_symbolic_limitation_falls_back_to_example_sizes() -> None:
         tensor("mask", ("B", 2), ("H", 3), ("W", 5), dtype=torch.bool),
     ]
     prop = propagate(gm, inputs)
-    # torch's fake kernel for masked attention needs concrete sizes
+    # torch's fake kernel for masked attention needs concrete sizes: the shapes are computed
+    # at the example sizes and at two others, and each dimension is written in the names
     assert prop.error is None and prop.mode == "meta"
-    assert shape(prop, "output") == [15, 2, 8]
+    assert shape(prop, "output") == ["H*W", "B", 8]
+    assert prop.example_nodes == []
     assert "`attn` does not support symbolic sizes" in prop.notes[0]
+    assert "follow the names" in prop.notes[0]
 
 
 def test_lstm_state_fixes_only_the_batch() -> None:
@@ -412,9 +415,13 @@ def test_lstm_state_fixes_only_the_batch() -> None:
     prop = propagate(gm, inputs)
     assert prop.error is None
     assert [v.shape for v in prop.values["rnn"]] == [["T", 3, 32], [2, 3, 32], [2, 3, 32]]
+    # the state is made for a batch of 3: at another batch the layer fails, so every shape
+    # from it on holds for B = 3 only, and says so
     assert prop.notes == [
-        "`rnn` only works for B = 3: shapes after it use that size instead of the name"
+        "`rnn` only works for B = 3: at B = 4 the shapes fail at `rnn`; 2 shapes hold for "
+        "B = 3 only"
     ]
+    assert prop.example_nodes == ["rnn", "output"] and prop.example_sizes == {"B": 3}
     bad = [inputs[0], ExampleInput("hidden", "value", value=(state[0][:, :2], state[1][:, :2]))]
     wrong = propagate(gm, bad)
     assert wrong.error is not None and wrong.error.node == "rnn"
@@ -738,3 +745,111 @@ def test_attention_shortcut_gives_what_the_operator_gives() -> None:
                     real.stride(),
                     real.dtype,
                 ), (env, [a.shape for a in args], kwargs)
+
+
+# --- shapes after a fixed size, computed again at other sizes ------------------------------
+
+
+def _runs(table: dict[int, list[int | str]]) -> Any:
+    """A rerun that answers one node ``n`` with ``table[size of B]`` (missing: it failed)."""
+    from fxls.worker.capture.shapes.sizes import Rerun
+
+    def run(sizes: dict[str, int]) -> Rerun:
+        shape = table.get(sizes["B"])
+        if shape is None:
+            return Rerun(sizes, error="n")
+        return Rerun(sizes, {"n": [Value(kind="tensor", shape=shape, dtype="float32")]})
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("first", "table", "shown", "bound"),
+    [
+        ([2, 8], {3: [3, 8]}, ["B", 8], False),  # the name itself: settled by one rerun
+        ([4, 8], {3: [6, 8], 4: [8, 8]}, ["2*B", 8], False),  # checked by a third run
+        ([3, "T"], {3: [4, "T"], 4: [5, "T"]}, ["B + 1", "T"], False),
+        (["2*T", 8], {3: ["3*T", 8], 4: ["4*T", 8]}, ["B*T", 8], False),
+        ([4, 8], {3: [9, 8], 4: [16, 8]}, [4, 8], True),  # B*B: no a*B + c through all three
+        ([2, 8], {}, [2, 8], True),  # the other size fails: holds for B = 2 only
+        ([2, 8], {3: ["B", 8]}, ["B", 8], False),  # a rerun that keeps the name
+    ],
+)
+def test_generalize_writes_dimensions_in_the_fixed_name(
+    first: list[int | str], table: dict[int, list[int | str]], shown: list[Any], bound: bool
+) -> None:
+    from fxls.worker.capture.shapes.sizes import generalize
+
+    found = generalize(
+        {"n": [Value(kind="tensor", shape=first, dtype="float32")]}, {"B": 2}, _runs(table)
+    )
+    assert found.values["n"][0].shape == shown
+    assert found.bound == (["n"] if bound else [])
+
+
+def test_generalize_tells_two_fixed_names_apart() -> None:
+    """Fixed together, ``B`` and ``T`` move by other steps (2, 3, 4 and 5, 7, 13), so that a
+    dimension that is ``T`` is never taken for ``2*B + 1``; products of names are found."""
+    from fxls.worker.capture.shapes.sizes import Rerun, generalize
+
+    def run(sizes: dict[str, int]) -> Rerun:
+        b, t = sizes["B"], sizes["T"]
+        shape: list[int | str] = [t, b * t, b, 16]
+        return Rerun(sizes, {"n": [Value(kind="tensor", shape=shape, dtype="float32")]})
+
+    first = [Value(kind="tensor", shape=[5, 10, 2, 16], dtype="float32")]
+    found = generalize({"n": first}, {"B": 2, "T": 5}, run)
+    assert found.values["n"][0].shape == ["T", "B*T", "B", 16]
+    assert found.bound == [] and len(found.reruns) == 2
+
+
+def test_a_value_before_anything_was_fixed_is_kept() -> None:
+    """Values rendered before the name was fixed mention it and stay, even when another run
+    has nothing for them; numbers another run has nothing for hold for the example only."""
+    from fxls.worker.capture.shapes.sizes import Rerun, generalize
+
+    first = {
+        "x": [Value(kind="tensor", shape=["B", 16], dtype="float32")],
+        "y": [Value(kind="tensor", shape=[2, 16], dtype="float32")],
+        "n": [Value(kind="int", text="2")],
+    }
+    found = generalize(first, {"B": 2}, lambda sizes: Rerun(sizes, {}, error="x"))
+    assert found.values == first
+    assert found.bound == ["y", "n"]
+    again = generalize(
+        {
+            "n": [Value(kind="int", text="2")],
+            "s": [Value(kind="size", shape=[2, 3], text="[2, 3]")],
+        },
+        {"B": 2},
+        lambda sizes: Rerun(
+            sizes,
+            {
+                "n": [Value(kind="int", text=str(sizes["B"]))],
+                "s": [Value(kind="size", shape=[sizes["B"], 3], text="")],
+            },
+        ),
+    )
+    assert again.values["n"] == [Value(kind="int", text="B")]
+    assert again.values["s"] == [Value(kind="size", shape=["B", 3], text="[B, 3]")]
+
+
+def test_a_large_run_is_not_computed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the time budget, the shapes after the fixing node are not computed again: they
+    are listed as holding for the example size, never shown as if they held for any."""
+    import fxls.worker.capture.shapes.propagation as propagation
+
+    class Fixed(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.interpolate(x, scale_factor=2).flatten(1)
+
+    monkeypatch.setattr(propagation, "RERUN_BUDGET_S", 0.0)
+    monkeypatch.setattr(propagation, "RERUN_NODES", 0)
+    prop = propagate(trace(Fixed()), [tensor("x", ("B", 2), (None, 3), (None, 4), (None, 4))])
+    assert shape(prop, "flatten") == [2, 192]
+    assert prop.example_nodes == ["interpolate", "flatten", "output"]
+    assert prop.example_sizes == {"B": 2}
+    assert "not computed again" in prop.notes[0]
+    monkeypatch.undo()
+    prop = propagate(trace(Fixed()), [tensor("x", ("B", 2), (None, 3), (None, 4), (None, 4))])
+    assert shape(prop, "flatten") == ["B", 192] and prop.example_nodes == []

@@ -218,10 +218,13 @@ def test_repairs_combine_one_per_failure(
     assert found["FX102"].data["leaf"] == "LenScale"
     assert found["FX104"].data["wrap"] == "keep_half"
     assert found["FX102"].span == _span("len(x)", "class LenScale(")
-    repairs = [n for n in mod.notes if "only works for" not in n]
-    assert len(repairs) == 3
-    # `len(x)` inside the leaf fixes the batch size: said once, not silently
-    assert [n for n in mod.notes if "only works for B = " in n]
+    fixed = [n for n in mod.notes if "fixes B to" in n]
+    assert len(mod.notes) - len(fixed) == 3
+    # `len(x)` inside the leaf fixes the batch size while shapes are computed: said once, and
+    # the shapes after it, computed again at another batch size, keep the name
+    assert len(fixed) == 1 and "follow B" in fixed[0]
+    assert mod.outputs[0].shape is not None and mod.outputs[0].shape[0] == "B"
+    assert mod.example_nodes == []
     eager = _eager(fixture_module, "Combined", torch.randn(B, T, 6))
     assert _concrete(mod) == list(eager.shape)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from fxls.worker.capture.build import inputs
 from fxls.worker.capture.shapes import propagation as shapes
+from fxls.worker.capture.shapes import sizes
 from fxls.worker.capture.shapes.values import Namer
 from fxls.worker.capture.trace import fakerun
 
@@ -75,25 +76,68 @@ def record(
     """Run ``parent``'s forward on fake tensors; the first called instance of each class in
     ``wanted`` (class -> name) with its arguments. Never raises for user code problems."""
     names = {id(m): n for n, m in parent.named_modules()}
-    found: dict[str, Recorded] = {}
 
-    def watch(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], namer: Any) -> bool:
-        cls_name = wanted.get(type(module))
-        if cls_name is not None and cls_name not in found:
-            got = _arguments(module, args, kwargs, namer)
-            if got is not None:
-                found[cls_name] = Recorded(
-                    module, names.get(id(module), "?"), type(parent).__name__, parent_expr, *got
-                )
-            return False
-        # stop at the next watched call once every class was seen
-        return len(found) == len(wanted) and type(module) in wanted
+    def run(feeds: list[shapes.ExampleInput]) -> tuple[dict[str, Recorded], dict[str, int]]:
+        found: dict[str, Recorded] = {}
 
-    try:
-        fakerun.fake_run(parent, list(feeds), path, symbolic=symbolic, source=source, watch=watch)
-    except Exception:  # recording is a bonus: the classes fall back to their own recipes
-        return found
+        def watch(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], namer: Any
+        ) -> bool:
+            cls_name = wanted.get(type(module))
+            if cls_name is not None and cls_name not in found:
+                got = _arguments(module, args, kwargs, namer)
+                if got is not None:
+                    found[cls_name] = Recorded(
+                        module, names.get(id(module), "?"), type(parent).__name__,
+                        parent_expr, *got,
+                    )  # fmt: skip
+                return False
+            # stop at the next watched call once every class was seen
+            return len(found) == len(wanted) and type(module) in wanted
+
+        try:
+            made = fakerun.fake_run(
+                parent, feeds, path, symbolic=symbolic, source=source, watch=watch
+            )
+        except Exception:  # recording is a bonus: the classes fall back to their own recipes
+            return found, {}
+        return found, made.specialized
+
+    found, fixed = run(list(feeds))
+    if fixed and found:
+        _renamed(found, fixed, run, list(feeds))
     return found
+
+
+def _renamed(
+    found: dict[str, Recorded],
+    fixed: dict[str, int],
+    run: Callable[[list[shapes.ExampleInput]], tuple[dict[str, Recorded], dict[str, int]]],
+    feeds: list[shapes.ExampleInput],
+) -> None:
+    """A parent's run fixed named dimensions to their example size before calling a child:
+    the child's inputs got numbers where the names belong. The parent runs again with other
+    sizes for them; a dimension that is the fixed name's size in both runs gets the name
+    back (``[2, 24, 56, 56]`` -> ``[B, 24, 56, 56]``)."""
+    other = sizes.other_sizes(fixed, 1)
+    resized = [sizes.resized(f, other) for f in feeds]
+    again, _ = run(resized)
+    for cls_name, rec in found.items():
+        second = again.get(cls_name)
+        if second is None or second.path != rec.path:
+            continue
+        for param, planned in rec.inputs.items():
+            theirs = second.inputs.get(param)
+            if planned.kind != "tensor" or theirs is None or len(theirs.dims) != len(planned.dims):
+                continue
+            dims = []
+            for (name, size), (_, size2) in zip(planned.dims, theirs.dims):
+                if name is None:
+                    matches = [n for n in fixed if fixed[n] == size and other[n] == size2]
+                    if len(matches) == 1:
+                        name = matches[0]
+                dims.append((name, size))
+            planned.dims = dims
 
 
 Calls = dict[type, list[tuple[nn.Module, tuple[Any, ...], dict[str, Any]]]]

@@ -6,6 +6,7 @@ end of a capture.
 
 from __future__ import annotations
 
+import inspect
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -131,6 +132,40 @@ def _module_path(node: torch.fx.Node) -> str:
     if node.op == "call_module" and paths and paths[-1] == node.target:
         paths = paths[:-1]
     return paths[-1] if paths else ""
+
+
+def containers(gm: torch.fx.GraphModule, path: str) -> list[str]:
+    """Module paths of the modules the graph's nodes were made inside whose ``forward`` is no
+    code of the document (``path``): an ``nn.Sequential``, a subclass of a torch layer
+    without a ``forward`` of its own, a library's module. A node made inside one has the span
+    of the document code that called it (``ModuleResult.containers``)."""
+    found: dict[str, None] = {}
+    verdicts: dict[type, bool] = {}
+    for node in gm.graph.nodes:
+        stack = node.meta.get("nn_module_stack") or {}
+        for entry in stack.values():
+            try:
+                qualified, kind = entry
+            except (TypeError, ValueError):
+                continue
+            if not isinstance(kind, type) or qualified in found:
+                continue
+            foreign = verdicts.get(kind)
+            if foreign is None:
+                foreign = verdicts[kind] = not _document_forward(kind, path)
+            if foreign and (node.op != "call_module" or qualified != node.target):
+                found[str(qualified)] = None
+    return list(found)
+
+
+def _document_forward(kind: type, path: str) -> bool:
+    forward = getattr(kind, "forward", None)
+    try:
+        forward = inspect.unwrap(forward) if forward is not None else None
+    except ValueError:
+        return False
+    code = getattr(forward, "__code__", None)
+    return code is not None and code.co_filename == path
 
 
 def node_info(

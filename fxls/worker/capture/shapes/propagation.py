@@ -37,6 +37,7 @@ import logging
 import operator
 import os
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -45,6 +46,7 @@ import torch
 import torch.fx
 
 from fxls.protocol.model import Value
+from fxls.worker.capture.shapes import sizes as example_sizes
 from fxls.worker.capture.shapes.explain import NoExample, ShapeError, shape_error, target_name
 from fxls.worker.capture.shapes.shortcuts import (
     MATMULS,
@@ -58,6 +60,8 @@ from fxls.worker.capture.shapes.shortcuts import (
 from fxls.worker.capture.shapes.values import MISSING, Namer, values_of
 
 __all__ = [
+    "RERUN_BUDGET_S",
+    "RERUN_NODES",
     "DtypeMismatch",
     "ExampleInput",
     "Propagation",
@@ -69,6 +73,7 @@ __all__ = [
     "new_fake_mode",
     "propagate",
     "quiet_loggers",
+    "rerun_allowed",
     "values_of",
     "warm_up",
 ]
@@ -101,6 +106,17 @@ class Propagation:
     """Things the user should know, e.g. a named dimension fixed to its example size."""
     namer: Any = None
     """The run's ``Namer`` (symbols -> the user's dimension names)."""
+    fixed: dict[str, int] = field(default_factory=dict)
+    """Named dimensions a node fixed to a number (name -> the number), or, for a run at
+    static sizes, every named dimension (name -> its example size)."""
+    fixed_at: dict[str, str] = field(default_factory=dict)
+    """Name -> the node that fixed it (absent for a run at static sizes)."""
+    example_nodes: list[str] = field(default_factory=list)
+    """Nodes whose values hold for the example sizes in ``example_sizes`` only: computed again
+    at other sizes of the fixed names, their numbers changed in a way no expression in the
+    names gives, or that run did not get to them (:mod:`~fxls.worker.capture.shapes.sizes`)."""
+    example_sizes: dict[str, int] = field(default_factory=dict)
+    """The example sizes ``example_nodes`` hold for (the fixed names)."""
 
 
 _QUIET_LOGGERS = (
@@ -456,19 +472,122 @@ def propagate(
     with quiet_loggers(), data_free_torch():
         if not (symbolic and _is_named(inputs)):
             return _run_static(gm, inputs, device, reuse)
+        started = time.perf_counter()
         result = _run_fake(gm, inputs, device, symbolic=True, reuse=reuse)
-        if result.error is None:
-            return result
-        # some kernels only take concrete sizes: when the static run gets further, use it
-        static = _run_static(gm, inputs, device, reuse)
-        if _further(gm, static, result):
-            static.notes.insert(
-                0,
-                f"`{result.error.node}` does not support symbolic sizes "
-                f"({result.error.original}); shapes are shown for the example sizes",
-            )
-            return static
+        took = time.perf_counter() - started
+        if result.error is not None:
+            # some kernels only take concrete sizes: when the static run gets further, use it
+            static = _run_static(gm, inputs, device, reuse)
+            if _further(gm, static, result):
+                static.fixed = _named_sizes(inputs)
+                why = (
+                    f"`{result.error.node}` does not support symbolic sizes "
+                    f"({result.error.original})"
+                )
+                _generalize(gm, inputs, device, reuse, static)
+                if static.example_nodes:
+                    held = ", ".join(f"{k} = {v}" for k, v in static.example_sizes.items())
+                    count = _shapes(static.example_nodes)
+                    note = f"{why}; shapes are computed at the example sizes: {count} hold "
+                    note += f"for {held} only, the others follow the names"
+                else:
+                    note = f"{why}; shapes computed at several example sizes follow the names"
+                static.notes.insert(0, note)
+                return static
+        if result.fixed:
+            again = rerun_allowed(took, len(gm.graph.nodes))
+            _generalize(gm, inputs, device, reuse, result, again=again)
         return result
+
+
+RERUN_BUDGET_S = 2.0
+"""A run that fixed a named dimension is computed again at other sizes when it took at most
+this long or its graph is small (``RERUN_NODES``): a rerun costs as much, and there may be
+two. Otherwise the shapes after the fixing node are said to hold for the example sizes only."""
+RERUN_NODES = 400
+
+
+def rerun_allowed(took: float, nodes: int) -> bool:
+    """Whether a run that took ``took`` seconds over ``nodes`` nodes may be made again (the
+    first run in a process pays for imports: a small graph is always made again)."""
+    return took <= RERUN_BUDGET_S or nodes <= RERUN_NODES
+
+
+def _named_sizes(inputs: list[ExampleInput]) -> dict[str, int]:
+    """Each name of the inputs' dimensions -> its example size."""
+    return {name: size for inp in inputs if inp.kind == "tensor" for name, size in inp.dims if name}
+
+
+def _generalize(
+    gm: torch.fx.GraphModule,
+    inputs: list[ExampleInput],
+    device: torch.device,
+    reuse: Copies | None,
+    result: Propagation,
+    again: bool = True,
+) -> None:
+    """Numbers that stand for a fixed name written in it again, from runs at other sizes of
+    the fixed names; what no run explains is listed in ``example_nodes`` (see
+    :mod:`~fxls.worker.capture.shapes.sizes`). The notes say what was done. Without
+    ``again``, nothing is computed again: every number after the fixing node is listed."""
+    static = result.mode != "symbolic"
+
+    def run(sizes: dict[str, int]) -> example_sizes.Rerun:
+        if not again:
+            return example_sizes.Rerun(sizes, error=_NOT_AGAIN)
+        resized = [example_sizes.resized(inp, sizes) for inp in inputs]
+        try:
+            if static:
+                other = _run_static(gm, resized, device, reuse)
+            else:
+                other = _run_fake(gm, resized, device, symbolic=True, reuse=reuse)
+        except Exception as exc:
+            return example_sizes.Rerun(sizes, error=type(exc).__name__)
+        error = other.error.node if other.error is not None else None
+        return example_sizes.Rerun(sizes, other.values, error)
+
+    found = example_sizes.generalize(result.values, result.fixed, run)
+    result.values = found.values
+    result.example_nodes = found.bound
+    if found.bound:
+        result.example_sizes = dict(result.fixed)
+    result.notes = [n for n in result.notes if not n.endswith(_FIXED_NOTE_END)]
+    if static:
+        return
+    other = found.reruns[0]
+    for name, size in result.fixed.items():
+        node = result.fixed_at.get(name, "?")
+        at = f"{name} = {other.sizes[name]}"
+        if not found.bound:
+            result.notes.append(
+                f"`{node}` fixes {name} to {size} while computing shapes; computed again at "
+                f"{at}, the shapes after it follow {name}"
+            )
+        elif other.error == _NOT_AGAIN:
+            result.notes.append(
+                f"`{node}` fixes {name} to {size} while computing shapes (not computed again "
+                f"at another size: the model is large); {_shapes(found.bound)} hold for "
+                f"{name} = {size} only"
+            )
+        elif other.error is not None and other.error in result.values:
+            result.notes.append(
+                f"`{node}` only works for {name} = {size}: at {at} the shapes fail at "
+                f"`{other.error}`; {_shapes(found.bound)} hold for {name} = {size} only"
+            )
+        else:
+            result.notes.append(
+                f"`{node}` fixes {name} to {size} while computing shapes; computed again at "
+                f"{at}, {_shapes(found.bound)} change in a way no expression in {name} "
+                f"gives: they hold for {name} = {size} only"
+            )
+
+
+def _shapes(nodes: Sequence[str]) -> str:
+    return "1 shape" if len(nodes) == 1 else f"{len(nodes)} shapes"
+
+
+_FIXED_NOTE_END = "shapes after it use that size instead of the name"
+_NOT_AGAIN = "not computed again"
 
 
 def _run_static(
@@ -688,7 +807,7 @@ def _interpret(
             break
         if shape_env is not None and len(shape_env.replacements) != replacements:
             replacements = len(shape_env.replacements)
-            prop.notes.extend(_specialized(shape_env, namer, node, fixed))
+            prop.notes.extend(_specialized(shape_env, namer, node, fixed, prop))
     return prop
 
 
@@ -705,8 +824,11 @@ def _same_inputs(segment: Any, examples: dict[str, Any]) -> bool:
     return True
 
 
-def _specialized(shape_env: Any, namer: Namer, node: torch.fx.Node, fixed: set[Any]) -> list[str]:
-    """Notes for named dimensions that ``node`` fixed to their example size."""
+def _specialized(
+    shape_env: Any, namer: Namer, node: torch.fx.Node, fixed: set[Any], prop: Propagation
+) -> list[str]:
+    """Notes for named dimensions that ``node`` fixed to their example size (recorded in
+    ``prop.fixed``) or to another name."""
     notes = []
     for sym, name in namer.names.items():
         value = shape_env.replacements.get(sym)
@@ -714,10 +836,9 @@ def _specialized(shape_env: Any, namer: Namer, node: torch.fx.Node, fixed: set[A
             continue
         fixed.add(sym)
         if getattr(value, "is_number", False):
-            notes.append(
-                f"`{node.name}` only works for {name} = {value}: shapes after it use that size "
-                "instead of the name"
-            )
+            prop.fixed.setdefault(name, int(value))
+            prop.fixed_at.setdefault(name, node.name)
+            notes.append(f"`{node.name}` only works for {name} = {value}: {_FIXED_NOTE_END}")
         elif (other := namer.expr(value)) != name:
             notes.append(f"`{node.name}` requires {name} == {other}: shapes after it use {other}")
     return notes

@@ -51,7 +51,7 @@ class Namer:
                 name = "?" if raw.startswith(("u", "zuf", "zf")) else raw
             # the symbol's own class (sympy's Symbol, via torch: no import of sympy here)
             mapping[sym] = type(sym)(name, integer=True, positive=True)
-        return _tidy(str(expr.xreplace(mapping)))
+        return tidy(str(expr.xreplace(mapping)))
 
     def dim(self, d: Any) -> Dim:
         if isinstance(d, torch.SymInt):
@@ -84,15 +84,15 @@ class Namer:
         return re.sub(r"\bs\d+\b", lambda m: self._by_text.get(m.group(0), m.group(0)), message)
 
 
-def _tidy(text: str) -> str:
+def tidy(text: str) -> str:
     """Normalize parentheses: ``(((H - 1)//4)) + 1`` -> ``(H - 1)//4 + 1``."""
     if "(" not in text:
         return text
     try:
-        tidy = ast.unparse(ast.parse(text, mode="eval"))
+        unparsed = ast.unparse(ast.parse(text, mode="eval"))
     except (SyntaxError, ValueError):
         return text
-    return re.sub(r" (\*\*|\*|//|/) ", r"\1", tidy)
+    return re.sub(r" (\*\*|\*|//|/) ", r"\1", unparsed)
 
 
 def dtype_name(dtype: torch.dtype) -> str:

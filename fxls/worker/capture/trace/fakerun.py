@@ -61,13 +61,16 @@ from torch.overrides import TorchFunctionMode
 from fxls.protocol.model import Span, Value
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.shapes import propagation as shapes
-from fxls.worker.capture.shapes import shortcuts
+from fxls.worker.capture.shapes import shortcuts, sizes
 from fxls.worker.capture.shapes.values import Namer
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, call_site_frame, method_codes
 
 __all__ = [
+    "NOT_AGAIN",
     "FakeRun",
     "fake_run",
+    "fixed_sizes",
+    "generalize",
     "is_builtin_leaf",
     "meta_outputs",
 ]
@@ -817,6 +820,56 @@ def fake_run(
         mode="symbolic" if use_symbols else "fake",
         specialized=specialized,
     )
+
+
+def fixed_sizes(run: FakeRun, inputs: Sequence[Any]) -> dict[str, int]:
+    """The named dimensions whose sizes the run's numbers may stand for: those it fixed to
+    their example size, or every named one for a run at static sizes (name -> size)."""
+    if run.mode == "symbolic":
+        return dict(run.specialized)
+    return {name: size for inp in inputs if inp.kind == "tensor" for name, size in inp.dims if name}
+
+
+def generalize(
+    run: FakeRun, inputs: Sequence[Any], again: Callable[[list[Any]], FakeRun] | None
+) -> sizes.Generalized:
+    """``run``'s values with the dimensions that follow its fixed names written in them
+    (:func:`fixed_sizes`; :mod:`~fxls.worker.capture.shapes.sizes`): ``again(inputs)`` runs
+    ``forward`` the same way with other example sizes, and a node of that run is compared
+    with the node of the same name when both call the same target. Without ``again`` (a run
+    too long to repeat), every number that may stand for a fixed name is listed as holding
+    for the example sizes only."""
+    made = _identities(run)
+
+    def rerun(wanted: dict[str, int]) -> sizes.Rerun:
+        if again is None:
+            return sizes.Rerun(wanted, error=NOT_AGAIN)
+        resized = [sizes.resized(inp, wanted) for inp in inputs]
+        try:
+            other = again(resized)
+        except Exception as exc:  # user code may raise anything
+            return sizes.Rerun(wanted, error=type(exc).__name__)
+        theirs = _identities(other)
+        same = {
+            name: values
+            for name, values in other.values.items()
+            if made.get(name) is not None and theirs.get(name) == made[name]
+        }
+        error = other.error_target or (type(other.error).__name__ if other.error else None)
+        return sizes.Rerun(wanted, same, error)
+
+    return sizes.generalize(run.values, fixed_sizes(run, inputs), rerun)
+
+
+NOT_AGAIN = "not computed again"
+"""``Rerun.error`` of a run that was not made (:func:`generalize` without ``again``)."""
+
+
+def _identities(run: FakeRun) -> dict[str, tuple[str, str]]:
+    gm = run.graph_module
+    if gm is None:
+        return {}
+    return {node.name: (node.op, str(node.target)) for node in gm.graph.nodes}
 
 
 def meta_outputs(module: torch.nn.Module, inputs: Sequence[Any]) -> list[Value] | None:

@@ -139,7 +139,7 @@ def render(report: dict[str, Any]) -> str:
         "",
         "| measure (median of runs) | seconds | × `import torch` |",
         "| --- | --- | --- |",
-        f"| `python -c \"import torch\"` (the anchor) | {anchor:.2f} | 1.00 |",
+        f'| `python -c "import torch"` (the anchor) | {anchor:.2f} | 1.00 |',
     ]
     for label, key in (
         ("new server → first diagnostics, empty store", ("store", "fresh")),

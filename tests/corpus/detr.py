@@ -58,7 +58,7 @@ class TransformerEncoderLayer(nn.Module):
         self.normalize_before = normalize_before
 
     def with_pos_embed(self, tensor: Tensor, pos: Optional[Tensor]) -> Tensor:
-        return tensor if pos is None else tensor + pos  # fxls-expect: FX108
+        return tensor if pos is None else tensor + pos
 
     def forward_post(
         self,
@@ -142,7 +142,7 @@ class TransformerDecoderLayer(nn.Module):
         self.normalize_before = normalize_before
 
     def with_pos_embed(self, tensor: Tensor, pos: Optional[Tensor]) -> Tensor:
-        return tensor if pos is None else tensor + pos  # fxls-expect: FX108
+        return tensor if pos is None else tensor + pos
 
     def forward(
         self,

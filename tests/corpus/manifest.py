@@ -343,7 +343,6 @@ _ENTRIES: list[Entry] = [
         DETR_LAYER,
         Input("src", "S=12, B=2, 32"),
         Input("pos", "S=12, B=2, 32"),
-        diagnostics=("FX108",),
     ),
     _e(
         "TransformerDecoderLayer",
@@ -353,7 +352,6 @@ _ENTRIES: list[Entry] = [
         Input("memory", "S=12, B=2, 32"),
         Input("pos", "S=12, B=2, 32"),
         Input("query_pos", "Q=7, B=2, 32"),
-        diagnostics=("FX108",),
         slow=True,
     ),
     _e(
@@ -435,7 +433,6 @@ _ENTRIES: list[Entry] = [
         "dim=16",
         Input("x", "B=2, 16"),
         Input("bias", "16"),
-        diagnostics=("FX108",),
     ),
 ]
 

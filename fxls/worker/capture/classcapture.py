@@ -836,7 +836,7 @@ class ClassCapture:
             return Traced(None, tracer.graph, [*req.leaf, *library_leaves], tracer.traced_params)
         if concrete:
             _drop_concrete_guards(gm)
-        mod.status = "partial" if repairs.applied else "traced"
+        mod.status = "traced"  # repairs are in the strategy (fx+leaf...); partial: shapes stop
         mod.strategy = repairs.label(declared_leaves=bool(req.leaf))
         mod.notes.extend(repairs.notes(defaults))
         segments = tracer.replayer.segments if tracer.replayer is not None else []
@@ -1076,7 +1076,7 @@ class ClassCapture:
         if run.error is None and output is not None:
             mod.outputs = list(values.get(output.name, []))
             self._tensor_fields(strategies.result_fields(None, run.examples.get(output.name)))
-            mod.status = "partial"
+            mod.status = "traced"  # every node has its shapes; the strategy says fake-run
             mod.error = None
             mod.diagnostics.extend(d.diagnostic() for d in graphcheck.unused(gm.graph, doc.source))
             self.note(

@@ -5,7 +5,7 @@ chain) for frames of the document, innermost first, and reads the failing instru
 from ``co_positions``. When the error happens inside ``torch.nn`` code, the user's call into it
 is blamed. The exception type, message and the source text of the span select the FX1xx
 message with a plain-language cause and fix. ``specialized_checks`` finds ``isinstance`` and
-``is None`` checks on traced parameters (FX108): they never fail, they silently pick a branch.
+``isinstance`` checks on traced parameters (FX108): they never fail, they silently pick a branch.
 """
 
 from __future__ import annotations
@@ -167,12 +167,15 @@ def specialized_checks(
     traced: Collection[str],
     source: SourceText,
 ) -> list[catalogue.Message]:
-    """FX108 warnings for ``isinstance(p, ...)`` and ``p is None`` checks on traced parameters."""
+    """FX108 warnings for ``isinstance(p, ...)`` checks on traced parameters.
+
+    ``p is None`` is not one: an optional tensor argument (``pos=None``) checked for ``None``
+    takes the branch every call with a tensor takes, so the graph is right for the inputs it
+    was traced with, and the idiom is correct code."""
     if func is None:
         return []
     found: list[catalogue.Message] = []
     for node in ast.walk(func):
-        hit = False
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
@@ -180,17 +183,7 @@ def specialized_checks(
             and node.args
             and isinstance(node.args[0], ast.Name)
             and node.args[0].id in traced
-        ) or (
-            isinstance(node, ast.Compare)
-            and isinstance(node.left, ast.Name)
-            and node.left.id in traced
-            and len(node.ops) == 1
-            and isinstance(node.ops[0], (ast.Is, ast.IsNot))
-            and isinstance(node.comparators[0], ast.Constant)
-            and node.comparators[0].value is None
         ):
-            hit = True
-        if hit:
             span = source.node_span(node)
             found.append(catalogue.FX108(span, source=source.text(span)))
     found.sort(key=lambda msg: (msg.span.line, msg.span.col))

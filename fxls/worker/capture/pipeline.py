@@ -287,7 +287,7 @@ def _soften_worked_around(mod: ModuleResult) -> None:
     information with what fxls used instead; one it could not work around is a warning. The
     code is still not traceable by torch.fx, which matters to FX-based tools, so it is said.
     """
-    worked_around = mod.status == "partial" and bool(mod.outputs)
+    worked_around = mod.status in ("traced", "partial") and bool(mod.outputs)
     for diag in mod.diagnostics:
         if diag.code not in _TRACE_FAILURE_CODES or diag.severity not in ("error", "warning"):
             continue

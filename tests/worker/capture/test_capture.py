@@ -224,7 +224,7 @@ def test_expression_inputs_and_flag_defaults() -> None:
     (mod,) = result.modules
     # `if relu` fails plain FX; the flags are fixed to their defaults (concrete_args) and the
     # failure stays visible where it happened
-    assert mod.status == "partial" and mod.strategy == "fx+concrete"
+    assert mod.status == "traced" and mod.strategy == "fx+concrete"
     # ... as a warning: the module works and fxls still shows its shapes
     assert [d.code for d in mod.diagnostics if d.severity == "information"] == ["FX101"]
     assert not [d for d in mod.diagnostics if d.severity == "error"]

@@ -66,11 +66,16 @@ needs_nvim = pytest.mark.skipif(shutil.which(str(NVIM)) is None, reason="needs n
 
 
 def nvim_code_action(
-    workspace: Path, file: Path, base_env: dict[str, str] | None = None, **driver: str
+    workspace: Path,
+    file: Path,
+    base_env: dict[str, str] | None = None,
+    script: Path = NVIM_CODE_ACTION,
+    **driver: str,
 ) -> dict[str, Any]:
-    """Run ``tests/e2e/nvim/code_action.lua`` in headless Neovim with the documented config on
-    ``file`` (workspace root ``workspace``); ``driver`` sets its ``FXLS_NVIM_<KEY>`` variables
-    (``CODE``/``AT``, ``TITLE``). Returns the driver's JSON result after checking it finished."""
+    """Run a Neovim driver (``tests/e2e/nvim/code_action.lua`` unless ``script``) headless with
+    the documented config on ``file`` (workspace root ``workspace``); ``driver`` sets its
+    ``FXLS_NVIM_<KEY>`` variables (``CODE``/``AT``, ``TITLE``). Returns the driver's JSON
+    result after checking it finished."""
     (workspace / "pyproject.toml").write_text("")  # the workspace root (root_markers)
     out = workspace / "result.json"
     env = dict(os.environ if base_env is None else base_env)
@@ -84,7 +89,7 @@ def nvim_code_action(
         FXLS_CMD=json.dumps([sys.executable, "-m", "fxls", "serve"]),
     )
     proc = subprocess.run(
-        [str(NVIM), "--headless", "--clean", "-c", f"luafile {NVIM_CODE_ACTION}"],
+        [str(NVIM), "--headless", "--clean", "-c", f"luafile {script}"],
         env=env,
         cwd=workspace,
         capture_output=True,

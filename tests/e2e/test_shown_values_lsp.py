@@ -19,7 +19,7 @@ import time
 
 import pytest
 import pytest_lsp
-from conftest import ROOT, needs_worker, start_recording
+from harness import ROOT, needs_worker, start_recording
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 

@@ -75,3 +75,17 @@ def _broken(report: str) -> list[str]:
         elif piece.strip() and not piece.startswith("KEPT"):
             names.append(piece.strip())
     return [n.removeprefix("BROKEN ") for n in names if n.startswith("BROKEN ")]
+
+
+def test_no_test_module_imports_a_conftest_by_name() -> None:
+    """Three folders have a ``conftest.py``; ``from conftest import`` gets whichever pytest
+    loaded first, so a run of one folder passes and a run of all fails. Shared helpers live in
+    ``tests/e2e/harness.py``."""
+    tests = Path(__file__).resolve().parents[1]
+    offenders = [
+        str(p.relative_to(tests))
+        for p in tests.rglob("test_*.py")
+        if "from conftest import" in p.read_text(encoding="utf-8")
+        or "import conftest" in p.read_text(encoding="utf-8")
+    ]
+    assert offenders == []

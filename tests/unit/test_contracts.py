@@ -82,10 +82,10 @@ def test_no_test_module_imports_a_conftest_by_name() -> None:
     loaded first, so a run of one folder passes and a run of all fails. Shared helpers live in
     ``tests/e2e/harness.py``."""
     tests = Path(__file__).resolve().parents[1]
+    pattern = re.compile(r"^\s*(from conftest import|import conftest)", re.M)
     offenders = [
         str(p.relative_to(tests))
         for p in tests.rglob("test_*.py")
-        if "from conftest import" in p.read_text(encoding="utf-8")
-        or "import conftest" in p.read_text(encoding="utf-8")
+        if pattern.search(p.read_text(encoding="utf-8"))
     ]
     assert offenders == []

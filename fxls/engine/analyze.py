@@ -165,7 +165,7 @@ def failure_diagnostic(result: JobResult, limits: Limits, cls: str, span: Span) 
     elif kind == "oom":
         msg = catalogue.FX502(span, cls=cls, limit=f"{limits.memory_mb} MB")
     elif kind == "cpu_limit":
-        msg = catalogue.FX506(span, cls=cls, limit=_seconds(limits.cpu_s))
+        msg = catalogue.FX506(span, cls=cls, limit=_seconds(result.cpu_limit_s or limits.cpu_s))
     elif kind == "file_size_limit":
         msg = catalogue.FX507(span, cls=cls, limit=f"{limits.file_size_mb} MB")
     elif kind in ("exit", "system_exit"):
@@ -495,7 +495,9 @@ async def analyze(
             _add_call_sites, requests, root, path, parsed.defined
         )
         job = capture_job(path, text, requests, options, root or request.import_root)
-        run = _Run(client, job, classes, text, options, result, diagnostics, Budget(options))
+        active = sum(1 for r in job.classes if not r.skip)
+        budget = Budget(options, active)
+        run = _Run(client, job, classes, text, options, result, diagnostics, budget)
         if cache is not None and only is None and not is_rules_file(path, options):
             context = await asyncio.to_thread(job_context, job, options, root, worker)
             await _incremental(run, cache, context)
@@ -530,12 +532,13 @@ class Budget:
     """How long a re-run may go past the wall-clock backstop before it is stopped: time enough
     for a job that hits its own limit right at the end to be reported as such."""
 
-    def __init__(self, options: EngineOptions) -> None:
-        self.seconds = options.capture_budget * options.limits.cpu_s
-        self.limit = options.limits.cpu_s
+    def __init__(self, options: EngineOptions, classes: int = 1) -> None:
+        limits = job_limits(options.limits, classes)  # the first job's, for many classes
+        self.seconds = options.capture_budget * limits.cpu_s
+        self.limit = limits.cpu_s
         self.used = 0.0
-        self.wall = options.capture_budget * options.limits.timeout_s
-        self.wall_limit = options.limits.timeout_s
+        self.wall = options.capture_budget * limits.timeout_s
+        self.wall_limit = limits.timeout_s
         self.deadline = time.monotonic() + self.wall
 
     def spend(self, result: JobResult) -> None:
@@ -583,19 +586,36 @@ def slowed_by_machine(result: JobResult) -> bool:
     )
 
 
+CLASSES_PER_LIMIT = 8
+"""A job of more classes than this gets one more CPU (and wall-clock) limit per as many, at
+most ``MAX_LIMITS_PER_JOB``: a library file of 27 blocks takes ~9.5 s of CPU in one job, which
+sat on the edge of one limit (a single class re-run always gets one)."""
+MAX_LIMITS_PER_JOB = 3
+
+
+def job_limits(limits: Limits, classes: int) -> Limits:
+    """The limits of a job that captures ``classes`` classes."""
+    factor = min(MAX_LIMITS_PER_JOB, max(1, -(-classes // CLASSES_PER_LIMIT)))
+    if factor == 1:
+        return limits
+    return dataclasses.replace(
+        limits, cpu_s=limits.cpu_s * factor, timeout_s=limits.timeout_s * factor
+    )
+
+
 async def _run(
     client: Runner, job: CaptureJob, options: EngineOptions, budget: Budget | None = None
 ) -> JobResult:
     """Run ``job``; once more with a longer wall-clock limit when a busy machine stopped it, so
     the CPU limit, which does not depend on the load, decides. Each run's CPU time is spent
     from ``budget``."""
-    result = await _run_once(client, job, options.limits, options)
+    active = sum(1 for r in job.classes if not r.skip)
+    limits = job_limits(options.limits, active)
+    result = await _run_once(client, job, limits, options)
     if budget is not None:
         budget.spend(result)
     if slowed_by_machine(result):
-        longer = dataclasses.replace(
-            options.limits, timeout_s=options.limits.timeout_s * BUSY_RETRY_FACTOR
-        )
+        longer = dataclasses.replace(limits, timeout_s=limits.timeout_s * BUSY_RETRY_FACTOR)
         result = await _run_once(client, job, longer, options)
         if budget is not None:
             budget.spend(result)

@@ -837,6 +837,8 @@ class JobResult:
     (the job computed, slowly) from a job that waited (``sleep``, ``input()``, a lock)."""
     wall_limit_s: float = 0.0
     """The wall-clock limit the job ran with (a re-run on a busy machine has a longer one)."""
+    cpu_limit_s: float = 0.0
+    """The CPU limit the job ran with (a job of many classes has a larger one)."""
     max_rss_kb: int = 0
     payload: CaptureResult | None = None
 

@@ -151,3 +151,24 @@ async def test_a_job_that_waited_is_not_run_again() -> None:
     result = await analyze(runner, AnalysisRequest("m.py", BUSY_SOURCE), options=options)  # type: ignore[arg-type]
     assert len(runner.limits) == 1
     assert any(d.code == "FX501" and "waiting" in d.message for d in result.diagnostics)
+
+
+def test_a_job_of_many_classes_gets_more_time() -> None:
+    from fxls.engine.analyze import job_limits
+
+    base = Limits(timeout_s=20, cpu_s=10)
+    assert job_limits(base, 1) == base and job_limits(base, 8) == base
+    assert (job_limits(base, 9).cpu_s, job_limits(base, 9).timeout_s) == (20, 40)
+    assert job_limits(base, 100).cpu_s == 30  # at most three limits
+
+
+async def test_the_first_job_of_a_large_file_runs_with_its_larger_limit() -> None:
+    source = "from torch import nn\n" + "".join(
+        f"\n# fxls: x = (2, 4)\nclass Net{i}(nn.Module):\n    def forward(self, x):\n"
+        "        return x\n"
+        for i in range(20)
+    )
+    runner = Scripted(JobResult(1, "ok"))
+    options = EngineOptions(limits=Limits(timeout_s=20, cpu_s=10))
+    await analyze(runner, AnalysisRequest("m.py", source), options=options)  # type: ignore[arg-type]
+    assert [(lim.cpu_s, lim.timeout_s) for lim in runner.limits] == [(30, 60)]

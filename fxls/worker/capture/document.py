@@ -116,7 +116,8 @@ def execute(doc: ExecutedDocument) -> None:
             # a package's __init__.py imports what this interpreter lacks (an optional
             # dependency of other modules): run the document without its packages' code,
             # unless it needs that code too (then the missing module is the answer)
-            for name, folder in _parent_packages(doc.job):
+            stubs = _parent_packages(doc.job)
+            for name, folder in stubs:
                 _namespace_package(name, folder)
             needs_package = False
             try:
@@ -124,6 +125,8 @@ def execute(doc: ExecutedDocument) -> None:
             except BaseException:
                 needs_package = True
             if needs_package:
+                for name, _ in stubs:  # as after the first attempt: the packages did not run
+                    sys.modules.pop(name, None)
                 raise exc  # outside the handler: no context of the second attempt
             doc.package_skipped = exc
     else:

@@ -258,6 +258,7 @@ def classify(job: Job) -> JobResult:
         cpu = job.rusage.ru_utime + job.rusage.ru_stime
         result.cpu_s = round(cpu, 3)
     result.wall_limit_s = job.request.limits.timeout_s
+    result.cpu_limit_s = job.request.limits.cpu_s
     signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
     result.signal, result.exit_code = signum, code

@@ -7,6 +7,7 @@ directives."""
 
 from __future__ import annotations
 
+import ast
 import textwrap
 
 from fxls.protocol.model import CaptureJob, ClassRequest, ModuleResult
@@ -445,3 +446,29 @@ def test_a_cross_attention_block_gets_the_states_it_attends_to() -> None:
     inputs = dict(zip(mod.input_names, mod.inputs))
     assert inputs["encoder_hidden_states"].shape == ["B", "S", 16], inputs
     assert _shape(mod) == ["B", "T", "S"]
+
+
+def test_the_module_tree_follows_the_documents_text() -> None:
+    """Every document runs as the same module name (and the zygote's warm-up captured one
+    before any job was forked): the parsed source a capture reads is the current text's."""
+    import linecache
+    import sys
+    import types
+
+    from fxls.worker.capture.build.inputs import module_tree
+
+    name, path = "__fxls_tree_test__", "/virtual/tree_test.py"
+    module = types.ModuleType(name)
+    module.__file__ = path
+    sys.modules[name] = module
+    try:
+        for text in ("class First:\n    pass\n", "class Second:\n    pass\n"):
+            linecache.cache[path] = (len(text), None, text.splitlines(keepends=True), path)
+            cls = type("C", (), {"__module__": name})
+            tree = module_tree(cls)
+            assert tree is not None
+            names = [c.name for c in tree.body if isinstance(c, ast.ClassDef)]
+            assert names == [text.split()[1].rstrip(":")]
+    finally:
+        sys.modules.pop(name, None)
+        linecache.cache.pop(path, None)

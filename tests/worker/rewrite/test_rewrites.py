@@ -457,13 +457,13 @@ def test_a_pass_whose_own_lint_fails_is_blamed_at_its_edit() -> None:
 
 def test_len_of_an_input_the_fake_run_fixed_verifies() -> None:
     """torch.fx fails on ``len(x)``, so the original is captured by running ``forward`` on
-    fake tensors, where ``len`` fixes the batch size: its output is ``[2, 8]``, the edit's
-    ``[B, 8]``. At the example sizes that is the same shape: the fix is safe."""
+    fake tensors, where ``len`` fixes the batch size (the shapes get the name back by a run at
+    another size); the edit traces with ``[B, 8]``: the same shapes, the fix is safe."""
     job = _job("len_shapes_before.py")
     diag = _diagnostic(job, "Mean", "FX102")
     _, result = capture_document(job, lambda *a: None)
     (mod,) = result.modules
-    assert mod.strategy == "fake-run" and mod.outputs[0].shape == [2, 8]
+    assert mod.strategy == "fake-run" and mod.outputs[0].shape == ["B", 8]
     outcome = _one(job, _fix("length", "Mean", diag.span, "FX102"))
     assert outcome.applicability == "safe", outcome.reason
     assert "captures as far with the same shapes: `Mean` traced (fx)" in outcome.checks

@@ -278,25 +278,32 @@ def infer(
     return planned
 
 
-_TREES: dict[str, ast.Module | None] = {}
+_TREES: dict[tuple[str, int], ast.Module | None] = {}
 MAX_TREES = 16
 
 
 def module_tree(cls: type) -> ast.Module | None:
-    """The parsed source of the module that defines ``cls`` (a library's file), cached."""
+    """The parsed source of the module that defines ``cls`` (a library's file), cached by its
+    text: the document's module has the same name for every document (and the zygote's
+    warm-up capture ran one before any job was forked)."""
     name = getattr(cls, "__module__", "") or ""
-    if name not in _TREES:
-        tree: ast.Module | None = None
-        module = sys.modules.get(name)
+    module = sys.modules.get(name)
+    try:
+        text = inspect.getsource(module) if module is not None else None
+    except (OSError, TypeError):
+        text = None
+    if text is None:
+        return None
+    key = (name, hash(text))
+    if key not in _TREES:
         try:
-            if module is not None:
-                tree = ast.parse(inspect.getsource(module))
-        except (OSError, TypeError, SyntaxError, ValueError):
+            tree: ast.Module | None = ast.parse(text)
+        except (SyntaxError, ValueError):
             tree = None
         if len(_TREES) >= MAX_TREES:
             _TREES.clear()
-        _TREES[name] = tree
-    return _TREES[name]
+        _TREES[key] = tree
+    return _TREES[key]
 
 
 def layer_input(

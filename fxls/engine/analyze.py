@@ -295,7 +295,9 @@ def capture_job(
 ) -> CaptureJob:
     """The job that captures ``requests`` of one document version: it runs as the module
     Python would import the file as (``packages.locate``), with that module's root and the
-    workspace root on ``sys.path``."""
+    workspace root on ``sys.path``. The job names the file by its absolute path: the worker
+    runs in another folder, and what it may read is decided from that path."""
+    path = os.path.abspath(path)
     where = packages.locate(path, text, root)
     sys_path = [where.root] + ([root] if root and root != where.root else [])
     return CaptureJob(

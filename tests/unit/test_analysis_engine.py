@@ -172,3 +172,14 @@ async def test_the_first_job_of_a_large_file_runs_with_its_larger_limit() -> Non
     options = EngineOptions(limits=Limits(timeout_s=20, cpu_s=10))
     await analyze(runner, AnalysisRequest("m.py", source), options=options)  # type: ignore[arg-type]
     assert [(lim.cpu_s, lim.timeout_s) for lim in runner.limits] == [(30, 60)]
+
+
+def test_a_job_names_its_file_by_absolute_path(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``fxls check detr.py`` from the file's folder: the worker runs elsewhere and decides
+    what the job may read from the job's path, so a relative one made the project's own
+    packages unreadable there (FX404 PermissionError when /tmp held over 256 entries)."""
+    from fxls.engine.analyze import capture_job
+
+    monkeypatch.chdir(tmp_path)
+    job = capture_job("detr.py", "x = 1\n", [], EngineOptions())
+    assert job.path == str(tmp_path / "detr.py")

@@ -184,19 +184,28 @@ def node_info(
         for arg in args:
             arg.value = rename(arg.value)
     return NodeInfo(
-        name=node.name,
         op=typing.cast(NodeOp, node.op),
-        target=readable_target(node),
-        span=node.meta.get(SPAN_KEY),
-        call_site=node.meta.get(CALL_SITE_KEY),
         args=args,
         signature=signature,
-        outputs=list(values.get(node.name, [])),
-        module_type=_module_type(gm, str(node.target)) if node.op == "call_module" else None,
-        module_path=_module_path(node),
-        users=len(node.users),
-        inputs=[n.name for n in node.all_input_nodes],
+        **_own_fields(gm, node, values),
     )
+
+
+def _own_fields(
+    gm: torch.fx.GraphModule, node: torch.fx.Node, values: Mapping[str, list[Value]]
+) -> dict[str, Any]:
+    """The fields of a record that are the node's own, never a template's."""
+    return {
+        "name": node.name,
+        "target": readable_target(node),
+        "span": node.meta.get(SPAN_KEY),
+        "call_site": node.meta.get(CALL_SITE_KEY),
+        "outputs": list(values.get(node.name, [])),
+        "module_type": _module_type(gm, str(node.target)) if node.op == "call_module" else None,
+        "module_path": _module_path(node),
+        "users": len(node.users),
+        "inputs": [n.name for n in node.all_input_nodes],
+    }
 
 
 def copied_node_info(
@@ -218,19 +227,7 @@ def copied_node_info(
         choice = chosen.get(template.name) if chosen is not None else None
         named = arguments.named_like(node, template, choice, examples) if choice else None
         return node_info(gm, node, values, examples, named=named)
-    return clone(
-        info,
-        name=node.name,
-        target=readable_target(node),
-        span=node.meta.get(SPAN_KEY),
-        call_site=node.meta.get(CALL_SITE_KEY),
-        args=args,
-        outputs=list(values.get(node.name, [])),
-        module_type=_module_type(gm, str(node.target)) if node.op == "call_module" else None,
-        module_path=_module_path(node),
-        users=len(node.users),
-        inputs=[n.name for n in node.all_input_nodes],
-    )
+    return clone(info, args=args, **_own_fields(gm, node, values))
 
 
 def node_copy(

@@ -20,17 +20,10 @@ vim.g.fxls_settings = { debounceMs = 50 }
 dofile(assert(os.getenv("FXLS_NVIM_CONFIG")))
 
 local ok, err = pcall(function()
-  vim.cmd.edit(assert(os.getenv("FXLS_NVIM_FILE")))
-  local buf = vim.api.nvim_get_current_buf()
-  local client
-  vim.wait(30000, function()
-    client = vim.lsp.get_clients({ bufnr = buf, name = "fxls" })[1]
-    return client ~= nil and client.initialized
-  end, 20)
+  local buf, client = dofile(here .. "attach.lua")(result)
   if not client then
     return fail("fxls did not attach")
   end
-  result.attached = true
 
   local code = assert(os.getenv("FXLS_NVIM_CODE"))
   local on = assert(os.getenv("FXLS_NVIM_LINE"))

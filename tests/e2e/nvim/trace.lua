@@ -49,17 +49,10 @@ local function floats()
 end
 
 local ok, err = pcall(function()
-  vim.cmd.edit(assert(os.getenv("FXLS_NVIM_FILE")))
-  local buf = vim.api.nvim_get_current_buf()
-  local client
-  vim.wait(30000, function()
-    client = vim.lsp.get_clients({ bufnr = buf, name = "fxls" })[1]
-    return client ~= nil and client.initialized
-  end, 20)
+  local buf, client = dofile(here .. "attach.lua")(result)
   if not client then
     return fail("fxls did not attach")
   end
-  result.attached = true
   -- the server process: where it runs and with which environment (never in the project)
   local stats = client:request_sync("fxls/stats", {}, 5000)
   local pid = stats and stats.result and stats.result.pid

@@ -630,7 +630,7 @@ class ClassCapture:
             ) or inputs.skip_sample(name, self.module, plan.symbols, spatial)
         if planned is None and self.module is not None:
             planned = inputs.cross_attention_states(name, self.module, self.arguments, plan.symbols)
-        if planned is None and name in inputs.CONFIG_FIRST and self.module is not None:
+        if planned is None and self.module is not None and inputs.config_first(name, self.module):
             planned = inputs.from_config(name, self.module, self.arguments, plan.symbols)
         if planned is None and node is not None:
             planned = inputs.infer(graph_owner, node, plan.symbols, spatial)
@@ -693,14 +693,25 @@ class ClassCapture:
         return {k: copy.copy(v) for k, v in self.called_with.items()}
 
     def _plain_value(self, name: str, plan: InputPlan) -> inputs.PlannedInput | None:
-        """Inputs that are not tensors fed to a layer: a position (``start_pos: int`` -> 0), a
-        flag, or a recurrent state made by the module's own ``init_hidden(batch)``."""
+        """Inputs that are not tensors fed to a layer: a position (``start_pos`` -> 0), a count
+        (``num_frames: int`` -> 1), a flag, or a recurrent state made by the module's own ``init_hidden(batch)``."""
         param = next((p for p in plan.params if p.name == name), None)
         annotation = param.annotation if param is not None else inspect.Parameter.empty
         if annotation is bool:
             return inputs.PlannedInput(name, "value", value=False, assumed=True, reason="a flag")
-        if annotation is int or _POSITION.match(name):
-            return inputs.PlannedInput(name, "value", value=0, assumed=True, reason="a position, 0")
+        if annotation is dict or name.endswith("kwargs"):
+            return inputs.PlannedInput(
+                name, "value", value={}, assumed=True, reason="its name, keyword arguments"
+            )
+        if _POSITION.match(name):
+            return inputs.PlannedInput(
+                name, "value", value=0, assumed=True, reason="its name, a position"
+            )
+        if annotation is int:
+            # a count (``num_frames: int``): 1 divides every size it may be taken from
+            return inputs.PlannedInput(
+                name, "value", value=1, assumed=True, reason="its annotation `int`, a count"
+            )
         module = self.module
         if module is not None and _STATE.match(name):
             for method in ("init_hidden", "init_hidden_state", "init_state", "initial_state",
@@ -874,8 +885,11 @@ class ClassCapture:
             return ordered, prop
         failed = prop.error if isinstance(prop, shapes.Propagation) else None
         named = inputs.sizes_named_by(failed.original) if failed is not None else []
+        sequence = next(
+            (size for p in ordered for name, size in p.dims if name == inputs.SEQUENCE), None
+        )
         for index, planned in enumerate(ordered):
-            for alternative in inputs.alternatives(planned, named):
+            for alternative in inputs.alternatives(planned, named, sequence):
                 trial = [*ordered[:index], alternative, *ordered[index + 1 :]]
                 # trials run with static sizes (cheap); only the one that fits runs symbolic
                 attempt = self._propagate(gm, trial, placeholders, symbolic=False)

@@ -76,7 +76,7 @@ class EditorText(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return self.module
 
     def exec_module(self, module: types.ModuleType) -> None:
-        exec(compile(self.job.source, self.job.path, "exec"), module.__dict__)
+        exec(compile(self.job.source, self.job.path, "exec", dont_inherit=True), module.__dict__)
 
 
 def prepare(job: CaptureJob) -> ExecutedDocument:
@@ -130,7 +130,7 @@ def execute(doc: ExecutedDocument) -> None:
                 raise exc  # outside the handler: no context of the second attempt
             doc.package_skipped = exc
     else:
-        exec(compile(doc.job.source, doc.job.path, "exec"), doc.namespace)
+        exec(compile(doc.job.source, doc.job.path, "exec", dont_inherit=True), doc.namespace)
     try:
         doc.tree = ast.parse(doc.job.source)
     except SyntaxError:

@@ -65,11 +65,12 @@ def _is_torch_nn(code: CodeType) -> bool:
 
 
 def _torch_module_name(frames: list[tuple[CodeType, int, TracebackType]]) -> str | None:
-    """Class name of the torch.nn module whose code raised (the ``self`` of its frame)."""
+    """Class name of the innermost module whose ``forward`` raised (the ``self`` of its
+    frame): a torch.nn layer, or a library's module that the document's code called."""
     for code, _, tb in reversed(frames):
-        if _is_torch_nn(code) and code.co_name == "forward":
+        if code.co_name == "forward":
             owner = tb.tb_frame.f_locals.get("self")
-            if owner is not None:
+            if owner is not None and hasattr(owner, "_modules"):
                 return type(owner).__name__
     return None
 

@@ -115,7 +115,7 @@ def _load(rules: RulesFile, src: SourceText, out: Loaded) -> None:
         rules.path,
     )
     try:
-        code = compile(rules.source, rules.path, "exec")
+        code = compile(rules.source, rules.path, "exec", dont_inherit=True)
     except SyntaxError as exc:
         line = max(1, min(exc.lineno or 1, max(1, len(src.lines))))
         out.diagnostics.append(

@@ -472,3 +472,121 @@ def test_the_module_tree_follows_the_documents_text() -> None:
     finally:
         sys.modules.pop(name, None)
         linecache.cache.pop(path, None)
+
+
+ANNOTATED = """
+class Frames(nn.Module):
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, hidden_states: torch.Tensor, num_frames: int, extra_kwargs=None):
+        batch_frames, tokens, channels = hidden_states.shape
+        batch = batch_frames // num_frames
+        hidden_states = hidden_states.reshape(batch, num_frames, tokens, channels)
+        return self.norm(hidden_states)
+
+
+assert Frames.forward.__annotations__["num_frames"] is int  # the file's own semantics
+"""
+
+
+def test_the_document_keeps_its_own_annotations_and_an_int_count_is_one() -> None:
+    """The document is compiled with its own ``__future__`` imports only: ``num_frames: int``
+    stays the class ``int`` (the file asserts it at import), so fxls passes a count, 1,
+    which divides the batch, instead of a tensor shaped like the first input."""
+    mod = _capture(ANNOTATED, "Frames")["Frames"]
+    inputs = dict(zip(mod.input_names, mod.inputs))
+    assert inputs["num_frames"].kind == "int" and inputs["num_frames"].text == "1", inputs
+    assert _shape(mod) == ["B", 1, "T", 8]
+
+
+PROCESSED = """
+class Processor:
+    def __call__(self, attn, hidden_states, temb=None):
+        if hidden_states.ndim == 4:  # FX cannot trace this
+            hidden_states = hidden_states.flatten(2).transpose(1, 2)
+        query = attn.to_q(hidden_states)
+        return attn.to_out(query)
+
+
+class Modulation(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.act = nn.SiLU()
+        self.linear = nn.Linear(dim, 2 * dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x, emb=None):
+        scale, shift = self.linear(self.act(emb)).chunk(2, dim=-1)
+        return self.norm(x) * (1 + scale[:, None]) + shift[:, None]
+
+
+class ProcessedAttention(nn.Module):
+    def __init__(self, query_dim: int = 24):
+        super().__init__()
+        self.to_q = nn.Linear(query_dim, 32)
+        self.to_out = nn.Linear(32, query_dim)
+        self.processor = Processor()
+
+    def forward(self, hidden_states, temb=None):
+        return self.processor(self, hidden_states, temb=temb)
+
+
+class Modulated(nn.Module):
+    def __init__(self, dim: int = 24):
+        super().__init__()
+        self.norm = Modulation(dim)
+        self.attn = ProcessedAttention(dim)
+
+    def forward(self, hidden_states, temb):
+        return self.attn(self.norm(hidden_states, emb=temb))
+"""
+
+
+def test_inputs_are_followed_into_processors_and_keyword_arguments() -> None:
+    """``self.processor(self, hidden_states)`` (diffusers' attention processors): the value
+    reaches ``attn.to_q`` inside the processor's ``__call__``; ``self.norm(x, emb=temb)``:
+    ``temb`` reaches ``self.linear`` through the activation inside the sub-block."""
+    found = _capture(PROCESSED, "ProcessedAttention", "Modulated")
+    attention = found["ProcessedAttention"]
+    assert attention.inputs[0].shape == ["B", "T", 24], attention.inputs
+    modulated = dict(zip(found["Modulated"].input_names, found["Modulated"].inputs))
+    assert modulated["temb"].shape == ["B", 24], modulated
+    assert _shape(found["Modulated"]) == ["B", "T", 24]
+
+
+BUILT_BY_NAME = """
+class Block(nn.Module):
+    def __init__(self, channels: int, act_fn: str, upsample_fn: str):
+        super().__init__()
+        acts = {"silu": nn.SiLU, "relu": nn.ReLU, "gelu": nn.GELU}
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+        self.act = acts[act_fn]()
+        self.up = nn.Upsample(scale_factor=2, mode=upsample_fn)
+
+    def forward(self, x):
+        return self.up(self.act(self.conv(x)))
+
+
+class Decoder(nn.Module):
+    def __init__(self, block_out_channels: tuple[int, ...]):
+        super().__init__()
+        self.deconv = nn.ConvTranspose2d(block_out_channels[0], block_out_channels[-1], 4, 2, 1)
+
+    def forward(self, x):
+        x = torch.relu(x)
+        return self.deconv(x.add(1).div(2))
+"""
+
+
+def test_activations_and_modes_by_name_and_transposed_convolutions() -> None:
+    """A string parameter named like an activation or an upsampling mode gets a name every
+    table knows; widths per stage are 64 each; a transposed convolution sizes its input."""
+    found = _capture(BUILT_BY_NAME, "Block", "Decoder")
+    assert _shape(found["Block"])[:2] == ["B", 64], found["Block"].constructed
+    construction = found["Block"].constructed
+    assert construction is not None and "act_fn='silu'" in construction.text, construction
+    decoder = found["Decoder"]
+    assert decoder.inputs[0].shape == ["B", 64, 224, 224], decoder.inputs
+    assert _shape(decoder) == ["B", 64, 448, 448]

@@ -126,6 +126,28 @@ _CLASS_VALUED = frozenset(
 )  # fmt: skip
 
 
+_ACTIVATION_NAMES = re.compile(r"(^|_)act(_fn|_layer|ivation|_func)?$|nonlinearity|hidden_act")
+ACTIVATIONS = ("silu", "relu", "gelu")
+"""Names every activation table of the libraries knows (diffusers' ``get_activation``,
+transformers' ``ACT2FN``, timm's ``get_act_layer``), for an activation given by name."""
+
+
+def _per_stage(name: str) -> list[Any]:
+    """A list of ints: one width per stage (``block_out_channels``), else counts."""
+    if re.search(r"channels|dims|widths", name):
+        return [[64, 64], [64, 64, 64, 64]]
+    return [[2, 2], [1, 1, 1, 1], [2, 2, 2, 2]]
+
+
+def _string_guesses(lowered: str) -> list[Any]:
+    """A name a string parameter takes by its own name: an activation, an upsampling mode."""
+    if _ACTIVATION_NAMES.search(lowered):
+        return list(ACTIVATIONS)
+    if re.search(r"upsample_(fn|mode)|interpolat", lowered):
+        return ["nearest"]  # a mode of ``nn.Upsample``/``F.interpolate``
+    return []
+
+
 def _first(table: Any, name: str) -> tuple[Any, ...]:
     lowered = name.lower()
     for pattern, values in table:
@@ -145,16 +167,14 @@ def guesses(name: str, annotation: Any, choices: list[str]) -> list[Any]:
     ):
         return [False, True]
     if annotation is str or choices:
-        return list(choices) or []
+        return list(choices) or _string_guesses(name.lower())
     if annotation is float:
         return list(_first(_FLOAT_GUESSES, name))
     if origin in (list, tuple, typing.Union) or annotation in (list, tuple):
         inner = args[0] if args else int
         if origin is typing.Union and int in args:
             return list(_first(_INT_GUESSES, name))
-        if inner is int or inner is Ellipsis:
-            return [[2, 2], [1, 1, 1, 1], [2, 2, 2, 2]]
-        return []
+        return _per_stage(name) if inner is int or inner is Ellipsis else []
     if annotation is int or annotation is inspect.Parameter.empty:
         if re.search(r"drop|eps|prob|^p$", name.lower()):
             return list(_first(_FLOAT_GUESSES, name))

@@ -306,6 +306,10 @@ def module_tree(cls: type) -> ast.Module | None:
     return _TREES[key]
 
 
+_SEQUENCE_NAMES = re.compile(r"hidden_states$|_embeds$|^tokens$|^context$")
+"""Names libraries give a sequence of vectors ``[B, T, D]``: a ``Linear`` takes it whole."""
+
+
 def layer_input(
     name: str,
     target: str,
@@ -322,20 +326,20 @@ def layer_input(
     def fixed(*sizes: int) -> list[tuple[str | None, int]]:
         return [(None, int(s)) for s in sizes]
 
-    if isinstance(m, nn.Conv1d):
-        dims = [b, *fixed(m.in_channels, 128)]
-    elif isinstance(m, nn.Conv2d):
-        dims = [b, *fixed(m.in_channels, spatial, spatial)]
-    elif isinstance(m, nn.Conv3d):
-        dims = [b, *fixed(m.in_channels, 16, 112, 112)]
+    if isinstance(m, nn.modules.conv._ConvNd):
+        sizes = {1: (128,), 2: (spatial, spatial), 3: (16, 112, 112)}[len(m.kernel_size)]
+        dims = [b, *fixed(m.in_channels, *sizes)]
     elif isinstance(m, nn.Linear):
-        dims = [b, *fixed(m.in_features)]
+        sequence = [(SEQUENCE, symbols.size(SEQUENCE))] if _SEQUENCE_NAMES.search(name) else []
+        dims = [b, *sequence, *fixed(m.in_features)]
     elif isinstance(m, nn.Embedding):
         t0: tuple[str | None, int] = (SEQUENCE, symbols.size(SEQUENCE))
         dims = [t0, b] if seq_first else [b, t0]
         dtype = torch.int64
-    elif isinstance(m, nn.LayerNorm):
+    elif isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
         dims = [b, (SEQUENCE, symbols.size(SEQUENCE)), *fixed(*m.normalized_shape)]
+    elif norm_width(m) is not None:
+        dims = [b, (SEQUENCE, symbols.size(SEQUENCE)), *fixed(norm_width(m) or 1)]
     elif isinstance(m, nn.BatchNorm1d):
         dims = [b, *fixed(m.num_features)]
     elif isinstance(m, nn.BatchNorm2d):
@@ -382,11 +386,12 @@ def sizes_named_by(error: str) -> list[int]:
 
 
 def alternatives(
-    planned: PlannedInput, sizes: list[int] | tuple[int, ...] = ()
+    planned: PlannedInput, sizes: list[int] | tuple[int, ...] = (), sequence: int | None = None
 ) -> list[PlannedInput]:
     """Other plausible forms of an assumed input, tried in turn when it does not run through:
     other heights/widths for an image ``[B, C, H, W]``, sequence-first ``[T, B]`` token ids,
-    then each named dimension other than the batch at each of ``sizes`` (what the shape error
+    features ``[B, F]`` as a sequence ``[B, T, F]`` (``sequence``: the size another input gave
+    ``T``; a ``Linear`` takes both), then each named dimension other than the batch at each of ``sizes`` (what the shape error
     named: token ids ``(B, T)`` at ``T`` = 16 for a model whose positional embedding has 16
     rows; the run then fixes ``T`` to 16 and says so)."""
     if not planned.assumed or planned.kind != "tensor":
@@ -403,10 +408,10 @@ def alternatives(
         for size in sizes
         if size != current
     ]
-    return _forms(planned, like) + resized
+    return _forms(planned, like, sequence) + resized
 
 
-def _forms(planned: PlannedInput, like: Any) -> list[PlannedInput]:
+def _forms(planned: PlannedInput, like: Any, sequence: int | None) -> list[PlannedInput]:
     if len(planned.dims) == 4:
         (_, h), (_, w) = planned.dims[2], planned.dims[3]
         if h != w or planned.dims[2][0] is not None:
@@ -418,6 +423,8 @@ def _forms(planned: PlannedInput, like: Any) -> list[PlannedInput]:
         ]
     if len(planned.dims) == 2 and not planned.dtype.is_floating_point:
         return [like([planned.dims[1], planned.dims[0]])]
+    if len(planned.dims) == 2 and planned.dims[0][0] == BATCH and sequence is not None:
+        return [like([planned.dims[0], (SEQUENCE, sequence), planned.dims[1]])]
     return []
 
 
@@ -471,13 +478,72 @@ def _method_def(tree: ast.Module, cls: type, name: str) -> ast.FunctionDef | Non
 def _first_in_source(
     module: nn.Module, method: str, param: str, prefix: str, tree: ast.Module, depth: int
 ) -> tuple[str, nn.Module] | None:
-    if depth > MAX_SOURCE_DEPTH:
-        return None
     fn = _method_def(tree, type(module), method)
-    if fn is None:
+    if fn is None or depth > MAX_SOURCE_DEPTH:
         return None
+    return _first_in_function(_Scope(module, frozenset({"self"}), prefix, tree, depth), fn, param)
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """Where a function's source is read: the module it is a method of (named ``selves`` in
+    it: ``self``, or ``attn`` in an attention processor), the path of that module under the
+    class fxls captures, the parsed file and how deep the walk is."""
+
+    module: nn.Module
+    selves: frozenset[str]
+    prefix: str
+    tree: ast.Module
+    depth: int
+
+    def resolve(self, func: ast.expr) -> tuple[str, Any] | None:
+        return _resolve(self.module, func, self.selves)
+
+
+def _aliases(fn: ast.FunctionDef, param: str) -> set[str]:
+    """``param`` and the names it is assigned to unchanged (``hidden_states = input_tensor``)."""
+    aliases = {param}
+    for node in sorted(
+        (n for n in ast.walk(fn) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)),
+        key=lambda n: (n.lineno, n.col_offset),
+    ):
+        if isinstance(node.value, ast.Name) and node.value.id in aliases:
+            aliases.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return aliases
+
+
+def _carries(node: ast.expr, aliases: set[str], scope: _Scope) -> bool:
+    """The value itself, through tensor methods that keep its shape (``x.add(1)``), or
+    through a layer that keeps its channels (``self.act(x)``)."""
+    if isinstance(node, ast.Name):
+        return node.id in aliases
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, ast.Attribute) and node.func.attr in _SAME_SHAPE_METHODS:
+        return _carries(node.func.value, aliases, scope)
+    found = scope.resolve(node.func) if node.args else None
+    kept = found is not None and isinstance(found[1], _KEEPS_CHANNELS)
+    return kept and _carries(node.args[0], aliases, scope)
+
+
+def _passed_as(call: ast.Call, aliases: set[str], scope: _Scope) -> tuple[int, str | None] | None:
+    """Where a call passes the value: (positional index, None) or (-1, keyword)."""
+    for index, arg in enumerate(call.args):
+        if _carries(arg, aliases, scope):
+            return index, None
+    for keyword in call.keywords:
+        if keyword.arg is not None and _carries(keyword.value, aliases, scope):
+            return -1, keyword.arg
+    return None
+
+
+def _first_in_function(
+    scope: _Scope, fn: ast.FunctionDef, param: str
+) -> tuple[str, nn.Module] | None:
+    """The first layer ``fn`` passes ``param`` to, by position or keyword, through
+    activations and padding on the way."""
     calls = sorted(
-        (n for n in ast.walk(fn) if isinstance(n, ast.Call) and n.args),
+        (n for n in ast.walk(fn) if isinstance(n, ast.Call) and (n.args or n.keywords)),
         key=lambda n: (n.lineno, n.col_offset),
     )
     assigned = {
@@ -485,40 +551,94 @@ def _first_in_source(
         for n in ast.walk(fn)
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
     }
-    aliases = {param}
-    for node in sorted(
-        (n for n in ast.walk(fn) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)),
-        key=lambda n: (n.lineno, n.col_offset),
-    ):  # ``hidden_states = input_tensor``: the same value under another name
-        if isinstance(node.value, ast.Name) and node.value.id in aliases:
-            aliases.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    aliases = _aliases(fn, param)
     for call in calls:
-        first = call.args[0]
-        if not (isinstance(first, ast.Name) and first.id in aliases):
-            continue
-        resolved = _resolve(module, call.func)
-        if resolved is None:
+        where = _passed_as(call, aliases, scope)
+        resolved = scope.resolve(call.func) if where is not None else None
+        if where is None or resolved is None:
             continue
         path, obj = resolved
-        qualified = f"{prefix}{path}"
-        if isinstance(obj, nn.Module) and isinstance(obj, _KEEPS_CHANNELS):
+        if isinstance(obj, _KEEPS_CHANNELS):
             # padding, activations, pooling: the value passes on under the name it is given
             target = assigned.get(id(call))
-            if target is not None:
+            if target is not None and where == (0, None):
                 aliases.add(target)
             continue
-        if isinstance(obj, nn.Module):
-            found = _into_module(obj, qualified, tree, depth)
-            if found is not None:
-                return found
-        elif inspect.ismethod(obj) and obj.__self__ is module:
-            params = [p for p in inspect.signature(obj).parameters]
-            if params:
-                found = _first_in_source(module, obj.__name__, params[0], prefix, tree, depth + 1)
-                if found is not None:
-                    return found
+        found = _into_callee(scope, obj, call, where, f"{scope.prefix}{path}")
+        if found is not None:
+            return found
     return None
 
+
+def _into_callee(
+    scope: _Scope, obj: Any, call: ast.Call, where: tuple[int, str | None], qualified: str
+) -> tuple[str, nn.Module] | None:
+    """Follow the value into what the code calls: a submodule (its first layer, or the
+    parameter of its ``forward`` the value binds to), a method of the module, or an object
+    with a ``__call__`` that takes the module itself (diffusers' attention processors:
+    ``self.processor(self, hidden_states)``)."""
+    index, keyword = where
+    if isinstance(obj, nn.Module):
+        if where == (0, None):
+            return _into_module(obj, qualified, scope.tree, scope.depth)
+        if type(obj).__module__.startswith("torch."):
+            return None  # a torch layer's other inputs (``key`` of attention): not read
+        name = _bound_name(obj.forward, index, keyword)
+        inner = module_tree(type(obj)) or scope.tree
+        if name is None:
+            return None
+        return _first_in_source(obj, "forward", name, f"{qualified}.", inner, scope.depth + 1)
+    if inspect.ismethod(obj) and obj.__self__ is scope.module:
+        name = _bound_name(obj, index, keyword)
+        if name is None:
+            return None
+        return _first_in_source(
+            scope.module, obj.__name__, name, scope.prefix, scope.tree, scope.depth + 1
+        )
+    return _into_processor(scope, obj, call, where)
+
+
+def _bound_name(func: Any, index: int, keyword: str | None) -> str | None:
+    """The parameter of a bound callable that a positional ``index`` or ``keyword`` binds."""
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if keyword is not None:
+        return keyword if any(p.name == keyword for p in params) else None
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return positional[index].name if index < len(positional) else None
+
+
+def _into_processor(
+    scope: _Scope, obj: Any, call: ast.Call, where: tuple[int, str | None]
+) -> tuple[str, nn.Module] | None:
+    """Into ``type(obj).__call__`` when ``call`` passes the module itself to it."""
+    takes_module = [
+        i for i, arg in enumerate(call.args) if isinstance(arg, ast.Name) and arg.id in scope.selves
+    ]
+    call_method = vars(type(obj)).get("__call__")
+    if not takes_module or not inspect.isfunction(call_method) or scope.depth >= MAX_SOURCE_DEPTH:
+        return None
+    tree = module_tree(type(obj))
+    fn = _method_def(tree, type(obj), "__call__") if tree is not None else None
+    if fn is None or tree is None:
+        return None
+    names = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]][1:]  # after its ``self``
+    selves = frozenset(names[i] for i in takes_module if i < len(names))
+    index, keyword = where
+    name = keyword if keyword is not None else (names[index] if index < len(names) else None)
+    if name is None or not selves:
+        return None
+    inner = _Scope(scope.module, selves, scope.prefix, tree, scope.depth + 1)
+    return _first_in_function(inner, fn, name)
+
+
+_SAME_SHAPE_METHODS = frozenset(
+    {"add", "sub", "mul", "div", "float", "half", "to", "contiguous", "clone", "type_as",
+     "clamp", "tanh", "sigmoid", "relu", "neg", "abs", "exp", "detach"}
+)  # fmt: skip
+"""Tensor methods whose result has its tensor's shape: the value passes on through them."""
 
 _KEEPS_CHANNELS = (
     nn.ReflectionPad1d, nn.ReflectionPad2d, nn.ReflectionPad3d, nn.ZeroPad2d,
@@ -530,17 +650,33 @@ _KEEPS_CHANNELS = (
 )  # fmt: skip
 
 _LAYERS = (
-    nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, nn.Embedding, nn.LayerNorm, nn.BatchNorm1d,
+    nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
+    nn.ConvTranspose3d, nn.RMSNorm, nn.Linear, nn.Embedding, nn.LayerNorm, nn.BatchNorm1d,
     nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm, nn.RNNBase, nn.MultiheadAttention,
     nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.TransformerEncoder,
     nn.TransformerDecoder,
 )  # fmt: skip
 
 
+def norm_width(m: nn.Module) -> int | None:
+    """The width a library's own normalization layer normalizes (an ``RMSNorm`` written in
+    the model's file, ``T5LayerNorm``): its 1-D ``weight``, else its ``dim``; None for other
+    modules."""
+    if "Norm" not in type(m).__name__ or type(m).__module__.startswith("torch."):
+        return None
+    weight = getattr(m, "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.dim() == 1:
+        return int(weight.shape[0])
+    dim = getattr(m, "dim", None)
+    if isinstance(dim, tuple) and len(dim) == 1 and isinstance(dim[0], int):
+        return dim[0]
+    return dim if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0 else None
+
+
 def _into_module(
     obj: nn.Module, path: str, tree: ast.Module, depth: int
 ) -> tuple[str, nn.Module] | None:
-    if isinstance(obj, _LAYERS):
+    if isinstance(obj, _LAYERS) or norm_width(obj) is not None:
         return path, obj
     if isinstance(obj, _PASS_THROUGH):
         return None
@@ -559,8 +695,11 @@ def _into_module(
     return _first_in_source(obj, "forward", params[0], f"{path}.", tree, depth + 1)
 
 
-def _resolve(module: nn.Module, func: ast.expr) -> tuple[str, Any] | None:
-    """``self.a.b`` / ``self.a[0]`` / ``self.a['k']`` -> (qualified name, object)."""
+def _resolve(
+    module: nn.Module, func: ast.expr, selves: frozenset[str] = frozenset({"self"})
+) -> tuple[str, Any] | None:
+    """``self.a.b`` / ``self.a[0]`` / ``self.a['k']`` -> (qualified name, object); ``selves``
+    are the names the code gives ``module`` (``attn`` in an attention processor)."""
     steps: list[tuple[str, Any]] = []
     node = func
     while True:
@@ -572,7 +711,7 @@ def _resolve(module: nn.Module, func: ast.expr) -> tuple[str, Any] | None:
             node = node.value
         else:
             break
-    if not (isinstance(node, ast.Name) and node.id == "self") or not steps:
+    if not (isinstance(node, ast.Name) and node.id in selves) or not steps:
         return None
     obj: Any = module
     names: list[str] = []
@@ -665,7 +804,7 @@ def _evaluate(node: ast.expr, namespace: dict[str, Any]) -> Any:
     if not resolvable(node, namespace):
         return None
     try:
-        code = compile(ast.Expression(body=node), "<fxls call argument>", "eval")
+        code = compile(ast.Expression(body=node), "<fxls call argument>", "eval", dont_inherit=True)
         with torch.device("meta"):
             return eval(code, namespace)
     except Exception:
@@ -683,6 +822,14 @@ CONFIG_FIRST = frozenset({"hidden_states", "encoder_hidden_states", "input_featu
 """Inputs a library block with a configuration sizes better than its first layer does: states
 ``(B, T, hidden size)`` (a Linear alone says ``(B, hidden size)``), Whisper's mel features at
 the one length its encoder accepts (a Conv1d alone says any length)."""
+
+
+def config_first(name: str, module: nn.Module) -> bool:
+    """Whether the configuration sizes input ``name`` before its first layer does: the names
+    of :data:`CONFIG_FIRST`, and token ids per choice (a first layer says ``(B, T)``)."""
+    return name in CONFIG_FIRST or (name == "input_ids" and multiple_choice(module))
+
+
 _SUB_CONFIGS = ("text_config", "vision_config", "audio_config", "encoder", "decoder")
 _TOKEN_IDS = ("input_ids", "decoder_input_ids")
 

@@ -8,6 +8,7 @@ what fxls shows today (a ratchet: raise the numbers when fxls does better)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -31,8 +32,10 @@ SHAPED_AT_LEAST = {
     "transformers/models/whisper/modeling_whisper.py": (5, "WhisperEncoder", 384),
     "transformers/models/clip/modeling_clip.py": (9, "CLIPTextModel", 512),
     "diffusers/models/resnet.py": (5, "Conv1dBlock", 128),
-    "diffusers/models/unets/unet_2d_blocks.py": (24, "UNetMidBlock2DCrossAttn", 224),
-    "diffusers/models/autoencoders/vae.py": (4, "Encoder", 224),
+    "diffusers/models/unets/unet_2d_blocks.py": (25, "UNetMidBlock2DCrossAttn", 224),
+    "diffusers/models/autoencoders/vae.py": (7, "Encoder", 224),
+    "diffusers/models/attention.py": (7, "JointTransformerBlock", 64),
+    "diffusers/models/attention_processor.py": (3, "Attention", 64),
 }
 HEADS_WITHOUT_FX109 = ("LlamaForCausalLM", "LlamaForTokenClassification", "BertForMaskedLM")
 """Task heads whose ModelOutput has unset fields: they show the tensor fields, and the
@@ -43,6 +46,7 @@ PACKAGES = {
 }
 
 
+@functools.cache
 def _check(path: Path) -> list[dict]:
     done = subprocess.run(
         [sys.executable, "-m", "fxls", "check", "--json", str(path)],
@@ -76,3 +80,20 @@ def test_library_model_files_run_as_their_modules(rel: str) -> None:
         if m["class"] in HEADS_WITHOUT_FX109:
             assert not [x for x in m["diagnostics"] if x["code"] == "FX109"], m["diagnostics"]
             assert [o["kind"] for o in m["outputs"]] == ["tensor"], m["outputs"]
+
+
+def test_diffusers_blocks_get_inputs_through_processors_keywords_and_annotations() -> None:
+    """diffusers' ``attention.py`` as released: ``temb`` reaches a ``Linear`` through
+    ``self.norm1(hidden_states, emb=temb)`` (``[B, dim]``, not shaped like the states);
+    ``num_frames: int`` is a count, not a tensor; a block that cannot be traced through is
+    named by its class (``GEGLU``), never as "a torch.nn module"."""
+    documents = _check(PACKAGES["diffusers"] / "models/attention.py")
+    modules = {m["class"]: m for d in documents for m in d["modules"]}
+    joint = {i["name"]: i for i in modules["JointTransformerBlock"]["inputs"]}
+    assert joint["temb"]["shape"] == ["B", 64], joint
+    temporal = {i["name"]: i for i in modules["TemporalBasicTransformerBlock"]["inputs"]}
+    assert temporal["num_frames"]["kind"] == "int", temporal
+    assert modules["TemporalBasicTransformerBlock"]["outputs"][0]["shape"] == ["B", "T", 64]
+    messages = [x["message"] for m in modules.values() for x in m["diagnostics"]]
+    assert not [t for t in messages if "a torch.nn module" in t], messages
+    assert [t for t in messages if t.startswith("`GEGLU` cannot be traced through")], messages

@@ -52,7 +52,13 @@ from fxls.worker.capture.reporting import class_span, error_info, line_span, onc
 from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.shapes import sizes
 from fxls.worker.capture.shapes.values import values_of
-from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, assign_ast_spans, find_function
+from fxls.worker.capture.spans import (
+    CALL_SITE_KEY,
+    SPAN_KEY,
+    assign_ast_spans,
+    find_function,
+    short_source,
+)
 from fxls.worker.capture.trace import fakerun, graphcheck, reuse, strategies
 from fxls.worker.capture.trace.tracer import SpanTracer, graph_module
 
@@ -143,7 +149,9 @@ def _submodule(module: nn.Module, target: Any) -> nn.Module:
 
 def _example(planned: inputs.PlannedInput, name: str) -> shapes.ExampleInput:
     p = planned
-    return shapes.ExampleInput(name=name, kind=p.kind, dims=p.dims, dtype=p.dtype, value=p.value)
+    return shapes.ExampleInput(
+        name=name, kind=p.kind, dims=p.dims, dtype=p.dtype, value=p.value, inner_dims=p.inner_dims
+    )
 
 
 MAX_ASSUMED_BUILDS = 3
@@ -925,7 +933,7 @@ class ClassCapture:
             if call_site is not None and call_site != span:
                 related.append(Related(call_site, f"called from `{mod.name}.forward` here"))
             text = doc.source.text(span).strip() if span is not None else ""
-            shown = text if 0 < len(text) <= 60 and "\n" not in text else failed_node
+            shown = short_source(text, failed_node)
             diag = catalogue.FX201(span or self.span, related, node=shown, error=message)
             assumed = [p for p in self.feeds_planned if p.assumed]
             upstream = next((p.upstream for p in self.feeds_planned if p.upstream), None)

@@ -19,7 +19,7 @@ from types import CodeType, TracebackType
 from fxls.protocol import catalogue
 from fxls.protocol.model import Related, Span
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture.spans import user_spans
+from fxls.worker.capture.spans import short_source, user_spans
 
 _FACTORIES = (
     "zeros|ones|empty|full|rand|randn|randint|randperm|arange|eye|linspace|tensor|zeros_like"
@@ -124,12 +124,13 @@ def explain(
     msg = str(exc)
 
     def build(kind: type[catalogue.Message], **kwargs: str) -> Failure:
-        fields = {"source": text, "cls": cls, **kwargs}
+        fields = {"source": short_source(text), "cls": cls, **kwargs}
         return Failure(kind(at, related, **fields), span, in_torch)
 
     if in_torch:
-        module = torch_module or "a torch.nn module"
-        return build(catalogue.FX107, module=module, reason=first_line, cls=torch_module or cls)
+        module = torch_module or "a module it calls"
+        reason = next((words for cue, words in _TRACE_REASONS if cue in msg), first_line)
+        return build(catalogue.FX107, module=module, reason=reason, cls=torch_module or cls)
     if "cannot be used as inputs to control flow" in msg:
         name = _NAME.match(text)
         return build(catalogue.FX101, arg=name.group(1) if name else "flag")
@@ -148,6 +149,16 @@ def explain(
     ):
         return build(catalogue.FX104)
     return build(catalogue.FX199, error=first_line)
+
+
+_TRACE_REASONS = (
+    ("cannot be used as inputs to control flow", "its code branches on a traced value (`if`)"),
+    ("does not support item assignment", "its code assigns into a traced value (`x[i] = ...`)"),
+    ("cannot be iterated", "its code iterates over or unpacks a traced value"),
+    ("'len' is not supported", "its code calls `len()` on a traced value"),
+    ("cannot be interpreted as an integer", "its code uses a traced value as a Python int"),
+)
+"""FX's own words for why code cannot be traced, and the same in the user's terms."""
 
 
 def _narrow(span: Span, tree: ast.Module, source: SourceText) -> Span:

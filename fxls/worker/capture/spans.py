@@ -124,3 +124,21 @@ def assign_ast_spans(
                     node.meta[SPAN_KEY] = user.meta[SPAN_KEY]
                     node.meta[CALL_SITE_KEY] = user.meta.get(CALL_SITE_KEY, user.meta[SPAN_KEY])
                     break
+
+
+SHORT_SOURCE = 60
+"""Characters of code a message quotes at most."""
+
+
+def short_source(text: str, fallback: str = "") -> str:
+    """Code quoted in a message, on one line: whitespace runs made one space, and a call
+    longer than :data:`SHORT_SOURCE` shown as ``self.attn1(…)``; ``fallback`` when empty."""
+    flat = " ".join(text.split())
+    if not flat:
+        return fallback
+    if len(flat) <= SHORT_SOURCE:
+        return flat
+    head = flat.split("(", 1)[0]
+    if "(" in flat and 0 < len(head) <= SHORT_SOURCE - 3:
+        return f"{head}(…)"
+    return flat[: SHORT_SOURCE - 1] + "…"

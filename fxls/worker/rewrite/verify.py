@@ -68,7 +68,7 @@ from fxls.worker.capture.build import construct
 from fxls.worker.capture.document import ExecutedDocument
 from fxls.worker.capture.pipeline import capture_document
 from fxls.worker.capture.reporting import one_line
-from fxls.worker.capture.shapes.propagation import ExampleInput
+from fxls.worker.capture.shapes.propagation import ExampleInput, map_named_tensors
 from fxls.worker.rewrite.base import Original, Proposal
 from fxls.worker.rewrite.text import ordered
 
@@ -887,18 +887,29 @@ def make_inputs(feeds: list[ExampleInput], batch: int | None, seed: int, high: i
     gen = torch.Generator().manual_seed(seed)
     first = next((f for f in feeds if f.kind == "tensor" and f.dims), None)
     batch_name, batch_size = first.dims[0] if first is not None else (None, None)
-    out: list[Any] = []
-    for feed in feeds:
-        if feed.kind != "tensor":
-            out.append(tree_map(lambda v: _random_like(v, gen, high), feed.value))
-            continue
+
+    def sized(dims: list[tuple[str | None, int]]) -> list[int]:
         shape = []
-        for index, (name, size) in enumerate(feed.dims):
+        for index, (name, size) in enumerate(dims):
             same = (name is not None and name == batch_name) or (
                 batch_name is None and index == 0 and size == batch_size
             )
             shape.append(batch if batch is not None and same else size)
-        out.append(_random(shape, feed.dtype, gen, high))
+        return shape
+
+    out: list[Any] = []
+    for feed in feeds:
+        if feed.kind != "tensor":
+            # tensors inside a value with named dimensions follow the batch too
+            value = map_named_tensors(
+                feed.value,
+                feed.inner_dims,
+                lambda dims, dtype: _random(sized(dims), dtype, gen, high),
+                lambda t: _random(list(t.shape), t.dtype, gen, high),
+            )
+            out.append(value)
+            continue
+        out.append(_random(sized(feed.dims), feed.dtype, gen, high))
     return out
 
 
@@ -910,12 +921,6 @@ def _random(shape: list[int], dtype: torch.dtype, gen: torch.Generator, high: in
     if dtype.is_complex:
         return torch.randn(shape, generator=gen, dtype=dtype)
     return torch.randint(0, max(high, 1), shape, generator=gen).to(dtype)
-
-
-def _random_like(value: Any, gen: torch.Generator, high: int) -> Any:
-    if isinstance(value, torch.Tensor):
-        return _random(list(value.shape), value.dtype, gen, high)
-    return value
 
 
 def _cloned(args: list[Any]) -> list[Any]:

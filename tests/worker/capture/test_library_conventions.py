@@ -370,8 +370,9 @@ def test_an_up_block_gets_one_skip_state_per_resnet_sized_from_its_resnets() -> 
     inputs = dict(zip(mod.input_names, mod.inputs))
     assert inputs["hidden_states"].shape is not None and inputs["hidden_states"].shape[1] == 128
     states = inputs["res_hidden_states_tuple"].text or ""
-    assert states.startswith("([2, 32, 224, 224], [2, 64, 224, 224], [2, 64, "), states
-    assert _shape(mod)[1:3] == [64, 2 * inputs["hidden_states"].shape[2]]
+    assert states.startswith("([B, 32, 224, 224], [B, 64, 224, 224], [B, 64, "), states
+    # the states' batch is the batch of hidden_states: symbolic, not their example size 2
+    assert _shape(mod)[:3] == ["B", 64, 2 * inputs["hidden_states"].shape[2]]
 
 
 def test_block_channels_are_tried_alike_when_the_first_guesses_do_not_build() -> None:
@@ -590,3 +591,51 @@ def test_activations_and_modes_by_name_and_transposed_convolutions() -> None:
     decoder = found["Decoder"]
     assert decoder.inputs[0].shape == ["B", 64, 224, 224], decoder.inputs
     assert _shape(decoder) == ["B", 64, 448, 448]
+
+
+ROTARY = """
+class Rotary(nn.Module):
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.register_buffer("inv_freq", torch.ones(dim // 2))
+
+    def forward(self, x, position_ids):
+        freqs = position_ids[:, :, None].float() * self.inv_freq[None, None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos(), emb.sin()
+
+
+class RotatedAttention(nn.Module):
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, hidden_states, position_embeddings):
+        cos, sin = position_embeddings
+        q = self.proj(hidden_states)
+        return q * cos + q * sin
+
+
+class RotatedModel(nn.Module):
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.embed = nn.Embedding(50, dim)
+        self.rotary = Rotary(dim)
+        self.attn = RotatedAttention(dim)
+
+    def forward(self, input_ids):
+        hidden_states = self.embed(input_ids)
+        position_ids = torch.arange(input_ids.shape[1])[None, :]
+        return self.attn(hidden_states, self.rotary(hidden_states, position_ids))
+"""
+
+
+def test_tensors_inside_a_tuple_from_the_parent_keep_their_dimension_names() -> None:
+    """``position_embeddings = (cos, sin)`` passed by the parent as ``[1, T, 8]`` each: the
+    child's output is ``[B, T, 8]``, with ``T`` a name and not the example size 3 that a
+    static tuple would have fixed; the input reads ``([1, T, 8], [1, T, 8])``."""
+    found = _capture(ROTARY, "RotatedModel", "RotatedAttention")
+    child = found["RotatedAttention"]
+    inputs = dict(zip(child.input_names, child.inputs))
+    assert inputs["position_embeddings"].text == "([1, T, 8], [1, T, 8])", inputs
+    assert _shape(child) == ["B", "T", 8]

@@ -853,3 +853,58 @@ def test_a_large_run_is_not_computed_again(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.undo()
     prop = propagate(trace(Fixed()), [tensor("x", ("B", 2), (None, 3), (None, 4), (None, 4))])
     assert shape(prop, "flatten") == ["B", 192] and prop.example_nodes == []
+
+
+def test_python_errors_between_torch_calls_are_said_in_words() -> None:
+    """An item past the end of a tuple a module returned is named with what the tuple
+    holds, not as "tuple index out of range"; a module whose own code raises is named with
+    its class (kept whole as a leaf, FX records one node for it)."""
+
+    class Pair(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x, x * 2
+
+    class Third(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pair = Pair()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.pair(x)[2]
+
+    class Leaves(torch.fx.Tracer):
+        def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+            return isinstance(m, Pair) or super().is_leaf_module(m, qualname)
+
+    module = Third()
+    gm = torch.fx.GraphModule(module, Leaves().trace(module))
+    prop = propagate(gm, [tensor("x", ("B", 2), (None, 8))])
+    assert prop.error is not None and prop.error.node == "getitem"
+    assert prop.error.message.startswith("takes item 2 of a tuple of 2 ([B, 8] float32"), (
+        prop.error.message
+    )
+
+    class Picky(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            parts = [x]
+            return parts[3]
+
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.picky = Picky()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.picky(x)
+
+    class PickyLeaf(torch.fx.Tracer):
+        def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+            return isinstance(m, Picky) or super().is_leaf_module(m, qualname)
+
+    outer = Outer()
+    gm = torch.fx.GraphModule(outer, PickyLeaf().trace(outer))
+    prop = propagate(gm, [tensor("x", ("B", 2), (None, 8))])
+    assert prop.error is not None
+    assert prop.error.message.startswith("`picky` (Picky) raised IndexError in its own code"), (
+        prop.error.message
+    )

@@ -13,6 +13,7 @@ import ast
 import inspect
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -45,28 +46,39 @@ class PlannedInput:
     upstream: str | None = None
     """For an input a parent passed: the parent (or an ancestor) whose own inputs fxls
     assumed, so this one follows from a guess too (shape errors are then hints)."""
+    inner_dims: list[list[tuple[str | None, int]]] | None = None
+    """For a value holding tensors (``cos, sin``): each tensor's dimensions with the names a
+    parent's call gave them (``shapes.ExampleInput.inner_dims``)."""
 
     def protocol_value(self) -> Value:
         """The input as a protocol ``Value`` (symbolic dims print as their names)."""
         if self.kind == "tensor":
             shape: list[int | str] = [name or size for name, size in self.dims]
             return Value(kind="tensor", shape=shape, dtype=dtype_name(self.dtype))
+        if self.inner_dims:
+            text = self.shape_text()  # tensors inside by their sizes, named where named
+            return Value(kind="other", text=text if len(text) <= 80 else text[:77] + "...")
         return value_of(self.value)
 
     def shape_text(self) -> str:
         if self.kind == "value":
-            return _value_text(self.value)
+            return _value_text(self.value, names=iter(self.inner_dims or []))
         inner = ", ".join(name or str(size) for name, size in self.dims)
         if len(self.dims) == 1:
             inner += ","
         return f"({inner})" + ("" if self.dtype == torch.float32 else f" {dtype_name(self.dtype)}")
 
 
-def _value_text(value: Any, depth: int = 0) -> str:
+def _value_text(
+    value: Any, depth: int = 0, names: Iterator[list[tuple[str | None, int]]] | None = None
+) -> str:
     if isinstance(value, torch.Tensor):
-        return "[" + ", ".join(str(int(s)) for s in value.shape) + "]"
+        dims = next(names, None) if names is not None else None
+        if dims is None or len(dims) != value.dim():
+            dims = [(None, int(s)) for s in value.shape]
+        return "[" + ", ".join(name or str(size) for name, size in dims) + "]"
     if depth < 3 and isinstance(value, (tuple, list)):
-        inner = ", ".join(_value_text(v, depth + 1) for v in value)
+        inner = ", ".join(_value_text(v, depth + 1, names) for v in value)
         return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
     text = repr(value)
     return text if len(text) <= 40 else text[:39] + "…"
@@ -1032,7 +1044,8 @@ def up_block_inputs(
     with torch.device("meta"):
         states = tuple(torch.empty(batch, c, spatial, spatial) for c in reversed(channels))
     why = f"one skip state per resnet, channels {list(reversed(channels))} from the resnets"
-    return PlannedInput(name, "value", value=states, assumed=True, reason=why)
+    inner = [[b, *[(None, int(s)) for s in t.shape[1:]]] for t in states]
+    return PlannedInput(name, "value", value=states, assumed=True, reason=why, inner_dims=inner)
 
 
 def _forward_names(module: nn.Module) -> list[str]:

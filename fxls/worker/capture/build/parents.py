@@ -230,7 +230,15 @@ def _planned(name: str, value: Any, namer: Any) -> inputs.PlannedInput | None:
     portable = _portable(value, 0)
     if portable is _UNPORTABLE:
         return None
-    return inputs.PlannedInput(name, "value", value=portable, origin="parent")
+    inner: list[list[tuple[str | None, int]]] = []
+
+    def collect(t: torch.Tensor) -> torch.Tensor:
+        inner.append([_dim(d, namer) for d in t.shape])
+        return t
+
+    shapes.map_tensors(value, collect)
+    named = inner if any(n for dims in inner for n, _ in dims) else None
+    return inputs.PlannedInput(name, "value", value=portable, origin="parent", inner_dims=named)
 
 
 def _dim(d: Any, namer: Any) -> tuple[str | None, int]:

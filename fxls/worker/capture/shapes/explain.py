@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -113,6 +114,9 @@ def _explain(
         explained = _explain_module(module, node, first, namer, exc)
         if explained:
             return explained
+    plain = _python_error(gm, node, exc, args, namer)
+    if plain:
+        return plain
     if node.op == "call_function" and node.target is torch.nn.functional.linear:
         weight = args[1] if len(args) > 1 else env.get(node.kwargs.get("weight"))  # type: ignore[arg-type]
         if isinstance(first, torch.Tensor) and isinstance(weight, torch.Tensor):
@@ -132,6 +136,44 @@ def _explain(
         return (
             f"mat1 is [{a}] but mat2 is [{b}]: inner dimensions {inner_a} and {inner_b} differ "
             f"({target_name(node)})"
+        )
+    return None
+
+
+_PYTHON_ERRORS = (IndexError, KeyError, ValueError, TypeError, AttributeError)
+_UNPACK = re.compile(r"(?:not enough|too many) values to unpack \(expected (\d+)(?:, got (\d+))?\)")
+
+
+def _python_error(
+    gm: torch.fx.GraphModule, node: torch.fx.Node, exc: BaseException, args: list[Any],
+    namer: Namer,
+) -> str | None:  # fmt: skip
+    """Plain Python errors in words: an item past the end of a tuple, an unpacking of the
+    wrong count, a module whose own code raised (named, with its class)."""
+    if type(exc) not in _PYTHON_ERRORS:
+        return None
+    if (
+        node.target is operator.getitem
+        and len(args) > 1
+        and isinstance(exc, (IndexError, KeyError))
+    ):
+        container, index = args[0], args[1]
+        shown = repr(index) if isinstance(index, (int, str)) else type(index).__name__
+        if isinstance(container, (tuple, list)):
+            items = ", ".join(_describe(v, namer) for v in container[:4])
+            kind = type(container).__name__
+            return f"takes item {shown[:40]} of a {kind} of {len(container)} ({items})"
+        if isinstance(container, torch.Tensor) and isinstance(exc, IndexError):
+            return f"index {shown[:40]} is past the end of {_describe(container, namer)}"
+    unpack = _UNPACK.search(str(exc))
+    if unpack:
+        got = f" from one that holds {unpack.group(2)}" if unpack.group(2) else ""
+        return f"unpacks {unpack.group(1)} values{got}"
+    if node.op == "call_module":
+        module = gm.get_submodule(str(node.target))
+        return (
+            f"`{node.target}` ({type(module).__name__}) raised {type(exc).__name__} in its own "
+            f"code: {_first_line(exc)[:120]}"
         )
     return None
 

@@ -68,6 +68,7 @@ __all__ = [
     "ShapeError",
     "data_free_torch",
     "dispatch_cache",
+    "map_named_tensors",
     "map_tensors",
     "meta_feeds",
     "new_fake_mode",
@@ -91,6 +92,9 @@ class ExampleInput:
     dtype: torch.dtype = torch.float32
     value: Any = None
     """For kind ``value``: passed as is; real tensors inside become fake/meta tensors."""
+    inner_dims: list[list[tuple[str | None, int]]] | None = None
+    """For kind ``value``: the dimensions of each tensor inside it, in :func:`map_tensors`
+    order, with names where a parent's call had them (``cos, sin`` of ``[1, T, 128]``)."""
 
 
 @dataclass
@@ -419,6 +423,25 @@ def _module_device(gm: torch.nn.Module) -> torch.device:
     return torch.device("meta")
 
 
+def map_named_tensors(
+    obj: Any,
+    inner_dims: list[list[tuple[str | None, int]]] | None,
+    named: Callable[[list[tuple[str | None, int]], torch.dtype], torch.Tensor],
+    plain: Callable[[torch.Tensor], torch.Tensor],
+) -> Any:
+    """:func:`map_tensors` where a tensor with named dimensions (``inner_dims``, same order)
+    is made by ``named(dims, dtype)`` and any other by ``plain``."""
+    remaining = iter(inner_dims or [])
+
+    def make(t: torch.Tensor) -> torch.Tensor:
+        dims = next(remaining, None)
+        if dims and any(n for n, _ in dims) and len(dims) == t.dim():
+            return named(dims, t.dtype)
+        return plain(t)
+
+    return map_tensors(obj, make)
+
+
 def map_tensors(obj: Any, fn: Any, depth: int = 0) -> Any:
     """Apply ``fn`` to every tensor inside nested tuples/lists/dicts."""
     if isinstance(obj, torch.Tensor):
@@ -692,9 +715,7 @@ def _run_fake(
 ) -> Propagation:
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.fx.experimental.symbolic_shapes import (
-        DimDynamic,
         ShapeEnv,
-        StatelessSymbolicContext,
     )
 
     shape_env = ShapeEnv() if symbolic else None
@@ -721,35 +742,52 @@ def _run_fake(
     def constant(t: torch.Tensor) -> torch.Tensor:
         return t if t.device == device or isinstance(t, FakeTensor) else to_fake(t)
 
+    def named_fake(dims: list[tuple[str | None, int]], dtype: torch.dtype) -> torch.Tensor:
+        return _named_fake(dims, dtype, to_fake, shape_env, (names, first))
+
     feeds: dict[str, Any] = {}
     for inp in inputs:
         if inp.kind != "tensor":
-            feeds[inp.name] = map_tensors(inp.value, to_fake)
-            continue
-        base = torch.empty([s for _, s in inp.dims], dtype=inp.dtype, device=meta)
-        if shape_env is None or not any(n for n, _ in inp.dims):
-            feeds[inp.name] = to_fake(base)
-            continue
-        ctx: Any = StatelessSymbolicContext(
-            dynamic_sizes=[DimDynamic.DYNAMIC if n else DimDynamic.STATIC for n, _ in inp.dims]
-        )
-        fake = to_fake(base, ctx)
-        feeds[inp.name] = fake
-        for (name, _), d in zip(inp.dims, fake.shape):
-            if not (name and isinstance(d, torch.SymInt) and d.node.expr.is_Symbol):
-                continue
-            names.setdefault(d.node.expr, name)
-            if name in first:
-                # the same name on another input: one symbol (a guard records the equality)
-                with contextlib.suppress(Exception):
-                    torch._check(d == first[name])
-            else:
-                first[name] = d
+            feeds[inp.name] = map_named_tensors(inp.value, inp.inner_dims, named_fake, to_fake)
+        else:
+            feeds[inp.name] = named_fake(inp.dims, inp.dtype)
     with mode, torch.device(device), torch.no_grad():
         return _interpret(
             gm, feeds, Namer(names), "symbolic" if symbolic else "fake", shape_env, constant,
             reuse,
         )  # fmt: skip
+
+
+def _named_fake(
+    dims: list[tuple[str | None, int]],
+    dtype: torch.dtype,
+    to_fake: Callable[..., torch.Tensor],
+    shape_env: Any,
+    seen: tuple[dict[Any, str], dict[str, torch.SymInt]],
+) -> torch.Tensor:
+    """A fake tensor of ``dims``: a symbol per named dimension when ``shape_env`` is given.
+    ``seen``: each symbol's name, and each name's first symbol (the same name on another
+    tensor is one symbol, by a guard)."""
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    names, first = seen
+    base = torch.empty([s for _, s in dims], dtype=dtype, device=_META)
+    if shape_env is None or not any(n for n, _ in dims):
+        return to_fake(base)
+    ctx: Any = StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.DYNAMIC if n else DimDynamic.STATIC for n, _ in dims]
+    )
+    fake = to_fake(base, ctx)
+    for (name, _), d in zip(dims, fake.shape):
+        if not (name and isinstance(d, torch.SymInt) and d.node.expr.is_Symbol):
+            continue
+        names.setdefault(d.node.expr, name)
+        if name in first:
+            with contextlib.suppress(Exception):
+                torch._check(d == first[name])
+        else:
+            first[name] = d
+    return fake
 
 
 def _interpret(

@@ -64,6 +64,10 @@ class Generalized:
 def resized(example: Any, sizes: Mapping[str, int]) -> Any:
     """An example input (``ExampleInput``, ``PlannedInput``) with other example sizes for the
     named dimensions in ``sizes``; the same object when it has none of them."""
+    inner = getattr(example, "inner_dims", None)
+    if example.kind != "tensor" and inner:  # tensors inside a value (``cos, sin``)
+        changed = [[(n, sizes.get(n, s) if n else s) for n, s in dims] for dims in inner]
+        return dataclasses.replace(example, inner_dims=changed)
     if example.kind != "tensor" or not any(name in sizes for name, _ in example.dims):
         return example
     dims = [(name, sizes.get(name, size) if name else size) for name, size in example.dims]

@@ -703,6 +703,41 @@ def _source(path: str, source: str | None) -> SourceText:
     return SourceText(source)
 
 
+def _has_names(inputs: Sequence[shapes.ExampleInput]) -> bool:
+    """Whether an input names a dimension (a tensor's, or one inside a value's)."""
+    tensors = (inp.dims for inp in inputs if inp.kind == "tensor")
+    inner = (dims for inp in inputs for dims in inp.inner_dims or [])
+    return any(n for dims in [*tensors, *inner] for n, _ in dims)
+
+
+def _cpu_fake(
+    dims: list[tuple[str | None, int]],
+    dtype: torch.dtype,
+    fake_mode: Any,
+    shape_env: Any,
+    names: dict[Any, str],
+) -> Any:
+    """A fake CPU tensor of ``dims``, a symbol per named dimension when ``shape_env`` is
+    given (recorded in ``names``)."""
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    sizes = [s for _, s in dims]
+    if shape_env is None or not any(n for n, _ in dims):
+        with fake_mode:
+            return torch.empty(sizes, dtype=dtype, device="cpu")
+    ctx: Any = StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.DYNAMIC if n else DimDynamic.STATIC for n, _ in dims]
+    )
+    base = torch.empty(sizes, dtype=dtype, device="meta")
+    meta_fake = fake_mode.from_tensor(base, symbolic_context=ctx)
+    with fake_mode:
+        fake = torch.empty_strided(meta_fake.shape, meta_fake.stride(), dtype=dtype, device="cpu")
+    for (name, _), d in zip(dims, fake.shape):
+        if name and isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
+            names.setdefault(d.node.expr, name)
+    return fake
+
+
 def fake_run(
     module: torch.nn.Module,
     inputs: Sequence[Any],
@@ -737,9 +772,7 @@ def fake_run(
         ['B', 10]
     """
     from torch.fx.experimental.symbolic_shapes import (
-        DimDynamic,
         ShapeEnv,
-        StatelessSymbolicContext,
     )
 
     spans = _Spans(path, _source(path, source))
@@ -747,8 +780,7 @@ def fake_run(
     recorder = _Recorder(spans, list(leaf_classes))
     recorder.root = module
     recorder.watch = watch
-    named = any(n for inp in inputs if inp.kind == "tensor" for n, _ in inp.dims)
-    use_symbols = symbolic and named
+    use_symbols = symbolic and _has_names(inputs)
     shape_env = ShapeEnv() if use_symbols else None
     fake_mode = shapes.new_fake_mode(shape_env)
     names: dict[Any, str] = {}
@@ -760,32 +792,19 @@ def fake_run(
         # symbolic sizes computed in Python (B * T) stay constants of the graph on purpose
         warnings.filterwarnings("ignore", message="Raw SymInt value")
         try:
+
+            def named_fake(dims: list[tuple[str | None, int]], dtype: torch.dtype) -> Any:
+                return _cpu_fake(dims, dtype, fake_mode, shape_env, names)
+
             feeds: list[tuple[str, Any]] = []
             for inp in inputs:
                 if inp.kind != "tensor":
-                    value = shapes.map_tensors(inp.value, swap.fake)
-                    feeds.append((inp.name, value))
-                    continue
-                sizes = [s for _, s in inp.dims]
-                if shape_env is None or not any(n for n, _ in inp.dims):
-                    with fake_mode:
-                        fake = torch.empty(sizes, dtype=inp.dtype, device="cpu")
-                else:
-                    ctx: Any = StatelessSymbolicContext(
-                        dynamic_sizes=[
-                            DimDynamic.DYNAMIC if n else DimDynamic.STATIC for n, _ in inp.dims
-                        ]
+                    value = shapes.map_named_tensors(
+                        inp.value, inp.inner_dims, named_fake, swap.fake
                     )
-                    base = torch.empty(sizes, dtype=inp.dtype, device="meta")
-                    meta_fake = fake_mode.from_tensor(base, symbolic_context=ctx)
-                    with fake_mode:
-                        fake = torch.empty_strided(
-                            meta_fake.shape, meta_fake.stride(), dtype=inp.dtype, device="cpu"
-                        )
-                    for (name, _), d in zip(inp.dims, fake.shape):
-                        if name and isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
-                            names.setdefault(d.node.expr, name)
-                feeds.append((inp.name, fake))
+                    feeds.append((inp.name, value))
+                else:
+                    feeds.append((inp.name, named_fake(inp.dims, inp.dtype)))
             recorder.namer = Namer(names)
             for name, value in feeds:
                 recorder.placeholder(name, value)

@@ -10,7 +10,7 @@ import torch.fx
 from fxls.protocol import catalogue
 from fxls.protocol.model import Span
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture.spans import SPAN_KEY
+from fxls.worker.capture.spans import SPAN_KEY, short_source
 
 
 def lint(graph: torch.fx.Graph, fallback: Span) -> list[catalogue.Message]:
@@ -117,5 +117,5 @@ def unused(graph: torch.fx.Graph, source: SourceText) -> list[catalogue.Message]
         if any(other != key and _contains(s, span) for other, (s, _) in spans.items()):
             continue
         text = source.text(span).strip()
-        hints.append(catalogue.FX302(span, node=text if 0 < len(text) <= 60 else node.name))
+        hints.append(catalogue.FX302(span, node=short_source(text, node.name)))
     return hints

@@ -187,7 +187,8 @@ def _cluster_path(n: NodeInfo) -> str:
     return n.module_path or ""
 
 
-def _node(n: NodeInfo, cluster: str | None) -> GraphNode:
+def _node(n: NodeInfo, cluster: str | None, held: str | None = None) -> GraphNode:
+    """``held``: ``holds for B = 2`` when the node's values hold for the example sizes only."""
     span = n.span or n.call_site
     if n.op == "placeholder":
         label = "input"
@@ -198,6 +199,8 @@ def _node(n: NodeInfo, cluster: str | None) -> GraphNode:
     else:
         label = render.short_target(n)
     shape = render.values_text(n.outputs, default_dtype="float32")
+    if held and shape:
+        shape = f"{render.truncate(shape, 60)} · {held}"
     return GraphNode(
         id=n.name,
         name=n.name,
@@ -279,7 +282,11 @@ def build_graph(file: str, module: ModuleResult, *, collapse: bool = True) -> Gr
         graph.clusters.append(
             GraphCluster(id=p, path=p, label=label, parent=parent, repeat=repeat, last_path=last)
         )
-    graph.nodes = [_node(n, cluster_of(_cluster_path(n))) for n in kept]
+    held = render.example_text(module.example_sizes) if module.example_sizes else None
+    bound = set(module.example_nodes)
+    graph.nodes = [
+        _node(n, cluster_of(_cluster_path(n)), held if n.name in bound else None) for n in kept
+    ]
 
     # edges: drawn nodes only, each once; edges between instances of one run disappear
     instance_of_run: dict[str, str] = {}

@@ -92,3 +92,16 @@ def test_dot_and_html_carry_the_same_graph() -> None:
     page = render_graph(graph, "html")
     assert '"repeat":4' in page and '"last_path":"layers.3"' in page
     assert "</script>" not in page.split('id="fxls-data">', 1)[1].split("</script>", 1)[0]
+
+
+def test_nodes_that_hold_for_the_example_sizes_only_say_so() -> None:
+    """A node whose values were computed at a fixed batch carries ``holds for B = 2`` in its
+    shape, in the model and so in both renderings; the others do not."""
+    module = _stack(1)
+    module.example_nodes = ["add_0", "output"]
+    module.example_sizes = {"B": 2}
+    graph = build_graph("m.py", module, collapse=False)
+    shapes = {n.id: n.shape for n in graph.nodes}
+    assert shapes["add_0"] == "[B, 8] · holds for B = 2", shapes
+    assert shapes["relu_0"] == "[B, 8]"
+    assert "holds for B = 2" in render_graph(graph, "dot")

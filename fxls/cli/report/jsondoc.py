@@ -12,6 +12,7 @@ from typing import Any
 
 from fxls.cli.check.run import NotMade
 from fxls.cli.report.escape import escape_tree
+from fxls.engine import render
 from fxls.engine.analyze import FileAnalysis
 from fxls.protocol.model import Diagnostic, InputSpec, PassResult, Value
 
@@ -64,6 +65,7 @@ def to_json(
         assumed = m.inputs_assumed or [False] * len(m.inputs)
         origins = [m.input_origin(i) for i in range(len(m.inputs))]
         nodes = []
+        bound = set(m.example_nodes)
         for n in m.nodes:
             span = n.span
             nodes.append(
@@ -82,6 +84,7 @@ def to_json(
                     "outputs": [_json_value(v) for v in n.outputs],
                     "inputs": list(n.inputs),
                     "module_path": n.module_path or None,
+                    "holds_for": dict(m.example_sizes) if n.name in bound else None,
                 }
             )
         modules.append(
@@ -98,6 +101,7 @@ def to_json(
                     for n, v, a, o in zip(names, m.inputs, assumed, origins)
                 ],
                 "outputs": [_json_value(v) for v in m.outputs],
+                "holds_for": dict(m.example_sizes) if render.outputs_hold_for(m) else None,
                 "nodes": nodes,
                 "diagnostics": [_json_diag(d) for d in sorted(own, key=_pos)],
                 "passes": [_json_pass(p) for p in m.passes],

@@ -94,6 +94,8 @@ def format_text(
             )
             if m.outputs:
                 shown += " → " + ", ".join(_shape_only(v) for v in m.outputs)
+                held = render.outputs_hold_for(m)
+                shown += f" ({held})" if held else ""
             parts.append(shown)
         lines.append(f"{path}:{m.line} " + escape_text(f"class {m.name}  " + " · ".join(parts)))
         rows = []

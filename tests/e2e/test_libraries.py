@@ -97,3 +97,14 @@ def test_diffusers_blocks_get_inputs_through_processors_keywords_and_annotations
     messages = [x["message"] for m in modules.values() for x in m["diagnostics"]]
     assert not [t for t in messages if "a torch.nn module" in t], messages
     assert [t for t in messages if t.startswith("`GEGLU` cannot be traced through")], messages
+
+
+def test_attention_processors_are_skipped_as_called_through_call() -> None:
+    """diffusers' attention processors are modules with their own ``__call__`` and no
+    ``forward``: skipped with that reason, not warned about as untraceable."""
+    documents = _check(PACKAGES["diffusers"] / "models/attention_processor.py")
+    modules = {m["class"]: m for d in documents for m in d["modules"]}
+    processor = modules["IPAdapterXFormersAttnProcessor"]
+    assert processor["status"] == "skipped", processor["status"]
+    messages = [x["message"] for m in modules.values() for x in m["diagnostics"]]
+    assert not [t for t in messages if "missing the required" in t], messages

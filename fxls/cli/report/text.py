@@ -80,6 +80,8 @@ def format_text(
     path = escape_text(analysis.path, path=True)
     for m in analysis.modules:
         parts = [m.status + (f" ({m.strategy})" if m.strategy and m.strategy != "none" else "")]
+        if m.status == "skipped" and m.notes:
+            parts.append(render.truncate(m.notes[0], 120))  # why there is nothing to show
         if m.nodes:
             parts.append(f"{len(m.nodes)} nodes")
         params = render.params_text(m.params)

@@ -13,6 +13,7 @@ import contextlib
 import copy
 import inspect
 import re
+import textwrap
 import time
 import types
 from collections.abc import Callable, Iterator, Mapping
@@ -154,6 +155,42 @@ def _example(planned: inputs.PlannedInput, name: str) -> shapes.ExampleInput:
     )
 
 
+def _why_not_captured(cls: type[nn.Module], name: str) -> str | None:
+    """Why a module class has nothing to capture, or None: a base or mixin with neither a
+    ``forward`` nor a constructor of its own (``LlamaPreTrainedModel``), an abstract base
+    whose ``forward`` only raises ``NotImplementedError``, a module called through its own
+    ``__call__`` (diffusers' attention processors)."""
+    if cls.forward is nn.Module.forward and "__init__" not in vars(cls):
+        return f"`{name}` has no `forward` of its own: a base class"
+    if cls.forward is nn.Module.forward and any(
+        "__call__" in vars(k) for k in cls.__mro__ if k is not nn.Module and k is not object
+    ):
+        return f"`{name}` is called through its own `__call__`, not `forward`, which fxls captures"
+    if _only_raises_not_implemented(cls.forward):
+        return f"`{name}.forward` raises `NotImplementedError`: an abstract base"
+    return None
+
+
+def _only_raises_not_implemented(forward: Any) -> bool:
+    """Whether a ``forward``'s body (after its docstring) is one ``raise NotImplementedError``."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(forward))))
+    except (OSError, TypeError, SyntaxError, ValueError):
+        return False
+    fn = tree.body[0] if tree.body else None
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    body = [
+        stmt
+        for stmt in fn.body
+        if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))
+    ]
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    raised = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+    return isinstance(raised, ast.Name) and raised.id == "NotImplementedError"
+
+
 MAX_ASSUMED_BUILDS = 3
 """Builds with assumed arguments tried before fxls keeps the first one's result."""
 
@@ -174,11 +211,10 @@ def capture_class(
         what = "not defined" if cls is None else "not an nn.Module subclass"
         failed.notes.append(f"`{req.name}` is {what} when the file runs")
         return failed
-    if cls.forward is nn.Module.forward and "__init__" not in vars(cls):
-        # an abstract base or mixin (LlamaPreTrainedModel): neither a forward nor a constructor
-        # of its own; its subclasses bring them
+    not_captured = _why_not_captured(cls, req.name)
+    if not_captured is not None:
         failed.status = "skipped"
-        failed.notes.append(f"`{req.name}` has no `forward` of its own: a base class")
+        failed.notes.append(not_captured)
         return failed
     span = class_span(doc.source, req.line, req.name)
     report_phase("init", req.name)

@@ -639,3 +639,45 @@ def test_tensors_inside_a_tuple_from_the_parent_keep_their_dimension_names() -> 
     inputs = dict(zip(child.input_names, child.inputs))
     assert inputs["position_embeddings"].text == "([1, T, 8], [1, T, 8])", inputs
     assert _shape(child) == ["B", "T", 8]
+
+
+BASES = """
+class AbstractBlock(nn.Module):
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        "Subclasses compute here."
+        raise NotImplementedError("subclasses implement forward")
+
+
+class LinearBlock(AbstractBlock):
+    def __init__(self, dim: int = 8):
+        super().__init__(dim)
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class Processor(nn.Module):
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def __call__(self, attn, hidden_states):
+        return self.fc(hidden_states)
+"""
+
+
+def test_abstract_bases_and_modules_called_through_call_are_skipped_with_a_reason() -> None:
+    """A ``forward`` that only raises ``NotImplementedError`` and a module with its own
+    ``__call__`` and no ``forward`` are correct code: skipped, saying why, with no warning;
+    the subclass is captured."""
+    found = _capture(BASES, "AbstractBlock", "LinearBlock", "Processor")
+    for name, why in (("AbstractBlock", "an abstract base"), ("Processor", "`__call__`")):
+        mod = found[name]
+        assert mod.status == "skipped" and why in mod.notes[0], (mod.status, mod.notes)
+        assert not [d for d in mod.diagnostics if d.severity in ("warning", "error")]
+    assert _shape(found["LinearBlock"]) == ["B", 8]

@@ -185,6 +185,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         except KeyboardInterrupt:
             return 130
+        except BrokenPipeError:
+            # the reader went away (``fxls check . | head``): no traceback; stdout is pointed
+            # at /dev/null so that flushing it at exit does not raise again
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 141
     if args.command == "serve":
         return serve(args)
     parser.print_help(sys.stderr)

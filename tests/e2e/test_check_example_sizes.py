@@ -43,3 +43,21 @@ def test_values_that_hold_for_the_example_sizes_only_say_so_in_json_and_text() -
     text = _check()
     line = next(t for t in text.splitlines() if "class TwoRows" in t)
     assert line.endswith("→ [2, 4, 2] (holds for B = 2)"), line
+
+
+def test_a_reader_that_goes_away_ends_the_check_without_a_traceback() -> None:
+    """``fxls check . | head -1``: the reader has closed the pipe before fxls writes (here
+    at once, so that every write fails); fxls stops with exit code 141 (as a shell reports
+    SIGPIPE) and prints no traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fxls", "check", str(FIXTURE)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    code = proc.wait(timeout=240)
+    assert "Traceback" not in stderr, stderr
+    assert code == 141, (code, stderr)

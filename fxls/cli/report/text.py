@@ -11,7 +11,7 @@ from fxls.cli.check.run import NotMade
 from fxls.cli.report.escape import escape_text
 from fxls.engine import render
 from fxls.engine.analyze import FileAnalysis
-from fxls.protocol.model import Diagnostic, InputSpec, NodeInfo, Value
+from fxls.protocol.model import Diagnostic, InputSpec, ModuleResult, NodeInfo, Value
 
 
 def _shape_only(v: Value) -> str:
@@ -67,6 +67,22 @@ def not_made_line(path: str, fix: NotMade) -> str:
     return f"{where}: fix not made: {escape_text(fix.title)}: {escape_text(fix.reason)}"
 
 
+def _status_parts(m: ModuleResult) -> list[str]:
+    """``traced (fx)``; for a skipped class, also why there is nothing to show."""
+    parts = [m.status + (f" ({m.strategy})" if m.strategy and m.strategy != "none" else "")]
+    if m.status == "skipped" and m.notes:
+        parts.append(render.truncate(m.notes[0], 120))
+    return parts
+
+
+def _outputs_text(m: ModuleResult) -> str:
+    """`` → [B, 10]``, and ``(holds for B = 2)`` when the outputs hold for that size only."""
+    if not m.outputs:
+        return ""
+    held = render.outputs_hold_for(m)
+    return " → " + ", ".join(_shape_only(v) for v in m.outputs) + (f" ({held})" if held else "")
+
+
 def format_text(
     analysis: FileAnalysis,
     extra_inputs: dict[str, list[InputSpec]] | None = None,
@@ -79,9 +95,7 @@ def format_text(
     lines: list[str] = []
     path = escape_text(analysis.path, path=True)
     for m in analysis.modules:
-        parts = [m.status + (f" ({m.strategy})" if m.strategy and m.strategy != "none" else "")]
-        if m.status == "skipped" and m.notes:
-            parts.append(render.truncate(m.notes[0], 120))  # why there is nothing to show
+        parts = _status_parts(m)
         if m.nodes:
             parts.append(f"{len(m.nodes)} nodes")
         params = render.params_text(m.params)
@@ -94,10 +108,7 @@ def format_text(
             shown = ", ".join(
                 _input_text(n, v, specs.get(n), a) for n, v, a in zip(names, m.inputs, assumed)
             )
-            if m.outputs:
-                shown += " → " + ", ".join(_shape_only(v) for v in m.outputs)
-                held = render.outputs_hold_for(m)
-                shown += f" ({held})" if held else ""
+            shown += _outputs_text(m)
             parts.append(shown)
         lines.append(f"{path}:{m.line} " + escape_text(f"class {m.name}  " + " · ".join(parts)))
         rows = []

@@ -49,10 +49,17 @@ from fxls.worker.capture.records.nodes import (
     node_info,
     output_values,
 )
-from fxls.worker.capture.reporting import class_span, error_info, line_span, once_per_span, one_line
+from fxls.worker.capture.reporting import (
+    class_span,
+    error_info,
+    line_span,
+    once_per_span,
+    one_line,
+    safe_str,
+)
 from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.shapes import sizes
-from fxls.worker.capture.shapes.values import values_of
+from fxls.worker.capture.shapes.values import Namer, values_of
 from fxls.worker.capture.spans import (
     CALL_SITE_KEY,
     SPAN_KEY,
@@ -155,6 +162,25 @@ def _example(planned: inputs.PlannedInput, name: str) -> shapes.ExampleInput:
     )
 
 
+def _shape_failure(exc: BaseException) -> bool:
+    """Whether a fake run stopped because a torch operation refused its inputs' shapes
+    (not a decision on tensor values, nor a limit of fake tensors)."""
+    if "DataDependent" in type(exc).__name__ or "Unsupported" in type(exc).__name__:
+        return False
+    text = str(exc)
+    return (
+        type(exc) in (RuntimeError, ValueError, IndexError)
+        and "meta" not in text
+        and ("shape" in text or "size" in text or "dimension" in text)
+    )
+
+
+def _unused_size(planned: list[inputs.PlannedInput]) -> int:
+    """An example size for a new dimension that no input's dimension has (3, 5, 7...)."""
+    used = {size for p in planned for _, size in p.dims}
+    return next(n for n in (3, 5, 7, 11, 13, 17, 19, 23) if n not in used)
+
+
 def _why_not_captured(cls: type[nn.Module], name: str) -> str | None:
     """Why a module class has nothing to capture, or None: a base or mixin with neither a
     ``forward`` nor a constructor of its own (``LlamaPreTrainedModel``), an abstract base
@@ -166,7 +192,7 @@ def _why_not_captured(cls: type[nn.Module], name: str) -> str | None:
         "__call__" in vars(k) for k in cls.__mro__ if k is not nn.Module and k is not object
     ):
         return f"`{name}` is called through its own `__call__`, not `forward`, which fxls captures"
-    if _only_raises_not_implemented(cls.forward):
+    if cls.forward is not nn.Module.forward and _only_raises_not_implemented(cls.forward):
         return f"`{name}.forward` raises `NotImplementedError`: an abstract base"
     return None
 
@@ -782,8 +808,8 @@ class ClassCapture:
             used = final.get(planned.name, planned)
             shape = used.shape_text()
             directive = shape
-            if shape.startswith("[") and isinstance(used.value, torch.Tensor):
-                directive = "(" + shape[1:-1] + ")"  # a tensor, not a list
+            if used.kind == "value":  # a tuple of tensors is an expression, not a shape
+                directive = inputs.directive_expr(used.value) or shape
             info = catalogue.FX405(
                 at, arg=used.name, shape=shape, reason=used.reason, directive=directive
             )
@@ -930,7 +956,8 @@ class ClassCapture:
         failed = prop.error if isinstance(prop, shapes.Propagation) else None
         named = inputs.sizes_named_by(failed.original) if failed is not None else []
         sequence = next(
-            (size for p in ordered for name, size in p.dims if name == inputs.SEQUENCE), None
+            (size for p in ordered for name, size in p.dims if name == inputs.SEQUENCE),
+            _unused_size(ordered),
         )
         for index, planned in enumerate(ordered):
             for alternative in inputs.alternatives(planned, named, sequence):
@@ -970,51 +997,59 @@ class ClassCapture:
                 related.append(Related(call_site, f"called from `{mod.name}.forward` here"))
             text = doc.source.text(span).strip() if span is not None else ""
             shown = short_source(text, failed_node)
-            diag = catalogue.FX201(span or self.span, related, node=shown, error=message)
-            assumed = [p for p in self.feeds_planned if p.assumed]
-            upstream = next((p.upstream for p in self.feeds_planned if p.upstream), None)
-            how = mod.constructed
-            if assumed:
-                # the error may come from fxls's guess, not from the code: say so, quietly
-                guessed = ", ".join(f"`{p.name}` {p.shape_text()}" for p in assumed)
-                found = diag.diagnostic({"node": failed_node, "assumed_inputs": True})
-                found.severity = "hint"
-                found.fix = (
-                    f"This shape error happens with inputs fxls assumed ({guessed}); declare "
-                    f"the real input with `# fxls: {assumed[0].name} = (...)` above the class."
-                )
-                self.diagnose(found)
-            elif upstream is not None:
-                found = diag.diagnostic({"node": failed_node, "assumed_inputs": True})
-                found.severity = "hint"
-                found.fix = (
-                    f"This shape error happens with the inputs `{upstream}` passes here, which "
-                    f"follow from inputs fxls assumed for it; declare the real input above "
-                    f"`class {upstream}` with `# fxls: NAME = (...)`."
-                )
-                self.diagnose(found)
-            elif self.plan is not None and self.plan.params and not self.plan.positional():
-                # ``forward(self, *args, **kwargs)`` (a wrapper passing everything on): fxls
-                # called it with nothing, which says nothing about the code
-                found = diag.diagnostic({"node": failed_node, "no_arguments": True})
-                found.severity = "hint"
-                found.fix = (
-                    f"`{mod.name}.forward` takes only `*args`/`**kwargs`, and fxls called it "
-                    "with none; capture the class that calls it, or describe its inputs "
-                    "with `# fxls: init(...)` and input directives."
-                )
-                self.diagnose(found)
-            elif how is not None and how.source == "assumed":
-                found = diag.diagnostic({"node": failed_node, "assumed_init": True})
-                found.severity = "hint"
-                found.fix = (
-                    f"This shape error happens with constructor arguments fxls assumed "
-                    f"({how.text}); give the real ones with `# fxls: init(...)` above the class."
-                )
-                self.diagnose(found)
-            else:
-                self.diagnose(diag.diagnostic({"node": failed_node}))
+            self._shape_error(span or self.span, related, shown, failed_node, message)
         return values, examples
+
+    def _shape_error(
+        self, span: Span, related: list[Related], shown: str, failed_node: str, message: str
+    ) -> None:
+        """FX201 at ``span``; a hint naming the assumption when the inputs or the build it
+        ran with are fxls's guesses (the code may well be right)."""
+        mod = self.mod
+        diag = catalogue.FX201(span, related, node=shown, error=message)
+        assumed = [p for p in self.feeds_planned if p.assumed]
+        upstream = next((p.upstream for p in self.feeds_planned if p.upstream), None)
+        how = mod.constructed
+        if assumed:
+            # the error may come from fxls's guess, not from the code: say so, quietly
+            guessed = ", ".join(f"`{p.name}` {p.shape_text()}" for p in assumed)
+            found = diag.diagnostic({"node": failed_node, "assumed_inputs": True})
+            found.severity = "hint"
+            found.fix = (
+                f"This shape error happens with inputs fxls assumed ({guessed}); declare "
+                f"the real input with `# fxls: {assumed[0].name} = (...)` above the class."
+            )
+            self.diagnose(found)
+        elif upstream is not None:
+            found = diag.diagnostic({"node": failed_node, "assumed_inputs": True})
+            found.severity = "hint"
+            found.fix = (
+                f"This shape error happens with the inputs `{upstream}` passes here, which "
+                f"follow from inputs fxls assumed for it; declare the real input above "
+                f"`class {upstream}` with `# fxls: NAME = (...)`."
+            )
+            self.diagnose(found)
+        elif self.plan is not None and self.plan.params and not self.plan.positional():
+            # ``forward(self, *args, **kwargs)`` (a wrapper passing everything on): fxls
+            # called it with nothing, which says nothing about the code
+            found = diag.diagnostic({"node": failed_node, "no_arguments": True})
+            found.severity = "hint"
+            found.fix = (
+                f"`{mod.name}.forward` takes only `*args`/`**kwargs`, and fxls called it "
+                "with none; capture the class that calls it, or describe its inputs "
+                "with `# fxls: init(...)` and input directives."
+            )
+            self.diagnose(found)
+        elif how is not None and how.source == "assumed":
+            found = diag.diagnostic({"node": failed_node, "assumed_init": True})
+            found.severity = "hint"
+            found.fix = (
+                f"This shape error happens with constructor arguments fxls assumed "
+                f"({how.text}); give the real ones with `# fxls: init(...)` above the class."
+            )
+            self.diagnose(found)
+        else:
+            self.diagnose(diag.diagnostic({"node": failed_node}))
 
     def _compare_with_eager(
         self,
@@ -1142,11 +1177,25 @@ class ClassCapture:
                 "on fake tensors (no FX graph: graph rewrites are not offered)"
             )
             return
+        self._fake_run_stopped(run)
+
+    def _fake_run_stopped(self, run: fakerun.FakeRun) -> None:
+        """A fake run that ended before ``forward`` returned: the nodes before are shown, and
+        a torch operation that refused the shapes is FX201 where it happens."""
+        doc, mod = self.doc, self.mod
         where = f" at line {run.error_span.line}" if run.error_span is not None else ""
         error = one_line(run.error) if run.error is not None else "no output"
         if run.error is not None and "DataDependent" in type(run.error).__name__:
             error = "a Python decision depends on tensor values, which fake tensors do not have"
         mod.status = "failed"  # no outputs: the FX error stays, the nodes before it are shown
+        if run.error is not None and run.error_span is not None and _shape_failure(run.error):
+            # a torch operation refused the shapes: the error is reported where it happens
+            mod.status = "partial"
+            text = doc.source.text(run.error_span)
+            shown = short_source(text, run.error_target or "forward")
+            first = safe_str(run.error).strip().splitlines()
+            message = Namer(run.names).text(first[0] if first else type(run.error).__name__)
+            self._shape_error(run.error_span, [], shown, run.error_target or "", message[:400])
         self.note(
             f"torch.fx could not trace `forward`, and running it on fake tensors stopped{where} "
             f"({error}); only the operations before that point are shown"

@@ -126,6 +126,7 @@ def assign_ast_spans(
                     break
 
 
+_CALLEE = re.compile(r"[A-Za-z_][\w.]*")
 SHORT_SOURCE = 60
 """Characters of code a message quotes at most."""
 
@@ -139,6 +140,6 @@ def short_source(text: str, fallback: str = "") -> str:
     if len(flat) <= SHORT_SOURCE:
         return flat
     head = flat.split("(", 1)[0]
-    if "(" in flat and 0 < len(head) <= SHORT_SOURCE - 3:
+    if "(" in flat and 0 < len(head) <= SHORT_SOURCE - 3 and _CALLEE.fullmatch(head):
         return f"{head}(…)"
     return flat[: SHORT_SOURCE - 1] + "…"

@@ -397,3 +397,128 @@ class Model(nn.Module):
     for layer in (traced, ran["Layer"]):
         assert layer.constructed is not None and layer.constructed.text == "Model.extra"
         assert layer.inputs[0].shape == ["B", 3, 16]
+
+
+DEVICES = HEADER + """
+
+class Block(nn.Module):
+    def __init__(self, dim: int = 8, device: str = "cpu"):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim, device=device)
+        self.register_buffer("mask", torch.tril(torch.ones(16, 16, device=device)))
+        self.scale = torch.ones(dim).to(device)
+        self.bias = torch.zeros(dim).cpu()
+
+    def forward(self, x):
+        x = self.proj(x)
+        T = x.size(1)
+        att = (x @ x.transpose(-2, -1)).masked_fill(self.mask[:T, :T] == 0, float("-inf"))
+        return (att.softmax(-1) @ x) * self.scale + self.bias
+"""
+
+
+def test_devices_the_code_names_are_meta_in_the_build() -> None:
+    """``device="cpu"`` in layers and factories, ``.to(device)`` and ``.cpu()``: the build
+    stays on meta (no real memory, no FX406), and the module has no tensor on another device
+    to clash with (minGPT-ddp's ``Block`` had FX201 "two devices, meta and cpu")."""
+    mod = _capture(DEVICES, "Block")["Block"]
+    assert mod.build == "meta", mod.build
+    assert mod.status == "traced", (mod.status, [d.message for d in mod.diagnostics])
+    assert not [d for d in mod.diagnostics if d.code in ("FX406", "FX201")]
+    assert mod.outputs[0].shape == ["B", "T", 8]
+
+
+LSTM_MODEL = HEADER + """
+
+class RNNModel(nn.Module):
+    def __init__(self, ntoken: int = 50, ninp: int = 16, nhid: int = 16, nlayers: int = 2):
+        super().__init__()
+        self.nhid, self.nlayers = nhid, nlayers
+        self.encoder = nn.Embedding(ntoken, ninp)
+        self.rnn = nn.LSTM(ninp, nhid, nlayers)
+        self.decoder = nn.Linear(nhid, ntoken)
+
+    def forward(self, input, hidden):
+        output, hidden = self.rnn(self.encoder(input), hidden)
+        return self.decoder(output), hidden
+
+    def init_hidden(self, bsz):
+        weight = next(self.parameters())
+        return (weight.new_zeros(self.nlayers, bsz, self.nhid),
+                weight.new_zeros(self.nlayers, bsz, self.nhid))
+"""
+
+
+def test_a_suggested_directive_for_a_tuple_of_tensors_works_when_pasted() -> None:
+    """The LSTM state fxls made with ``init_hidden`` is suggested as an expression
+    (``hidden = (torch.zeros(2, 2, 16), torch.zeros(2, 2, 16))``), not as shapes that would
+    read as one tensor's; written above the class, it is what the capture runs with."""
+    mod = _capture(LSTM_MODEL, "RNNModel")["RNNModel"]
+    (fx405,) = [d for d in mod.diagnostics if d.code == "FX405" and d.data["arg"] == "hidden"]
+    assert fx405.fix is not None
+    directive = fx405.fix.split("`# fxls: ", 1)[1].split("`", 1)[0]
+    assert directive == "hidden = (torch.zeros(2, 2, 16), torch.zeros(2, 2, 16))", fx405.fix
+    pasted = textwrap.dedent(LSTM_MODEL).replace(
+        "class RNNModel", f"# fxls: {directive}\nclass RNNModel"
+    )
+    from fxls.analysis import parse
+    from fxls.engine.analyze import build_requests
+
+    requests = build_requests(parse(pasted).classes)  # the directive as the server reads it
+    assert [s.name for s in requests[0].inputs] == ["hidden"], requests[0].inputs
+    job = CaptureJob(path="/virtual/model.py", source=pasted, classes=requests)
+    (again,) = run_capture(job, lambda *_: None).modules
+    assert not [d for d in again.diagnostics if d.code == "FX405" and d.data["arg"] == "hidden"]
+    assert again.input_names[:2] == ["input", "hidden"], again.input_names
+    assert again.status == "traced", [d.message for d in again.diagnostics]
+
+
+LOCAL_VIT = HEADER + """
+from math import sqrt
+
+
+class Residual(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x) + x
+
+
+class FeedForward(nn.Module):
+    def __init__(self, dim: int = 16):
+        super().__init__()
+        self.net = nn.Sequential(nn.LayerNorm(dim), nn.Conv2d(dim, dim, 1))
+
+    def forward(self, x):
+        h = w = int(sqrt(x.shape[-2]))
+        x = x.transpose(1, 2).reshape(x.shape[0], -1, h, w)
+        x = self.net(x)
+        return x.flatten(2).transpose(1, 2)
+
+
+class Model(nn.Module):
+    def __init__(self, dim: int = 16):
+        super().__init__()
+        self.embed = nn.Linear(dim, dim)
+        self.blocks = nn.Sequential(Residual(FeedForward(dim)), Residual(FeedForward(dim)))
+
+    def forward(self, tokens):
+        return self.blocks(self.embed(tokens))
+"""
+
+
+def test_a_shape_error_inside_a_block_is_reported_once_where_it_happens() -> None:
+    """The LayerNorm of ``FeedForward`` sees ``[B, C, H, W]`` (vit-pytorch's LocalViT): one
+    FX201, at ``self.net(x)`` in ``FeedForward``, found by running it on fake tensors after
+    FX stopped at ``int(sqrt(...))`` — not again at every parent's call of the block."""
+    found = _capture(LOCAL_VIT, "Residual", "FeedForward", "Model")
+    text = textwrap.dedent(LOCAL_VIT).splitlines()
+    where = next(i for i, t in enumerate(text, 1) if "x = self.net(x)" in t)
+    reports = [(m.name, d) for m in found.values() for d in m.diagnostics if d.code == "FX201"]
+    assert [(name, d.span.line) for name, d in reports] == [("FeedForward", where)], [
+        (name, d.span.line, d.message) for name, d in reports
+    ]
+    assert "normalized_shape" in reports[0][1].message
+    assert found["FeedForward"].status == "partial"

@@ -215,3 +215,18 @@ def test_untraceable_root_falls_back_to_a_fake_run() -> None:
     (total,) = [n for n in control.nodes if n.target == "sum"]
     assert total.span == _span("x.sum()", "class ControlFlow(")
     assert [(d.code, d.severity) for d in _failures(control)] == [("FX101", "warning")]
+
+
+def test_code_quoted_in_messages_is_one_short_line() -> None:
+    """Multi-line code is one line; a long call keeps its callee (``self.attn1(…)``), other
+    long code is cut with an ellipsis; empty text gives the fallback (a node name)."""
+    from fxls.worker.capture.spans import SHORT_SOURCE, short_source
+
+    call = "self.attn1(\n    norm_hidden_states,\n    encoder_hidden_states=states,\n    **kw,\n)"
+    assert short_source(call) == "self.attn1(…)"
+    condition = "not interpolate_pos_encoding and (height != self.image_size or width != 3)"
+    shown = short_source(condition)
+    assert shown.startswith("not interpolate_pos_encoding and (height") and shown.endswith("…")
+    assert len(shown) == SHORT_SOURCE
+    assert short_source("x + 1") == "x + 1"
+    assert short_source("  ", "getitem_5") == "getitem_5"

@@ -84,6 +84,30 @@ def _value_text(
     return text if len(text) <= 40 else text[:39] + "…"
 
 
+_LITERALS = (type(None), bool, int, float, str)
+
+
+def directive_expr(value: Any, depth: int = 0) -> str | None:
+    """``value`` as a directive's Python expression (``# fxls: hidden = ...``), None when it
+    cannot be written: literals, tuples and lists, and tensors as ``torch.zeros(2, 2, 64)``
+    (a shape alone would be read as one tensor's, not a tuple's)."""
+    if isinstance(value, _LITERALS):
+        return repr(value)
+    if isinstance(value, torch.Tensor):
+        sizes = ", ".join(str(int(s)) for s in value.shape)
+        dtype = "" if value.dtype == torch.float32 else f", dtype=torch.{dtype_name(value.dtype)}"
+        return f"torch.zeros({sizes}{dtype})" if sizes or not dtype else f"torch.zeros((){dtype})"
+    if depth < 3 and isinstance(value, (tuple, list)):
+        items = [directive_expr(v, depth + 1) for v in value]
+        if any(i is None for i in items):
+            return None
+        inner = ", ".join(i for i in items if i is not None)
+        if isinstance(value, tuple):
+            return f"({inner},)" if len(items) == 1 else f"({inner})"
+        return f"[{inner}]"
+    return None
+
+
 class InputError(Exception):
     """A declared input could not be made (bad dtype, expression raised)."""
 

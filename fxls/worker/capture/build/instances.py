@@ -132,16 +132,48 @@ _TRIANGLES = frozenset({torch.tril, torch.triu, torch.Tensor.tril, torch.Tensor.
 _PLAIN = (torch.Tensor, nn.Parameter)
 
 
+_MOVES = frozenset({torch.Tensor.cpu, torch.Tensor.cuda})
+_FROM_DATA = frozenset(
+    {torch.tensor, torch.as_tensor, torch.scalar_tensor, torch.Tensor.new_tensor}
+)
+"""Tensors made from values keep the device they name: code reads them back (``.item()`` of
+``tensor.new_tensor(a, device="cpu")`` in ``trunc_normal_``)."""
+
+
+def _off_meta(device: Any) -> bool:
+    """Whether ``device`` names a device other than meta (``"cpu"``, ``"cuda:0"``, 0)."""
+    if isinstance(device, bool) or device is None:
+        return False
+    if isinstance(device, int):
+        return True
+    if isinstance(device, (str, torch.device)):
+        try:
+            return torch.device(device).type != "meta"
+        except (RuntimeError, TypeError):
+            return False
+    return False
+
+
 class _MetaBuild(TorchFunctionMode):
     """While ``__init__`` runs on the meta device: parameter initializers (``uniform_``,
     ``normal_``...) return their meta tensor at once, and ``torch.tril``/``triu`` of a meta
     matrix is a new meta tensor of its shape, instead of running their meta kernels (about a
-    millisecond per causal mask of a GPT block, half of a 48-block GPT's build). Shapes,
-    dtypes and devices are what the kernels give."""
+    millisecond per causal mask of a GPT block, half of a 48-block GPT's build). Shapes and
+    dtypes are what the kernels give; a device the code names (``device="cpu"``, ``.to("cuda")``,
+    ``.cpu()``) is meta too."""
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         first = args[0] if args else None
+        if func not in _FROM_DATA and _off_meta(kwargs.get("device")):
+            # ``torch.ones(..., device="cpu")``, ``nn.Linear(..., device=device)``: the build
+            # stays on meta, as the user's device would hold the same shapes
+            kwargs = {**kwargs, "device": "meta"}
+        if isinstance(first, torch.Tensor) and first.is_meta:
+            if func in _MOVES:
+                return first
+            if func is torch.Tensor.to:
+                args = tuple("meta" if _off_meta(a) else a for a in args)
         if isinstance(first, torch.Tensor) and first.is_meta and type(first) in _PLAIN:
             if func in _FILLS:
                 return first

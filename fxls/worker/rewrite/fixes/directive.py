@@ -19,8 +19,6 @@ from fxls.worker.capture.build import inputs
 from fxls.worker.rewrite import text
 from fxls.worker.rewrite.base import Original, Proposal, Unavailable, gone_of
 
-_LITERALS = (type(None), bool, int, float, str)
-
 
 def propose(original: Original, fix: FixRequest) -> Proposal:
     what = fix.params.get("what")
@@ -76,22 +74,8 @@ def input_directive(original: Original, cls: str, arg: str) -> tuple[str, InputS
 
 
 def value_directive(arg: str, value: Any) -> tuple[str, InputSpec]:
-    """``flag = False`` and its InputSpec, for a plain value."""
-    literal = _literal(value)
+    """``flag = False`` (or ``hidden = (torch.zeros(2, 2, 64), ...)``) and its InputSpec."""
+    literal = inputs.directive_expr(value)
     if literal is None:
         raise Unavailable(f"the value fxls passed for `{arg}` cannot be written in a directive")
     return f"{arg} = {literal}", InputSpec(name=arg, kind="expr", expr=literal)
-
-
-def _literal(value: Any, depth: int = 0) -> str | None:
-    if isinstance(value, _LITERALS):
-        return repr(value)
-    if depth < 3 and isinstance(value, (tuple, list)):
-        items = [_literal(v, depth + 1) for v in value]
-        if any(i is None for i in items):
-            return None
-        inner = ", ".join(i for i in items if i is not None)
-        if isinstance(value, tuple):
-            return f"({inner},)" if len(items) == 1 else f"({inner})"
-        return f"[{inner}]"
-    return None

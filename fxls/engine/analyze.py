@@ -314,6 +314,7 @@ def capture_job(
         children_from_trace=options.children_from_trace,
         eager_on_meta=options.eager_on_meta,
         rules=_rules_for(path, options),
+        notebook=path.endswith(".ipynb"),
     )
 
 

@@ -380,9 +380,11 @@ def _import_diagnostic(
 
 
 def _exited_after_classes(doc: ExecutedDocument, job: CaptureJob, exc: BaseException) -> bool:
-    """A script that exits at import (FX410) after defining some of the requested classes:
-    those are captured from what ran (a file of a package is not: its module is gone)."""
-    if not isinstance(exc, SystemExit) or job.module:
+    """A script that exits at import (FX410), or a notebook that raises in a cell, after
+    defining some of the requested classes: those are captured from what ran (a file of a
+    package is not: its module is gone)."""
+    stopped = isinstance(exc, SystemExit) or (job.notebook and isinstance(exc, Exception))
+    if not stopped or job.module:
         return False
     if not any(isinstance(doc.namespace.get(r.name), type) for r in job.classes):
         return False

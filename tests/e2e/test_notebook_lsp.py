@@ -1,0 +1,192 @@
+"""A Jupyter notebook through the real server, its worker and pytest-lsp's client (LSP 3.17
+notebook synchronization): a class in one cell gets the shapes of the call in a later cell,
+on the cell's own URI; editing the call updates them; a shape error is published on the
+cell and line where it is; IPython magics give no error."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from harness import needs_worker, start_recording
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),
+    pytest.mark.slow,
+    needs_worker,
+]
+
+SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "fxls", "serve"])
+
+CELLS = [
+    ("code", "import torch\nimport torch.nn as nn\n%matplotlib inline"),
+    ("markdown", "# A small network"),
+    (
+        "code",
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(3, 16, 3, padding=1)\n"
+        "        self.fc = nn.Linear(16, 10)\n"
+        "\n"
+        "    def forward(self, x):\n"
+        "        h = self.conv(x)\n"
+        "        return self.fc(h.mean((2, 3)))",
+    ),
+    (
+        "code",
+        "!pip install nothing\nmodel = Net()\nout = model(torch.randn(8, 3, 32, 32))\n"
+        "print(out.shape)\nmodel?",
+    ),
+]
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def client(lsp_client: LanguageClient, tmp_path: Path):
+    await start_recording(lsp_client, tmp_path, {"debounceMs": 50})
+    yield
+    await lsp_client.shutdown_session()
+
+
+def _open(client: LanguageClient, folder: Path) -> tuple[str, list[str]]:
+    notebook = (folder / "model.ipynb").as_uri()
+    cells = [f"vscode-notebook-cell:{folder / 'model.ipynb'}#C{i}" for i in range(len(CELLS))]
+    client.notebook_document_did_open(
+        types.DidOpenNotebookDocumentParams(
+            notebook_document=types.NotebookDocument(
+                uri=notebook,
+                notebook_type="jupyter-notebook",
+                version=1,
+                cells=[
+                    types.NotebookCell(
+                        kind=types.NotebookCellKind.Code
+                        if kind == "code"
+                        else types.NotebookCellKind.Markup,
+                        document=uri,
+                    )
+                    for (kind, _), uri in zip(CELLS, cells)
+                ],
+            ),
+            cell_text_documents=[
+                types.TextDocumentItem(
+                    uri=uri,
+                    language_id="python" if kind == "code" else "markdown",
+                    version=1,
+                    text=text,
+                )
+                for (kind, text), uri in zip(CELLS, cells)
+            ],
+        )
+    )
+    return notebook, cells
+
+
+def _set_line(
+    client: LanguageClient, notebook: str, cell: str, version: int, line: int, text: str
+) -> None:
+    """Replace one line of a cell, as the editor sends a typed change."""
+    end = types.Position(line=line, character=200)
+    client.notebook_document_did_change(
+        types.DidChangeNotebookDocumentParams(
+            notebook_document=types.VersionedNotebookDocumentIdentifier(
+                uri=notebook, version=version
+            ),
+            change=types.NotebookDocumentChangeEvent(
+                cells=types.NotebookDocumentCellChanges(
+                    text_content=[
+                        types.NotebookDocumentCellContentChanges(
+                            document=types.VersionedTextDocumentIdentifier(
+                                uri=cell, version=version
+                            ),
+                            changes=[
+                                types.TextDocumentContentChangePartial(
+                                    range=types.Range(
+                                        start=types.Position(line=line, character=0), end=end
+                                    ),
+                                    text=text,
+                                )
+                            ],
+                        )
+                    ]
+                )
+            ),
+        )
+    )
+
+
+async def _hover(client: LanguageClient, uri: str, line: int, col: int) -> str:
+    result = await client.text_document_hover_async(
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=col),
+        )
+    )
+    if result is None or not isinstance(result.contents, types.MarkupContent):
+        return ""
+    return re.sub(r"`", "", result.contents.value)
+
+
+async def _until(predicate, what: str, seconds: float = 120.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = await predicate()
+        if found:
+            return found
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.asyncio
+async def test_shapes_from_a_later_cell_errors_on_their_cell(
+    client: LanguageClient, tmp_path: Path
+) -> None:
+    notebook, cells = _open(client, tmp_path)
+
+    async def class_hover() -> str:
+        text = await _hover(client, cells[2], 0, 7)
+        return text if "32, 32" in text else ""
+
+    text = await _until(class_hover, "the class hover with the call's shapes")
+    assert "[B, 3, 32, 32]" in text or "[8, 3, 32, 32]" in text, text
+    assert "cell 4, line 3" in text, text
+    # the line of the class's own forward: shapes at the cell's lines
+    conv = await _hover(client, cells[2], 7, 12)
+    assert "16, 32, 32" in conv, conv
+    # magics, shell lines and help give no diagnostic
+    published = client.published  # type: ignore[attr-defined]
+    assert not any(p.diagnostics for p in published if p.uri in (cells[0], cells[3]))
+    assert all(p.uri in cells for p in published), {p.uri for p in published}
+
+    # the call changes: the class gets the new sizes
+    _set_line(client, notebook, cells[3], 2, 2, "out = model(torch.randn(8, 3, 64, 64))")
+
+    async def new_hover() -> str:
+        text = await _hover(client, cells[2], 0, 7)
+        return text if "64, 64" in text else ""
+
+    text = await _until(new_hover, "the class hover with the edited call")
+    assert "3, 64, 64" in text and "cell 4, line 3" in text, text
+
+    # a call the class cannot run: the error is on the class's cell, at the line that raised
+    _set_line(client, notebook, cells[3], 3, 2, "out = model(torch.randn(8, 4, 64, 64))")
+
+    async def error_on_cell() -> list[types.Diagnostic]:
+        found = [p for p in client.published if p.uri == cells[2]]  # type: ignore[attr-defined]
+        return [d for d in found[-1].diagnostics if d.severity == 1] if found else []
+
+    errors = await _until(error_on_cell, "a shape error published on the class's cell")
+    assert any(d.range.start.line == 7 for d in errors), [(d.range, d.message) for d in errors]
+    client.notebook_document_did_close(
+        types.DidCloseNotebookDocumentParams(
+            notebook_document=types.NotebookDocumentIdentifier(uri=notebook),
+            cell_text_documents=[types.TextDocumentIdentifier(uri=uri) for uri in cells],
+        )
+    )

@@ -672,8 +672,8 @@ class Session:
 
     def graph(self, uri: Any, cls: Any) -> dict[str, Any]:
         """The ``fxls/graph`` answer for class ``cls`` of the open document ``uri``."""
-        doc = self.documents.get(uri) if isinstance(uri, str) else None
-        return graph_page(doc, str(uri), cls, self.trusted)
+        view = self.view(uri) if isinstance(uri, str) else None
+        return graph_page(view.doc if view is not None else None, str(uri), cls, self.trusted)
 
     def stats(self) -> dict[str, Any]:
         """What ``fxls/stats`` answers: server-side state a client cannot observe otherwise."""
@@ -898,16 +898,17 @@ class Session:
             return trace.problem("error", f"fxls failed: {type(exc).__name__}: {exc}")
 
     async def _trace(self, uri: str, position: types.Position) -> dict[str, Any]:
-        doc = self.documents.get(uri)
+        view = self.view(uri)
         if not self.trusted:
             return trace.problem("untrusted", trace.UNTRUSTED)
-        if doc is None:
+        if view is None:
             return trace.problem("notOpen", trace.NOT_OPEN)
+        doc = view.doc
         unparsable = trace.unparsable(doc.text)
         if unparsable is not None:
             return unparsable
-        line, _ = convert.position_from_lsp(position, doc.lines, self.encoding)
-        cls = trace.class_at(doc.text, line)
+        line, _ = convert.position_from_lsp(position, view.lines, self.encoding)
+        cls = trace.class_at(doc.text, view.to_text(line) or 0)
         if cls is None:
             return trace.problem("noClass", trace.NO_CLASS)
         async with self._work_done(f"tracing {cls.name}"):
@@ -934,7 +935,7 @@ class Session:
             result.analysis.modules,
             result.analysis.diagnostics,
             version=result.version,
-            mapper=doc.line_map().to_current,
+            mapper=(self.view(uri) or view).to_current,
             isolation=result.analysis.isolation,
             duration_s=result.analysis.duration_s,
         )

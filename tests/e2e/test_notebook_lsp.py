@@ -160,6 +160,24 @@ async def test_shapes_from_a_later_cell_errors_on_their_cell(
     # the line of the class's own forward: shapes at the cell's lines
     conv = await _hover(client, cells[2], 7, 12)
     assert "16, 32, 32" in conv, conv
+    # inlay hints and code lenses on the cell's own lines; none in the other cells
+    whole = types.Range(
+        start=types.Position(line=0, character=0), end=types.Position(line=99, character=0)
+    )
+    hints = await client.text_document_inlay_hint_async(
+        types.InlayHintParams(text_document=types.TextDocumentIdentifier(uri=cells[2]), range=whole)
+    )
+    assert hints and {h.position.line for h in hints} <= {7, 8}, hints
+    lenses = await client.text_document_code_lens_async(
+        types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=cells[2]))
+    )
+    assert [lens.range.start.line for lens in lenses or []] == [0], lenses
+    for other in (cells[0], cells[3]):
+        assert not await client.text_document_inlay_hint_async(
+            types.InlayHintParams(
+                text_document=types.TextDocumentIdentifier(uri=other), range=whole
+            )
+        )
     # magics, shell lines and help give no diagnostic
     published = client.published  # type: ignore[attr-defined]
     assert not any(p.diagnostics for p in published if p.uri in (cells[0], cells[3]))

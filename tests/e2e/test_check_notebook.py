@@ -136,3 +136,11 @@ def test_a_folder_includes_notebooks_and_a_broken_one_gets_one_message(tmp_path:
     assert "checkpoint" not in proc.stdout
     broken = [line for line in proc.stderr.splitlines() if "broken.ipynb" in line]
     assert len(broken) == 1 and "not valid JSON" in broken[0], proc.stderr
+
+
+def test_fix_never_writes_a_notebook(tmp_path: Path) -> None:
+    path = write_notebook(tmp_path / "model.ipynb")
+    before = path.read_bytes()
+    proc = check(tmp_path, "--fix", "--unsafe-fixes", "model.ipynb")
+    assert path.read_bytes() == before
+    assert "fixes are not made in notebooks" in proc.stderr, proc.stderr

@@ -26,6 +26,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 MAX_NOTEBOOK_BYTES = 20_000_000
@@ -157,6 +158,25 @@ def build(cells: Sequence[Cell]) -> NotebookModule:
         lines.extend(cell_lines)
         blanked.extend(start + i - 1 for i in gone)
     return NotebookModule("\n".join(lines) + "\n", slots, blanked)
+
+
+_PERCENT = re.compile(r"^#\s*%%")
+
+
+def percent_module(text: str) -> NotebookModule | None:
+    """A percent-format file (``# %%`` cell markers: jupytext, VS Code's Python Interactive,
+    Spyder) as a notebook's module, line for line; None for a file without markers. Its cells
+    are plain Python (jupytext writes magics as comments), so only statements that are not
+    model code are left out."""
+    lines = text.split("\n")
+    starts = [i for i, line in enumerate(lines) if _PERCENT.match(line)]
+    if not starts:
+        return None
+    bounds = [0, *(i for i in starts if i > 0), len(lines)]
+    cells = [Cell("code", "python", "\n".join(lines[a:b])) for a, b in pairwise(bounds)]
+    module = build(cells)
+    module.text = module.text[:-1]  # build ends the last line; the file's own end stays
+    return module
 
 
 def python_lines(text: str, state: Names | None = None) -> tuple[list[str], list[int]]:

@@ -208,3 +208,56 @@ async def test_shapes_from_a_later_cell_errors_on_their_cell(
             cell_text_documents=[types.TextDocumentIdentifier(uri=uri) for uri in cells],
         )
     )
+
+
+PERCENT = """# %%
+import torch
+import torch.nn as nn
+
+# %% [markdown]
+# A small network
+
+# %%
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = self.conv(x)
+        return self.fc(h.mean((2, 3)))
+
+# %%
+model = Net()
+out = model(torch.randn(8, 3, 48, 48))
+
+# %%
+while True:  # a training loop: never run by a capture
+    pass
+"""
+
+
+@pytest.mark.asyncio
+async def test_percent_format_file_is_a_notebook_in_plain_python(
+    client: LanguageClient, tmp_path: Path
+) -> None:
+    """What Neovim users edit (jupytext's ``# %%`` files): a plain Python document whose
+    top-level loop is left out of the run, with the shapes of the call in a later cell."""
+    uri = (tmp_path / "train.py").as_uri()
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(
+                uri=uri, language_id="python", version=1, text=PERCENT
+            )
+        )
+    )
+
+    async def class_hover() -> str:
+        text = await _hover(client, uri, 8, 7)
+        return text if "48, 48" in text else ""
+
+    text = await _until(class_hover, "the class hover with the call's shapes", 60)
+    assert "[B, 3, 48, 48]" in text and "the call at line 21" in text, text
+    published = [p for p in client.published if p.uri == uri]  # type: ignore[attr-defined]
+    assert published and not any(d.severity == 1 for d in published[-1].diagnostics)

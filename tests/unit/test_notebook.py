@@ -7,7 +7,14 @@ import json
 
 import pytest
 
-from fxls.analysis.notebook import Cell, NotebookError, build, python_lines, read_ipynb
+from fxls.analysis.notebook import (
+    Cell,
+    NotebookError,
+    build,
+    percent_module,
+    python_lines,
+    read_ipynb,
+)
 
 
 def code(text: str) -> Cell:
@@ -155,3 +162,14 @@ def test_read_ipynb_sources_only() -> None:
 def test_bad_notebooks_get_one_message(data: bytes, says: str) -> None:
     with pytest.raises(NotebookError, match=says):
         read_ipynb(data)
+
+
+def test_percent_format_keeps_every_line_and_leaves_out_loops() -> None:
+    text = "# %%\nimport torch\n# %% [markdown]\n# words\n# %%\nm = Net()\nm(x)\nwhile True:\n    pass\n"
+    module = percent_module(text)
+    assert module is not None
+    assert module.text.split("\n") == [
+        "# %%", "import torch", "# %% [markdown]", "# words", "# %%", "m = Net()", "m(x)",
+        "", "", "",
+    ]  # fmt: skip
+    assert percent_module("import torch\nx = 1  # %% not a marker\n") is None

@@ -80,10 +80,13 @@ def test_text_report_gives_cells(tmp_path: Path) -> None:
     error = next(line for line in out.splitlines() if " error " in line)
     assert error.startswith("model.ipynb:cell 3:8:"), out
     assert "channels" in error or "expected" in error, error
+    # and on the cell whose statement ran it
+    assert any(line.startswith("model.ipynb:cell 4:3:") and " error " in line
+               for line in out.splitlines()), out  # fmt: skip
     # the inputs came from that call, named by cell and line
     assert "from the call at cell 4, line 3" in out, out
     # magics, shell lines and the training loop: nothing reported there
-    assert "cell 1:" not in out and "cell 4:1" not in out and "cell 4:4" not in out, out
+    assert "cell 1:" not in out and "cell 4:1:" not in out and "cell 4:4:" not in out, out
     assert proc.returncode == 1, proc.stderr
 
 
@@ -97,7 +100,8 @@ def test_json_report_gives_cells(tmp_path: Path) -> None:
     conv = next(n for n in module["nodes"] if n["target"] == "conv")
     assert (conv["cell"], conv["line"], conv["end_line"]) == (3, 8, 8)
     every = module["diagnostics"] + doc["diagnostics"]
-    assert every and all(d["cell"] == 3 for d in every), every
+    assert {d["cell"] for d in every} == {3, 4}, every
+    assert {(d["cell"], d["line"]) for d in every if d["severity"] == "error"} == {(3, 8), (4, 3)}
     assumed = next(d for d in every if d["code"] == "FX405")
     assert "the call at cell 4, line 3" in assumed["message"]
 

@@ -202,6 +202,8 @@ async def test_shapes_from_a_later_cell_errors_on_their_cell(
 
     errors = await _until(error_on_cell, "a shape error published on the class's cell")
     assert any(d.range.start.line == 7 for d in errors), [(d.range, d.message) for d in errors]
+    calling = [p for p in client.published if p.uri == cells[3]]  # type: ignore[attr-defined]
+    assert calling and [d.range.start.line for d in calling[-1].diagnostics] == [2], calling[-1]
     client.notebook_document_did_close(
         types.DidCloseNotebookDocumentParams(
             notebook_document=types.NotebookDocumentIdentifier(uri=notebook),

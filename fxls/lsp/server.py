@@ -39,13 +39,17 @@ NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
     notebook_selector=[
         types.NotebookDocumentFilterWithCells(
             notebook="jupyter-notebook",
-            cells=[types.NotebookCellLanguage(language="python")],
+            cells=[
+                types.NotebookCellLanguage(language="python"),
+                types.NotebookCellLanguage(language="markdown"),
+            ],
         )
     ],
     save=True,
 )
-"""Jupyter notebooks with Python cells: the editor syncs them as notebooks (each cell's text
-through ``notebookDocument/didChange``), and asks for features on each cell's URI."""
+"""Jupyter notebooks: the editor syncs them as notebooks (each cell's text through
+``notebookDocument/didChange``) and asks for features on each Python cell's URI. Markdown
+cells are synced too, only so that cells are counted as the notebook shows them."""
 
 
 class FxlsServer(LanguageServer):

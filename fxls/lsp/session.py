@@ -1155,7 +1155,10 @@ def restructure(notebook: Notebook, structure: types.NotebookDocumentCellChangeS
     opened = {cell.uri: cell for cell in structure.did_open or []}
     span = structure.array
     notebook.cells[span.start : span.start + span.delete_count] = [
-        known.get(c.document) or notebook_cell(c, opened.get(c.document)) for c in span.cells or []
+        notebook_cell(c, opened[c.document])
+        if c.document in opened  # new, or opened again (its language changed)
+        else known.get(c.document) or notebook_cell(c, None)
+        for c in span.cells or []
     ]
 
 

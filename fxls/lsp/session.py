@@ -617,8 +617,13 @@ class Session:
     def publish_too_large(self, doc: Document) -> None:
         """One information diagnostic, and one message per document, instead of a capture."""
         found = diagnostics.too_large(len(doc.text), MAX_DOCUMENT_CHARS)
+        uri, version = doc.uri, doc.version
+        notebook = self.notebooks.get(doc.uri)
+        if notebook is not None and notebook.cells:  # on the first cell: editors show no notebook
+            uri, version = notebook.cells[0].uri, None
+            notebook.published.add(uri)
         self.lsp.text_document_publish_diagnostics(
-            types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=[found], version=doc.version)
+            types.PublishDiagnosticsParams(uri=uri, diagnostics=[found], version=version)
         )
         if not doc.told_too_large:
             doc.told_too_large = True

@@ -263,3 +263,86 @@ async def test_percent_format_file_is_a_notebook_in_plain_python(
     assert "[B, 3, 48, 48]" in text and "the call at line 21" in text, text
     published = [p for p in client.published if p.uri == uri]  # type: ignore[attr-defined]
     assert published and not any(d.severity == 1 for d in published[-1].diagnostics)
+
+
+@pytest.mark.asyncio
+async def test_cells_added_and_removed(client: LanguageClient, tmp_path: Path) -> None:
+    """A cell inserted above moves every cell number; a removed cell's diagnostics are cleared."""
+    notebook, cells = _open(client, tmp_path)
+
+    async def hover_says(words: str) -> str:
+        text = await _hover(client, cells[2], 0, 7)
+        return text if words in text else ""
+
+    await _until(lambda: hover_says("cell 4, line 3"), "the first capture")
+    new = f"vscode-notebook-cell:{tmp_path / 'model.ipynb'}#N0"
+    structure = types.NotebookDocumentCellChangeStructure(
+        array=types.NotebookCellArrayChange(
+            start=0,
+            delete_count=0,
+            cells=[types.NotebookCell(kind=types.NotebookCellKind.Markup, document=new)],
+        ),
+        did_open=[types.TextDocumentItem(uri=new, language_id="markdown", version=1, text="# Hi")],
+    )
+    client.notebook_document_did_change(
+        types.DidChangeNotebookDocumentParams(
+            notebook_document=types.VersionedNotebookDocumentIdentifier(uri=notebook, version=2),
+            change=types.NotebookDocumentChangeEvent(
+                cells=types.NotebookDocumentCellChanges(structure=structure)
+            ),
+        )
+    )
+    text = await _until(lambda: hover_says("cell 5, line 3"), "the hover after a cell was added")
+    assert "[B, 3, 32, 32]" in text
+
+    # the calling cell goes: its call no longer gives the inputs
+    removed = types.NotebookDocumentCellChangeStructure(
+        array=types.NotebookCellArrayChange(start=4, delete_count=1),
+        did_close=[types.TextDocumentIdentifier(uri=cells[3])],
+    )
+    client.notebook_document_did_change(
+        types.DidChangeNotebookDocumentParams(
+            notebook_document=types.VersionedNotebookDocumentIdentifier(uri=notebook, version=3),
+            change=types.NotebookDocumentChangeEvent(
+                cells=types.NotebookDocumentCellChanges(structure=removed)
+            ),
+        )
+    )
+
+    async def no_call() -> str:
+        text = await _hover(client, cells[2], 0, 7)
+        return text if text and "the call at" not in text else ""
+
+    await _until(no_call, "the hover once the calling cell is gone")
+
+
+@pytest.mark.asyncio
+async def test_a_notebook_too_large_is_said_on_its_first_cell(
+    client: LanguageClient, tmp_path: Path
+) -> None:
+    notebook = (tmp_path / "big.ipynb").as_uri()
+    cells = [f"vscode-notebook-cell:{tmp_path / 'big.ipynb'}#B{i}" for i in range(2)]
+    texts = ["import torch", "x = 1\n" * 400_000]
+    client.notebook_document_did_open(
+        types.DidOpenNotebookDocumentParams(
+            notebook_document=types.NotebookDocument(
+                uri=notebook,
+                notebook_type="jupyter-notebook",
+                version=1,
+                cells=[
+                    types.NotebookCell(kind=types.NotebookCellKind.Code, document=uri)
+                    for uri in cells
+                ],
+            ),
+            cell_text_documents=[
+                types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
+                for uri, text in zip(cells, texts)
+            ],
+        )
+    )
+
+    async def told() -> list[types.PublishDiagnosticsParams]:
+        return [p for p in client.published if p.diagnostics]  # type: ignore[attr-defined]
+
+    (published,) = await _until(told, "the notebook too large to analyse", 30)
+    assert published.uri == cells[0] and published.diagnostics[0].code == "FX407"

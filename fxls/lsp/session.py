@@ -975,11 +975,12 @@ class Session:
             self.fix_outcomes[doc.uri] = (doc.version, found)
         return found
 
-    def _offered(self, doc: Document) -> list[code_actions.Offered]:
-        """The fixes of the cached analysis whose spans are unchanged, on the current text."""
+    def _offered(self, doc: Document, view: View | None = None) -> list[code_actions.Offered]:
+        """The fixes of the cached analysis whose spans are unchanged, on the current text (on
+        the lines of ``view``, a notebook cell, when given: only the fixes in that cell)."""
         if doc.result is None or doc.syntax is not None:
             return []
-        mapper = doc.line_map().to_current
+        mapper = (view or document_view(doc)).to_current
         known = self._outcomes(doc)
         cached = self._candidates.get(doc.uri)
         if cached is None or cached[0] is not doc.result:
@@ -995,20 +996,20 @@ class Session:
     def code_actions_for(
         self, uri: str, request: types.Range, context: types.CodeActionContext
     ) -> list[types.CodeAction]:
-        """Quick fixes and refactors at ``request`` from the cached analysis (no worker).
-        None yet in notebook cells (a fix's edit is made on the notebook's module)."""
-        doc = self.documents.get(uri)
-        if doc is None or doc.result is None or doc.syntax is not None:
+        """Quick fixes and refactors at ``request`` from the cached analysis (no worker); in a
+        notebook cell, those of the cell (fix all is per file: not in cells)."""
+        view = self.view(uri)
+        doc = view.doc if view is not None else None
+        if view is None or doc is None or doc.result is None or doc.syntax is not None:
             return []
-        offered = self._offered(doc)
-        enc, lines = self.encoding, doc.lines
+        offered = self._offered(doc, view)
+        enc, lines = self.encoding, view.lines
         line, col = convert.position_from_lsp(request.start, lines, enc)
-        old_line = doc.line_map().to_analysed(line)
+        old_line = view.to_analysed(line)
         if old_line is not None:
-            mapper = doc.line_map().to_current
             known = self._outcomes(doc)
             for cand in fixes.refactors_at(doc.result.analysis, doc.result.text, old_line, col):
-                span = fixes.moved(cand.span, mapper)
+                span = fixes.moved(cand.span, view.to_current)
                 if span is not None:
                     offered.append(code_actions.Offered(cand, span, known.get(cand.id)))
         unsafe = self.settings.code_actions.unsafe
@@ -1020,9 +1021,10 @@ class Session:
             enc,
             request,
             context,
-            mapper=doc.line_map().to_current,
+            mapper=view.to_current,
             unsafe=unsafe,
-            fix_all=any(
+            fix_all=not view.cell
+            and any(
                 o.candidate.fix_all and (o.outcome is None or fixes.applies(o.outcome, unsafe))
                 for o in offered
             ),
@@ -1085,9 +1087,10 @@ class Session:
         data = action.data if isinstance(action.data, dict) else {}
         if not self.trusted:
             return code_actions.refused(action, "this workspace is not trusted")
-        doc = self.documents.get(str(data.get("uri", "")))
+        view = self.view(str(data.get("uri", "")))
+        doc = view.doc if view is not None else None
         version = data.get("version")
-        if doc is None or doc.version != version:
+        if view is None or doc is None or doc.version != version:
             return code_actions.refused(
                 action, "the document changed since this action was listed; ask again"
             )
@@ -1100,7 +1103,7 @@ class Session:
             if not requests:
                 return code_actions.refused(action, "no fix applies to this file")
         else:
-            request = code_actions.fix_request(data)
+            request = in_text(code_actions.fix_request(data), view)
             if request is None:
                 return code_actions.refused(action, "fxls did not understand this action")
             requests = [request]
@@ -1109,6 +1112,8 @@ class Session:
             outcome = await self._compute(doc, text, requests, fix_all)
         if doc.closed or doc.version != version:
             return code_actions.refused(action, "the document changed while fxls computed the fix")
+        if view.cell:
+            return self._resolved_in_cell(action, outcome, text, view)
         return code_actions.resolved(
             action,
             outcome,
@@ -1119,6 +1124,24 @@ class Session:
             unsafe=self.settings.code_actions.unsafe,
             versioned=bool(self._capability("workspace", "workspace_edit", "document_changes")),
         )
+
+    def _resolved_in_cell(
+        self, action: types.CodeAction, outcome: FixOutcome | None, text: str, view: View
+    ) -> types.CodeAction:
+        notebook = self.notebooks.of_cell(view.uri)
+        index = notebook.index(view.uri) if notebook is not None else None
+        if notebook is None or index is None:
+            return code_actions.refused(action, "the cell is no longer in the notebook")
+        module, version = notebook.module, notebook.cells[index].version
+
+        def to_cell(line: int) -> int | None:
+            where = module.to_cell(line)
+            return where[1] if where is not None and where[0] == index else None
+
+        versioned = bool(self._capability("workspace", "workspace_edit", "document_changes"))
+        cell = code_actions.Cell(view.uri, version, view.lines, to_cell, self.encoding, versioned)
+        unsafe = self.settings.code_actions.unsafe
+        return code_actions.resolved_in_cell(action, outcome, text, cell, unsafe=unsafe)
 
     async def _compute(
         self, doc: Document, text: str, requests: list[FixRequest], combine: bool
@@ -1152,6 +1175,18 @@ class Session:
             why = "; ".join(reasons[:3]) or "nothing to change"
             return FixOutcome("all", "unavailable", "", reason=f"no fix verified safe ({why})")
         return result.outcomes[0] if result.outcomes else None
+
+
+def in_text(request: FixRequest | None, view: View | None) -> FixRequest | None:
+    """A listed fix's request on the document's current text: in a notebook cell, its span
+    (the cell's lines) moved to the lines of the notebook's module."""
+    if request is None or view is None or not view.cell:
+        return request
+    span = request.span
+    start, end = view.to_text(span.line), view.to_text(span.end_line)
+    if start is None or end is None:
+        return None
+    return dataclasses.replace(request, span=Span(start, span.col, end, span.end_col))
 
 
 def restructure(notebook: Notebook, structure: types.NotebookDocumentCellChangeStructure) -> None:

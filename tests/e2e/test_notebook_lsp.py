@@ -346,3 +346,69 @@ async def test_a_notebook_too_large_is_said_on_its_first_cell(
 
     (published,) = await _until(told, "the notebook too large to analyse", 30)
     assert published.uri == cells[0] and published.diagnostics[0].code == "FX407"
+
+
+UNUSED_CELL = (
+    "class Head(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.fc1 = nn.Linear(6, 6)\n"
+    "        self.fc2 = nn.Linear(6, 6)\n"
+    "\n"
+    "    def forward(self, x):\n"
+    "        h = self.fc1(x)\n"
+    "        wasted = self.fc2(h).relu()\n"
+    "        return torch.relu(h)"
+)
+
+
+@pytest.mark.asyncio
+async def test_a_quick_fix_in_a_cell_edits_that_cell(
+    client: LanguageClient, tmp_path: Path
+) -> None:
+    """An unused statement in a class's cell: the fix is listed on the cell, computed on the
+    notebook's module, and its edit is on the cell's URI at the cell's lines."""
+    notebook = (tmp_path / "head.ipynb").as_uri()
+    cells = [f"vscode-notebook-cell:{tmp_path / 'head.ipynb'}#H{i}" for i in range(3)]
+    texts = ["%load_ext autoreload\nimport torch\nimport torch.nn as nn", UNUSED_CELL,
+             "head = Head()\nhead(torch.randn(4, 6))"]  # fmt: skip
+    client.notebook_document_did_open(
+        types.DidOpenNotebookDocumentParams(
+            notebook_document=types.NotebookDocument(
+                uri=notebook,
+                notebook_type="jupyter-notebook",
+                version=1,
+                cells=[
+                    types.NotebookCell(kind=types.NotebookCellKind.Code, document=uri)
+                    for uri in cells
+                ],
+            ),
+            cell_text_documents=[
+                types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
+                for uri, text in zip(cells, texts)
+            ],
+        )
+    )
+
+    async def unused() -> list[types.Diagnostic]:
+        found = [p for p in client.published if p.uri == cells[1]]  # type: ignore[attr-defined]
+        return [d for d in found[-1].diagnostics if d.code == "FX302"] if found else []
+
+    (diagnostic,) = await _until(unused, "the unused statement's hint on its cell")
+    assert diagnostic.range.start.line == 8
+    listed = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=cells[1]),
+            range=diagnostic.range,
+            context=types.CodeActionContext(diagnostics=[diagnostic]),
+        )
+    )
+    actions = [a for a in listed or [] if isinstance(a, types.CodeAction)]
+    fix = next(a for a in actions if a.title.startswith("Remove unused"))
+    assert not any(a.kind == "source.fixAll.fxls" for a in actions)  # per file: not in cells
+    done = await client.code_action_resolve_async(fix)
+    assert done.edit is not None, done.disabled
+    changes = done.edit.document_changes or []
+    assert [c.text_document.uri for c in changes] == [cells[1]]  # type: ignore[union-attr]
+    (edit,) = changes[0].edits  # type: ignore[union-attr]
+    assert edit.range.start.line == 8 and edit.new_text == "", edit

@@ -39,7 +39,7 @@ PYTHON_BODY_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug", "p
 
 IO_CALLS = frozenset(
     {
-        "open", "input", "print", "display", "exec", "eval", "system", "sleep",
+        "open", "input", "display", "exec", "eval", "system", "sleep",
         "read_csv", "read_json", "read_parquet", "read_excel", "read_table", "read_pickle",
         "load", "loads", "save", "savez", "savefig", "to_csv", "to_json", "to_parquet",
         "urlopen", "urlretrieve", "download", "download_url", "from_pretrained",

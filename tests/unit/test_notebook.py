@@ -173,3 +173,10 @@ def test_percent_format_keeps_every_line_and_leaves_out_loops() -> None:
         "", "", "",
     ]  # fmt: skip
     assert percent_module("import torch\nx = 1  # %% not a marker\n") is None
+
+
+def test_a_factory_that_prints_is_still_called() -> None:
+    out = lines_of(
+        'def make():\n    print("building")\n    return Net()\nmodel = make()\nprint(model)'
+    )
+    assert out[3] == "model = make()" and out[4] == ""

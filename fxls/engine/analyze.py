@@ -291,7 +291,8 @@ def percent_cells(job: CaptureJob) -> CaptureJob:
     """A ``.py`` file in percent format (``# %%`` cells) is captured as a notebook: the same
     lines, with the top-level statements that are not model code left out
     (:func:`fxls.analysis.notebook.percent_module`), and the classes before a cell that raises
-    still captured. Fixes are computed on the file as written (their edits apply to it)."""
+    still captured. Fixes are computed on the same run; an edit of a line left out is refused
+    (:func:`fxls.engine.fixes.kept_lines_only`)."""
     if not job.path.endswith(".py"):
         return job
     module = percent_module(job.source)

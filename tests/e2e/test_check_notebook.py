@@ -148,3 +148,38 @@ def test_fix_never_writes_a_notebook(tmp_path: Path) -> None:
     proc = check(tmp_path, "--fix", "--unsafe-fixes", "model.ipynb")
     assert path.read_bytes() == before
     assert "fixes are not made in notebooks" in proc.stderr, proc.stderr
+
+
+PERCENT_UNUSED = """\
+# %%
+import torch
+import torch.nn as nn
+
+# %%
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(6, 6)
+        self.fc2 = nn.Linear(6, 6)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        wasted = self.fc2(h).relu()
+        return torch.relu(h)
+
+# %%
+head = Head()
+head(torch.randn(4, 6))
+while True:  # never run by a capture
+    pass
+"""
+
+
+def test_fix_of_a_percent_format_file(tmp_path: Path) -> None:
+    """A # %% file is checked as a notebook (its top-level loop never runs) and fixed as the
+    file it is: the unused statement goes, every other line stays."""
+    path = tmp_path / "head.py"
+    path.write_text(PERCENT_UNUSED)
+    proc = check(tmp_path, "--fix", "head.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert path.read_text() == PERCENT_UNUSED.replace("        wasted = self.fc2(h).relu()\n", "")

@@ -15,6 +15,8 @@ from fxls.analysis.notebook import (
     python_lines,
     read_ipynb,
 )
+from fxls.engine.fixes import kept_lines_only
+from fxls.protocol.model import FixOutcome, Span, TextEdit
 
 
 def code(text: str) -> Cell:
@@ -180,3 +182,14 @@ def test_a_factory_that_prints_is_still_called() -> None:
         'def make():\n    print("building")\n    return Net()\nmodel = make()\nprint(model)'
     )
     assert out[3] == "model = make()" and out[4] == ""
+
+
+def test_a_fix_of_a_percent_file_applies_only_to_lines_that_ran_as_written() -> None:
+    text = "# %%\nm = Net()\n# %%\nfor i in range(3):\n    m(i)\n"
+    ran = "# %%\nm = Net()\n# %%\n\n\n"
+    inside = FixOutcome("a", "safe", "t", edits=[TextEdit(Span(2, 0, 2, 9), "m = Net(2)")])
+    kept_lines_only(inside, ran, text)
+    assert inside.applicability == "safe" and inside.edits
+    outside = FixOutcome("b", "safe", "t", edits=[TextEdit(Span(4, 0, 5, 8), "")])
+    kept_lines_only(outside, ran, text)
+    assert outside.applicability == "unavailable" and not outside.edits

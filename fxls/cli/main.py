@@ -395,6 +395,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     summary = Summary(skipped_paths=found.skipped)
     documents: list[dict[str, Any]] = []
     sarif_files = []
+    notebooks: dict[str, Any] = {}
     base = report_base()
     client = WorkerClient(python=python, log=log)
     fixer = None
@@ -417,15 +418,20 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
         summary.add(checked)
         if not checked.reported:
             return
-        analysis = checked.analysis
+        analysis, notebook = checked.analysis, checked.plan.notebook
         if fmt == "text":
-            progress.write(out, format_text(analysis, checked.plan.inputs, checked.plan.text))
+            report = format_text(analysis, checked.plan.inputs, checked.plan.text, notebook)
+            progress.write(out, report)
         elif fmt == "github":
-            progress.write(out, format_github(analysis, base, annotate_info=args.annotate_info))
+            report = format_github(
+                analysis, base, annotate_info=args.annotate_info, notebook=notebook
+            )
+            progress.write(out, report)
         elif fmt == "json":
-            documents.append(to_json(analysis, checked.plan.inputs, checked.not_made))
+            documents.append(to_json(analysis, checked.plan.inputs, checked.not_made, notebook))
         else:
             sarif_files.append((analysis, checked.plan.text))
+            notebooks[analysis.path] = notebook  # None for a plain file
 
     try:
         with progress:
@@ -473,7 +479,9 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
         doc: Any = documents[0] if single else documents
         out.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     elif fmt == "sarif":
-        log_doc = sarif_log(sarif_files, base, successful=exit_code != EXIT_WORKER)
+        log_doc = sarif_log(
+            sarif_files, base, successful=exit_code != EXIT_WORKER, notebooks=notebooks
+        )
         out.write(json.dumps(log_doc, indent=2, ensure_ascii=False) + "\n")
     out.flush()
     if fixer is not None and fix_mode == "diff":

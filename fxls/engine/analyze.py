@@ -24,6 +24,7 @@ from typing import Protocol
 
 from fxls import __version__
 from fxls.analysis import ClassInfo, ParseResult, packages, parse, workspace
+from fxls.analysis.notebook import percent_module
 from fxls.engine import incremental
 from fxls.protocol import catalogue
 from fxls.protocol.codec import to_dict
@@ -286,6 +287,20 @@ def build_requests(
     return requests
 
 
+def percent_cells(job: CaptureJob) -> CaptureJob:
+    """A ``.py`` file in percent format (``# %%`` cells) is captured as a notebook: the same
+    lines, with the top-level statements that are not model code left out
+    (:func:`fxls.analysis.notebook.percent_module`), and the classes before a cell that raises
+    still captured. Fixes are computed on the same run; an edit of a line left out is refused
+    (:func:`fxls.engine.fixes.kept_lines_only`)."""
+    if not job.path.endswith(".py"):
+        return job
+    module = percent_module(job.source)
+    if module is None:
+        return job
+    return dataclasses.replace(job, source=module.text, notebook=True)
+
+
 def capture_job(
     path: str,
     text: str,
@@ -314,6 +329,7 @@ def capture_job(
         children_from_trace=options.children_from_trace,
         eager_on_meta=options.eager_on_meta,
         rules=_rules_for(path, options),
+        notebook=path.endswith(".ipynb"),
     )
 
 
@@ -496,7 +512,7 @@ async def analyze(
         result.evidence_complete = await asyncio.to_thread(
             _add_call_sites, requests, root, path, parsed.defined
         )
-        job = capture_job(path, text, requests, options, root or request.import_root)
+        job = percent_cells(capture_job(path, text, requests, options, root or request.import_root))
         active = sum(1 for r in job.classes if not r.skip)
         budget = Budget(options, active)
         run = _Run(client, job, classes, text, options, result, diagnostics, budget)

@@ -28,7 +28,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from fxls.analysis import ClassInfo, parse
-from fxls.engine.analyze import EngineOptions, FileAnalysis, capture_job, class_requests
+from fxls.engine.analyze import (
+    EngineOptions,
+    FileAnalysis,
+    capture_job,
+    class_requests,
+    percent_cells,
+)
 from fxls.protocol import outputs
 from fxls.protocol.edits import apply_edits, common_ends, line_starts, span_of
 from fxls.protocol.fixkinds import FIX_ALL_KINDS, PER_CLASS_KINDS
@@ -522,7 +528,7 @@ async def compute(
     requests = await asyncio.to_thread(
         class_requests, parsed, path, root, extra_inputs, init_override
     )
-    job = capture_job(path, text, requests, options, root or import_root)
+    job = percent_cells(capture_job(path, text, requests, options, root or import_root))
     rewrite = RewriteJob(fixes=list(fixes), combine=combine, unsafe=unsafe)
     if max_params is not None:
         rewrite.max_params = max_params
@@ -542,7 +548,23 @@ async def compute(
     for outcome in [*rewrite_result.outcomes, rewrite_result.combined]:
         if outcome is not None:
             recheck(outcome)
+            kept_lines_only(outcome, job.source, text)
     return rewrite_result
+
+
+def kept_lines_only(outcome: FixOutcome, ran: str, text: str) -> None:
+    """A fix computed on a ``# %%`` file's run (``ran``: its lines, statements that are not
+    model code left out) applies to the file (``text``) only where both have the same lines:
+    one that changes a line left out is unavailable."""
+    if ran == text or not outcome.edits:
+        return
+    mine, theirs = ran.split("\n"), text.split("\n")
+    for edit in outcome.edits:
+        lines = range(edit.span.line - 1, edit.span.end_line)
+        if any(i >= len(mine) or i >= len(theirs) or mine[i] != theirs[i] for i in lines):
+            outcome.applicability, outcome.edits = "unavailable", []
+            outcome.reason = "it changes a line of the file that fxls leaves out of its run"
+            return
 
 
 def recheck(outcome: FixOutcome) -> None:

@@ -203,8 +203,8 @@ class FxlsProtocol(LanguageServerProtocol):
     """pygls's protocol, except that document notifications reach fxls's handlers untouched,
     and every message to the user passes :func:`fxls.lsp.features.markdown.notice`.
 
-    fxls applies edits to its own copy of each document (``convert.apply_change``); pygls's
-    workspace copy is not kept (pygls also rewrote a position past the end of the last line in
+    fxls applies edits to its own copy of each document and notebook cell
+    (``convert.apply_change``); pygls's workspace copy is not kept (pygls also rewrote a position past the end of the last line in
     place, and raised for an unknown document before the handler ran).
     """
 
@@ -235,6 +235,20 @@ class FxlsProtocol(LanguageServerProtocol):
     @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
     def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> Any:
         yield from self._forward(types.TEXT_DOCUMENT_DID_CLOSE, params)
+
+    @lsp_method(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def lsp_notebook_document__did_open(self, params: types.DidOpenNotebookDocumentParams) -> Any:
+        yield from self._forward(types.NOTEBOOK_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def lsp_notebook_document__did_change(
+        self, params: types.DidChangeNotebookDocumentParams
+    ) -> Any:
+        yield from self._forward(types.NOTEBOOK_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def lsp_notebook_document__did_close(self, params: types.DidCloseNotebookDocumentParams) -> Any:
+        yield from self._forward(types.NOTEBOOK_DOCUMENT_DID_CLOSE, params)
 
     # -- incoming messages -----------------------------------------------------------------
 

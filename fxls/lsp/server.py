@@ -35,6 +35,23 @@ class, from the document's last capture (``{"html", "nodes"}``), or ``{"error"}`
 "Show graph" view asks for it: no second capture, and the server's own settings apply."""
 
 
+NOTEBOOK_SYNC = types.NotebookDocumentSyncOptions(
+    notebook_selector=[
+        types.NotebookDocumentFilterWithCells(
+            notebook="jupyter-notebook",
+            cells=[
+                types.NotebookCellLanguage(language="python"),
+                types.NotebookCellLanguage(language="markdown"),
+            ],
+        )
+    ],
+    save=True,
+)
+"""Jupyter notebooks: the editor syncs them as notebooks (each cell's text through
+``notebookDocument/didChange``) and asks for features on each Python cell's URI. Markdown
+cells are synced too, only so that cells are counted as the notebook shows them."""
+
+
 class FxlsServer(LanguageServer):
     """The pygls server; all state lives in ``self.session``."""
 
@@ -43,6 +60,7 @@ class FxlsServer(LanguageServer):
             "fxls",
             __version__,
             text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            notebook_document_sync=NOTEBOOK_SYNC,
             protocol_cls=FxlsProtocol,
         )
         self.session = Session(self)
@@ -87,6 +105,26 @@ def did_save(ls: FxlsServer, params: types.DidSaveTextDocumentParams) -> None:
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: FxlsServer, params: types.DidCloseTextDocumentParams) -> None:
     ls.session.did_close(params.text_document.uri)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+def did_open_notebook(ls: FxlsServer, params: types.DidOpenNotebookDocumentParams) -> None:
+    ls.session.notebook_opened(params)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+def did_change_notebook(ls: FxlsServer, params: types.DidChangeNotebookDocumentParams) -> None:
+    ls.session.notebook_changed(params)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
+def did_save_notebook(ls: FxlsServer, params: types.DidSaveNotebookDocumentParams) -> None:
+    ls.session.did_save(params.notebook_document.uri)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+def did_close_notebook(ls: FxlsServer, params: types.DidCloseNotebookDocumentParams) -> None:
+    ls.session.notebook_closed(params.notebook_document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_HOVER)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -18,6 +19,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
+from functools import partial
 from typing import Any, TypeVar
 
 from lsprotocol import types
@@ -51,6 +53,7 @@ from fxls.lsp.features import (
     trace,
 )
 from fxls.lsp.features.graph import graph_page
+from fxls.lsp.notebooks import Notebook, NotebookCell, NotebookStore, View, document_view
 from fxls.protocol import catalogue
 from fxls.protocol.files import Refused
 from fxls.protocol.model import FixOutcome, FixRequest, ReadyInfo, Span
@@ -83,6 +86,8 @@ class Session:
     def __init__(self, lsp: LanguageServer) -> None:
         self.lsp = lsp
         self.documents = DocumentStore()
+        self.notebooks = NotebookStore(self.documents)
+        """Open notebooks: each is analysed as one document of ``documents`` (its module)."""
         self.settings = Settings()
         self.trusted = True
         self.root: str | None = None
@@ -555,6 +560,10 @@ class Session:
             self.lsp.work_done_progress.end(token, end)
 
     def publish(self, doc: Document) -> None:
+        notebook = self.notebooks.get(doc.uri)
+        if notebook is not None:
+            self._publish_cells(doc, notebook)
+            return
         result = doc.syntax or doc.result
         mapper = (doc.syntax_map() if doc.syntax else doc.line_map()).to_current
         items: list[types.Diagnostic] = []
@@ -571,11 +580,50 @@ class Session:
             types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=items, version=doc.version)
         )
 
+    def _publish_cells(self, doc: Document, notebook: Notebook) -> None:
+        """A notebook's diagnostics, each on its cell's URI at the cell's line; cells that
+        had some and have none now (or are gone) are cleared."""
+        result = doc.syntax or doc.result
+        found = result.analysis.diagnostics if result is not None else []
+        line_map = doc.syntax_map() if doc.syntax else doc.line_map()
+        sent: set[str] = set()
+        for cell in notebook.cells:
+            view = notebook.cell_view(cell.uri)
+            if view is None:
+                continue
+            view.line_map = line_map
+            empty: list[types.Diagnostic] = []
+            items = self.safely("diagnostics", partial(self._cell_diagnostics, found, view), empty)
+            if items or cell.uri in notebook.published:
+                self.lsp.text_document_publish_diagnostics(
+                    types.PublishDiagnosticsParams(uri=cell.uri, diagnostics=items)
+                )
+            if items:
+                sent.add(cell.uri)
+        for gone in notebook.published - sent - {c.uri for c in notebook.cells}:
+            self.lsp.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(uri=gone, diagnostics=[])
+            )
+        notebook.published = sent
+
+    def _cell_diagnostics(self, found: list[Any], view: View) -> list[types.Diagnostic]:
+        """The diagnostics of one cell's view, their messages in cells' words."""
+        uri = view.uri
+        items = diagnostics.lsp_diagnostics(found, uri, view.lines, self.encoding, view.to_current)
+        for item in items:
+            item.message = view.relabel(item.message)
+        return items
+
     def publish_too_large(self, doc: Document) -> None:
         """One information diagnostic, and one message per document, instead of a capture."""
         found = diagnostics.too_large(len(doc.text), MAX_DOCUMENT_CHARS)
+        uri, version = doc.uri, doc.version
+        notebook = self.notebooks.get(doc.uri)
+        if notebook is not None and notebook.cells:  # on the first cell: editors show no notebook
+            uri, version = notebook.cells[0].uri, None
+            notebook.published.add(uri)
         self.lsp.text_document_publish_diagnostics(
-            types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=[found], version=doc.version)
+            types.PublishDiagnosticsParams(uri=uri, diagnostics=[found], version=version)
         )
         if not doc.told_too_large:
             doc.told_too_large = True
@@ -629,8 +677,8 @@ class Session:
 
     def graph(self, uri: Any, cls: Any) -> dict[str, Any]:
         """The ``fxls/graph`` answer for class ``cls`` of the open document ``uri``."""
-        doc = self.documents.get(uri) if isinstance(uri, str) else None
-        return graph_page(doc, str(uri), cls, self.trusted)
+        view = self.view(uri) if isinstance(uri, str) else None
+        return graph_page(view.doc if view is not None else None, str(uri), cls, self.trusted)
 
     def stats(self) -> dict[str, Any]:
         """What ``fxls/stats`` answers: server-side state a client cannot observe otherwise."""
@@ -704,18 +752,75 @@ class Session:
                 types.PublishDiagnosticsParams(uri=uri, diagnostics=[])
             )
 
+    # -- notebook events (LSP 3.17 notebook synchronization) -----------------------------
+
+    def notebook_opened(self, params: types.DidOpenNotebookDocumentParams) -> None:
+        """A notebook: its Python cells become one module, captured as one document."""
+        item = params.notebook_document
+        texts = {cell.uri: cell for cell in params.cell_text_documents}
+        cells = [notebook_cell(c, texts.get(c.document)) for c in item.cells]
+        notebook = self.notebooks.open(item.uri, item.version, cells)
+        self.schedule(notebook.document, 0.0)
+
+    def notebook_changed(self, params: types.DidChangeNotebookDocumentParams) -> None:
+        """Cells added, removed, moved or edited: the module is made again, then captured
+        after the usual debounce."""
+        notebook = self.notebooks.get(params.notebook_document.uri)
+        change = params.change.cells
+        if notebook is None:
+            return
+        if change is not None:
+            if change.structure is not None:
+                restructure(notebook, change.structure)
+            for data in change.data or []:
+                for cell in notebook.cells:
+                    if cell.uri == data.document:
+                        cell.kind = cell_kind(data.kind)
+            for content in change.text_content or []:
+                self._edit_cell(notebook, content)
+            self.notebooks.index(notebook)
+        notebook.document.update(notebook.module_text(), params.notebook_document.version)
+        self.schedule(notebook.document, self.settings.debounce_ms / 1000)
+
+    def _edit_cell(
+        self, notebook: Notebook, content: types.NotebookDocumentCellContentChanges
+    ) -> None:
+        for cell in notebook.cells:
+            if cell.uri == content.document.uri:
+                for event in content.changes:
+                    cell.text = convert.apply_change(cell.text, event, self.encoding)
+                cell.version = content.document.version
+
+    def notebook_closed(self, uri: str) -> None:
+        notebook = self.notebooks.close(uri)
+        self._candidates.pop(uri, None)
+        self.fix_outcomes.pop(uri, None)
+        for cell in notebook.published if notebook is not None else ():
+            self.lsp.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(uri=cell, diagnostics=[])
+            )
+
     # -- feature views -------------------------------------------------------------------
 
-    def hover_at(self, uri: str, position: types.Position) -> types.Hover | None:
+    def view(self, uri: str) -> View | None:
+        """What ``uri`` shows of an analysed document: a notebook cell (lines mapped to the
+        notebook's module), or an open document itself."""
+        notebook = self.notebooks.of_cell(uri)
+        if notebook is not None:
+            return notebook.cell_view(uri)
         doc = self.documents.get(uri)
-        if doc is None:
+        return None if doc is None else document_view(doc)
+
+    def hover_at(self, uri: str, position: types.Position) -> types.Hover | None:
+        view = self.view(uri)
+        if view is None:
             return None
+        doc = view.doc
         if doc.result is None:
-            return self._pending_hover(doc, position)
-        result, lines, enc = doc.result, doc.lines, self.encoding
+            return self._pending_hover(view, position)
+        result, lines, enc = doc.result, view.lines, self.encoding
         line, col = convert.position_from_lsp(position, lines, enc)
-        line_map = doc.line_map()
-        old_line = line_map.to_analysed(line)
+        old_line = view.to_analysed(line)
         if old_line is None:
             return None
         analysis, old_lines = result.analysis, result.text.split("\n")
@@ -733,14 +838,19 @@ class Session:
         note = None if not doc.stale else f"from version {result.version}; edited since"
         if analysis.stored:
             note = "stored by an earlier session; fxls is capturing the file again"
-        return hover.lsp_hover(text, lines, enc, line_map.to_current, note=note)
+        if text is not None and view.cell:
+            text = dataclasses.replace(text, markdown=view.relabel(text.markdown))
+        return hover.lsp_hover(text, lines, enc, view.to_current, note=note)
 
-    def _pending_hover(self, doc: Document, position: types.Position) -> types.Hover | None:
-        """Before the first capture of ``doc`` is done: inside a module class, what fxls is
-        doing (instead of nothing); None when no capture is coming."""
+    def _pending_hover(self, view: View, position: types.Position) -> types.Hover | None:
+        """Before the first capture of the document is done: inside a module class, what fxls
+        is doing (instead of nothing); None when no capture is coming."""
+        doc = view.doc
         if doc.task is None or doc.task.done() or doc.too_large:
             return None
-        line = position.line + 1
+        line = view.to_text(position.line + 1)
+        if line is None:
+            return None
         said = hover.pending_hover(
             parse(doc.text).classes,
             line,
@@ -752,24 +862,31 @@ class Session:
         return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=said))
 
     def inlay_hints_in(self, uri: str, visible: types.Range) -> list[types.InlayHint]:
-        doc = self.documents.get(uri)
-        if doc is None or doc.result is None or not self.settings.inlay_hints.enabled:
+        view = self.view(uri)
+        doc = view.doc if view is not None else None
+        if view is None or doc is None or doc.result is None:
+            return []
+        if not self.settings.inlay_hints.enabled:
             return []
         hints = inlay_hints.shape_hints(doc.result.analysis.modules, doc.result.text)
-        mapper = doc.line_map().to_current
-        return inlay_hints.lsp_inlay_hints(hints, doc.lines, self.encoding, mapper, visible)
+        return inlay_hints.lsp_inlay_hints(
+            hints, view.lines, self.encoding, view.to_current, visible
+        )
 
     def code_lenses_of(self, uri: str) -> list[types.CodeLens]:
-        doc = self.documents.get(uri)
-        if doc is None or doc.result is None or not self.settings.code_lens.enabled:
+        view = self.view(uri)
+        doc = view.doc if view is not None else None
+        if view is None or doc is None or doc.result is None:
+            return []
+        if not self.settings.code_lens.enabled:
             return []
         analysis = doc.result.analysis
         return code_lens.lsp_code_lenses(
             analysis.modules,
             analysis.diagnostics,
-            doc.lines,
+            view.lines,
             self.encoding,
-            doc.line_map().to_current,
+            view.to_current,
         )
 
     # -- trace class at cursor -----------------------------------------------------------
@@ -786,16 +903,17 @@ class Session:
             return trace.problem("error", f"fxls failed: {type(exc).__name__}: {exc}")
 
     async def _trace(self, uri: str, position: types.Position) -> dict[str, Any]:
-        doc = self.documents.get(uri)
+        view = self.view(uri)
         if not self.trusted:
             return trace.problem("untrusted", trace.UNTRUSTED)
-        if doc is None:
+        if view is None:
             return trace.problem("notOpen", trace.NOT_OPEN)
+        doc = view.doc
         unparsable = trace.unparsable(doc.text)
         if unparsable is not None:
             return unparsable
-        line, _ = convert.position_from_lsp(position, doc.lines, self.encoding)
-        cls = trace.class_at(doc.text, line)
+        line, _ = convert.position_from_lsp(position, view.lines, self.encoding)
+        cls = trace.class_at(doc.text, view.to_text(line) or 0)
         if cls is None:
             return trace.problem("noClass", trace.NO_CLASS)
         async with self._work_done(f"tracing {cls.name}"):
@@ -822,7 +940,7 @@ class Session:
             result.analysis.modules,
             result.analysis.diagnostics,
             version=result.version,
-            mapper=doc.line_map().to_current,
+            mapper=(self.view(uri) or view).to_current,
             isolation=result.analysis.isolation,
             duration_s=result.analysis.duration_s,
         )
@@ -857,11 +975,12 @@ class Session:
             self.fix_outcomes[doc.uri] = (doc.version, found)
         return found
 
-    def _offered(self, doc: Document) -> list[code_actions.Offered]:
-        """The fixes of the cached analysis whose spans are unchanged, on the current text."""
+    def _offered(self, doc: Document, view: View | None = None) -> list[code_actions.Offered]:
+        """The fixes of the cached analysis whose spans are unchanged, on the current text (on
+        the lines of ``view``, a notebook cell, when given: only the fixes in that cell)."""
         if doc.result is None or doc.syntax is not None:
             return []
-        mapper = doc.line_map().to_current
+        mapper = (view or document_view(doc)).to_current
         known = self._outcomes(doc)
         cached = self._candidates.get(doc.uri)
         if cached is None or cached[0] is not doc.result:
@@ -877,19 +996,20 @@ class Session:
     def code_actions_for(
         self, uri: str, request: types.Range, context: types.CodeActionContext
     ) -> list[types.CodeAction]:
-        """Quick fixes and refactors at ``request`` from the cached analysis (no worker)."""
-        doc = self.documents.get(uri)
-        if doc is None or doc.result is None or doc.syntax is not None:
+        """Quick fixes and refactors at ``request`` from the cached analysis (no worker); in a
+        notebook cell, those of the cell (fix all is per file: not in cells)."""
+        view = self.view(uri)
+        doc = view.doc if view is not None else None
+        if view is None or doc is None or doc.result is None or doc.syntax is not None:
             return []
-        offered = self._offered(doc)
-        enc, lines = self.encoding, doc.lines
+        offered = self._offered(doc, view)
+        enc, lines = self.encoding, view.lines
         line, col = convert.position_from_lsp(request.start, lines, enc)
-        old_line = doc.line_map().to_analysed(line)
+        old_line = view.to_analysed(line)
         if old_line is not None:
-            mapper = doc.line_map().to_current
             known = self._outcomes(doc)
             for cand in fixes.refactors_at(doc.result.analysis, doc.result.text, old_line, col):
-                span = fixes.moved(cand.span, mapper)
+                span = fixes.moved(cand.span, view.to_current)
                 if span is not None:
                     offered.append(code_actions.Offered(cand, span, known.get(cand.id)))
         unsafe = self.settings.code_actions.unsafe
@@ -901,9 +1021,10 @@ class Session:
             enc,
             request,
             context,
-            mapper=doc.line_map().to_current,
+            mapper=view.to_current,
             unsafe=unsafe,
-            fix_all=any(
+            fix_all=not view.cell
+            and any(
                 o.candidate.fix_all and (o.outcome is None or fixes.applies(o.outcome, unsafe))
                 for o in offered
             ),
@@ -966,9 +1087,10 @@ class Session:
         data = action.data if isinstance(action.data, dict) else {}
         if not self.trusted:
             return code_actions.refused(action, "this workspace is not trusted")
-        doc = self.documents.get(str(data.get("uri", "")))
+        view = self.view(str(data.get("uri", "")))
+        doc = view.doc if view is not None else None
         version = data.get("version")
-        if doc is None or doc.version != version:
+        if view is None or doc is None or doc.version != version:
             return code_actions.refused(
                 action, "the document changed since this action was listed; ask again"
             )
@@ -981,7 +1103,7 @@ class Session:
             if not requests:
                 return code_actions.refused(action, "no fix applies to this file")
         else:
-            request = code_actions.fix_request(data)
+            request = in_text(code_actions.fix_request(data), view)
             if request is None:
                 return code_actions.refused(action, "fxls did not understand this action")
             requests = [request]
@@ -990,6 +1112,8 @@ class Session:
             outcome = await self._compute(doc, text, requests, fix_all)
         if doc.closed or doc.version != version:
             return code_actions.refused(action, "the document changed while fxls computed the fix")
+        if view.cell:
+            return self._resolved_in_cell(action, outcome, text, view)
         return code_actions.resolved(
             action,
             outcome,
@@ -1000,6 +1124,24 @@ class Session:
             unsafe=self.settings.code_actions.unsafe,
             versioned=bool(self._capability("workspace", "workspace_edit", "document_changes")),
         )
+
+    def _resolved_in_cell(
+        self, action: types.CodeAction, outcome: FixOutcome | None, text: str, view: View
+    ) -> types.CodeAction:
+        notebook = self.notebooks.of_cell(view.uri)
+        index = notebook.index(view.uri) if notebook is not None else None
+        if notebook is None or index is None:
+            return code_actions.refused(action, "the cell is no longer in the notebook")
+        module, version = notebook.module, notebook.cells[index].version
+
+        def to_cell(line: int) -> int | None:
+            where = module.to_cell(line)
+            return where[1] if where is not None and where[0] == index else None
+
+        versioned = bool(self._capability("workspace", "workspace_edit", "document_changes"))
+        cell = code_actions.Cell(view.uri, version, view.lines, to_cell, self.encoding, versioned)
+        unsafe = self.settings.code_actions.unsafe
+        return code_actions.resolved_in_cell(action, outcome, text, cell, unsafe=unsafe)
 
     async def _compute(
         self, doc: Document, text: str, requests: list[FixRequest], combine: bool
@@ -1033,3 +1175,41 @@ class Session:
             why = "; ".join(reasons[:3]) or "nothing to change"
             return FixOutcome("all", "unavailable", "", reason=f"no fix verified safe ({why})")
         return result.outcomes[0] if result.outcomes else None
+
+
+def in_text(request: FixRequest | None, view: View | None) -> FixRequest | None:
+    """A listed fix's request on the document's current text: in a notebook cell, its span
+    (the cell's lines) moved to the lines of the notebook's module."""
+    if request is None or view is None or not view.cell:
+        return request
+    span = request.span
+    start, end = view.to_text(span.line), view.to_text(span.end_line)
+    if start is None or end is None:
+        return None
+    return dataclasses.replace(request, span=Span(start, span.col, end, span.end_col))
+
+
+def restructure(notebook: Notebook, structure: types.NotebookDocumentCellChangeStructure) -> None:
+    """Cells inserted, deleted or moved (a moved cell keeps its text)."""
+    known = {cell.uri: cell for cell in notebook.cells}
+    opened = {cell.uri: cell for cell in structure.did_open or []}
+    span = structure.array
+    notebook.cells[span.start : span.start + span.delete_count] = [
+        notebook_cell(c, opened[c.document])
+        if c.document in opened  # new, or opened again (its language changed)
+        else known.get(c.document) or notebook_cell(c, None)
+        for c in span.cells or []
+    ]
+
+
+def cell_kind(kind: types.NotebookCellKind) -> str:
+    return "code" if kind == types.NotebookCellKind.Code else "markdown"
+
+
+def notebook_cell(cell: types.NotebookCell, item: types.TextDocumentItem | None) -> NotebookCell:
+    """A synced cell (its text from the cell's text document, when the editor sent one)."""
+    if item is None:
+        return NotebookCell(cell.document, cell_kind(cell.kind), "python")
+    return NotebookCell(
+        cell.document, cell_kind(cell.kind), item.language_id, item.text, item.version
+    )

@@ -204,6 +204,10 @@ class CaptureJob:
     rules: RulesFile | None = None
     """User rules to match in every traced class (FX360); when ``path`` is the document
     itself, its load problems are reported (FX361-FX363)."""
+    notebook: bool = False
+    """The source is a notebook's module (``fxls.analysis.notebook``): an exception at the top
+    level stops the run there, and the classes defined before it are still captured (the
+    cells before the failing one still give their shapes)."""
 
 
 @dataclass

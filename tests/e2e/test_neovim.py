@@ -45,16 +45,18 @@ HOVERS = [
 ]
 
 
-def _run_neovim(tmp_path: Path) -> dict[str, Any]:
+def _run_neovim(
+    tmp_path: Path, fixture: Path = FIXTURE, hovers: list[dict[str, Any]] = HOVERS
+) -> dict[str, Any]:
     out = tmp_path / "result.json"
     env = dict(os.environ)
     for name in ("CONFIG", "DATA", "CACHE", "STATE"):
         env[f"XDG_{name}_HOME"] = str(tmp_path / name.lower())
     env.update(
         FXLS_NVIM_CONFIG=str(CONFIG),
-        FXLS_NVIM_FILE=str(FIXTURE),
+        FXLS_NVIM_FILE=str(fixture),
         FXLS_NVIM_OUT=str(out),
-        FXLS_NVIM_HOVERS=json.dumps(HOVERS),
+        FXLS_NVIM_HOVERS=json.dumps(hovers),
         FXLS_CMD=json.dumps([sys.executable, "-m", "fxls", "serve"]),
     )
     proc = subprocess.run(
@@ -117,6 +119,49 @@ def test_neovim_shows_diagnostics_hovers_hints_and_lenses(tmp_path: Path) -> Non
     assert "[B, 16] → [B, 4]" in lenses["class Mlp(nn.Module):"]
     broken = lenses["class Broken(nn.Module):"]
     assert broken.startswith("fxls · ") and "FX201 shape error" in broken
+
+
+PERCENT = """\
+# %%
+import torch
+import torch.nn as nn
+
+# %% [markdown]
+# A small network
+
+# %%
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = self.conv(x)
+        return self.fc(h.mean((2, 3)))
+
+# %%
+model = Net()
+out = model(torch.randn(8, 3, 48, 48))
+
+# %%
+for epoch in range(10**9):  # a training loop: never run by a capture
+    pass
+"""
+
+
+def test_neovim_percent_format_notebook(tmp_path: Path) -> None:
+    """A notebook as Neovim users edit it (jupytext's ``# %%`` file) with the documented
+    config: the class gets the shapes of the call in a later cell, and the training loop at
+    the top level does not run."""
+    path = tmp_path / "train.py"
+    path.write_text(PERCENT)
+    result = _run_neovim(tmp_path, path, [{"needle": "class Net", "offset": 7}])
+    assert not [d for d in result["diagnostics"] if d["severity"] == 1], result["diagnostics"]
+    (cls,) = result["hovers"]
+    assert (
+        "input x       [B, 3, 48, 48] float32 (assumed from the call at line 21)" in cls["float"]
+    ), cls
 
 
 CODE_ACTION_DRIVER = Path(__file__).resolve().parent / "nvim" / "code_action.lua"

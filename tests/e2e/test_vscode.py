@@ -610,3 +610,68 @@ def test_interpreter_problems_are_reported(
         assert text in observed["notifications"], context
     assert python in result["fxls_log"], context
     assert "Starting:" not in result["fxls_log"], context
+
+
+NOTEBOOK_CELLS: list[tuple[str, str]] = [
+    ("code", "import torch\nimport torch.nn as nn\n%matplotlib inline"),
+    ("markdown", "# A small network"),
+    (
+        "code",
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(3, 16, 3, padding=1)\n"
+        "        self.fc = nn.Linear(16, 10)\n"
+        "\n"
+        "    def forward(self, x):\n"
+        "        h = self.conv(x)\n"
+        "        return self.fc(h.mean((2, 3)))",
+    ),
+    ("code", "!pip install nothing\nmodel = Net()\nout = model(torch.randn(8, 3, 32, 32))"),
+]
+
+
+def _write_notebook(path: Path, cells: list[tuple[str, str]]) -> None:
+    raw: list[dict[str, Any]] = []
+    for kind, text in cells:
+        cell: dict[str, Any] = {"cell_type": kind, "metadata": {}, "source": text.splitlines(True)}
+        if kind == "code":
+            cell.update(execution_count=None, outputs=[])
+        raw.append(cell)
+    meta = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}
+    path.write_text(
+        json.dumps({"cells": raw, "metadata": meta, "nbformat": 4, "nbformat_minor": 5})
+    )
+
+
+def test_notebook_hover_in_vscode(
+    toolchain: Toolchain, start_code_server: StartCodeServer, tmp_path: Path
+) -> None:
+    """A real .ipynb in VS Code's notebook editor (no kernel, no Jupyter extension): hovering the
+    class in one cell shows the shapes of the call in a later cell, and names that call."""
+    server = start_code_server(True, python=toolchain.torch_python)
+    _write_notebook(server.workspace / "model.ipynb", NOTEBOOK_CELLS)
+    result = _drive(
+        toolchain,
+        server,
+        tmp_path,
+        "notebook",
+        [
+            {
+                "name": "notebook",
+                "file": "model.ipynb",
+                "expectText": "class Net(nn.Module):",
+                "hover": {
+                    "line": "class Net(nn.Module):",
+                    "word": "Net",
+                    "expect": ["[B, 3, 32, 32]", "cell 4, line 3"],
+                },
+                "timeoutMs": 90000,
+            },
+        ],
+    )
+    (step,) = result["steps"]
+    context = json.dumps(result, indent=1)[-6000:]
+    assert "output" in step["hover"] and "[B, 10]" in step["hover"], context
+    # the magic and the shell line give no error squiggle
+    assert step["squiggles"]["errors"] == 0, context

@@ -49,6 +49,10 @@ class Discovery:
     """Files left out that the user would want to hear of (a link leading out of the project)."""
 
 
+SOURCE_SUFFIXES = (".py", ".ipynb")
+"""What a walk or a glob keeps: Python files and Jupyter notebooks (their Python cells)."""
+
+
 def is_environment(directory: str) -> bool:
     """A virtual environment (``pyvenv.cfg``) or a conda environment (``conda-meta``)."""
     return os.path.isfile(os.path.join(directory, "pyvenv.cfg")) or os.path.isdir(
@@ -114,12 +118,13 @@ class Walker:
         return stack.ignored(path, True) or self._excluded(path, True)
 
     def skip_file(self, path: str, name: str, stack: IgnoreStack) -> bool:
-        if not name.endswith(".py") or name.startswith("."):
+        if not name.endswith(SOURCE_SUFFIXES) or name.startswith("."):
             return True
         return stack.ignored(path, False) or self._excluded(path, False)
 
     def walk(self, top: str) -> Iterator[str]:
-        """The ``.py`` files under ``top`` (sorted, depth first), as ``top``-joined paths."""
+        """The ``.py`` files and notebooks under ``top`` (sorted, depth first), as
+        ``top``-joined paths."""
         stacks = {os.path.abspath(top): IgnoreStack.for_directory(top)}
         for here, dirs, files in os.walk(top):
             absolute = os.path.abspath(here)
@@ -136,7 +141,7 @@ class Walker:
             for name in sorted(files):
                 path = os.path.join(absolute, name)
                 if self.skip_file(path, name, stack):
-                    if name.endswith(".py"):
+                    if name.endswith(SOURCE_SUFFIXES):
                         self.skipped += 1
                     continue
                 shown = os.path.join(here, name)

@@ -117,7 +117,7 @@ class Fixer:
         next one is seen only once the first is fixed): the file is captured again and fixed
         again, at most ``MAX_ROUNDS`` times, and written (or diffed) once at the end."""
         plan, analysis = checked.plan, checked.analysis
-        if analysis.syntax_error is not None:
+        if self._in_notebook(plan) or analysis.syntax_error is not None:
             return replace(checked, not_made=[])
         text, applied = plan.text, 0
         outcomes: list[FixOutcome] = []
@@ -188,6 +188,14 @@ class Fixer:
             return finish(checked, plan.text)
         again = await self._analyze(plan.path, text, plan)
         return finish(Checked(replace(plan, text=text), filter_analysis(again, self.codes)), text)
+
+    def _in_notebook(self, plan: Plan) -> bool:
+        """A notebook gets no fix: its text is the module of its cells, not the file (said
+        once per notebook)."""
+        if plan.notebook is None:
+            return False
+        self.counts.messages.append(f"{plan.path}: fixes are not made in notebooks")
+        return True
 
     async def _analyze(self, path: str, text: str, plan: Plan) -> FileAnalysis:
         return await analyze(

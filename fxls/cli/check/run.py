@@ -17,6 +17,13 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from fxls.analysis import parse
+from fxls.analysis.notebook import (
+    MAX_NOTEBOOK_BYTES,
+    NotebookError,
+    NotebookModule,
+    build,
+    read_ipynb,
+)
 from fxls.cli.check.config import CodeFilter
 from fxls.cli.check.discovery import Target
 from fxls.engine import render
@@ -50,6 +57,9 @@ class Plan:
     found: list[str] = field(default_factory=list)
     """Module classes of the file (to check ``--class`` names)."""
     inputs_taken: set[str] = field(default_factory=set)
+    notebook: NotebookModule | None = None
+    """For a ``.ipynb`` file: the module of its Python cells (``text``) and where each of its
+    lines is in the notebook (reports give cells and lines in cells)."""
 
     @property
     def path(self) -> str:
@@ -103,13 +113,26 @@ def read_plans(
     inside the folder walked (``Target.follow_link``)."""
     plans = []
     for target in targets:
+        notebook = target.path.endswith(".ipynb")
         text = read_source(
-            target.path, cap=MAX_SOURCE_BYTES, follow_links=target.explicit or target.follow_link
+            target.path,
+            cap=MAX_NOTEBOOK_BYTES if notebook else MAX_SOURCE_BYTES,
+            follow_links=target.explicit or target.follow_link,
         )
         if isinstance(text, Refused):
             errors.append(f"cannot read {target.path}: {text}")
             continue
-        plans.append(plan_file(target, text, classes, specs, init))
+        module = None
+        if notebook:
+            try:
+                module = build(read_ipynb(text))
+            except NotebookError as exc:
+                errors.append(f"cannot check {target.path}: {exc}")
+                continue
+            text = module.text
+        plan = plan_file(target, text, classes, specs, init)
+        plan.notebook = module
+        plans.append(plan)
     return plans
 
 

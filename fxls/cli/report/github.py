@@ -13,6 +13,8 @@ breaks and properties of a command are fxls's own.
 
 from __future__ import annotations
 
+from fxls.analysis.notebook import NotebookModule
+from fxls.cli.report.cells import cell_of, relabel
 from fxls.cli.report.escape import escape_text
 from fxls.cli.report.paths import display_path
 from fxls.engine.analyze import FileAnalysis
@@ -31,27 +33,40 @@ def escape_property(text: str) -> str:
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def annotation(path: str, d: Diagnostic) -> str:
-    """``::error file=m.py,line=3,endLine=3,col=5,endColumn=9,title=FX201::message``."""
+def annotation(path: str, d: Diagnostic, notebook: NotebookModule | None = None) -> str:
+    """``::error file=m.py,line=3,endLine=3,col=5,endColumn=9,title=FX201::message``. In a
+    notebook, whose file lines are JSON, the annotation is on the file and its title names
+    the cell and line (``FX201 · cell 3, line 12, column 5``)."""
     s = d.span
-    props = [
-        ("file", escape_text(path, path=True)),
-        ("line", str(s.line)),
-        ("endLine", str(s.end_line)),
-        ("col", str(s.col + 1)),
-        ("endColumn", str(max(s.end_col, s.col + 1))),
-        ("title", escape_text(d.code)),
-    ]
-    message = escape_text(d.message, newlines=True)
+    cell, line = cell_of(notebook, s.line)
+    if cell is None:
+        props = [
+            ("file", escape_text(path, path=True)),
+            ("line", str(s.line)),
+            ("endLine", str(s.end_line)),
+            ("col", str(s.col + 1)),
+            ("endColumn", str(max(s.end_col, s.col + 1))),
+            ("title", escape_text(d.code)),
+        ]
+    else:
+        title = f"{d.code} · cell {cell}, line {line}, column {s.col + 1}"
+        props = [("file", escape_text(path, path=True)), ("title", escape_text(title))]
+    message = escape_text(relabel(notebook, d.message), newlines=True)
     if d.fix:
         message += "\n" + escape_text(d.fix, newlines=True)
     head = ",".join(f"{key}={escape_property(value)}" for key, value in props)
     return f"::{COMMANDS.get(d.severity, 'notice')} {head}::{escape_data(message)}"
 
 
-def format_github(analysis: FileAnalysis, base: str, *, annotate_info: bool = True) -> str:
+def format_github(
+    analysis: FileAnalysis,
+    base: str,
+    *,
+    annotate_info: bool = True,
+    notebook: NotebookModule | None = None,
+) -> str:
     """The annotations of one file (an empty string when it has none); information and hint
     diagnostics only with ``annotate_info``."""
     path = display_path(analysis.path, base)
     shown = [d for d in analysis.diagnostics if annotate_info or d.severity not in NOTICES]
-    return "".join(annotation(path, d) + "\n" for d in shown)
+    return "".join(annotation(path, d, notebook) + "\n" for d in shown)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from fxls.analysis.notebook import NotebookModule
 from fxls.cli.check.run import NotMade
+from fxls.cli.report.cells import cell_of, relabel
 from fxls.cli.report.escape import escape_tree
 from fxls.engine import render
 from fxls.engine.analyze import FileAnalysis
@@ -43,9 +45,11 @@ def to_json(
     analysis: FileAnalysis,
     extra_inputs: dict[str, list[InputSpec]] | None = None,
     not_made: list[NotMade] | None = None,
+    notebook: NotebookModule | None = None,
 ) -> dict[str, Any]:
     """One file's result as the version-1 JSON document (docs/cli.md); with ``not_made``
-    (``--fix``), also ``fixes_not_made``."""
+    (``--fix``), also ``fixes_not_made``; for a ``notebook``, every ``line`` counts in the
+    cell named by the ``cell`` beside it (:func:`in_cells`)."""
     by_class = {c.name: c for c in analysis.classes}
     claimed: set[int] = set()
     modules = []
@@ -121,8 +125,40 @@ def to_json(
             {"line": n.line, "code": n.code, "kind": n.kind, "title": n.title, "reason": n.reason}
             for n in not_made
         ]
+    if notebook is not None:
+        in_cells(document, notebook)
     escaped: dict[str, Any] = escape_tree(document, PATH_KEYS)
     return escaped
+
+
+_LINE_KEYS = {"line": "cell", "call_site_line": "call_site_cell"}
+
+
+def in_cells(tree: Any, notebook: NotebookModule) -> None:
+    """Module lines -> lines in cells, in place: each object with a ``line`` (or
+    ``call_site_line``) gets the ``cell`` (``call_site_cell``) it is in, counted from 1, and
+    its ``end_line`` counts in that cell too; messages name cells (``the call at cell 3,
+    line 2``)."""
+    if isinstance(tree, list):
+        for item in tree:
+            in_cells(item, notebook)
+        return
+    if not isinstance(tree, dict):
+        return
+    for key, cell_key in _LINE_KEYS.items():
+        line = tree.get(key)
+        if isinstance(line, int):
+            cell, tree[key] = cell_of(notebook, line)
+            tree[cell_key] = cell
+            end = tree.get("end_line")
+            if key == "line" and isinstance(end, int) and cell is not None:
+                start = line - tree[key]
+                tree["end_line"] = end - start
+    if isinstance(tree.get("message"), str):
+        tree["message"] = relabel(notebook, tree["message"])
+    for value in tree.values():
+        if isinstance(value, (list, dict)):
+            in_cells(value, notebook)
 
 
 def _json_pass(run: PassResult) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from typing import Any
 from urllib.parse import quote
 
 from fxls import __version__
+from fxls.analysis.notebook import NotebookModule
+from fxls.cli.report.cells import cell_of, relabel
 from fxls.cli.report.escape import escape_tree
 from fxls.cli.report.paths import relative_path
 from fxls.engine.analyze import FileAnalysis
@@ -66,8 +68,19 @@ def _region(span: Span) -> dict[str, Any]:
     }
 
 
-def _location(uri: dict[str, Any], span: Span) -> dict[str, Any]:
-    return {"physicalLocation": {"artifactLocation": uri, "region": _region(span)}}
+def _location(
+    uri: dict[str, Any], span: Span, notebook: NotebookModule | None = None
+) -> dict[str, Any]:
+    """A file and region; in a notebook (whose file lines are JSON) the file, with the cell
+    and the region in the cell as properties (``cell`` counted from 1)."""
+    cell, line = cell_of(notebook, span.line)
+    if cell is None:
+        return {"physicalLocation": {"artifactLocation": uri, "region": _region(span)}}
+    in_cell = Span(line, span.col, line + max(span.end_line - span.line, 0), span.end_col)
+    return {
+        "physicalLocation": {"artifactLocation": uri},
+        "properties": {"cell": cell, "region": _region(in_cell)},
+    }
 
 
 def _artifact_location(path: str, base: str, index: int) -> dict[str, Any]:
@@ -101,8 +114,10 @@ def sarif_log(
     base: str,
     *,
     successful: bool = True,
+    notebooks: dict[str, NotebookModule | None] | None = None,
 ) -> dict[str, Any]:
-    """The SARIF log of a run: ``files`` are (analysis, the text it was computed from)."""
+    """The SARIF log of a run: ``files`` are (analysis, the text it was computed from);
+    ``notebooks``, by analysis path, place the results of notebooks in their cells."""
     codes = sorted({d.code for a, _ in files for d in a.diagnostics})
     rule_index = {code: i for i, code in enumerate(codes)}
     artifacts: list[dict[str, Any]] = []
@@ -112,6 +127,7 @@ def sarif_log(
         uri = _artifact_location(analysis.path, base, index)
         artifacts.append({"location": {k: v for k, v in uri.items() if k != "index"}})
         lines = text.split("\n")
+        notebook = (notebooks or {}).get(analysis.path)
         seen: dict[str, int] = {}
         for d in analysis.diagnostics:
             owner = _owner(analysis, d)
@@ -119,13 +135,16 @@ def sarif_log(
             key = "\0".join([rel, d.code, owner or "", _line(lines, d.span.line)])
             seen[key] = seen.get(key, 0) + 1
             digest = hashlib.sha256(f"{key}\0{seen[key]}".encode()).hexdigest()[:32]
-            message = d.message + (f"\n\n{d.fix}" if d.fix else "")
+            message = relabel(notebook, d.message) + (f"\n\n{d.fix}" if d.fix else "")
+            cell, line = cell_of(notebook, d.span.line)
+            if cell is not None:
+                message = f"cell {cell}, line {line}: {message}"
             result: dict[str, Any] = {
                 "ruleId": d.code,
                 "ruleIndex": rule_index[d.code],
                 "level": LEVELS.get(d.severity, "error"),
                 "message": {"text": message},
-                "locations": [_location(uri, d.span)],
+                "locations": [_location(uri, d.span, notebook)],
                 "partialFingerprints": {FINGERPRINT: digest},
             }
             if owner:
@@ -134,7 +153,11 @@ def sarif_log(
                 ]
             if d.related:
                 result["relatedLocations"] = [
-                    {**_location(uri, r.span), "id": i, "message": {"text": r.message}}
+                    {
+                        **_location(uri, r.span, notebook),
+                        "id": i,
+                        "message": {"text": relabel(notebook, r.message)},
+                    }
                     for i, r in enumerate(d.related)
                 ]
             results.append(result)

@@ -7,7 +7,9 @@ a line that comes from a result or a path goes through :func:`fxls.cli.report.es
 
 from __future__ import annotations
 
+from fxls.analysis.notebook import NotebookModule
 from fxls.cli.check.run import NotMade
+from fxls.cli.report.cells import position, relabel
 from fxls.cli.report.escape import escape_text
 from fxls.engine import render
 from fxls.engine.analyze import FileAnalysis
@@ -53,11 +55,12 @@ def where(node: NodeInfo) -> str:
     return node.target if node.op == "call_module" else (node.module_path or "")
 
 
-def diagnostic_line(path: str, d: Diagnostic) -> str:
-    """``path:line:column: severity CODE message`` (column 1-based), escaped."""
+def diagnostic_line(path: str, d: Diagnostic, notebook: NotebookModule | None = None) -> str:
+    """``path:line:column: severity CODE message`` (column 1-based; in a notebook
+    ``path:cell 3:line:column``), escaped."""
     s = d.span
-    where = f"{escape_text(path, path=True)}:{s.line}:{s.col + 1}: "
-    return where + escape_text(f"{d.severity} {d.code} {d.message}")
+    where = f"{escape_text(path, path=True)}:{position(notebook, s.line, s.col + 1)}: "
+    return where + escape_text(f"{d.severity} {d.code} {relabel(notebook, d.message)}")
 
 
 def not_made_line(path: str, fix: NotMade) -> str:
@@ -87,10 +90,12 @@ def format_text(
     analysis: FileAnalysis,
     extra_inputs: dict[str, list[InputSpec]] | None = None,
     text: str | None = None,
+    notebook: NotebookModule | None = None,
 ) -> str:
     """The human-readable report of one file (columns 1-based, like compilers print them).
 
-    With the analysed ``text``, calls show the expressions the user wrote as arguments."""
+    With the analysed ``text``, calls show the expressions the user wrote as arguments; with
+    a ``notebook``, positions are cells and lines in them (``cell 3:12:5``)."""
     source = text.split("\n") if text is not None else None
     lines: list[str] = []
     path = escape_text(analysis.path, path=True)
@@ -110,14 +115,15 @@ def format_text(
             )
             shown += _outputs_text(m)
             parts.append(shown)
-        lines.append(f"{path}:{m.line} " + escape_text(f"class {m.name}  " + " · ".join(parts)))
+        header = escape_text(f"class {m.name}  " + " · ".join(parts))
+        lines.append(f"{path}:{position(notebook, m.line)} {header}")
         rows = []
         by_name = {n.name: n for n in m.nodes}
         for n in m.nodes:
             if not n.op.startswith("call_"):
                 continue
             span = n.span or n.call_site
-            loc = f"{span.line}:{span.col + 1}" if span else "-"
+            loc = position(notebook, span.line, span.col + 1) if span else "-"
             outputs = ", ".join(render.value_text(v) for v in n.outputs)
             call = render.call_text(n, source, by_name)
             rows.append((loc, *(escape_text(cell) for cell in (where(n), n.op, call, outputs))))
@@ -132,7 +138,7 @@ def format_text(
                 "  "
                 + escape_text(f"pass {run.function} (line {run.line}): {run.status} · {counts}")
             )
-    lines.extend(diagnostic_line(analysis.path, d) for d in analysis.diagnostics)
+    lines.extend(diagnostic_line(analysis.path, d, notebook) for d in analysis.diagnostics)
     if not analysis.modules and not analysis.diagnostics:
         lines.append(f"{path}: no nn.Module classes found")
     return "\n".join(lines) + "\n"

@@ -11,7 +11,7 @@ is already known to be refused is listed disabled with the reason, for clients t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -261,3 +261,69 @@ def workspace_edit(
             document_changes=[types.TextDocumentEdit(text_document=doc, edits=list(edits))]
         )
     return types.WorkspaceEdit(changes={uri: list(edits)})
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The notebook cell an action was listed on: its URI, version and lines, and where a
+    line of the notebook's module is in it (``to_cell``: None outside the cell)."""
+
+    uri: str
+    version: int | None
+    lines: Sequence[str]
+    to_cell: Callable[[int], int | None]
+    encoding: Encoding = "utf-16"
+    """The position encoding the client negotiated."""
+    versioned: bool = True
+    """The client takes versioned edits (``documentChanges``)."""
+
+
+def resolved_in_cell(
+    action: types.CodeAction,
+    outcome: FixOutcome | None,
+    text: str,
+    cell: Cell,
+    *,
+    unsafe: bool = False,
+) -> types.CodeAction:
+    """:func:`resolved` for an action listed on a notebook cell: the outcome's edits are made
+    on the notebook's module (``text``) and must fall inside the cell, on lines the module
+    has as the cell writes them (not a magic or a line left out of the run); else refused."""
+    why = refusal(outcome, unsafe)
+    if why is not None:
+        return refused(action, why)
+    assert outcome is not None
+    edits = cell_edits(text, apply_edits(text, outcome.edits), cell)
+    if edits is None:
+        return refused(action, "the fix changes lines outside this cell, or lines fxls did not run")
+    action.disabled = None
+    if outcome.applicability == "unsafe" and md.plain(outcome.reason) not in action.title:
+        action.title = md.plain(f"{action.title} ({outcome.reason})", md.MAX_LABEL)
+    if cell.versioned:
+        doc = types.OptionalVersionedTextDocumentIdentifier(uri=cell.uri, version=cell.version)
+        change = types.TextDocumentEdit(text_document=doc, edits=list(edits))
+        action.edit = types.WorkspaceEdit(document_changes=[change])
+    else:
+        action.edit = types.WorkspaceEdit(changes={cell.uri: list(edits)})
+    return action
+
+
+def cell_edits(old: str, new: str, cell: Cell) -> list[types.TextEdit] | None:
+    """The edits from ``old`` to ``new`` (module texts) on the cell's lines; None when one
+    reaches outside the cell or onto a line the module does not have as the cell has it."""
+    module = split_lines(old)
+    out = []
+    for edit in text_edits(old, new, cell.encoding):
+        start, end = edit.range.start.line + 1, edit.range.end.line + 1
+        first, last = cell.to_cell(start), cell.to_cell(end)
+        if first is None or last is None or last - first != end - start:
+            return None
+        for offset in range(end - start + 1):
+            if module[start + offset - 1].rstrip("\r") != cell.lines[first + offset - 1]:
+                return None
+        rng = types.Range(
+            start=types.Position(line=first - 1, character=edit.range.start.character),
+            end=types.Position(line=last - 1, character=edit.range.end.character),
+        )
+        out.append(types.TextEdit(range=rng, new_text=edit.new_text))
+    return out

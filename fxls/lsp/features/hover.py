@@ -431,9 +431,21 @@ _ORIGINS = {
 }
 
 
+_FROM_CALL = re.compile(r"\(from the call at line (\d{1,7})\)$")
+
+
 def input_origin(module: ModuleResult, index: int) -> str:
-    """How the capture got ``forward``'s input ``index``, in words."""
+    """How the capture got ``forward``'s input ``index``, in words: an input taken from a
+    call in the file names the call's line (``assumed from the call at line 14``)."""
     origin = module.input_origin(index)
+    name = module.input_names[index] if index < len(module.input_names) else None
+    if origin == "assumed" and name is not None:
+        for diagnostic in module.diagnostics:
+            if diagnostic.code != "FX405" or diagnostic.data.get("arg") != name:
+                continue
+            found = _FROM_CALL.search(diagnostic.message)
+            if found is not None:
+                return f"assumed from the call at line {int(found.group(1))}"
     return _ORIGINS.get(origin, origin)
 
 

@@ -17,6 +17,7 @@ failure is caught per class, so one class never hides the others.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -31,6 +32,7 @@ from fxls.protocol.model import (
     ClassRequest,
     Diagnostic,
     ModuleResult,
+    Related,
     Span,
 )
 from fxls.protocol.positions import SourceText
@@ -40,7 +42,13 @@ from fxls.worker.capture.build import instances as build
 from fxls.worker.capture.classcapture import ClassCapture, PhaseReporter, capture_class, runs
 from fxls.worker.capture.document import ExecutedDocument, execute, module_name, prepare
 from fxls.worker.capture.records import nodes
-from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
+from fxls.worker.capture.reporting import (
+    error_info,
+    line_span,
+    one_line,
+    outer_span,
+    user_span,
+)
 from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.trace import reuse
 
@@ -100,7 +108,9 @@ def capture_document(
         if job.rules is not None and os.path.abspath(job.rules.path) == os.path.abspath(job.path):
             _rules(doc, result)  # the rules file itself: FX361 at its line
             return doc, result
-        result.diagnostics.append(_import_diagnostic(exc, job.path, doc.source, job.module))
+        found = _import_diagnostic(exc, job.path, doc.source, job.module)
+        result.diagnostics.append(found)
+        result.diagnostics.extend(_in_calling_cell(exc, job, doc.source, found))
         if not _exited_after_classes(doc, job, exc):
             return doc, result
 
@@ -407,10 +417,25 @@ def _import_diagnostic(
     return catalogue.FX404(span, error=one_line(exc)).diagnostic(data)
 
 
+def _in_calling_cell(
+    exc: BaseException, job: CaptureJob, source: SourceText, found: Diagnostic
+) -> list[Diagnostic]:
+    """In a notebook, the error of a cell whose call raised in code of another place (a
+    class's ``forward`` in an earlier cell) once more at the cell's statement, pointing to
+    where it was raised: the cell that raised is the one to report it on."""
+    outer = outer_span(exc, job.path, source) if job.notebook else None
+    if outer is None or outer.line == found.span.line:
+        return []
+    related = [Related(found.span, "raised here"), *found.related]
+    return [dataclasses.replace(found, span=outer, related=related)]
+
+
 def _exited_after_classes(doc: ExecutedDocument, job: CaptureJob, exc: BaseException) -> bool:
-    """A script that exits at import (FX410) after defining some of the requested classes:
-    those are captured from what ran (a file of a package is not: its module is gone)."""
-    if not isinstance(exc, SystemExit) or job.module:
+    """A script that exits at import (FX410), or a notebook that raises in a cell, after
+    defining some of the requested classes: those are captured from what ran (a file of a
+    package is not: its module is gone)."""
+    stopped = isinstance(exc, SystemExit) or (job.notebook and isinstance(exc, Exception))
+    if not stopped or job.module:
         return False
     if not any(isinstance(doc.namespace.get(r.name), type) for r in job.classes):
         return False

@@ -68,6 +68,13 @@ def user_span(exc: BaseException, path: str, source: SourceText) -> Span | None:
     return spans[0] if spans else None
 
 
+def outer_span(exc: BaseException, path: str, source: SourceText) -> Span | None:
+    """The top-level statement of the document that ``exc`` went through (outermost frame of
+    the file): in a notebook, the statement of the cell that ran the code that raised."""
+    spans, _, _ = failures.locate(exc, path, source)
+    return spans[-1] if spans else None
+
+
 def once_per_span(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     """Diagnostics with the same code and span, once."""
     seen: set[tuple[Any, ...]] = set()

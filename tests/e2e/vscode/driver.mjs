@@ -35,8 +35,9 @@ async function openFile(page, name, expectText) {
   await page.keyboard.press("Enter");
   await page.waitForFunction(
     (text) => {
-      const lines = document.querySelector(".editor-instance .view-lines, .monaco-editor .view-lines");
-      return lines !== null && lines.textContent.replace(/\u00a0/g, " ").includes(text);
+      // every rendered editor: a notebook shows one per cell
+      const editors = document.querySelectorAll(".editor-instance .view-lines, .monaco-editor .view-lines");
+      return Array.from(editors).some((lines) => lines.textContent.replace(/\u00a0/g, " ").includes(text));
     },
     expectText,
     { timeout: 20000 },

@@ -232,9 +232,12 @@ export class ServerManager implements vscode.Disposable {
       options: { cwd: launch.cwd, env: launch.env },
     };
     const clientOptions: LanguageClientOptions = {
+      // Python files, and the Python cells of Jupyter notebooks (synced as notebooks: the
+      // server analyses a notebook's cells together, as one module).
       documentSelector: [
         { scheme: "file", language: "python" },
         { scheme: "untitled", language: "python" },
+        { notebook: "jupyter-notebook", language: "python" },
       ],
       outputChannel: this.output,
       traceOutputChannel: this.output,

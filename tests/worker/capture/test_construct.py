@@ -399,7 +399,9 @@ class Model(nn.Module):
         assert layer.inputs[0].shape == ["B", 3, 16]
 
 
-DEVICES = HEADER + """
+DEVICES = (
+    HEADER
+    + """
 
 class Block(nn.Module):
     def __init__(self, dim: int = 8, device: str = "cpu"):
@@ -415,6 +417,7 @@ class Block(nn.Module):
         att = (x @ x.transpose(-2, -1)).masked_fill(self.mask[:T, :T] == 0, float("-inf"))
         return (att.softmax(-1) @ x) * self.scale + self.bias
 """
+)
 
 
 def test_devices_the_code_names_are_meta_in_the_build() -> None:
@@ -428,7 +431,9 @@ def test_devices_the_code_names_are_meta_in_the_build() -> None:
     assert mod.outputs[0].shape == ["B", "T", 8]
 
 
-LSTM_MODEL = HEADER + """
+LSTM_MODEL = (
+    HEADER
+    + """
 
 class RNNModel(nn.Module):
     def __init__(self, ntoken: int = 50, ninp: int = 16, nhid: int = 16, nlayers: int = 2):
@@ -447,6 +452,7 @@ class RNNModel(nn.Module):
         return (weight.new_zeros(self.nlayers, bsz, self.nhid),
                 weight.new_zeros(self.nlayers, bsz, self.nhid))
 """
+)
 
 
 def test_a_suggested_directive_for_a_tuple_of_tensors_works_when_pasted() -> None:
@@ -473,7 +479,9 @@ def test_a_suggested_directive_for_a_tuple_of_tensors_works_when_pasted() -> Non
     assert again.status == "traced", [d.message for d in again.diagnostics]
 
 
-LOCAL_VIT = HEADER + """
+LOCAL_VIT = (
+    HEADER
+    + """
 from math import sqrt
 
 
@@ -507,6 +515,7 @@ class Model(nn.Module):
     def forward(self, tokens):
         return self.blocks(self.embed(tokens))
 """
+)
 
 
 def test_a_shape_error_inside_a_block_is_reported_once_where_it_happens() -> None:

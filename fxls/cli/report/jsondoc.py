@@ -13,7 +13,7 @@ from typing import Any
 from fxls.cli.check.run import NotMade
 from fxls.cli.report.escape import escape_tree
 from fxls.engine.analyze import FileAnalysis
-from fxls.protocol.model import Diagnostic, InputSpec, PassResult, Value
+from fxls.protocol.model import CompileCheck, Diagnostic, InputSpec, PassResult, Value
 
 JSON_VERSION = 1
 PATH_KEYS = frozenset({"file"})
@@ -101,6 +101,7 @@ def to_json(
                 "nodes": nodes,
                 "diagnostics": [_json_diag(d) for d in sorted(own, key=_pos)],
                 "passes": [_json_pass(p) for p in m.passes],
+                "compile": _json_compile(m.compile),
             }
         )
     rest = [d for i, d in enumerate(analysis.diagnostics) if i not in claimed]
@@ -119,6 +120,21 @@ def to_json(
         ]
     escaped: dict[str, Any] = escape_tree(document, PATH_KEYS)
     return escaped
+
+
+def _json_compile(check: CompileCheck | None) -> dict[str, Any] | None:
+    """The compile check: graphs, breaks (their count: each is a diagnostic of the module),
+    recompiles; null when it did not run."""
+    if check is None:
+        return None
+    return {
+        "status": check.status,
+        "graphs": check.graphs,
+        "breaks": len(check.breaks),
+        "recompiles": check.recompiles,
+        "tensors": check.tensors or None,
+        "message": check.message or None,
+    }
 
 
 def _json_pass(run: PassResult) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from fxls.cli.check.run import NotMade
 from fxls.cli.report.escape import escape_text
 from fxls.engine import render
 from fxls.engine.analyze import FileAnalysis
-from fxls.protocol.model import Diagnostic, InputSpec, NodeInfo, Value
+from fxls.protocol.model import Diagnostic, InputSpec, ModuleResult, NodeInfo, Value
 
 
 def _shape_only(v: Value) -> str:
@@ -67,6 +67,15 @@ def not_made_line(path: str, fix: NotMade) -> str:
     return f"{where}: fix not made: {escape_text(fix.title)}: {escape_text(fix.reason)}"
 
 
+def _compile_lines(m: ModuleResult) -> list[str]:
+    """``  torch.compile: compiles to 5 graphs (3 breaks)`` (the breaks are diagnostics)."""
+    check = m.compile
+    if check is None:
+        return []
+    found = render.compile_text(check) or f"not checked: {check.message}"
+    return ["  " + escape_text(f"torch.compile: {found}")]
+
+
 def format_text(
     analysis: FileAnalysis,
     extra_inputs: dict[str, list[InputSpec]] | None = None,
@@ -117,6 +126,7 @@ def format_text(
                 "  "
                 + escape_text(f"pass {run.function} (line {run.line}): {run.status} · {counts}")
             )
+        lines.extend(_compile_lines(m))
     lines.extend(diagnostic_line(analysis.path, d) for d in analysis.diagnostics)
     if not analysis.modules and not analysis.diagnostics:
         lines.append(f"{path}: no nn.Module classes found")

@@ -1,0 +1,116 @@
+"""One module's ``forward`` under TorchDynamo with an eager backend: its graphs, the reasons
+for each break with their user frames, and the frames compiled again at other sizes.
+
+The backend counts the graphs TorchDynamo hands it and keeps ``compile_subgraph_reason`` of
+each graph that ends at a break (what ``torch._dynamo.explain`` reports), then runs the graph
+as it is. The module runs for real between graphs, so it needs values: real CPU tensors in a
+job child (never in the zygote: OpenMP after fork), or meta tensors, which stop at the first
+point that needs one (``.item()``, a branch on a tensor).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch._dynamo
+from torch import nn
+
+
+@dataclass
+class Frame:
+    """A user frame of a break, outermost first in ``Break.frames``."""
+
+    filename: str
+    line: int
+    function: str
+
+
+@dataclass
+class Break:
+    reason: str
+    frames: list[Frame]
+
+
+@dataclass
+class DynamoRun:
+    graphs: int = 0
+    breaks: list[Break] = field(default_factory=list)
+    recompiles: int = 0
+    error: BaseException | None = None
+    """What stopped the first call (its breaks before it are kept)."""
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """TorchDynamo logs every break as a warning; the run reports them itself."""
+    logger = logging.getLogger("torch._dynamo")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _frames(reason: Any) -> list[Frame]:
+    out = []
+    for summary in getattr(reason, "user_stack", None) or []:
+        out.append(Frame(str(summary.filename), int(summary.lineno or 0), str(summary.name or "")))
+    return out
+
+
+class _Backend:
+    """An eager backend that counts graphs and keeps the break reasons of the first call."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+        self.breaks: list[Break] = []
+        self.recording = True
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Any) -> Callable[..., Any]:
+        self.graphs += 1
+        reason = getattr(gm, "compile_subgraph_reason", None)
+        if self.recording and reason is not None and getattr(reason, "graph_break", False):
+            self.breaks.append(Break(str(reason.reason), _frames(reason)))
+        return gm.forward
+
+
+def compile_run(module: nn.Module, calls: Sequence[Sequence[Any]]) -> DynamoRun:
+    """Compile ``module`` and call it on ``calls[0]``; with three calls, the frames compiled on
+    the third (sizes the second already made dynamic) are ``recompiles``. Resets TorchDynamo
+    before and after, so classes never share compiled code."""
+    torch._dynamo.reset()
+    backend = _Backend()
+    run = DynamoRun()
+    try:
+        with _quiet(), torch.no_grad():
+            compiled = torch.compile(module, backend=backend)
+            try:
+                compiled(*calls[0])
+            except Exception as exc:
+                run.error = exc
+            backend.recording = False
+            run.graphs = backend.graphs
+            run.breaks = list(backend.breaks)
+            if run.error is None and len(calls) >= 3:
+                run.recompiles = _recompiles(compiled, backend, calls[1], calls[2])
+    finally:
+        torch._dynamo.reset()
+    return run
+
+
+def _recompiles(
+    compiled: Callable[..., Any], backend: _Backend, second: Sequence[Any], third: Sequence[Any]
+) -> int:
+    try:
+        compiled(*second)
+        before = backend.graphs
+        compiled(*third)
+    except Exception:  # another size may not run at all: nothing to say about recompiling
+        return 0
+    return backend.graphs - before

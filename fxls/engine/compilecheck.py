@@ -51,11 +51,17 @@ class CompileRunner(Protocol):
     ) -> JobResult: ...
 
 
+def checked(module: ModuleResult) -> bool:
+    """Whether the compile check runs on ``module``: its capture built it and knows its
+    inputs (a class torch.fx could not trace included: TorchDynamo may compile it)."""
+    return module.status != "skipped" and module.build is not None and bool(module.inputs)
+
+
 def compilable(analysis: FileAnalysis) -> list[str]:
-    """The classes of ``analysis`` a compile check can run on (built and captured)."""
+    """The classes of ``analysis`` a compile check can run on."""
     if analysis.syntax_error is not None or analysis.outcome == "cancelled":
         return []
-    return [m.name for m in analysis.modules if m.status in ("traced", "partial")]
+    return [m.name for m in analysis.modules if checked(m)]
 
 
 async def check_compile(
@@ -109,7 +115,7 @@ def merge(analysis: FileAnalysis, result: JobResult) -> None:
     why = result.message.strip() or result.kind.replace("_", " ")
     added = []
     for module in analysis.modules:
-        if module.status not in ("traced", "partial"):
+        if not checked(module):
             continue
         got = found.get(module.name)
         if got is None:

@@ -78,3 +78,16 @@ def short_reason(reason: str, limit: int = MAX_REASON) -> str:
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return text
+
+
+_NEEDS_VALUES = re.compile(
+    r"meta tensors|data.dependent|DataDependent|_local_scalar_dense|Cannot access data pointer|"
+    r"cannot be called on meta|FakeTensor",
+    re.IGNORECASE,
+)
+
+
+def needs_values(error: str) -> bool:
+    """Whether an error of running ``forward`` says that a tensor had no values (meta or fake
+    tensors at ``.item()`` or a branch), rather than that the module itself fails."""
+    return bool(_NEEDS_VALUES.search(error))

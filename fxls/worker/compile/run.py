@@ -32,7 +32,7 @@ from fxls.protocol.model import (
 from fxls.worker.capture.pipeline import capture_document
 from fxls.worker.capture.reporting import one_line, user_span
 from fxls.worker.compile import kinds
-from fxls.worker.compile.dynamo import Break, DynamoRun, compile_run
+from fxls.worker.compile.dynamo import Break, compile_run
 from fxls.worker.rewrite.base import Original
 from fxls.worker.rewrite.verify import INT_HIGH, make_inputs, randomize, rebuild_plan
 
@@ -53,8 +53,10 @@ def run_compile(job: CaptureJob, rewrite: RewriteJob, report: PhaseReporter) -> 
         return result
     original = Original(doc, captured)
     for mod in captured.modules:
-        if mod.status not in ("traced", "partial") or mod.name not in doc.captures:
-            result.modules.append(_skipped(mod, "the class was not built"))
+        if not built(doc.captures.get(mod.name)):
+            result.modules.append(
+                _skipped(mod, "the class was not built or its inputs are unknown")
+            )
             continue
         report("trace", mod.name)
         started = time.monotonic()
@@ -68,6 +70,16 @@ def run_compile(job: CaptureJob, rewrite: RewriteJob, report: PhaseReporter) -> 
     return result
 
 
+def built(capture: Any) -> bool:
+    """Whether a class's capture built an instance and knows its inputs (a class torch.fx
+    cannot trace is checked too: TorchDynamo may compile it)."""
+    return (
+        capture is not None
+        and getattr(capture, "module", None) is not None
+        and getattr(capture, "feeds", None) is not None
+    )
+
+
 def _skipped(mod: ModuleResult, message: str, status: str = "skipped") -> ModuleResult:
     check = CompileCheck("failed" if status == "failed" else "skipped", message=message)
     return ModuleResult(name=mod.name, line=mod.line, status=mod.status, compile=check)
@@ -75,7 +87,7 @@ def _skipped(mod: ModuleResult, message: str, status: str = "skipped") -> Module
 
 def check_class(original: Original, mod: ModuleResult, rewrite: RewriteJob) -> ModuleResult:
     """The compile check of one captured class."""
-    module, calls, tensors = _instance(original, mod.name, rewrite)
+    module, calls, tensors = instance(original, mod.name, rewrite)
     run = compile_run(module, calls)
     source, path = original.doc.source, original.doc.path
     check = CompileCheck("ok", graphs=run.graphs, recompiles=run.recompiles, tensors=tensors)
@@ -90,20 +102,28 @@ def check_class(original: Original, mod: ModuleResult, rewrite: RewriteJob) -> M
         check.breaks.append(found)
         out.diagnostics.append(_break_diagnostic(found))
     if run.error is not None:
-        check.status = "stopped"
-        check.message = _stopped_message(run, tensors)
-        at = user_span(run.error, path, source) or class_span
-        out.diagnostics.append(
-            catalogue.FX607(at, cls=mod.name, reason=check.message, tensors=tensors).diagnostic()
-        )
+        _stopped(out, check, run.error, (path, source, class_span))
     return out
 
 
-def _stopped_message(run: DynamoRun, tensors: str) -> str:
-    text = one_line(run.error) if run.error is not None else ""
+def _stopped(
+    out: ModuleResult, check: CompileCheck, error: BaseException, where: tuple[str, Any, Span]
+) -> None:
+    """The first call raised: at a point that needs a value the tensors do not have, the
+    check ``stopped`` there (FX607); any other error is the module's own (the capture reports
+    it), so the check ``failed`` without a diagnostic. Breaks found before it stay."""
+    path, source, class_span = where
+    text = one_line(error)
     if len(text) > kinds.MAX_REASON:
         text = text[: kinds.MAX_REASON - 1] + "…"
-    return f"running `forward` on {tensors} tensors raised {text}"
+    check.message = f"running `forward` on {check.tensors} tensors raised {text}"
+    if not kinds.needs_values(text):
+        check.status = "failed"
+        return
+    check.status = "stopped"
+    at = user_span(error, path, source) or class_span
+    stopped = catalogue.FX607(at, cls=out.name, reason=check.message, tensors=check.tensors)
+    out.diagnostics.append(stopped.diagnostic())
 
 
 def _graph_break(brk: Break, path: str, source: Any, class_span: Span) -> GraphBreak:
@@ -137,7 +157,7 @@ def _break_diagnostic(found: GraphBreak) -> Diagnostic:
     return make(found.span, found.reason).diagnostic({"function": found.function})
 
 
-def _instance(
+def instance(
     original: Original, name: str, rewrite: RewriteJob
 ) -> tuple[nn.Module, list[list[Any]], str]:
     """The module, three calls' arguments (the captured sizes, then two other batch sizes)

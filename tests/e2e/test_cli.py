@@ -19,7 +19,7 @@ import fxls
 
 DOC_KEYS = {"version", "file", "outcome", "torch_version", "modules", "diagnostics"}
 MODULE_KEYS = {"class", "line", "status", "capture", "build", "isolation", "params", "inputs",
-               "outputs", "nodes", "diagnostics", "passes"}  # fmt: skip
+               "outputs", "nodes", "diagnostics", "passes", "compile"}  # fmt: skip
 NODE_KEYS = {
     "name",
     "op",

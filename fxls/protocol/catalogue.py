@@ -672,6 +672,22 @@ class FX607(Message):
     )
 
 
+class FX608(Message):
+    code = "FX608"
+    severity = "information"
+    """Not a break: a cost at run time, which the check measures on one more size."""
+    title = "Recompiles for every new size"
+    template = (
+        "`torch.compile` compiles `{cls}` again at every new input size, even after making "
+        "sizes dynamic ({reason})"
+    )
+    fix = (
+        "A Python loop, `range()`, `int()` or a list over a size fixes the graph to it: keep "
+        "the size symbolic (`x.unbind(0)`, tensor operations), or mark it dynamic before the "
+        "first call with `torch._dynamo.mark_dynamic(x, 0)`."
+    )
+
+
 class FX699(Message):
     code = "FX699"
     severity = "warning"

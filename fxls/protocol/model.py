@@ -676,9 +676,10 @@ class CompileCheck:
     status: CompileStatus
     graphs: int = 0
     breaks: list[GraphBreak] = field(default_factory=list)
-    recompiles: int = 0
+    recompiles: int | None = None
     """Frames compiled again on a third call at yet another size of the inputs (after torch's
-    automatic dynamic shapes had their one recompilation at the second)."""
+    automatic dynamic shapes had their one recompilation at the second); None when not
+    measured (a meta run, a slow first compilation, no batch dimension, a call that raised)."""
     tensors: str = ""
     """``cpu`` (a real build on small random inputs) or ``meta``."""
     message: str = ""

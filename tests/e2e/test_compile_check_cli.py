@@ -30,11 +30,12 @@ def test_json_compile_field_and_break_diagnostics(run_fxls: RunFxls) -> None:
     assert proc.returncode == 0, proc.stderr  # breaks are warnings
     doc = json.loads(proc.stdout)
     breaks = _module(doc, "Breaks")
+    recompiles = breaks["compile"].pop("recompiles")
+    assert recompiles in (0, None)  # None: the first compilation was too slow to measure them
     assert breaks["compile"] == {
         "status": "ok",
         "graphs": 5,
         "breaks": 3,
-        "recompiles": 0,
         "tensors": "cpu",
         "message": None,
     }

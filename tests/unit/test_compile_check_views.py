@@ -78,7 +78,7 @@ def test_reports_carry_the_compile_check() -> None:
         "status": "ok",
         "graphs": 2,
         "breaks": 1,
-        "recompiles": 0,
+        "recompiles": None,
         "tensors": "cpu",
         "message": None,
     }

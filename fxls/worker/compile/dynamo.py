@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +41,11 @@ class Break:
 class DynamoRun:
     graphs: int = 0
     breaks: list[Break] = field(default_factory=list)
-    recompiles: int = 0
+    recompiles: int | None = None
+    recompile_reason: str = ""
+    """The first guard that failed on the third call (``tensor 'x' size mismatch at index 0``)."""
+    recompile_frame: Frame | None = None
+    """The function whose guard failed (its ``def`` line)."""
     error: BaseException | None = None
     """What stopped the first call (its breaks before it are kept)."""
 
@@ -80,37 +85,60 @@ class _Backend:
         return gm.forward
 
 
+RECOMPILE_CHECK_MAX_S = 1.0
+"""Recompiles are measured only after a first call that took less than this: the second call
+compiles every frame again with dynamic sizes, which costs about as much as the first."""
+
+
 def compile_run(module: nn.Module, calls: Sequence[Sequence[Any]]) -> DynamoRun:
-    """Compile ``module`` and call it on ``calls[0]``; with three calls, the frames compiled on
-    the third (sizes the second already made dynamic) are ``recompiles``. Resets TorchDynamo
-    before and after, so classes never share compiled code."""
+    """Compile ``module`` and call it on ``calls[0]``; with three calls (and a first call
+    quicker than ``RECOMPILE_CHECK_MAX_S``), the frames compiled on the third (sizes the
+    second already made dynamic) are ``recompiles``. Resets TorchDynamo before and after, so
+    classes never share compiled code."""
     torch._dynamo.reset()
     backend = _Backend()
     run = DynamoRun()
     try:
         with _quiet(), torch.no_grad():
             compiled = torch.compile(module, backend=backend)
+            started = time.monotonic()
             try:
                 compiled(*calls[0])
             except Exception as exc:
                 run.error = exc
+            quick = time.monotonic() - started < RECOMPILE_CHECK_MAX_S
             backend.recording = False
             run.graphs = backend.graphs
             run.breaks = list(backend.breaks)
-            if run.error is None and len(calls) >= 3:
-                run.recompiles = _recompiles(compiled, backend, calls[1], calls[2])
+            if run.error is None and len(calls) >= 3 and quick:
+                _recompiles(run, compiled, backend, calls[1], calls[2])
     finally:
         torch._dynamo.reset()
     return run
 
 
 def _recompiles(
-    compiled: Callable[..., Any], backend: _Backend, second: Sequence[Any], third: Sequence[Any]
-) -> int:
+    run: DynamoRun,
+    compiled: Callable[..., Any],
+    backend: _Backend,
+    second: Sequence[Any],
+    third: Sequence[Any],
+) -> None:
+    """Call at the second size (automatic dynamic shapes recompile once), then count the
+    graphs the third size compiles, with the first guard that failed."""
+    failures = torch._dynamo.utils.guard_failures
     try:
         compiled(*second)
         before = backend.graphs
+        seen = {code: len(reasons) for code, reasons in failures.items()}
         compiled(*third)
     except Exception:  # another size may not run at all: nothing to say about recompiling
-        return 0
-    return backend.graphs - before
+        return
+    run.recompiles = backend.graphs - before
+    for code, reasons in list(failures.items()):
+        fresh = reasons[seen.get(code, 0) :]
+        if fresh and run.recompiles:
+            text = str(fresh[0])
+            run.recompile_reason = text.split(": ", 1)[1] if ": " in text else text
+            run.recompile_frame = Frame(code.co_filename, code.co_firstlineno, code.co_name)
+            return

@@ -88,7 +88,7 @@ def _skipped(mod: ModuleResult, message: str, status: str = "skipped") -> Module
 def check_class(original: Original, mod: ModuleResult, rewrite: RewriteJob) -> ModuleResult:
     """The compile check of one captured class."""
     module, calls, tensors = instance(original, mod.name, rewrite)
-    run = compile_run(module, calls)
+    run = compile_run(module, calls if tensors == "cpu" else calls[:1])
     source, path = original.doc.source, original.doc.path
     check = CompileCheck("ok", graphs=run.graphs, recompiles=run.recompiles, tensors=tensors)
     out = ModuleResult(name=mod.name, line=mod.line, status=mod.status, compile=check)
@@ -103,6 +103,11 @@ def check_class(original: Original, mod: ModuleResult, rewrite: RewriteJob) -> M
         out.diagnostics.append(_break_diagnostic(found))
     if run.error is not None:
         _stopped(out, check, run.error, (path, source, class_span))
+    if run.recompiles:
+        frame = run.recompile_frame
+        at = source.line_span(frame.line) if frame and frame.filename == path else class_span
+        reason = kinds.short_reason(run.recompile_reason or "a guard on a size failed")
+        out.diagnostics.append(catalogue.FX608(at, cls=mod.name, reason=reason).diagnostic())
     return out
 
 

@@ -130,6 +130,8 @@ async def test_the_job_through_the_real_worker_merges_into_the_analysis(worker) 
 # --- against torch._dynamo.explain on real tensors ------------------------------------
 
 EXAMPLES = sorted((ROOT / "docs" / "examples").glob("*.py"))
+NOT_BREAKS = {"FX607", "FX608"}
+"""Codes of the check that are no graph break: where it stopped, what recompiles."""
 CORPUS = [
     ROOT / "tests" / "corpus" / n for n in ("gpt.py", "lstm_lm.py", "mobilenet.py", "misc.py")
 ]
@@ -156,7 +158,7 @@ def test_no_break_reported_where_explain_on_real_tensors_reports_none(path: Path
                 explained = torch._dynamo.explain(module)(*calls[0])
             except Exception:
                 continue  # forward itself raises: nothing to compare
-        ours = [d for d in mod.diagnostics if d.code.startswith("FX6") and d.code != "FX607"]
+        ours = [d for d in mod.diagnostics if d.code.startswith("FX6") and d.code not in NOT_BREAKS]
         if not explained.break_reasons:
             assert ours == [], f"{path.name}:{mod.name}: FX6 where explain reports no break"
         assert check.graphs == explained.graph_count, mod.name
@@ -164,3 +166,16 @@ def test_no_break_reported_where_explain_on_real_tensors_reports_none(path: Path
         assert {d.span.line for d in ours} == {b.span.line for b in check.breaks}, mod.name
         compared += 1
     assert compared or path.name == "broken.py"
+
+
+def test_a_size_fixed_by_a_python_loop_recompiles_at_every_size() -> None:
+    path = FIXTURES / "recompiles.py"
+    mod = _check(path)["PerRow"]
+    assert mod.compile is not None and mod.compile.graphs == 1 and not mod.compile.breaks
+    if mod.compile.recompiles is None:  # the first compilation took over a second: not measured
+        pytest.skip("recompiles not measured on this (busy) machine")
+    assert mod.compile.recompiles >= 1
+    (fx608,) = [d for d in mod.diagnostics if d.code == "FX608"]
+    assert fx608.span.line == _line(path, "def forward") and "size mismatch" in fx608.message
+    assert fx608.severity == "information"
+    assert _check(BREAKS)["Clean"].compile.recompiles in (0, None)  # type: ignore[union-attr]

@@ -674,6 +674,7 @@ class Session:
                     "length": len(doc.text),
                     "sha256": hashlib.sha256(doc.text.encode("utf-8", "surrogatepass")).hexdigest(),
                     "resultVersion": doc.result.version if doc.result else None,
+                    "busy": doc.task is not None and not doc.task.done(),
                 }
                 for doc in self.documents
             ],

@@ -179,3 +179,41 @@ def test_a_size_fixed_by_a_python_loop_recompiles_at_every_size() -> None:
     assert fx608.span.line == _line(path, "def forward") and "size mismatch" in fx608.message
     assert fx608.severity == "information"
     assert _check(BREAKS)["Clean"].compile.recompiles in (0, None)  # type: ignore[union-attr]
+
+
+def _sleeper(tmp_path: Path, name: str, seconds: float) -> CaptureJob:
+    path = tmp_path / f"{name}.py"
+    path.write_text(
+        f"import time\nfrom torch import nn\ntime.sleep({seconds})\n\n\n"
+        "# fxls: x = (B=2, 4)\nclass Net(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.fc = nn.Linear(4, 4)\n\n"
+        "    def forward(self, x):\n        return self.fc(x)\n"
+    )
+    return _job(path)
+
+
+@pytest.mark.worker
+@pytest.mark.asyncio(loop_scope="module")
+async def test_queued_captures_start_before_queued_compile_checks(worker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two jobs fill the worker's slots; a compile check and then a capture wait. When the
+    first slot frees, the capture starts first, so it ends first."""
+    import asyncio
+
+    order: list[str] = []
+
+    async def run(label: str, job: CaptureJob, kind: str | None = None) -> None:
+        result = await worker.run(job, kind=kind)  # type: ignore[arg-type]
+        assert result.kind == "ok", (label, result.message)
+        order.append(label)
+
+    blockers = [
+        asyncio.ensure_future(run("short", _sleeper(tmp_path, "short", 1.0))),
+        asyncio.ensure_future(run("long", _sleeper(tmp_path, "long", 4.0))),
+    ]
+    await asyncio.sleep(0.3)  # both blockers are running
+    waiting = [
+        asyncio.ensure_future(run("compile", _sleeper(tmp_path, "check", 1.0), "compile")),
+        asyncio.ensure_future(run("capture", _sleeper(tmp_path, "quick", 0.0))),
+    ]
+    await asyncio.gather(*blockers, *waiting)
+    assert order.index("capture") < order.index("compile"), order

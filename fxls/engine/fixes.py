@@ -181,6 +181,14 @@ def candidates(analysis: FileAnalysis, text: str) -> list[Candidate]:
     return out
 
 
+def _debug_call(diag: Diagnostic, index: _Index) -> list[str]:
+    """For an FX601 at a call statement: the title of removing it."""
+    stmt = _statement(index, diag.span) if diag.code == "FX601" else None
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return []
+    return [f"Remove the debug call `{_short(index.src.text(index.src.node_span(stmt)))}`"]
+
+
 def _from_diagnostic(
     analysis: FileAnalysis,
     mod: ModuleResult,
@@ -205,6 +213,7 @@ def _from_diagnostic(
             diagnostic=diag,
         )
 
+    yield from (make("remove-print", mod.name, title) for title in _debug_call(diag, index))
     if code == "FX360" and owner == mod.name and data.get("rule"):
         rule = rule_name(str(data["rule"]))
         yield make("rule", mod.name, f"Apply rule `{rule}`", rule=str(data["rule"]))

@@ -590,7 +590,7 @@ class FX601(Message):
         "Remove the debug call, or let TorchDynamo run it after the graph: "
         "`torch._dynamo.config.reorderable_logging_functions.add(print)` (or the logging "
         "function); for `logger.info`-style methods add them to "
-        "`torch._dynamo.config.ignore_logger_methods`."
+        "`torch._dynamo.config.ignore_logging_functions`."
     )
 
 

@@ -60,6 +60,7 @@ FixKind = Literal[
     "attention",
     "apply-pass",
     "rule",
+    "remove-print",
 ]
 """The kinds of :mod:`fxls.protocol.fixkinds` (the codec refuses any other)."""
 Applicability = Literal["safe", "unsafe", "unavailable"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,66 @@ def _quiet() -> Iterator[None]:
         logger.setLevel(level)
 
 
+GRAPH_BREAK_LOG = "torch._dynamo.symbolic_convert.__graph_breaks"
+"""TorchDynamo's ``graph_breaks`` artifact logger (``TORCH_LOGS=graph_breaks``): one record per
+break, also for a break after which no graph is compiled (``explain`` misses those)."""
+_AT = re.compile(r"in user code at (?P<file>.+):(?P<line>\d+)\n")
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)')
+_REASON = re.compile(r"Graph Break Reason: (?P<reason>.*?)(?:\n\nUser code traceback:|\Z)", re.S)
+
+
+class _BreakRecords(logging.Handler):
+    """Keeps the graph-break records of the ``graph_breaks`` artifact logger as ``Break``s."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.breaks: list[Break] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            parsed = parse_break_record(record.getMessage())
+        except Exception:  # a record torch words differently: the backend still counts
+            return
+        if parsed is not None:
+            self.breaks.append(parsed)
+
+
+def parse_break_record(text: str) -> Break | None:
+    """A ``Break`` from one graph-break log record (its reason without torch's preamble
+    ``Encountered graph break when attempting to trace ...``); None when it names no place."""
+    at = _AT.search(text)
+    found = _REASON.search(text)
+    if at is None or found is None:
+        return None
+    reason = found.group("reason").strip()
+    if reason.startswith("Encountered graph break") and "\n\n" in reason:
+        reason = reason.split("\n\n", 1)[1].strip()
+    frames = [Frame(m["file"], int(m["line"]), m["name"]) for m in _FRAME.finditer(text)]
+    innermost = Frame(at["file"], int(at["line"]), "")
+    if not frames or (frames[-1].filename, frames[-1].line) != (innermost.filename, innermost.line):
+        frames.append(innermost)
+    return Break(reason, frames)
+
+
+@contextlib.contextmanager
+def _break_records() -> Iterator[_BreakRecords]:
+    """Records of every graph break while the block runs (the artifact logger enabled on its
+    own, without torch's stderr handler)."""
+    logger = logging.getLogger(GRAPH_BREAK_LOG)
+    handler = _BreakRecords()
+    saved = (logger.level, logger.propagate, logger.disabled)
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    logger.disabled = False
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate, logger.disabled = saved[1], saved[2]
+
+
 def _frames(reason: Any) -> list[Frame]:
     out = []
     for summary in getattr(reason, "user_stack", None) or []:
@@ -99,7 +160,7 @@ def compile_run(module: nn.Module, calls: Sequence[Sequence[Any]]) -> DynamoRun:
     backend = _Backend()
     run = DynamoRun()
     try:
-        with _quiet(), torch.no_grad():
+        with _quiet(), _break_records() as records, torch.no_grad():
             compiled = torch.compile(module, backend=backend)
             started = time.monotonic()
             try:
@@ -109,7 +170,9 @@ def compile_run(module: nn.Module, calls: Sequence[Sequence[Any]]) -> DynamoRun:
             quick = time.monotonic() - started < RECOMPILE_CHECK_MAX_S
             backend.recording = False
             run.graphs = backend.graphs
-            run.breaks = list(backend.breaks)
+            # the log's records first: their reasons are torch's whole message
+            run.breaks = list(records.breaks) + list(backend.breaks)
+            records.breaks.clear()  # the later calls' records say nothing new
             if run.error is None and len(calls) >= 3 and quick:
                 _recompiles(run, compiled, backend, calls[1], calls[2])
     finally:

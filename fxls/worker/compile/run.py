@@ -93,14 +93,15 @@ def check_class(original: Original, mod: ModuleResult, rewrite: RewriteJob) -> M
     check = CompileCheck("ok", graphs=run.graphs, recompiles=run.recompiles, tensors=tensors)
     out = ModuleResult(name=mod.name, line=mod.line, status=mod.status, compile=check)
     class_span = original.capture(mod.name).span
-    seen: set[tuple[str, int]] = set()
-    for brk in run.breaks:
+    seen: set[int] = set()
+    for brk in run.breaks:  # one break per line: the first record of it says most
         found = _graph_break(brk, path, source, class_span)
-        if (found.code, found.span.line) in seen or len(check.breaks) >= MAX_BREAKS:
+        if found.span.line in seen or len(check.breaks) >= MAX_BREAKS:
             continue
-        seen.add((found.code, found.span.line))
+        seen.add(found.span.line)
         check.breaks.append(found)
-        out.diagnostics.append(_break_diagnostic(found))
+    check.breaks.sort(key=lambda b: (b.span.line, b.span.col))
+    out.diagnostics.extend(_break_diagnostic(found) for found in check.breaks)
     if run.error is not None:
         _stopped(out, check, run.error, (path, source, class_span))
     if run.recompiles:

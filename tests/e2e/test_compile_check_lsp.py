@@ -114,3 +114,36 @@ async def test_the_setting_turns_it_off(client: LanguageClient, tmp_path: Path) 
     later = [p for p in client.published if p.uri == uri]  # type: ignore[attr-defined]
     codes = {str(d.code) for p in later for d in p.diagnostics}
     assert found and not {c for c in codes if c.startswith("FX6")}
+
+
+async def test_remove_a_debug_print_from_its_graph_break(client: LanguageClient) -> None:
+    """FX601's quick fix through the editor: listed at the print, resolved (verified in the
+    sandbox) to an edit that deletes exactly that line."""
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"fxls": {"compileCheck": {"enabled": True}}})
+    )
+    path = FIXTURES / "breaks_fix.py"  # never written: the editor's text is what runs
+    text = BREAKS.read_text()
+    uri = _open(client, path, text)
+    found = await _published(client, uri, "FX601")
+    (fx601,) = [d for d in found if d.code == "FX601"]
+    result = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=fx601.range,
+            context=types.CodeActionContext(diagnostics=[fx601]),
+        )
+    )
+    actions = [a for a in result or [] if isinstance(a, types.CodeAction)]
+    (remove,) = [a for a in actions if a.title.startswith("Remove the debug call")]
+    assert remove.title == 'Remove the debug call `print("shape", x.shape)`'
+    done = await client.code_action_resolve_async(remove)
+    assert done.disabled is None and done.edit is not None
+    (change,) = done.edit.document_changes or []
+    assert isinstance(change, types.TextDocumentEdit)
+    (edit,) = change.edits
+    assert isinstance(edit, types.TextEdit) and edit.new_text == ""
+    assert (edit.range.start.line, edit.range.end.line) == (
+        fx601.range.start.line,
+        fx601.range.start.line + 1,
+    )

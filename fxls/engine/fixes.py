@@ -40,6 +40,7 @@ from fxls.protocol.model import (
     FixRequest,
     InputSpec,
     Isolation,
+    JobKind,
     JobResult,
     Limits,
     ModuleResult,
@@ -68,6 +69,7 @@ class RewriteRunner(Protocol):
         isolation: Isolation | None = None,
         *,
         rewrite: RewriteJob | None = None,
+        kind: JobKind | None = None,
     ) -> JobResult: ...
 
 

@@ -81,6 +81,8 @@ def built(capture: Any) -> bool:
 
 
 def _skipped(mod: ModuleResult, message: str, status: str = "skipped") -> ModuleResult:
+    if len(message) > kinds.MAX_REASON:
+        message = message[: kinds.MAX_REASON - 1] + "…"
     check = CompileCheck("failed" if status == "failed" else "skipped", message=message)
     return ModuleResult(name=mod.name, line=mod.line, status=mod.status, compile=check)
 

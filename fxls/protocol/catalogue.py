@@ -627,8 +627,8 @@ class FX604(Message):
     severity = "warning"
     title = "Graph break: call TorchDynamo cannot trace"
     template = (
-        "`torch.compile` breaks the graph here: a builtin or third-party call it cannot trace "
-        "({reason})"
+        "`torch.compile` breaks the graph here: a call it cannot trace (a builtin, a "
+        "third-party function, a module TorchDynamo does not support) ({reason})"
     )
     fix = (
         "Use a torch operation instead (NumPy and Python math on tensors break the graph), or "

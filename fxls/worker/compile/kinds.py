@@ -48,7 +48,8 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
         "FX604",
         re.compile(
             r"builtin|skipped|skip_files|non-torch|numpy|third.party|Attempted to call function|"
-            r"not supported|unsupported|C extension|call_function",
+            r"Attempted to wrap|does not support|not supported|unsupported|C extension|"
+            r"call_function",
             re.IGNORECASE,
         ),
     ),

@@ -95,13 +95,7 @@ def check_class(original: Original, mod: ModuleResult, rewrite: RewriteJob) -> M
     check = CompileCheck("ok", graphs=run.graphs, recompiles=run.recompiles, tensors=tensors)
     out = ModuleResult(name=mod.name, line=mod.line, status=mod.status, compile=check)
     class_span = original.capture(mod.name).span
-    seen: set[int] = set()
-    for brk in run.breaks:  # one break per line: the first record of it says most
-        found = _graph_break(brk, path, source, class_span)
-        if found.span.line in seen or len(check.breaks) >= MAX_BREAKS:
-            continue
-        seen.add(found.span.line)
-        check.breaks.append(found)
+    check.breaks = _located(run.breaks, path, source, class_span)
     check.breaks.sort(key=lambda b: (b.span.line, b.span.col))
     out.diagnostics.extend(_break_diagnostic(found) for found in check.breaks)
     if run.error is not None:
@@ -132,6 +126,28 @@ def _stopped(
     at = user_span(error, path, source) or class_span
     stopped = catalogue.FX607(at, cls=out.name, reason=check.message, tensors=check.tensors)
     out.diagnostics.append(stopped.diagnostic())
+
+
+def _located(breaks: list[Break], path: str, source: Any, class_span: Span) -> list[GraphBreak]:
+    """One break per line (the first record of it says most), at most ``MAX_BREAKS``; a break
+    with no frame in the document (inside torch's own modules, seen again through a resume
+    function) goes on the class line only when no break of its kind has a line of its own."""
+    out: list[GraphBreak] = []
+    homeless: list[GraphBreak] = []
+    seen: set[int] = set()
+    for brk in breaks:
+        found = _graph_break(brk, path, source, class_span)
+        if found.span is class_span:
+            homeless.append(found)
+        elif found.span.line not in seen:
+            seen.add(found.span.line)
+            out.append(found)
+    kinds_seen = {b.code for b in out}
+    for found in homeless:
+        if found.code not in kinds_seen:
+            kinds_seen.add(found.code)
+            out.append(found)
+    return out[:MAX_BREAKS]
 
 
 def _graph_break(brk: Break, path: str, source: Any, class_span: Span) -> GraphBreak:

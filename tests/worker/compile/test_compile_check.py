@@ -110,6 +110,7 @@ def test_break_kinds_from_torch_reasons() -> None:
     assert kinds.code_of("generic_jump TensorVariable()") == "FX603"
     assert kinds.code_of("Call to `torch._dynamo.graph_break()`") == "FX605"
     assert kinds.code_of("Attempted to call function marked as skipped") == "FX604"
+    assert kinds.code_of("Attempted to wrap RNN, GRU, or LSTM: Dynamo does not support") == "FX604"
     assert kinds.code_of("something torch says one day") == "FX699"
     assert len(kinds.short_reason("x" * 10_000)) == kinds.MAX_REASON
 

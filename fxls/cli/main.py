@@ -107,6 +107,18 @@ def _parser() -> argparse.ArgumentParser:
         "--exit-zero", action="store_true", help="exit 0 even when errors are reported"
     )
     check.add_argument(
+        "--fail-on",
+        choices=("error", "warning", "information"),
+        default="error",
+        help="exit 1 for diagnostics of this severity or worse (default error); with "
+        "--select FX6, a gate for graph breaks of torch.compile",
+    )
+    check.add_argument(
+        "--no-compile-check",
+        action="store_true",
+        help="skip the torch.compile check (FX6xx) after the capture",
+    )
+    check.add_argument(
         "--jobs", type=int, default=2, metavar="N", help="files captured at once (default 2)"
     )
     check.add_argument(
@@ -296,6 +308,9 @@ def _capture_settings(args: argparse.Namespace, paths: list[str]) -> tuple[Any, 
         meta_init=settings.capture.meta_init,
         symbolic=settings.capture.symbolic,
         rules=rules,
+        compile_check=settings.compile_check.enabled
+        and not getattr(args, "no_compile_check", False),
+        compile_max_params=settings.code_actions.max_params,
     )
     python = args.python or os.environ.get("FXLS_PYTHON") or settings.python or None
     return config, options, python
@@ -304,6 +319,14 @@ def _capture_settings(args: argparse.Namespace, paths: list[str]) -> tuple[Any, 
 # ---------------------------------------------------------------------------------------
 # fxls check
 # ---------------------------------------------------------------------------------------
+
+_SEVERITY_RANK = {"error": 0, "warning": 1, "information": 2, "hint": 3}
+
+
+def fails(analysis: Any, fail_on: str) -> bool:
+    """Whether ``analysis`` has a diagnostic of severity ``fail_on`` or worse (``--fail-on``)."""
+    worst = _SEVERITY_RANK.get(fail_on, 0)
+    return any(_SEVERITY_RANK.get(d.severity, 3) <= worst for d in analysis.diagnostics)
 
 
 def _output_format(args: argparse.Namespace) -> str:
@@ -464,7 +487,7 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 analysis = checked.analysis
                 if analysis.outcome in ("worker_died", "sandbox_setup"):
                     exit_code = max(exit_code, EXIT_WORKER)
-                elif analysis.has_errors and not args.exit_zero:
+                elif fails(analysis, args.fail_on) and not args.exit_zero:
                     exit_code = max(exit_code, EXIT_ERRORS)
                 if fix_mode != "diff":
                     emit(checked)

@@ -84,6 +84,12 @@ class EngineOptions:
     slot for one time limit per class on every edit."""
     rules: RulesFile | None = None
     """The workspace's user rules (read as text; only the worker executes them)."""
+    compile_check: bool = False
+    """Run the compile check (FX6xx, :mod:`fxls.engine.compilecheck`) after the capture
+    (``fxls.compileCheck.enabled``)."""
+    compile_max_params: int = 20_000_000
+    """Classes of more parameters are compile-checked on meta tensors, not built on the CPU
+    (``fxls.codeActions.maxParams``)."""
 
 
 @dataclass

@@ -46,6 +46,7 @@ from fxls.protocol.model import (
     FixRequest,
     InputSpec,
     Isolation,
+    JobKind,
     JobResult,
     Limits,
     ModuleResult,
@@ -74,6 +75,7 @@ class RewriteRunner(Protocol):
         isolation: Isolation | None = None,
         *,
         rewrite: RewriteJob | None = None,
+        kind: JobKind | None = None,
     ) -> JobResult: ...
 
 
@@ -187,6 +189,14 @@ def candidates(analysis: FileAnalysis, text: str) -> list[Candidate]:
     return out
 
 
+def _debug_call(diag: Diagnostic, index: _Index) -> list[str]:
+    """For an FX601 at a call statement: the title of removing it."""
+    stmt = _statement(index, diag.span) if diag.code == "FX601" else None
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return []
+    return [f"Remove the debug call `{_short(index.src.text(index.src.node_span(stmt)))}`"]
+
+
 def _from_diagnostic(
     analysis: FileAnalysis,
     mod: ModuleResult,
@@ -211,6 +221,7 @@ def _from_diagnostic(
             diagnostic=diag,
         )
 
+    yield from (make("remove-print", mod.name, title) for title in _debug_call(diag, index))
     if code == "FX360" and owner == mod.name and data.get("rule"):
         rule = rule_name(str(data["rule"]))
         yield make("rule", mod.name, f"Apply rule `{rule}`", rule=str(data["rule"]))

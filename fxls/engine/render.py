@@ -13,7 +13,16 @@ import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fxls.protocol.model import Arg, Dim, ModuleResult, NodeInfo, PassResult, Span, Value
+from fxls.protocol.model import (
+    Arg,
+    CompileCheck,
+    Dim,
+    ModuleResult,
+    NodeInfo,
+    PassResult,
+    Span,
+    Value,
+)
 
 
 def dtype_name(dtype: str | None) -> str:
@@ -658,3 +667,17 @@ def outputs_hold_for(module: ModuleResult) -> str | None:
     if any(n.op == "output" and n.name in bound for n in module.nodes):
         return example_text(module.example_sizes)
     return None
+
+
+def compile_text(check: CompileCheck | None) -> str | None:
+    """What a compile check found, for a lens or a report: ``compiles whole``, ``compiles to
+    3 graphs (2 breaks)``, ``compile check stopped after 2 breaks``; None without a finished
+    check."""
+    if check is None or check.status in ("failed", "skipped"):
+        return None
+    breaks = plural(len(check.breaks), "break")
+    if check.status == "stopped":
+        return f"compile check stopped after {breaks}"
+    if not check.breaks and check.graphs <= 1:
+        return "compiles whole"
+    return f"compiles to {plural(check.graphs, 'graph')} ({breaks})"

@@ -126,6 +126,17 @@ class CaptureSettings:
 
 
 @dataclass
+class CompileCheckSettings:
+    """Where ``torch.compile`` (TorchDynamo) breaks the graph of each class (FX6xx)."""
+
+    enabled: bool = _setting(
+        True,
+        "After the shapes, compile each class's `forward` with TorchDynamo and an eager "
+        "backend in the worker, and show its graph breaks (FX6xx warnings) and graph count.",
+    )
+
+
+@dataclass
 class Settings:
     """All ``fxls.*`` settings."""
 
@@ -144,6 +155,7 @@ class Settings:
     code_lens: CodeLensSettings = field(default_factory=CodeLensSettings)
     code_actions: CodeActionSettings = field(default_factory=CodeActionSettings)
     capture: CaptureSettings = field(default_factory=CaptureSettings)
+    compile_check: CompileCheckSettings = field(default_factory=CompileCheckSettings)
 
 
 def _camel(name: str) -> str:

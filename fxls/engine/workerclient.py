@@ -38,6 +38,7 @@ from fxls.protocol.model import (
     CaptureJob,
     ExpansionTooLarge,
     Isolation,
+    JobKind,
     JobRequest,
     JobResult,
     Limits,
@@ -278,9 +279,10 @@ class WorkerClient:
         isolation: Isolation | None = None,
         *,
         rewrite: RewriteJob | None = None,
+        kind: JobKind | None = None,
     ) -> JobResult:
-        """Run one capture job (a rewrite job with ``rewrite``) and return its result (never
-        raises for job failures).
+        """Run one capture job (a rewrite job with ``rewrite``; ``kind`` names another, such as
+        ``compile``) and return its result (never raises for job failures).
 
         Cancelling the awaiting task cancels the job in the worker and re-raises.
         """
@@ -300,7 +302,7 @@ class WorkerClient:
             job,
             limits or Limits(),
             isolation or Isolation(),
-            kind="capture" if rewrite is None else "rewrite",
+            kind=kind or ("capture" if rewrite is None else "rewrite"),
             rewrite=rewrite,
         )
         future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()

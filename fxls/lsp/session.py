@@ -27,7 +27,7 @@ from pygls.lsp.server import LanguageServer
 
 from fxls.analysis import parse, workspace
 from fxls.engine import analyze as engine
-from fxls.engine import fixes, incremental
+from fxls.engine import compilecheck, fixes, incremental
 from fxls.engine.settings import (
     SECTION,
     Settings,
@@ -259,6 +259,8 @@ class Session:
             meta_init=s.capture.meta_init,
             symbolic=s.capture.symbolic,
             rules=self._rules(),
+            compile_check=s.compile_check.enabled,
+            compile_max_params=s.code_actions.max_params,
         )
         return self.slow_rules.options_for(options, for_path)
 
@@ -411,8 +413,35 @@ class Session:
         self.refresh_views()
         if not analysis.evidence_complete:
             self._refine_later()
-        elif text == doc.saved_text:
+            return
+        await self._compile_check(doc, text, version, analysis)
+        if text == doc.saved_text:
             self.spawn(self._store(doc.path, text, analysis))
+
+    async def _compile_check(
+        self, doc: Document, text: str, version: int | None, analysis: engine.FileAnalysis
+    ) -> None:
+        """After the shapes are published: the compile check (FX6xx, the lens's graph count)
+        of the same version, published again when it is done. A newer version cancels it
+        with the capture's task."""
+        if not self.settings.compile_check.enabled or not compilecheck.compilable(analysis):
+            return
+        try:
+            worker = await self.ensure_worker()
+            options = await asyncio.to_thread(self.engine_options, doc.path)
+            request = engine.AnalysisRequest(doc.path, text, version=version, root=self.root)
+            await compilecheck.check_compile(worker, analysis, request, options)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the check is a bonus: the shapes stay as published
+            logger.exception("compile check of %s failed", doc.path)
+            self.log(f"fxls: the compile check of {doc.path} failed: {exc}")
+            return
+        current = doc.result
+        if doc.closed or current is None or current.analysis is not analysis:
+            return
+        self.publish(doc)
+        self.refresh_views()
 
     # -- the store of earlier sessions ----------------------------------------------------
 
@@ -693,6 +722,7 @@ class Session:
                     "length": len(doc.text),
                     "sha256": hashlib.sha256(doc.text.encode("utf-8", "surrogatepass")).hexdigest(),
                     "resultVersion": doc.result.version if doc.result else None,
+                    "busy": doc.task is not None and not doc.task.done(),
                 }
                 for doc in self.documents
             ],

@@ -8,6 +8,7 @@ not wording). Standard library only: the server imports this module too.
     FX3xx  graph: lint failures and unused computations; FX35x user passes, FX36x user rules
     FX4xx  set-up: building the module, inputs, directives, executing the file
     FX5xx  sandbox: the job hit a limit or crashed
+    FX6xx  torch.compile: where TorchDynamo breaks the graph of ``forward``, and why
 """
 
 from __future__ import annotations
@@ -574,6 +575,127 @@ class FX510(Message):
     fix = (
         "Fix or skip (`# fxls: skip`) the classes that time out or take long; the others are "
         "captured again on the next edit."
+    )
+
+
+# --- FX6xx torch.compile -----------------------------------------------------------------
+
+
+class FX601(Message):
+    code = "FX601"
+    severity = "warning"
+    title = "Graph break: print or logging"
+    template = "`torch.compile` breaks the graph here: a print or logging call ({reason})"
+    fix = (
+        "Remove the debug call, or let TorchDynamo run it after the graph: "
+        "`torch._dynamo.config.reorderable_logging_functions.add(print)` (or the logging "
+        "function); for `logger.info`-style methods add them to "
+        "`torch._dynamo.config.ignore_logging_functions`."
+    )
+
+
+class FX602(Message):
+    code = "FX602"
+    severity = "warning"
+    title = "Graph break: Python number from a tensor"
+    template = (
+        "`torch.compile` breaks the graph here: a Python number is read from a tensor "
+        "(`.item()`, `.tolist()`, `int()`, `float()`) ({reason})"
+    )
+    fix = (
+        "Keep the value a tensor (`x + t.sum()` rather than `x + t.sum().item()`), or set "
+        "`torch._dynamo.config.capture_scalar_outputs = True` to capture `.item()` in the graph."
+    )
+
+
+class FX603(Message):
+    code = "FX603"
+    severity = "warning"
+    title = "Graph break: control flow on tensor values"
+    template = (
+        "`torch.compile` breaks the graph here: a Python `if`/`while` depends on the values of "
+        "a tensor ({reason})"
+    )
+    fix = (
+        "Compute both sides and select with `torch.where(cond, a, b)`, or branch inside the "
+        "graph with `torch.cond(pred, true_fn, false_fn, (x,))`."
+    )
+
+
+class FX604(Message):
+    code = "FX604"
+    severity = "warning"
+    title = "Graph break: call TorchDynamo cannot trace"
+    template = (
+        "`torch.compile` breaks the graph here: a call it cannot trace (a builtin, a "
+        "third-party function, a module TorchDynamo does not support) ({reason})"
+    )
+    fix = (
+        "Use a torch operation instead (NumPy and Python math on tensors break the graph), or "
+        "keep the helper out of compilation with `@torch.compiler.disable`."
+    )
+
+
+class FX605(Message):
+    code = "FX605"
+    severity = "warning"
+    title = "Graph break: torch._dynamo.graph_break()"
+    template = "`torch.compile` breaks the graph here: an explicit `graph_break()` ({reason})"
+    fix = "Remove the `torch._dynamo.graph_break()` call when it was left from debugging."
+
+
+class FX606(Message):
+    code = "FX606"
+    severity = "warning"
+    title = "Graph break: untraceable Python code"
+    template = (
+        "`torch.compile` breaks the graph here: Python code it cannot trace (a generator, "
+        "`copy.deepcopy`, an unsupported context manager...) ({reason})"
+    )
+    fix = (
+        "Rewrite it with plain loops and tensor operations, or move it into a helper "
+        "decorated with `@torch.compiler.disable`."
+    )
+
+
+class FX607(Message):
+    code = "FX607"
+    severity = "information"
+    """Not a break: the check could not go on, and says so instead of failing."""
+    title = "Compile check stopped"
+    template = (
+        "the compile check of `{cls}` stopped here: {reason}; breaks after this point are not known"
+    )
+    fix = (
+        "fxls ran `forward` on {tensors} tensors; a value this line needs (a branch on a tensor, "
+        "`.item()`) does not exist there. The breaks listed before it hold."
+    )
+
+
+class FX608(Message):
+    code = "FX608"
+    severity = "information"
+    """Not a break: a cost at run time, which the check measures on one more size."""
+    title = "Recompiles for every new size"
+    template = (
+        "`torch.compile` compiles `{cls}` again at every new input size, even after making "
+        "sizes dynamic ({reason})"
+    )
+    fix = (
+        "A Python loop, `range()`, `int()` or a list over a size fixes the graph to it: keep "
+        "the size symbolic (`x.unbind(0)`, tensor operations), or mark it dynamic before the "
+        "first call with `torch._dynamo.mark_dynamic(x, 0)`."
+    )
+
+
+class FX699(Message):
+    code = "FX699"
+    severity = "warning"
+    title = "Graph break: other"
+    template = "`torch.compile` breaks the graph here: {reason}"
+    fix = (
+        "Rewrite the line with torch operations, or keep the helper out of compilation with "
+        "`@torch.compiler.disable`."
     )
 
 

@@ -67,6 +67,7 @@ FIX_KINDS: tuple[FixKindInfo, ...] = (
     FixKindInfo("attention", "hand-written attention as `F.scaled_dot_product_attention`"),
     FixKindInfo("apply-pass", "apply a user pass to the source (refactor)"),
     FixKindInfo("rule", "apply a user rule at a match", ("FX360",), fix_all=True),
+    FixKindInfo("remove-print", "remove a debug `print` or logging call", ("FX601",)),
 )
 
 BY_KIND: dict[str, FixKindInfo] = {k.kind: k for k in FIX_KINDS}

@@ -43,7 +43,7 @@ ResultKind = Literal[
 ]
 RESULT_KINDS: tuple[str, ...] = typing.get_args(ResultKind)
 
-JobKind = Literal["capture", "rewrite"]
+JobKind = Literal["capture", "rewrite", "compile"]
 """Kinds of job a child runs; each kind has one runner in ``fxls.worker.jobs``."""
 
 FixKind = Literal[
@@ -60,6 +60,7 @@ FixKind = Literal[
     "attention",
     "apply-pass",
     "rule",
+    "remove-print",
 ]
 """The kinds of :mod:`fxls.protocol.fixkinds` (the codec refuses any other)."""
 Applicability = Literal["safe", "unsafe", "unavailable"]
@@ -73,6 +74,9 @@ InputOrigin = Literal["declared", "parent", "default", "assumed"]
 NodeOp = Literal["placeholder", "get_attr", "call_function", "call_method", "call_module", "output"]
 ValueKind = Literal["tensor", "size", "int", "float", "bool", "none", "device", "dtype", "other"]
 ErrorKind = Literal["exception", "system_exit", "recursion"]
+CompileStatus = Literal["ok", "stopped", "failed", "skipped"]
+"""Of a compile check: ``ok`` ran to the end; ``stopped`` at a point that needs values fxls does
+not have (the breaks before it are listed); ``failed``/``skipped`` say why in ``message``."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -657,6 +661,38 @@ class PassResult:
 
 
 @dataclass
+class GraphBreak:
+    """One place where TorchDynamo (``torch.compile``) ends a graph, at the document's line."""
+
+    code: str
+    """The FX6xx code of its kind."""
+    reason: str
+    """torch's reason, first line, capped."""
+    span: Span
+    """The innermost frame of the document (a helper's line, or the call into other code)."""
+    function: str = ""
+    """The document's function that line is in (``forward``, a helper)."""
+
+
+@dataclass
+class CompileCheck:
+    """A class's ``forward`` compiled with TorchDynamo and an eager backend (``compile`` job)."""
+
+    status: CompileStatus
+    graphs: int = 0
+    breaks: list[GraphBreak] = field(default_factory=list)
+    recompiles: int | None = None
+    """Frames compiled again on a third call at yet another size of the inputs (after torch's
+    automatic dynamic shapes had their one recompilation at the second); None when not
+    measured (a meta run, a slow first compilation, no batch dimension, a call that raised)."""
+    tensors: str = ""
+    """``cpu`` (a real build on small random inputs) or ``meta``."""
+    message: str = ""
+    """Why it stopped, failed or was skipped."""
+    duration_s: float = 0.0
+
+
+@dataclass
 class ModuleResult:
     name: str
     line: int
@@ -703,6 +739,8 @@ class ModuleResult:
     ``nn.Sequential``, a subclass without a ``forward`` of its own, a library's module traced
     through): a node made inside one was written in the code that called it, so it belongs
     to the instance whose ``module_path`` is its own without these."""
+    compile: CompileCheck | None = None
+    """The compile check (``compile`` job), merged in by the engine after the capture."""
 
     def input_origin(self, index: int) -> InputOrigin:
         """Where input ``index`` came from (``inputs_assumed`` when a result has no origins)."""

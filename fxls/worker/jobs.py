@@ -1,4 +1,5 @@
-"""One runner per job kind (``JobRequest.kind``); the job child calls ``run_job``."""
+"""One runner per job kind (``JobRequest.kind``: ``capture``, ``rewrite``, ``compile``); the job
+child calls ``run_job``."""
 
 from __future__ import annotations
 
@@ -19,4 +20,8 @@ def run_job(request: JobRequest, report: PhaseReporter) -> CaptureResult:
         from fxls.worker.rewrite.run import run_rewrite
 
         return run_rewrite(request.capture, request.rewrite or RewriteJob(), report)
+    if request.kind == "compile":
+        from fxls.worker.compile.run import run_compile
+
+        return run_compile(request.capture, request.rewrite or RewriteJob(), report)
     raise ValueError(f"unknown job kind {request.kind!r}")

@@ -19,7 +19,7 @@ import fxls
 
 DOC_KEYS = {"version", "file", "outcome", "torch_version", "modules", "diagnostics"}
 MODULE_KEYS = {"class", "line", "status", "capture", "build", "isolation", "params", "inputs",
-               "outputs", "nodes", "diagnostics", "passes"}  # fmt: skip
+               "outputs", "nodes", "diagnostics", "passes", "compile"}  # fmt: skip
 NODE_KEYS = {
     "name",
     "op",
@@ -209,7 +209,8 @@ def test_text_output_with_input_and_init_options(run_fxls: RunFxls, tmp_path: Pa
     )
     proc = run_fxls("check", str(model), "--init", "n=5", "--input", "x=(N=3, 5)")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    header, *rows, summary = proc.stdout.splitlines()
+    header, *rows, compiled, summary = proc.stdout.splitlines()
+    assert compiled == "  torch.compile: compiles whole"
     assert header.startswith(f"{model}:3 class Lin  traced (fx) · ")
     assert header.endswith(" · 60 params · x [N=3, 5] → [N, 10]")
     assert summary.startswith("1 file (1 with module classes) · 1 class: 1 traced, 0 partial, ")

@@ -183,13 +183,14 @@ async def _stats(client: LanguageClient) -> Any:
 
 
 async def _settled(client: LanguageClient, uri: str, version: int) -> Any:
-    """Published for ``version`` and the result adopted (``resultVersion``)."""
+    """Published for ``version``, the result adopted (``resultVersion``) and nothing running
+    for it any more (``busy``: the compile check after the capture)."""
     await _published(client, uri, version)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         stats = await _stats(client)
         doc = next(d for d in stats["documents"] if d["uri"] == uri)
-        if doc["resultVersion"] == version:
+        if doc["resultVersion"] == version and not doc["busy"]:
             return stats
         await asyncio.sleep(0.02)
     raise AssertionError(f"version {version} was not adopted")

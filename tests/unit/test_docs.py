@@ -24,7 +24,7 @@ def test_every_diagnostic_code_has_a_docs_section() -> None:
 
 def test_message_classes_are_well_formed() -> None:
     for code, cls in ALL_MESSAGES.items():
-        assert re.fullmatch(r"FX[1-5]\d\d", code)
+        assert re.fullmatch(r"FX[1-6]\d\d", code)
         assert cls.severity in ("error", "warning", "information", "hint")
         assert cls.title and cls.template
 

@@ -110,6 +110,7 @@ class Net(nn.Module):
         wasted = self.fc(x).relu()
         n = len(x)
         h = torch.zeros(x.size(0), 4)
+        print(h.shape)
         return self.fc(x)
 """
 
@@ -143,6 +144,7 @@ def test_candidates_from_diagnostics() -> None:
                 _diag("FX101", "x.dim() == 2", leaf="Sub"),
                 _diag("FX103", "len(x)", wrap="helper"),
                 _diag("FX201", "self.fc(x)"),  # nothing to fix
+                _diag("FX601", "print(h.shape)"),
             ]
         ),
         SOURCE,
@@ -161,8 +163,10 @@ def test_candidates_from_diagnostics() -> None:
         ("length", "Net", "Replace `len(x)` with `x.size(0)` (traceable)"),
         ("wrap", "Net", 'Wrap `helper` for torch.fx: `torch.fx.wrap("helper")`'),
         ("factory", "Net", "Replace `torch.zeros(...)` with `x.new_zeros(...)` (traceable)"),
+        ("remove-print", "Net", "Remove the debug call `print(h.shape)`"),
     ]
-    assert all(c.fix_all for c in found)
+    assert all(c.fix_all for c in found if c.kind != "remove-print")
+    assert not next(c for c in found if c.kind == "remove-print").fix_all
     assert len({c.id for c in found}) == len(found)
 
 

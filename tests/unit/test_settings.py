@@ -36,6 +36,7 @@ CONTRACT = {
     "fxls.isolation.landlock": True,
     "fxls.capture.metaInit": True,
     "fxls.capture.symbolic": True,
+    "fxls.compileCheck.enabled": True,
 }
 
 

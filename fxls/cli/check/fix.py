@@ -31,6 +31,7 @@ from fxls.cli.check.config import CodeFilter
 from fxls.cli.check.run import Checked, NotMade, Plan, filter_analysis
 from fxls.engine import fixes
 from fxls.engine.analyze import AnalysisRequest, EngineOptions, FileAnalysis, analyze
+from fxls.engine.compilecheck import check_compile
 from fxls.protocol.edits import apply_edits
 from fxls.protocol.fixkinds import PIN_KINDS
 from fxls.protocol.model import FixOutcome
@@ -186,7 +187,7 @@ class Fixer:
             self.counts.files -= 1
             self.counts.applied -= applied
             return finish(checked, plan.text)
-        again = await self._analyze(plan.path, text, plan)
+        again = await self._analyze(plan.path, text, plan, compiled=self.options.compile_check)
         return finish(Checked(replace(plan, text=text), filter_analysis(again, self.codes)), text)
 
     def _in_notebook(self, plan: Plan) -> bool:
@@ -197,19 +198,23 @@ class Fixer:
         self.counts.messages.append(f"{plan.path}: fixes are not made in notebooks")
         return True
 
-    async def _analyze(self, path: str, text: str, plan: Plan) -> FileAnalysis:
-        return await analyze(
-            self.client,
-            AnalysisRequest(
-                path,
-                text,
-                only=plan.only,
-                extra_inputs=plan.inputs,
-                init_override=plan.init,
-                import_root=self.root,
-            ),
-            options=self.options,
+    async def _analyze(
+        self, path: str, text: str, plan: Plan, *, compiled: bool = False
+    ) -> FileAnalysis:
+        """The capture of ``text``; with ``compiled``, its compile check too (the report of a
+        fixed file; the rounds of fixing need the shapes only)."""
+        request = AnalysisRequest(
+            path,
+            text,
+            only=plan.only,
+            extra_inputs=plan.inputs,
+            init_override=plan.init,
+            import_root=self.root,
         )
+        analysis = await analyze(self.client, request, options=self.options)
+        if compiled:
+            await check_compile(self.client, analysis, request, self.options)
+        return analysis
 
     def _count(self, outcomes: list[FixOutcome], held: list[fixes.Candidate]) -> None:
         """The fixes left out in the last round: unsafe (without ``--unsafe-fixes``),

@@ -31,10 +31,10 @@ from fxls.engine.analyze import (
     AnalysisRequest,
     EngineOptions,
     FileAnalysis,
-    Runner,
     SlowRules,
     analyze,
 )
+from fxls.engine.compilecheck import CompileRunner, check_compile
 from fxls.protocol.files import MAX_SOURCE_BYTES, Refused, read_source
 from fxls.protocol.model import Diagnostic, InputSpec, ModuleResult
 
@@ -185,7 +185,7 @@ def filter_analysis(analysis: FileAnalysis, codes: CodeFilter) -> FileAnalysis:
 
 
 async def run_plans(
-    client: Runner,
+    client: CompileRunner,
     plans: list[Plan],
     options: EngineOptions,
     codes: CodeFilter,
@@ -200,7 +200,8 @@ async def run_plans(
 
     Once a job reports that the rules file took longer than its time to load, the files that
     start after it go without the rules (each would wait for them again); the rules file itself
-    keeps them (its FX361)."""
+    keeps them (its FX361). With ``options.compile_check``, each analysis then gets its compile check
+    (FX6xx, :mod:`fxls.engine.compilecheck`)."""
     semaphore = asyncio.Semaphore(max(1, concurrency))
     slow_rules = SlowRules()
 
@@ -209,20 +210,19 @@ async def run_plans(
             if started is not None:
                 started(plan)
             chosen = slow_rules.options_for(options, plan.path)
-            analysis = await analyze(
-                client,
-                AnalysisRequest(
-                    plan.path,
-                    plan.text,
-                    only=plan.only,
-                    extra_inputs=plan.inputs,
-                    init_override=plan.init,
-                    import_root=import_root,
-                ),
-                options=chosen,
+            request = AnalysisRequest(
+                plan.path,
+                plan.text,
+                only=plan.only,
+                extra_inputs=plan.inputs,
+                init_override=plan.init,
+                import_root=import_root,
             )
+            analysis = await analyze(client, request, options=chosen)
             if analysis.rules_too_slow:
                 slow_rules.add(chosen.rules)
+            if chosen.compile_check:
+                await check_compile(client, analysis, request, chosen)
             return Checked(plan, filter_analysis(analysis, codes))
 
     tasks = [asyncio.ensure_future(one(plan)) for plan in plans]

@@ -16,7 +16,7 @@ from fxls.cli.report.cells import cell_of, relabel
 from fxls.cli.report.escape import escape_tree
 from fxls.engine import render
 from fxls.engine.analyze import FileAnalysis
-from fxls.protocol.model import Diagnostic, InputSpec, PassResult, Value
+from fxls.protocol.model import CompileCheck, Diagnostic, InputSpec, PassResult, Value
 
 JSON_VERSION = 1
 PATH_KEYS = frozenset({"file"})
@@ -109,6 +109,7 @@ def to_json(
                 "nodes": nodes,
                 "diagnostics": [_json_diag(d) for d in sorted(own, key=_pos)],
                 "passes": [_json_pass(p) for p in m.passes],
+                "compile": _json_compile(m.compile),
             }
         )
     rest = [d for i, d in enumerate(analysis.diagnostics) if i not in claimed]
@@ -159,6 +160,21 @@ def in_cells(tree: Any, notebook: NotebookModule) -> None:
     for value in tree.values():
         if isinstance(value, (list, dict)):
             in_cells(value, notebook)
+
+
+def _json_compile(check: CompileCheck | None) -> dict[str, Any] | None:
+    """The compile check: graphs, breaks (their count: each is a diagnostic of the module),
+    recompiles; null when it did not run."""
+    if check is None:
+        return None
+    return {
+        "status": check.status,
+        "graphs": check.graphs,
+        "breaks": len(check.breaks),
+        "recompiles": check.recompiles,
+        "tensors": check.tensors or None,
+        "message": check.message or None,
+    }
 
 
 def _json_pass(run: PassResult) -> dict[str, Any]:

@@ -86,6 +86,15 @@ def _outputs_text(m: ModuleResult) -> str:
     return " → " + ", ".join(_shape_only(v) for v in m.outputs) + (f" ({held})" if held else "")
 
 
+def _compile_lines(m: ModuleResult) -> list[str]:
+    """``  torch.compile: compiles to 5 graphs (3 breaks)`` (the breaks are diagnostics)."""
+    check = m.compile
+    if check is None:
+        return []
+    found = render.compile_text(check) or f"not checked: {check.message}"
+    return ["  " + escape_text(f"torch.compile: {found}")]
+
+
 def format_text(
     analysis: FileAnalysis,
     extra_inputs: dict[str, list[InputSpec]] | None = None,
@@ -138,6 +147,7 @@ def format_text(
                 "  "
                 + escape_text(f"pass {run.function} (line {run.line}): {run.status} · {counts}")
             )
+        lines.extend(_compile_lines(m))
     lines.extend(diagnostic_line(analysis.path, d, notebook) for d in analysis.diagnostics)
     if not analysis.modules and not analysis.diagnostics:
         lines.append(f"{path}: no nn.Module classes found")

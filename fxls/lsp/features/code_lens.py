@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from lsprotocol import types
 
-from fxls.engine.render import count_text, outputs_hold_for, plural, values_text
+from fxls.engine.render import compile_text, count_text, outputs_hold_for, plural, values_text
 from fxls.lsp.features import markdown as md
 from fxls.lsp.features.convert import Encoding, LineMapper, lsp_position
 from fxls.protocol.model import Diagnostic, ModuleResult
@@ -71,7 +71,14 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
         parts.append("assumed " + ", ".join(f"{k}={v}" for k, v in built.assumed.items()))
     if any(module.inputs_assumed):
         parts.append("inputs assumed")
+    parts.extend(_compiled(module))
     return " · ".join(parts)
+
+
+def _compiled(module: ModuleResult) -> list[str]:
+    """``compiles whole`` or ``compiles to 3 graphs (2 breaks)`` once the compile check ran."""
+    found = compile_text(module.compile)
+    return [found] if found is not None else []
 
 
 def module_diagnostics(

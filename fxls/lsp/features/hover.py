@@ -19,6 +19,7 @@ from fxls.engine.render import (
     Run,
     argument_texts,
     call_parts,
+    compile_text,
     count_text,
     escaping,
     example_text,
@@ -449,6 +450,28 @@ def input_origin(module: ModuleResult, index: int) -> str:
     return _ORIGINS.get(origin, origin)
 
 
+MAX_BREAK_ROWS = 10
+"""Graph breaks a class hover lists (the diagnostics have them all)."""
+
+
+def compile_rows(module: ModuleResult) -> list[tuple[str, str]]:
+    """The compile check in rows: what it found, then each break (line, function, code,
+    torch's reason) and why it stopped or did not run."""
+    check = module.compile
+    if check is None:
+        return []
+    found = compile_text(check)
+    rows = [("torch.compile", found if found is not None else f"not checked: {check.message}")]
+    for brk in check.breaks[:MAX_BREAK_ROWS]:
+        where = f"line {brk.span.line}" + (f" in {brk.function}" if brk.function else "")
+        rows.append(("graph break", f"{where}: {brk.code} {brk.reason}"))
+    if len(check.breaks) > MAX_BREAK_ROWS:
+        rows.append(("graph break", f"… {len(check.breaks) - MAX_BREAK_ROWS} more"))
+    if check.status == "stopped":
+        rows.append(("compile check", check.message))
+    return rows
+
+
 def class_summary(
     module: ModuleResult, *, isolation: Sequence[str] = (), duration_s: float | None = None
 ) -> ClassSummary:
@@ -484,6 +507,7 @@ def class_summary(
     rows.append(("capture", capture))
     for note in module.notes[:4]:
         rows.append(("note", note))
+    rows.extend(compile_rows(module))
     if isolation:
         rows.append(("isolation", ", ".join(isolation)))
     seconds = sum(module.timings.values()) if module.timings else duration_s

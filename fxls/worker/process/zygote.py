@@ -478,7 +478,7 @@ class Zygote:
 
     def _start_queued(self) -> None:
         while self.queue and len(self.jobs) < self.max_jobs and not self.stopping:
-            request = self.queue.popleft()
+            request = self._next_request()
             started = time.monotonic()
             job_dir = None
             try:
@@ -501,6 +501,15 @@ class Zygote:
                 self.sel.register(
                     fd, selectors.EVENT_READ, lambda fd, j=job, cb=callback: cb(j, fd)
                 )
+
+    def _next_request(self) -> JobRequest:
+        """The first queued job that is not a compile check, else the first one: compile
+        checks wait behind captures and rewrites (the shapes come first)."""
+        for request in self.queue:
+            if request.kind != "compile":
+                self.queue.remove(request)
+                return request
+        return self.queue.popleft()
 
     def _kill(self, job: Job, reason: str | None) -> None:
         if job.kill_reason is None and reason is not None:

@@ -43,6 +43,7 @@ from fxls.worker.rewrite.fixes import (
     leaf,
     length,
     name_args,
+    remove_print,
     rule,
     sizes,
     wrap,
@@ -53,7 +54,7 @@ from fxls.worker.rewrite.verify import Change, Verdict, change_of, merge, verify
 PhaseReporter = Callable[[Phase, "str | None"], None]
 
 _FIX_MODULES = (apply_pass, assertion, attention, concrete, dead_code, directive, factory, leaf,
-                length, name_args, rule, sizes, wrap)  # fmt: skip
+                length, name_args, remove_print, rule, sizes, wrap)  # fmt: skip
 _MODULES: dict[str, ModuleType] = {m.__name__.rpartition(".")[2]: m for m in _FIX_MODULES}
 
 REWRITES: dict[str, ModuleType] = {k.kind: _MODULES[k.module] for k in FIX_KINDS}

@@ -580,3 +580,36 @@ def test_training_mode_catches_a_dropout_the_edit_drops() -> None:
     verdict = verify(original, both, RewriteJob(), lambda *a: None)
     assert verdict.applicability == "unsafe"
     assert "outputs differ in training mode (dropout on, same seed)" in verdict.reason
+
+
+def test_remove_print_deletes_debug_calls_found_by_the_compile_check() -> None:
+    from fxls.worker.compile.run import run_compile
+
+    job = _job("remove_print_before.py")
+    checked = run_compile(job, RewriteJob(), lambda *a: None)
+    (noisy,) = checked.modules
+    found = [d for d in noisy.diagnostics if d.code == "FX601"]
+    assert [d.span.line for d in found] == [10, 22]  # the helper's print, the logger call
+    fixes = [_fix("remove-print", "Noisy", d.span, "FX601") for d in found]
+    lines = job.source.splitlines()
+    inner = next(i for i, line in enumerate(lines, 1) if "print(x.sum()" in line)
+    fixes.append(_fix("remove-print", "Noisy", Span(inner, 12, inner, 33), "FX601"))
+    for fix in fixes:
+        fix.id = f"{fix.id}:{fix.span.line}"
+    result = _rewrite(job, *fixes, combine=True)
+    assert result.rewrite is not None
+    outcomes = result.rewrite.outcomes
+    assert [o.applicability for o in outcomes] == ["safe"] * 3, [o.reason for o in outcomes]
+    assert outcomes[0].title == 'Remove the debug call `print("shape", x.shape)`'
+    combined = result.rewrite.combined
+    assert combined is not None and combined.applicability == "safe"
+    after = (FIXTURES / "remove_print_after.py").read_text()
+    assert apply_edits(job.source, combined.edits) == after
+
+
+def test_remove_print_refuses_what_is_not_a_debug_call() -> None:
+    job = _job("remove_print_before.py")
+    line = job.source.splitlines().index("        return torch.relu(x)") + 1
+    outcome = _one(job, _fix("remove-print", "Noisy", Span(line, 8, line, 28), "FX601"))
+    assert outcome.applicability == "unavailable"
+    assert "not a call statement" in (outcome.reason or "")

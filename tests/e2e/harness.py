@@ -100,3 +100,38 @@ def nvim_code_action(
     result: dict[str, Any] = json.loads(out.read_text())
     assert proc.returncode == 0, (result.get("error"), result.get("titles"), proc.stderr[-2000:])
     return result
+
+
+NOTEBOOK_IMPORTS = ("code", "import torch\nimport torch.nn as nn\n%matplotlib inline")
+NOTEBOOK_NET = (
+    "code",
+    "class Net(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.conv = nn.Conv2d(3, 16, 3, padding=1)\n"
+    "        self.fc = nn.Linear(16, 10)\n"
+    "\n"
+    "    def forward(self, x):\n"
+    "        h = self.conv(x)\n"
+    "        return self.fc(h.mean((2, 3)))",
+)
+"""The cells the notebook tests share: imports with a magic, and a small CNN (a call in a later
+cell gives its shapes)."""
+
+
+def write_notebook(
+    path: Path, cells: list[tuple[str, str]], output: dict[str, Any] | None = None
+) -> Path:
+    """An nbformat 4 file as Jupyter writes it (sources as lists of lines); each code cell
+    holds ``output`` when given (a run notebook), none otherwise."""
+    raw: list[dict[str, Any]] = []
+    for kind, text in cells:
+        cell: dict[str, Any] = {"cell_type": kind, "metadata": {}, "source": text.splitlines(True)}
+        if kind == "code":
+            cell.update(execution_count=1 if output else None, outputs=[output] if output else [])
+        raw.append(cell)
+    meta = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}
+    notebook = {"cells": raw, "metadata": meta, "nbformat": 4, "nbformat_minor": 5}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(notebook, indent=1))
+    return path

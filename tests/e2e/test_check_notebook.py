@@ -12,25 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import needs_worker
+from harness import NOTEBOOK_IMPORTS, NOTEBOOK_NET, needs_worker
+from harness import write_notebook as harness_write_notebook
 
 pytestmark = [pytest.mark.slow, needs_worker]
 
 CELLS: list[tuple[str, str]] = [
-    ("code", "import torch\nimport torch.nn as nn\n%matplotlib inline"),
+    NOTEBOOK_IMPORTS,
     ("markdown", "# The model"),
-    (
-        "code",
-        "class Net(nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        "        self.conv = nn.Conv2d(3, 16, 3, padding=1)\n"
-        "        self.fc = nn.Linear(16, 10)\n"
-        "\n"
-        "    def forward(self, x):\n"
-        "        h = self.conv(x)\n"
-        "        return self.fc(h.mean((2, 3)))",
-    ),
+    NOTEBOOK_NET,
     (
         "code",
         "!pip install nothing\nmodel = Net()\nout = model(torch.randn(8, 4, 24, 24))\n"
@@ -43,21 +33,8 @@ OUTPUT = {"output_type": "stream", "name": "stdout", "text": ["x" * 10_000]}
 
 
 def write_notebook(path: Path, cells: list[tuple[str, str]] = CELLS) -> Path:
-    """An nbformat 4 file as Jupyter writes it (sources as lists of lines, with outputs)."""
-    raw: list[dict[str, Any]] = []
-    for kind, text in cells:
-        cell: dict[str, Any] = {
-            "cell_type": kind,
-            "metadata": {},
-            "source": text.splitlines(keepends=True),
-        }
-        if kind == "code":
-            cell.update(execution_count=1, outputs=[OUTPUT])
-        raw.append(cell)
-    meta = {"kernelspec": {"language": "python", "name": "python3"}}
-    notebook = {"cells": raw, "metadata": meta, "nbformat": 4, "nbformat_minor": 5}
-    path.write_text(json.dumps(notebook, indent=1))
-    return path
+    """A run notebook: each code cell holds a large output fxls never reads."""
+    return harness_write_notebook(path, cells, OUTPUT)
 
 
 def check(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -341,3 +341,26 @@ def test_fxls_trace_and_checkhealth(tmp_path: Path) -> None:
     )
     assert re.search(r"^- ✅ OK worker: \S+, torch 2\.", health, re.MULTILINE), health
     assert re.search(r"^- ✅ OK isolation: .*seccomp", health, re.MULTILINE), health
+
+
+def test_neovim_on_a_released_library_model_file(tmp_path: Path) -> None:
+    """transformers' ``modeling_llama.py`` as installed (the version pinned in pyproject.toml),
+    opened from site-packages with no directive: it runs as its module, and hovers show the
+    shapes of the default configuration (hidden size 4096), with the configuration named."""
+    import transformers
+
+    library = Path(transformers.__file__).parent / "models" / "llama" / "modeling_llama.py"
+    hovers = [
+        {"needle": "self.down_proj(", "offset": 6},
+        {"needle": "class LlamaModel(", "offset": 7},
+    ]
+    result = _run_neovim(tmp_path, fixture=library, hovers=hovers)
+    assert result["attached"] is True
+    errors = [d for d in result["diagnostics"] if d["severity"] == 1]
+    assert not errors, errors
+    assert not [d for d in result["diagnostics"] if d["code"] == "FX404"]
+    down, model = result["hovers"]
+    assert down["float"][1].startswith("→ [B, T, 4096] float32"), down["float"]
+    text = "\n".join(model["float"])
+    assert "LlamaModel · nn.Module" in text and "LlamaConfig" in text, model["float"]
+    assert "[B, T, 4096]" in text, model["float"]

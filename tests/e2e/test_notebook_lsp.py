@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
-from harness import needs_worker, start_recording
+from harness import NOTEBOOK_IMPORTS, NOTEBOOK_NET, needs_worker, start_recording
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
@@ -27,20 +27,9 @@ pytestmark = [
 SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "fxls", "serve"])
 
 CELLS = [
-    ("code", "import torch\nimport torch.nn as nn\n%matplotlib inline"),
+    NOTEBOOK_IMPORTS,
     ("markdown", "# A small network"),
-    (
-        "code",
-        "class Net(nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        "        self.conv = nn.Conv2d(3, 16, 3, padding=1)\n"
-        "        self.fc = nn.Linear(16, 10)\n"
-        "\n"
-        "    def forward(self, x):\n"
-        "        h = self.conv(x)\n"
-        "        return self.fc(h.mean((2, 3)))",
-    ),
+    NOTEBOOK_NET,
     (
         "code",
         "!pip install nothing\nmodel = Net()\nout = model(torch.randn(8, 3, 32, 32))\n"

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import NOTEBOOK_IMPORTS, NOTEBOOK_NET, write_notebook
 
 from fxls import __version__
 
@@ -613,35 +614,11 @@ def test_interpreter_problems_are_reported(
 
 
 NOTEBOOK_CELLS: list[tuple[str, str]] = [
-    ("code", "import torch\nimport torch.nn as nn\n%matplotlib inline"),
+    NOTEBOOK_IMPORTS,
     ("markdown", "# A small network"),
-    (
-        "code",
-        "class Net(nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        "        self.conv = nn.Conv2d(3, 16, 3, padding=1)\n"
-        "        self.fc = nn.Linear(16, 10)\n"
-        "\n"
-        "    def forward(self, x):\n"
-        "        h = self.conv(x)\n"
-        "        return self.fc(h.mean((2, 3)))",
-    ),
+    NOTEBOOK_NET,
     ("code", "!pip install nothing\nmodel = Net()\nout = model(torch.randn(8, 3, 32, 32))"),
 ]
-
-
-def _write_notebook(path: Path, cells: list[tuple[str, str]]) -> None:
-    raw: list[dict[str, Any]] = []
-    for kind, text in cells:
-        cell: dict[str, Any] = {"cell_type": kind, "metadata": {}, "source": text.splitlines(True)}
-        if kind == "code":
-            cell.update(execution_count=None, outputs=[])
-        raw.append(cell)
-    meta = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}
-    path.write_text(
-        json.dumps({"cells": raw, "metadata": meta, "nbformat": 4, "nbformat_minor": 5})
-    )
 
 
 def test_notebook_hover_in_vscode(
@@ -650,7 +627,7 @@ def test_notebook_hover_in_vscode(
     """A real .ipynb in VS Code's notebook editor (no kernel, no Jupyter extension): hovering the
     class in one cell shows the shapes of the call in a later cell, and names that call."""
     server = start_code_server(True, python=toolchain.torch_python)
-    _write_notebook(server.workspace / "model.ipynb", NOTEBOOK_CELLS)
+    write_notebook(server.workspace / "model.ipynb", NOTEBOOK_CELLS)
     result = _drive(
         toolchain,
         server,
@@ -674,4 +651,40 @@ def test_notebook_hover_in_vscode(
     context = json.dumps(result, indent=1)[-6000:]
     assert "output" in step["hover"] and "[B, 10]" in step["hover"], context
     # the magic and the shell line give no error squiggle
+    assert step["squiggles"]["errors"] == 0, context
+
+
+def test_a_released_library_model_file_in_vscode(
+    toolchain: Toolchain, start_code_server: StartCodeServer, tmp_path: Path
+) -> None:
+    """transformers' ``modeling_llama.py`` as installed (pinned in pyproject.toml), with no
+    directive, in a workspace that links the package in: the file runs as its module
+    (``transformers.models.llama.modeling_llama``), a call inside ``LlamaMLP`` shows the shapes
+    of the default configuration (hidden size 4096), and no error squiggle appears."""
+    import transformers
+
+    server = start_code_server(True, python=sys.executable)
+    (server.workspace / "transformers").symlink_to(Path(transformers.__file__).parent)
+    result = _drive(
+        toolchain,
+        server,
+        tmp_path,
+        "library",
+        [
+            {
+                "name": "llama",
+                "file": "transformers/models/llama/modeling_llama.py",
+                "expectText": "class LlamaMLP(nn.Module):",
+                "hover": {
+                    "line": "down_proj = self.down_proj(",
+                    "word": "down_proj",
+                    "expect": ["→ [B, T, 4096]"],
+                },
+                "timeoutMs": 120000,
+            },
+        ],
+    )
+    (step,) = result["steps"]
+    context = json.dumps(result, indent=1)[-6000:]
+    assert "down_proj · Linear" in step["hover"], context
     assert step["squiggles"]["errors"] == 0, context

@@ -34,6 +34,7 @@ from fxls.engine.render import (
     runs_across,
     short_target,
     span_text,
+    truncate,
     unpacked_text,
     values_text,
 )
@@ -394,6 +395,10 @@ def construction_text(module: ModuleResult) -> list[str]:
         lines = [f"built by {built.text.split('.', 1)[0]}.__init__ as {built.text}"]
     else:
         lines = [f"{how}: {built.text}"]
+    parent = built.expr.split(".get_submodule(", 1)[0] if built.expr else ""
+    if built.source == "parent" and parent and parent != built.expr:
+        # the parent's own build names the configuration (LlamaForCausalLM(LlamaConfig(...)))
+        lines.append(f"parent built as {truncate(parent, 120)}")
     if built.assumed:
         assumed = ", ".join(f"{k}={v}" for k, v in built.assumed.items())
         pin = f" — pin with # fxls: init({built.pin})" if built.pin else ""

@@ -19,7 +19,7 @@ import fxls
 
 DOC_KEYS = {"version", "file", "outcome", "torch_version", "modules", "diagnostics"}
 MODULE_KEYS = {"class", "line", "status", "capture", "build", "isolation", "params", "inputs",
-               "outputs", "nodes", "diagnostics", "passes", "compile"}  # fmt: skip
+               "outputs", "holds_for", "nodes", "diagnostics", "passes", "compile"}  # fmt: skip
 NODE_KEYS = {
     "name",
     "op",
@@ -33,6 +33,7 @@ NODE_KEYS = {
     "outputs",
     "inputs",
     "module_path",
+    "holds_for",
 }  # fmt: skip  (the last line: added in fxls 0.1.0, docs/cli.md)
 DIAG_KEYS = {
     "code",

@@ -117,17 +117,31 @@ class NotebookModule:
         where = self.to_cell(line)
         return f"line {line}" if where is None else f"cell {where[0] + 1}, line {where[1]}"
 
+    def cell_label(self, line: int) -> str | None:
+        """``cell 3``: the cell of a module line (counted from 1); None past the cells."""
+        where = self.to_cell(line)
+        return None if where is None else f"cell {where[0] + 1}"
+
     def relabel(self, text: str, moved: Callable[[int], int | None] | None = None) -> str:
         """``the call at line 14`` in a message fxls made on the module -> ``the call at
-        cell 3, line 2``. ``moved`` maps the lines the message names to this module's (the
-        message was made on an older text); a line it maps to None stays as written."""
+        cell 3, line 2``, and ``the cell at line 14`` -> ``cell 3``. ``moved`` maps the lines
+        the message names to this module's (the message was made on an older text); a line
+        it maps to None stays as written."""
+
+        def now(m: re.Match[str]) -> int | None:
+            line = int(m.group(2))
+            return line if moved is None else _nearest(moved, line)
+
+        def cell(m: re.Match[str]) -> str:
+            line = now(m)
+            label = self.cell_label(line) if line is not None else None
+            return m.group(0) if label is None else f"{m.group(1)}{label}"
 
         def words(m: re.Match[str]) -> str:
-            line = int(m.group(2))
-            now = line if moved is None else _nearest(moved, line)
-            return m.group(0) if now is None else f"{m.group(1)}{self.label(now)}"
+            line = now(m)
+            return m.group(0) if line is None else f"{m.group(1)}{self.label(line)}"
 
-        return _LINE_REF.sub(words, text)
+        return _LINE_REF.sub(words, _CELL_REF.sub(cell, text))
 
 
 def _nearest(moved: Callable[[int], int | None], line: int) -> int | None:
@@ -140,6 +154,7 @@ def _nearest(moved: Callable[[int], int | None], line: int) -> int | None:
 
 
 _LINE_REF = re.compile(r"(\bat |\bfrom |\bon )line (\d{1,7})\b")
+_CELL_REF = re.compile(r"(\b)the cell at line (\d{1,7})\b")
 
 
 def build(cells: Sequence[Cell]) -> NotebookModule:

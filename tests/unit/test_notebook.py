@@ -16,6 +16,7 @@ from fxls.analysis.notebook import (
     read_ipynb,
 )
 from fxls.engine.fixes import kept_lines_only
+from fxls.protocol.catalogue import ALL_MESSAGES, FX404, FX410
 from fxls.protocol.model import FixOutcome, Span, TextEdit
 
 
@@ -125,6 +126,26 @@ def test_line_map_both_ways_skips_other_cells() -> None:
     assert (
         module.relabel("inputs from the call at line 5") == "inputs from the call at cell 5, line 1"
     )
+    said = "running the cell at line 5 raised ValueError (the call at line 3)"
+    assert module.relabel(said) == "running cell 5 raised ValueError (the call at cell 3, line 1)"
+    assert module.relabel("the cell at line 99 raised") == "the cell at line 99 raised"
+
+
+def test_messages_about_files_say_cells_in_a_notebook() -> None:
+    """The catalogue's notebook wording: the cell that ran, no script or `__main__`; a file
+    keeps its own."""
+    found = FX404(Span(7, 8, 7, 20), error="RuntimeError: boom", line="12")
+    in_file = found.diagnostic()
+    assert in_file.message == "executing this file raised RuntimeError: boom"
+    assert in_file.fix is not None and "__main__" in in_file.fix
+    in_notebook = found.diagnostic(notebook=True)
+    assert in_notebook.message == "running the cell at line 12 raised RuntimeError: boom"
+    assert in_notebook.fix is not None and "not run" in in_notebook.fix
+    exits = FX410(Span(3, 0, 3, 9), what="`sys.exit()`").diagnostic(notebook=True)
+    assert exits.message.startswith("running the cell at line 3 stopped at `sys.exit()`")
+    for message in ALL_MESSAGES.values():
+        for text in (message.notebook_template or "", message.notebook_fix or ""):
+            assert "file" not in text and "script" not in text and "__main__" not in text, text
 
 
 def test_names_made_in_one_cell_reach_the_next() -> None:

@@ -57,6 +57,9 @@ def test_text_report_gives_cells(tmp_path: Path) -> None:
     error = next(line for line in out.splitlines() if " error " in line)
     assert error.startswith("model.ipynb:cell 3:8:"), out
     assert "channels" in error or "expected" in error, error
+    # in a notebook's words: the cell that ran it, not "this file"
+    assert "model.ipynb:cell 3:8:13: error FX404 running cell 4 raised RuntimeError" in out, out
+    assert "torch.compile: not checked: a cell raised RuntimeError" in out, out
     # and on the cell whose statement ran it
     assert any(line.startswith("model.ipynb:cell 4:3:") and " error " in line
                for line in out.splitlines()), out  # fmt: skip

@@ -97,6 +97,18 @@ class NotebookModule:
     slots: list[Slot] = field(default_factory=list)
     blanked: list[int] = field(default_factory=list)
     """Module lines of statements left out of the run (magics, I/O, loops)."""
+    in_file: FileLines | None = None
+    """Where the cells' lines are in the ``.ipynb`` file's JSON text (reports that point into
+    the file); None when not known."""
+
+    def file_line(self, line: int) -> int | None:
+        """Module line -> the line of the ``.ipynb`` file that holds it (1-based), or the
+        line where its cell's source starts when the file does not hold one string per line;
+        None when not known."""
+        where = self.to_cell(line)
+        if where is None or self.in_file is None:
+            return None
+        return self.in_file.line(*where)
 
     def to_module(self, cell: int, line: int) -> int | None:
         """Line ``line`` (1-based) of cell ``cell`` (0-based) -> its module line."""
@@ -117,17 +129,31 @@ class NotebookModule:
         where = self.to_cell(line)
         return f"line {line}" if where is None else f"cell {where[0] + 1}, line {where[1]}"
 
+    def cell_label(self, line: int) -> str | None:
+        """``cell 3``: the cell of a module line (counted from 1); None past the cells."""
+        where = self.to_cell(line)
+        return None if where is None else f"cell {where[0] + 1}"
+
     def relabel(self, text: str, moved: Callable[[int], int | None] | None = None) -> str:
         """``the call at line 14`` in a message fxls made on the module -> ``the call at
-        cell 3, line 2``. ``moved`` maps the lines the message names to this module's (the
-        message was made on an older text); a line it maps to None stays as written."""
+        cell 3, line 2``, and ``the cell at line 14`` -> ``cell 3``. ``moved`` maps the lines
+        the message names to this module's (the message was made on an older text); a line
+        it maps to None stays as written."""
+
+        def now(m: re.Match[str]) -> int | None:
+            line = int(m.group(2))
+            return line if moved is None else _nearest(moved, line)
+
+        def cell(m: re.Match[str]) -> str:
+            line = now(m)
+            label = self.cell_label(line) if line is not None else None
+            return m.group(0) if label is None else f"{m.group(1)}{label}"
 
         def words(m: re.Match[str]) -> str:
-            line = int(m.group(2))
-            now = line if moved is None else _nearest(moved, line)
-            return m.group(0) if now is None else f"{m.group(1)}{self.label(now)}"
+            line = now(m)
+            return m.group(0) if line is None else f"{m.group(1)}{self.label(line)}"
 
-        return _LINE_REF.sub(words, text)
+        return _LINE_REF.sub(words, _CELL_REF.sub(cell, text))
 
 
 def _nearest(moved: Callable[[int], int | None], line: int) -> int | None:
@@ -140,6 +166,7 @@ def _nearest(moved: Callable[[int], int | None], line: int) -> int | None:
 
 
 _LINE_REF = re.compile(r"(\bat |\bfrom |\bon )line (\d{1,7})\b")
+_CELL_REF = re.compile(r"(\b)the cell at line (\d{1,7})\b")
 
 
 def build(cells: Sequence[Cell]) -> NotebookModule:
@@ -387,6 +414,108 @@ def _raw_cells(data: bytes | str) -> list[Any]:
     if len(raw) > MAX_CELLS:
         raise NotebookError(f"the notebook has more than {MAX_CELLS} cells")
     return raw
+
+
+@dataclass(frozen=True)
+class FileLines:
+    """Where each cell's source is in a notebook file's JSON text (lines 1-based): nbformat
+    writes a cell's ``source`` as a list with one string per line, each on a line of its own."""
+
+    exact: dict[int, list[int]] = field(default_factory=dict)
+    """Cell index -> the file line of each of its lines (one string per line, as written)."""
+    starts: dict[int, int] = field(default_factory=dict)
+    """Cell index -> the file line of its ``"source"`` key (for any other layout)."""
+
+    def line(self, cell: int, line: int) -> int | None:
+        """Line ``line`` (1-based) of cell ``cell`` (0-based) -> its line in the file."""
+        lines = self.exact.get(cell)
+        if lines is not None and 1 <= line <= len(lines):
+            return lines[line - 1]
+        return self.starts.get(cell)
+
+
+_SOURCE_KEY = '"source":'
+
+
+def file_lines(raw: str) -> FileLines:
+    """Where the cells' source lines are in ``raw``, the text of a notebook file (``\n``
+    line ends). Found from the text itself, in cell order: the ``"source": [`` line of each
+    cell, then one line per string, each decoding to that string; a cell written otherwise
+    (``"source": "..."`` in one string, several lines in a string, another indentation
+    style) gets only the line of its ``"source"`` key. Nothing for text that is not a
+    notebook."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        return FileLines()
+    cells = doc.get("cells") if isinstance(doc, dict) else None
+    found = FileLines()
+    if not isinstance(cells, list):
+        return found
+    text = raw.split("\n")
+    cursor = 0
+    for index, item in enumerate(cells):
+        source = item.get("source") if isinstance(item, dict) else None
+        place = _source_key(text, cursor, source)
+        if place is None:
+            break
+        at, exact = place
+        found.starts[index] = at + 1
+        if exact:
+            found.exact[index] = list(range(at + 2, at + 2 + len(source or ())))
+        cursor = at + 1
+    return found
+
+
+_CANDIDATES = 3
+"""``"source"`` keys tried for one cell before its first is taken (an output's metadata may
+have such a key before the cell's own: nbformat sorts a cell's keys, ``source`` last)."""
+
+
+def _source_key(text: list[str], start: int, source: Any) -> tuple[int, bool] | None:
+    """The line of a cell's ``"source"`` key at or after ``start``, and whether its strings
+    follow one per line; None when there is none."""
+    first: int | None = None
+    tried = 0
+    for i in range(start, len(text)):
+        if not text[i].lstrip().startswith(_SOURCE_KEY):
+            continue
+        if _source_at(text, i, source):
+            return i, True
+        first = i if first is None else first
+        tried += 1
+        if tried >= _CANDIDATES:
+            break
+    return None if first is None else (first, False)
+
+
+def _one_string_per_line(source: Any) -> bool:
+    """A list of strings, each one line ending in a newline, the last maybe without."""
+    if not isinstance(source, list) or not all(isinstance(s, str) for s in source):
+        return False
+    last = len(source) - 1
+    return all(s.count("\n") == (0 if i == last and not s.endswith("\n") else 1)
+               and (i == last or s.endswith("\n")) for i, s in enumerate(source))  # fmt: skip
+
+
+def _source_at(text: list[str], key: int, source: Any) -> bool:
+    """Whether line ``key`` opens ``"source": [`` and the lines after it are ``source``'s
+    strings, one per line, then ``]``."""
+    if text[key].strip() != _SOURCE_KEY + " [" or not _one_string_per_line(source):
+        return False
+    end = key + 1 + len(source)
+    if end >= len(text) or not text[end].strip().startswith("]"):
+        return False
+    return all(_decodes_to(text[key + 1 + j], s) for j, s in enumerate(source))
+
+
+def _decodes_to(line: str, value: str) -> bool:
+    item = line.strip()
+    item = item[:-1] if item.endswith(",") else item
+    try:
+        return bool(json.loads(item) == value)
+    except (ValueError, RecursionError):
+        return False
 
 
 def _cell(item: Any) -> Cell:

@@ -159,8 +159,11 @@ def _seconds(value: float) -> str:
     return f"{value:g} s"
 
 
-def failure_diagnostic(result: JobResult, limits: Limits, cls: str, span: Span) -> Diagnostic:
-    """A non-ok JobResult -> the FX5xx diagnostic on ``span`` (``cls`` names the culprit)."""
+def failure_diagnostic(
+    result: JobResult, limits: Limits, cls: str, span: Span, *, notebook: bool = False
+) -> Diagnostic:
+    """A non-ok JobResult -> the FX5xx diagnostic on ``span`` (``cls`` names the culprit;
+    ``notebook``: in a notebook's words)."""
     kind = result.kind
     detail = result.message.strip()
     data = {"kind": kind, "phase": result.phase, "class": result.current_class}
@@ -196,7 +199,7 @@ def failure_diagnostic(result: JobResult, limits: Limits, cls: str, span: Span) 
         msg = catalogue.FX503(span, cls=cls, reason=detail or kind)
     else:  # worker_died, sandbox_setup and anything new
         msg = catalogue.FX508(span, reason=detail or kind.replace("_", " "))
-    return msg.diagnostic(data)
+    return msg.diagnostic(data, notebook=notebook)
 
 
 def _why_slow(result: JobResult) -> str:
@@ -262,7 +265,8 @@ def _import_error_diagnostic(capture: CaptureResult, path: str, text: str) -> Di
         span = Span(line, start, line, len(raw.rstrip()))
     else:
         span = _file_span(text)
-    return catalogue.FX404(span, error=f"{error.type}: {error.message}").diagnostic()
+    failed = catalogue.FX404(span, error=f"{error.type}: {error.message}")
+    return failed.diagnostic(notebook=path.endswith(".ipynb"))
 
 
 def _failed_module(info: ClassInfo, diagnostic: Diagnostic) -> ModuleResult:
@@ -502,9 +506,8 @@ async def analyze(
     result = FileAnalysis(path=path, version=version, classes=parsed.classes)
     if parsed.syntax_error is not None:
         err = parsed.syntax_error
-        result.syntax_error = catalogue.FX404(
-            err.span, error=f"SyntaxError: {err.message}"
-        ).diagnostic()
+        invalid = catalogue.FX404(err.span, error=f"SyntaxError: {err.message}")
+        result.syntax_error = invalid.diagnostic(notebook=path.endswith(".ipynb"))
         result.diagnostics = [result.syntax_error]
         result.outcome = "syntax_error"
         result.duration_s = time.monotonic() - started
@@ -823,10 +826,15 @@ async def _capture(run: _Run, first: JobResult | None = None) -> None:
     if first.kind not in _RETRYABLE or (culprit is None and first.phase in ("setup", "import")):
         # The file as a whole could not be captured: retrying class by class cannot help.
         name = os.path.basename(job.path)
-        diagnostics.append(failure_diagnostic(first, options.limits, name, _file_span(text)))
+        whole = failure_diagnostic(
+            first, options.limits, name, _file_span(text), notebook=job.notebook
+        )
+        diagnostics.append(whole)
         return
     if culprit is not None:
-        diag = failure_diagnostic(first, options.limits, culprit.name, culprit.name_span)
+        diag = failure_diagnostic(
+            first, options.limits, culprit.name, culprit.name_span, notebook=job.notebook
+        )
         result.modules.append(_failed_module(culprit, diag))
     rest = [r for r in job.classes if culprit is None or r.name != culprit.name]
     if not rest:
@@ -859,11 +867,14 @@ async def _capture(run: _Run, first: JobResult | None = None) -> None:
             if req.skip:
                 _absorb(JobResult(id=-1, kind="ok"), [req], job.path, text, result, diagnostics)
                 continue
-            diag = catalogue.FX510(info.name_span, cls=info.name, reason=res).diagnostic()
+            gave_up = catalogue.FX510(info.name_span, cls=info.name, reason=res)
+            diag = gave_up.diagnostic(notebook=job.notebook)
             result.modules.append(_failed_module(info, diag))
         elif res.kind == "ok":
             _absorb(res, [req], job.path, text, result, diagnostics)
         elif res.kind != "cancelled":
-            diag = failure_diagnostic(res, options.limits, info.name, info.name_span)
+            diag = failure_diagnostic(
+                res, options.limits, info.name, info.name_span, notebook=job.notebook
+            )
             result.modules.append(_failed_module(info, diag))
     result.modules.sort(key=lambda m: m.line)

@@ -9,13 +9,15 @@ Pure bookkeeping: no LSP types, no worker.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from fxls.analysis.notebook import Cell, NotebookModule, build
 from fxls.lsp.documents import Document, DocumentStore, LineMap
 
 PYTHON = frozenset({"python", "python3"})
+Place = tuple[str, list[str], Callable[[int], "int | None"]]
+"""A URI, its current lines, and the map of analysed lines to them."""
 
 
 @dataclass
@@ -66,6 +68,24 @@ class Notebook:
             return None
         cell = self.cells[index]
         return View(self.document, cell.lines, CellPlace(cell.uri, index, self.module))
+
+    def locator(self, line_map: LineMap) -> Callable[[int], Place | None]:
+        """Where a line of the analysed text is now: its cell's URI, the cell's lines and the
+        map of analysed lines to them (through ``line_map``, edits since included); None for
+        a line edited since or outside every cell."""
+
+        def locate(analysed: int) -> Place | None:
+            line = line_map.to_current(analysed)
+            where = self.module.to_cell(line) if line is not None else None
+            if where is None or where[0] >= len(self.cells):
+                return None
+            view = self.cell_view(self.cells[where[0]].uri)
+            if view is None:
+                return None
+            view.line_map = line_map
+            return view.uri, view.lines, view.to_current
+
+        return locate
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from fxls.lsp.features import (
     pass_hover,
     trace,
 )
+from fxls.lsp.features.convert import Elsewhere, Published
 from fxls.lsp.features.graph import graph_page
 from fxls.lsp.notebooks import Notebook, NotebookCell, NotebookStore, View, document_view
 from fxls.protocol import catalogue
@@ -517,7 +518,8 @@ class Session:
             logger.exception("capture of %s failed", doc.path)
             self.log(f"fxls could not capture {doc.path}: {exc}", types.MessageType.Error)
             first = text.split("\n", 1)[0]
-            diag = catalogue.FX508(Span(1, 0, 1, len(first)), reason=str(exc)).diagnostic()
+            failed = catalogue.FX508(Span(1, 0, 1, len(first)), reason=str(exc))
+            diag = failed.diagnostic(notebook=doc.path.endswith(".ipynb"))
             return engine.FileAnalysis(
                 path=doc.path, version=version, diagnostics=[diag], outcome="worker_died"
             )
@@ -622,7 +624,8 @@ class Session:
                 continue
             view.line_map = line_map
             empty: list[types.Diagnostic] = []
-            items = self.safely("diagnostics", partial(self._cell_diagnostics, found, view), empty)
+            cell_items = partial(self._cell_diagnostics, found, view, notebook.locator(line_map))
+            items = self.safely("diagnostics", cell_items, empty)
             if items or cell.uri in notebook.published:
                 self.lsp.text_document_publish_diagnostics(
                     types.PublishDiagnosticsParams(uri=cell.uri, diagnostics=items)
@@ -635,19 +638,24 @@ class Session:
             )
         notebook.published = sent
 
-    def _cell_diagnostics(self, found: list[Any], view: View) -> list[types.Diagnostic]:
-        """The diagnostics of one cell's view, their messages in cells' words."""
-        uri = view.uri
-        items = diagnostics.lsp_diagnostics(found, uri, view.lines, self.encoding, view.to_current)
+    def _cell_diagnostics(
+        self, found: list[Any], view: View, elsewhere: Elsewhere
+    ) -> list[types.Diagnostic]:
+        """The diagnostics of one cell's view, their messages in cells' words; related
+        information in another cell is on that cell's URI."""
+        where = Published(view.uri, view.lines, view.to_current, elsewhere)
+        items = diagnostics.diagnostics_on(found, where, self.encoding)
         for item in items:
             item.message = view.relabel(item.message)
+            for related in item.related_information or ():
+                related.message = view.relabel(related.message)
         return items
 
     def publish_too_large(self, doc: Document) -> None:
         """One information diagnostic, and one message per document, instead of a capture."""
-        found = diagnostics.too_large(len(doc.text), MAX_DOCUMENT_CHARS)
-        uri, version = doc.uri, doc.version
         notebook = self.notebooks.get(doc.uri)
+        found = diagnostics.too_large(len(doc.text), MAX_DOCUMENT_CHARS, notebook is not None)
+        uri, version = doc.uri, doc.version
         if notebook is not None and notebook.cells:  # on the first cell: editors show no notebook
             uri, version = notebook.cells[0].uri, None
             notebook.published.add(uri)

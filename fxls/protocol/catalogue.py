@@ -27,6 +27,9 @@ class Message:
     """Base class: subclasses set ``code``, ``severity``, ``title``, ``template`` and ``fix``.
 
     ``template`` and ``fix`` are ``str.format`` templates filled from the keyword arguments.
+    ``notebook_template`` and ``notebook_fix``, when set, say the same of a notebook (its
+    cells, not a file or a script); they may also use ``{line}``, the line of the span unless
+    given, which the reports turn into the cell (``the cell at line 14`` -> ``cell 4``).
     """
 
     code: ClassVar[str] = ""
@@ -34,6 +37,8 @@ class Message:
     title: ClassVar[str] = ""
     template: ClassVar[str] = ""
     fix: ClassVar[str | None] = None
+    notebook_template: ClassVar[str | None] = None
+    notebook_fix: ClassVar[str | None] = None
 
     def __init__(self, span: Span, related: list[Related] | None = None, **kwargs: Any):
         self.span = span
@@ -41,16 +46,25 @@ class Message:
         self.kwargs = kwargs
 
     def diagnostic(
-        self, data: dict[str, Any] | None = None, *, severity: Severity | None = None
+        self,
+        data: dict[str, Any] | None = None,
+        *,
+        severity: Severity | None = None,
+        notebook: bool = False,
     ) -> Diagnostic:
-        """The wire diagnostic; ``severity`` overrides the code's usual one."""
-        fmt = _SafeDict(self.kwargs)
+        """The wire diagnostic; ``severity`` overrides the code's usual one; ``notebook``: in
+        a notebook's words, when the code has them."""
+        fmt = _SafeDict({"line": str(self.span.line), **self.kwargs})
+        template, fix = self.template, self.fix
+        if notebook:
+            template = self.notebook_template or template
+            fix = self.notebook_fix or fix
         return Diagnostic(
             code=self.code,
             severity=severity or self.severity,
-            message=self.template.format_map(fmt),
+            message=template.format_map(fmt),
             span=self.span,
-            fix=self.fix.format_map(fmt) if self.fix else None,
+            fix=fix.format_map(fmt) if fix else None,
             related=list(self.related),
             data=dict(data or {}),
         )
@@ -396,6 +410,12 @@ class FX404(Message):
         "fxls runs the file (in a sandbox) to find its modules; fix the error, or move "
         'scripts under `if __name__ == "__main__":`.'
     )
+    notebook_template = "running the cell at line {line} raised {error}"
+    notebook_fix = (
+        "fxls runs a notebook's model code (in a sandbox) to find its modules: imports, "
+        "classes, the models the cells build and their calls; cells that only train, plot or "
+        "load data are not run. Fix the error, or keep what raised out of the model code."
+    )
 
 
 class FX409(Message):
@@ -407,6 +427,11 @@ class FX409(Message):
         "Install `{package}` in that interpreter (the one `fxls.python` or `fxls check --python` "
         "names), or make it importable from the workspace; fxls shows this file's shapes once "
         "the file runs."
+    )
+    notebook_fix = (
+        "Install `{package}` in that interpreter (the one `fxls.python` or `fxls check --python` "
+        "names), or make it importable from the workspace; fxls shows the notebook's shapes "
+        "once its cells run."
     )
 
 
@@ -422,6 +447,14 @@ class FX410(Message):
     fix = (
         'Move the script part under `if __name__ == "__main__":` (it does not run when the file '
         "is imported), or put the model classes in a module of their own."
+    )
+    notebook_template = (
+        "running the cell at line {line} stopped at {what}: fxls runs a notebook's model code "
+        "with no command-line arguments"
+    )
+    notebook_fix = (
+        "Keep what exits out of the model code (cells that only train, plot or load data are "
+        "not run), or put the model classes in a module of their own."
     )
 
 
@@ -493,6 +526,11 @@ class FX407(Message):
         "fxls reads"
     )
     fix = "Move the model classes into a smaller module."
+    notebook_template = (
+        "fxls does not analyse this notebook: its Python cells have {size} characters, more "
+        "than the {limit} fxls reads"
+    )
+    notebook_fix = "Move the model classes into a module of their own, or split the notebook."
 
 
 class FX501(Message):
@@ -529,6 +567,10 @@ class FX504(Message):
         "Code that runs at import must not call `sys.exit()`/`os._exit()`; guard scripts "
         'with `if __name__ == "__main__":`.'
     )
+    notebook_fix = (
+        "A notebook's model code must not call `sys.exit()`/`os._exit()`; keep such calls in "
+        "cells that only train, plot or load data (those are not run)."
+    )
 
 
 class FX505(Message):
@@ -557,6 +599,7 @@ class FX508(Message):
     severity = "warning"
     title = "Worker unavailable"
     template = "fxls could not capture this file: {reason}"
+    notebook_template = "fxls could not capture this notebook: {reason}"
 
 
 class FX509(Message):
@@ -571,6 +614,9 @@ class FX510(Message):
     title = "Not captured: retries stopped"
     template = (
         "`{cls}` was not captured: {reason}, so fxls stopped capturing the file class by class"
+    )
+    notebook_template = (
+        "`{cls}` was not captured: {reason}, so fxls stopped capturing the notebook class by class"
     )
     fix = (
         "Fix or skip (`# fxls: skip`) the classes that time out or take long; the others are "

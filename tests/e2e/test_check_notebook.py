@@ -57,6 +57,9 @@ def test_text_report_gives_cells(tmp_path: Path) -> None:
     error = next(line for line in out.splitlines() if " error " in line)
     assert error.startswith("model.ipynb:cell 3:8:"), out
     assert "channels" in error or "expected" in error, error
+    # in a notebook's words: the cell that ran it, not "this file"
+    assert "model.ipynb:cell 3:8:13: error FX404 running cell 4 raised RuntimeError" in out, out
+    assert "torch.compile: not checked: a cell raised RuntimeError" in out, out
     # and on the cell whose statement ran it
     assert any(line.startswith("model.ipynb:cell 4:3:") and " error " in line
                for line in out.splitlines()), out  # fmt: skip
@@ -84,15 +87,19 @@ def test_json_report_gives_cells(tmp_path: Path) -> None:
 
 
 def test_github_and_sarif_name_the_cell(tmp_path: Path) -> None:
-    write_notebook(tmp_path / "model.ipynb")
+    path = write_notebook(tmp_path / "model.ipynb")
+    in_file = path.read_text().split("\n")
     github = check(tmp_path, "model.ipynb", "--output-format", "github").stdout
     error = next(line for line in github.splitlines() if line.startswith("::error"))
     assert "file=model.ipynb" in error and "cell 3%2C line 8" in error, github  # "," escaped
-    assert ",line=" not in error  # no line of the JSON file
+    # the line of the JSON file that holds the cell's line, as GitHub shows the file
+    line = int(error.split(",line=")[1].split(",")[0])
+    assert in_file[line - 1].strip() == '"        h = self.conv(x)\\n",', in_file[line - 1]
     sarif = json.loads(check(tmp_path, "model.ipynb", "--output-format", "sarif").stdout)
     result = next(r for r in sarif["runs"][0]["results"] if r["level"] == "error")
     (location,) = result["locations"]
     assert location["physicalLocation"]["artifactLocation"]["uri"] == "model.ipynb"
+    assert location["physicalLocation"]["region"] == {"startLine": line}
     assert location["properties"]["cell"] == 3
     assert location["properties"]["region"]["startLine"] == 8
     assert result["message"]["text"].startswith("cell 3, line 8: ")

@@ -193,6 +193,20 @@ async def test_shapes_from_a_later_cell_errors_on_their_cell(
     assert any(d.range.start.line == 7 for d in errors), [(d.range, d.message) for d in errors]
     calling = [p for p in client.published if p.uri == cells[3]]  # type: ignore[attr-defined]
     assert calling and [d.range.start.line for d in calling[-1].diagnostics] == [2], calling[-1]
+    # the calling cell's error points to where it was raised: the class's cell, its line
+    (raised,) = calling[-1].diagnostics
+    places = [(r.location.uri, r.location.range.start.line, r.message)
+              for r in raised.related_information or []]  # fmt: skip
+    assert (cells[2], 7, "raised here") in places, places
+    # and the class's error points to the cell's statement that ran it; both say so in a
+    # notebook's words (the cell that ran, not "this file" and `__main__`)
+    (in_class,) = [d for d in errors if d.range.start.line == 7]
+    ran = [(r.location.uri, r.location.range.start.line, r.message)
+           for r in in_class.related_information or []]  # fmt: skip
+    assert (cells[3], 2, "run from here") in ran, ran
+    for said in (raised.message, in_class.message):
+        assert said.startswith("running cell 4 raised RuntimeError"), said
+        assert "file" not in said and "__main__" not in said, said
     client.notebook_document_did_close(
         types.DidCloseNotebookDocumentParams(
             notebook_document=types.NotebookDocumentIdentifier(uri=notebook),

@@ -24,12 +24,15 @@ BUILDERS = {"build": {"source", "cls"}}
 
 
 def fields(cls: type[Message]) -> set[str]:
+    """The fields a call site gives: those of every template (a notebook's ``line`` is the
+    span's unless given)."""
     names: set[str] = set()
-    for template in (cls.template, cls.fix or ""):
+    notebook = (cls.notebook_template or "", cls.notebook_fix or "")
+    for template in (cls.template, cls.fix or "", *notebook):
         for _, field, _, _ in string.Formatter().parse(template):
             if field:
                 names.add(field.split(".")[0].split("[")[0])
-    return names
+    return names - ({"line"} if "{line}" not in cls.template + (cls.fix or "") else set())
 
 
 def _code_of(node: ast.AST) -> str | None:

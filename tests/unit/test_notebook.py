@@ -9,13 +9,16 @@ import pytest
 
 from fxls.analysis.notebook import (
     Cell,
+    FileLines,
     NotebookError,
     build,
+    file_lines,
     percent_module,
     python_lines,
     read_ipynb,
 )
 from fxls.engine.fixes import kept_lines_only
+from fxls.protocol.catalogue import ALL_MESSAGES, FX404, FX410
 from fxls.protocol.model import FixOutcome, Span, TextEdit
 
 
@@ -125,6 +128,26 @@ def test_line_map_both_ways_skips_other_cells() -> None:
     assert (
         module.relabel("inputs from the call at line 5") == "inputs from the call at cell 5, line 1"
     )
+    said = "running the cell at line 5 raised ValueError (the call at line 3)"
+    assert module.relabel(said) == "running cell 5 raised ValueError (the call at cell 3, line 1)"
+    assert module.relabel("the cell at line 99 raised") == "the cell at line 99 raised"
+
+
+def test_messages_about_files_say_cells_in_a_notebook() -> None:
+    """The catalogue's notebook wording: the cell that ran, no script or `__main__`; a file
+    keeps its own."""
+    found = FX404(Span(7, 8, 7, 20), error="RuntimeError: boom", line="12")
+    in_file = found.diagnostic()
+    assert in_file.message == "executing this file raised RuntimeError: boom"
+    assert in_file.fix is not None and "__main__" in in_file.fix
+    in_notebook = found.diagnostic(notebook=True)
+    assert in_notebook.message == "running the cell at line 12 raised RuntimeError: boom"
+    assert in_notebook.fix is not None and "not run" in in_notebook.fix
+    exits = FX410(Span(3, 0, 3, 9), what="`sys.exit()`").diagnostic(notebook=True)
+    assert exits.message.startswith("running the cell at line 3 stopped at `sys.exit()`")
+    for message in ALL_MESSAGES.values():
+        for text in (message.notebook_template or "", message.notebook_fix or ""):
+            assert "file" not in text and "script" not in text and "__main__" not in text, text
 
 
 def test_names_made_in_one_cell_reach_the_next() -> None:
@@ -193,3 +216,57 @@ def test_a_fix_of_a_percent_file_applies_only_to_lines_that_ran_as_written() -> 
     outside = FixOutcome("b", "safe", "t", edits=[TextEdit(Span(4, 0, 5, 8), "")])
     kept_lines_only(outside, ran, text)
     assert outside.applicability == "unavailable" and not outside.edits
+
+
+def _ipynb(*sources: object, indent: int | None = 1, output: object = None) -> str:
+    cells = []
+    for source in sources:
+        cell: dict[str, object] = {"cell_type": "code", "metadata": {}, "source": source}
+        cell["outputs"] = [output] if output is not None else []
+        cells.append(dict(sorted(cell.items())))  # nbformat sorts keys: outputs first
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4}, indent=indent)
+
+
+def test_file_lines_find_each_source_string_in_the_json_text() -> None:
+    raw = _ipynb(["import torch\n", "x = 1"], ["é = 'a\"b'\n", "y = 2\n"])
+    text = raw.split("\n")
+    found = file_lines(raw)
+    for cell, lines in ((0, ["import torch\n", "x = 1"]), (1, ["é = 'a\"b'\n", "y = 2\n"])):
+        for i, value in enumerate(lines, start=1):
+            at = found.line(cell, i)
+            assert at is not None and json.loads(text[at - 1].strip().rstrip(",")) == value
+    # past the strings (the empty line after a last newline): the cell's source key
+    assert found.line(1, 3) == found.starts[1] and '"source"' in text[found.starts[1] - 1]
+    assert found.line(2, 1) is None
+
+
+def test_file_lines_fall_back_to_the_source_key_or_nothing() -> None:
+    one_string = _ipynb("import torch\nx = 1")
+    found = file_lines(one_string)
+    assert found.exact == {} and found.line(0, 2) == found.starts[0]
+    assert one_string.split("\n")[found.starts[0] - 1].strip().startswith('"source": "import')
+    several = file_lines(_ipynb(["import torch\nx = 1"]))  # two lines in one string
+    assert several.exact == {} and several.line(0, 2) == several.starts[0]
+    assert file_lines(_ipynb(["x = 1"], indent=None)) == FileLines()  # all on one line
+    assert file_lines("{not json") == FileLines()
+    assert file_lines("[1, 2]") == FileLines()
+
+
+def test_file_lines_skip_a_source_key_in_an_output() -> None:
+    output = {"output_type": "display_data", "metadata": {"source": ["y = 2"]}, "data": {}}
+    raw = _ipynb(["x = 1"], output=output)
+    text = raw.split("\n")
+    assert text.index('      "source": [') < text.index('   "source": [')  # the output's first
+    at = file_lines(raw).line(0, 1)
+    assert at is not None and (text[at - 2], text[at - 1]) == ('   "source": [', '    "x = 1"')
+
+
+def test_a_notebook_module_knows_its_lines_in_the_file() -> None:
+    raw = _ipynb(["import torch\n", "x = 1"], ["y = 2"])
+    module = build(read_ipynb(raw))
+    assert module.file_line(2) is None  # not known until read from the file
+    module.in_file = file_lines(raw)
+    assert [module.file_line(n) for n in (1, 2, 3)] == [
+        module.in_file.line(0, 1), module.in_file.line(0, 2), module.in_file.line(1, 1),
+    ]  # fmt: skip
+    assert module.file_line(3) is not None and module.file_line(4) is None

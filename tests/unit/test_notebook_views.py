@@ -63,3 +63,23 @@ def test_a_plain_document_view_is_the_identity() -> None:
     assert not view.cell and view.uri == "file:///w/m.py"
     assert (view.to_text(2), view.to_analysed(2), view.to_current(2)) == (2, 2, 2)
     assert view.relabel("the call at line 2") == "the call at line 2"
+
+
+def test_a_line_of_another_cell_is_located_on_that_cell() -> None:
+    """Related information of a diagnostic may be in another cell: the notebook places a
+    line of the analysed text on its cell's URI and line, edits since included."""
+    documents = DocumentStore()
+    store = NotebookStore(documents)
+    notebook = store.open("nb", 1, cells())
+    doc = notebook.document
+    doc.set_result(Analysed(1, doc.text, FileAnalysis(path="nb", version=1)))
+    notebook.cells[2].text = "# the model\n" + notebook.cells[2].text
+    doc.update(notebook.module_text(), 2)
+    locate = notebook.locator(doc.line_map())
+    found = locate(6)  # `out = model(x)`: line 2 of cell 4, not moved
+    assert found is not None
+    uri, lines, to_current = found
+    assert (uri, lines, to_current(6)) == ("cell:3", ["model = Net()", "out = model(x)"], 2)
+    moved = locate(3)  # `class Net:`, one line down in its cell
+    assert moved is not None and moved[0] == "cell:2" and moved[2](3) == 2
+    assert locate(99) is None

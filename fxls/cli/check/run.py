@@ -22,6 +22,7 @@ from fxls.analysis.notebook import (
     NotebookError,
     NotebookModule,
     build,
+    file_lines,
     read_ipynb,
 )
 from fxls.cli.check.config import CodeFilter
@@ -129,6 +130,7 @@ def read_plans(
             except NotebookError as exc:
                 errors.append(f"cannot check {target.path}: {exc}")
                 continue
+            module.in_file = file_lines(text)
             text = module.text
         plan = plan_file(target, text, classes, specs, init)
         plan.notebook = module

@@ -35,8 +35,9 @@ def escape_property(text: str) -> str:
 
 def annotation(path: str, d: Diagnostic, notebook: NotebookModule | None = None) -> str:
     """``::error file=m.py,line=3,endLine=3,col=5,endColumn=9,title=FX201::message``. In a
-    notebook, whose file lines are JSON, the annotation is on the file and its title names
-    the cell and line (``FX201 · cell 3, line 12, column 5``)."""
+    notebook, whose file lines are JSON, the title names the cell and line (``FX201 · cell
+    3, line 12, column 5``) and ``line`` is the line of the file that holds that line's
+    string (see :func:`fxls.analysis.notebook.file_lines`), when known."""
     s = d.span
     cell, line = cell_of(notebook, s.line)
     if cell is None:
@@ -51,6 +52,9 @@ def annotation(path: str, d: Diagnostic, notebook: NotebookModule | None = None)
     else:
         title = f"{d.code} · cell {cell}, line {line}, column {s.col + 1}"
         props = [("file", escape_text(path, path=True)), ("title", escape_text(title))]
+        in_file = notebook.file_line(s.line) if notebook is not None else None
+        if in_file is not None:
+            props[1:1] = [("line", str(in_file))]
     message = escape_text(relabel(notebook, d.message), newlines=True)
     if d.fix:
         message += "\n" + escape_text(d.fix, newlines=True)

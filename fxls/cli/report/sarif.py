@@ -71,14 +71,19 @@ def _region(span: Span) -> dict[str, Any]:
 def _location(
     uri: dict[str, Any], span: Span, notebook: NotebookModule | None = None
 ) -> dict[str, Any]:
-    """A file and region; in a notebook (whose file lines are JSON) the file, with the cell
-    and the region in the cell as properties (``cell`` counted from 1)."""
+    """A file and region; in a notebook (whose file lines are JSON) the file, with the line
+    of the file that holds the cell's line when known, and the cell and the region in the
+    cell as properties (``cell`` counted from 1)."""
     cell, line = cell_of(notebook, span.line)
-    if cell is None:
+    if notebook is None or cell is None:
         return {"physicalLocation": {"artifactLocation": uri, "region": _region(span)}}
     in_cell = Span(line, span.col, line + max(span.end_line - span.line, 0), span.end_col)
+    physical: dict[str, Any] = {"artifactLocation": uri}
+    in_file = notebook.file_line(span.line)
+    if in_file is not None:
+        physical["region"] = {"startLine": in_file}
     return {
-        "physicalLocation": {"artifactLocation": uri},
+        "physicalLocation": physical,
         "properties": {"cell": cell, "region": _region(in_cell)},
     }
 

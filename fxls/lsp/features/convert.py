@@ -8,6 +8,7 @@ LSP positions: lines 0-based, characters in the negotiated encoding: UTF-16 code
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from lsprotocol import types
 
@@ -22,6 +23,9 @@ UTF32 = types.PositionEncodingKind.Utf32.value
 
 LineMapper = Callable[[int], "int | None"]
 """Line of the analysed text -> line of the current text (1-based), None when edited."""
+Elsewhere = Callable[[int], "tuple[str, Sequence[str], LineMapper] | None"]
+"""Line of the analysed text that is not in the URI being published -> the URI it is in (a
+notebook's other cell), that URI's current lines and the mapper to them; None when nowhere."""
 
 _SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
@@ -126,6 +130,18 @@ def span_contains(span: Span, line: int, col: int) -> bool:
     return not (line == span.end_line and col > span.end_col)
 
 
+@dataclass(frozen=True)
+class Published:
+    """Where diagnostics are published: a URI, its current lines, the map of lines of the
+    analysed text to them, and where lines the URI does not show are (``elsewhere``: the
+    other cells of a notebook; related information there is placed on them)."""
+
+    uri: str
+    lines: Sequence[str]
+    mapper: LineMapper = _identity
+    elsewhere: Elsewhere | None = None
+
+
 def lsp_diagnostic(
     diagnostic: Diagnostic,
     uri: str,
@@ -135,19 +151,24 @@ def lsp_diagnostic(
 ) -> types.Diagnostic | None:
     """A protocol diagnostic -> an LSP diagnostic on the current text (None if its line
     was edited since the analysis)."""
-    rng = lsp_range(diagnostic.span, lines, encoding, mapper)
+    return diagnostic_on(diagnostic, Published(uri, lines, mapper), encoding)
+
+
+def diagnostic_on(
+    diagnostic: Diagnostic, where: Published, encoding: Encoding
+) -> types.Diagnostic | None:
+    """:func:`lsp_diagnostic` on ``where``: related information on lines its URI does not
+    show is placed where ``where.elsewhere`` says (another cell of a notebook), else left
+    out."""
+    rng = lsp_range(diagnostic.span, where.lines, encoding, where.mapper)
     if rng is None:
         return None
     related = []
     for rel in diagnostic.related:
-        rel_range = lsp_range(rel.span, lines, encoding, mapper)
-        if rel_range is not None:
-            related.append(
-                types.DiagnosticRelatedInformation(
-                    location=types.Location(uri=uri, range=rel_range),
-                    message=md.plain(rel.message, md.MAX_VALUE),
-                )
-            )
+        location = _related_location(rel.span, where, encoding)
+        if location is not None:
+            message = md.plain(rel.message, md.MAX_VALUE)
+            related.append(types.DiagnosticRelatedInformation(location=location, message=message))
             if len(related) >= _MAX_RELATED:
                 break
     message = md.plain(diagnostic.message, MAX_MESSAGE, newlines=True)
@@ -169,6 +190,19 @@ def lsp_diagnostic(
         tags=[types.DiagnosticTag.Unnecessary] if code in _UNNECESSARY else None,
         data=data or None,
     )
+
+
+def _related_location(span: Span, where: Published, encoding: Encoding) -> types.Location | None:
+    """Where related information is: in ``where``'s URI, else where ``elsewhere`` places it."""
+    rng = lsp_range(span, where.lines, encoding, where.mapper)
+    if rng is not None:
+        return types.Location(uri=where.uri, range=rng)
+    place = where.elsewhere(span.line) if where.elsewhere is not None else None
+    if place is None:
+        return None
+    other_uri, other_lines, other_mapper = place
+    rng = lsp_range(span, other_lines, encoding, other_mapper)
+    return None if rng is None else types.Location(uri=other_uri, range=rng)
 
 
 _BLOCK = 1 << 16

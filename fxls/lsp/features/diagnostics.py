@@ -6,7 +6,13 @@ from collections.abc import Sequence
 
 from lsprotocol import types
 
-from fxls.lsp.features.convert import Encoding, LineMapper, lsp_diagnostic
+from fxls.lsp.features.convert import (
+    Encoding,
+    LineMapper,
+    Published,
+    diagnostic_on,
+    lsp_diagnostic,
+)
 from fxls.protocol.catalogue import FX407
 from fxls.protocol.model import Diagnostic, Span
 
@@ -20,10 +26,18 @@ def lsp_diagnostics(
 ) -> list[types.Diagnostic]:
     """All diagnostics whose lines are unchanged since the analysis, shifted to where they
     are now, deduplicated."""
+    return diagnostics_on(diagnostics, Published(uri, current_lines, mapper), encoding)
+
+
+def diagnostics_on(
+    diagnostics: Sequence[Diagnostic], where: Published, encoding: Encoding
+) -> list[types.Diagnostic]:
+    """:func:`lsp_diagnostics` on ``where`` (related information in other cells included:
+    see :func:`fxls.lsp.features.convert.diagnostic_on`)."""
     out: list[types.Diagnostic] = []
     seen: set[tuple[str, str, int, int, int, int]] = set()
     for diagnostic in diagnostics:
-        converted = lsp_diagnostic(diagnostic, uri, current_lines, encoding, mapper)
+        converted = diagnostic_on(diagnostic, where, encoding)
         if converted is None:
             continue
         r = converted.range
@@ -41,10 +55,11 @@ def lsp_diagnostics(
     return out
 
 
-def too_large(size: int, limit: int) -> types.Diagnostic:
+def too_large(size: int, limit: int, notebook: bool = False) -> types.Diagnostic:
     """FX407 at the start of a document fxls does not analyse (an empty range: measuring the
     first line of a huge one-line file would cost as much as parsing it)."""
-    found = FX407(Span(1, 0, 1, 0), size=f"{size:,}", limit=f"{limit:,}").diagnostic()
+    large = FX407(Span(1, 0, 1, 0), size=f"{size:,}", limit=f"{limit:,}")
+    found = large.diagnostic(notebook=notebook)
     converted = lsp_diagnostic(found, "", [""], "utf-16")
     assert converted is not None
     return converted

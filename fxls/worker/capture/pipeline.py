@@ -108,9 +108,8 @@ def capture_document(
         if job.rules is not None and os.path.abspath(job.rules.path) == os.path.abspath(job.path):
             _rules(doc, result)  # the rules file itself: FX361 at its line
             return doc, result
-        found = _import_diagnostic(exc, job.path, doc.source, job.module)
-        result.diagnostics.append(found)
-        result.diagnostics.extend(_in_calling_cell(exc, job, doc.source, found))
+        found = _import_diagnostic(exc, job.path, doc.source, job.module, notebook=job.notebook)
+        result.diagnostics.extend(_with_calling_cell(exc, job, doc.source, found))
         if not _exited_after_classes(doc, job, exc):
             return doc, result
 
@@ -382,8 +381,15 @@ def _failed_import_span(source: SourceText, module: str | None) -> Span | None:
 
 
 def _import_diagnostic(
-    exc: BaseException, path: str, source: SourceText, module: str | None = None
+    exc: BaseException,
+    path: str,
+    source: SourceText,
+    module: str | None = None,
+    *,
+    notebook: bool = False,
 ) -> Diagnostic:
+    """Why the document stopped running (FX404, or the environment: FX409, FX410, FX411);
+    in a notebook's words for a notebook, naming the cell whose statement ran."""
     if isinstance(exc, ModuleNotFoundError) and exc.name:
         at = (
             user_span(exc, path, source)
@@ -394,7 +400,7 @@ def _import_diagnostic(
         missing = catalogue.FX409(
             at, module=exc.name, package=exc.name.partition(".")[0], error=one_line(exc)
         )
-        return missing.diagnostic({"type": type(exc).__name__})
+        return missing.diagnostic({"type": type(exc).__name__}, notebook=notebook)
     span: Span | None = None
     if isinstance(exc, SyntaxError) and exc.filename == path and exc.lineno:
         col = max((exc.offset or 1) - 1, 0)
@@ -410,24 +416,29 @@ def _import_diagnostic(
     if span is None:
         span = line_span(source, 1)
     data = {"type": type(exc).__name__}
+    outer = outer_span(exc, path, source) if notebook else None
+    line = str((outer or span).line)  # in a notebook: the statement of the cell that ran
     if isinstance(exc, SystemExit):
-        return catalogue.FX410(span, what=_exit_cause(exc)).diagnostic(data)
+        exits = catalogue.FX410(span, what=_exit_cause(exc), line=line)
+        return exits.diagnostic(data, notebook=notebook)
     if isinstance(exc, OSError | ImportError) and any(m in str(exc) for m in _NATIVE_MARKERS):
         return catalogue.FX411(span, error=one_line(exc)).diagnostic(data)
-    return catalogue.FX404(span, error=one_line(exc)).diagnostic(data)
+    return catalogue.FX404(span, error=one_line(exc), line=line).diagnostic(data, notebook=notebook)
 
 
-def _in_calling_cell(
+def _with_calling_cell(
     exc: BaseException, job: CaptureJob, source: SourceText, found: Diagnostic
 ) -> list[Diagnostic]:
-    """In a notebook, the error of a cell whose call raised in code of another place (a
-    class's ``forward`` in an earlier cell) once more at the cell's statement, pointing to
-    where it was raised: the cell that raised is the one to report it on."""
+    """``found``; in a notebook, when a cell's call raised in code of another place (a
+    class's ``forward`` in an earlier cell), also the same error at the cell's statement,
+    pointing to where it was raised (the cell that raised is the one to report it on), and
+    ``found`` points to that statement."""
     outer = outer_span(exc, job.path, source) if job.notebook else None
     if outer is None or outer.line == found.span.line:
-        return []
+        return [found]
     related = [Related(found.span, "raised here"), *found.related]
-    return [dataclasses.replace(found, span=outer, related=related)]
+    ran = dataclasses.replace(found, related=[*found.related, Related(outer, "run from here")])
+    return [ran, dataclasses.replace(found, span=outer, related=related)]
 
 
 def _exited_after_classes(doc: ExecutedDocument, job: CaptureJob, exc: BaseException) -> bool:

@@ -48,7 +48,8 @@ def run_compile(job: CaptureJob, rewrite: RewriteJob, report: PhaseReporter) -> 
     doc, captured = capture_document(job, report)
     result = CaptureResult(torch_version=torch.__version__)
     if captured.error is not None:
-        reason = f"the file does not run: {captured.error.type}"
+        what = captured.error.type
+        reason = f"a cell raised {what}" if job.notebook else f"the file does not run: {what}"
         result.modules = [_skipped(m, reason) for m in captured.modules]
         return result
     original = Original(doc, captured)

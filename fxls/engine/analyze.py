@@ -36,10 +36,12 @@ from fxls.protocol.model import (
     Diagnostic,
     InputSpec,
     Isolation,
+    JobKind,
     JobResult,
     KnownCall,
     Limits,
     ModuleResult,
+    RewriteJob,
     RulesFile,
     Span,
 )
@@ -49,6 +51,21 @@ class Runner(Protocol):
     """What the engine needs from ``fxls.engine.workerclient.WorkerClient``."""
 
     async def run(self, job: CaptureJob, limits: Limits, isolation: Isolation) -> JobResult: ...
+
+
+class JobRunner(Protocol):
+    """What rewrite and compile jobs need from ``fxls.engine.workerclient.WorkerClient``: a
+    job of any kind, with its rewrite request."""
+
+    async def run(
+        self,
+        job: CaptureJob,
+        limits: Limits | None = None,
+        isolation: Isolation | None = None,
+        *,
+        rewrite: RewriteJob | None = None,
+        kind: JobKind | None = None,
+    ) -> JobResult: ...
 
 
 @dataclass

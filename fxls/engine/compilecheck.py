@@ -10,45 +10,27 @@ end ``ok`` leaves each class a ``failed`` check and no diagnostic. No torch, no 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
 
 from fxls.analysis import parse
 from fxls.engine.analyze import (
     AnalysisRequest,
     EngineOptions,
     FileAnalysis,
+    JobRunner,
     capture_job,
     class_requests,
     dedupe,
     job_limits,
 )
 from fxls.protocol.model import (
-    CaptureJob,
     CompileCheck,
-    Isolation,
-    JobKind,
     JobResult,
-    Limits,
     ModuleResult,
     RewriteJob,
 )
 
 COMPILE_CODES = "FX6"
 """The prefix of the compile check's codes."""
-
-
-class CompileRunner(Protocol):
-    """What :func:`check_compile` needs from ``fxls.engine.workerclient.WorkerClient``."""
-
-    async def run(
-        self,
-        job: CaptureJob,
-        limits: Limits | None = None,
-        isolation: Isolation | None = None,
-        *,
-        rewrite: RewriteJob | None = None,
-        kind: JobKind | None = None,
-    ) -> JobResult: ...
 
 
 def checked(module: ModuleResult) -> bool:
@@ -65,7 +47,7 @@ def compilable(analysis: FileAnalysis) -> list[str]:
 
 
 async def check_compile(
-    client: CompileRunner,
+    client: JobRunner,
     analysis: FileAnalysis,
     request: AnalysisRequest,
     options: EngineOptions,

@@ -25,12 +25,13 @@ import difflib
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from fxls.analysis import ClassInfo, parse
 from fxls.engine.analyze import (
     EngineOptions,
     FileAnalysis,
+    JobRunner,
     capture_job,
     class_requests,
     percent_cells,
@@ -39,15 +40,11 @@ from fxls.protocol import outputs
 from fxls.protocol.edits import apply_edits, common_ends, line_starts, span_of
 from fxls.protocol.fixkinds import FIX_ALL_KINDS, PER_CLASS_KINDS
 from fxls.protocol.model import (
-    CaptureJob,
     Diagnostic,
     FixKind,
     FixOutcome,
     FixRequest,
     InputSpec,
-    Isolation,
-    JobKind,
-    JobResult,
     Limits,
     ModuleResult,
     NodeInfo,
@@ -63,20 +60,6 @@ Category = Literal["quickfix", "refactor"]
 REWRITE_MIN_TIMEOUT_S = 30.0
 """A rewrite job captures the file, then captures and runs each edited version: it gets at
 least this long, and three times the capture limit."""
-
-
-class RewriteRunner(Protocol):
-    """What :func:`compute` needs from ``fxls.engine.workerclient.WorkerClient``."""
-
-    async def run(
-        self,
-        job: CaptureJob,
-        limits: Limits | None = None,
-        isolation: Isolation | None = None,
-        *,
-        rewrite: RewriteJob | None = None,
-        kind: JobKind | None = None,
-    ) -> JobResult: ...
 
 
 @dataclass
@@ -509,7 +492,7 @@ def rewrite_limits(limits: Limits) -> Limits:
 
 
 async def compute(
-    runner: RewriteRunner,
+    runner: JobRunner,
     path: str,
     text: str,
     fixes: list[FixRequest],

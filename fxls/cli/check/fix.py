@@ -30,7 +30,13 @@ from typing import Literal, TextIO
 from fxls.cli.check.config import CodeFilter
 from fxls.cli.check.run import Checked, NotMade, Plan, filter_analysis
 from fxls.engine import fixes
-from fxls.engine.analyze import AnalysisRequest, EngineOptions, FileAnalysis, analyze
+from fxls.engine.analyze import (
+    AnalysisRequest,
+    EngineOptions,
+    FileAnalysis,
+    JobRunner,
+    analyze,
+)
 from fxls.engine.compilecheck import check_compile
 from fxls.protocol.edits import apply_edits
 from fxls.protocol.fixkinds import PIN_KINDS
@@ -86,7 +92,7 @@ class Fixer:
 
     def __init__(
         self,
-        client: fixes.RewriteRunner,
+        client: JobRunner,
         options: EngineOptions,
         codes: CodeFilter,
         *,

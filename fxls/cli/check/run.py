@@ -32,10 +32,11 @@ from fxls.engine.analyze import (
     AnalysisRequest,
     EngineOptions,
     FileAnalysis,
+    JobRunner,
     SlowRules,
     analyze,
 )
-from fxls.engine.compilecheck import CompileRunner, check_compile
+from fxls.engine.compilecheck import check_compile
 from fxls.protocol.files import MAX_SOURCE_BYTES, Refused, read_source
 from fxls.protocol.model import Diagnostic, InputSpec, ModuleResult
 
@@ -187,7 +188,7 @@ def filter_analysis(analysis: FileAnalysis, codes: CodeFilter) -> FileAnalysis:
 
 
 async def run_plans(
-    client: CompileRunner,
+    client: JobRunner,
     plans: list[Plan],
     options: EngineOptions,
     codes: CodeFilter,

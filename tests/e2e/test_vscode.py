@@ -660,11 +660,14 @@ def test_a_released_library_model_file_in_vscode(
     """transformers' ``modeling_llama.py`` as installed (pinned in pyproject.toml), with no
     directive, in a workspace that links the package in: the file runs as its module
     (``transformers.models.llama.modeling_llama``), a call inside ``LlamaMLP`` shows the shapes
-    of the default configuration (hidden size 4096), and no error squiggle appears."""
+    of the default configuration (intermediate size 11008), and no error squiggle appears."""
     import transformers
 
+    package = Path(transformers.__file__).parent
+    text = (package / "models" / "llama" / "modeling_llama.py").read_text().splitlines()
+    line = next(i for i, t in enumerate(text, 1) if "down_proj = self.down_proj(" in t)
     server = start_code_server(True, python=sys.executable)
-    (server.workspace / "transformers").symlink_to(Path(transformers.__file__).parent)
+    (server.workspace / "transformers").symlink_to(package)
     result = _drive(
         toolchain,
         server,
@@ -673,12 +676,13 @@ def test_a_released_library_model_file_in_vscode(
         [
             {
                 "name": "llama",
-                "file": "transformers/models/llama/modeling_llama.py",
-                "expectText": "class LlamaMLP(nn.Module):",
+                "file": "modeling_llama.py",
+                "expectText": "Licensed under the Apache License",
+                "goToLine": {"line": line, "expectText": "down_proj = self.down_proj("},
                 "hover": {
                     "line": "down_proj = self.down_proj(",
-                    "word": "down_proj",
-                    "expect": ["→ [B, T, 4096]"],
+                    "word": "gate_proj",
+                    "expect": ["→ [B, T, 11008]"],
                 },
                 "timeoutMs": 120000,
             },
@@ -686,5 +690,5 @@ def test_a_released_library_model_file_in_vscode(
     )
     (step,) = result["steps"]
     context = json.dumps(result, indent=1)[-6000:]
-    assert "down_proj · Linear" in step["hover"], context
+    assert "gate_proj · Linear" in step["hover"], context
     assert step["squiggles"]["errors"] == 0, context

@@ -162,6 +162,32 @@ def _example(planned: inputs.PlannedInput, name: str) -> shapes.ExampleInput:
     )
 
 
+def _recorded_to_the_end(output: torch.fx.Node) -> bool:
+    """Whether a fake run's result comes from recorded operations: a result the recording
+    holds only as a constant was computed by operations it did not see, which may use any
+    node (no FX302 is reported then)."""
+    return not any(
+        n.op == "get_attr" and str(n.target).startswith("_fxls_constant")
+        for n in output.all_input_nodes
+    )
+
+
+def _passed_on(gm: torch.fx.GraphModule, examples: Mapping[str, Any]) -> set[str]:
+    """Nodes of a fake run whose tensor a later node gives again: a submodule's call returns
+    the tensor its last operation made, and what uses it is recorded as using the call. Such
+    nodes are used, although no edge of the recorded graph says so."""
+    owner: dict[int, str] = {}
+    passed: set[str] = set()
+    for node in gm.graph.nodes:
+        tensors: list[torch.Tensor] = []
+        shapes.map_tensors(examples.get(node.name), tensors.append)
+        for value in tensors:
+            if id(value) in owner and owner[id(value)] != node.name:
+                passed.add(owner[id(value)])
+            owner[id(value)] = node.name
+    return passed
+
+
 def _shape_failure(exc: BaseException) -> bool:
     """Whether a fake run stopped because a torch operation refused its inputs' shapes
     (not a decision on tensor values, nor a limit of fake tensors)."""
@@ -1171,7 +1197,10 @@ class ClassCapture:
             self._tensor_fields(strategies.result_fields(None, run.examples.get(output.name)))
             mod.status = "traced"  # every node has its shapes; the strategy says fake-run
             mod.error = None
-            mod.diagnostics.extend(d.diagnostic() for d in graphcheck.unused(gm.graph, doc.source))
+            if _recorded_to_the_end(output):
+                live = _passed_on(gm, run.examples)
+                unused = graphcheck.unused(gm.graph, doc.source, live)
+                mod.diagnostics.extend(d.diagnostic() for d in unused)
             self.note(
                 "torch.fx could not trace `forward`; its nodes and shapes come from running it "
                 "on fake tensors (no FX graph: graph rewrites are not offered)"

@@ -44,6 +44,24 @@ async function openFile(page, name, expectText) {
   );
 }
 
+/** Scrolls the editor to a line (Go to Line, Ctrl+G) and waits until `expectText` is rendered. */
+async function goToLine(page, line, expectText) {
+  await page.keyboard.press("Control+G");
+  const input = page.locator(".quick-input-widget input");
+  await input.waitFor({ state: "visible", timeout: 15000 });
+  await input.fill(`:${line}`);
+  await page.waitForTimeout(200);
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(
+    (text) =>
+      Array.from(document.querySelectorAll(".monaco-editor .view-lines")).some((lines) =>
+        lines.textContent.replace(/\u00a0/g, " ").includes(text),
+      ),
+    expectText,
+    { timeout: 20000 },
+  );
+}
+
 /** Screen coordinates of `word` inside the first rendered editor line containing `lineText`. */
 async function locateWord(page, lineText, word) {
   return page.evaluate(
@@ -246,6 +264,9 @@ async function runStep(page, step) {
   }
   await openFile(page, step.file, step.expectText);
   out.opened_ms = Date.now() - started;
+  if (step.goToLine) {
+    await goToLine(page, step.goToLine.line, step.goToLine.expectText);
+  }
   if (step.settleMs) {
     await page.waitForTimeout(step.settleMs);
   }

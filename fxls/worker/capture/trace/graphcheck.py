@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import operator
+from collections.abc import Collection
 
 import torch.fx
 
@@ -32,11 +33,14 @@ def lint(graph: torch.fx.Graph, fallback: Span) -> list[catalogue.Message]:
     return problems
 
 
-def unused_nodes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
-    """Nodes ``eliminate_dead_code`` would remove: no users, not impure, not placeholder/output."""
+def unused_nodes(graph: torch.fx.Graph, live: Collection[str] = frozenset()) -> list[torch.fx.Node]:
+    """Nodes ``eliminate_dead_code`` would remove: no users, not impure, not placeholder/output.
+    Nodes named in ``live`` are used whatever the graph's edges say (and so their inputs)."""
     dead: set[torch.fx.Node] = set()
     for n in reversed(list(graph.nodes)):
-        if n.op in ("placeholder", "output") or not all(user in dead for user in n.users):
+        if n.op in ("placeholder", "output") or n.name in live:
+            continue
+        if not all(user in dead for user in n.users):
             continue
         if not n.is_impure():  # asked last: most nodes have a live user
             dead.add(n)
@@ -103,10 +107,13 @@ def _contains(outer: Span, inner: Span) -> bool:
     )
 
 
-def unused(graph: torch.fx.Graph, source: SourceText) -> list[catalogue.Message]:
-    """One FX302 hint per unused expression: spans inside another unused span are folded in."""
+def unused(
+    graph: torch.fx.Graph, source: SourceText, live: Collection[str] = frozenset()
+) -> list[catalogue.Message]:
+    """One FX302 hint per unused expression: spans inside another unused span are folded in.
+    ``live``: nodes known to be used although no edge says so (see :func:`unused_nodes`)."""
     spans: dict[tuple[int, int, int, int], tuple[Span, torch.fx.Node]] = {}
-    for node in unused_nodes(graph):
+    for node in unused_nodes(graph, live):
         if _is_bookkeeping(node) or works_in_place(node):
             continue  # an in-place call has no users, yet its tensor is the one used later
         span = node.meta.get(SPAN_KEY)

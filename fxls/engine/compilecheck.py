@@ -1,7 +1,8 @@
 """The compile check of an analysed file: one ``compile`` job after its capture, merged into it.
 
-The job (``fxls.worker.compile``) builds each class the capture built, as it built it, and
-compiles its ``forward`` with TorchDynamo and an eager backend; each module of the analysis
+The job (``fxls.worker.compile``) gets each class's capture result (how it was built, the
+sizes it ran with: :func:`as_built`), builds it again that way without capturing the document
+again, and compiles its ``forward`` with TorchDynamo and an eager backend; each module of the analysis
 gets ``ModuleResult.compile`` and its FX6xx diagnostics. It runs after the capture, so shapes
 never wait for it, with the limits of a capture job of as many classes; a job that does not
 end ``ok`` leaves each class a ``failed`` check and no diagnostic. No torch, no LSP.
@@ -25,8 +26,8 @@ from fxls.engine.analyze import (
 from fxls.protocol.model import (
     CaptureJob,
     CompileCheck,
+    CompileJob,
     Isolation,
-    JobKind,
     JobResult,
     Limits,
     ModuleResult,
@@ -47,7 +48,7 @@ class CompileRunner(Protocol):
         isolation: Isolation | None = None,
         *,
         rewrite: RewriteJob | None = None,
-        kind: JobKind | None = None,
+        compile: CompileJob | None = None,
     ) -> JobResult: ...
 
 
@@ -93,15 +94,32 @@ async def check_compile(
         request.path, request.text, requests, options, request.root or request.import_root
     )
     job.rules = None  # user rules change no build: the check leaves them out
-    settings = RewriteJob(max_params=options.compile_max_params)
     limits = job_limits(options.limits, len(requests))
+    built = [as_built(m) for m in analysis.modules if m.name in names]
+    settings = CompileJob(built, max_params=options.compile_max_params)
     try:
-        result = await client.run(job, limits, options.isolation, rewrite=settings, kind="compile")
+        result = await client.run(job, limits, options.isolation, compile=settings)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
         result = JobResult(id=-1, kind="worker_died", message=f"{type(exc).__name__}: {exc}")
     merge(analysis, result)
+
+
+def as_built(module: ModuleResult) -> ModuleResult:
+    """What the compile job needs of a class's capture: how it was built and fed (no nodes,
+    diagnostics or notes), so the job builds it again without capturing it."""
+    return ModuleResult(
+        name=module.name,
+        line=module.line,
+        status=module.status,
+        build=module.build,
+        constructed=module.constructed,
+        params=module.params,
+        inputs=list(module.inputs),
+        input_names=list(module.input_names),
+        input_sizes=dict(module.input_sizes),
+    )
 
 
 def merge(analysis: FileAnalysis, result: JobResult) -> None:

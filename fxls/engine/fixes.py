@@ -40,13 +40,13 @@ from fxls.protocol.edits import apply_edits, common_ends, line_starts, span_of
 from fxls.protocol.fixkinds import FIX_ALL_KINDS, PER_CLASS_KINDS
 from fxls.protocol.model import (
     CaptureJob,
+    CompileJob,
     Diagnostic,
     FixKind,
     FixOutcome,
     FixRequest,
     InputSpec,
     Isolation,
-    JobKind,
     JobResult,
     Limits,
     ModuleResult,
@@ -75,7 +75,7 @@ class RewriteRunner(Protocol):
         isolation: Isolation | None = None,
         *,
         rewrite: RewriteJob | None = None,
-        kind: JobKind | None = None,
+        compile: CompileJob | None = None,
     ) -> JobResult: ...
 
 

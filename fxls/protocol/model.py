@@ -74,9 +74,11 @@ InputOrigin = Literal["declared", "parent", "default", "assumed"]
 NodeOp = Literal["placeholder", "get_attr", "call_function", "call_method", "call_module", "output"]
 ValueKind = Literal["tensor", "size", "int", "float", "bool", "none", "device", "dtype", "other"]
 ErrorKind = Literal["exception", "system_exit", "recursion"]
-CompileStatus = Literal["ok", "stopped", "failed", "skipped"]
+CompileStatus = Literal["ok", "stopped", "limit", "failed", "skipped"]
 """Of a compile check: ``ok`` ran to the end; ``stopped`` at a point that needs values fxls does
-not have (the breaks before it are listed); ``failed``/``skipped`` say why in ``message``."""
+not have (the breaks before it are listed); ``limit``: the file's compile job hit a limit before
+it (``message`` names it: ``time limit``, ``memory limit``); ``failed``/``skipped`` say why in
+``message``."""
 
 
 # ---------------------------------------------------------------------------------------

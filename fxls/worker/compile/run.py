@@ -60,6 +60,9 @@ PhaseReporter = Callable[[Phase, "str | None"], None]
 MAX_BREAKS = 50
 """Breaks reported per class (each is one diagnostic)."""
 
+Made = tuple[nn.Module, list[list[Any]], str]
+"""A class built for the check: the module, its calls' arguments, the kind of tensors."""
+
 
 def run_compile(job: CaptureJob, settings: CompileJob, report: PhaseReporter) -> CaptureResult:
     """Compile check of the classes of ``settings.modules`` (the capture's results; without
@@ -264,20 +267,23 @@ def rebuilt_instance(
     mod: ModuleResult,
     feeds: list[ExampleInput],
     settings: CompileJob,
-) -> tuple[nn.Module, list[list[Any]], str]:
+) -> Made:
     """The module, the calls' arguments and the kind of tensors: on the CPU when it (with the
-    parent it is built in) has at most ``max_params`` parameters, else on the meta device."""
+    parent it is built in) has at most ``max_params`` parameters; a block of a larger parent
+    on the CPU alone, the parent on the meta device (as the verification of a fix builds it);
+    else on the meta device."""
     if plan.path:  # built inside its parent: the parent's size decides
         with torch.device("meta"):
             root = plan.make_root(doc)()
         plan.root_params = sum(p.numel() for p in root.parameters())
+    builds: list[Callable[[], nn.Module]] = []
     if (plan.root_params or 0) <= settings.max_params:
+        builds.append(lambda: plan.build(doc, "cpu"))
+    elif plan.path and (mod.params or 0) <= settings.max_params:
+        builds.append(lambda: plan.build_alone(doc))
+    for build in builds:
         try:
-            torch.manual_seed(settings.seed)
-            module = plan.build(doc, "cpu")
-            with torch.no_grad():
-                randomize(module, settings.seed)
-            module.eval()
+            module = _on_cpu(build, settings.seed)
             return module, _calls(feeds, module, settings.seed), "cpu"
         except Exception:  # not buildable on the CPU: on the meta device, as captured
             if mod.build == "cpu":
@@ -285,6 +291,15 @@ def rebuilt_instance(
     module = plan.build(doc, "meta").eval()
     calls = [[tree_map(_to_meta, a) for a in args] for args in _calls(feeds, None, settings.seed)]
     return module, calls, "meta"
+
+
+def _on_cpu(build: Callable[[], nn.Module], seed: int) -> nn.Module:
+    """A CPU build with the verification's seed and randomized statistics, in eval mode."""
+    torch.manual_seed(seed)
+    module = build()
+    with torch.no_grad():
+        randomize(module, seed)
+    return module.eval()
 
 
 # ---------------------------------------------------------------------------------------
@@ -313,10 +328,6 @@ def check_class(original: Original, mod: ModuleResult, settings: CompileJob) -> 
     """The compile check of one captured class."""
     made = instance(original, mod.name, settings)
     return checked_run(original.doc, mod, original.capture(mod.name).span, made)
-
-
-Made = tuple[nn.Module, list[list[Any]], str]
-"""A class built for the check: the module, its calls' arguments, the kind of tensors."""
 
 
 def checked_run(

@@ -1,18 +1,20 @@
 """The ``compile`` job: build each class the way its capture did, then compile its ``forward``
 with TorchDynamo and report its graph breaks.
 
-The job carries the capture's result of each class (``JobRequest.modules``): how it was built
+The job carries the capture's result of each class (``CompileJob.modules``): how it was built
 (``Construction``: the expression that rebuilds it, ``Parent(...).get_submodule('path')`` for
-a block built by its parent, or the recipe that filled in a configuration) and the sizes it
-ran with (``inputs``, ``input_sizes``). The document is executed once and each class built
-from that; nothing is traced and no shapes are propagated again. A job whose classes that
-result cannot rebuild (an input that is neither a tensor nor a plain value, a block whose
-parent has no expression) captures the document once first, as the capture job does.
+a block built by its parent, the recipe that filled in a configuration, a block's path in a
+parent built by a recipe) and the sizes it ran with (``inputs``, ``input_sizes``). The
+document is executed once and each class built from that; nothing is traced and no shapes are
+propagated again. A job with a class that result cannot rebuild (an input that is neither a
+tensor nor a plain value, a block of a parent that is not among the classes) captures the
+document once first, as the capture job does.
 
 A class of at most ``CompileJob.max_params`` parameters (counting the parent it is built in)
 is built on the CPU (:mod:`fxls.worker.rewrite.verify`) and runs on small random inputs of its
-captured sizes, as the verification of a fix does; a larger one is built on the meta device,
-and the check stops (FX607) at the first point that needs a value.
+captured sizes, as the verification of a fix does; a block of a larger parent runs alone on
+the CPU when it makes its own tensors; else the class is built on the meta device, and the
+check stops (FX607) at the first point that needs a value.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ def run_compile(job: CaptureJob, settings: CompileJob, report: PhaseReporter) ->
     them, of every class of ``job`` its capture built): one ``ModuleResult`` per class with
     ``compile`` set and its FX6xx diagnostics (nothing else of the capture)."""
     modules = settings.modules
-    if modules and all(_rebuildable(m) for m in modules):
+    by_name = {m.name: m for m in modules}
+    if modules and all(_rebuildable(m, by_name) for m in modules):
         return _from_results(job, settings, report, modules)
     return _from_capture(job, settings, report)
 
@@ -151,14 +154,34 @@ def _from_results(
     return result
 
 
-def _rebuildable(mod: ModuleResult) -> bool:
+def _rebuildable(mod: ModuleResult, by_name: dict[str, ModuleResult]) -> bool:
     """Whether ``mod``'s result says enough to build it and its inputs again: how it was built
-    (an expression, or a recipe of its own class) and every input a tensor of known sizes or
-    a plain value."""
+    (:func:`origin`) and every input a tensor of known sizes or a plain value."""
+    return origin(mod, by_name) is not None and _feeds(mod) is not None
+
+
+def origin(
+    mod: ModuleResult, by_name: dict[str, ModuleResult], depth: int = 0
+) -> tuple[str, str] | None:
+    """(the class whose construction builds ``mod``'s root, the path of ``mod`` inside it):
+    its own expression or recipe (``Net()``, a configuration fxls filled in); for a block
+    built by its parent, the expression ``Parent(...).get_submodule('path')``, or, when the
+    parent has none (a recipe), the parent's origin and the path of the block in it
+    (``Parent.blocks.0``). None when nothing of ``by_name`` builds it."""
     how = mod.constructed
-    if how is None or (how.source == "parent" and how.expr is None):
-        return False
-    return _feeds(mod) is not None
+    if how is None or depth > len(by_name):
+        return None
+    if how.expr is not None:
+        return mod.name, split_submodule(how.expr)[1]
+    if how.source != "parent":
+        return mod.name, ""
+    parent_name, _, path = how.text.partition(".")
+    parent = by_name.get(parent_name)
+    found = origin(parent, by_name, depth + 1) if parent is not None and path else None
+    if found is None:
+        return None
+    root, inside = found
+    return root, f"{inside}.{path}" if inside else path
 
 
 def _feeds(mod: ModuleResult) -> list[ExampleInput] | None:
@@ -252,10 +275,10 @@ def split_submodule(expr: str) -> tuple[str, str]:
 
 def _check_rebuilt(original: Original, mod: ModuleResult, settings: CompileJob) -> ModuleResult:
     feeds = _feeds(mod)
-    assert feeds is not None  # _rebuildable
-    how = mod.constructed
-    path = split_submodule(how.expr)[1] if how is not None and how.expr is not None else ""
-    plan = Rebuild(original, mod.name, mod.name, path, mod.params, mod.params)
+    found = origin(mod, {m.name: m for m in original.result.modules})
+    assert feeds is not None and found is not None  # _rebuildable
+    root, path = found
+    plan = Rebuild(original, mod.name, root, path, mod.params, mod.params)
     made = rebuilt_instance(original.doc, plan, mod, feeds, settings)
     span = class_span(original.doc.source, mod.line, mod.name)
     return checked_run(original.doc, mod, span, made)

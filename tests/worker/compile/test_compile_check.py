@@ -199,16 +199,25 @@ def _without_duration(mod: ModuleResult) -> tuple[object, ...]:
     return (check.status, check.graphs, check.breaks, check.tensors, check.message, mod.diagnostics)
 
 
-@pytest.mark.parametrize("max_params", [20_000_000, 0], ids=["cpu", "meta"])
+MINGPT = ROOT / "tests" / "corpus" / "zeroconfig" / "mingpt.py"
+
+
+@pytest.mark.parametrize(
+    ("path", "max_params"),
+    [(BREAKS, 20_000_000), (BREAKS, 0), (MINGPT, 20_000_000)],
+    ids=["cpu", "meta", "blocks-of-a-parent-built-by-a-recipe"],
+)
 def test_classes_are_built_from_their_capture_result_without_capturing_again(
-    monkeypatch: pytest.MonkeyPatch, max_params: int
+    monkeypatch: pytest.MonkeyPatch, path: Path, max_params: int
 ) -> None:
     """With the capture's results, the job executes the file and builds each class as the
-    result says, never capturing it again, and finds what a job that captures first finds."""
-    job = _job(BREAKS)
+    result says, never capturing it again, and finds what a job that captures first finds
+    (minGPT's ``GPT`` is built with arguments fxls assumed, which no expression writes down:
+    its blocks are rebuilt inside it by their path, ``GPT.transformer.h.0``)."""
+    job = _job(path)
     _, captured = capture_document(job, lambda *a: None)
-    sent = [as_built(m) for m in captured.modules]
-    assert sent[0].input_sizes == {"B": 2} and not sent[0].nodes
+    sent = [as_built(m) for m in captured.modules if m.build is not None and m.inputs]
+    assert sent[0].input_sizes and not sent[0].nodes
     full = {
         m.name: m
         for m in run_compile(job, CompileJob(max_params=max_params), lambda *a: None).modules
@@ -227,7 +236,7 @@ def test_classes_are_built_from_their_capture_result_without_capturing_again(
     assert from_dict(CaptureResult, to_dict(result)) == result
     assert {p for p, _ in phases} == {"import", "trace"}  # no build, no trace of its own
     light = {m.name: m for m in result.modules}
-    assert set(light) == set(full) == {"Breaks", "Branches", "Clean"}
+    assert set(light) == {m.name for m in sent} and len(light) >= 3
     for name, mod in light.items():
         assert _without_duration(mod) == _without_duration(full[name]), name
 

@@ -33,10 +33,10 @@ from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
     ClassRequest,
+    CompileJob,
     Diagnostic,
     InputSpec,
     Isolation,
-    JobKind,
     JobResult,
     KnownCall,
     Limits,
@@ -64,7 +64,7 @@ class JobRunner(Protocol):
         isolation: Isolation | None = None,
         *,
         rewrite: RewriteJob | None = None,
-        kind: JobKind | None = None,
+        compile: CompileJob | None = None,
     ) -> JobResult: ...
 
 

@@ -671,10 +671,12 @@ def outputs_hold_for(module: ModuleResult) -> str | None:
 
 def compile_text(check: CompileCheck | None) -> str | None:
     """What a compile check found, for a lens or a report: ``compiles whole``, ``compiles to
-    3 graphs (2 breaks)``, ``compile check stopped after 2 breaks``; None without a finished
-    check."""
+    3 graphs (2 breaks)``, ``compile check stopped after 2 breaks``, ``compile check stopped:
+    time limit``; None without a finished check."""
     if check is None or check.status in ("failed", "skipped"):
         return None
+    if check.status == "limit":
+        return f"compile check stopped: {check.message or 'a limit'}"
     breaks = plural(len(check.breaks), "break")
     if check.status == "stopped":
         return f"compile check stopped after {breaks}"

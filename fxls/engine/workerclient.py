@@ -36,6 +36,7 @@ from fxls.protocol.frames import FrameReader, decode_body, encode_frame
 from fxls.protocol.model import (
     PROTOCOL_VERSION,
     CaptureJob,
+    CompileJob,
     ExpansionTooLarge,
     Isolation,
     JobKind,
@@ -279,9 +280,9 @@ class WorkerClient:
         isolation: Isolation | None = None,
         *,
         rewrite: RewriteJob | None = None,
-        kind: JobKind | None = None,
+        compile: CompileJob | None = None,
     ) -> JobResult:
-        """Run one capture job (a rewrite job with ``rewrite``; ``kind`` names another, such as
+        """Run one capture job (a rewrite job with ``rewrite``, a compile check with
         ``compile``) and return its result (never raises for job failures).
 
         Cancelling the awaiting task cancels the job in the worker and re-raises.
@@ -302,8 +303,9 @@ class WorkerClient:
             job,
             limits or Limits(),
             isolation or Isolation(),
-            kind=kind or ("capture" if rewrite is None else "rewrite"),
+            kind=_kind(rewrite, compile),
             rewrite=rewrite,
+            compile=compile,
         )
         future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
         self._pending[job_id] = future
@@ -592,3 +594,9 @@ class WorkerClient:
             except WorkerStartError as exc:
                 self._log(str(exc))
                 self._state = "starting"
+
+
+def _kind(rewrite: RewriteJob | None, compile: CompileJob | None) -> JobKind:
+    if compile is not None:
+        return "compile"
+    return "capture" if rewrite is None else "rewrite"

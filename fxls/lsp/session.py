@@ -104,6 +104,10 @@ class Session:
             incremental.CaptureCache() if incremental.enabled() else None
         )
         """Captures of unchanged classes, by key (``FXLS_CAPTURE_CACHE=0``: none)."""
+        self.compile_cache: compilecheck.CompileCache | None = (
+            compilecheck.CompileCache() if incremental.enabled() else None
+        )
+        """Compile checks of unchanged texts, by key (off with the capture cache)."""
         self._worker_python: str | None = None
         self.prestarted: WorkerClient | None = None
         """A zygote ``fxls serve`` started before the LSP libraries loaded: the worker when
@@ -431,7 +435,10 @@ class Session:
             worker = await self.ensure_worker()
             options = await asyncio.to_thread(self.engine_options, doc.path)
             request = engine.AnalysisRequest(doc.path, text, version=version, root=self.root)
-            await compilecheck.check_compile(worker, analysis, request, options)
+            cache = self.compile_cache
+            if cache is not None:
+                cache.worker = self.worker_identity
+            await compilecheck.check_compile(worker, analysis, request, options, cache)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the check is a bonus: the shapes stay as published
@@ -745,6 +752,9 @@ class Session:
                 "unavailable": dict(ready.isolation_missing),
             },
             "cache": self.cache.summary() if self.cache is not None else None,
+            "compileCache": self.compile_cache.summary()
+            if self.compile_cache is not None
+            else None,
         }
 
     # -- document events -----------------------------------------------------------------

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 Dim = Union[int, str]
 
@@ -74,9 +74,11 @@ InputOrigin = Literal["declared", "parent", "default", "assumed"]
 NodeOp = Literal["placeholder", "get_attr", "call_function", "call_method", "call_module", "output"]
 ValueKind = Literal["tensor", "size", "int", "float", "bool", "none", "device", "dtype", "other"]
 ErrorKind = Literal["exception", "system_exit", "recursion"]
-CompileStatus = Literal["ok", "stopped", "failed", "skipped"]
+CompileStatus = Literal["ok", "stopped", "limit", "failed", "skipped"]
 """Of a compile check: ``ok`` ran to the end; ``stopped`` at a point that needs values fxls does
-not have (the breaks before it are listed); ``failed``/``skipped`` say why in ``message``."""
+not have (the breaks before it are listed); ``limit``: the file's compile job hit a limit before
+it (``message`` names it: ``time limit``, ``memory limit``); ``failed``/``skipped`` say why in
+``message``."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -269,6 +271,22 @@ class RewriteJob:
 
 
 @dataclass
+class CompileJob:
+    """Compile each class's ``forward`` with TorchDynamo (``JobRequest.compile``)."""
+
+    modules: list[ModuleResult] = field(default_factory=list)
+    """The capture's result of each class to check, without its nodes (how it was built:
+    ``constructed``, ``build``, ``params``; what it was fed: ``inputs``, ``input_names``,
+    ``input_sizes``). The job builds each class from them instead of capturing the document
+    again; when one cannot be rebuilt so, the job captures the document first, as when this
+    is empty."""
+    max_params: int = 20_000_000
+    """Classes (with the parent they are built in) of more parameters run on meta tensors,
+    not built on the CPU."""
+    seed: int = 0
+
+
+@dataclass
 class JobRequest:
     id: int
     capture: CaptureJob
@@ -279,6 +297,8 @@ class JobRequest:
     """What the child computes (``fxls.worker.jobs`` dispatches on it)."""
     rewrite: RewriteJob | None = None
     """For kind ``rewrite``: the fixes to compute and verify."""
+    compile: CompileJob | None = None
+    """For kind ``compile``: the classes to check and how."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -712,6 +732,9 @@ class ModuleResult:
     input_origins: list[InputOrigin] = field(default_factory=list)
     """Per input: ``declared`` (a directive, an annotation, the CLI), ``parent`` (recorded
     from the parent's call), ``default`` (the parameter's default) or ``assumed`` (FX405)."""
+    input_sizes: dict[str, int] = field(default_factory=dict)
+    """The example size of each dimension name of ``inputs`` the capture ran with
+    (``{"B": 2, "T": 16}``): with ``inputs``, what the compile check makes its inputs from."""
     outputs: list[Value] = field(default_factory=list)
     nodes: list[NodeInfo] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)

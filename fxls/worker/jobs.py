@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fxls.protocol.model import CaptureResult, JobRequest, Phase, RewriteJob
+from fxls.protocol.model import CaptureResult, CompileJob, JobRequest, Phase, RewriteJob
 from fxls.worker.capture.pipeline import run_capture_for_wire
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
@@ -23,5 +23,5 @@ def run_job(request: JobRequest, report: PhaseReporter) -> CaptureResult:
     if request.kind == "compile":
         from fxls.worker.compile.run import run_compile
 
-        return run_compile(request.capture, request.rewrite or RewriteJob(), report)
+        return run_compile(request.capture, request.compile or CompileJob(), report)
     raise ValueError(f"unknown job kind {request.kind!r}")

@@ -43,14 +43,14 @@ def _open(client: LanguageClient, path: Path, text: str) -> str:
 
 
 async def _published(
-    client: LanguageClient, uri: str, want: str, timeout: float = 90.0
+    client: LanguageClient, uri: str, want: str, timeout: float = 90.0, version: int = 1
 ) -> list[types.Diagnostic]:
-    """The first diagnostics of version 1 of ``uri`` that hold a diagnostic of code ``want``."""
+    """The first diagnostics of ``version`` of ``uri`` that hold a diagnostic of code ``want``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for params in client.published:  # type: ignore[attr-defined]
             codes = {d.code for d in params.diagnostics}
-            if params.uri == uri and params.version == 1 and want in codes:
+            if params.uri == uri and params.version == version and want in codes:
                 return list(params.diagnostics)
         await asyncio.sleep(0.05)
     raise AssertionError(f"no {want} for {uri} within {timeout} s")
@@ -147,3 +147,27 @@ async def test_remove_a_debug_print_from_its_graph_break(client: LanguageClient)
         fx601.range.start.line,
         fx601.range.start.line + 1,
     )
+
+
+async def test_an_unchanged_text_is_not_compiled_again(client: LanguageClient) -> None:
+    """A new version with the same text (an edit and its undo), and a save: the compile check
+    comes from the engine's cache, no compile job is sent."""
+    path = FIXTURES / "breaks_again.py"  # never written: the editor's text is what runs
+    text = BREAKS.read_text()
+    uri = _open(client, path, text)
+    first = await _published(client, uri, "FX601")
+    before = (await client.protocol.send_request_async("fxls/stats", None)).compileCache
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
+        )
+    )
+    again = await _published(client, uri, "FX601", version=2)
+    assert sorted(str(d.code) for d in again) == sorted(str(d.code) for d in first)
+    client.text_document_did_save(
+        types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+    await asyncio.sleep(1.0)  # time for a check, were one to start
+    after = (await client.protocol.send_request_async("fxls/stats", None)).compileCache
+    assert (after.jobs, after.hits) == (before.jobs, before.hits + 1)

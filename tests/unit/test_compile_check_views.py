@@ -112,9 +112,20 @@ def test_merge_puts_breaks_on_the_modules_and_the_file() -> None:
 
 def test_a_failed_job_leaves_a_failed_check_and_no_diagnostic() -> None:
     analysis = FileAnalysis(path="/p/m.py", version=1, modules=[_module(None)])
-    merge(analysis, JobResult(id=1, kind="timeout", message="took too long"))
+    merge(analysis, JobResult(id=1, kind="worker_died", message="the worker is gone"))
     check = analysis.modules[0].compile
-    assert check is not None and check.status == "failed" and "took too long" in check.message
+    assert check is not None and check.status == "failed" and "worker is gone" in check.message
     assert analysis.diagnostics == []
     merge(analysis, JobResult(id=2, kind="cancelled"))
     assert analysis.modules[0].compile is check
+
+
+def test_a_job_at_its_limit_says_which_limit_stopped_the_check() -> None:
+    for kind, limit in [("timeout", "time limit"), ("cpu_limit", "time limit"),
+                        ("oom", "memory limit")]:  # fmt: skip
+        analysis = FileAnalysis(path="/p/m.py", version=1, modules=[_module(None)])
+        merge(analysis, JobResult(id=1, kind=kind, message="took too long"))  # type: ignore[arg-type]
+        check = analysis.modules[0].compile
+        assert check is not None and (check.status, check.message) == ("limit", limit)
+        assert compile_text(check) == f"compile check stopped: {limit}"
+        assert analysis.diagnostics == []

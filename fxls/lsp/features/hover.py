@@ -474,6 +474,9 @@ def compile_rows(module: ModuleResult) -> list[tuple[str, str]]:
         rows.append(("graph break", f"… {len(check.breaks) - MAX_BREAK_ROWS} more"))
     if check.status == "stopped":
         rows.append(("compile check", check.message))
+    elif check.status == "limit":
+        why = f"the file's compile job stopped at its {check.message} before this class's end"
+        rows.append(("compile check", why))
     return rows
 
 

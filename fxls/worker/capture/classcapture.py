@@ -847,6 +847,9 @@ class ClassCapture:
         self.mod.inputs = [p.protocol_value() for p in ordered]
         self.mod.inputs_assumed = [p.assumed for p in ordered]
         self.mod.input_origins = ["assumed" if p.assumed else p.origin for p in ordered]
+        self.mod.input_sizes = {
+            name: size for p in ordered if p.kind == "tensor" for name, size in p.dims if name
+        }
 
     def _complete_inputs(
         self, gm: torch.fx.GraphModule, placeholders: list[torch.fx.Node], plan: InputPlan

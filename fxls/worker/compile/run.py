@@ -1,14 +1,25 @@
-"""The ``compile`` job: capture the document once (the same builds and inputs as its capture job),
-then compile each captured class's ``forward`` with TorchDynamo and report its graph breaks.
+"""The ``compile`` job: build each class the way its capture did, then compile its ``forward``
+with TorchDynamo and report its graph breaks.
 
-A class of at most ``RewriteJob.max_params`` parameters is built again on the CPU the way its
-capture built it (:mod:`fxls.worker.rewrite.verify`) and runs on small random inputs of its
-captured sizes, as the verification of a fix does; a larger one runs as captured, on the meta
-device, and the check stops (FX607) at the first point that needs a value.
+The job carries the capture's result of each class (``CompileJob.modules``): how it was built
+(``Construction``: the expression that rebuilds it, ``Parent(...).get_submodule('path')`` for
+a block built by its parent, the recipe that filled in a configuration, a block's path in a
+parent built by a recipe) and the sizes it ran with (``inputs``, ``input_sizes``). The
+document is executed once and each class built from that; nothing is traced and no shapes are
+propagated again. A job with a class that result cannot rebuild (an input that is neither a
+tensor nor a plain value, a block of a parent that is not among the classes) captures the
+document once first, as the capture job does.
+
+A class of at most ``CompileJob.max_params`` parameters (counting the parent it is built in)
+is built on the CPU (:mod:`fxls.worker.rewrite.verify`) and runs on small random inputs of its
+captured sizes, as the verification of a fix does; a block of a larger parent runs alone on
+the CPU when it makes its own tensors; else the class is built on the meta device, and the
+check stops (FX607) at the first point that needs a value.
 """
 
 from __future__ import annotations
 
+import ast
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,29 +33,52 @@ from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
     CompileCheck,
+    CompileJob,
+    Construction,
     Diagnostic,
     GraphBreak,
     ModuleResult,
     Phase,
-    RewriteJob,
     Span,
+    Value,
 )
+from fxls.worker.capture.document import ExecutedDocument, execute, prepare
 from fxls.worker.capture.pipeline import capture_document
-from fxls.worker.capture.reporting import one_line, user_span
+from fxls.worker.capture.reporting import class_span, one_line, user_span
+from fxls.worker.capture.shapes.propagation import ExampleInput
 from fxls.worker.compile import kinds
 from fxls.worker.compile.dynamo import Break, compile_run
 from fxls.worker.rewrite.base import Original
-from fxls.worker.rewrite.verify import INT_HIGH, make_inputs, randomize, rebuild_plan
+from fxls.worker.rewrite.verify import (
+    INT_HIGH,
+    Rebuild,
+    make_inputs,
+    randomize,
+    rebuild_plan,
+)
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
 
 MAX_BREAKS = 50
 """Breaks reported per class (each is one diagnostic)."""
 
+Made = tuple[nn.Module, list[list[Any]], str]
+"""A class built for the check: the module, its calls' arguments, the kind of tensors."""
 
-def run_compile(job: CaptureJob, rewrite: RewriteJob, report: PhaseReporter) -> CaptureResult:
-    """Compile check of every class of ``job`` that its capture built: one ``ModuleResult`` per
-    class with ``compile`` set and its FX6xx diagnostics (nothing else of the capture)."""
+
+def run_compile(job: CaptureJob, settings: CompileJob, report: PhaseReporter) -> CaptureResult:
+    """Compile check of the classes of ``settings.modules`` (the capture's results; without
+    them, of every class of ``job`` its capture built): one ``ModuleResult`` per class with
+    ``compile`` set and its FX6xx diagnostics (nothing else of the capture)."""
+    modules = settings.modules
+    by_name = {m.name: m for m in modules}
+    if modules and all(_rebuildable(m, by_name) for m in modules):
+        return _from_results(job, settings, report, modules)
+    return _from_capture(job, settings, report)
+
+
+def _from_capture(job: CaptureJob, settings: CompileJob, report: PhaseReporter) -> CaptureResult:
+    """The check after capturing the document once (the same builds and inputs)."""
     doc, captured = capture_document(job, report)
     result = CaptureResult(torch_version=torch.__version__)
     if captured.error is not None:
@@ -60,15 +94,241 @@ def run_compile(job: CaptureJob, rewrite: RewriteJob, report: PhaseReporter) -> 
             )
             continue
         report("trace", mod.name)
-        started = time.monotonic()
-        try:
-            out = check_class(original, mod, rewrite)
-        except Exception as exc:  # fxls's own failure for one class never hides the others
-            out = _skipped(mod, f"fxls failed: {one_line(exc)}", status="failed")
-        if out.compile is not None:
-            out.compile.duration_s = time.monotonic() - started
-        result.modules.append(out)
+        result.modules.append(_timed(mod, _captured_check(original, mod, settings)))
     return result
+
+
+def _captured_check(
+    original: Original, mod: ModuleResult, settings: CompileJob
+) -> Callable[[], ModuleResult]:
+    return lambda: check_class(original, mod, settings)
+
+
+def _rebuilt_check(
+    original: Original, mod: ModuleResult, settings: CompileJob
+) -> Callable[[], ModuleResult]:
+    return lambda: _check_rebuilt(original, mod, settings)
+
+
+def _timed(mod: ModuleResult, check: Callable[[], ModuleResult]) -> ModuleResult:
+    """``check()`` with its duration; fxls's own failure for one class never hides the
+    others."""
+    started = time.monotonic()
+    try:
+        out = check()
+    except Exception as exc:
+        out = _skipped(mod, f"fxls failed: {one_line(exc)}", status="failed")
+    if out.compile is not None:
+        out.compile.duration_s = time.monotonic() - started
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Classes built from their capture's result, without capturing again
+# ---------------------------------------------------------------------------------------
+
+
+def _from_results(
+    job: CaptureJob, settings: CompileJob, report: PhaseReporter, modules: list[ModuleResult]
+) -> CaptureResult:
+    """Execute the document once and check each class of ``modules`` as its result says it
+    was built and fed."""
+    result = CaptureResult(torch_version=torch.__version__)
+    doc = prepare(job)
+    report("import", None)
+    try:
+        execute(doc)
+    except BaseException as exc:
+        # a script that exits at import, a notebook cell that raises: the classes defined
+        # before it are checked, as they were captured
+        if job.module or not (isinstance(exc, SystemExit) or job.notebook):
+            reason = f"the file does not run: {type(exc).__name__}"
+            result.modules = [_skipped(m, reason) for m in modules]
+            return result
+    original = Original(doc, CaptureResult(modules=[_root_result(m) for m in modules]))
+    for mod in modules:
+        if not isinstance(doc.namespace.get(mod.name), type):
+            result.modules.append(_skipped(mod, "the class is not defined when the file runs"))
+            continue
+        report("trace", mod.name)
+        result.modules.append(_timed(mod, _rebuilt_check(original, mod, settings)))
+    return result
+
+
+def _rebuildable(mod: ModuleResult, by_name: dict[str, ModuleResult]) -> bool:
+    """Whether ``mod``'s result says enough to build it and its inputs again: how it was built
+    (:func:`origin`) and every input a tensor of known sizes or a plain value."""
+    return origin(mod, by_name) is not None and _feeds(mod) is not None
+
+
+def origin(
+    mod: ModuleResult, by_name: dict[str, ModuleResult], depth: int = 0
+) -> tuple[str, str] | None:
+    """(the class whose construction builds ``mod``'s root, the path of ``mod`` inside it):
+    its own expression or recipe (``Net()``, a configuration fxls filled in); for a block
+    built by its parent, the expression ``Parent(...).get_submodule('path')``, or, when the
+    parent has none (a recipe), the parent's origin and the path of the block in it
+    (``Parent.blocks.0``). None when nothing of ``by_name`` builds it."""
+    how = mod.constructed
+    if how is None or depth > len(by_name):
+        return None
+    if how.expr is not None:
+        return mod.name, split_submodule(how.expr)[1]
+    if how.source != "parent":
+        return mod.name, ""
+    parent_name, _, path = how.text.partition(".")
+    parent = by_name.get(parent_name)
+    found = origin(parent, by_name, depth + 1) if parent is not None and path else None
+    if found is None:
+        return None
+    root, inside = found
+    return root, f"{inside}.{path}" if inside else path
+
+
+def _feeds(mod: ModuleResult) -> list[ExampleInput] | None:
+    """``forward``'s inputs as the capture ran it, from its result; None when one cannot be
+    made from it (a tuple of tensors, an object)."""
+    if len(mod.input_names) != len(mod.inputs):
+        return None
+    out = []
+    for name, value in zip(mod.input_names, mod.inputs):
+        feed = _feed(name, value, mod.input_sizes)
+        if feed is None:
+            return None
+        out.append(feed)
+    return out
+
+
+_PLAIN: dict[str, Callable[[str], Any]] = {
+    "none": lambda text: None,
+    "bool": lambda text: text == "True",
+    "float": float,
+}
+
+
+def _feed(name: str, value: Value, sizes: dict[str, int]) -> ExampleInput | None:
+    if value.kind == "tensor":
+        dtype = getattr(torch, value.dtype or "float32", None)
+        if not isinstance(dtype, torch.dtype) or value.shape is None:
+            return None
+        dims: list[tuple[str | None, int]] = []
+        for dim in value.shape:
+            if isinstance(dim, int):
+                dims.append((None, dim))
+            elif dim in sizes:
+                dims.append((dim, sizes[dim]))
+            else:
+                return None  # a size the result does not give
+        return ExampleInput(name, "tensor", dims, dtype)
+    text = value.text or ""
+    if value.kind == "int":
+        number = sizes.get(text) if text in sizes else _int(text)
+        return None if number is None else ExampleInput(name, "value", value=number)
+    plain = _PLAIN.get(value.kind)
+    if plain is None or (value.kind == "bool" and text not in ("True", "False")):
+        return None
+    try:
+        return ExampleInput(name, "value", value=plain(text))
+    except ValueError:
+        return None
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _root_result(mod: ModuleResult) -> ModuleResult:
+    """What :class:`~fxls.worker.rewrite.verify.Rebuild` reads of ``mod``: how its root was
+    built (a block built by its parent: the parent's expression)."""
+    how = mod.constructed
+    assert how is not None  # _rebuildable
+    root, _ = split_submodule(how.expr) if how.expr is not None else (None, "")
+    rooted = Construction(how.source, how.text, dict(how.assumed), expr=root)
+    return ModuleResult(name=mod.name, line=mod.line, status=mod.status, constructed=rooted)
+
+
+def split_submodule(expr: str) -> tuple[str, str]:
+    """``Parent(...).get_submodule('a').get_submodule('b')`` → (``Parent(...)``, ``a.b``);
+    an expression without ``get_submodule`` is its own root (path ``""``)."""
+    try:
+        node = ast.parse(expr, mode="eval").body
+    except SyntaxError:
+        return expr, ""
+    parts: list[str] = []
+    while (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get_submodule"
+        and len(node.args) == 1
+        and not node.keywords
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ):
+        parts.insert(0, node.args[0].value)
+        node = node.func.value
+    if not parts:
+        return expr, ""
+    return ast.unparse(node), ".".join(p for p in parts if p)
+
+
+def _check_rebuilt(original: Original, mod: ModuleResult, settings: CompileJob) -> ModuleResult:
+    feeds = _feeds(mod)
+    found = origin(mod, {m.name: m for m in original.result.modules})
+    assert feeds is not None and found is not None  # _rebuildable
+    root, path = found
+    plan = Rebuild(original, mod.name, root, path, mod.params, mod.params)
+    made = rebuilt_instance(original.doc, plan, mod, feeds, settings)
+    span = class_span(original.doc.source, mod.line, mod.name)
+    return checked_run(original.doc, mod, span, made)
+
+
+def rebuilt_instance(
+    doc: ExecutedDocument,
+    plan: Rebuild,
+    mod: ModuleResult,
+    feeds: list[ExampleInput],
+    settings: CompileJob,
+) -> Made:
+    """The module, the calls' arguments and the kind of tensors: on the CPU when it (with the
+    parent it is built in) has at most ``max_params`` parameters; a block of a larger parent
+    on the CPU alone, the parent on the meta device (as the verification of a fix builds it);
+    else on the meta device."""
+    if plan.path:  # built inside its parent: the parent's size decides
+        with torch.device("meta"):
+            root = plan.make_root(doc)()
+        plan.root_params = sum(p.numel() for p in root.parameters())
+    builds: list[Callable[[], nn.Module]] = []
+    if (plan.root_params or 0) <= settings.max_params:
+        builds.append(lambda: plan.build(doc, "cpu"))
+    elif plan.path and (mod.params or 0) <= settings.max_params:
+        builds.append(lambda: plan.build_alone(doc))
+    for build in builds:
+        try:
+            module = _on_cpu(build, settings.seed)
+            return module, _calls(feeds, module, settings.seed), "cpu"
+        except Exception:  # not buildable on the CPU: on the meta device, as captured
+            if mod.build == "cpu":
+                raise
+    module = plan.build(doc, "meta").eval()
+    calls = [[tree_map(_to_meta, a) for a in args] for args in _calls(feeds, None, settings.seed)]
+    return module, calls, "meta"
+
+
+def _on_cpu(build: Callable[[], nn.Module], seed: int) -> nn.Module:
+    """A CPU build with the verification's seed and randomized statistics, in eval mode."""
+    torch.manual_seed(seed)
+    module = build()
+    with torch.no_grad():
+        randomize(module, seed)
+    return module.eval()
+
+
+# ---------------------------------------------------------------------------------------
+# One class
+# ---------------------------------------------------------------------------------------
 
 
 def built(capture: Any) -> bool:
@@ -88,14 +348,22 @@ def _skipped(mod: ModuleResult, message: str, status: str = "skipped") -> Module
     return ModuleResult(name=mod.name, line=mod.line, status=mod.status, compile=check)
 
 
-def check_class(original: Original, mod: ModuleResult, rewrite: RewriteJob) -> ModuleResult:
+def check_class(original: Original, mod: ModuleResult, settings: CompileJob) -> ModuleResult:
     """The compile check of one captured class."""
-    module, calls, tensors = instance(original, mod.name, rewrite)
+    made = instance(original, mod.name, settings)
+    return checked_run(original.doc, mod, original.capture(mod.name).span, made)
+
+
+def checked_run(
+    doc: ExecutedDocument, mod: ModuleResult, class_span: Span, made: Made
+) -> ModuleResult:
+    """Compile the module of ``made`` and call it (all three calls on the CPU, the first on
+    meta): the class's ``CompileCheck`` and its FX6xx diagnostics."""
+    module, calls, tensors = made
     run = compile_run(module, calls if tensors == "cpu" else calls[:1])
-    source, path = original.doc.source, original.doc.path
+    source, path = doc.source, doc.path
     check = CompileCheck("ok", graphs=run.graphs, recompiles=run.recompiles, tensors=tensors)
     out = ModuleResult(name=mod.name, line=mod.line, status=mod.status, compile=check)
-    class_span = original.capture(mod.name).span
     check.breaks = _located(run.breaks, path, source, class_span)
     check.breaks.sort(key=lambda b: (b.span.line, b.span.col))
     out.diagnostics.extend(_break_diagnostic(found) for found in check.breaks)
@@ -183,28 +451,28 @@ def _break_diagnostic(found: GraphBreak) -> Diagnostic:
 
 
 def instance(
-    original: Original, name: str, rewrite: RewriteJob
+    original: Original, name: str, settings: CompileJob
 ) -> tuple[nn.Module, list[list[Any]], str]:
     """The module, three calls' arguments (the captured sizes, then two other batch sizes)
     and the kind of tensors: a CPU build when it is small enough, else the captured one."""
     capture = original.capture(name)
     feeds = capture.feeds or []
     plan = rebuild_plan(original, name)
-    small = not isinstance(plan, str) and (plan.root_params or 0) <= rewrite.max_params
+    small = not isinstance(plan, str) and (plan.root_params or 0) <= settings.max_params
     if small and not isinstance(plan, str):
         try:
-            torch.manual_seed(rewrite.seed)
+            torch.manual_seed(settings.seed)
             module = plan.build(original.doc, "cpu")
             with torch.no_grad():
-                randomize(module, rewrite.seed)
+                randomize(module, settings.seed)
             module.eval()
-            return module, _calls(feeds, module, rewrite.seed), "cpu"
+            return module, _calls(feeds, module, settings.seed), "cpu"
         except Exception:  # not buildable on the CPU: run it as captured
             pass
     captured: nn.Module | None = capture.module
     if captured is None:
         raise ValueError(f"`{name}` has no built instance")
-    calls = [[tree_map(_to_meta, a) for a in args] for args in _calls(feeds, None, rewrite.seed)]
+    calls = [[tree_map(_to_meta, a) for a in args] for args in _calls(feeds, None, settings.seed)]
     return captured, calls, "meta"
 
 

@@ -45,7 +45,7 @@ async function openFile(page, name, expectText) {
 }
 
 /** Scrolls the editor to a line (Go to Line, Ctrl+G) and waits until `expectText` is rendered. */
-async function goToLine(page, line, expectText) {
+async function goToLine(page, line, expectText, timeoutMs) {
   await page.keyboard.press("Control+G");
   const input = page.locator(".quick-input-widget input");
   await input.waitFor({ state: "visible", timeout: 15000 });
@@ -58,7 +58,7 @@ async function goToLine(page, line, expectText) {
         lines.textContent.replace(/\u00a0/g, " ").includes(text),
       ),
     expectText,
-    { timeout: 20000 },
+    { timeout: timeoutMs },
   );
 }
 
@@ -265,7 +265,7 @@ async function runStep(page, step) {
   await openFile(page, step.file, step.expectText);
   out.opened_ms = Date.now() - started;
   if (step.goToLine) {
-    await goToLine(page, step.goToLine.line, step.goToLine.expectText);
+    await goToLine(page, step.goToLine.line, step.goToLine.expectText, step.timeoutMs ?? 20000);
   }
   if (step.settleMs) {
     await page.waitForTimeout(step.settleMs);

@@ -14,13 +14,15 @@ import torch
 
 from fxls.analysis import parse
 from fxls.engine.analyze import AnalysisRequest, EngineOptions, analyze
-from fxls.engine.compilecheck import check_compile
+from fxls.engine.compilecheck import CompileCache, as_built, check_compile
+from fxls.engine.render import compile_text
 from fxls.protocol.codec import from_dict, to_dict
-from fxls.protocol.model import CaptureJob, CaptureResult, ModuleResult, RewriteJob
+from fxls.protocol.model import CaptureJob, CaptureResult, CompileJob, Limits, ModuleResult
 from fxls.worker.capture.pipeline import capture_document
 from fxls.worker.compile import kinds
+from fxls.worker.compile import run as compile_run
 from fxls.worker.compile.dynamo import parse_break_record
-from fxls.worker.compile.run import built, instance, run_compile
+from fxls.worker.compile.run import built, instance, run_compile, split_submodule
 from fxls.worker.rewrite.base import Original
 
 ROOT = Path(__file__).parents[3]
@@ -40,7 +42,7 @@ def _line(path: Path, fragment: str) -> int:
 
 
 def _check(path: Path, **rewrite: int) -> dict[str, ModuleResult]:
-    result = run_compile(_job(path), RewriteJob(**rewrite), lambda *a: None)  # type: ignore[arg-type]
+    result = run_compile(_job(path), CompileJob(**rewrite), lambda *a: None)  # type: ignore[arg-type]
     assert from_dict(CaptureResult, to_dict(result)) == result  # survives the wire
     return {m.name: m for m in result.modules}
 
@@ -122,11 +124,156 @@ async def test_the_job_through_the_real_worker_merges_into_the_analysis(worker) 
     request = AnalysisRequest(str(BREAKS), BREAKS.read_text())
     analysis = await analyze(worker, request, options)
     assert not [d for d in analysis.diagnostics if d.code.startswith("FX6")]
-    await check_compile(worker, analysis, request, options)
+    sent: list[list[ModuleResult]] = []
+
+    class Recording:
+        async def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            sent.append(kwargs["compile"].modules)
+            return await worker.run(*args, **kwargs)
+
+    await check_compile(Recording(), analysis, request, options)
+    # each class goes with how its capture built and fed it, without its nodes
+    assert [(m.name, m.input_sizes, len(m.nodes)) for m in sent[0]] == [
+        ("Breaks", {"B": 2}, 0),
+        ("Branches", {"B": 2}, 0),
+        ("Clean", {"B": 2}, 0),
+    ]
     codes = [d.code for d in analysis.diagnostics if d.code.startswith("FX6")]
     assert codes == ["FX601", "FX602", "FX605", "FX603"]
     graphs = {m.name: m.compile.graphs for m in analysis.modules if m.compile}
     assert graphs == {"Breaks": 5, "Branches": 2, "Clean": 1}
+
+
+@pytest.mark.worker
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_same_job_is_taken_from_the_cache_not_sent_again(worker) -> None:  # type: ignore[no-untyped-def]
+    """The same text, settings and captured classes: the result of the first job, no second
+    job; another setting of the check (or another text) sends one."""
+    sent: list[int] = []
+
+    class Counting:
+        async def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            sent.append(1)
+            return await worker.run(*args, **kwargs)
+
+    cache = CompileCache()
+    options = EngineOptions(compile_check=True)
+    request = AnalysisRequest(str(BREAKS), BREAKS.read_text())
+
+    async def fx6(options: EngineOptions, request: AnalysisRequest) -> list[str]:
+        done = await analyze(worker, request, options)
+        await check_compile(Counting(), done, request, options, cache)
+        return [d.code for d in done.diagnostics if d.code.startswith("FX6")]
+
+    first = await fx6(options, request)
+    assert first == ["FX601", "FX602", "FX605", "FX603"] and len(sent) == 1
+    assert await fx6(options, request) == first and len(sent) == 1  # from the cache
+    assert (cache.hits, cache.jobs) == (1, 1)
+    meta = EngineOptions(compile_check=True, compile_max_params=0)
+    await fx6(meta, request)
+    assert len(sent) == 2  # another setting: another job
+    edited = AnalysisRequest(str(BREAKS), BREAKS.read_text() + "\n# a comment\n")
+    await fx6(options, edited)
+    assert len(sent) == 3  # another text
+
+
+@pytest.mark.worker
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_job_that_hits_its_time_limit_says_so_for_each_class(worker) -> None:  # type: ignore[no-untyped-def]
+    path = FIXTURES / "slow.py"
+    request = AnalysisRequest(str(path), path.read_text())
+    analysis = await analyze(worker, request, EngineOptions())
+    (slow,) = analysis.modules
+    assert slow.status == "traced"  # the capture runs on the meta device: quick
+    short = EngineOptions(compile_check=True, limits=Limits(timeout_s=3.0))
+    await check_compile(worker, analysis, request, short)
+    assert slow.compile is not None
+    assert (slow.compile.status, slow.compile.message) == ("limit", "time limit")
+    assert compile_text(slow.compile) == "compile check stopped: time limit"
+    assert not [d for d in analysis.diagnostics if d.code.startswith("FX6")]
+
+
+def _without_duration(mod: ModuleResult) -> tuple[object, ...]:
+    check = mod.compile
+    assert check is not None
+    return (check.status, check.graphs, check.breaks, check.tensors, check.message, mod.diagnostics)
+
+
+MINGPT = ROOT / "tests" / "corpus" / "zeroconfig" / "mingpt.py"
+
+
+@pytest.mark.parametrize(
+    ("path", "max_params"),
+    [(BREAKS, 20_000_000), (BREAKS, 0), (MINGPT, 20_000_000)],
+    ids=["cpu", "meta", "blocks-of-a-parent-built-by-a-recipe"],
+)
+def test_classes_are_built_from_their_capture_result_without_capturing_again(
+    monkeypatch: pytest.MonkeyPatch, path: Path, max_params: int
+) -> None:
+    """With the capture's results, the job executes the file and builds each class as the
+    result says, never capturing it again, and finds what a job that captures first finds
+    (minGPT's ``GPT`` is built with arguments fxls assumed, which no expression writes down:
+    its blocks are rebuilt inside it by their path, ``GPT.transformer.h.0``)."""
+    job = _job(path)
+    _, captured = capture_document(job, lambda *a: None)
+    sent = [as_built(m) for m in captured.modules if m.build is not None and m.inputs]
+    assert sent[0].input_sizes and not sent[0].nodes
+    full = {
+        m.name: m
+        for m in run_compile(job, CompileJob(max_params=max_params), lambda *a: None).modules
+    }
+
+    def no_capture(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the compile job captured the document again")
+
+    monkeypatch.setattr(compile_run, "capture_document", no_capture)
+    phases: list[tuple[str, object]] = []
+    result = run_compile(
+        job,
+        CompileJob(sent, max_params=max_params),
+        lambda *a: phases.append(a),
+    )
+    assert from_dict(CaptureResult, to_dict(result)) == result
+    assert {p for p, _ in phases} == {"import", "trace"}  # no build, no trace of its own
+    light = {m.name: m for m in result.modules}
+    assert set(light) == {m.name for m in sent} and len(light) >= 3
+    for name, mod in light.items():
+        assert _without_duration(mod) == _without_duration(full[name]), name
+
+
+@pytest.mark.parametrize(
+    ("max_params", "tensors"),
+    [(20_000_000, "cpu"), (100, "cpu"), (0, "meta")],
+    ids=["with-its-parent", "alone", "meta"],
+)
+def test_a_block_only_its_parent_builds_is_checked_as_its_capture_built_it(
+    monkeypatch: pytest.MonkeyPatch, max_params: int, tensors: str
+) -> None:
+    """``Scaled(layer, scale)`` is built by ``Net`` only: rebuilt from
+    ``Net().get_submodule('blocks.0')``, on the CPU with its parent when the parent is small
+    enough, alone on the CPU inside a parent on the meta device when only the block is
+    (``Net`` has 216 parameters, ``Scaled`` 72), else on the meta device."""
+    path = FIXTURES / "parent_built.py"
+    job = _job(path)
+    _, captured = capture_document(job, lambda *a: None)
+    sent = [as_built(m) for m in captured.modules]
+    assert sent[0].constructed is not None and sent[0].constructed.source == "parent"
+
+    def no_capture(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the compile job captured the document again")
+
+    monkeypatch.setattr(compile_run, "capture_document", no_capture)
+    result = run_compile(job, CompileJob(sent, max_params=max_params), lambda *a: None)
+    block = next(m for m in result.modules if m.name == "Scaled")
+    assert block.compile is not None
+    assert (block.compile.status, block.compile.tensors) == ("ok", tensors)
+    assert _codes(block) == [("FX601", _line(path, 'print("scaled"'))]
+
+
+def test_the_expression_of_a_block_built_by_its_parent_names_the_parent_and_the_path() -> None:
+    expr = "GPT(GPTConfig()).get_submodule('transformer').get_submodule('h.0')"
+    assert split_submodule(expr) == ("GPT(GPTConfig())", "transformer.h.0")
+    assert split_submodule("resnet18()") == ("resnet18()", "")
 
 
 # --- against torch._dynamo.explain on real tensors ------------------------------------
@@ -147,15 +294,16 @@ def test_no_break_reported_where_explain_on_real_tensors_reports_none(path: Path
     FX6xx where explain reports no break (the check also reads TorchDynamo's graph-break log,
     which names breaks explain misses: one with no graph before it)."""
     job = _job(path)
-    result = run_compile(job, RewriteJob(), lambda *a: None)
     doc, captured = capture_document(job, lambda *a: None)
     original = Original(doc, captured)
+    sent = [as_built(m) for m in captured.modules if m.build is not None and m.inputs]
+    result = run_compile(job, CompileJob(sent), lambda *a: None)  # as the engine sends it
     compared = 0
     for mod in result.modules:
         check = mod.compile
         if check is None or check.tensors != "cpu" or not built(doc.captures.get(mod.name)):
             continue
-        module, calls, _ = instance(original, mod.name, RewriteJob())
+        module, calls, _ = instance(original, mod.name, CompileJob())
         with torch.no_grad():
             try:
                 explained = torch._dynamo.explain(module)(*calls[0])
@@ -208,7 +356,7 @@ async def test_queued_captures_start_before_queued_compile_checks(worker, tmp_pa
     order: list[str] = []
 
     async def run(label: str, job: CaptureJob, kind: str | None = None) -> None:
-        result = await worker.run(job, kind=kind)  # type: ignore[arg-type]
+        result = await worker.run(job, compile=CompileJob() if kind == "compile" else None)
         assert result.kind == "ok", (label, result.message)
         order.append(label)
 

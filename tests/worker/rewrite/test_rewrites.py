@@ -583,10 +583,11 @@ def test_training_mode_catches_a_dropout_the_edit_drops() -> None:
 
 
 def test_remove_print_deletes_debug_calls_found_by_the_compile_check() -> None:
+    from fxls.protocol.model import CompileJob
     from fxls.worker.compile.run import run_compile
 
     job = _job("remove_print_before.py")
-    checked = run_compile(job, RewriteJob(), lambda *a: None)
+    checked = run_compile(job, CompileJob(), lambda *a: None)
     (noisy,) = checked.modules
     found = [d for d in noisy.diagnostics if d.code == "FX601"]
     assert [d.span.line for d in found] == [10, 22]  # the helper's print, the logger call

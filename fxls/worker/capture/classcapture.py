@@ -37,6 +37,7 @@ from fxls.protocol.model import (
     Span,
     Value,
 )
+from fxls.protocol.positions import SourceText
 from fxls.worker.capture import failures
 from fxls.worker.capture.build import inputs, parents
 from fxls.worker.capture.build import instances as build
@@ -160,6 +161,16 @@ def _example(planned: inputs.PlannedInput, name: str) -> shapes.ExampleInput:
     return shapes.ExampleInput(
         name=name, kind=p.kind, dims=p.dims, dtype=p.dtype, value=p.value, inner_dims=p.inner_dims
     )
+
+
+def _unused_in_run(
+    gm: torch.fx.GraphModule, run: fakerun.FakeRun, source: SourceText
+) -> list[catalogue.Message]:
+    """FX302 hints of a fake run that recorded everything up to its result."""
+    output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    if output is None or not _recorded_to_the_end(output):
+        return []
+    return graphcheck.unused(gm.graph, source, _passed_on(gm, run.examples))
 
 
 def _recorded_to_the_end(output: torch.fx.Node) -> bool:
@@ -1200,10 +1211,7 @@ class ClassCapture:
             self._tensor_fields(strategies.result_fields(None, run.examples.get(output.name)))
             mod.status = "traced"  # every node has its shapes; the strategy says fake-run
             mod.error = None
-            if _recorded_to_the_end(output):
-                live = _passed_on(gm, run.examples)
-                unused = graphcheck.unused(gm.graph, doc.source, live)
-                mod.diagnostics.extend(d.diagnostic() for d in unused)
+            mod.diagnostics.extend(d.diagnostic() for d in _unused_in_run(gm, run, doc.source))
             self.note(
                 "torch.fx could not trace `forward`; its nodes and shapes come from running it "
                 "on fake tensors (no FX graph: graph rewrites are not offered)"

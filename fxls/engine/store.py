@@ -101,6 +101,8 @@ class ResultStore:
                 return None
             modules = [from_dict(ModuleResult, m) for m in _list(data, "modules")]
             diagnostics = [from_dict(Diagnostic, d) for d in _list(data, "diagnostics")]
+            if any(m.node_copies or m.block_copies for m in modules):
+                return None  # saved whole: copied records are not something it wrote
         except (OSError, ValueError, TypeError, ProtocolError, RecursionError):
             return None
         with contextlib.suppress(OSError):

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from fxls.protocol import catalogue
+from fxls.protocol.copies import expand_copies
 from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
@@ -186,8 +187,9 @@ def _reported_where_it_happens(modules: list[ModuleResult]) -> None:
 
 def _expand(doc: ExecutedDocument, mod: ModuleResult) -> None:
     """Every record of ``mod`` in ``nodes`` (its copies expanded in place)."""
-    if mod.node_copies:
-        mod.expand()
+    if mod.node_copies or mod.block_copies:
+        mod.nodes = expand_copies(mod.nodes, mod.node_copies, mod.block_copies)
+        mod.node_copies, mod.block_copies = [], []
         doc.copied_nodes.pop(id(mod), None)
 
 

@@ -31,7 +31,9 @@ from fxls.engine.analyze import EngineOptions, FileAnalysis, workspace_digest
 from fxls.protocol.codec import ProtocolError, from_dict, to_dict
 from fxls.protocol.model import Diagnostic, ModuleResult
 
-FORMAT = 1
+FORMAT = 2
+"""The version of what is stored (a module result as the codec writes it); entries of another
+are ignored: 2 when a result's inputs became one list of ``InputValue``."""
 STORE_ENV = "FXLS_STORE"
 """``0`` turns the store off (tests, read-only homes)."""
 MAX_ENTRY_BYTES = 4 << 20

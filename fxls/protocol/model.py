@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 Dim = Union[int, str]
 
@@ -300,6 +300,19 @@ class Value:
 
 
 @dataclass
+class InputValue:
+    """One ``forward`` argument a class was captured with."""
+
+    name: str
+    value: Value
+    assumed: bool = False
+    """fxls chose it (FX405); then ``origin`` is ``assumed`` too."""
+    origin: InputOrigin = "declared"
+    """``declared`` (a directive, an annotation, the CLI), ``parent`` (recorded from the
+    parent's call), ``default`` (the parameter's default) or ``assumed`` (FX405)."""
+
+
+@dataclass
 class Arg:
     """One named parameter of a call node."""
 
@@ -532,12 +545,8 @@ class ModuleResult:
     """How the instance was obtained (None when it was not built)."""
     params: int | None = None
     buffers: int | None = None
-    inputs: list[Value] = field(default_factory=list)
-    input_names: list[str] = field(default_factory=list)
-    inputs_assumed: list[bool] = field(default_factory=list)
-    input_origins: list[InputOrigin] = field(default_factory=list)
-    """Per input: ``declared`` (a directive, an annotation, the CLI), ``parent`` (recorded
-    from the parent's call), ``default`` (the parameter's default) or ``assumed`` (FX405)."""
+    inputs: list[InputValue] = field(default_factory=list)
+    """The ``forward`` arguments it was captured with, in order."""
     outputs: list[Value] = field(default_factory=list)
     nodes: list[NodeInfo] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
@@ -567,13 +576,6 @@ class ModuleResult:
     to the instance whose ``module_path`` is its own without these."""
     compile: CompileCheck | None = None
     """The compile check (``compile`` job), merged in by the engine after the capture."""
-
-    def input_origin(self, index: int) -> InputOrigin:
-        """Where input ``index`` came from (``inputs_assumed`` when a result has no origins)."""
-        if index < len(self.input_origins):
-            return self.input_origins[index]
-        assumed = index < len(self.inputs_assumed) and self.inputs_assumed[index]
-        return "assumed" if assumed else "declared"
 
 
 @dataclass

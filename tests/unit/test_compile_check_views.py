@@ -18,6 +18,7 @@ from fxls.protocol.model import (
     CompileCheck,
     Diagnostic,
     GraphBreak,
+    InputValue,
     JobResult,
     ModuleResult,
     Span,
@@ -34,7 +35,7 @@ def _module(check: CompileCheck | None) -> ModuleResult:
         status="traced",
         strategy="fx",
         build="meta",
-        inputs=[Value(kind="tensor", shape=["B", 8], dtype="torch.float32")],
+        inputs=[InputValue("x", Value(kind="tensor", shape=["B", 8], dtype="torch.float32"))],
         compile=check,
     )
 

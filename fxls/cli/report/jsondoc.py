@@ -65,9 +65,6 @@ def to_json(
                 claimed.add(i)
                 if d not in own:
                     own.append(d)
-        names = m.input_names or [f"arg{i}" for i in range(len(m.inputs))]
-        assumed = m.inputs_assumed or [False] * len(m.inputs)
-        origins = [m.input_origin(i) for i in range(len(m.inputs))]
         nodes = []
         bound = set(m.example_nodes)
         for n in m.nodes:
@@ -101,8 +98,13 @@ def to_json(
                 "isolation": list(analysis.isolation),
                 "params": m.params,
                 "inputs": [
-                    {"name": n, **_json_value(v), "assumed": a, "origin": o}
-                    for n, v, a, o in zip(names, m.inputs, assumed, origins)
+                    {
+                        "name": i.name,
+                        **_json_value(i.value),
+                        "assumed": i.assumed,
+                        "origin": i.origin,
+                    }
+                    for i in m.inputs
                 ],
                 "outputs": [_json_value(v) for v in m.outputs],
                 "holds_for": dict(m.example_sizes) if render.outputs_hold_for(m) else None,

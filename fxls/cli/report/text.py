@@ -117,10 +117,8 @@ def format_text(
             parts.append(params)
         specs = _input_specs(analysis, m.name, extra_inputs or {})
         if m.inputs:
-            names = m.input_names or [f"arg{i}" for i in range(len(m.inputs))]
-            assumed = m.inputs_assumed or [False] * len(m.inputs)
             shown = ", ".join(
-                _input_text(n, v, specs.get(n), a) for n, v, a in zip(names, m.inputs, assumed)
+                _input_text(i.name, i.value, specs.get(i.name), i.assumed) for i in m.inputs
             )
             shown += _outputs_text(m)
             parts.append(shown)

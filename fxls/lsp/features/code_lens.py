@@ -58,7 +58,7 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
     if any(d.severity == "error" for d in diagnostics):
         parts.append(_failure(module, diagnostics))
     elif module.inputs or module.outputs:
-        ins = ", ".join(values_text([v], dtype=False) for v in module.inputs)
+        ins = ", ".join(values_text([i.value], dtype=False) for i in module.inputs)
         outs = values_text(module.outputs, dtype=False) or "?"
         held = outputs_hold_for(module)
         if held is not None:
@@ -69,7 +69,7 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
         parts.append(f"as {built.text} in {built.inputs_from}")
     elif built is not None and built.assumed:
         parts.append("assumed " + ", ".join(f"{k}={v}" for k, v in built.assumed.items()))
-    if any(module.inputs_assumed):
+    if any(i.assumed for i in module.inputs):
         parts.append("inputs assumed")
     parts.extend(_compiled(module))
     return " · ".join(parts)

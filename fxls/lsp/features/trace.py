@@ -82,10 +82,9 @@ def _assumed(module: ModuleResult) -> list[str]:
     built = module.constructed
     if built is not None and built.assumed:
         out.extend(f"{k}={v}" for k, v in built.assumed.items())
-    for index, value in enumerate(module.inputs):
-        if index < len(module.inputs_assumed) and module.inputs_assumed[index]:
-            name = module.input_names[index] if index < len(module.input_names) else f"#{index}"
-            out.append(f"input {name} {values_text([value])}")
+    for given in module.inputs:
+        if given.assumed:
+            out.append(f"input {given.name} {values_text([given.value])}")
     return out
 
 

@@ -29,6 +29,7 @@ from fxls.protocol.model import (
     ClassRequest,
     Construction,
     Diagnostic,
+    InputValue,
     ModuleResult,
     NodeCopy,
     NodeInfo,
@@ -817,10 +818,10 @@ class ClassCapture:
         self.assumed_inputs = []
 
     def _set_inputs(self, ordered: list[inputs.PlannedInput]) -> None:
-        self.mod.input_names = [p.name for p in ordered]
-        self.mod.inputs = [p.protocol_value() for p in ordered]
-        self.mod.inputs_assumed = [p.assumed for p in ordered]
-        self.mod.input_origins = ["assumed" if p.assumed else p.origin for p in ordered]
+        self.mod.inputs = [
+            InputValue(p.name, p.protocol_value(), p.assumed, "assumed" if p.assumed else p.origin)
+            for p in ordered
+        ]
 
     def _complete_inputs(
         self, gm: torch.fx.GraphModule, placeholders: list[torch.fx.Node], plan: InputPlan

@@ -202,7 +202,7 @@ def test_untraceable_root_falls_back_to_a_fake_run() -> None:
                 and d.code in TRACE_FAILURES] == [code]  # fmt: skip
         assert not [d for d in mod.diagnostics if d.severity == "error"]
         assert mod.status == "traced" and mod.strategy == "fake-run" and mod.error is None
-        assert mod.inputs[0].shape == ["B", "T"]
+        assert mod.inputs[0].value.shape == ["B", "T"]
         assert mod.outputs[0].shape == ["B", "T"]
     # the fake run records the operations with their spans and shapes
     (zeros,) = [n for n in factory.nodes if n.target == "torch.zeros"]

@@ -88,11 +88,11 @@ async def test_a_model_file_of_a_package_runs_as_its_module(
     # decorated submodule that `**kwargs` are passed on to; TinyModel then as TinyForLM calls it
     lm = modules["TinyForLM"]
     assert lm.status == "traced" and lm.strategy == "fx", (lm.status, lm.strategy, lm.notes)
-    assert lm.input_names[0] == "input_ids" and lm.inputs[0].dtype == "int64", lm.inputs
-    assert lm.inputs_assumed[0] and lm.outputs[0].shape[-1] == 100, lm.outputs
+    assert lm.inputs[0].name == "input_ids" and lm.inputs[0].value.dtype == "int64", lm.inputs
+    assert lm.inputs[0].assumed and lm.outputs[0].shape[-1] == 100, lm.outputs
     tiny = modules["TinyModel"]
     assert tiny.strategy.startswith("fx"), tiny.strategy
-    assert tiny.input_names[0] == "input_ids" and tiny.inputs[0].dtype == "int64", tiny.inputs
+    assert tiny.inputs[0].name == "input_ids" and tiny.inputs[0].value.dtype == "int64", tiny.inputs
 
 
 @pytest.mark.asyncio(loop_scope="module")

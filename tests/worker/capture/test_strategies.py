@@ -195,7 +195,9 @@ def test_flag_argument_is_fixed_to_its_default(
     assert fx101.span == _span("normalize", "        if normalize")
     assert fx101.data["concrete"] == "normalize"
     assert any("`normalize=False`" in note for note in mod.notes)
-    assert mod.input_names == ["x", "normalize"] and mod.inputs[1].text == "False"
+    assert [i.name for i in mod.inputs] == ["x", "normalize"] and mod.inputs[
+        1
+    ].value.text == "False"
     # only the branch taken for the default is in the graph; no guard nodes without a line
     assert not _nodes(mod, "normalize") and all(
         n.span is not None for n in mod.nodes if n.op.startswith("call")

@@ -271,7 +271,6 @@ def _failed_module(info: ClassInfo, diagnostic: Diagnostic) -> ModuleResult:
         name=info.name,
         line=info.line,
         status="failed",
-        strategy="none",
         diagnostics=[diagnostic],
     )
 

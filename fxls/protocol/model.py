@@ -68,6 +68,8 @@ Phase = Literal["setup", "import", "init", "trace", "serialize"]
 Severity = Literal["error", "warning", "information", "hint"]
 ModuleStatus = Literal["traced", "partial", "failed", "skipped"]
 InputOrigin = Literal["declared", "parent", "default", "assumed"]
+CaptureMethod = Literal["fx", "fake-run", "none"]
+RepairKind = Literal["leaf", "wrap", "concrete"]
 NodeOp = Literal["placeholder", "get_attr", "call_function", "call_method", "call_module", "output"]
 ValueKind = Literal["tensor", "size", "int", "float", "bool", "none", "device", "dtype", "other"]
 ErrorKind = Literal["exception", "system_exit", "recursion"]
@@ -297,6 +299,19 @@ class Value:
     dtype: str | None = None
     text: str | None = None
     """Readable form for non-tensors, e.g. ``"T"``, ``"3"``, ``"torch.float32"``."""
+
+
+@dataclass
+class Strategy:
+    """How a class's graph was obtained: ``fx`` (``torch.fx.symbolic_trace``, with the
+    automatic ``repairs`` it needed), ``fake-run`` (recorded by running ``forward`` on fake
+    tensors, when no FX graph could be had), or ``none``. Written ``fx+leaf+wrap`` in reports
+    (``fxls.protocol.labels.strategy_label``)."""
+
+    method: CaptureMethod = "none"
+    repairs: list[RepairKind] = field(default_factory=list)
+    """For ``fx``: ``leaf`` (submodules kept whole, declared or found), ``wrap`` (functions
+    recorded as one node), ``concrete`` (arguments fixed to their defaults), in that order."""
 
 
 @dataclass
@@ -536,9 +551,8 @@ class ModuleResult:
     name: str
     line: int
     status: ModuleStatus
-    strategy: str = "none"
-    """How the graph was obtained: ``fx``, ``fx`` with repairs joined by ``+`` (``fx+leaf``,
-    ``fx+wrap``, ``fx+concrete``, ``fx+leaf+wrap``...), ``fake-run``, or ``none``."""
+    strategy: Strategy = field(default_factory=Strategy)
+    """How the graph was obtained."""
     build: str | None = None
     """``meta`` or ``cpu`` (when ``__init__`` needed real values)."""
     constructed: Construction | None = None

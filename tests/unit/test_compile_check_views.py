@@ -22,6 +22,7 @@ from fxls.protocol.model import (
     JobResult,
     ModuleResult,
     Span,
+    Strategy,
     Value,
 )
 
@@ -33,7 +34,7 @@ def _module(check: CompileCheck | None) -> ModuleResult:
         name="Net",
         line=3,
         status="traced",
-        strategy="fx",
+        strategy=Strategy("fx"),
         build="meta",
         inputs=[InputValue("x", Value(kind="tensor", shape=["B", 8], dtype="torch.float32"))],
         compile=check,

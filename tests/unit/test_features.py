@@ -20,6 +20,7 @@ from fxls.protocol.model import (
     NodeInfo,
     Related,
     Span,
+    Strategy,
     Value,
 )
 
@@ -128,7 +129,7 @@ MODULE = ModuleResult(
     name="Net",
     line=5,
     status="traced",
-    strategy="fx",
+    strategy=Strategy("fx"),
     build="meta",
     params=25_557_032,
     buffers=53_120,
@@ -334,7 +335,7 @@ def test_code_lens_says_how_the_instance_was_built() -> None:
 
 def test_code_lens_partial_capture_shows_the_first_error() -> None:
     partial = ModuleResult(
-        name="Net", line=5, status="partial", strategy="fx", nodes=[CONV1], params=68
+        name="Net", line=5, status="partial", strategy=Strategy("fx"), nodes=[CONV1], params=68
     )
     diag = FX201(Span(12, 0, 12, 5), node="conv1", error="bad").diagnostic()
     title = code_lens.lens_title(partial, [diag])
@@ -454,7 +455,9 @@ def test_code_lens_uses_only_the_diagnostics_of_its_own_class() -> None:
     first = ModuleResult(
         name="A", line=5, status="traced", nodes=[CONV1], inputs=[InputValue("x", X)], outputs=[X]
     )
-    second = ModuleResult(name="B", line=20, status="partial", strategy="fx", nodes=[CONV1])
+    second = ModuleResult(
+        name="B", line=20, status="partial", strategy=Strategy("fx"), nodes=[CONV1]
+    )
     diag = FX201(Span(25, 0, 25, 5), node="fc", error="bad").diagnostic()
     lenses = code_lens.lsp_code_lenses(
         [first, second], [diag], LINES + [""] * 20, convert.UTF16, lambda n: n

@@ -13,6 +13,7 @@ from fxls.protocol.model import (
     InputValue,
     ModuleResult,
     Span,
+    Strategy,
     Value,
 )
 
@@ -65,7 +66,7 @@ def test_the_answer_is_plain_clipped_text() -> None:
         name="Net",
         line=10,
         status="failed",
-        strategy="none",
+        strategy=Strategy("none"),
         constructed=Construction("assumed", "Net(dim=64)", {"dim": "64"}, pin="dim=64"),
         params=1234,
         inputs=[InputValue("x", _tensor("B", 4), assumed=True, origin="assumed")],

@@ -16,6 +16,7 @@ from fxls.cli.report.cells import cell_of, relabel
 from fxls.cli.report.escape import escape_tree
 from fxls.engine import render
 from fxls.engine.analyze import FileAnalysis
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import CompileCheck, Diagnostic, InputSpec, PassResult, Value
 
 JSON_VERSION = 1
@@ -93,7 +94,7 @@ def to_json(
                 "class": m.name,
                 "line": m.line,
                 "status": m.status,
-                "capture": m.strategy,
+                "capture": strategy_label(m.strategy),
                 "build": m.build,
                 "isolation": list(analysis.isolation),
                 "params": m.params,

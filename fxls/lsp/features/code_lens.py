@@ -9,6 +9,7 @@ from lsprotocol import types
 from fxls.engine.render import compile_text, count_text, outputs_hold_for, plural, values_text
 from fxls.lsp.features import markdown as md
 from fxls.lsp.features.convert import Encoding, LineMapper, lsp_position
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import Diagnostic, ModuleResult
 
 _MAX_MESSAGE = 80
@@ -50,7 +51,7 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
     if module.status == "failed":
         return f"fxls · failed · {_failure(module, diagnostics)}"
     if module.status == "partial":
-        parts.append(f"partial ({module.strategy})")
+        parts.append(f"partial ({strategy_label(module.strategy)})")
     if module.nodes:
         parts.append(plural(len(module.nodes), "node"))
     if module.params is not None:

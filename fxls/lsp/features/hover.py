@@ -40,6 +40,7 @@ from fxls.engine.render import (
 )
 from fxls.lsp.features import markdown as md
 from fxls.lsp.features.convert import Encoding, LineMapper, lsp_range, span_contains
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import InputValue, ModuleResult, NodeInfo, Span
 
 _CLASS_RE = re.compile(r"^(\s*class\s+)([A-Za-z_]\w*)")
@@ -482,8 +483,8 @@ def class_summary(
     """A module class in rows: parameters, nodes, inputs, output, how it was built and
     captured, notes, isolation, time; the error when it failed."""
     status: str = module.status
-    if module.strategy not in ("none", ""):
-        status = f"{status} ({module.strategy})"
+    if module.strategy.method != "none":
+        status = f"{status} ({strategy_label(module.strategy)})"
     rows: list[tuple[str, str]] = []
     if module.params is not None:
         exact = f" ({module.params:,})" if module.params >= 1_000 else ""
@@ -505,7 +506,7 @@ def class_summary(
         rows.append(("output", output if held is None else f"{output} ({held} only)"))
     for line in construction_text(module):
         rows.append(("built", line))
-    capture = module.strategy or "none"
+    capture = strategy_label(module.strategy)
     if module.build:
         capture += f", built on {module.build}"
     rows.append(("capture", capture))

@@ -27,6 +27,7 @@ from torch import nn
 
 from fxls.protocol import catalogue
 from fxls.protocol.copies import expand_copies
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
@@ -333,11 +334,9 @@ def _soften_worked_around(mod: ModuleResult) -> None:
             continue
         if worked_around:
             diag.severity = "information"
-            diag.data["worked_around"] = mod.strategy
-            note = (
-                f"torch.fx.symbolic_trace fails here; fxls used `{mod.strategy}` and still shows "
-                "shapes."
-            )
+            used = strategy_label(mod.strategy)
+            diag.data["worked_around"] = used
+            note = f"torch.fx.symbolic_trace fails here; fxls used `{used}` and still shows shapes."
             diag.fix = f"{note} {diag.fix}" if diag.fix else note
         else:
             diag.severity = "warning"

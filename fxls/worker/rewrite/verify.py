@@ -46,6 +46,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
 
 from fxls.protocol.edits import apply_edits, line_starts, offset, position
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import (
     Applicability,
     CaptureJob,
@@ -465,7 +466,7 @@ def _capture_check(names: list[str], result: CaptureResult) -> str:
     states = []
     for mod in result.modules:
         if mod.name in names:
-            states.append(f"`{mod.name}` {mod.status} ({mod.strategy})")
+            states.append(f"`{mod.name}` {mod.status} ({strategy_label(mod.strategy)})")
     return "captures as far with the same shapes: " + ", ".join(states)
 
 

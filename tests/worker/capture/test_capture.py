@@ -12,6 +12,7 @@ import torch
 
 from fxls.lsp.features.hover import class_markdown
 from fxls.protocol.codec import from_dict, to_dict
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
@@ -92,7 +93,7 @@ def test_small_cnn_spans_targets_and_shapes_match_eager() -> None:
     result = _capture("cnn.py", _request(text, "SmallCNN"))
     assert result.error is None
     (mod,) = result.modules
-    assert mod.status == "traced" and mod.strategy == "fx" and mod.build == "meta"
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx" and mod.build == "meta"
     assert mod.params == sum(p.numel() for p in _load("cnn.py").SmallCNN().parameters())
 
     conv1 = _node(mod, "conv1")
@@ -224,7 +225,7 @@ def test_expression_inputs_and_flag_defaults() -> None:
     (mod,) = result.modules
     # `if relu` fails plain FX; the flags are fixed to their defaults (concrete_args) and the
     # failure stays visible where it happened
-    assert mod.status == "traced" and mod.strategy == "fx+concrete"
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx+concrete"
     # ... as a warning: the module works and fxls still shows its shapes
     assert [d.code for d in mod.diagnostics if d.severity == "information"] == ["FX101"]
     assert not [d for d in mod.diagnostics if d.severity == "error"]
@@ -312,7 +313,7 @@ def test_leaf_classes_are_not_traced_into() -> None:
         inputs=[InputSpec("x", dims=[DimSpec("B"), DimSpec("T"), DimSpec(None, 32)])],
     )
     (mod,) = _capture("gpt.py", req).modules
-    assert mod.strategy == "fx+leaf"
+    assert strategy_label(mod.strategy) == "fx+leaf"
     attn = _node(mod, "attn")
     assert attn.op == "call_module" and attn.span == _span_of(text, "self.attn(self.ln_1(x))")
     assert not any(n.target == "torch.nn.functional.softmax" for n in mod.nodes)
@@ -362,7 +363,7 @@ def test_attributes_assigned_while_tracing_hold_tensors_afterwards() -> None:
         classes=[ClassRequest("CachesMask", 4, inputs=[spec])],
     )
     (mod,) = run_capture(job, lambda *_: None).modules
-    assert mod.status == "traced" and mod.strategy == "fx", mod.diagnostics
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx", mod.diagnostics
     assert not [d for d in mod.diagnostics if d.code == "FX201"]
     assert mod.outputs[0].shape == [4, "B", 8]
 

@@ -29,7 +29,7 @@ import pytest_asyncio
 
 from fxls.analysis.classes import parse
 from fxls.engine.analyze import AnalysisRequest, EngineOptions, FileAnalysis, analyze
-from fxls.protocol.model import InputValue, Limits, ModuleResult, NodeInfo, Span, Value
+from fxls.protocol.model import InputValue, Limits, ModuleResult, NodeInfo, Span, Strategy, Value
 
 ROOT = Path(__file__).resolve().parents[3]
 ZEROCONFIG = ROOT / "tests" / "corpus" / "zeroconfig"
@@ -150,7 +150,7 @@ def _mnist_result(output: Value, fc1: Value, relu: Value) -> ModuleResult:
         name="Net",
         line=line_of("class Net").line,
         status="traced",
-        strategy="fx",
+        strategy=Strategy("fx"),
         inputs=[InputValue("x", _tensor("B", 1, 28, 28))],
         outputs=[output],
         nodes=[

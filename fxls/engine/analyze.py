@@ -28,6 +28,7 @@ from fxls.analysis.notebook import percent_module
 from fxls.engine import incremental
 from fxls.protocol import catalogue
 from fxls.protocol.codec import to_dict
+from fxls.protocol.copies import expanded
 from fxls.protocol.files import Refused, read_source
 from fxls.protocol.model import (
     CaptureJob,
@@ -291,7 +292,6 @@ def _failed_module(info: ClassInfo, diagnostic: Diagnostic) -> ModuleResult:
         name=info.name,
         line=info.line,
         status="failed",
-        strategy="none",
         diagnostics=[diagnostic],
     )
 
@@ -685,7 +685,8 @@ def _absorb(
     result: FileAnalysis,
     diagnostics: list[Diagnostic],
 ) -> None:
-    """Merge an ok JobResult's payload into ``result`` (skipped classes get a stub)."""
+    """Merge an ok JobResult's payload into ``result``, its copied records expanded (skipped
+    classes get a stub)."""
     for layer in job_result.isolation:
         if layer not in result.isolation:
             result.isolation.append(layer)
@@ -697,7 +698,7 @@ def _absorb(
     if import_error is not None:
         diagnostics.append(import_error)
     returned = {m.name for m in capture.modules}
-    result.modules.extend(capture.modules)
+    result.modules.extend(expanded(m) for m in capture.modules)
     for req in requests:
         if req.skip and req.name not in returned:
             result.modules.append(ModuleResult(name=req.name, line=req.line, status="skipped"))
@@ -795,12 +796,12 @@ async def _incremental(run: _Run, cache: incremental.CaptureCache, context: str)
                 result.isolation.append(layer)
         result.torch_version = capture.torch_version
         result.rules_too_slow = result.rules_too_slow or capture.rules_too_slow
-        fresh = capture.modules
-        for unit in todo:
-            mods = [m for m in fresh if m.name in unit.classes]
+        for unit in todo:  # cached as sent: copied records stay copies
+            mods = [m for m in capture.modules if m.name in unit.classes]
             cache.put(
                 unit.key, incremental.store(mods, unit, first.isolation, capture.torch_version)
             )
+        fresh = [expanded(m) for m in capture.modules]
     stats.hits += len(job.classes) - len(requests)
     queues: dict[str, list[ModuleResult]] = {}
     for entry, moved in kept.values():

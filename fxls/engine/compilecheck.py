@@ -203,7 +203,6 @@ def as_built(module: ModuleResult) -> ModuleResult:
         constructed=module.constructed,
         params=module.params,
         inputs=list(module.inputs),
-        input_names=list(module.input_names),
         input_sizes=dict(module.input_sizes),
     )
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fxls.protocol.codec import to_dict
+from fxls.protocol.copies import expanded
 from fxls.protocol.model import ClassRequest, ModuleResult
 
 ENV_SWITCH = "FXLS_CAPTURE_CACHE"
@@ -188,15 +189,16 @@ class CaptureCache:
 def store(
     modules: list[ModuleResult], unit: Unit, isolation: list[str], torch_version: str | None
 ) -> Entry:
-    """The cache entry for the fresh captures of ``unit`` (copied records kept as the copies
-    they came as: a tenth of the bytes for a 48-block GPT, expanded by :func:`relocate`)."""
-    sent = [m.as_sent() for m in modules]
-    data = pickle.dumps(sent, protocol=pickle.HIGHEST_PROTOCOL)
+    """The cache entry for the fresh captures of ``unit``, as the worker sent them (copied
+    records as the copies they came as: a tenth of the bytes for a 48-block GPT, expanded by
+    :func:`relocate`)."""
+    data = pickle.dumps(modules, protocol=pickle.HIGHEST_PROTOCOL)
     return Entry(data, tuple(unit.lines), tuple(isolation), torch_version)
 
 
 def relocate(entry: Entry, unit: Unit) -> list[ModuleResult] | None:
-    """The cached ModuleResults of ``entry`` on the lines of ``unit`` (same key), or None when
+    """The cached ModuleResults of ``entry`` on the lines of ``unit`` (same key), their copied
+    records expanded (``fxls.protocol.copies.expanded``), or None when
     a result cannot be moved exactly (a line outside the keyed lines, or a message that names
     a line number while lines moved)."""
     if len(entry.lines) != len(unit.lines):
@@ -214,9 +216,7 @@ def relocate(entry: Entry, unit: Unit) -> list[ModuleResult] | None:
                 _move(module, mapping)  # copies have no lines: they take their templates'
         except KeyError:
             return None
-    for module in modules:
-        module.expand()
-    return modules
+    return [expanded(module) for module in modules]
 
 
 _LINE_FIELDS = frozenset({"line", "end_line", "init_line"})

@@ -31,7 +31,9 @@ from fxls.engine.analyze import EngineOptions, FileAnalysis, workspace_digest
 from fxls.protocol.codec import ProtocolError, from_dict, to_dict
 from fxls.protocol.model import Diagnostic, ModuleResult
 
-FORMAT = 1
+FORMAT = 2
+"""The version of what is stored (a module result as the codec writes it); entries of another
+are ignored: 2 when a result's inputs became one list of ``InputValue``."""
 STORE_ENV = "FXLS_STORE"
 """``0`` turns the store off (tests, read-only homes)."""
 MAX_ENTRY_BYTES = 4 << 20
@@ -101,6 +103,8 @@ class ResultStore:
                 return None
             modules = [from_dict(ModuleResult, m) for m in _list(data, "modules")]
             diagnostics = [from_dict(Diagnostic, d) for d in _list(data, "diagnostics")]
+            if any(m.node_copies or m.block_copies for m in modules):
+                return None  # saved whole: copied records are not something it wrote
         except (OSError, ValueError, TypeError, ProtocolError, RecursionError):
             return None
         with contextlib.suppress(OSError):

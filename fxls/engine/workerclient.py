@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fxls.protocol.codec import ProtocolError, from_dict
+from fxls.protocol.copies import ExpansionTooLarge, check_received
 from fxls.protocol.frames import FrameReader, decode_body, encode_frame
 from fxls.protocol.model import (
     PROTOCOL_VERSION,
     CaptureJob,
     CompileJob,
-    ExpansionTooLarge,
     Isolation,
     JobKind,
     JobRequest,
@@ -45,8 +45,6 @@ from fxls.protocol.model import (
     Limits,
     ReadyInfo,
     RewriteJob,
-    check_expansion,
-    copies_kept,
 )
 
 State = Literal["stopped", "starting", "running", "errored", "disabled"]
@@ -115,23 +113,22 @@ async def _read_frame(
 
 
 def decode_result(message: Any, frame_bytes: int) -> JobResult:
-    """A ``JobResult`` from the zygote's result frame of ``frame_bytes``, its copied records
-    expanded (``ProtocolError`` when it does not decode).
+    """A ``JobResult`` from the zygote's result frame of ``frame_bytes``, as the worker sent
+    it: copied records stay copies (``fxls.protocol.copies.expanded`` makes them whole);
+    ``ProtocolError`` when it does not decode or its copies do not fit.
 
     The job may have forged the payload (its MAC key is in its own memory), so what the
-    copies expand to is checked against the frame's budget before anything is expanded
-    (``check_expansion``); a result over it becomes ``result_too_large`` for that job only.
+    copies expand to is checked against the frame's budget here, before anyone expands
+    them (``check_received``); a result over it becomes ``result_too_large`` for that job
+    only.
     """
-    with copies_kept():
-        result = from_dict(JobResult, message)
+    result = from_dict(JobResult, message)
     if result.payload is None:
         return result
     try:
-        check_expansion(result.payload.modules, frame_bytes)
+        check_received(result.payload.modules, frame_bytes)
     except ExpansionTooLarge as exc:
         return replace(result, kind="result_too_large", message=str(exc), payload=None)
-    for module in result.payload.modules:
-        module.expand()
     return result
 
 

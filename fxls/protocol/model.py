@@ -12,10 +12,7 @@ Conventions used throughout:
 
 from __future__ import annotations
 
-import contextlib
-import re
 import typing
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
@@ -71,6 +68,8 @@ Phase = Literal["setup", "import", "init", "trace", "serialize"]
 Severity = Literal["error", "warning", "information", "hint"]
 ModuleStatus = Literal["traced", "partial", "failed", "skipped"]
 InputOrigin = Literal["declared", "parent", "default", "assumed"]
+CaptureMethod = Literal["fx", "fake-run", "none"]
+RepairKind = Literal["leaf", "wrap", "concrete"]
 NodeOp = Literal["placeholder", "get_attr", "call_function", "call_method", "call_module", "output"]
 ValueKind = Literal["tensor", "size", "int", "float", "bool", "none", "device", "dtype", "other"]
 ErrorKind = Literal["exception", "system_exit", "recursion"]
@@ -276,7 +275,7 @@ class CompileJob:
 
     modules: list[ModuleResult] = field(default_factory=list)
     """The capture's result of each class to check, without its nodes (how it was built:
-    ``constructed``, ``build``, ``params``; what it was fed: ``inputs``, ``input_names``,
+    ``constructed``, ``build``, ``params``; what it was fed: ``inputs``,
     ``input_sizes``). The job builds each class from them instead of capturing the document
     again; when one cannot be rebuilt so, the job captures the document first, as when this
     is empty."""
@@ -320,6 +319,32 @@ class Value:
     dtype: str | None = None
     text: str | None = None
     """Readable form for non-tensors, e.g. ``"T"``, ``"3"``, ``"torch.float32"``."""
+
+
+@dataclass
+class Strategy:
+    """How a class's graph was obtained: ``fx`` (``torch.fx.symbolic_trace``, with the
+    automatic ``repairs`` it needed), ``fake-run`` (recorded by running ``forward`` on fake
+    tensors, when no FX graph could be had), or ``none``. Written ``fx+leaf+wrap`` in reports
+    (``fxls.protocol.labels.strategy_label``)."""
+
+    method: CaptureMethod = "none"
+    repairs: list[RepairKind] = field(default_factory=list)
+    """For ``fx``: ``leaf`` (submodules kept whole, declared or found), ``wrap`` (functions
+    recorded as one node), ``concrete`` (arguments fixed to their defaults), in that order."""
+
+
+@dataclass
+class InputValue:
+    """One ``forward`` argument a class was captured with."""
+
+    name: str
+    value: Value
+    assumed: bool = False
+    """fxls chose it (FX405); then ``origin`` is ``assumed`` too."""
+    origin: InputOrigin = "declared"
+    """``declared`` (a directive, an annotation, the CLI), ``parent`` (recorded from the
+    parent's call), ``default`` (the parameter's default) or ``assumed`` (FX405)."""
 
 
 @dataclass
@@ -369,8 +394,8 @@ class NodeCopy:
     """A node of a sub-block whose nodes were copied from an identical block's (the 47 other
     blocks of a 48-block GPT), sent as what differs from its template node's record.
 
-    ``ModuleResult`` expands it on arrival (:meth:`expand`), so every reader sees whole
-    ``NodeInfo`` records; the worker sends a copy only when the expansion equals the record.
+    ``fxls.protocol.copies.expanded`` makes the whole ``NodeInfo`` records every reader past
+    the engine sees; the worker sends a copy only when the expansion equals the record.
     """
 
     at: int
@@ -388,110 +413,6 @@ class NodeCopy:
     """The other arguments' texts name nodes too (``[getitem_2, getitem_3]``): the names of
     the template's inputs in them are its inputs' names (``self.inputs``)."""
 
-    def _text_names(self, template: NodeInfo) -> dict[str, str] | None:
-        if not self.texts or len(template.inputs) != len(self.inputs):
-            return None
-        return dict(zip(template.inputs, self.inputs))
-
-    def expand(self, template: NodeInfo) -> NodeInfo:
-        """The record of this node: ``template``'s with the names, target and path of this one.
-        It shares the template's spans, output values and the arguments it does not rename
-        (records are read-only once made; ``fxls.engine.incremental`` moves lines on results as
-        sent, before their copies are expanded)."""
-        return _expanded(
-            template, self.name, self.target, self.module_path, self.users, list(self.inputs),
-            self.renamed, self._text_names(template),
-        )  # fmt: skip
-
-    def matches(self, template: NodeInfo, node: NodeInfo) -> bool:
-        """Whether ``self.expand(template) == node``, without building the expansion."""
-        if (
-            node.name != self.name
-            or node.target != self.target
-            or node.module_path != self.module_path
-            or node.users != self.users
-            or node.inputs != self.inputs
-            or node.op != template.op
-            or node.span != template.span
-            or node.call_site != template.call_site
-            or node.signature != template.signature
-            or node.outputs != template.outputs
-            or node.module_type != template.module_type
-            or len(node.args) != len(template.args)
-        ):
-            return False
-        renamed = self.renamed
-        texts = self._text_names(template)
-        for arg, was in zip(node.args, template.args):
-            if was.node is None:
-                if texts is not None:
-                    was = Arg(
-                        was.name, _renamed_text(was.value, texts), was.default, None, was.kind
-                    )
-                if arg != was:
-                    return False
-                continue
-            name = renamed.get(was.node, was.node)
-            value = name if was.value == was.node else was.value
-            if (arg.name, arg.value, arg.default, arg.node, arg.kind) != (
-                was.name,
-                value,
-                was.default,
-                name,
-                was.kind,
-            ):
-                return False
-        return True
-
-
-def _expanded(
-    template: NodeInfo,
-    name: str,
-    target: str,
-    module_path: str | None,
-    users: int,
-    inputs: list[str],
-    renamed: dict[str, str],
-    texts: dict[str, str] | None,
-) -> NodeInfo:
-    args = []
-    for arg in template.args:
-        if arg.node is None:
-            if texts is None:
-                args.append(arg)
-            else:
-                args.append(clone(arg, value=_renamed_text(arg.value, texts)))
-        else:
-            node = renamed.get(arg.node, arg.node)
-            value = node if arg.value == arg.node else arg.value
-            args.append(clone(arg, value=value, node=node))
-    return clone(
-        template, name=name, target=target, args=args, outputs=list(template.outputs),
-        module_path=module_path, users=users, inputs=inputs,
-    )  # fmt: skip
-
-
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _renamed_text(text: str, names: dict[str, str]) -> str:
-    """``text`` with each identifier that ``names`` maps replaced (whole identifiers only)."""
-    return _NAME.sub(lambda m: names.get(m.group(), m.group()), text)
-
-
-def _moved_path(text: str | None, old: str, new: str) -> str | None:
-    """``old`` (a module path prefix of ``text``) replaced by ``new``."""
-    if text is None or not old:
-        return text
-    if text == old:
-        return new
-    if text.startswith(old + "."):
-        return new + text[len(old) :]
-    return text
-
-
-_PATH_OPS = ("call_module", "get_attr")
-
 
 @dataclass
 class BlockCopy:
@@ -502,7 +423,7 @@ class BlockCopy:
     are renamed (the run's own nodes to their new names, the others through ``outer``), and
     whose user count is ``users[i]``.
 
-    The worker sends one only when its copies (:meth:`copies`) are the node copies it made,
+    The worker sends one only when its copies (``fxls.protocol.copies.block_node_copies``) are the node copies it made,
     and only for a run whose templates all come before it (``of + len(names) <= at``)."""
 
     at: int
@@ -516,73 +437,6 @@ class BlockCopy:
     block reads (its inputs)."""
     texts: list[int] = field(default_factory=list)
     """Offsets of the copies whose argument texts name nodes (``NodeCopy.texts``)."""
-
-    def _moved(
-        self, templates: list[NodeInfo]
-    ) -> Iterator[tuple[int, NodeInfo, str, str, str | None, list[str], dict[str, str]]]:
-        """Per copy of the run: its offset, template record, name, target, module path and
-        inputs, with the names the run renames (template side -> this side)."""
-        renamed = dict(self.outer)
-        renamed.update(zip([t.name for t in templates], self.names))
-        old, new = self.template_path, self.path
-        for i, (template, name) in enumerate(zip(templates, self.names)):
-            target = template.target
-            if template.op in _PATH_OPS:
-                target = _moved_path(target, old, new) or target
-            path = _moved_path(template.module_path, old, new)
-            inputs = [renamed.get(x, x) for x in template.inputs]
-            yield i, template, name, target, path, inputs, renamed
-
-    def expand(self, templates: list[NodeInfo]) -> list[NodeInfo]:
-        """The records of the run: ``[c.expand(t) for c, t in zip(self.copies(templates),
-        templates)]``, without making the copies."""
-        texts = set(self.texts)
-        out = []
-        for i, template, name, target, path, inputs, renamed in self._moved(templates):
-            text_names = dict(zip(template.inputs, inputs)) if i in texts else None
-            users = self.users[i]
-            out.append(_expanded(template, name, target, path, users, inputs, renamed, text_names))
-        return out
-
-    def gives(self, templates: list[NodeInfo], run: list[NodeCopy]) -> bool:
-        """Whether ``self.copies(templates) == run``, without making the copies."""
-        if len(templates) != len(self.names) or len(run) != len(self.names):
-            return False
-        texts = set(self.texts)
-        for i, template, name, target, path, inputs, renamed in self._moved(templates):
-            copy = run[i]
-            if (
-                copy.at != self.at + i
-                or copy.of != self.of + i
-                or copy.name != name
-                or copy.target != target
-                or copy.module_path != path
-                or copy.users != self.users[i]
-                or copy.texts != (i in texts)
-                or copy.inputs != inputs
-                or copy.renamed != _node_arguments_renamed(template, renamed)
-            ):
-                return False
-        return True
-
-    def copies(self, templates: list[NodeInfo]) -> list[NodeCopy]:
-        """The node copies of the run, from its template records (``templates[i]`` is the
-        record at ``of + i``)."""
-        texts = set(self.texts)
-        out = []
-        for i, template, name, target, path, inputs, renamed in self._moved(templates):
-            copy = NodeCopy(
-                at=self.at + i, of=self.of + i, name=name, target=target, module_path=path,
-                users=self.users[i], inputs=inputs,
-                renamed=_node_arguments_renamed(template, renamed), texts=i in texts,
-            )  # fmt: skip
-            out.append(copy)
-        return out
-
-
-def _node_arguments_renamed(template: NodeInfo, renamed: dict[str, str]) -> dict[str, str]:
-    """``NodeCopy.renamed`` of a copy of ``template``: its node arguments through ``renamed``."""
-    return {a.node: renamed.get(a.node, a.node) for a in template.args if a.node is not None}
 
 
 @dataclass
@@ -717,21 +571,16 @@ class ModuleResult:
     name: str
     line: int
     status: ModuleStatus
-    strategy: str = "none"
-    """How the graph was obtained: ``fx``, ``fx`` with repairs joined by ``+`` (``fx+leaf``,
-    ``fx+wrap``, ``fx+concrete``, ``fx+leaf+wrap``...), ``fake-run``, or ``none``."""
+    strategy: Strategy = field(default_factory=Strategy)
+    """How the graph was obtained."""
     build: str | None = None
     """``meta`` or ``cpu`` (when ``__init__`` needed real values)."""
     constructed: Construction | None = None
     """How the instance was obtained (None when it was not built)."""
     params: int | None = None
     buffers: int | None = None
-    inputs: list[Value] = field(default_factory=list)
-    input_names: list[str] = field(default_factory=list)
-    inputs_assumed: list[bool] = field(default_factory=list)
-    input_origins: list[InputOrigin] = field(default_factory=list)
-    """Per input: ``declared`` (a directive, an annotation, the CLI), ``parent`` (recorded
-    from the parent's call), ``default`` (the parameter's default) or ``assumed`` (FX405)."""
+    inputs: list[InputValue] = field(default_factory=list)
+    """The ``forward`` arguments it was captured with, in order."""
     input_sizes: dict[str, int] = field(default_factory=dict)
     """The example size of each dimension name of ``inputs`` the capture ran with
     (``{"B": 2, "T": 16}``): with ``inputs``, what the compile check makes its inputs from."""
@@ -744,11 +593,11 @@ class ModuleResult:
     passes: list[PassResult] = field(default_factory=list)
     """User passes run on this class (``ClassRequest.passes``), in order."""
     node_copies: list[NodeCopy] = field(default_factory=list)
-    """On the wire only: records of ``nodes`` sent as copies of earlier ones (see
-    :class:`NodeCopy`); expanded into ``nodes`` when the result is made, so always empty
-    once decoded."""
+    """Records of ``nodes`` sent as copies of earlier ones (see :class:`NodeCopy`): a result
+    as the worker sends it and as a frame decodes; empty once expanded
+    (``fxls.protocol.copies.expanded``), as every reader past the engine sees it."""
     block_copies: list[BlockCopy] = field(default_factory=list)
-    """On the wire only, like ``node_copies``: runs of copies, one per copied sub-block."""
+    """Like ``node_copies``: runs of copies, one per copied sub-block."""
     example_nodes: list[str] = field(default_factory=list)
     """Nodes (by name) whose values hold for the example sizes ``example_sizes`` only: an
     operation fixed a named dimension to its example size (``F.interpolate``, ``len(x)``),
@@ -764,41 +613,6 @@ class ModuleResult:
     to the instance whose ``module_path`` is its own without these."""
     compile: CompileCheck | None = None
     """The compile check (``compile`` job), merged in by the engine after the capture."""
-
-    def input_origin(self, index: int) -> InputOrigin:
-        """Where input ``index`` came from (``inputs_assumed`` when a result has no origins)."""
-        if index < len(self.input_origins):
-            return self.input_origins[index]
-        assumed = index < len(self.inputs_assumed) and self.inputs_assumed[index]
-        return "assumed" if assumed else "declared"
-
-    def __post_init__(self) -> None:
-        if self.node_copies or self.block_copies:
-            if _keep_copies:
-                check_copies(len(self.nodes), self.node_copies, self.block_copies)
-                return
-            self.expand()
-
-    def expand(self) -> None:
-        """Put the records of ``node_copies`` and ``block_copies`` into ``nodes`` (remembering
-        the form they came in for :meth:`as_sent`)."""
-        if self.node_copies or self.block_copies:
-            sent = (self.nodes, self.node_copies, self.block_copies)
-            self.nodes = expand_copies(self.nodes, self.node_copies, self.block_copies)
-            self.node_copies = []
-            self.block_copies = []
-            self.__dict__[_SENT] = sent  # not a field: for as_sent, never on the wire
-
-    def as_sent(self) -> ModuleResult:
-        """This result as the worker sent it: copied records as copies (the records of a
-        decoded result, shared, not copied); itself when nothing came as a copy. For a
-        compact pickle; :meth:`expand` gives the records again."""
-        sent = self.__dict__.get(_SENT)
-        if sent is None:
-            return self
-        out = clone(self, nodes=sent[0], node_copies=sent[1], block_copies=sent[2])
-        del out.__dict__[_SENT]
-        return out
 
 
 @dataclass
@@ -930,253 +744,3 @@ class ReadyInfo:
     warm_steps: dict[str, float] = field(default_factory=dict)
     """Seconds of each warm-up step run before the zygote was ready (the others run while it
     is idle)."""
-
-
-_keep_copies = False
-_SENT = "_fxls_sent"
-
-
-@contextlib.contextmanager
-def copies_kept() -> Iterator[None]:
-    """Within: decoded ``ModuleResult`` objects keep their ``node_copies`` (checked to fit, not
-    expanded), for the worker's zygote, which checks a result and forwards it as it came."""
-    global _keep_copies
-    saved, _keep_copies = _keep_copies, True
-    try:
-        yield
-    finally:
-        _keep_copies = saved
-
-
-def check_copies(count: int, copies: list[NodeCopy], blocks: Sequence[BlockCopy] = ()) -> int:
-    """The number of records once expanded; ``ValueError`` unless ``copies`` and ``blocks``
-    fit ``count`` whole records the way :func:`expand_copies` needs: each copy at a free index
-    after its template (copies expand in index order, so a template that is a copy itself is
-    expanded first), each block's templates before the block."""
-    return len(_layout(count, copies, blocks))
-
-
-def _layout(count: int, copies: list[NodeCopy], blocks: Sequence[BlockCopy]) -> bytearray:
-    """One byte per expanded record, 1 where a copy goes (see :func:`check_copies`). The
-    names a copy brings must be node names (``[A-Za-z_][A-Za-z0-9_]*``, as FX makes them):
-    renaming one identifier in an argument text to another then keeps the number of
-    identifiers in it, which bounds what copies of copies add (:func:`expanded_bytes`)."""
-    total = count + len(copies) + sum(len(b.names) for b in blocks)
-    taken = bytearray(total)
-    for copy in copies:
-        if not 0 <= copy.of < copy.at < total or taken[copy.at]:
-            raise ValueError(f"node copy at {copy.at} of {copy.of} does not fit")
-        if not _all_names([copy.name], copy.inputs, copy.renamed.values()):
-            raise ValueError(f"node copy at {copy.at} names something that is not a node")
-        taken[copy.at] = 1
-    for block in blocks:
-        size = len(block.names)
-        if (
-            not size
-            or len(block.users) != size
-            or not block.of >= 0
-            or block.of + size > block.at
-            or block.at + size > total
-            or any(taken[block.at : block.at + size])
-        ):
-            raise ValueError(f"block copy at {block.at} of {block.of} does not fit")
-        if not _all_names(block.names, block.outer.values()):
-            raise ValueError(f"block copy at {block.at} names something that is not a node")
-        taken[block.at : block.at + size] = b"\x01" * size
-    return taken
-
-
-def _all_names(*groups: typing.Iterable[str]) -> bool:
-    return all(_NAME.fullmatch(name) for group in groups for name in group)
-
-
-_RECORD_BYTES = 520
-"""What one copied record allocates besides its arguments (measured: ~450 bytes for the
-``NodeInfo`` and its ``args``, ``outputs`` and ``inputs`` lists, plus its slot in the node
-list; a GPT-48 result's copies take 1.53 MB expanded, estimated 1.52 MB)."""
-_CLONED_ARG_BYTES = 192
-"""An argument a copy renames (a node argument, or a text that names nodes): a new ``Arg``
-(measured: ~185 bytes, plus its new text)."""
-_SHARED_BYTES = 8
-"""An argument, output or input a copy shares with its template: one list slot."""
-_TEXT_BYTES = 56
-"""A renamed text besides its characters: a new ``str``."""
-
-EXPANSION_PER_FRAME_BYTE = 64
-"""A result frame may expand to this many times its size (copied records are compact on the
-wire: a copied record of a large model takes ~15 bytes there and ~1 KB expanded)."""
-EXPANSION_FLOOR_BYTES = 16 << 20
-"""What any result may expand to, however small its frame."""
-MAX_EXPANSION_BYTES = 1 << 30
-"""What no result expands past, whatever its frame's size."""
-
-_Shape = tuple[int, int, int, int, int, int, int]
-"""What copying a record costs: (node arguments, other arguments, outputs, inputs, and of
-the other arguments' texts: the characters outside identifiers, the number of identifiers,
-the length of the longest one)."""
-_NO_SHAPE: _Shape = (0, 0, 0, 0, 0, 0, 0)
-
-
-def _shape(record: NodeInfo) -> _Shape:
-    texts = [a.value for a in record.args if a.node is None]
-    names = [n for t in texts for n in _NAME.findall(t)]
-    lengths = list(map(len, names))
-    others = sum(map(len, texts)) - sum(lengths)
-    nodes = len(record.args) - len(texts)
-    outputs, inputs = len(record.outputs), len(record.inputs)
-    return (nodes, len(texts), outputs, inputs, others, len(names), max(lengths, default=0))
-
-
-def _plain_cost(shape: _Shape, inputs: int) -> int:
-    """Bytes a copy of a record of ``shape`` with ``inputs`` inputs allocates when it renames
-    no argument text (its node arguments are always new ``Arg`` objects)."""
-    nodes, others, outputs = shape[:3]
-    return _RECORD_BYTES + _CLONED_ARG_BYTES * nodes + _SHARED_BYTES * (others + outputs + inputs)
-
-
-def _text_copy(shape: _Shape, inputs: int, longest: int) -> tuple[_Shape, int]:
-    """The shape and cost of a copy of ``shape`` that renames identifiers in its argument
-    texts to names of at most ``longest`` characters: the characters outside identifiers
-    and the number of identifiers stay (a name is one identifier), so the texts are at most
-    ``outside + identifiers * max(longest identifier, longest)`` long, along any chain of
-    copies."""
-    nodes, others, outputs, _, outside, names, widest = shape
-    widest = max(widest, longest)
-    chars = outside + names * widest
-    renamed = (_CLONED_ARG_BYTES + _TEXT_BYTES - _SHARED_BYTES) * others + chars
-    cost = _plain_cost(shape, inputs) + renamed
-    return (nodes, others, outputs, inputs, outside, names, widest), cost
-
-
-def expanded_bytes(
-    nodes: list[NodeInfo], copies: list[NodeCopy], blocks: Sequence[BlockCopy] = ()
-) -> int:
-    """About how many bytes :func:`expand_copies` allocates for the copies (an upper bound of
-    what was measured), computed from the copies' headers and their templates' sizes
-    without making a copy: per copy, its template's arguments, outputs and inputs, and the
-    texts it renames. Linear in the size of what was sent. Raises ``ValueError`` like
-    :func:`check_copies`."""
-    taken = _layout(len(nodes), copies, blocks)
-    shapes: list[_Shape] = []
-    whole = iter(nodes)
-    for is_copy in taken:
-        shapes.append(_NO_SHAPE if is_copy else _shape(next(whole)))
-    plain = [_plain_cost(s, s[3]) for s in shapes]
-    starts: dict[int, NodeCopy | BlockCopy] = {c.at: c for c in copies}
-    starts.update((b.at, b) for b in blocks)
-    total = 0
-    for at in sorted(starts):
-        item = starts[at]
-        if isinstance(item, NodeCopy):
-            template, inputs = shapes[item.of], len(item.inputs)
-            if item.texts:
-                longest = max(map(len, item.inputs), default=0)
-                shapes[at], cost = _text_copy(template, inputs, longest)
-            else:
-                shapes[at] = (*template[:3], inputs, *template[4:])
-                cost = _plain_cost(template, inputs)
-            plain[at] = _plain_cost(shapes[at], inputs)
-            total += cost
-            continue
-        size = len(item.names)
-        shapes[at : at + size] = shapes[item.of : item.of + size]
-        plain[at : at + size] = plain[item.of : item.of + size]
-        total += sum(plain[at : at + size])
-        if item.texts:
-            longest = max(map(len, [*item.names, *item.outer.values()]))
-            for i in {i for i in item.texts if 0 <= i < size}:
-                template = shapes[at + i]
-                shapes[at + i], cost = _text_copy(template, template[3], longest)
-                total += cost - plain[at + i]
-    return total
-
-
-class ExpansionTooLarge(ValueError):
-    """Copied records that would expand past what their frame may expand to."""
-
-
-def expansion_budget(frame_bytes: int) -> int:
-    """What the records of one result frame of ``frame_bytes`` may expand to: a fixed
-    multiple of the frame, at least ``EXPANSION_FLOOR_BYTES``, at most
-    ``MAX_EXPANSION_BYTES``."""
-    return min(
-        max(EXPANSION_PER_FRAME_BYTE * frame_bytes, EXPANSION_FLOOR_BYTES), MAX_EXPANSION_BYTES
-    )
-
-
-def check_expansion(modules: Sequence[ModuleResult], frame_bytes: int) -> None:
-    """Raise ``ExpansionTooLarge`` (a ``ValueError``, like a copy that does not fit) when the
-    copies of ``modules``, all sent in one frame of ``frame_bytes``, would expand past that
-    frame's budget (:func:`expansion_budget`). The reader of a frame calls it before
-    expanding anything: a job that found its MAC key can send ~15-byte copies of a record
-    with thousands of arguments, which would otherwise take the reader to gigabytes."""
-    budget = expansion_budget(frame_bytes)
-    total = 0
-    for module in modules:
-        if not (module.node_copies or module.block_copies):
-            continue
-        total += expanded_bytes(module.nodes, module.node_copies, module.block_copies)
-        if total > budget:
-            raise ExpansionTooLarge(
-                f"the result would expand past its limit: its copied records need about "
-                f"{_mib(total)} or more, a frame of {_mib(frame_bytes)} may expand to "
-                f"{_mib(budget)} ({EXPANSION_PER_FRAME_BYTE} x the frame, at least "
-                f"{_mib(EXPANSION_FLOOR_BYTES)}, at most {_mib(MAX_EXPANSION_BYTES)})"
-            )
-
-
-def _mib(size: int) -> str:
-    return f"{size / (1 << 20):.1f} MiB"
-
-
-_T = typing.TypeVar("_T")
-
-
-def clone(obj: _T, **changes: Any) -> _T:
-    """``dataclasses.replace`` for the plain record dataclasses (no ``__post_init__``, no
-    ``InitVar``), twice as fast: a GPT-48 result expands 1,900 copied records of a dozen
-    dataclasses each."""
-    new = object.__new__(type(obj))
-    fields = new.__dict__
-    fields.update(obj.__dict__)
-    fields.update(changes)
-    return new
-
-
-def expand_copies(
-    nodes: list[NodeInfo], copies: list[NodeCopy], blocks: Sequence[BlockCopy] = ()
-) -> list[NodeInfo]:
-    """The whole node list: ``nodes`` (the whole records, in order) with ``copies`` and the
-    runs of ``blocks`` inserted at their indices, expanded in index order. Raises
-    ``ValueError`` for indices that do not fit, ``ExpansionTooLarge`` when the copies would
-    take more than ``MAX_EXPANSION_BYTES`` (a reader that knows the frame's size checks the
-    tighter :func:`check_expansion` first)."""
-    if expanded_bytes(nodes, copies, blocks) > MAX_EXPANSION_BYTES:
-        raise ExpansionTooLarge(f"copied records would expand past {_mib(MAX_EXPANSION_BYTES)}")
-    total = check_copies(len(nodes), copies, blocks)
-    out: list[NodeInfo | None] = [None] * total
-    starts: dict[int, NodeCopy | BlockCopy] = {}
-    for copy in copies:
-        out[copy.at] = _PENDING
-        starts[copy.at] = copy
-    for block in blocks:
-        out[block.at : block.at + len(block.names)] = [_PENDING] * len(block.names)
-        starts[block.at] = block
-    whole = iter(nodes)
-    for index in range(total):
-        if out[index] is None:
-            out[index] = next(whole)
-    # in index order: every index before a copy (its templates among them, as checked) is a
-    # whole record or a copy expanded already
-    records = typing.cast(list[NodeInfo], out)
-    for at in sorted(starts):
-        item = starts[at]
-        if isinstance(item, NodeCopy):
-            records[at] = item.expand(records[item.of])
-            continue
-        templates = records[item.of : item.of + len(item.names)]
-        records[item.at : item.at + len(item.names)] = item.expand(templates)
-    return records
-
-
-_PENDING = NodeInfo(name="", op="output", target="")

@@ -18,9 +18,11 @@ from fxls.protocol.model import (
     CompileCheck,
     Diagnostic,
     GraphBreak,
+    InputValue,
     JobResult,
     ModuleResult,
     Span,
+    Strategy,
     Value,
 )
 
@@ -32,9 +34,9 @@ def _module(check: CompileCheck | None) -> ModuleResult:
         name="Net",
         line=3,
         status="traced",
-        strategy="fx",
+        strategy=Strategy("fx"),
         build="meta",
-        inputs=[Value(kind="tensor", shape=["B", 8], dtype="torch.float32")],
+        inputs=[InputValue("x", Value(kind="tensor", shape=["B", 8], dtype="torch.float32"))],
         compile=check,
     )
 

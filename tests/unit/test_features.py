@@ -15,10 +15,12 @@ from fxls.protocol.model import (
     Construction,
     Diagnostic,
     ErrorInfo,
+    InputValue,
     ModuleResult,
     NodeInfo,
     Related,
     Span,
+    Strategy,
     Value,
 )
 
@@ -127,13 +129,11 @@ MODULE = ModuleResult(
     name="Net",
     line=5,
     status="traced",
-    strategy="fx",
+    strategy=Strategy("fx"),
     build="meta",
     params=25_557_032,
     buffers=53_120,
-    inputs=[X, t(8, 3, 7, 7)],
-    input_names=["x", "w"],
-    inputs_assumed=[True, False],
+    inputs=[InputValue("x", X, assumed=True, origin="assumed"), InputValue("w", t(8, 3, 7, 7))],
     outputs=[t("B", 64, 112, 8)],
     nodes=[*PLACEHOLDERS, CONV1, CONV2D, *LOOP, RELU],
     timings={"init": 0.1, "trace": 0.2},
@@ -320,7 +320,7 @@ def test_code_lens_says_how_the_instance_was_built() -> None:
 
     block = replace(
         MODULE,
-        inputs_assumed=[False, False],
+        inputs=[replace(i, assumed=False, origin="declared") for i in MODULE.inputs],
         constructed=Construction(source="parent", text="transformer.h.0", inputs_from="GPT"),
     )
     assert code_lens.lens_title(block).endswith("· as transformer.h.0 in GPT")
@@ -335,7 +335,7 @@ def test_code_lens_says_how_the_instance_was_built() -> None:
 
 def test_code_lens_partial_capture_shows_the_first_error() -> None:
     partial = ModuleResult(
-        name="Net", line=5, status="partial", strategy="fx", nodes=[CONV1], params=68
+        name="Net", line=5, status="partial", strategy=Strategy("fx"), nodes=[CONV1], params=68
     )
     diag = FX201(Span(12, 0, 12, 5), node="conv1", error="bad").diagnostic()
     title = code_lens.lens_title(partial, [diag])
@@ -452,8 +452,12 @@ def test_diagnostics_on_edited_lines_are_dropped_and_others_shifted() -> None:
 
 
 def test_code_lens_uses_only_the_diagnostics_of_its_own_class() -> None:
-    first = ModuleResult(name="A", line=5, status="traced", nodes=[CONV1], inputs=[X], outputs=[X])
-    second = ModuleResult(name="B", line=20, status="partial", strategy="fx", nodes=[CONV1])
+    first = ModuleResult(
+        name="A", line=5, status="traced", nodes=[CONV1], inputs=[InputValue("x", X)], outputs=[X]
+    )
+    second = ModuleResult(
+        name="B", line=20, status="partial", strategy=Strategy("fx"), nodes=[CONV1]
+    )
     diag = FX201(Span(25, 0, 25, 5), node="fc", error="bad").diagnostic()
     lenses = code_lens.lsp_code_lenses(
         [first, second], [diag], LINES + [""] * 20, convert.UTF16, lambda n: n
@@ -741,7 +745,8 @@ def test_values_that_hold_for_the_example_sizes_only_say_so() -> None:
     )  # fmt: skip
     output = NodeInfo(name="output", op="output", target="output", outputs=[t(2, 4, 2)])
     module = ModuleResult(
-        name="Net", line=5, status="traced", nodes=[view, output], inputs=[t("B", 16)],
+        name="Net", line=5, status="traced", nodes=[view, output],
+        inputs=[InputValue("x", t("B", 16))],
         outputs=[t(2, 4, 2)], example_nodes=["view", "output"], example_sizes={"B": 2},
     )  # fmt: skip
     (hint,) = inlay_hints.shape_hints([module], SOURCE)

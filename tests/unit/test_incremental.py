@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 
 from fxls.analysis import parse
 from fxls.engine import analyze as engine
 from fxls.engine import incremental
 from fxls.protocol.codec import from_dict, to_dict
+from fxls.protocol.copies import expanded
 from fxls.protocol.model import Arg, Diagnostic, ModuleResult, NodeInfo, Span
 
 BASE = """\
@@ -167,8 +167,8 @@ def test_relocate_moves_spans_and_refuses_line_numbers_in_words() -> None:
 
 
 def test_copied_records_are_cached_as_they_came_and_come_back_whole() -> None:
-    # a result decoded from copies is pickled as the copies (incremental.store) and expanded
-    # again, with the lines moved, by relocate: the same records as the decoded result's
+    # a result decoded as sent is pickled as the copies (incremental.store) and expanded,
+    # with the lines moved, by relocate: the same records as expanding the decoded result
     unit = units(BASE)["B"]
     line = unit.lines[3]
     template = NodeInfo(
@@ -183,13 +183,15 @@ def test_copied_records_are_cached_as_they_came_and_come_back_whole() -> None:
                           "path": "h.1", "users": [0]}],
     }  # fmt: skip
     decoded = from_dict(ModuleResult, sent)
-    assert [n.name for n in decoded.nodes] == ["x", "fc", "fc_1"]
-    assert decoded.nodes[2].target == "h.1.fc" and decoded.nodes[2].span == template.span
+    assert [n.name for n in decoded.nodes] == ["x", "fc"] and decoded.block_copies  # as sent
+    whole = expanded(decoded)
+    assert [n.name for n in whole.nodes] == ["x", "fc", "fc_1"]
+    assert whole.nodes[2].target == "h.1.fc" and whole.nodes[2].span == template.span
     entry = incremental.store([decoded], unit, [], None)
-    whole = pickle.dumps([dataclasses.replace(decoded)], protocol=pickle.HIGHEST_PROTOCOL)
-    assert b"h.1.fc" in whole and b"h.1.fc" not in entry.modules  # the copy, not its record
+    pickled = pickle.dumps([whole], protocol=pickle.HIGHEST_PROTOCOL)
+    assert b"h.1.fc" in pickled and b"h.1.fc" not in entry.modules  # the copy, not its record
     same = incremental.relocate(entry, unit)
-    assert same is not None and same[0].nodes == decoded.nodes and not same[0].block_copies
+    assert same is not None and same[0].nodes == whole.nodes and not same[0].block_copies
     shifted = incremental.Unit(unit.classes, unit.key, [n + 2 for n in unit.lines])
     moved = incremental.relocate(entry, shifted)
     assert moved is not None

@@ -12,7 +12,16 @@ from markdown_it import MarkdownIt
 
 from fxls.lsp.features import hover
 from fxls.lsp.features import markdown as md
-from fxls.protocol.model import Arg, ErrorInfo, ModuleResult, NodeInfo, Span, Value
+from fxls.protocol.model import (
+    Arg,
+    ErrorInfo,
+    InputValue,
+    ModuleResult,
+    NodeInfo,
+    Span,
+    Strategy,
+    Value,
+)
 
 RENDERER = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 """``html`` is on in the commonmark preset: raw HTML that got through would be kept."""
@@ -130,11 +139,9 @@ def _hostile_module(text: str) -> ModuleResult:
         name=text,
         line=1,
         status="partial",
-        strategy=text,
+        strategy=Strategy(text, [text]),  # the codec refuses it; the views escape it anyway
         build=text,
-        inputs=[value],
-        input_names=[text],
-        inputs_assumed=[True],
+        inputs=[InputValue(text, value, assumed=True, origin="assumed")],
         outputs=[value],
         nodes=[placeholder, node, node],
         error=ErrorInfo(kind=text, phase="trace", type=text, message=text),

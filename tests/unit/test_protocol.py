@@ -21,6 +21,7 @@ from fxls.protocol.frames import (
     frame_length,
     write_frame,
 )
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import (
     RESULT_KINDS,
     Arg,
@@ -30,6 +31,7 @@ from fxls.protocol.model import (
     DimSpec,
     ErrorInfo,
     InputSpec,
+    InputValue,
     Isolation,
     JobRequest,
     JobResult,
@@ -39,6 +41,7 @@ from fxls.protocol.model import (
     ReadyInfo,
     ResultKind,
     Span,
+    Strategy,
     Value,
 )
 
@@ -64,7 +67,9 @@ def _result() -> JobResult:
         args=[Arg("input", "x", node="x")],
         outputs=[Value(shape=["B", 8], dtype="torch.float32")],
     )
-    module = ModuleResult("Net", 3, "traced", strategy="fx", nodes=[node], timings={"trace": 0.01})
+    module = ModuleResult(
+        "Net", 3, "traced", strategy=Strategy("fx"), nodes=[node], timings={"trace": 0.01}
+    )
     payload = CaptureResult(modules=[module], torch_version="2.13.0")
     return JobResult(7, "ok", phase="serialize", isolation=["seccomp"], payload=payload)
 
@@ -77,6 +82,27 @@ def test_job_request_round_trips_through_json() -> None:
 def test_job_result_round_trips_through_json() -> None:
     result = _result()
     assert from_dict(JobResult, json.loads(json.dumps(to_dict(result)))) == result
+
+
+def test_a_module_result_is_plain_data() -> None:
+    # one record per input, a structured strategy, no methods
+    module = ModuleResult(
+        "Net", 3, "traced",
+        strategy=Strategy("fx", ["leaf", "wrap"]),
+        inputs=[InputValue("x", Value(shape=["B", 8]), assumed=True, origin="assumed")],
+    )  # fmt: skip
+    data = json.loads(json.dumps(to_dict(module)))
+    assert data["strategy"] == {"method": "fx", "repairs": ["leaf", "wrap"]}
+    assert data["inputs"][0]["name"] == "x" and data["inputs"][0]["origin"] == "assumed"
+    assert from_dict(ModuleResult, data) == module
+    assert strategy_label(module.strategy) == "fx+leaf+wrap"  # the JSON report's ``capture``
+    assert strategy_label(ModuleResult("A", 1, "failed").strategy) == "none"
+    with pytest.raises(ProtocolError):
+        from_dict(ModuleResult, dict(data, strategy="fx+leaf"))  # the version 2 form
+    with pytest.raises(ProtocolError):
+        from_dict(ModuleResult, dict(data, strategy={"method": "fx", "repairs": ["inline"]}))
+    methods = [m for m, v in vars(ModuleResult).items() if callable(v) and not m.startswith("__")]
+    assert methods == [], "the protocol model is data: behaviour goes in functions"
 
 
 def test_defaults_fill_missing_optional_fields() -> None:

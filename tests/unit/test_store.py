@@ -62,12 +62,21 @@ def test_the_key_changes_with_what_the_analysis_depends_on(tmp_path: Path) -> No
 def test_what_does_not_decode_is_no_analysis(tmp_path: Path) -> None:
     store = ResultStore(str(tmp_path))
     path = str(tmp_path / "net.py")
+    now = store_module.FORMAT
+    copied = {
+        "name": "Net", "line": 3, "status": "traced",
+        "nodes": [{"name": "x", "op": "placeholder", "target": "x"}],
+        "node_copies": [{"at": 1, "of": 0, "name": "y", "target": "y", "module_path": None,
+                         "users": 0}],
+    }  # fmt: skip
     bad = {
         "a": b"{not json",
-        "b": json.dumps({"format": 1, "modules": [{"name": 3}], "diagnostics": []}).encode(),
+        "b": json.dumps({"format": now, "modules": [{"name": 3}], "diagnostics": []}).encode(),
         "c": json.dumps({"format": 99, "modules": [], "diagnostics": []}).encode(),
-        "d": json.dumps({"format": 1, "modules": "x", "diagnostics": []}).encode(),
+        "d": json.dumps({"format": now, "modules": "x", "diagnostics": []}).encode(),
         "e": json.dumps([1, 2]).encode(),
+        # the store saves whole records: copies are not something it wrote
+        "f": json.dumps({"format": now, "modules": [copied], "diagnostics": []}).encode(),
     }
     for key, raw in bad.items():
         (tmp_path / f"{key}.json").write_bytes(raw)

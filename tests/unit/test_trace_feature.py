@@ -6,7 +6,16 @@ from __future__ import annotations
 import textwrap
 
 from fxls.lsp.features import trace
-from fxls.protocol.model import Construction, Diagnostic, ErrorInfo, ModuleResult, Span, Value
+from fxls.protocol.model import (
+    Construction,
+    Diagnostic,
+    ErrorInfo,
+    InputValue,
+    ModuleResult,
+    Span,
+    Strategy,
+    Value,
+)
 
 TEXT = textwrap.dedent(
     """\
@@ -57,12 +66,10 @@ def test_the_answer_is_plain_clipped_text() -> None:
         name="Net",
         line=10,
         status="failed",
-        strategy="none",
+        strategy=Strategy("none"),
         constructed=Construction("assumed", "Net(dim=64)", {"dim": "64"}, pin="dim=64"),
         params=1234,
-        inputs=[_tensor("B", 4)],
-        input_names=["x"],
-        inputs_assumed=[True],
+        inputs=[InputValue("x", _tensor("B", 4), assumed=True, origin="assumed")],
         error=ErrorInfo(kind="exception", phase="trace", type="RuntimeError", message=hostile),
     )
     error = Diagnostic("FX201", "error", hostile, Span(12, 4, 12, 9))

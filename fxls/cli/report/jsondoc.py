@@ -16,6 +16,7 @@ from fxls.cli.report.cells import cell_of, relabel
 from fxls.cli.report.escape import escape_tree
 from fxls.engine import render
 from fxls.engine.analyze import FileAnalysis
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import CompileCheck, Diagnostic, InputSpec, PassResult, Value
 
 JSON_VERSION = 1
@@ -65,9 +66,6 @@ def to_json(
                 claimed.add(i)
                 if d not in own:
                     own.append(d)
-        names = m.input_names or [f"arg{i}" for i in range(len(m.inputs))]
-        assumed = m.inputs_assumed or [False] * len(m.inputs)
-        origins = [m.input_origin(i) for i in range(len(m.inputs))]
         nodes = []
         bound = set(m.example_nodes)
         for n in m.nodes:
@@ -96,13 +94,18 @@ def to_json(
                 "class": m.name,
                 "line": m.line,
                 "status": m.status,
-                "capture": m.strategy,
+                "capture": strategy_label(m.strategy),
                 "build": m.build,
                 "isolation": list(analysis.isolation),
                 "params": m.params,
                 "inputs": [
-                    {"name": n, **_json_value(v), "assumed": a, "origin": o}
-                    for n, v, a, o in zip(names, m.inputs, assumed, origins)
+                    {
+                        "name": i.name,
+                        **_json_value(i.value),
+                        "assumed": i.assumed,
+                        "origin": i.origin,
+                    }
+                    for i in m.inputs
                 ],
                 "outputs": [_json_value(v) for v in m.outputs],
                 "holds_for": dict(m.example_sizes) if render.outputs_hold_for(m) else None,

@@ -13,6 +13,7 @@ from fxls.cli.report.cells import position, relabel
 from fxls.cli.report.escape import escape_text
 from fxls.engine import render
 from fxls.engine.analyze import FileAnalysis
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import Diagnostic, InputSpec, ModuleResult, NodeInfo, Value
 
 
@@ -72,7 +73,8 @@ def not_made_line(path: str, fix: NotMade) -> str:
 
 def _status_parts(m: ModuleResult) -> list[str]:
     """``traced (fx)``; for a skipped class, also why there is nothing to show."""
-    parts = [m.status + (f" ({m.strategy})" if m.strategy and m.strategy != "none" else "")]
+    how = f" ({strategy_label(m.strategy)})" if m.strategy.method != "none" else ""
+    parts = [m.status + how]
     if m.status == "skipped" and m.notes:
         parts.append(render.truncate(m.notes[0], 120))
     return parts
@@ -117,10 +119,8 @@ def format_text(
             parts.append(params)
         specs = _input_specs(analysis, m.name, extra_inputs or {})
         if m.inputs:
-            names = m.input_names or [f"arg{i}" for i in range(len(m.inputs))]
-            assumed = m.inputs_assumed or [False] * len(m.inputs)
             shown = ", ".join(
-                _input_text(n, v, specs.get(n), a) for n, v, a in zip(names, m.inputs, assumed)
+                _input_text(i.name, i.value, specs.get(i.name), i.assumed) for i in m.inputs
             )
             shown += _outputs_text(m)
             parts.append(shown)

@@ -9,6 +9,7 @@ from lsprotocol import types
 from fxls.engine.render import compile_text, count_text, outputs_hold_for, plural, values_text
 from fxls.lsp.features import markdown as md
 from fxls.lsp.features.convert import Encoding, LineMapper, lsp_position
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import Diagnostic, ModuleResult
 
 _MAX_MESSAGE = 80
@@ -50,7 +51,7 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
     if module.status == "failed":
         return f"fxls · failed · {_failure(module, diagnostics)}"
     if module.status == "partial":
-        parts.append(f"partial ({module.strategy})")
+        parts.append(f"partial ({strategy_label(module.strategy)})")
     if module.nodes:
         parts.append(plural(len(module.nodes), "node"))
     if module.params is not None:
@@ -58,7 +59,7 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
     if any(d.severity == "error" for d in diagnostics):
         parts.append(_failure(module, diagnostics))
     elif module.inputs or module.outputs:
-        ins = ", ".join(values_text([v], dtype=False) for v in module.inputs)
+        ins = ", ".join(values_text([i.value], dtype=False) for i in module.inputs)
         outs = values_text(module.outputs, dtype=False) or "?"
         held = outputs_hold_for(module)
         if held is not None:
@@ -69,7 +70,7 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
         parts.append(f"as {built.text} in {built.inputs_from}")
     elif built is not None and built.assumed:
         parts.append("assumed " + ", ".join(f"{k}={v}" for k, v in built.assumed.items()))
-    if any(module.inputs_assumed):
+    if any(i.assumed for i in module.inputs):
         parts.append("inputs assumed")
     parts.extend(_compiled(module))
     return " · ".join(parts)

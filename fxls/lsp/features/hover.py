@@ -40,7 +40,8 @@ from fxls.engine.render import (
 )
 from fxls.lsp.features import markdown as md
 from fxls.lsp.features.convert import Encoding, LineMapper, lsp_range, span_contains
-from fxls.protocol.model import ModuleResult, NodeInfo, Span
+from fxls.protocol.labels import strategy_label
+from fxls.protocol.model import InputValue, ModuleResult, NodeInfo, Span
 
 _CLASS_RE = re.compile(r"^(\s*class\s+)([A-Za-z_]\w*)")
 
@@ -440,14 +441,13 @@ _ORIGINS = {
 _FROM_CALL = re.compile(r"\(from the call at line (\d{1,7})\)$")
 
 
-def input_origin(module: ModuleResult, index: int) -> str:
-    """How the capture got ``forward``'s input ``index``, in words: an input taken from a
+def input_origin(module: ModuleResult, given: InputValue) -> str:
+    """How the capture got ``forward``'s input ``given``, in words: an input taken from a
     call in the file names the call's line (``assumed from the call at line 14``)."""
-    origin = module.input_origin(index)
-    name = module.input_names[index] if index < len(module.input_names) else None
-    if origin == "assumed" and name is not None:
+    origin = given.origin
+    if origin == "assumed":
         for diagnostic in module.diagnostics:
-            if diagnostic.code != "FX405" or diagnostic.data.get("arg") != name:
+            if diagnostic.code != "FX405" or diagnostic.data.get("arg") != given.name:
                 continue
             found = _FROM_CALL.search(diagnostic.message)
             if found is not None:
@@ -486,8 +486,8 @@ def class_summary(
     """A module class in rows: parameters, nodes, inputs, output, how it was built and
     captured, notes, isolation, time; the error when it failed."""
     status: str = module.status
-    if module.strategy not in ("none", ""):
-        status = f"{status} ({module.strategy})"
+    if module.strategy.method != "none":
+        status = f"{status} ({strategy_label(module.strategy)})"
     rows: list[tuple[str, str]] = []
     if module.params is not None:
         exact = f" ({module.params:,})" if module.params >= 1_000 else ""
@@ -500,16 +500,16 @@ def class_summary(
             kinds[node.op] = kinds.get(node.op, 0) + 1
         by_kind = " · ".join(f"{n} {op}" for op, n in list(kinds.items())[:10])
         rows.append(("nodes", f"{plural(len(module.nodes), 'node')}: {by_kind}"))
-    for index, value in enumerate(module.inputs):
-        name = module.input_names[index] if index < len(module.input_names) else f"#{index}"
-        rows.append((f"input {name}", f"{values_text([value])} ({input_origin(module, index)})"))
+    for given in module.inputs:
+        shown = f"{values_text([given.value])} ({input_origin(module, given)})"
+        rows.append((f"input {given.name}", shown))
     if module.outputs:
         held = outputs_hold_for(module)
         output = values_text(module.outputs)
         rows.append(("output", output if held is None else f"{output} ({held} only)"))
     for line in construction_text(module):
         rows.append(("built", line))
-    capture = module.strategy or "none"
+    capture = strategy_label(module.strategy)
     if module.build:
         capture += f", built on {module.build}"
     rows.append(("capture", capture))

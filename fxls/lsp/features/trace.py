@@ -28,6 +28,7 @@ from fxls.lsp.features import markdown as md
 from fxls.lsp.features.code_lens import lens_title, module_diagnostics
 from fxls.lsp.features.convert import LineMapper
 from fxls.lsp.features.hover import class_summary
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import Diagnostic, ModuleResult
 
 COMMAND = "fxls.traceClass"
@@ -82,10 +83,9 @@ def _assumed(module: ModuleResult) -> list[str]:
     built = module.constructed
     if built is not None and built.assumed:
         out.extend(f"{k}={v}" for k, v in built.assumed.items())
-    for index, value in enumerate(module.inputs):
-        if index < len(module.inputs_assumed) and module.inputs_assumed[index]:
-            name = module.input_names[index] if index < len(module.input_names) else f"#{index}"
-            out.append(f"input {name} {values_text([value])}")
+    for given in module.inputs:
+        if given.assumed:
+            out.append(f"input {given.name} {values_text([given.value])}")
     return out
 
 
@@ -93,7 +93,8 @@ def _summary(module: ModuleResult, found: Sequence[Diagnostic]) -> str:
     """``SmallCNN: traced (fx) · 7 nodes · 2.4 k params · [B, 3, 32, 32] → [B, 10]``."""
     parts = lens_title(module, found).split(" · ")[1:]  # without the leading "fxls"
     if module.status == "traced":
-        strategy = f" ({module.strategy})" if module.strategy not in ("", "none") else ""
+        how = module.strategy
+        strategy = f" ({strategy_label(how)})" if how.method != "none" else ""
         parts.insert(0, f"traced{strategy}")
     return f"{module.name}: " + " · ".join(parts)
 
@@ -125,7 +126,7 @@ def report(
         "line": _zero_based(mapper(module.line)),
         "version": version,
         "status": module.status,
-        "strategy": md.plain(module.strategy, md.MAX_LABEL),
+        "strategy": md.plain(strategy_label(module.strategy), md.MAX_LABEL),
         "summary": md.plain(_summary(module, found), MAX_LINE),
         "details": [md.plain(text, MAX_LINE) for text in details[:MAX_DETAILS]],
         "assumed": [md.plain(text, MAX_LINE) for text in _assumed(module)],

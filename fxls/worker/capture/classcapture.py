@@ -29,12 +29,14 @@ from fxls.protocol.model import (
     ClassRequest,
     Construction,
     Diagnostic,
+    InputValue,
     ModuleResult,
     NodeCopy,
     NodeInfo,
     Phase,
     Related,
     Span,
+    Strategy,
     Value,
 )
 from fxls.protocol.positions import SourceText
@@ -80,6 +82,9 @@ COMPARE_MAX_NODES = 60
 """Graphs up to this size are always compared with eager execution (FX109); larger ones only
 when a check was specialized or a repair was applied (the comparison runs `forward` twice on
 fake tensors, which costs several times the shape propagation)."""
+
+_PLAIN_FX = Strategy("fx")
+"""A plain FX trace: no leaf, wrap or concrete repair (compared with, never changed)."""
 
 ForwardDef = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -499,7 +504,7 @@ class ClassCapture:
         traced, prop, mod = self.traced, self.prop, self.mod
         if not self.doc.job.children_from_trace:
             return None
-        if traced is None or traced.gm is None or prop is None or mod.strategy != "fx":
+        if traced is None or traced.gm is None or prop is None or mod.strategy != _PLAIN_FX:
             return None
         expected = "symbolic" if self.doc.job.symbolic else "fake"
         if prop.error is not None or prop.notes or prop.namer is None or prop.mode != expected:
@@ -567,7 +572,7 @@ class ClassCapture:
             self.feeds = [_example(p, p.name) for p in ordered]
             values, examples = self._shapes(gm, prop)
             self.timed("shapes", started)
-            suspicious = bool(self.specialized) or mod.strategy != "fx"
+            suspicious = bool(self.specialized) or mod.strategy != _PLAIN_FX
             cheap = len(gm.graph.nodes) <= COMPARE_MAX_NODES
             if (suspicious or cheap) and not any(d.code == "FX201" for d in mod.diagnostics):
                 started = time.perf_counter()
@@ -854,10 +859,10 @@ class ClassCapture:
         self.assumed_inputs = []
 
     def _set_inputs(self, ordered: list[inputs.PlannedInput]) -> None:
-        self.mod.input_names = [p.name for p in ordered]
-        self.mod.inputs = [p.protocol_value() for p in ordered]
-        self.mod.inputs_assumed = [p.assumed for p in ordered]
-        self.mod.input_origins = ["assumed" if p.assumed else p.origin for p in ordered]
+        self.mod.inputs = [
+            InputValue(p.name, p.protocol_value(), p.assumed, "assumed" if p.assumed else p.origin)
+            for p in ordered
+        ]
         self.mod.input_sizes = {
             name: size for p in ordered if p.kind == "tensor" for name, size in p.dims if name
         }
@@ -958,7 +963,7 @@ class ClassCapture:
         if concrete:
             _drop_concrete_guards(gm)
         mod.status = "traced"  # repairs are in the strategy (fx+leaf...); partial: shapes stop
-        mod.strategy = repairs.label(declared_leaves=bool(req.leaf))
+        mod.strategy = repairs.strategy(declared_leaves=bool(req.leaf))
         mod.notes.extend(repairs.notes(defaults))
         segments = tracer.replayer.segments if tracer.replayer is not None else []
         return Traced(
@@ -1204,7 +1209,7 @@ class ClassCapture:
             node_info(gm, node, values, run.examples, rename=run.rename) for node in gm.graph.nodes
         ]
         mod.containers = containers(gm, doc.path)
-        mod.strategy = "fake-run"
+        mod.strategy = Strategy("fake-run")
         output = next((n for n in gm.graph.nodes if n.op == "output"), None)
         if run.error is None and output is not None:
             mod.outputs = list(values.get(output.name, []))

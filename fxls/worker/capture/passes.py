@@ -40,6 +40,7 @@ import torch
 import torch.fx
 
 from fxls.protocol import catalogue
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import (
     ClassRequest,
     Diagnostic,
@@ -304,10 +305,11 @@ class PassRun:
         if not isinstance(gm, torch.fx.GraphModule):
             if self.mod.status == "skipped":
                 self.not_run("the class is skipped")
-            elif self.mod.strategy in ("", "none"):
+            elif self.mod.strategy.method == "none":
                 self.not_run("the class was not captured")
             else:
-                self.not_run(f"it has no torch.fx graph (captured with {self.mod.strategy})")
+                captured = strategy_label(self.mod.strategy)
+                self.not_run(f"it has no torch.fx graph (captured with {captured})")
             return
         try:
             work = copy.deepcopy(gm)

@@ -26,6 +26,8 @@ import torch
 from torch import nn
 
 from fxls.protocol import catalogue
+from fxls.protocol.copies import expand_copies
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
@@ -185,8 +187,9 @@ def _reported_where_it_happens(modules: list[ModuleResult]) -> None:
 
 def _expand(doc: ExecutedDocument, mod: ModuleResult) -> None:
     """Every record of ``mod`` in ``nodes`` (its copies expanded in place)."""
-    if mod.node_copies:
-        mod.expand()
+    if mod.node_copies or mod.block_copies:
+        mod.nodes = expand_copies(mod.nodes, mod.node_copies, mod.block_copies)
+        mod.node_copies, mod.block_copies = [], []
         doc.copied_nodes.pop(id(mod), None)
 
 
@@ -330,11 +333,9 @@ def _soften_worked_around(mod: ModuleResult) -> None:
             continue
         if worked_around:
             diag.severity = "information"
-            diag.data["worked_around"] = mod.strategy
-            note = (
-                f"torch.fx.symbolic_trace fails here; fxls used `{mod.strategy}` and still shows "
-                "shapes."
-            )
+            used = strategy_label(mod.strategy)
+            diag.data["worked_around"] = used
+            note = f"torch.fx.symbolic_trace fails here; fxls used `{used}` and still shows shapes."
             diag.fix = f"{note} {diag.fix}" if diag.fix else note
         else:
             diag.severity = "warning"

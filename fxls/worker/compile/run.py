@@ -188,11 +188,9 @@ def origin(
 def _feeds(mod: ModuleResult) -> list[ExampleInput] | None:
     """``forward``'s inputs as the capture ran it, from its result; None when one cannot be
     made from it (a tuple of tensors, an object)."""
-    if len(mod.input_names) != len(mod.inputs):
-        return None
     out = []
-    for name, value in zip(mod.input_names, mod.inputs):
-        feed = _feed(name, value, mod.input_sizes)
+    for given in mod.inputs:
+        feed = _feed(given.name, given.value, mod.input_sizes)
         if feed is None:
             return None
         out.append(feed)

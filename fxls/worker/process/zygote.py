@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, get_args
 
 from fxls.protocol.codec import ProtocolError, from_dict, to_dict
+from fxls.protocol.copies import ExpansionTooLarge, check_received
 from fxls.protocol.frames import (
     MAX_RESULT_BYTES,
     FrameReader,
@@ -43,15 +44,12 @@ from fxls.protocol.model import (
     PROTOCOL_VERSION,
     CaptureResult,
     ErrorInfo,
-    ExpansionTooLarge,
     JobRequest,
     JobResult,
     Limits,
     Phase,
     ReadyInfo,
     ResultKind,
-    check_expansion,
-    copies_kept,
 )
 from fxls.worker.process import sandbox
 from fxls.worker.process.child import MAC_LEN, frame_mac
@@ -609,9 +607,8 @@ class Zygote:
             job.phase, job.current_class = phase, name
         elif kind == "result" and job.frames > 1:
             try:
-                with copies_kept():  # checked here, expanded by the server
-                    payload = from_dict(CaptureResult, message.get("payload"))
-                check_expansion(payload.modules, len(body))
+                payload = from_dict(CaptureResult, message.get("payload"))
+                check_received(payload.modules, len(body))  # expanded by the server
             except ProtocolError as exc:
                 return str(exc)[:2000]
             except ExpansionTooLarge as exc:

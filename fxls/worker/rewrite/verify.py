@@ -46,6 +46,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
 
 from fxls.protocol.edits import apply_edits, line_starts, offset, position
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import (
     Applicability,
     CaptureJob,
@@ -60,6 +61,7 @@ from fxls.protocol.model import (
     RewriteJob,
     Span,
     TextEdit,
+    Value,
 )
 from fxls.protocol.outputs import ATOL, RTOL, SAMPLED_OUTPUTS, SAMPLED_VALUES, integer, pack
 from fxls.protocol.positions import contains, split_lines
@@ -427,7 +429,8 @@ def _compare_captures(
     for d in after.diagnostics:
         if d.severity == "error" and d.code not in errors_before:
             return f"`{before.name}` now reports {d.code}: {d.message}"
-    same_build = _built_as(before) == _built_as(after) and before.inputs == after.inputs
+    same_inputs = _input_values(before) == _input_values(after)
+    same_build = _built_as(before) == _built_as(after) and same_inputs
     own = before.name in change.classes
     if (
         (own or same_build)
@@ -454,11 +457,16 @@ def _built_as(mod: ModuleResult) -> tuple[str | None, str | None]:
     return (how.source, how.text) if how is not None else (None, None)
 
 
+def _input_values(mod: ModuleResult) -> list[Value]:
+    """What the inputs were (not their names or where they came from)."""
+    return [given.value for given in mod.inputs]
+
+
 def _capture_check(names: list[str], result: CaptureResult) -> str:
     states = []
     for mod in result.modules:
         if mod.name in names:
-            states.append(f"`{mod.name}` {mod.status} ({mod.strategy})")
+            states.append(f"`{mod.name}` {mod.status} ({strategy_label(mod.strategy)})")
     return "captures as far with the same shapes: " + ", ".join(states)
 
 

@@ -804,11 +804,10 @@ def compare(t: Truth, mod: Any) -> Verdict:
         and any(o.kind == "tensor" and o.shape is not None for o in n.outputs)
     )
     verdict.outputs_shown = any(o.kind == "tensor" and o.shape is not None for o in mod.outputs)
-    inputs = list(zip(mod.input_names, mod.inputs))
-    assumed = list(mod.inputs_assumed) + [False] * len(inputs)
+    inputs = [(i.name, i.value) for i in mod.inputs]
     verdict.inputs = ", ".join(
-        f"{n}: {_value_text(v)}" + (" (assumed)" if a else "")
-        for (n, v), a in zip(inputs, assumed)
+        f"{i.name}: {_value_text(i.value)}" + (" (assumed)" if i.assumed else "")
+        for i in mod.inputs
     )
     if not verdict.has_shapes:
         return verdict

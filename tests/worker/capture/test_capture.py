@@ -12,6 +12,7 @@ import torch
 
 from fxls.lsp.features.hover import class_markdown
 from fxls.protocol.codec import from_dict, to_dict
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
@@ -92,7 +93,7 @@ def test_small_cnn_spans_targets_and_shapes_match_eager() -> None:
     result = _capture("cnn.py", _request(text, "SmallCNN"))
     assert result.error is None
     (mod,) = result.modules
-    assert mod.status == "traced" and mod.strategy == "fx" and mod.build == "meta"
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx" and mod.build == "meta"
     assert mod.params == sum(p.numel() for p in _load("cnn.py").SmallCNN().parameters())
 
     conv1 = _node(mod, "conv1")
@@ -127,15 +128,15 @@ def test_small_cnn_spans_targets_and_shapes_match_eager() -> None:
     )
 
     # inferred input: batch symbolic, channels from conv1, marked assumed (FX405)
-    assert mod.input_names == ["x"] and mod.inputs_assumed == [True]
-    assert mod.inputs[0].shape == ["B", 3, 224, 224]
+    assert [i.name for i in mod.inputs] == ["x"] and [i.assumed for i in mod.inputs] == [True]
+    assert mod.inputs[0].value.shape == ["B", 3, 224, 224]
     fx405 = [d for d in mod.diagnostics if d.code == "FX405"]
     assert len(fx405) == 1 and fx405[0].severity == "information" and "conv1" in fx405[0].message
 
     # output shapes equal eager execution with the same concrete sizes
     net = _load("cnn.py").SmallCNN().eval()
     sizes = {"B": 2}
-    x = torch.randn(_concrete(mod.inputs[0].shape or [], sizes))
+    x = torch.randn(_concrete(mod.inputs[0].value.shape or [], sizes))
     with torch.no_grad():
         eager = net(x)
     assert _concrete(mod.outputs[0].shape or [], sizes) == list(eager.shape)
@@ -158,7 +159,7 @@ def test_resnet_traces_through_blocks_and_downsample() -> None:
     assert down.module_type is not None and down.module_type.startswith("Conv2d(16, 32")
     # same concrete sizes as eager
     net = _load("resnet.py").ResNet().eval()
-    x = torch.randn(_concrete(resnet.inputs[0].shape or [], {"B": 2}))
+    x = torch.randn(_concrete(resnet.inputs[0].value.shape or [], {"B": 2}))
     with torch.no_grad():
         assert _concrete(resnet.outputs[0].shape or [], {"B": 2}) == list(net(x).shape)
     # BasicBlock needs constructor arguments: it is captured from the instance ResNet builds
@@ -182,8 +183,8 @@ def test_gpt_block_named_dims_buffer_slicing_and_init_text() -> None:
     )
     (mod,) = _capture("gpt.py", req).modules
     assert mod.status == "traced", mod.diagnostics
-    assert mod.inputs_assumed == [False]
-    assert mod.inputs[0].shape == ["B", "T", 32]
+    assert [i.assumed for i in mod.inputs] == [False]
+    assert mod.inputs[0].value.shape == ["B", "T", 32]
     assert not [d for d in mod.diagnostics if d.severity == "error"]
     # the causal-mask buffer is a graph value, sliced at the user's line
     getattr_nodes = [n for n in mod.nodes if n.op == "get_attr" and n.target == "attn.bias"]
@@ -224,13 +225,13 @@ def test_expression_inputs_and_flag_defaults() -> None:
     (mod,) = result.modules
     # `if relu` fails plain FX; the flags are fixed to their defaults (concrete_args) and the
     # failure stays visible where it happened
-    assert mod.status == "traced" and mod.strategy == "fx+concrete"
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx+concrete"
     # ... as a warning: the module works and fxls still shows its shapes
     assert [d.code for d in mod.diagnostics if d.severity == "information"] == ["FX101"]
     assert not [d for d in mod.diagnostics if d.severity == "error"]
-    assert mod.input_names == ["x", "scale", "mask", "relu"]
-    assert mod.inputs[0].shape == [4, 7, 5] and mod.inputs[1].text == "2.0"
-    assert mod.inputs[2].kind == "none" and mod.inputs[3].text == "True"
+    assert [i.name for i in mod.inputs] == ["x", "scale", "mask", "relu"]
+    assert mod.inputs[0].value.shape == [4, 7, 5] and mod.inputs[1].value.text == "2.0"
+    assert mod.inputs[2].value.kind == "none" and mod.inputs[3].value.text == "True"
     assert mod.outputs[0].shape == [4, 7, 3]
     assert [n.target for n in mod.nodes if n.op == "call_function"].count("torch.relu") == 1
 
@@ -312,7 +313,7 @@ def test_leaf_classes_are_not_traced_into() -> None:
         inputs=[InputSpec("x", dims=[DimSpec("B"), DimSpec("T"), DimSpec(None, 32)])],
     )
     (mod,) = _capture("gpt.py", req).modules
-    assert mod.strategy == "fx+leaf"
+    assert strategy_label(mod.strategy) == "fx+leaf"
     attn = _node(mod, "attn")
     assert attn.op == "call_module" and attn.span == _span_of(text, "self.attn(self.ln_1(x))")
     assert not any(n.target == "torch.nn.functional.softmax" for n in mod.nodes)
@@ -362,7 +363,7 @@ def test_attributes_assigned_while_tracing_hold_tensors_afterwards() -> None:
         classes=[ClassRequest("CachesMask", 4, inputs=[spec])],
     )
     (mod,) = run_capture(job, lambda *_: None).modules
-    assert mod.status == "traced" and mod.strategy == "fx", mod.diagnostics
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx", mod.diagnostics
     assert not [d for d in mod.diagnostics if d.code == "FX201"]
     assert mod.outputs[0].shape == [4, "B", 8]
 
@@ -382,7 +383,7 @@ def test_an_assumed_sequence_takes_the_length_a_shape_error_names() -> None:
     job = CaptureJob(path="/virtual/tokens.py", source=source, classes=[ClassRequest("Tokens", 4)])
     (mod,) = run_capture(job, lambda *_: None).modules
     assert not [d for d in mod.diagnostics if d.code == "FX201"], mod.diagnostics
-    assert mod.inputs[0].shape == ["B", "T"] and mod.outputs[0].shape == ["B", 16, 8]
+    assert mod.inputs[0].value.shape == ["B", "T"] and mod.outputs[0].shape == ["B", 16, 8]
     assert any("T = 16" in note for note in mod.notes), mod.notes
 
 
@@ -434,7 +435,7 @@ def test_a_class_that_cannot_be_built_alone_is_captured_as_its_parent_builds_it(
     built = stack.constructed
     assert built is not None and (built.source, built.text) == ("parent", "Parent.stack")
     assert built.inputs_from is None  # built by the parent, not called by it
-    assert stack.inputs[0].shape == ["B", 8] and stack.outputs[0].shape == ["B", 8]
+    assert stack.inputs[0].value.shape == ["B", 8] and stack.outputs[0].shape == ["B", 8]
     assert "built by Parent.__init__ as Parent.stack" in class_markdown(stack)
 
 
@@ -499,7 +500,7 @@ def test_llama_size_model_costs_no_real_memory() -> None:
     )
     (mod,) = result.modules
     assert mod.build == "meta" and mod.params is not None and mod.params > 500_000_000
-    assert mod.inputs[0].shape == ["B", "T"] and mod.inputs[0].dtype == "int64"
+    assert mod.inputs[0].value.shape == ["B", "T"] and mod.inputs[0].value.dtype == "int64"
     assert mod.outputs[0].shape == ["B", "T", 4096]
 
 
@@ -519,7 +520,7 @@ def test_declared_input_without_a_parameter_gives_fx403() -> None:
     (fx403,) = [d for d in mod.diagnostics if d.code == "FX403"]
     assert fx403.span == Span(3, 0, 3, len("# fxls: y = (B, 3)"))
     # x is still inferred from the first layer
-    assert mod.status == "traced" and mod.inputs_assumed == [True]
+    assert mod.status == "traced" and [i.assumed for i in mod.inputs] == [True]
     assert mod.outputs[0].shape == ["B", 2]
 
 
@@ -659,9 +660,9 @@ def test_each_input_says_where_it_came_from() -> None:
         path="/virtual/origins.py", source=source, classes=build_requests(parse(source).classes)
     )
     mods = {m.name: m for m in run_capture(job, lambda *_: None).modules}
-    assert mods["Inner"].input_origins == ["parent", "default"]
-    assert mods["Outer"].input_origins == ["declared"]
-    assert mods["Alone"].input_origins == ["assumed"]
+    assert [i.origin for i in mods["Inner"].inputs] == ["parent", "default"]
+    assert [i.origin for i in mods["Outer"].inputs] == ["declared"]
+    assert [i.origin for i in mods["Alone"].inputs] == ["assumed"]
     inner = class_markdown(mods["Inner"])
     assert "[B, 16] float32 (from the parent's call)" in inner
     assert "None (the default)" in inner

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import CaptureJob, ClassRequest, DimSpec, InputSpec, ModuleResult
 from fxls.worker.capture.build import parents
 from fxls.worker.capture.pipeline import run_capture
@@ -86,11 +87,13 @@ class Model(nn.Module):
     model, block = mods["Model"], mods["Block"]
     assert model.constructed is not None and model.constructed.source == "config"
     assert model.constructed.text == "Model(Config())"
-    assert model.inputs[0].shape == ["B", "T"] and model.inputs[0].dtype == "int64"
+    assert model.inputs[0].value.shape == ["B", "T"] and model.inputs[0].value.dtype == "int64"
     assert block.constructed is not None and block.constructed.source == "parent"
     assert block.constructed.text == "Model.blocks.0" and block.constructed.inputs_from == "Model"
     # the block's input is what Model.forward gives it, in Model's dimension names
-    assert block.inputs[0].shape == ["B", "T", 48] and block.inputs_assumed == [False]
+    assert block.inputs[0].value.shape == ["B", "T", 48] and [i.assumed for i in block.inputs] == [
+        False
+    ]
     assert block.outputs[0].shape == ["B", "T", 48]
     assert not [d for d in block.diagnostics if d.code in ("FX401", "FX402", "FX408")]
 
@@ -127,8 +130,8 @@ class Encoder(nn.Module):
     assert fx408.severity == "information"
     assert "init(rnn_type='LSTM', ntoken=256, ninp=64, nlayers=2)" in (fx408.fix or "")
     # token ids run sequence-first into the RNN; the state comes from init_hidden(batch)
-    assert enc.input_names == ["tokens", "hidden"]
-    assert enc.inputs[0].shape == ["T", "B"] and enc.inputs[0].dtype == "int64"
+    assert [i.name for i in enc.inputs] == ["tokens", "hidden"]
+    assert enc.inputs[0].value.shape == ["T", "B"] and enc.inputs[0].value.dtype == "int64"
     assert enc.outputs[0].shape is not None and enc.outputs[0].shape[-1] == 64
     assert not [d for d in enc.diagnostics if d.severity == "error"]
 
@@ -180,10 +183,10 @@ def wide_net():
     assert net.constructed is not None and net.constructed.source == "factory"
     assert net.constructed.text == "small_net()"
     assert small.constructed is not None and small.constructed.source == "parent"
-    assert small.inputs[0].shape == ["B", 16, 224, 224]
+    assert small.inputs[0].value.shape == ["B", 16, 224, 224]
     # no parent the file captures calls Wide, but wide_net() builds one
     assert wide.constructed is not None and wide.constructed.source == "parent"
-    assert wide.inputs[0].shape == ["B", 16, 224, 224]
+    assert wide.inputs[0].value.shape == ["B", 16, 224, 224]
     assert wide.outputs[0].shape == ["B", 16, 224, 224]
 
 
@@ -219,12 +222,12 @@ if __name__ == "__main__":
     )
     mnist, probe = mods["Mnist"], mods["Probe"]
     # 224x224 does not fit fc1; 28x28 is the first size that runs through
-    assert mnist.inputs[0].shape == ["B", 1, 28, 28] and mnist.outputs[0].shape == ["B", 10]
+    assert mnist.inputs[0].value.shape == ["B", 1, 28, 28] and mnist.outputs[0].shape == ["B", 10]
     assert not [d for d in mnist.diagnostics if d.code == "FX201"]
     (fx405,) = [d for d in mnist.diagnostics if d.code == "FX405"]
     assert "(B, 1, 28, 28)" in fx405.message
     # the file's own call says the input is [*, 7, 12], not the first layer's [B, 12]
-    assert probe.inputs[0].shape == ["B", 7, 12]
+    assert probe.inputs[0].value.shape == ["B", 7, 12]
     assert "the call at line" in next(d.message for d in probe.diagnostics if d.code == "FX405")
 
 
@@ -320,9 +323,11 @@ def test_sub_blocks_are_recorded_from_the_parents_trace_or_by_running_it(
     assert not runs  # a plain trace saw every call: forward is not run again for them
     block = mods["Block"]
     assert block.constructed is not None and block.constructed.source == "parent"
-    assert block.input_names == ["x", "scale"] and block.input_origins == ["parent", "parent"]
-    assert block.inputs[0].shape == ["B", 16]  # Model's input is assumed [B, 16]
-    assert block.inputs[1].text == "16"  # x.shape[1], as a second run would pass it
+    assert [i.name for i in block.inputs] == ["x", "scale"] and [
+        i.origin for i in block.inputs
+    ] == ["parent", "parent"]
+    assert block.inputs[0].value.shape == ["B", 16]  # Model's input is assumed [B, 16]
+    assert block.inputs[1].value.text == "16"  # x.shape[1], as a second run would pass it
 
     # the same file where the parent needs a repair to trace (a sub-block that branches on
     # values becomes a leaf: the trace does not see inside it): forward runs again for the
@@ -346,11 +351,11 @@ class Gate(nn.Module):
         )
     )
     mods_again = _capture(repaired, "Block", "Model")
-    assert runs == ["Model"] and mods_again["Model"].strategy == "fx+leaf"
+    assert runs == ["Model"] and strategy_label(mods_again["Model"].strategy) == "fx+leaf"
     again = mods_again["Block"]
-    assert (again.input_names, again.input_origins) == (block.input_names, block.input_origins)
-    assert [v.shape for v in again.inputs] == [v.shape for v in block.inputs]
-    assert again.inputs[1].text == block.inputs[1].text
+    assert [(i.name, i.origin) for i in again.inputs] == [(i.name, i.origin) for i in block.inputs]
+    assert [i.value.shape for i in again.inputs] == [i.value.shape for i in block.inputs]
+    assert again.inputs[1].value.text == block.inputs[1].value.text
 
 
 def test_a_sub_block_called_inside_a_torch_module_is_recorded_where_a_run_sees_it_first(
@@ -396,7 +401,7 @@ class Model(nn.Module):
     assert runs == ["Model"]
     for layer in (traced, ran["Layer"]):
         assert layer.constructed is not None and layer.constructed.text == "Model.extra"
-        assert layer.inputs[0].shape == ["B", 3, 16]
+        assert layer.inputs[0].value.shape == ["B", 3, 16]
 
 
 DEVICES = (
@@ -475,7 +480,7 @@ def test_a_suggested_directive_for_a_tuple_of_tensors_works_when_pasted() -> Non
     job = CaptureJob(path="/virtual/model.py", source=pasted, classes=requests)
     (again,) = run_capture(job, lambda *_: None).modules
     assert not [d for d in again.diagnostics if d.code == "FX405" and d.data["arg"] == "hidden"]
-    assert again.input_names[:2] == ["input", "hidden"], again.input_names
+    assert [i.name for i in again.inputs][:2] == ["input", "hidden"], [i.name for i in again.inputs]
     assert again.status == "traced", [d.message for d in again.diagnostics]
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from fxls.analysis.classes import parse
 from fxls.protocol.codec import from_dict, to_dict
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import CaptureJob, CaptureResult, Limits, ModuleResult
 from fxls.worker.capture.pipeline import run_capture
 
@@ -193,7 +194,10 @@ def test_capture_of_traceable_classes_has_no_errors(entry) -> None:  # type: ign
     mod = _capture(entry)
     errors = [(d.code, d.message) for d in mod.diagnostics if d.severity == "error"]
     assert errors == []
-    assert mod.strategy in ("fx", "fx+concrete", "fx+wrap"), (mod.strategy, mod.notes)
+    assert strategy_label(mod.strategy) in ("fx", "fx+concrete", "fx+wrap"), (
+        strategy_label(mod.strategy),
+        mod.notes,
+    )
 
 
 # ---------------------------------------------------------------------------------------

@@ -104,8 +104,8 @@ class Head(nn.Module):
         "Head",
     )
     head = mods["Head"]
-    assert head.input_names[0] == "input_ids" and head.inputs[0].dtype == "int64", head.inputs
-    assert head.inputs[0].shape == ["B", "T"] and head.inputs_assumed[0]
+    assert head.inputs[0].name == "input_ids" and head.inputs[0].value.dtype == "int64", head.inputs
+    assert head.inputs[0].value.shape == ["B", "T"] and head.inputs[0].assumed
     assert _shape(head) == ["B", "T", 100]
 
 
@@ -227,7 +227,7 @@ def test_inputs_of_a_block_come_through_the_block_it_keeps_whole_and_its_build()
     (renamed) to a GroupNorm: ``(B, C, H, W)``. ``temb`` defaults to ``None`` but the block
     was built with ``temb_channels``: ``(B, temb_channels)``."""
     mod = _capture(BLOCKS, "DownBlock")["DownBlock"]
-    shapes = dict(zip(mod.input_names, [v.shape for v in mod.inputs]))
+    shapes = {i.name: i.value.shape for i in mod.inputs}
     channels = int(mod.constructed.assumed["in_channels"]) if mod.constructed else 0
     assert shapes["hidden_states"] is not None and shapes["hidden_states"][:2] == ["B", channels]
     assert len(shapes["hidden_states"]) == 4, shapes
@@ -367,7 +367,7 @@ def test_an_up_block_gets_one_skip_state_per_resnet_sized_from_its_resnets() -> 
         "UpBlock"
     ]
     assert mod.constructed is not None and mod.constructed.source == "call site"
-    inputs = dict(zip(mod.input_names, mod.inputs))
+    inputs = {i.name: i.value for i in mod.inputs}
     assert inputs["hidden_states"].shape is not None and inputs["hidden_states"].shape[1] == 128
     states = inputs["res_hidden_states_tuple"].text or ""
     assert states.startswith("([B, 32, 224, 224], [B, 64, 224, 224], [B, 64, "), states
@@ -381,7 +381,7 @@ def test_block_channels_are_tried_alike_when_the_first_guesses_do_not_build() ->
     ``skip_conv`` takes."""
     mod = _capture(UP, "SkipDown")["SkipDown"]
     assert mod.constructed is not None and mod.constructed.assumed["in_channels"] == "64"
-    inputs = dict(zip(mod.input_names, mod.inputs))
+    inputs = {i.name: i.value for i in mod.inputs}
     assert inputs["skip_sample"].shape is not None and inputs["skip_sample"].shape[:2] == ["B", 3]
     assert _shape(mod)[1] == 64
 
@@ -436,7 +436,7 @@ def test_a_multiple_choice_head_gets_token_ids_per_choice() -> None:
     """``*ForMultipleChoice`` reads ``num_choices`` off the second dimension of its token ids:
     ``(B, N, T)``, and its logits are ``[B, N]``."""
     mod = _capture(HEADS, "TinyForMultipleChoice")["TinyForMultipleChoice"]
-    assert mod.inputs[0].shape == ["B", "N", "T"], mod.inputs
+    assert mod.inputs[0].value.shape == ["B", "N", "T"], mod.inputs
     assert _shape(mod) == ["B", "N"]
 
 
@@ -444,7 +444,7 @@ def test_a_cross_attention_block_gets_the_states_it_attends_to() -> None:
     """``encoder_hidden_states`` defaults to ``None``, but a ``*CrossAttention`` block attends
     to nothing else: ``(B, S, hidden_size)``."""
     mod = _capture(HEADS, "TinyCrossAttention")["TinyCrossAttention"]
-    inputs = dict(zip(mod.input_names, mod.inputs))
+    inputs = {i.name: i.value for i in mod.inputs}
     assert inputs["encoder_hidden_states"].shape == ["B", "S", 16], inputs
     assert _shape(mod) == ["B", "T", "S"]
 
@@ -497,7 +497,7 @@ def test_the_document_keeps_its_own_annotations_and_an_int_count_is_one() -> Non
     stays the class ``int`` (the file asserts it at import), so fxls passes a count, 1,
     which divides the batch, instead of a tensor shaped like the first input."""
     mod = _capture(ANNOTATED, "Frames")["Frames"]
-    inputs = dict(zip(mod.input_names, mod.inputs))
+    inputs = {i.name: i.value for i in mod.inputs}
     assert inputs["num_frames"].kind == "int" and inputs["num_frames"].text == "1", inputs
     assert _shape(mod) == ["B", 1, "T", 8]
 
@@ -551,8 +551,8 @@ def test_inputs_are_followed_into_processors_and_keyword_arguments() -> None:
     ``temb`` reaches ``self.linear`` through the activation inside the sub-block."""
     found = _capture(PROCESSED, "ProcessedAttention", "Modulated")
     attention = found["ProcessedAttention"]
-    assert attention.inputs[0].shape == ["B", "T", 24], attention.inputs
-    modulated = dict(zip(found["Modulated"].input_names, found["Modulated"].inputs))
+    assert attention.inputs[0].value.shape == ["B", "T", 24], attention.inputs
+    modulated = {i.name: i.value for i in found["Modulated"].inputs}
     assert modulated["temb"].shape == ["B", 24], modulated
     assert _shape(found["Modulated"]) == ["B", "T", 24]
 
@@ -589,7 +589,7 @@ def test_activations_and_modes_by_name_and_transposed_convolutions() -> None:
     construction = found["Block"].constructed
     assert construction is not None and "act_fn='silu'" in construction.text, construction
     decoder = found["Decoder"]
-    assert decoder.inputs[0].shape == ["B", 64, 224, 224], decoder.inputs
+    assert decoder.inputs[0].value.shape == ["B", 64, 224, 224], decoder.inputs
     assert _shape(decoder) == ["B", 64, 448, 448]
 
 
@@ -636,7 +636,7 @@ def test_tensors_inside_a_tuple_from_the_parent_keep_their_dimension_names() -> 
     static tuple would have fixed; the input reads ``([1, T, 8], [1, T, 8])``."""
     found = _capture(ROTARY, "RotatedModel", "RotatedAttention")
     child = found["RotatedAttention"]
-    inputs = dict(zip(child.input_names, child.inputs))
+    inputs = {i.name: i.value for i in child.inputs}
     assert inputs["position_embeddings"].text == "([1, T, 8], [1, T, 8])", inputs
     assert _shape(child) == ["B", "T", 8]
 

@@ -14,6 +14,7 @@ import pytest
 
 from fxls.engine.analyze import AnalysisRequest, analyze
 from fxls.engine.workerclient import WorkerClient
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import ModuleResult
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "packages"
@@ -87,12 +88,16 @@ async def test_a_model_file_of_a_package_runs_as_its_module(
     # forward, the main input (input_ids) built from the layer it reaches inside the
     # decorated submodule that `**kwargs` are passed on to; TinyModel then as TinyForLM calls it
     lm = modules["TinyForLM"]
-    assert lm.status == "traced" and lm.strategy == "fx", (lm.status, lm.strategy, lm.notes)
-    assert lm.input_names[0] == "input_ids" and lm.inputs[0].dtype == "int64", lm.inputs
-    assert lm.inputs_assumed[0] and lm.outputs[0].shape[-1] == 100, lm.outputs
+    assert lm.status == "traced" and strategy_label(lm.strategy) == "fx", (
+        lm.status,
+        strategy_label(lm.strategy),
+        lm.notes,
+    )
+    assert lm.inputs[0].name == "input_ids" and lm.inputs[0].value.dtype == "int64", lm.inputs
+    assert lm.inputs[0].assumed and lm.outputs[0].shape[-1] == 100, lm.outputs
     tiny = modules["TinyModel"]
-    assert tiny.strategy.startswith("fx"), tiny.strategy
-    assert tiny.input_names[0] == "input_ids" and tiny.inputs[0].dtype == "int64", tiny.inputs
+    assert strategy_label(tiny.strategy).startswith("fx"), strategy_label(tiny.strategy)
+    assert tiny.inputs[0].name == "input_ids" and tiny.inputs[0].value.dtype == "int64", tiny.inputs
 
 
 @pytest.mark.asyncio(loop_scope="module")

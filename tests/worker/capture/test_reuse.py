@@ -36,6 +36,17 @@ from fxls.engine.analyze import (
 )
 from fxls.lsp.features import code_lens, hover, inlay_hints
 from fxls.protocol.codec import ProtocolError, from_dict, to_dict
+from fxls.protocol.copies import (
+    block_gives,
+    block_node_copies,
+    check_received,
+    expand_block,
+    expand_copies,
+    expand_node,
+    expanded,
+    expanded_bytes,
+    node_matches,
+)
 from fxls.protocol.model import (
     Arg,
     BlockCopy,
@@ -46,9 +57,6 @@ from fxls.protocol.model import (
     NodeInfo,
     Span,
     Value,
-    copies_kept,
-    expand_copies,
-    expanded_bytes,
 )
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.pipeline import capture_document
@@ -336,12 +344,15 @@ def test_copied_records_travel_as_copies_and_arrive_whole() -> None:
     wire = json.dumps(to_dict(result))
     assert len(wire) < 0.3 * len(json.dumps(whole))
     back = from_dict(CaptureResult, json.loads(wire))
-    assert [to_dict(m.nodes) for m in back.modules] == whole
-    assert all(not m.node_copies and not m.block_copies for m in back.modules)
+    assert to_dict(back) == to_dict(result)  # decoded as sent
+    check_received(back.modules, len(wire))
+    whole_again = [expanded(m) for m in back.modules]
+    assert [to_dict(m.nodes) for m in whole_again] == whole
+    assert all(not m.node_copies and not m.block_copies for m in whole_again)
 
 
 def test_a_block_copy_expands_as_its_node_copies_do() -> None:
-    # BlockCopy.expand makes the records without the NodeCopy values; they must be the same
+    # expand_block makes the records without the NodeCopy values; they must be the same
     path = ROOT / "bench" / "models" / "gpt48.py"
     text = path.read_text()
     job = capture_job(str(path), text, build_requests(parse(text).classes), EngineOptions())
@@ -352,15 +363,17 @@ def test_a_block_copy_expands_as_its_node_copies_do() -> None:
     assert any(block.texts for block in gpt.block_copies)  # argument texts renamed too
     for block in gpt.block_copies:
         templates = records[block.of : block.of + len(block.names)]
-        by_copies = [c.expand(t) for c, t in zip(block.copies(templates), templates)]
-        assert block.expand(templates) == by_copies
+        by_copies = [
+            expand_node(c, t) for c, t in zip(block_node_copies(block, templates), templates)
+        ]
+        assert expand_block(block, templates) == by_copies
         assert records[block.at : block.at + len(block.names)] == by_copies
-    # BlockCopy.gives is ``copies(templates) == run``, for a change in any field of a copy
+    # block_gives is ``block_node_copies(templates) == run``, for a change in any field of a copy
     block = gpt.block_copies[3]
     templates = records[block.of : block.of + len(block.names)]
-    run = block.copies(templates)
-    assert block.gives(templates, run)
-    assert not block.gives(templates, run[:-1])
+    run = block_node_copies(block, templates)
+    assert block_gives(block, templates, run)
+    assert not block_gives(block, templates, run[:-1])
     changes: dict[str, Any] = {
         "at": 0, "of": 1, "name": "x", "target": "h.9.x", "module_path": "h.9", "users": 9,
         "inputs": ["x"], "renamed": {"x": "y"}, "texts": True,
@@ -370,11 +383,11 @@ def test_a_block_copy_expands_as_its_node_copies_do() -> None:
         for name, value in changes.items():
             changed = list(run)
             changed[index] = dataclasses.replace(run[index], **{name: value})
-            assert changed != run and not block.gives(templates, changed), (index, name)
+            assert changed != run and not block_gives(block, templates, changed), (index, name)
 
 
 def test_a_copy_matches_a_record_exactly_when_it_expands_to_it() -> None:
-    # NodeCopy.matches is how the worker decides a record may travel as a copy: it must agree
+    # node_matches is how the worker decides a record may travel as a copy: it must agree
     # with building the expansion, for a change in any field of the record or of its arguments
     template = NodeInfo(
         name="fc", op="call_module", target="h.0.fc", span=Span(3, 4, 3, 14),
@@ -385,8 +398,8 @@ def test_a_copy_matches_a_record_exactly_when_it_expands_to_it() -> None:
     )  # fmt: skip
     copy = NodeCopy(at=5, of=1, name="fc_1", target="h.1.fc", module_path="h.1", users=2,
                     inputs=["ln_1"], renamed={"ln": "ln_1"})  # fmt: skip
-    node = copy.expand(template)
-    assert copy.matches(template, node)
+    node = expand_node(copy, template)
+    assert node_matches(copy, template, node)
     other: dict[str, Any] = {
         "name": "fc_2", "op": "call_function", "target": "h.2.fc", "span": Span(3, 4, 3, 15),
         "call_site": None, "signature": "aten", "module_type": "Linear(8, 9)",
@@ -396,8 +409,8 @@ def test_a_copy_matches_a_record_exactly_when_it_expands_to_it() -> None:
     assert set(other) == {f.name for f in dataclasses.fields(NodeInfo)}, "a new field"
     for name, value in other.items():
         changed = dataclasses.replace(node, **{name: value})
-        assert not copy.matches(template, changed), name
-        assert copy.expand(template) != changed
+        assert not node_matches(copy, template, changed), name
+        assert expand_node(copy, template) != changed
     for index in range(len(node.args)):
         for name, value in {"name": "x", "value": "y", "default": False, "node": "z",
                             "kind": "keyword_only"}.items():  # fmt: skip
@@ -406,8 +419,8 @@ def test_a_copy_matches_a_record_exactly_when_it_expands_to_it() -> None:
                 value = "w" if isinstance(value, str) else not value
             args[index] = dataclasses.replace(args[index], **{name: value})
             changed = dataclasses.replace(node, args=args)
-            assert not copy.matches(template, changed), (index, name)
-            assert copy.expand(template) != changed
+            assert not node_matches(copy, template, changed), (index, name)
+            assert expand_node(copy, template) != changed
 
 
 def test_a_copy_renames_node_names_inside_argument_texts_only_when_asked() -> None:
@@ -419,18 +432,29 @@ def test_a_copy_renames_node_names_inside_argument_texts_only_when_asked() -> No
     plain = NodeCopy(at=9, of=0, name="view_1", target="view", module_path="h.1", users=1,
                      inputs=["x_1", "size_2", "size_3"], renamed={"x": "x_1"})  # fmt: skip
     texts = dataclasses.replace(plain, texts=True)
-    assert plain.expand(template).args[1].value == "[size, size_1, 12, 'size']"
-    node = texts.expand(template)
+    assert expand_node(plain, template).args[1].value == "[size, size_1, 12, 'size']"
+    node = expand_node(texts, template)
     # whole names only (size_1 is not size + _1); the check that follows is what makes a
     # rename inside a string literal harmless: such a copy does not match and is not sent
     assert node.args[1].value == "[size_2, size_3, 12, 'size_2']"
-    assert texts.matches(template, node) and not plain.matches(template, node)
-    assert plain.matches(template, plain.expand(template))
-    assert not texts.matches(template, plain.expand(template))
+    assert node_matches(texts, template, node) and not node_matches(plain, template, node)
+    assert node_matches(plain, template, expand_node(plain, template))
+    assert not node_matches(texts, template, expand_node(plain, template))
     block = BlockCopy(at=9, of=0, names=["view_1"], template_path="h.0", path="h.1",
                       users=[1], outer={"x": "x_1", "size": "size_2", "size_1": "size_3"},
                       texts=[0])  # fmt: skip
-    assert block.copies([template]) == [texts]
+    assert block_node_copies(block, [template]) == [texts]
+
+
+def _refused(data: dict[str, Any]) -> None:
+    """``data`` decodes as sent, and its copies are a protocol error both for the reader of a
+    frame, before expanding anything (``check_received``), and for the expansion itself."""
+    module = from_dict(ModuleResult, data)
+    assert len(module.nodes) == len(data["nodes"])  # decoding keeps the copies
+    with pytest.raises(ProtocolError):
+        check_received([module], 1 << 20)
+    with pytest.raises(ProtocolError):
+        expanded(module)
 
 
 def test_copies_that_do_not_fit_are_a_protocol_error() -> None:
@@ -440,38 +464,28 @@ def test_copies_that_do_not_fit_are_a_protocol_error() -> None:
         "node_copies": [{"at": 0, "of": 3, "name": "y", "target": "y", "module_path": None,
                          "users": 0}],
     }  # fmt: skip
-    with pytest.raises(ProtocolError):
-        from_dict(ModuleResult, data)
-    with copies_kept(), pytest.raises(ProtocolError):  # the zygote's check, without expanding
-        from_dict(ModuleResult, data)
+    _refused(data)
     template = {"name": "y", "target": "y", "module_path": None, "users": 0}
     twice = dict(data, nodes=data["nodes"] * 2, node_copies=[
         {"at": 2, "of": 0, **template}, {"at": 2, "of": 1, **template}])  # fmt: skip
-    with pytest.raises(ProtocolError):  # two copies at one index
-        from_dict(ModuleResult, twice)
-    with copies_kept(), pytest.raises(ProtocolError):
-        from_dict(ModuleResult, twice)
+    _refused(twice)  # two copies at one index
     # copies expand in index order, whatever order they are listed in: a template that is
     # a copy itself is expanded before its own copy
     chained = dict(twice, node_copies=[
         {"at": 3, "of": 2, **template}, {"at": 2, "of": 0, **template}])  # fmt: skip
-    assert [n.name for n in from_dict(ModuleResult, chained).nodes] == ["x", "x", "y", "y"]
-    with copies_kept():
-        kept = from_dict(ModuleResult, chained)
+    kept = from_dict(ModuleResult, chained)
     assert len(kept.nodes) == 2 and len(kept.node_copies) == 2
+    check_received([kept], 1 << 20)
+    assert [n.name for n in expanded(kept).nodes] == ["x", "x", "y", "y"]
+    assert len(kept.nodes) == 2 and len(kept.node_copies) == 2, "expanded() made a new one"
     block = {"at": 2, "of": 0, "names": ["a", "b"], "template_path": "", "path": "",
              "users": [1, 0]}  # fmt: skip
     runs = dict(data, nodes=data["nodes"] * 2, node_copies=[], block_copies=[block])
-    assert [n.name for n in from_dict(ModuleResult, runs).nodes] == ["x", "x", "a", "b"]
+    assert [n.name for n in expanded(from_dict(ModuleResult, runs)).nodes] == ["x", "x", "a", "b"]
     for wrong in ({"at": 1}, {"of": 1}, {"users": [1]}, {"names": []}, {"at": 3}):
-        bad = dict(runs, block_copies=[dict(block, **wrong)])
-        with pytest.raises(ProtocolError):  # outside, over its templates, a user count short
-            from_dict(ModuleResult, bad)
-        with copies_kept(), pytest.raises(ProtocolError):
-            from_dict(ModuleResult, bad)
-    overlapping = dict(runs, node_copies=[{"at": 3, "of": 0, **template}])
-    with pytest.raises(ProtocolError):
-        from_dict(ModuleResult, overlapping)
+        # outside, over its templates, a user count short
+        _refused(dict(runs, block_copies=[dict(block, **wrong)]))
+    _refused(dict(runs, node_copies=[{"at": 3, "of": 0, **template}]))  # overlapping
 
 
 def _expansion_measured(
@@ -524,17 +538,19 @@ def test_copies_name_nodes_by_identifiers() -> None:
         "node_copies": [{"at": 1, "of": 0, "name": "y", "target": "y", "module_path": None,
                          "users": 0, "inputs": ["x"]}],
     }  # fmt: skip
-    assert [n.name for n in from_dict(ModuleResult, data).nodes] == ["x", "y"]
+    assert [n.name for n in expanded(from_dict(ModuleResult, data)).nodes] == ["x", "y"]
     copy = data["node_copies"][0]  # type: ignore[index]
     for wrong in ({"name": "y y"}, {"inputs": ["x+1"]}, {"renamed": {"x": "1x"}}):
-        bad = dict(data, node_copies=[dict(copy, **wrong)])
-        with copies_kept(), pytest.raises(ProtocolError, match="not a node"):
-            from_dict(ModuleResult, bad)
+        bad = from_dict(ModuleResult, dict(data, node_copies=[dict(copy, **wrong)]))
+        with pytest.raises(ProtocolError, match="not a node"):
+            check_received([bad], 1 << 20)
     block = {"at": 1, "of": 0, "names": ["a"], "template_path": "", "path": "", "users": [0]}
     for wrong in ({"names": ["a.b"]}, {"outer": {"x": "x y"}}):
-        bad = dict(data, node_copies=[], block_copies=[dict(block, **wrong)])
-        with copies_kept(), pytest.raises(ProtocolError, match="not a node"):
-            from_dict(ModuleResult, bad)
+        bad = from_dict(
+            ModuleResult, dict(data, node_copies=[], block_copies=[dict(block, **wrong)])
+        )
+        with pytest.raises(ProtocolError, match="not a node"):
+            check_received([bad], 1 << 20)
 
 
 FIXING = """

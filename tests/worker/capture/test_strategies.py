@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from fxls.protocol.codec import from_dict, to_dict
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
@@ -137,7 +138,7 @@ def test_einops_traces_with_plain_fx(
     modules: dict[str, ModuleResult], fixture_module: ModuleType
 ) -> None:
     mod = modules["EinopsPatches"]
-    assert mod.status == "traced" and mod.strategy == "fx" and _errors(mod) == []
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx" and _errors(mod) == []
     # the einops layer is a leaf module, the functions are one node each at their lines
     (patches,) = [n for n in mod.nodes if n.op == "call_module" and n.target == "patches"]
     assert patches.module_type is not None and patches.module_type.startswith("Rearrange(")
@@ -160,7 +161,9 @@ def test_failing_submodule_is_kept_as_a_leaf(
     modules: dict[str, ModuleResult], fixture_module: ModuleType
 ) -> None:
     mod = modules["WithLenBlock"]
-    assert mod.status == "traced" and mod.strategy == "fx+leaf" and mod.error is None
+    assert (
+        mod.status == "traced" and strategy_label(mod.strategy) == "fx+leaf" and mod.error is None
+    )
     (fx102,) = [d for d in mod.diagnostics if d.code == "FX102"]
     assert fx102.span == _span("len(x)", "class LenScale(") and fx102.data["leaf"] == "LenScale"
     assert any("`LenScale`" in note for note in mod.notes)
@@ -174,7 +177,9 @@ def test_failing_helper_is_auto_wrapped(
     modules: dict[str, ModuleResult], fixture_module: ModuleType
 ) -> None:
     mod = modules["HalfHelper"]
-    assert mod.status == "traced" and mod.strategy == "fx+wrap" and mod.error is None
+    assert (
+        mod.status == "traced" and strategy_label(mod.strategy) == "fx+wrap" and mod.error is None
+    )
     (fx104,) = [d for d in mod.diagnostics if d.code == "FX104"]
     assert fx104.span == _span("int(x.size(1) * 0.5)", "def keep_half")
     assert fx104.data["wrap"] == "keep_half"
@@ -190,12 +195,18 @@ def test_flag_argument_is_fixed_to_its_default(
     modules: dict[str, ModuleResult], fixture_module: ModuleType
 ) -> None:
     mod = modules["Flagged"]
-    assert mod.status == "traced" and mod.strategy == "fx+concrete" and mod.error is None
+    assert (
+        mod.status == "traced"
+        and strategy_label(mod.strategy) == "fx+concrete"
+        and mod.error is None
+    )
     (fx101,) = [d for d in mod.diagnostics if d.code == "FX101"]
     assert fx101.span == _span("normalize", "        if normalize")
     assert fx101.data["concrete"] == "normalize"
     assert any("`normalize=False`" in note for note in mod.notes)
-    assert mod.input_names == ["x", "normalize"] and mod.inputs[1].text == "False"
+    assert [i.name for i in mod.inputs] == ["x", "normalize"] and mod.inputs[
+        1
+    ].value.text == "False"
     # only the branch taken for the default is in the graph; no guard nodes without a line
     assert not _nodes(mod, "normalize") and all(
         n.span is not None for n in mod.nodes if n.op.startswith("call")
@@ -208,7 +219,7 @@ def test_repairs_combine_one_per_failure(
     modules: dict[str, ModuleResult], fixture_module: ModuleType
 ) -> None:
     mod = modules["Combined"]
-    assert mod.status == "traced" and mod.strategy == "fx+leaf+wrap+concrete"
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx+leaf+wrap+concrete"
     # each failure that led to a repair is reported where it happened, with the repair named
     # ... as information: the module still gets its shapes
     found = {d.code: d for d in mod.diagnostics if d.severity == "information"}
@@ -238,7 +249,9 @@ def test_untraceable_root_gets_nodes_from_a_fake_run(
     modules: dict[str, ModuleResult], fixture_module: ModuleType
 ) -> None:
     mod = modules["TokenKeep"]
-    assert mod.status == "traced" and mod.strategy == "fake-run" and mod.error is None
+    assert (
+        mod.status == "traced" and strategy_label(mod.strategy) == "fake-run" and mod.error is None
+    )
     assert _infos(mod) == ["FX104"]  # the FX failure stays visible at its span
     assert _errors(mod) == []
     (fx104,) = [d for d in mod.diagnostics if d.code == "FX104"]
@@ -274,7 +287,7 @@ def test_untraceable_root_gets_nodes_from_a_fake_run(
 
 def test_data_dependent_branch_keeps_what_ran_before_it(modules: dict[str, ModuleResult]) -> None:
     mod = modules["SignGate"]
-    assert mod.status == "failed" and mod.strategy == "fake-run"
+    assert mod.status == "failed" and strategy_label(mod.strategy) == "fake-run"
     assert mod.outputs == [] and mod.error is not None
     assert _errors(mod) == [] and _warnings(mod) == ["FX101"]
     after = "class SignGate("
@@ -296,7 +309,7 @@ def test_checks_in_helpers_and_submodules_traced_through_warn(
     modules: dict[str, ModuleResult],
 ) -> None:
     mod = modules["HelperChecks"]
-    assert mod.status == "traced" and mod.strategy == "fx"
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx"
     fx108 = [d for d in mod.diagnostics if d.code == "FX108"]
     assert [d.span for d in fx108] == [_span("isinstance(x, (list, tuple))", "def maybe_cat")]
     assert all(d.severity == "warning" for d in fx108)
@@ -435,7 +448,7 @@ async def test_strategies_through_the_sandboxed_worker(worker) -> None:  # type:
     assert result.kind == "ok", (result.message, result.output_head)
     assert result.payload is not None
     mods = {m.name: m for m in result.payload.modules}
-    assert [mods[n].strategy for n in names] == ["fx", "fx+wrap", "fake-run", "fx"]
+    assert [strategy_label(mods[n].strategy) for n in names] == ["fx", "fx+wrap", "fake-run", "fx"]
     keep = mods["TokenKeep"]
     assert [n.target for n in keep.nodes if n.op != "placeholder"] == [
         "fc",

@@ -29,7 +29,7 @@ import pytest_asyncio
 
 from fxls.analysis.classes import parse
 from fxls.engine.analyze import AnalysisRequest, EngineOptions, FileAnalysis, analyze
-from fxls.protocol.model import Limits, ModuleResult, NodeInfo, Span, Value
+from fxls.protocol.model import InputValue, Limits, ModuleResult, NodeInfo, Span, Strategy, Value
 
 ROOT = Path(__file__).resolve().parents[3]
 ZEROCONFIG = ROOT / "tests" / "corpus" / "zeroconfig"
@@ -150,10 +150,8 @@ def _mnist_result(output: Value, fc1: Value, relu: Value) -> ModuleResult:
         name="Net",
         line=line_of("class Net").line,
         status="traced",
-        strategy="fx",
-        inputs=[_tensor("B", 1, 28, 28)],
-        input_names=["x"],
-        inputs_assumed=[False],
+        strategy=Strategy("fx"),
+        inputs=[InputValue("x", _tensor("B", 1, 28, 28))],
         outputs=[output],
         nodes=[
             NodeInfo("x", "placeholder", "x", outputs=[_tensor("B", 1, 28, 28)]),
@@ -199,7 +197,7 @@ def test_checker_accepts_true_shapes_and_reports_wrong_ones() -> None:
     # fxls's own (assumed) input sizes are checked by running eagerly on them: a 32x32 image
     # runs up to fc1, where the real model raises
     assumed = _mnist_result(_tensor("B", 10), _tensor("B", 128), _tensor("B", 32, 30, 30))
-    assumed.inputs, assumed.inputs_assumed = [_tensor("B", 1, 32, 32)], [True]
+    assumed.inputs = [InputValue("x", _tensor("B", 1, 32, 32), assumed=True, origin="assumed")]
     assumed.nodes[1].outputs = [_tensor("B", 32, 30, 30)]
     assumed.outputs = []
     verdict = truth.compare(t, assumed)

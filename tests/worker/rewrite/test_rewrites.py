@@ -16,6 +16,7 @@ import torch
 from fxls.analysis import parse, parse_directive
 from fxls.protocol.codec import from_dict, to_dict
 from fxls.protocol.edits import apply_edits
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
@@ -463,7 +464,7 @@ def test_len_of_an_input_the_fake_run_fixed_verifies() -> None:
     diag = _diagnostic(job, "Mean", "FX102")
     _, result = capture_document(job, lambda *a: None)
     (mod,) = result.modules
-    assert mod.strategy == "fake-run" and mod.outputs[0].shape == ["B", 8]
+    assert strategy_label(mod.strategy) == "fake-run" and mod.outputs[0].shape == ["B", 8]
     outcome = _one(job, _fix("length", "Mean", diag.span, "FX102"))
     assert outcome.applicability == "safe", outcome.reason
     assert "captures as far with the same shapes: `Mean` traced (fx)" in outcome.checks

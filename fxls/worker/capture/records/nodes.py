@@ -14,7 +14,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from fxls.protocol.model import Arg, NodeCopy, NodeInfo, NodeOp, Value, clone
+from fxls.protocol.copies import clone
+from fxls.protocol.model import Arg, NodeCopy, NodeInfo, NodeOp, Value
 from fxls.worker.capture.records import arguments
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY
 

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 import torch
 import torch.fx
 
+from fxls.protocol.copies import block_gives, expand_node, node_matches
 from fxls.protocol.model import BlockCopy, NodeCopy, NodeInfo
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, call_site_frame
@@ -813,8 +814,8 @@ def compact(modules: Iterable[Any], copied: dict[int, tuple[Any, dict[int, int]]
     record); ``copied`` names the whole records of copies that could not be made so (node
     names inside argument texts). Those are sent as ``NodeCopy`` values with ``texts`` where
     expanding them gives the record exactly, and each run of copies made for one sub-block as
-    one ``BlockCopy`` where its copies are those; the server's decoding expands them
-    (``ModuleResult.__post_init__``), so it sees every record as before."""
+    one ``BlockCopy`` where its copies are those; the engine expands them when it takes the
+    result (``fxls.protocol.copies.expanded``), so it sees every record as before."""
     for mod in modules:
         found = copied.get(id(mod))
         listed = found[1] if found is not None and found[0] is mod else {}
@@ -844,11 +845,11 @@ def compact(modules: Iterable[Any], copied: dict[int, tuple[Any, dict[int, int]]
                 module_path=node.module_path, users=node.users, inputs=list(node.inputs),
                 renamed=renamed,
             )  # fmt: skip
-            if copy.matches(template, node):
+            if node_matches(copy, template, node):
                 copies.append(copy)
                 continue
             copy.texts = True  # node names inside lists or tuples of arguments
-            if copy.matches(template, node):
+            if node_matches(copy, template, node):
                 copies.append(copy)
         copies.sort(key=lambda c: c.at)
         for copy in copies:
@@ -907,7 +908,7 @@ def _block(run: list[NodeCopy], nodes: list[NodeInfo | NodeCopy]) -> BlockCopy |
         users=[c.users for c in run], outer=outer,
         texts=[i for i, c in enumerate(run) if c.texts],
     )  # fmt: skip
-    return block if block.gives(templates, run) else None
+    return block if block_gives(block, templates, run) else None
 
 
 def whole_record(
@@ -924,7 +925,7 @@ def whole_record(
         chain.append(found)
         found = nodes[found.of]
     for copy in reversed(chain):
-        found = copy.expand(found)
+        found = expand_node(copy, found)
         if expanded is not None:
             expanded[copy.at] = found
     return found

@@ -34,7 +34,7 @@ import torch
 import torch.fx
 
 from fxls.protocol import catalogue
-from fxls.protocol.model import Value
+from fxls.protocol.model import RepairKind, Strategy, Value
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture import failures
 from fxls.worker.capture.shapes import propagation as shapes
@@ -122,14 +122,15 @@ class Repairs:
         elif repair.kind == "concrete":
             self.concrete.extend(n for n in repair.names if n not in self.concrete)
 
-    def label(self, declared_leaves: bool = False) -> str:
-        """``fx``, ``fx+leaf``, ``fx+wrap``, ``fx+concrete`` or a combination."""
+    def strategy(self, declared_leaves: bool = False) -> Strategy:
+        """``fx`` with the repairs applied (``leaf`` too for declared leaves), in the order
+        leaf, wrap, concrete."""
         kinds = {r.kind for r in self.applied}
-        parts = ["fx"]
+        repairs: list[RepairKind] = []
         if declared_leaves or "leaf" in kinds:
-            parts.append("leaf")
-        parts += [k for k in ("wrap", "concrete") if k in kinds]
-        return "+".join(parts)
+            repairs.append("leaf")
+        repairs += [k for k in ("wrap", "concrete") if k in kinds]
+        return Strategy("fx", repairs)
 
     def notes(self, defaults: Mapping[str, Any]) -> list[str]:
         out = []

@@ -680,7 +680,7 @@ def test_a_released_library_model_file_in_vscode(
                 "file": "modeling_llama.py",
                 "expectText": "Licensed under the Apache License",
                 # the inlay hint after the call, once the capture is done
-                "goToLine": {"line": line, "expectText": "self.up_proj(x))▸ [B, T, 4096]"},
+                "goToLine": {"line": line, "expectText": "▸ [B, T, 4096]"},
                 "timeoutMs": 120000,
             },
         ],

@@ -23,21 +23,30 @@ async function screenshot(page, name) {
 
 /** Opens a workspace file through Quick Open and waits until its text is rendered. */
 async function openFile(page, name, expectText) {
-  await page.locator(".monaco-workbench").click({ position: { x: 600, y: 400 } }).catch(() => {});
+  await page
+    .locator(".monaco-workbench")
+    .click({ position: { x: 600, y: 400 } })
+    .catch(() => {});
   await page.keyboard.press("Control+P");
   const input = page.locator(".quick-input-widget input");
   await input.waitFor({ state: "visible", timeout: 15000 });
   await input.fill(name);
   // Wait until Quick Open lists the file (file search starts a moment after the workbench).
-  const row = page.locator(".quick-input-list .monaco-list-row", { hasText: name }).first();
+  const row = page
+    .locator(".quick-input-list .monaco-list-row", { hasText: name })
+    .first();
   await row.waitFor({ state: "visible", timeout: 20000 });
   await page.waitForTimeout(200);
   await page.keyboard.press("Enter");
   await page.waitForFunction(
     (text) => {
       // every rendered editor: a notebook shows one per cell
-      const editors = document.querySelectorAll(".editor-instance .view-lines, .monaco-editor .view-lines");
-      return Array.from(editors).some((lines) => lines.textContent.replace(/\u00a0/g, " ").includes(text));
+      const editors = document.querySelectorAll(
+        ".editor-instance .view-lines, .monaco-editor .view-lines",
+      );
+      return Array.from(editors).some((lines) =>
+        lines.textContent.replace(/\u00a0/g, " ").includes(text),
+      );
     },
     expectText,
     { timeout: 20000 },
@@ -54,8 +63,8 @@ async function goToLine(page, line, expectText, timeoutMs) {
   await page.keyboard.press("Enter");
   await page.waitForFunction(
     (text) =>
-      Array.from(document.querySelectorAll(".monaco-editor .view-lines")).some((lines) =>
-        lines.textContent.replace(/\u00a0/g, " ").includes(text),
+      Array.from(document.querySelectorAll(".monaco-editor .view-lines")).some(
+        (lines) => lines.textContent.replace(/\u00a0/g, " ").includes(text),
       ),
     expectText,
     { timeout: timeoutMs },
@@ -66,7 +75,9 @@ async function goToLine(page, line, expectText, timeoutMs) {
 async function locateWord(page, lineText, word) {
   return page.evaluate(
     ({ lineText, word }) => {
-      for (const line of document.querySelectorAll(".monaco-editor .view-line")) {
+      for (const line of document.querySelectorAll(
+        ".monaco-editor .view-line",
+      )) {
         const text = line.textContent.replace(/\u00a0/g, " ");
         const at = text.indexOf(lineText);
         if (at < 0) continue;
@@ -80,7 +91,13 @@ async function locateWord(page, lineText, word) {
             const range = document.createRange();
             const start = wordAt - offset;
             range.setStart(node, start);
-            range.setEnd(node, Math.min(length, start + Math.max(1, Math.floor(word.length / 2))));
+            range.setEnd(
+              node,
+              Math.min(
+                length,
+                start + Math.max(1, Math.floor(word.length / 2)),
+              ),
+            );
             const rect = range.getBoundingClientRect();
             return { x: rect.right, y: rect.top + rect.height / 2 };
           }
@@ -96,8 +113,13 @@ async function locateWord(page, lineText, word) {
 /** The text of the visible hover widgets ("" when none is shown or it is still loading). */
 async function hoverText(page) {
   return page.evaluate(() => {
-    const shown = Array.from(document.querySelectorAll(".monaco-hover:not(.hidden)"));
-    const text = shown.map((h) => h.innerText.trim()).filter((t) => t.length > 0).join("\n");
+    const shown = Array.from(
+      document.querySelectorAll(".monaco-hover:not(.hidden)"),
+    );
+    const text = shown
+      .map((h) => h.innerText.trim())
+      .filter((t) => t.length > 0)
+      .join("\n");
     return /^Loading\.*$/.test(text) ? "" : text;
   });
 }
@@ -124,7 +146,7 @@ async function hoverUntil(page, what, locate, expect, timeoutMs) {
       text = await hoverText(page);
       if (text && expect.every((e) => text.includes(e))) {
         await page.waitForTimeout(300); // let it finish fading in for the screenshot
-        return await hoverText(page) || text;
+        return (await hoverText(page)) || text;
       }
     }
     await page.waitForTimeout(500);
@@ -143,7 +165,8 @@ async function quickFix(page, fix, timeoutMs) {
   const out = { items: [], applied: false };
   while (Date.now() < deadline) {
     const point = await locateWord(page, fix.line, fix.word);
-    if (!point) throw new Error(`no rendered line contains ${JSON.stringify(fix.line)}`);
+    if (!point)
+      throw new Error(`no rendered line contains ${JSON.stringify(fix.line)}`);
     await page.mouse.click(point.x, point.y);
     await page.keyboard.press("Control+.");
     const rows = page.locator(".action-widget .monaco-list-row");
@@ -176,8 +199,13 @@ async function quickFix(page, fix, timeoutMs) {
     try {
       await page.waitForFunction(
         (gone) => {
-          const lines = document.querySelector(".editor-instance .view-lines, .monaco-editor .view-lines");
-          return lines !== null && !lines.textContent.replace(/\u00a0/g, " ").includes(gone);
+          const lines = document.querySelector(
+            ".editor-instance .view-lines, .monaco-editor .view-lines",
+          );
+          return (
+            lines !== null &&
+            !lines.textContent.replace(/\u00a0/g, " ").includes(gone)
+          );
         },
         fix.gone,
         { timeout: 30000 },
@@ -190,7 +218,10 @@ async function quickFix(page, fix, timeoutMs) {
   }
   out.text = await page.evaluate(() =>
     Array.from(document.querySelectorAll(".monaco-editor .view-line"))
-      .map((line) => ({ top: parseFloat(line.style.top || "0"), text: line.textContent.replace(/\u00a0/g, " ") }))
+      .map((line) => ({
+        top: parseFloat(line.style.top || "0"),
+        text: line.textContent.replace(/\u00a0/g, " "),
+      }))
       .sort((a, b) => a.top - b.top)
       .map((line) => line.text)
       .join("\n"),
@@ -201,16 +232,17 @@ async function quickFix(page, fix, timeoutMs) {
 async function squiggles(page) {
   return page.evaluate(() => ({
     errors: document.querySelectorAll(".monaco-editor .squiggly-error").length,
-    warnings: document.querySelectorAll(".monaco-editor .squiggly-warning").length,
+    warnings: document.querySelectorAll(".monaco-editor .squiggly-warning")
+      .length,
   }));
 }
 
 /** The fxls status bar item: its text and the codicons it shows (e.g. codicon-shield). */
 async function statusBar(page) {
   return page.evaluate(() => {
-    const items = Array.from(document.querySelectorAll(".statusbar-item")).filter((e) =>
-      /fxls/.test(e.innerText),
-    );
+    const items = Array.from(
+      document.querySelectorAll(".statusbar-item"),
+    ).filter((e) => /fxls/.test(e.innerText));
     return {
       text: items.map((e) => e.innerText.trim()).join(" | "),
       icons: items.flatMap((e) =>
@@ -225,11 +257,21 @@ async function statusBar(page) {
 async function notifications(page) {
   return page.evaluate(() =>
     // each toast's message, then its buttons in brackets: "message [Open Setting] [Show Log]"
-    Array.from(document.querySelectorAll(".notifications-toasts .notification-list-item"))
+    Array.from(
+      document.querySelectorAll(
+        ".notifications-toasts .notification-list-item",
+      ),
+    )
       .map((item) => {
-        const message = item.querySelector(".notification-list-item-message")?.innerText.trim() ?? "";
-        const buttons = Array.from(item.querySelectorAll(".notification-list-item-buttons-container .monaco-button"))
-          .map((b) => `[${b.innerText.trim()}]`);
+        const message =
+          item
+            .querySelector(".notification-list-item-message")
+            ?.innerText.trim() ?? "";
+        const buttons = Array.from(
+          item.querySelectorAll(
+            ".notification-list-item-buttons-container .monaco-button",
+          ),
+        ).map((b) => `[${b.innerText.trim()}]`);
         return [message, ...buttons].join(" ");
       })
       .join("\n"),
@@ -243,7 +285,9 @@ async function grantTrust(page) {
   await input.waitFor({ state: "visible", timeout: 15000 });
   await input.fill(">Workspaces: Manage Workspace Trust");
   await page
-    .locator(".quick-input-list .monaco-list-row", { hasText: "Manage Workspace Trust" })
+    .locator(".quick-input-list .monaco-list-row", {
+      hasText: "Manage Workspace Trust",
+    })
     .first()
     .waitFor({ state: "visible", timeout: 15000 });
   await page.keyboard.press("Enter");
@@ -265,16 +309,24 @@ async function runStep(page, step) {
   await openFile(page, step.file, step.expectText);
   out.opened_ms = Date.now() - started;
   if (step.goToLine) {
-    await goToLine(page, step.goToLine.line, step.goToLine.expectText, step.timeoutMs ?? 20000);
+    await goToLine(
+      page,
+      step.goToLine.line,
+      step.goToLine.expectText,
+      step.timeoutMs ?? 20000,
+    );
   }
   if (step.settleMs) {
     await page.waitForTimeout(step.settleMs);
   }
   if (step.waitSquiggle) {
     try {
-      await page.waitForSelector(`.monaco-editor .squiggly-${step.waitSquiggle}`, {
-        timeout: step.timeoutMs,
-      });
+      await page.waitForSelector(
+        `.monaco-editor .squiggly-${step.waitSquiggle}`,
+        {
+          timeout: step.timeoutMs,
+        },
+      );
     } catch {
       out.squiggle_timeout = true;
     }
@@ -288,7 +340,8 @@ async function runStep(page, step) {
       JSON.stringify(word),
       async () => {
         const point = await locateWord(page, line, word);
-        if (!point) throw new Error(`no rendered line contains ${JSON.stringify(line)}`);
+        if (!point)
+          throw new Error(`no rendered line contains ${JSON.stringify(line)}`);
         return point;
       },
       step.hover.expect ?? [],
@@ -308,8 +361,16 @@ async function runStep(page, step) {
       page,
       "the error squiggle",
       async () => {
-        const box = await page.locator(".monaco-editor .squiggly-error").first().boundingBox();
-        return box && { x: box.x + Math.min(box.width / 2, 20), y: box.y + box.height / 2 };
+        const box = await page
+          .locator(".monaco-editor .squiggly-error")
+          .first()
+          .boundingBox();
+        return (
+          box && {
+            x: box.x + Math.min(box.width / 2, 20),
+            y: box.y + box.height / 2,
+          }
+        );
       },
       step.squiggleHover === true ? ["fxls"] : step.squiggleHover,
       step.timeoutMs,
@@ -331,7 +392,10 @@ async function toastWith(page, expect) {
   const toasts = page.locator(".notifications-toasts .notification-list-item");
   const count = await toasts.count();
   for (let i = 0; i < count; i++) {
-    const text = await toasts.nth(i).innerText().catch(() => "");
+    const text = await toasts
+      .nth(i)
+      .innerText()
+      .catch(() => "");
     if (expect.every((e) => text.includes(e))) return toasts.nth(i);
   }
   return null;
@@ -350,25 +414,42 @@ async function traceClass(page, trace, timeoutMs) {
   await page.waitForTimeout(300);
   if (trace.edit) {
     const at = await locateWord(page, trace.edit.line, trace.edit.word);
-    if (!at) throw new Error(`trace: no rendered line contains ${JSON.stringify(trace.edit.line)}`);
+    if (!at)
+      throw new Error(
+        `trace: no rendered line contains ${JSON.stringify(trace.edit.line)}`,
+      );
     await page.mouse.dblclick(at.x, at.y);
     await page.keyboard.type(trace.edit.text);
     await page.waitForFunction(
-      (text) => document.querySelector(".editor-instance .view-lines, .monaco-editor .view-lines")
-        ?.textContent.replace(/\u00a0/g, " ").includes(text),
+      (text) =>
+        document
+          .querySelector(
+            ".editor-instance .view-lines, .monaco-editor .view-lines",
+          )
+          ?.textContent.replace(/\u00a0/g, " ")
+          .includes(text),
       trace.edit.expectText,
       { timeout: 10000 },
     );
   }
   const point = await locateWord(page, trace.line, trace.word);
-  if (!point) throw new Error(`trace: no rendered line contains ${JSON.stringify(trace.line)}`);
+  if (!point)
+    throw new Error(
+      `trace: no rendered line contains ${JSON.stringify(trace.line)}`,
+    );
   await page.mouse.click(point.x, point.y);
   const started = Date.now();
   if (trace.via === "context menu") {
     await page.mouse.click(point.x, point.y, { button: "right" });
-    const item = page.locator(".monaco-menu .action-item", { hasText: "Trace Class at Cursor" }).first();
+    const item = page
+      .locator(".monaco-menu .action-item", {
+        hasText: "Trace Class at Cursor",
+      })
+      .first();
     await item.waitFor({ state: "visible", timeout: 15000 });
-    out.menu = (await page.locator(".monaco-menu .action-item").allInnerTexts()).map((t) => t.trim()).filter(Boolean);
+    out.menu = (await page.locator(".monaco-menu .action-item").allInnerTexts())
+      .map((t) => t.trim())
+      .filter(Boolean);
     await screenshot(page, `trace-menu`);
     await item.click();
   } else {
@@ -378,7 +459,8 @@ async function traceClass(page, trace, timeoutMs) {
   let toast = null;
   while (Date.now() - started < timeoutMs) {
     const shown = await notifications(page);
-    if (!out.progress && shown.includes("tracing the class at the cursor")) out.progress = shown;
+    if (!out.progress && shown.includes("tracing the class at the cursor"))
+      out.progress = shown;
     toast = await toastWith(page, trace.expect);
     if (toast) break;
     await page.waitForTimeout(50);
@@ -394,15 +476,27 @@ async function traceClass(page, trace, timeoutMs) {
   out.notification = await notifications(page);
   out.screenshot = await screenshot(page, trace.name ?? "trace");
   if (trace.button) {
-    await toast.locator(".monaco-button", { hasText: trace.button }).first().click();
+    await toast
+      .locator(".monaco-button", { hasText: trace.button })
+      .first()
+      .click();
     if (trace.button === "Show Graph") {
       const deadline = Date.now() + timeoutMs;
       out.graph_nodes = [];
-      while (Date.now() < deadline && !out.graph_nodes.some((n) => n.includes(trace.graphExpect))) {
-        const frame = await frameWith(page, "#fxls-svg [data-node]", Math.max(1000, deadline - Date.now()));
+      while (
+        Date.now() < deadline &&
+        !out.graph_nodes.some((n) => n.includes(trace.graphExpect))
+      ) {
+        const frame = await frameWith(
+          page,
+          "#fxls-svg [data-node]",
+          Math.max(1000, deadline - Date.now()),
+        );
         try {
           out.graph_nodes = await frame.evaluate(() =>
-            Array.from(document.querySelectorAll("#fxls-svg [data-node]")).map((g) => g.textContent),
+            Array.from(document.querySelectorAll("#fxls-svg [data-node]")).map(
+              (g) => g.textContent,
+            ),
           );
         } catch {
           // the view is loading the new page: this frame went away, look again
@@ -435,14 +529,22 @@ async function frameWith(page, selector, timeoutMs) {
   while (Date.now() < deadline) {
     for (const frame of page.frames()) {
       try {
-        if (await frame.evaluate((s) => document.querySelector(s) !== null, selector)) return frame;
+        if (
+          await frame.evaluate(
+            (s) => document.querySelector(s) !== null,
+            selector,
+          )
+        )
+          return frame;
       } catch {
         // a frame that is navigating or gone
       }
     }
     await page.waitForTimeout(250);
   }
-  throw new Error(`no webview frame with ${selector} within ${Math.round(timeoutMs / 1000)} s`);
+  throw new Error(
+    `no webview frame with ${selector} within ${Math.round(timeoutMs / 1000)} s`,
+  );
 }
 
 /**
@@ -452,7 +554,9 @@ async function frameWith(page, selector, timeoutMs) {
  */
 async function showGraph(page, graph) {
   const out = {};
-  const lens = page.locator(".monaco-editor .codelens-decoration a", { hasText: "Show graph" }).first();
+  const lens = page
+    .locator(".monaco-editor .codelens-decoration a", { hasText: "Show graph" })
+    .first();
   try {
     await lens.waitFor({ state: "visible", timeout: graph.timeoutMs ?? 30000 });
     await lens.click();
@@ -461,25 +565,39 @@ async function showGraph(page, graph) {
     await runCommand(page, "fxls: Show Graph");
     out.opened_by = "command";
   }
-  const frame = await frameWith(page, "#fxls-svg [data-node]", graph.timeoutMs ?? 30000);
-  out.nodes = await frame.evaluate(() =>
-    Array.from(document.querySelectorAll("#fxls-svg [data-node]")).map((g) => g.textContent),
+  const frame = await frameWith(
+    page,
+    "#fxls-svg [data-node]",
+    graph.timeoutMs ?? 30000,
   );
-  out.title = await frame.evaluate(() => document.querySelector("header h1")?.textContent ?? "");
+  out.nodes = await frame.evaluate(() =>
+    Array.from(document.querySelectorAll("#fxls-svg [data-node]")).map(
+      (g) => g.textContent,
+    ),
+  );
+  out.title = await frame.evaluate(
+    () => document.querySelector("header h1")?.textContent ?? "",
+  );
   await page.waitForTimeout(300);
   out.screenshot = await screenshot(page, "graph");
-  const node = frame.locator("#fxls-svg [data-node]", { hasText: graph.click }).first();
+  const node = frame
+    .locator("#fxls-svg [data-node]", { hasText: graph.click })
+    .first();
   await node.click();
   const deadline = Date.now() + 15000;
   out.selection = "";
   while (Date.now() < deadline) {
     out.selection = await page.evaluate(
-      () => document.getElementById("status.editor.selection")?.innerText.trim() ?? "",
+      () =>
+        document.getElementById("status.editor.selection")?.innerText.trim() ??
+        "",
     );
     if (out.selection.startsWith(`Ln ${graph.expectLine},`)) break;
     await page.waitForTimeout(200);
   }
-  out.details = await frame.evaluate(() => document.getElementById("fxls-details")?.innerText ?? "");
+  out.details = await frame.evaluate(
+    () => document.getElementById("fxls-details")?.innerText ?? "",
+  );
   await screenshot(page, "graph-revealed");
   return out;
 }
@@ -488,10 +606,14 @@ async function showGraph(page, graph) {
 async function showOutput(page) {
   await runCommand(page, "fxls: Show Log");
   await page.waitForTimeout(300);
-  await page.waitForSelector(".part.panel .monaco-editor .view-lines", { timeout: 15000 });
+  await page.waitForSelector(".part.panel .monaco-editor .view-lines", {
+    timeout: 15000,
+  });
   await page.waitForTimeout(800);
   const text = await page.evaluate(
-    () => document.querySelector(".part.panel .monaco-editor .view-lines")?.innerText ?? "",
+    () =>
+      document.querySelector(".part.panel .monaco-editor .view-lines")
+        ?.innerText ?? "",
   );
   await screenshot(page, "output");
   return text.replace(/\u00a0/g, " ");
@@ -515,10 +637,14 @@ async function main() {
   });
   const page = context.pages()[0] ?? (await context.newPage());
   page.on("console", (message) => {
-    if (message.type() === "error") results.console.push(message.text().slice(0, 300));
+    if (message.type() === "error")
+      results.console.push(message.text().slice(0, 300));
   });
   try {
-    await page.goto(config.url, { waitUntil: "domcontentloaded", timeout: 60000 });
+    await page.goto(config.url, {
+      waitUntil: "domcontentloaded",
+      timeout: 60000,
+    });
     await page.waitForSelector(".monaco-workbench", { timeout: 60000 });
     await page.waitForSelector(".statusbar", { timeout: 60000 });
     log("workbench loaded");

@@ -31,6 +31,7 @@ from fxls.engine.analyze import build_requests
 from fxls.lsp.features import hover
 from fxls.lsp.features.inlay_hints import shape_hints
 from fxls.protocol.codec import from_dict, to_dict
+from fxls.protocol.copies import expanded
 from fxls.protocol.model import CaptureJob, CaptureResult, ModuleResult, NodeInfo
 from fxls.worker.capture.pipeline import run_capture
 
@@ -360,7 +361,8 @@ async def test_the_worker_sends_what_the_views_need(worker) -> None:  # type: ig
         result = await worker.run(_job(name))
         assert result.kind == "ok", (result.message, result.output_head)
         assert result.payload is not None
-        sent[name] = {m.name: m for m in result.payload.modules}
+        # copied sub-blocks come as copies (what the wire carries): expanded as the engine does
+        sent[name] = {m.name: expanded(m) for m in result.payload.modules}
     for name, mods in sent.items():
         here = _capture(name)
         for cls, mod in mods.items():

@@ -45,9 +45,16 @@ async def client(lsp_client: LanguageClient, tmp_path: Path):
     await lsp_client.shutdown_session()
 
 
-def _open(client: LanguageClient, folder: Path) -> tuple[str, list[str]]:
-    notebook = (folder / "model.ipynb").as_uri()
-    cells = [f"vscode-notebook-cell:{folder / 'model.ipynb'}#C{i}" for i in range(len(CELLS))]
+def _open(
+    client: LanguageClient,
+    folder: Path,
+    cells_in: list[tuple[str, str]] = CELLS,
+    name: str = "model.ipynb",
+    tag: str = "C",
+) -> tuple[str, list[str]]:
+    """Open a notebook of ``cells_in`` (kind, text) as VS Code does: its URI and its cells'."""
+    notebook = (folder / name).as_uri()
+    cells = [f"vscode-notebook-cell:{folder / name}#{tag}{i}" for i in range(len(cells_in))]
     client.notebook_document_did_open(
         types.DidOpenNotebookDocumentParams(
             notebook_document=types.NotebookDocument(
@@ -61,7 +68,7 @@ def _open(client: LanguageClient, folder: Path) -> tuple[str, list[str]]:
                         else types.NotebookCellKind.Markup,
                         document=uri,
                     )
-                    for (kind, _), uri in zip(CELLS, cells)
+                    for (kind, _), uri in zip(cells_in, cells)
                 ],
             ),
             cell_text_documents=[
@@ -71,7 +78,7 @@ def _open(client: LanguageClient, folder: Path) -> tuple[str, list[str]]:
                     version=1,
                     text=text,
                 )
-                for (kind, text), uri in zip(CELLS, cells)
+                for (kind, text), uri in zip(cells_in, cells)
             ],
         )
     )
@@ -323,26 +330,8 @@ async def test_cells_added_and_removed(client: LanguageClient, tmp_path: Path) -
 async def test_a_notebook_too_large_is_said_on_its_first_cell(
     client: LanguageClient, tmp_path: Path
 ) -> None:
-    notebook = (tmp_path / "big.ipynb").as_uri()
-    cells = [f"vscode-notebook-cell:{tmp_path / 'big.ipynb'}#B{i}" for i in range(2)]
     texts = ["import torch", "x = 1\n" * 400_000]
-    client.notebook_document_did_open(
-        types.DidOpenNotebookDocumentParams(
-            notebook_document=types.NotebookDocument(
-                uri=notebook,
-                notebook_type="jupyter-notebook",
-                version=1,
-                cells=[
-                    types.NotebookCell(kind=types.NotebookCellKind.Code, document=uri)
-                    for uri in cells
-                ],
-            ),
-            cell_text_documents=[
-                types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
-                for uri, text in zip(cells, texts)
-            ],
-        )
-    )
+    _, cells = _open(client, tmp_path, [("code", t) for t in texts], "big.ipynb", "B")
 
     async def told() -> list[types.PublishDiagnosticsParams]:
         return [p for p in client.published if p.diagnostics]  # type: ignore[attr-defined]
@@ -371,27 +360,9 @@ async def test_a_quick_fix_in_a_cell_edits_that_cell(
 ) -> None:
     """An unused statement in a class's cell: the fix is listed on the cell, computed on the
     notebook's module, and its edit is on the cell's URI at the cell's lines."""
-    notebook = (tmp_path / "head.ipynb").as_uri()
-    cells = [f"vscode-notebook-cell:{tmp_path / 'head.ipynb'}#H{i}" for i in range(3)]
     texts = ["%load_ext autoreload\nimport torch\nimport torch.nn as nn", UNUSED_CELL,
              "head = Head()\nhead(torch.randn(4, 6))"]  # fmt: skip
-    client.notebook_document_did_open(
-        types.DidOpenNotebookDocumentParams(
-            notebook_document=types.NotebookDocument(
-                uri=notebook,
-                notebook_type="jupyter-notebook",
-                version=1,
-                cells=[
-                    types.NotebookCell(kind=types.NotebookCellKind.Code, document=uri)
-                    for uri in cells
-                ],
-            ),
-            cell_text_documents=[
-                types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
-                for uri, text in zip(cells, texts)
-            ],
-        )
-    )
+    _, cells = _open(client, tmp_path, [("code", t) for t in texts], "head.ipynb", "H")
 
     async def unused() -> list[types.Diagnostic]:
         found = [p for p in client.published if p.uri == cells[1]]  # type: ignore[attr-defined]

@@ -1042,14 +1042,18 @@ class ClassCapture:
                 related.append(Related(call_site, f"called from `{mod.name}.forward` here"))
             text = doc.source.text(span).strip() if span is not None else ""
             shown = short_source(text, failed_node)
-            self._shape_error(span or self.span, related, shown, failed_node, message)
+            cause = prop.error.original[:400] if prop.error else ""
+            base = {"node": failed_node, "cause": cause}
+            self._shape_error(span or self.span, related, shown, message, base)
         return values, examples
 
     def _shape_error(
-        self, span: Span, related: list[Related], shown: str, failed_node: str, message: str
+        self, span: Span, related: list[Related], shown: str, message: str, base: dict[str, str]
     ) -> None:
         """FX201 at ``span``; a hint naming the assumption when the inputs or the build it
-        ran with are fxls's guesses (the code may well be right)."""
+        ran with are fxls's guesses (the code may well be right). ``base``: the diagnostic's
+        data, the failing node and what torch said (``cause``: one error is reported once,
+        ``pipeline._reported_where_it_happens``)."""
         mod = self.mod
         diag = catalogue.FX201(span, related, node=shown, error=message)
         assumed = [p for p in self.feeds_planned if p.assumed]
@@ -1058,7 +1062,7 @@ class ClassCapture:
         if assumed:
             # the error may come from fxls's guess, not from the code: say so, quietly
             guessed = ", ".join(f"`{p.name}` {p.shape_text()}" for p in assumed)
-            found = diag.diagnostic({"node": failed_node, "assumed_inputs": True})
+            found = diag.diagnostic({**base, "assumed_inputs": True})
             found.severity = "hint"
             found.fix = (
                 f"This shape error happens with inputs fxls assumed ({guessed}); declare "
@@ -1066,7 +1070,7 @@ class ClassCapture:
             )
             self.diagnose(found)
         elif upstream is not None:
-            found = diag.diagnostic({"node": failed_node, "assumed_inputs": True})
+            found = diag.diagnostic({**base, "assumed_inputs": True})
             found.severity = "hint"
             found.fix = (
                 f"This shape error happens with the inputs `{upstream}` passes here, which "
@@ -1077,7 +1081,7 @@ class ClassCapture:
         elif self.plan is not None and self.plan.params and not self.plan.positional():
             # ``forward(self, *args, **kwargs)`` (a wrapper passing everything on): fxls
             # called it with nothing, which says nothing about the code
-            found = diag.diagnostic({"node": failed_node, "no_arguments": True})
+            found = diag.diagnostic({**base, "no_arguments": True})
             found.severity = "hint"
             found.fix = (
                 f"`{mod.name}.forward` takes only `*args`/`**kwargs`, and fxls called it "
@@ -1086,7 +1090,7 @@ class ClassCapture:
             )
             self.diagnose(found)
         elif how is not None and how.source == "assumed":
-            found = diag.diagnostic({"node": failed_node, "assumed_init": True})
+            found = diag.diagnostic({**base, "assumed_init": True})
             found.severity = "hint"
             found.fix = (
                 f"This shape error happens with constructor arguments fxls assumed "
@@ -1094,7 +1098,7 @@ class ClassCapture:
             )
             self.diagnose(found)
         else:
-            self.diagnose(diag.diagnostic({"node": failed_node}))
+            self.diagnose(diag.diagnostic(dict(base)))
 
     def _compare_with_eager(
         self,
@@ -1240,7 +1244,8 @@ class ClassCapture:
             shown = short_source(text, run.error_target or "forward")
             first = safe_str(run.error).strip().splitlines()
             message = Namer(run.names).text(first[0] if first else type(run.error).__name__)
-            self._shape_error(run.error_span, [], shown, run.error_target or "", message[:400])
+            base = {"node": run.error_target or "", "cause": message[:400]}
+            self._shape_error(run.error_span, [], shown, message[:400], base)
         self.note(
             f"torch.fx could not trace `forward`, and running it on fake tensors stopped{where} "
             f"({error}); only the operations before that point are shown"

@@ -158,12 +158,6 @@ def capture_document(
     return doc, result
 
 
-def _shape_error_core(diag: Diagnostic) -> str:
-    """What torch said in an FX201 message, without fxls's framing."""
-    core = diag.message.split("`: ", 1)[-1]
-    return core.split(" (inputs: ", 1)[0]
-
-
 def _reported_where_it_happens(modules: list[ModuleResult]) -> None:
     """One shape error once, where it happens: a parent's FX201 at its call of a block kept
     whole, when that block's class reports the same error inside its own code (LocalViT's
@@ -172,14 +166,15 @@ def _reported_where_it_happens(modules: list[ModuleResult]) -> None:
     for mod in modules:
         for d in mod.diagnostics:
             if d.code == "FX201":
-                own.setdefault(mod.name, set()).add(_shape_error_core(d))
+                own.setdefault(mod.name, set()).add(str(d.data.get("cause", "")))
     for mod in modules:
         by_name = {n.name: n for n in mod.nodes}
         kept = []
         for d in mod.diagnostics:
             node = by_name.get(str(d.data.get("node", ""))) if d.code == "FX201" else None
             owner = (node.module_type or "").split("(", 1)[0] if node is not None else ""
-            if owner and owner != mod.name and _shape_error_core(d) in own.get(owner, set()):
+            cause = str(d.data.get("cause", ""))
+            if owner and owner != mod.name and cause and cause in own.get(owner, set()):
                 continue
             kept.append(d)
         mod.diagnostics = kept

@@ -55,10 +55,7 @@ class PlannedInput:
         if self.kind == "tensor":
             shape: list[int | str] = [name or size for name, size in self.dims]
             return Value(kind="tensor", shape=shape, dtype=dtype_name(self.dtype))
-        if self.inner_dims:
-            text = self.shape_text()  # tensors inside by their sizes, named where named
-            return Value(kind="other", text=text if len(text) <= 80 else text[:77] + "...")
-        return value_of(self.value)
+        return value_of(self.value, self.inner_dims)
 
     def shape_text(self) -> str:
         if self.kind == "value":
@@ -120,8 +117,9 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def value_of(v: Any) -> Value:
-    """A non-tensor Python value as a protocol ``Value``."""
+def value_of(v: Any, inner_dims: list[list[tuple[str | None, int]]] | None = None) -> Value:
+    """A non-tensor Python value as a protocol ``Value`` (``inner_dims``: the dimension names
+    of the tensors inside it, see ``PlannedInput.inner_dims``)."""
     if v is None:
         return Value(kind="none", text="None")
     if isinstance(v, bool):
@@ -137,9 +135,12 @@ def value_of(v: Any) -> Value:
     if isinstance(v, torch.Tensor):
         return Value(kind="tensor", shape=list(v.shape), dtype=dtype_name(v.dtype))
     if isinstance(v, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in v):
-        text = _value_text(v)  # ([2, 64, 224, 224], [2, 32, 224, 224]): sizes, not reprs
-        return Value(kind="other", text=text if len(text) <= 80 else text[:77] + "...")
-    text = repr(v)
+        # ([B, 64, 224, 224], [B, 32, 224, 224]): sizes, not reprs, named where named
+        return _other(_value_text(v, names=iter(inner_dims or [])))
+    return _other(repr(v))
+
+
+def _other(text: str) -> Value:
     return Value(kind="other", text=text if len(text) <= 80 else text[:77] + "...")
 
 

@@ -71,6 +71,7 @@ __all__ = [
     "map_named_tensors",
     "map_tensors",
     "meta_feeds",
+    "named_fake",
     "new_fake_mode",
     "propagate",
     "quiet_loggers",
@@ -742,15 +743,15 @@ def _run_fake(
     def constant(t: torch.Tensor) -> torch.Tensor:
         return t if t.device == device or isinstance(t, FakeTensor) else to_fake(t)
 
-    def named_fake(dims: list[tuple[str | None, int]], dtype: torch.dtype) -> torch.Tensor:
-        return _named_fake(dims, dtype, to_fake, shape_env, (names, first))
+    def fake_of(dims: list[tuple[str | None, int]], dtype: torch.dtype) -> torch.Tensor:
+        return named_fake(dims, dtype, to_fake, shape_env, (names, first))
 
     feeds: dict[str, Any] = {}
     for inp in inputs:
         if inp.kind != "tensor":
-            feeds[inp.name] = map_named_tensors(inp.value, inp.inner_dims, named_fake, to_fake)
+            feeds[inp.name] = map_named_tensors(inp.value, inp.inner_dims, fake_of, to_fake)
         else:
-            feeds[inp.name] = named_fake(inp.dims, inp.dtype)
+            feeds[inp.name] = fake_of(inp.dims, inp.dtype)
     with mode, torch.device(device), torch.no_grad():
         return _interpret(
             gm, feeds, Namer(names), "symbolic" if symbolic else "fake", shape_env, constant,
@@ -758,16 +759,17 @@ def _run_fake(
         )  # fmt: skip
 
 
-def _named_fake(
+def named_fake(
     dims: list[tuple[str | None, int]],
     dtype: torch.dtype,
     to_fake: Callable[..., torch.Tensor],
     shape_env: Any,
-    seen: tuple[dict[Any, str], dict[str, torch.SymInt]],
+    seen: tuple[dict[Any, str], dict[str, torch.SymInt] | None],
 ) -> torch.Tensor:
-    """A fake tensor of ``dims``: a symbol per named dimension when ``shape_env`` is given.
-    ``seen``: each symbol's name, and each name's first symbol (the same name on another
-    tensor is one symbol, by a guard)."""
+    """A fake tensor of ``dims`` made by ``to_fake(meta tensor[, symbolic context])``: a
+    symbol per named dimension when ``shape_env`` is given. ``seen``: each symbol's name, and
+    each name's first symbol (the same name on another tensor is one symbol, by a guard;
+    ``None``: no guards)."""
     from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
 
     names, first = seen
@@ -782,6 +784,8 @@ def _named_fake(
         if not (name and isinstance(d, torch.SymInt) and d.node.expr.is_Symbol):
             continue
         names.setdefault(d.node.expr, name)
+        if first is None:
+            continue
         if name in first:
             with contextlib.suppress(Exception):
                 torch._check(d == first[name])

@@ -710,32 +710,21 @@ def _has_names(inputs: Sequence[shapes.ExampleInput]) -> bool:
     return any(n for dims in [*tensors, *inner] for n, _ in dims)
 
 
-def _cpu_fake(
-    dims: list[tuple[str | None, int]],
-    dtype: torch.dtype,
-    fake_mode: Any,
-    shape_env: Any,
-    names: dict[Any, str],
-) -> Any:
-    """A fake CPU tensor of ``dims``, a symbol per named dimension when ``shape_env`` is
-    given (recorded in ``names``)."""
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+def _cpu_faker(fake_mode: Any) -> Callable[..., torch.Tensor]:
+    """``to_fake`` of :func:`shapes.named_fake` for a fake run: fake CPU tensors (symbolic
+    sizes from a meta fake's shape and strides)."""
 
-    sizes = [s for _, s in dims]
-    if shape_env is None or not any(n for n, _ in dims):
+    def make(base: torch.Tensor, ctx: Any = None) -> torch.Tensor:
+        if ctx is None:
+            with fake_mode:
+                return torch.empty(base.shape, dtype=base.dtype, device="cpu")
+        meta_fake = fake_mode.from_tensor(base, symbolic_context=ctx)
         with fake_mode:
-            return torch.empty(sizes, dtype=dtype, device="cpu")
-    ctx: Any = StatelessSymbolicContext(
-        dynamic_sizes=[DimDynamic.DYNAMIC if n else DimDynamic.STATIC for n, _ in dims]
-    )
-    base = torch.empty(sizes, dtype=dtype, device="meta")
-    meta_fake = fake_mode.from_tensor(base, symbolic_context=ctx)
-    with fake_mode:
-        fake = torch.empty_strided(meta_fake.shape, meta_fake.stride(), dtype=dtype, device="cpu")
-    for (name, _), d in zip(dims, fake.shape):
-        if name and isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
-            names.setdefault(d.node.expr, name)
-    return fake
+            return torch.empty_strided(
+                meta_fake.shape, meta_fake.stride(), dtype=base.dtype, device="cpu"
+            )
+
+    return make
 
 
 def fake_run(
@@ -792,19 +781,18 @@ def fake_run(
         # symbolic sizes computed in Python (B * T) stay constants of the graph on purpose
         warnings.filterwarnings("ignore", message="Raw SymInt value")
         try:
+            to_cpu = _cpu_faker(fake_mode)
 
-            def named_fake(dims: list[tuple[str | None, int]], dtype: torch.dtype) -> Any:
-                return _cpu_fake(dims, dtype, fake_mode, shape_env, names)
+            def fake_of(dims: list[tuple[str | None, int]], dtype: torch.dtype) -> Any:
+                return shapes.named_fake(dims, dtype, to_cpu, shape_env, (names, None))
 
             feeds: list[tuple[str, Any]] = []
             for inp in inputs:
                 if inp.kind != "tensor":
-                    value = shapes.map_named_tensors(
-                        inp.value, inp.inner_dims, named_fake, swap.fake
-                    )
+                    value = shapes.map_named_tensors(inp.value, inp.inner_dims, fake_of, swap.fake)
                     feeds.append((inp.name, value))
                 else:
-                    feeds.append((inp.name, named_fake(inp.dims, inp.dtype)))
+                    feeds.append((inp.name, fake_of(inp.dims, inp.dtype)))
             recorder.namer = Namer(names)
             for name, value in feeds:
                 recorder.placeholder(name, value)

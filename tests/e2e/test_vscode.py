@@ -652,6 +652,9 @@ def test_notebook_hover_in_vscode(
     assert "output" in step["hover"] and "[B, 10]" in step["hover"], context
     # the magic and the shell line give no error squiggle
     assert step["squiggles"]["errors"] == 0, context
+    # A mouse hover on a call nested in another call's argument shows that call's own node.
+    assert step["hover"].startswith("→ [B, T, 11008] float32"), context
+    assert "input\tx\t[B, T, 4096] float32" in step["hover"], context
 
 
 def test_a_released_library_model_file_in_vscode(
@@ -660,8 +663,8 @@ def test_a_released_library_model_file_in_vscode(
     """transformers' ``modeling_llama.py`` as installed (pinned in pyproject.toml), with no
     directive, in a workspace that links the package in: the file runs as its module
     (``transformers.models.llama.modeling_llama``), the inlay hint of a call inside ``LlamaMLP``
-    shows the shapes of the default configuration (hidden size 4096), and no error squiggle
-    appears."""
+    shows the shapes of the default configuration (hidden size 4096), a mouse hover on the call
+    nested inside it shows its own shapes, and no error squiggle appears."""
     import transformers
 
     package = Path(transformers.__file__).parent
@@ -681,6 +684,11 @@ def test_a_released_library_model_file_in_vscode(
                 "expectText": "Licensed under the Apache License",
                 # the inlay hint after the call, once the capture is done
                 "goToLine": {"line": line, "expectText": "▸ [B, T, 4096]"},
+                "hover": {
+                    "line": "self.gate_proj(x)",
+                    "word": "gate_proj",
+                    "expect": ["→ [B, T, 11008]", "gate_proj · Linear(4096, 11008"],
+                },
                 "timeoutMs": 120000,
             },
         ],
@@ -688,3 +696,6 @@ def test_a_released_library_model_file_in_vscode(
     (step,) = result["steps"]
     context = json.dumps(result, indent=1)[-6000:]
     assert step["squiggles"]["errors"] == 0, context
+    # A mouse hover on a call nested in another call's argument shows that call's own node.
+    assert step["hover"].startswith("→ [B, T, 11008] float32"), context
+    assert "input\tx\t[B, T, 4096] float32" in step["hover"], context

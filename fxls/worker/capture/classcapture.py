@@ -16,7 +16,7 @@ import re
 import textwrap
 import time
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,7 +288,6 @@ def capture_class(
     report_phase("init", req.name)
     started = time.perf_counter()
     first: ModuleResult | None = None
-    assumed_tries = 0
     recorded = doc.records.get(req.name) if not req.init else None
     options = (
         [_from_parent(recorded)]
@@ -316,31 +315,42 @@ def capture_class(
         return mod, capture
 
     first_capture: ClassCapture | None = None
-    for built in options:
+    held = doc.built_by_parents.get(req.name) if recorded is None and not req.init else None
+    for built in _in_order(options, held):
         mod, capture = attempt(built, started)
-        if built.construction.source != "assumed" or runs(mod):
+        if runs(mod) or built.construction.source not in ("assumed", "parent"):
             doc.captures[req.name] = capture
             return mod
         if first is None:
             first, first_capture = mod, capture
-        assumed_tries += 1  # noqa: SIM113 - counts assumed builds only
-        if assumed_tries >= MAX_ASSUMED_BUILDS:
-            break
         report_phase("init", req.name)
         started = time.perf_counter()
-    # nothing of its own built and ran through (``TransformerEncoder(encoder_layer, n)`` takes a
-    # layer object fxls cannot guess): the instance a parent built, if one did
-    held = doc.built_by_parents.get(req.name) if recorded is None and not req.init else None
-    if held is not None:
-        mod, capture = attempt(_from_parent(held), started)
-        if first is None or runs(mod):
-            doc.captures[req.name] = capture
-            return mod
     if first is not None:
         doc.captures[req.name] = first_capture
         return first
     failed.timings["build"] = time.perf_counter() - started
     return failed
+
+
+def _in_order(
+    options: Iterable[build.Built], held: parents.Recorded | None
+) -> Iterator[build.Built]:
+    """The builds to try: the class's own, except that an instance a parent built (``held``)
+    goes before the first build with values fxls chose (it is the code's own construction),
+    or after them all when there is none (``TransformerEncoder(encoder_layer, n)`` takes a layer
+    object fxls cannot guess); at most ``MAX_ASSUMED_BUILDS`` builds with chosen values."""
+    assumed = 0
+    for built in options:
+        if built.construction.source == "assumed":
+            if held is not None:
+                yield _from_parent(held)
+                held = None
+            assumed += 1
+        yield built
+        if assumed >= MAX_ASSUMED_BUILDS:
+            break
+    if held is not None:
+        yield _from_parent(held)
 
 
 def _from_parent(recorded: parents.Recorded) -> build.Built:

@@ -202,7 +202,8 @@ def _adopt_parents(
     results: dict[int, ModuleResult],
     report_phase: PhaseReporter,
 ) -> None:
-    """Re-capture, from an instance a parent called, the classes captured without one.
+    """Re-capture, from an instance a parent called (or built, for a class whose own build was
+    guessed or did not run through), the classes captured without one.
 
     The parent may be a class of this job that the file's order did not reveal (``block``
     passed as a parameter), or the product of a factory of the file (``resnet50()`` builds the
@@ -258,7 +259,8 @@ def _adopt_parents(
             for found in [n for n in weak if n in doc.records]:
                 del weak[found]
     for name, indices in pending.items():
-        if name not in doc.records:
+        held = name in doc.built_by_parents and any(_weak(results[i]) for i in indices)
+        if name not in doc.records and not held:
             continue
         for index in indices:
             req = job.classes[index]

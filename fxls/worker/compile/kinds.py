@@ -56,6 +56,18 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+_RAISED = re.compile(
+    r"no exception handler|Exception will propagate|when making fake tensor call",
+    re.IGNORECASE,
+)
+
+
+def is_raise(reason: str) -> bool:
+    """Whether a "break" is TorchDynamo giving up on an exception the code raised (a
+    ``KeyError`` in ``forward``): the error is the module's, not a graph break."""
+    return bool(_RAISED.search(short_reason(reason, limit=2000)))
+
+
 def code_of(reason: str) -> str:
     """The FX6xx code of a break with torch's ``reason`` (its first line and explanation: the
     hints below them name other features); FX699 when no kind matches."""

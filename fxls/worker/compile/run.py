@@ -362,7 +362,10 @@ def checked_run(
     source, path = doc.source, doc.path
     check = CompileCheck("ok", graphs=run.graphs, recompiles=run.recompiles, tensors=tensors)
     out = ModuleResult(name=mod.name, line=mod.line, status=mod.status, compile=check)
-    check.breaks = _located(run.breaks, path, source, class_span)
+    breaks = run.breaks
+    if run.error is not None:  # the call raised: TorchDynamo's report of that is no break
+        breaks = [b for b in breaks if not kinds.is_raise(b.reason)]
+    check.breaks = _located(breaks, path, source, class_span)
     check.breaks.sort(key=lambda b: (b.span.line, b.span.col))
     out.diagnostics.extend(_break_diagnostic(found) for found in check.breaks)
     if run.error is not None:

@@ -536,3 +536,47 @@ def test_a_shape_error_inside_a_block_is_reported_once_where_it_happens() -> Non
     ]
     assert "normalized_shape" in reports[0][1].message
     assert found["FeedForward"].status == "partial"
+
+
+def test_a_wrapper_is_built_as_its_parent_builds_it_before_fxls_guesses() -> None:
+    """``PreNorm(dim, fn)`` needs a callable fxls cannot guess: the instance its parent holds
+    (with ``fn`` a real layer) is captured, though the parent's own inputs are unknown and
+    the file's order does not show that the parent builds it (a helper function does)."""
+    mods = _capture(
+        HEADER
+        + """
+class PreNorm(nn.Module):
+    def __init__(self, dim, fn):
+        super().__init__()
+        self.fn = fn
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x, **kwargs):
+        return self.fn(self.norm(x), **kwargs)
+
+def wrapped(dim):
+    return PreNorm(dim, nn.Linear(dim, 2 * dim))
+
+class Perceiver(nn.Module):
+    def __init__(self, dim, depth):
+        super().__init__()
+        self.layers = nn.ModuleList([wrapped(dim) for _ in range(depth)])
+
+    def forward(self, data):
+        b, *axis, d = *data.shape, data.device
+        for layer in self.layers:
+            data = layer(data)
+        return data
+""",
+        "PreNorm",
+        "Perceiver",
+    )
+    pre = mods["PreNorm"]
+    assert pre.constructed is not None and pre.constructed.source == "parent", pre.constructed
+    assert pre.constructed.text == "Perceiver.layers.0"
+    (x,) = pre.inputs
+    (out,) = pre.outputs
+    assert x.value.shape is not None and out.shape is not None, (x, out)
+    dim = x.value.shape[-1]
+    assert isinstance(dim, int) and out.shape[-1] == 2 * dim, (x, out)  # through `fn`, a Linear
+    assert not [d for d in pre.diagnostics if d.severity in ("error", "warning")], pre.diagnostics

@@ -389,3 +389,23 @@ def test_a_graph_break_log_record_names_the_innermost_frame_and_the_reason() -> 
     assert found.reason.startswith("logging.Logger method not supported")
     assert kinds.code_of(found.reason) == "FX601"
     assert parse_break_record("something else entirely") is None
+
+
+def test_an_exception_the_code_raises_is_no_graph_break(tmp_path: Path) -> None:
+    """``forward`` raising (a keyword argument it reads is not passed) makes TorchDynamo log
+    "no exception handler": the check failed with the code's error, no FX6xx break is shown."""
+    path = tmp_path / "raises.py"
+    path.write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Needs(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.norm = nn.LayerNorm(8)\n\n"
+        "    def forward(self, x, **kwargs):\n"
+        "        x = self.norm(x)\n"
+        "        return x + kwargs['context']\n"
+    )
+    mod = _check(path)["Needs"]
+    assert mod.compile is not None and mod.compile.status == "failed", mod.compile
+    assert "KeyError" in mod.compile.message, mod.compile
+    assert _codes(mod) == []

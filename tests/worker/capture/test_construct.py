@@ -580,3 +580,24 @@ class Perceiver(nn.Module):
     dim = x.value.shape[-1]
     assert isinstance(dim, int) and out.shape[-1] == 2 * dim, (x, out)  # through `fn`, a Linear
     assert not [d for d in pre.diagnostics if d.severity in ("error", "warning")], pre.diagnostics
+
+
+def test_a_list_in_a_union_annotation_gets_per_stage_guesses() -> None:
+    """``levels: list[int] | tuple[int, ...]`` (PEP 604) is guessed like ``list[int]``: the class
+    builds instead of "fxls found no way to call its constructor"."""
+    mods = _capture(
+        HEADER
+        + """
+class Quantize(nn.Module):
+    def __init__(self, levels: list[int] | tuple[int, ...], scale: float | None = None):
+        super().__init__()
+        self.proj = nn.Linear(len(levels), len(levels))
+
+    def forward(self, z):
+        return self.proj(z).tanh()
+""",
+        "Quantize",
+    )
+    mod = mods["Quantize"]
+    assert mod.constructed is not None and "levels=[" in mod.constructed.text, mod.diagnostics
+    assert mod.status == "traced" and mod.outputs, mod.diagnostics

@@ -55,6 +55,10 @@ def _dims(*dims: str | int) -> list[DimSpec]:
 
 REQUESTS = {
     "EinopsPatches": [InputSpec("x", dims=_dims("B", 3, "H", "W"))],
+    "EinopsPacked": [
+        InputSpec("x", dims=_dims("B", "T", 8)),
+        InputSpec("cls_token", dims=_dims("B", 8)),
+    ],
     "WithLenBlock": [InputSpec("x", dims=_dims("B", 6))],
     "HalfHelper": [InputSpec("x", dims=_dims("B", "T", 6))],
     "Flagged": [InputSpec("x", dims=_dims("B", 6))],
@@ -149,6 +153,22 @@ def test_einops_traces_with_plain_fx(
     (reduce,) = _nodes(mod, "reduce")  # written as einops.reduce(...)
     assert reduce.span is not None and reduce.span.line == _line("einops.reduce(heads")
     eager = _eager(fixture_module, "EinopsPatches", torch.randn(B, 3, H, W))
+    assert _concrete(mod) == list(eager.shape)
+
+
+def test_einops_pack_and_unpack_are_one_node_each(
+    modules: dict[str, ModuleResult], fixture_module: ModuleType
+) -> None:
+    """``x, ps = pack(...)`` and ``unpack(x, ps, ...)`` trace as nodes whose results unpack."""
+    mod = modules["EinopsPacked"]
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx", mod.strategy
+    (pack,) = _nodes(mod, "pack")
+    (unpack,) = _nodes(mod, "unpack")
+    assert pack.op == unpack.op == "call_function"
+    assert pack.span is not None and pack.span.line == _line("pack([cls_token, x]")
+    (proj,) = [n for n in mod.nodes if n.target == "proj"]
+    assert proj.outputs[0].shape is not None and proj.outputs[0].shape[-1] == 8
+    eager = _eager(fixture_module, "EinopsPacked", torch.randn(B, T, 8), torch.randn(B, 8))
     assert _concrete(mod) == list(eager.shape)
 
 

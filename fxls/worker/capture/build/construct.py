@@ -30,6 +30,7 @@ import dataclasses
 import inspect
 import re
 import signal
+import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -170,11 +171,8 @@ def guesses(name: str, annotation: Any, choices: list[str]) -> list[Any]:
         return list(choices) or _string_guesses(name.lower())
     if annotation is float:
         return list(_first(_FLOAT_GUESSES, name))
-    if origin in (list, tuple, typing.Union) or annotation in (list, tuple):
-        inner = args[0] if args else int
-        if origin is typing.Union and int in args:
-            return list(_first(_INT_GUESSES, name))
-        return _per_stage(name) if inner is int or inner is Ellipsis else []
+    if origin in (list, tuple, typing.Union, types.UnionType) or annotation in (list, tuple):
+        return _composite_guesses(name, origin, args, choices)
     if annotation is int or annotation is inspect.Parameter.empty:
         if re.search(r"drop|eps|prob|^p$", name.lower()):
             return list(_first(_FLOAT_GUESSES, name))
@@ -186,6 +184,17 @@ def guesses(name: str, annotation: Any, choices: list[str]) -> list[Any]:
             return [None]
         return list(_first(_INT_GUESSES, name))
     return []
+
+
+def _composite_guesses(name: str, origin: Any, args: list[Any], choices: list[str]) -> list[Any]:
+    """Guesses for a union (``int | None``, ``list[int] | tuple[int, ...]``: its first member
+    fxls can guess) or a list or tuple (one count or width per stage)."""
+    if origin in (typing.Union, types.UnionType):
+        if int in args:
+            return list(_first(_INT_GUESSES, name))
+        return next((found for arg in args if (found := guesses(name, arg, choices))), [])
+    inner = args[0] if args else int
+    return _per_stage(name) if inner is int or inner is Ellipsis else []
 
 
 def string_choices(cls: type, param: str) -> list[str]:

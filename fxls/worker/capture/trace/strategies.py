@@ -48,7 +48,7 @@ MAX_COMPARE_NODES = 400
 """Graphs larger than this are not compared with eager execution (FX109): it costs seconds."""
 
 LIBRARY_FUNCTIONS: dict[str, tuple[str, ...]] = {
-    "einops": ("rearrange", "repeat", "reduce", "einsum"),
+    "einops": ("rearrange", "repeat", "reduce", "einsum", "pack", "unpack"),
 }
 """Functions recorded as one ``call_function`` node, by module; only modules the document has
 imported are used (the worker never imports them itself)."""

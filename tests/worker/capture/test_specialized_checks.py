@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from fxls.protocol.model import ClassRequest, CaptureJob, ModuleResult, Span
+from fxls.protocol.model import CaptureJob, ClassRequest, ModuleResult, Span
 from fxls.worker.capture.pipeline import run_capture
 
 PATH = "/virtual/stack.py"
-SOURCE = '''import functools
+SOURCE = """import functools
 
 import torch
 from torch import nn
@@ -53,7 +53,7 @@ class Flexible(nn.Module):
         if isinstance(x, torch.Tensor):
             x = x.unsqueeze(0)
         return self.proj(x)
-'''
+"""
 
 
 def _line(fragment: str) -> int:
@@ -80,4 +80,6 @@ def test_isinstance_on_a_traced_tensor_still_warns(modules: dict[str, ModuleResu
     fx108 = [d for d in modules["Flexible"].diagnostics if d.code == "FX108"]
     line = _line("isinstance(x, torch.Tensor)")
     col = SOURCE.splitlines()[line - 1].index("isinstance")
-    assert [d.span for d in fx108] == [Span(line, col, line, col + len("isinstance(x, torch.Tensor)"))]
+    assert [d.span for d in fx108] == [
+        Span(line, col, line, col + len("isinstance(x, torch.Tensor)"))
+    ]

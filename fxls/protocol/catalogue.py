@@ -743,10 +743,10 @@ class FX609(Message):
         "the compile check of `{cls}` did not finish ({reason}): its graph breaks are not known"
     )
     fix = (
-        "A busy machine slows `torch.compile`: fxls ran the check once more with a longer time "
-        "limit, and runs it again at the next edit. A class that always takes this long can "
-        "raise `fxls.limits.timeoutSeconds` / `cpuSeconds`, or skip the check "
-        "(`fxls.compileCheck.enabled`)."
+        "A busy machine slows `torch.compile`: a check its wall clock stopped has already run "
+        "once more with twice the time, and the next edit checks again. For a class that "
+        "always takes this long, raise `fxls.limits.timeoutSeconds` / `cpuSeconds`, or turn "
+        "the check off (`fxls.compileCheck.enabled`)."
     )
 
 

@@ -50,8 +50,12 @@ class CallSite:
 _LISTINGS: dict[str, tuple[float, list[str]]] = {}
 _FILES: dict[str, tuple[float, int, dict[str, list[tuple[str, int, frozenset[str]]]]]] = {}
 _SCAN = threading.Lock()
-"""One scan of the workspace at a time: a capture that starts while :func:`prescan` runs waits
-for it and reads its cache instead of parsing the same files again."""
+"""Held by :func:`prescan` (one scan of the workspace at a time) and :func:`call_sites`, which
+waits for a scan and reads its cache instead of parsing the same files again."""
+_LOOKUP = threading.Lock()
+"""One :func:`known_call_sites` at a time. Not ``_SCAN``: a capture that starts while another
+capture (or a compile check) looks up its calls waits the few milliseconds that takes; told
+"a scan is running", it would wait for a refinement that no scan brings."""
 
 
 def prescan(root: str | None, progress: Callable[[int, int], None] | None = None) -> int:
@@ -192,15 +196,13 @@ def known_call_sites(
     known; the caller refines the result when the scan is done."""
     if not root or not classes or not os.path.isdir(root):
         return {}, True
-    if not _SCAN.acquire(blocking=False):  # a scan is running: do not wait for it
+    if _SCAN.locked():  # a scan is running: do not wait for it
         return _sites(root, document, classes, defined, read=False), False
-    try:
+    with _LOOKUP:
         files = _listing(root)
         unread = sum(1 for path in files if _unread(path))
         complete = unread <= INLINE_MAX
         return _sites(root, document, classes, defined, read=complete), complete
-    finally:
-        _SCAN.release()
 
 
 def _sites(

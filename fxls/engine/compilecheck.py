@@ -4,13 +4,16 @@ The job (``fxls.worker.compile``) gets each class's capture result (how it was b
 sizes it ran with: :func:`as_built`), builds it again that way without capturing the document
 again, and compiles its ``forward`` with TorchDynamo and an eager backend; each module of the analysis
 gets ``ModuleResult.compile`` and its FX6xx diagnostics. It runs after the capture, so shapes
-never wait for it, with the limits of a capture job of as many classes; a job that does not
-end ``ok`` leaves each class a ``failed`` check and no diagnostic. No torch, no LSP.
+never wait for it, with the limits of a capture job of as many classes (once more with a
+longer wall-clock limit when a busy machine stopped it, as captures are); a job that does not
+end ``ok`` leaves each class a ``limit`` or ``failed`` check and an FX609 (information) saying
+the check did not finish. No torch, no LSP.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import pickle
@@ -20,6 +23,7 @@ from typing import Any
 
 from fxls.analysis import parse
 from fxls.engine.analyze import (
+    BUSY_RETRY_FACTOR,
     AnalysisRequest,
     EngineOptions,
     FileAnalysis,
@@ -29,17 +33,22 @@ from fxls.engine.analyze import (
     dedupe,
     job_context,
     job_limits,
+    slowed_by_machine,
 )
+from fxls.protocol import catalogue
 from fxls.protocol.codec import to_dict
 from fxls.protocol.model import (
     CaptureJob,
     CaptureResult,
     CompileCheck,
     CompileJob,
+    Diagnostic,
+    Isolation,
     JobResult,
     Limits,
     ModuleResult,
     ResultKind,
+    Span,
 )
 
 COMPILE_CODES = "FX6"
@@ -102,15 +111,25 @@ async def check_compile(
         if kept is not None:
             merge(analysis, kept)
             return
-    try:
-        result = await client.run(job, limits, options.isolation, compile=settings)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        result = JobResult(id=-1, kind="worker_died", message=f"{type(exc).__name__}: {exc}")
+    result = await _send(client, job, limits, options.isolation, settings)
+    if slowed_by_machine(result):  # a busy machine, not the class: once more, for longer
+        longer = dataclasses.replace(limits, timeout_s=limits.timeout_s * BUSY_RETRY_FACTOR)
+        result = await _send(client, job, longer, options.isolation, settings)
     if cache is not None and key is not None:
         cache.put(key, result)
     merge(analysis, result)
+
+
+async def _send(
+    client: JobRunner, job: CaptureJob, limits: Limits, isolation: Isolation, settings: CompileJob
+) -> JobResult:
+    """One compile job; a worker that fails to run it gives a ``worker_died`` result."""
+    try:
+        return await client.run(job, limits, isolation, compile=settings)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return JobResult(id=-1, kind="worker_died", message=f"{type(exc).__name__}: {exc}")
 
 
 def compile_key(context: str, job: CaptureJob, settings: CompileJob, limits: Limits) -> str:
@@ -219,23 +238,24 @@ LIMITS: dict[str, str] = {
 def merge(analysis: FileAnalysis, result: JobResult) -> None:
     """Put a compile job's result into ``analysis``. A job that hit one of its limits leaves
     each class a ``limit`` check naming it (the lens says ``compile check stopped: time
-    limit``); any other failed job a ``failed`` check saying why. Neither adds a diagnostic."""
+    limit``); any other failed job a ``failed`` check saying why. Either way each such class
+    gets an FX609 (information) at its name: a check that did not finish is never silent."""
     if result.kind == "cancelled":
         return
     found: dict[str, ModuleResult] = {}
     if result.kind == "ok" and result.payload is not None:
         found = {m.name: m for m in result.payload.modules if m.compile is not None}
-    why = result.message.strip() or result.kind.replace("_", " ")
     added = []
     for module in analysis.modules:
         if not checked(module):
             continue
         got = found.get(module.name)
         if got is None:
-            module.compile = _unfinished(result, why)
-            continue
-        module.compile = got.compile
-        extra = [d for d in got.diagnostics if d.code.startswith(COMPILE_CODES)]
+            module.compile = _unfinished(result)
+            extra = [_not_finished(analysis, module, result)]
+        else:
+            module.compile = got.compile
+            extra = [d for d in got.diagnostics if d.code.startswith(COMPILE_CODES)]
         module.diagnostics = [
             d for d in module.diagnostics if not d.code.startswith(COMPILE_CODES)
         ] + extra
@@ -244,8 +264,24 @@ def merge(analysis: FileAnalysis, result: JobResult) -> None:
     analysis.diagnostics = dedupe(kept + added)
 
 
-def _unfinished(result: JobResult, why: str) -> CompileCheck:
+def _why(result: JobResult) -> str:
+    if result.kind == "ok":
+        return "the job returned no result for it"
+    return result.message.strip() or result.kind.replace("_", " ")
+
+
+def _unfinished(result: JobResult) -> CompileCheck:
     limit = LIMITS.get(result.kind)
     if limit is not None:
         return CompileCheck("limit", message=limit)
-    return CompileCheck("failed", message=f"the check did not finish: {why}")
+    return CompileCheck("failed", message=f"the check did not finish: {_why(result)}")
+
+
+def _not_finished(analysis: FileAnalysis, module: ModuleResult, result: JobResult) -> Diagnostic:
+    """FX609 at the name of ``module``'s class: its compile check ended without a result."""
+    info = next((c for c in analysis.classes if c.name == module.name), None)
+    span = info.name_span if info is not None else Span(module.line, 0, module.line, 0)
+    limit = LIMITS.get(result.kind)
+    reason = f"it hit its {limit}" if limit is not None else _why(result)
+    message = catalogue.FX609(span, cls=module.name, reason=reason)
+    return message.diagnostic(notebook=analysis.path.endswith(".ipynb"))

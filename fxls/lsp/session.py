@@ -416,9 +416,8 @@ class Session:
             doc.set_result(done)
         self.publish(doc)
         self.refresh_views()
-        if not analysis.evidence_complete:
-            self._refine_later()
-            return
+        if not analysis.evidence_complete and self._refine_later():
+            return  # captured again with the whole workspace: its compile check runs then
         await self._compile_check(doc, text, version, analysis)
         if text == doc.saved_text:
             self.spawn(self._store(doc.path, text, analysis))
@@ -493,15 +492,18 @@ class Session:
         except Exception as exc:
             logger.info("writing the store failed: %s", exc)
 
-    def _refine_later(self) -> None:
+    def _refine_later(self) -> bool:
         """An analysis went ahead before the workspace was read: read it (again, when files
-        changed since the last read) and capture such documents again when done."""
+        changed since the last read) and capture such documents again when done. Returns
+        whether that capture will come: not when the workspace was read less than
+        ``LISTING_TTL_S`` ago (the analysis then stays as it is, and its compile check runs)."""
+        if self.reading_workspace:
+            return True  # the running read captures such documents again when it ends
         last = self.workspace_read_at
-        if self.reading_workspace or (
-            last is not None and time.monotonic() - last < workspace.LISTING_TTL_S
-        ):
-            return
+        if last is not None and time.monotonic() - last < workspace.LISTING_TTL_S:
+            return False
         self.spawn(self.read_workspace())
+        return True
 
     async def _analyze(self, doc: Document, text: str, version: int | None) -> Any:
         """The engine's FileAnalysis; worker and internal failures become an FX508."""

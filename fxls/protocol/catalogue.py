@@ -734,6 +734,22 @@ class FX608(Message):
     )
 
 
+class FX609(Message):
+    code = "FX609"
+    severity = "information"
+    """Not a break: the check ended without a result, and says so instead of saying nothing."""
+    title = "Compile check did not finish"
+    template = (
+        "the compile check of `{cls}` did not finish ({reason}): its graph breaks are not known"
+    )
+    fix = (
+        "A busy machine slows `torch.compile`: a check its wall clock stopped has already run "
+        "once more with twice the time, and the next edit checks again. For a class that "
+        "always takes this long, raise `fxls.limits.timeoutSeconds` / `cpuSeconds`, or turn "
+        "the check off (`fxls.compileCheck.enabled`)."
+    )
+
+
 class FX699(Message):
     code = "FX699"
     severity = "warning"

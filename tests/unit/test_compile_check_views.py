@@ -112,14 +112,20 @@ def test_merge_puts_breaks_on_the_modules_and_the_file() -> None:
     assert [d.code for d in analysis.diagnostics] == ["FX405", "FX601"]  # not twice
 
 
-def test_a_failed_job_leaves_a_failed_check_and_no_diagnostic() -> None:
+def test_a_failed_job_leaves_a_failed_check_that_says_it_did_not_finish() -> None:
     analysis = FileAnalysis(path="/p/m.py", version=1, modules=[_module(None)])
     merge(analysis, JobResult(id=1, kind="worker_died", message="the worker is gone"))
     check = analysis.modules[0].compile
     assert check is not None and check.status == "failed" and "worker is gone" in check.message
-    assert analysis.diagnostics == []
-    merge(analysis, JobResult(id=2, kind="cancelled"))
-    assert analysis.modules[0].compile is check
+    (info,) = analysis.diagnostics
+    assert (info.code, info.severity, info.span.line) == ("FX609", "information", 3)
+    assert "`Net` did not finish (the worker is gone)" in info.message
+    assert analysis.modules[0].diagnostics == [info]
+    merge(analysis, JobResult(id=2, kind="cancelled"))  # a newer version comes: nothing changes
+    assert analysis.modules[0].compile is check and analysis.diagnostics == [info]
+    sent = ModuleResult(name="Net", line=3, status="traced", compile=CompileCheck("ok", graphs=1))
+    merge(analysis, JobResult(id=3, kind="ok", payload=CaptureResult(modules=[sent])))
+    assert analysis.diagnostics == [] and analysis.modules[0].diagnostics == []
 
 
 def test_a_job_at_its_limit_says_which_limit_stopped_the_check() -> None:
@@ -130,4 +136,5 @@ def test_a_job_at_its_limit_says_which_limit_stopped_the_check() -> None:
         check = analysis.modules[0].compile
         assert check is not None and (check.status, check.message) == ("limit", limit)
         assert compile_text(check) == f"compile check stopped: {limit}"
-        assert analysis.diagnostics == []
+        assert [d.code for d in analysis.diagnostics] == ["FX609"]
+        assert f"(it hit its {limit})" in analysis.diagnostics[0].message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,37 @@ def test_many_unread_files_are_left_to_the_scan(tmp_path: Path) -> None:
     assert reports[-1][0] == reports[-1][1] > workspace.INLINE_MAX
     found, complete = workspace.known_call_sites(root, str(model), ["Net"], set())
     assert complete and [s.init for s in found["Net"]] == ["64"]
+
+
+def test_two_captures_looking_up_at_once_both_get_the_whole_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup of another capture (or of a compile check) is no scan of the workspace: a
+    capture that starts during it waits for it and says its evidence is complete. It was
+    told "incomplete", skipped its compile check and waited for a refinement that never
+    came (the workspace had been read less than ``LISTING_TTL_S`` ago)."""
+    model = _large_workspace(tmp_path, 3)
+    root = str(tmp_path)
+    inside, go = threading.Event(), threading.Event()
+    listing = workspace._listing
+
+    def slow_listing(at: str) -> list[str]:
+        if threading.current_thread().name == "first":
+            inside.set()
+            go.wait(10)
+        return listing(at)
+
+    monkeypatch.setattr(workspace, "_listing", slow_listing)
+    results: list[tuple[object, bool]] = []
+
+    def first() -> None:
+        results.append(workspace.known_call_sites(root, str(model), ["Net"], set()))
+
+    thread = threading.Thread(target=first, name="first")
+    thread.start()
+    assert inside.wait(10)
+    threading.Timer(0.2, go.set).start()
+    found, complete = workspace.known_call_sites(root, str(model), ["Net"], set())
+    thread.join(10)
+    assert complete and [s.init for s in found["Net"]] == ["64"]
+    assert results and results[0][1]

@@ -190,7 +190,9 @@ async def test_a_job_that_hits_its_time_limit_says_so_for_each_class(worker) -> 
     assert slow.compile is not None
     assert (slow.compile.status, slow.compile.message) == ("limit", "time limit")
     assert compile_text(slow.compile) == "compile check stopped: time limit"
-    assert not [d for d in analysis.diagnostics if d.code.startswith("FX6")]
+    (info,) = [d for d in analysis.diagnostics if d.code.startswith("FX6")]
+    assert (info.code, info.severity) == ("FX609", "information")
+    assert "`Slow` did not finish (it hit its time limit)" in info.message
 
 
 def _without_duration(mod: ModuleResult) -> tuple[object, ...]:

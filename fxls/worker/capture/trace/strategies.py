@@ -267,6 +267,12 @@ def used_value_placeholders(
 # ---------------------------------------------------------------------------------------
 
 
+def function_key(code: CodeType) -> tuple[str, int, str]:
+    """What names a function in the document whatever copy of its code runs: its file, first
+    line and qualified name."""
+    return (code.co_filename, code.co_firstlineno, getattr(code, "co_qualname", code.co_name))
+
+
 def traced_through_checks(
     traced_params: Mapping[CodeType, Collection[str]],
     tree: ast.Module | None,
@@ -277,14 +283,17 @@ def traced_through_checks(
 
     ``traced_params`` maps each code object of the document that created a node to the names of
     its parameters that held a Proxy (``SpanTracer.traced_params``); ``skip`` leaves out codes
-    checked elsewhere (the root ``forward``).
+    checked elsewhere (the root ``forward``, whose plain-value inputs are placeholders: an
+    ``isinstance`` on one that is ``None`` is decided as it would be for ``None``). A code and
+    the copy torch.fx traces instead (a ``forward`` with ``**kwargs``: other flags and argument
+    count) are the same function.
     """
     if tree is None:
         return []
-    skipped = set(skip)
+    skipped = {function_key(code) for code in skip}
     found: list[catalogue.Message] = []
     for code, names in traced_params.items():
-        if code in skipped or not names:
+        if function_key(code) in skipped or not names:
             continue
         func = find_function(tree, code)
         if func is not None:

@@ -60,11 +60,13 @@ from fxls.worker.capture.shapes.shortcuts import (
 from fxls.worker.capture.shapes.values import MISSING, Namer, values_of
 
 __all__ = [
+    "PARENT_SHAPES_ENV",
     "RERUN_BUDGET_S",
     "RERUN_NODES",
     "DtypeMismatch",
     "ExampleInput",
     "Propagation",
+    "Run",
     "ShapeError",
     "data_free_torch",
     "dispatch_cache",
@@ -73,8 +75,6 @@ __all__ = [
     "meta_feeds",
     "named_fake",
     "new_fake_mode",
-    "PARENT_SHAPES_ENV",
-    "Run",
     "propagate",
     "propagate_within",
     "quiet_loggers",

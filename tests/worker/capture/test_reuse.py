@@ -17,10 +17,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import tracemalloc
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 import torch
 import torch.fx
 from torch import nn
@@ -34,6 +36,7 @@ from fxls.engine.analyze import (
     build_requests,
     capture_job,
 )
+from fxls.engine.workerclient import WorkerClient
 from fxls.lsp.features import code_lens, hover, inlay_hints
 from fxls.protocol.codec import ProtocolError, from_dict, to_dict
 from fxls.protocol.copies import (
@@ -60,6 +63,7 @@ from fxls.protocol.model import (
 )
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.pipeline import capture_document
+from fxls.worker.capture.shapes.propagation import PARENT_SHAPES_ENV
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY
 from fxls.worker.capture.trace import reuse
 from fxls.worker.capture.trace.tracer import SpanTracer
@@ -150,6 +154,116 @@ async def test_results_are_the_same_with_and_without_the_speedup(
     assert on["outcome"] == off["outcome"]
     differ = [pos for pos in off["hovers"] if on["hovers"].get(pos) != off["hovers"][pos]]
     assert not differ, differ[:5]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def worker_without_parent_shapes(tmp_path_factory) -> AsyncIterator[WorkerClient]:  # type: ignore[no-untyped-def]
+    """A zygote whose captures compute every class's shapes on their own
+    (``FXLS_PARENT_SHAPES=0``: no ``shapes.propagate_within``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(PARENT_SHAPES_ENV, "0")  # the worker takes FXLS_* when it is made
+        client = WorkerClient(scratch_dir=str(tmp_path_factory.mktemp("scratch-own-shapes")))
+    await client.start()
+    yield client
+    await client.close()
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+async def test_results_are_the_same_with_shapes_from_the_parents_run(
+    worker, worker_without_parent_shapes, path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    text = path.read_text()
+    options = EngineOptions(limits=LIMITS)
+    request = AnalysisRequest(str(path), text)
+    off = _seen(await analyze(worker_without_parent_shapes, request, options=options), text)
+    if path not in _WITH_ALL:
+        _WITH_ALL[path] = _seen(await analyze(worker, request, options=options), text)
+    on = _WITH_ALL[path]
+    for key in ("modules", "diagnostics", "hints", "lenses", "classes", "outcome"):
+        assert on[key] == off[key], key
+    differ = [pos for pos in off["hovers"] if on["hovers"].get(pos) != off["hovers"][pos]]
+    assert not differ, differ[:5]
+
+
+def test_a_sub_blocks_shapes_come_from_its_parents_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GPT48's trace records each class's call: Block and CausalSelfAttention are computed
+    # inside GPT48's run (nothing is dispatched again), and the same without it
+    from fxls.worker.capture.shapes import propagation
+
+    inside: list[str] = []
+    original = propagation.propagate_within
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        found = original(*args, **kwargs)
+        inside.append("inside" if found is not None else "alone")
+        return found
+
+    monkeypatch.setattr(propagation, "propagate_within", spy)
+    text = (
+        (ROOT / "bench" / "models" / "gpt48.py")
+        .read_text()
+        .replace("n_layer: int = 48", "n_layer: int = 2")
+    )
+    path = tmp_path / "gpt2.py"
+    path.write_text(text)
+    job = capture_job(str(path), text, build_requests(parse(text).classes), EngineOptions())
+    _, result = capture_document(job, lambda *_: None)
+    assert inside == ["inside", "inside"]
+    monkeypatch.setenv(PARENT_SHAPES_ENV, "0")
+    _, alone = capture_document(job, lambda *_: None)
+    assert inside == ["inside", "inside", "alone", "alone"]
+    for a, b in zip(result.modules, alone.modules, strict=True):
+        a.timings, b.timings = {}, {}
+        assert to_dict(a) == to_dict(b)
+
+
+def test_a_parents_run_is_not_used_where_the_class_would_run_otherwise() -> None:
+    # propagate_within refuses what the class's own run would not make the same way: a
+    # parent run that fixed a name, a transposed (non-contiguous) argument, a dimension the
+    # parent has as an expression, another dtype
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from fxls.worker.capture.shapes.propagation import (
+        ExampleInput,
+        Propagation,
+        Run,
+        named_fake,
+        new_fake_mode,
+        propagate_within,
+    )
+    from fxls.worker.capture.shapes.values import Namer
+
+    with torch.device("meta"):
+        gm = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(8, 8)))
+    env = ShapeEnv()
+    mode = new_fake_mode(env)
+    names: dict[Any, str] = {}
+
+    def fake(dims: list[tuple[str | None, int]]) -> torch.Tensor:
+        def to_fake(t: torch.Tensor, ctx: Any = None) -> torch.Tensor:
+            return mode.from_tensor(t, symbolic_context=ctx)
+
+        return named_fake(dims, torch.float32, to_fake, env, (names, {}))
+
+    x = fake([("B", 2), ("T", 3), (None, 8)])
+    run = Run(torch.device("meta"), mode, env, lambda t: t, None)
+    parent = Propagation({}, {}, None, "symbolic", namer=Namer(names), run=run)
+    wanted = [ExampleInput("input", "tensor", [("B", 2), ("T", 3), (None, 8)])]
+    found = propagate_within(parent, gm, wanted, {"input": x})
+    assert found is not None and found.values["_0"][0].shape == ["B", "T", 8]
+    with mode:
+        transposed = x.transpose(0, 1).contiguous().transpose(0, 1)
+        doubled = x.repeat(2, 1, 1)
+    assert propagate_within(parent, gm, wanted, {"input": transposed}) is None
+    assert propagate_within(parent, gm, wanted, {"input": doubled}) is None
+    half = [ExampleInput("input", "tensor", wanted[0].dims, dtype=torch.float16)]
+    assert propagate_within(parent, gm, half, {"input": x}) is None
+    fixed = dataclasses.replace(parent, fixed={"B": 2})
+    assert propagate_within(fixed, gm, wanted, {"input": x}) is None
 
 
 # -- in process: reuse happens, and is refused where a copy could differ ------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -775,3 +776,58 @@ def test_copies_skip_create_node_only_where_that_leaves_the_graph_as_it_would(
 
     monkeypatch.setattr(torch.fx.Graph, "create_node", more)
     assert not reuse.fast_path_agrees.__wrapped__()
+
+
+def _convolutions_checked(path: Path) -> tuple[int, list[str]]:
+    """Capture ``path`` (every class) with each answer of ``shortcuts.fast_conv`` compared
+    with the operator's output in the same run: (answers, differences)."""
+    from fxls.worker.capture.shapes import shortcuts
+
+    answered = 0
+    differ: list[str] = []
+    rule = shortcuts.fast_conv
+
+    def checked(module: Any, x: torch.Tensor) -> Any:
+        nonlocal answered
+        fast = rule(module, x)
+        if fast is not None:
+            answered += 1
+            real = module._conv_forward(x, module.weight, module.bias)
+            got = (fast.shape, fast.stride(), fast.dtype, fast.device)
+            if got != (real.shape, real.stride(), real.dtype, real.device):
+                differ.append(f"{module}: {got} != {real.shape}, {real.stride()}")
+        return fast
+
+    shortcuts.fast_conv = checked
+    try:
+        text = path.read_text()
+        job = capture_job(str(path), text, build_requests(parse(text).classes), EngineOptions())
+        capture_document(job, lambda *_: None)
+    finally:
+        shortcuts.fast_conv = rule
+    return answered, differ
+
+
+@pytest.mark.slow
+def test_the_convolution_rule_gives_the_kernels_output_on_every_file() -> None:
+    # each file is captured in a child process of its own (files run user code and change
+    # torch's global state); every convolution the rule answers is run as well and compared
+    answered = 0
+    for path in FILES:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os.close(read)
+            try:
+                found = _convolutions_checked(path)
+                os.write(write, json.dumps(found).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            data = pipe.read()
+        os.waitpid(pid, 0)
+        count, differ = json.loads(data)
+        assert not differ, (path.name, differ[:3])
+        answered += count
+    assert answered > 100

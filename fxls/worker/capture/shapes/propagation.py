@@ -154,17 +154,32 @@ _QUIET_LOGGERS = (
 )
 
 
+_quiet_depth = 0
+
+
 @contextlib.contextmanager
 def quiet_loggers() -> Iterator[None]:
-    """Silence torch's loggers that report failing ops at ERROR level."""
+    """Silence torch's loggers that report failing ops at ERROR level. Re-entrant: inside
+    another ``quiet_loggers`` it does nothing (each ``setLevel`` clears the level cache of all
+    ~270 loggers of the process; a capture silences them once, around all of its steps)."""
+    global _quiet_depth
+    if _quiet_depth:
+        _quiet_depth += 1
+        try:
+            yield
+        finally:
+            _quiet_depth -= 1
+        return
     saved = []
     for name in _QUIET_LOGGERS:
         logger = logging.getLogger(name)
         saved.append((logger, logger.level))
         logger.setLevel(logging.CRITICAL + 1)
+    _quiet_depth = 1
     try:
         yield
     finally:
+        _quiet_depth = 0
         for logger, level in saved:
             logger.setLevel(level)
 

@@ -43,6 +43,8 @@ from lsp_bench import SETTINGS, Bench, descendants
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "bench" / "models"
 MAX_WEIGHT_BYTES = 2 * 2**30
+compile_check = False
+"""Servers keep the compile check on (``--compile-check``)."""
 
 
 @dataclass
@@ -110,13 +112,15 @@ def cpu_seconds(root: int) -> float:
 
 
 async def _server(reuse: bool, pythonpath: str | None = None) -> Bench:
-    """A server (its worker inherits FXLS_*), of the fxls found on ``pythonpath`` if given."""
-    changed = {"FXLS_REUSE_BLOCKS": "1" if reuse else "0"}
-    if pythonpath is not None:
-        changed["PYTHONPATH"] = pythonpath
+    """A server (its worker inherits FXLS_*), of the fxls found on ``pythonpath`` if given;
+    without the compile check (its job follows each capture's diagnostics and would load the
+    machine during the next edit) unless ``--compile-check`` is given."""
+    # `python -m fxls` imports the fxls of its working folder first: main() works in a
+    # folder of its own, and each server is given its checkout (this one by default)
+    changed = {"FXLS_REUSE_BLOCKS": "1" if reuse else "0", "PYTHONPATH": pythonpath or str(ROOT)}
     saved = {name: os.environ.get(name) for name in changed}
     os.environ.update(changed)
-    bench = Bench(SETTINGS)
+    bench = Bench(SETTINGS if compile_check else {**SETTINGS, "compileCheck": {"enabled": False}})
     try:
         await bench.start()
     finally:
@@ -236,10 +240,15 @@ def main() -> None:
     parser.add_argument("--no-off", action="store_true", help="skip the server without reuse")
     parser.add_argument("--only", help="a regular expression: only the models it finds")
     parser.add_argument(
+        "--compile-check", action="store_true", help="keep the compile check (FX6xx) on"
+    )
+    parser.add_argument(
         "--before", help="also a server of the fxls in this folder (PYTHONPATH), alternating"
     )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "depth_sweep.json"))
     args = parser.parse_args()
+    global compile_check
+    compile_check = args.compile_check
     variants = [v for f in args.families.split(",") if f for v in FAMILIES[f]]
     if args.only:
         variants = [v for v in variants if re.search(args.only, v.label)]
@@ -249,6 +258,8 @@ def main() -> None:
         folder = Path(tmp)
         for v in variants:
             (folder / f"{v.family}_{v.blocks}.py").write_text(v.text())
+        here = os.getcwd()
+        os.chdir(folder)
         report["load_before"] = os.getloadavg()
         edits = bench_edits(variants, folder, args.runs, not args.no_off, args.before)
         report.update(asyncio.run(edits))
@@ -260,6 +271,7 @@ def main() -> None:
             report["floor"][v.label] = bench_floor(v, path, args.runs)
             report["torchinfo"][v.label] = bench_torchinfo(v, path, args.runs)
         report["load_after"] = os.getloadavg()
+        os.chdir(here)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(render(report, variants))

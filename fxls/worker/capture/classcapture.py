@@ -302,8 +302,7 @@ def capture_class(
         build.record(mod, built, span)
         given = recorded.inputs if recorded is not None else {}
         capture = ClassCapture(doc, req, mod, given)
-        if recorded is not None and recorded.within is not None:
-            capture.within = (recorded.within, recorded.examples)
+        capture.within = _parent_run(recorded)
         if recorded is not None and recorded.left_out:
             capture.note(
                 f"`{recorded.parent}` also passes {', '.join(recorded.left_out)}; captured "
@@ -343,6 +342,16 @@ def capture_class(
         return first
     failed.timings["build"] = time.perf_counter() - started
     return failed
+
+
+def _parent_run(
+    recorded: parents.Recorded | None,
+) -> tuple[shapes.Propagation, dict[str, Any]] | None:
+    """The parent's propagation and its examples of the arguments, when ``recorded`` was read
+    off the parent's trace (``ClassCapture.within``)."""
+    if recorded is None or recorded.within is None:
+        return None
+    return recorded.within, recorded.examples
 
 
 def _from_parent(recorded: parents.Recorded) -> build.Built:
@@ -988,8 +997,9 @@ class ClassCapture:
             segments = self.traced.segments if self.traced is not None else []
             copies = reuse.copies(segments)
             if given is not None and self.within is not None:
+                fed = [(feed, given[feed.name]) for feed in feeds]
                 inside = shapes.propagate_within(
-                    self.within[0], gm, feeds, given, symbolic=symbolic, reuse=copies
+                    self.within[0], gm, fed, symbolic=symbolic, reuse=copies
                 )
                 if inside is not None:
                     return inside

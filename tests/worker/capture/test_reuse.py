@@ -254,17 +254,17 @@ def test_a_parents_run_is_not_used_where_the_class_would_run_otherwise() -> None
     run = Run(torch.device("meta"), mode, env, lambda t: t, None)
     parent = Propagation({}, {}, None, "symbolic", namer=Namer(names), run=run)
     wanted = [ExampleInput("input", "tensor", [("B", 2), ("T", 3), (None, 8)])]
-    found = propagate_within(parent, gm, wanted, {"input": x})
+    found = propagate_within(parent, gm, [(wanted[0], x)])
     assert found is not None and found.values["_0"][0].shape == ["B", "T", 8]
     with mode:
         transposed = x.transpose(0, 1).contiguous().transpose(0, 1)
         doubled = x.repeat(2, 1, 1)
-    assert propagate_within(parent, gm, wanted, {"input": transposed}) is None
-    assert propagate_within(parent, gm, wanted, {"input": doubled}) is None
-    half = [ExampleInput("input", "tensor", wanted[0].dims, dtype=torch.float16)]
-    assert propagate_within(parent, gm, half, {"input": x}) is None
+    assert propagate_within(parent, gm, [(wanted[0], transposed)]) is None
+    assert propagate_within(parent, gm, [(wanted[0], doubled)]) is None
+    half = ExampleInput("input", "tensor", wanted[0].dims, dtype=torch.float16)
+    assert propagate_within(parent, gm, [(half, x)]) is None
     fixed = dataclasses.replace(parent, fixed={"B": 2})
-    assert propagate_within(fixed, gm, wanted, {"input": x}) is None
+    assert propagate_within(fixed, gm, [(wanted[0], x)]) is None
 
 
 # -- in process: reuse happens, and is refused where a copy could differ ------------------------

@@ -222,18 +222,17 @@ def data_free_torch() -> Iterator[None]:
 class _Propagator(torch.fx.Interpreter):
     """Runs nodes one at a time on data-free examples; placeholders come from a dict."""
 
-    def __init__(
-        self,
-        gm: torch.fx.GraphModule,
-        feeds: dict[str, Any],
-        constant: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    ) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, feeds: dict[str, Any], run: Run) -> None:
         super().__init__(gm, garbage_collect_values=False)
         self.feeds = feeds
-        self.constant = constant
-        self.memo: dict[Any, Any] | None = {} if _memo_safe(gm) else None
-        """Results by the metadata of their inputs (a run inside a parent's shares its
-        parent's: :func:`propagate_within`)."""
+        self.constant = run.constant
+        self.memo: dict[Any, Any] | None = None
+        """Results by the metadata of their inputs, shared by the runs of one ``run`` (a run
+        inside a parent's shares its parent's: :func:`propagate_within`)."""
+        if _memo_safe(gm):
+            if run.memo is None:
+                run.memo = {}
+            self.memo = run.memo
         self._module_keys: dict[str, Any] = {}
 
     def run_node(self, n: torch.fx.Node) -> Any:
@@ -569,14 +568,13 @@ instead of inside its parent's run (:func:`propagate_within`), to compare."""
 def propagate_within(
     parent: Propagation,
     gm: torch.fx.GraphModule,
-    inputs: list[ExampleInput],
-    given: Mapping[str, Any],
+    fed: Sequence[tuple[ExampleInput, Any]],
     symbolic: bool = True,
     reuse: Copies | None = None,
 ) -> Propagation | None:
     """The shapes of a sub-block's class, computed inside the run of the parent that called
-    it: ``given`` are the parent's examples of the call's arguments (by ``forward`` parameter
-    name), ``inputs`` what the class's own run would make of them. The operators the parent
+    it: ``fed`` pairs each input the class's own run would make (:func:`propagate`'s
+    ``inputs``) with the parent's example of that argument of the call. The operators the parent
     ran on the same metadata are not run again (the run shares the parent's results by input
     metadata, its fake mode and ``ShapeEnv``), so the first call of a block costs the parent
     alone. None when the result could differ from :func:`propagate`'s: the parent's run
@@ -590,13 +588,12 @@ def propagate_within(
     if parent.error is not None or parent.notes or parent.fixed or parent.example_nodes:
         return None
     static = "meta" if run.device == _META else "fake"
-    expected = "symbolic" if symbolic and _is_named(inputs) else static
+    expected = "symbolic" if symbolic and _is_named([inp for inp, _ in fed]) else static
     if parent.mode != expected or _module_device(gm) != run.device:
         return None
     namer = parent.namer
     feeds: dict[str, Any] = {}
-    for inp in inputs:
-        value = given.get(inp.name, MISSING)
+    for inp, value in fed:
         if inp.kind != "tensor" or not _fed_as(value, inp, namer):
             return None
         feeds[inp.name] = value
@@ -923,11 +920,7 @@ def _interpret(
     run: Run,
     reuse: Copies | None = None,
 ) -> Propagation:
-    interp = _Propagator(gm, feeds, run.constant)
-    if interp.memo is not None:
-        if run.memo is None:
-            run.memo = interp.memo
-        interp.memo = run.memo
+    interp = _Propagator(gm, feeds, run)
     shape_env = run.shape_env
     env = interp.env
     prop = Propagation(values={}, examples={}, error=None, mode=mode, namer=namer, run=run)

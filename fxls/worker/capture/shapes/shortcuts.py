@@ -167,17 +167,10 @@ def fast_conv(module: Any, x: torch.Tensor) -> torch.Tensor | None:
     for inputs and weights that are not channels-last (it picks the kernel's memory format).
     Anything the kernel would reject (an output or padded input smaller than the kernel, a
     channel mismatch) runs the operator, which reports it. None leaves it to the operator."""
-    weight, bias = module.weight, module.bias
-    spatial = weight.dim() - 2
-    if x.dim() != weight.dim() or module.padding_mode != "zeros" or spatial < 1:
-        return None
-    if x.dtype != weight.dtype or x.device != weight.device or x.layout != torch.strided:
-        return None
-    if bias is not None and (bias.dtype != weight.dtype or tuple(bias.shape) != (weight.shape[0],)):
+    weight = module.weight
+    if not _conv_layout(module, x):
         return None
     stride, padding, dilation = module.stride, module.padding, module.dilation
-    if isinstance(padding, str) or not (len(stride) == len(padding) == len(dilation) == spatial):
-        return None
     sizes = list(x.shape[1:])
     if not all(type(n) is int for n in (*sizes, *stride, *padding, *dilation, module.groups)):
         return None
@@ -196,6 +189,23 @@ def fast_conv(module: Any, x: torch.Tensor) -> torch.Tensor | None:
     if not all(o > 0 for o in out):
         return None
     return x.new_empty([batch, out_channels, *out])
+
+
+def _conv_layout(module: Any, x: torch.Tensor) -> bool:
+    """A batched input of the weight's dtype and device, zero padding given as numbers, one
+    stride, padding and dilation per spatial dimension, a bias of one value per channel."""
+    weight, bias = module.weight, module.bias
+    spatial = weight.dim() - 2
+    if x.dim() != weight.dim() or module.padding_mode != "zeros" or spatial < 1:
+        return False
+    if x.dtype != weight.dtype or x.device != weight.device or x.layout != torch.strided:
+        return False
+    if bias is not None and (bias.dtype != weight.dtype or tuple(bias.shape) != (weight.shape[0],)):
+        return False
+    padding = module.padding
+    return not isinstance(padding, str) and (
+        len(module.stride) == len(padding) == len(module.dilation) == spatial
+    )
 
 
 def _row_major(t: torch.Tensor, sizes: list[Any]) -> bool:

@@ -265,6 +265,13 @@ def test_a_parents_run_is_not_used_where_the_class_would_run_otherwise() -> None
     assert propagate_within(parent, gm, [(half, x)]) is None
     fixed = dataclasses.replace(parent, fixed={"B": 2})
     assert propagate_within(fixed, gm, [(wanted[0], x)]) is None
+    # a run inside the parent's that fails leaves its ShapeEnv to no other run
+    wrong = ExampleInput("input", "tensor", [("B", 2), ("T", 3), (None, 5)])
+    with mode:
+        narrow = x[:, :, :5]
+    assert propagate_within(parent, gm, [(wrong, narrow.contiguous())]) is None
+    assert run.spoiled
+    assert propagate_within(parent, gm, [(wanted[0], x)]) is None
 
 
 # -- in process: reuse happens, and is refused where a copy could differ ------------------------

@@ -142,6 +142,9 @@ class Run:
     memo: dict[Any, Any] | None
     """The interpreter's results by the metadata of their inputs (None: the graph was not
     safe to memoize)."""
+    spoiled: bool = False
+    """A run inside it failed or fixed a name: its ``ShapeEnv`` may now hold what the parent's
+    run did not, so no other run is made inside it."""
 
 
 _QUIET_LOGGERS = (
@@ -583,7 +586,7 @@ def propagate_within(
     non-contiguous layout); a run that fails or fixes a name here (the class's own run
     reports it in its own words)."""
     run = parent.run
-    if run is None or os.environ.get(PARENT_SHAPES_ENV) == "0":
+    if run is None or run.spoiled or os.environ.get(PARENT_SHAPES_ENV) == "0":
         return None
     if parent.error is not None or parent.notes or parent.fixed or parent.example_nodes:
         return None
@@ -608,6 +611,7 @@ def propagate_within(
         result = _interpret(gm, feeds, namer, parent.mode, run=run, reuse=reuse)
     now = len(run.shape_env.replacements) if run.shape_env is not None else 0
     if result.error is not None or result.notes or now != fixed:
+        run.spoiled = True
         return None
     return result
 

@@ -251,7 +251,7 @@ def test_a_parents_run_is_not_used_where_the_class_would_run_otherwise() -> None
         return named_fake(dims, torch.float32, to_fake, env, (names, {}))
 
     x = fake([("B", 2), ("T", 3), (None, 8)])
-    run = Run(torch.device("meta"), mode, env, lambda t: t, None)
+    run = Run(torch.device("meta"), mode, env, lambda t: t, {})
     parent = Propagation({}, {}, None, "symbolic", namer=Namer(names), run=run)
     wanted = [ExampleInput("input", "tensor", [("B", 2), ("T", 3), (None, 8)])]
     found = propagate_within(parent, gm, [(wanted[0], x)])

@@ -581,12 +581,15 @@ def propagate_within(
     ran on the same metadata are not run again (the run shares the parent's results by input
     metadata, its fake mode and ``ShapeEnv``), so the first call of a block costs the parent
     alone. None when the result could differ from :func:`propagate`'s: the parent's run
-    fixed or equated a name or failed; an input is not a tensor, or not what the class's own
+    fixed or equated a name or failed, or its graph changes a tensor's metadata in place; an
+    input is not a tensor, or not what the class's own
     run would make (a dimension the parent has as an expression, another dtype, a
     non-contiguous layout); a run that fails or fixes a name here (the class's own run
     reports it in its own words)."""
     run = parent.run
     if run is None or run.spoiled or os.environ.get(PARENT_SHAPES_ENV) == "0":
+        return None
+    if run.memo is None:  # the parent's graph changes metadata in place: its examples may too
         return None
     if parent.error is not None or parent.notes or parent.fixed or parent.example_nodes:
         return None

@@ -4,10 +4,13 @@ Every file of docs/examples, tests/corpus (with zeroconfig) and bench/models is 
 through the real sandboxed worker, with ``EngineOptions.reuse_blocks`` off and on (and, the
 same way, with torch's fake-tensor dispatch cache on and off: ``EngineOptions.fake_cache``,
 :func:`fxls.worker.capture.shapes.propagation.new_fake_mode`, with sub-blocks read off the parent's
-trace or not, and with the eager comparison of FX109 on meta or fake tensors); the results
+trace or not, with the eager comparison of FX109 on meta or fake tensors, and with a
+sub-block's shapes computed inside its parent's run or on their own: ``FXLS_PARENT_SHAPES``,
+a second zygote); the results
 must agree on every node (names, spans, named arguments, shapes), every diagnostic, the hover
 at every node span and class name, the inlay hints and the class summaries (code lens titles
-and class hovers). In-process tests check that reuse really happens on deep models, that the
+and class hovers). The convolution shape rule is checked against the kernel on every
+convolution of those files. In-process tests check that reuse really happens on deep models, that the
 replayed graph is the traced graph node for node, and that anything that would make copies
 differ from a trace is refused.
 """

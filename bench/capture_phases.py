@@ -11,7 +11,14 @@ encoding the result (to_dict + json.dumps, in the child) and of decoding it as t
 does (json.loads + from_dict, which expands copied nodes), with the result's size as sent
 (copied sub-blocks as copies of their template's records, as the worker sends them).
 
+With ``--file`` it captures every class of a model file instead (what an edit inside one of
+its classes captures when the classes form one unit: the edited class, its parents and its
+children), with the file's depth set by ``--depth`` (GPT ``n_layer``, ResNet ``layers``),
+and prints each class's steps; ``--profile N`` writes cProfile's top N functions of one
+such child (cumulative and own time) to stderr.
+
 Usage: .venv/bin/python bench/capture_phases.py [--runs 3] [--models gpt48,llama7b,resnet50]
+       .venv/bin/python bench/capture_phases.py --file gpt48 --depth 2 [--profile 40]
 """
 
 from __future__ import annotations
@@ -29,6 +36,70 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"gpt48": ("gpt48.py", "GPT48"), "llama7b": ("llama7b.py", "Llama7B"),
           "resnet50": ("resnet50.py", "ResNet50")}  # fmt: skip
+
+
+DEPTHS = {"gpt48": ("n_layer: int = 48", "n_layer: int = {}"),
+          "llama7b": ("n_layers: int = 32", "n_layers: int = {}"),
+          "resnet50": ("layers=(3, 4, 6, 3)", "layers={}")}  # fmt: skip
+
+
+def model_text(name: str, depth: str | None) -> str:
+    """The model file's text, with its depth replaced when ``depth`` is given."""
+    text = (ROOT / "bench" / "models" / MODELS[name][0]).read_text()
+    if depth is None:
+        return text
+    old, new = DEPTHS[name]
+    return text.replace(old, new.format(depth))
+
+
+def file_child(path: Path, text: str, profile: int, out: int) -> None:
+    """Capture every class of ``text`` (as the worker's job child does) and write each
+    class's step timings and the whole capture's time to ``out``."""
+    from fxls.analysis import parse
+    from fxls.engine.analyze import EngineOptions, build_requests, capture_job
+    from fxls.worker.capture.pipeline import run_capture_for_wire
+
+    job = capture_job(str(path), text, build_requests(parse(text).classes), EngineOptions())
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    started = time.perf_counter()
+    result = run_capture_for_wire(job, lambda *_: None)
+    spent = {"capture": time.perf_counter() - started}
+    if profiler is not None:
+        import pstats
+
+        profiler.disable()
+        stats = pstats.Stats(profiler, stream=sys.stderr)
+        stats.sort_stats("cumulative").print_stats(profile)
+        stats.sort_stats("tottime").print_stats(profile)
+    for mod in result.modules:
+        for step, seconds in mod.timings.items():
+            spent[f"{mod.name}.{step}"] = seconds
+    os.write(out, json.dumps({"spent": spent}).encode())
+    os.close(out)
+
+
+def measure_file(path: Path, text: str, profile: int) -> dict[str, float]:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            file_child(path, text, profile, write)
+        finally:
+            os._exit(0)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 1 << 20):
+        chunks.append(chunk)
+    os.close(read)
+    os.waitpid(pid, 0)
+    spent: dict[str, float] = json.loads(b"".join(chunks))["spent"]
+    return spent
 
 
 def child(path: Path, cls: str, reuse: bool, out: int) -> None:
@@ -97,6 +168,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--file", choices=sorted(MODELS), help="capture every class of a file")
+    parser.add_argument("--depth", help="the file's depth: n_layer(s), or ResNet layers")
+    parser.add_argument("--profile", type=int, default=0, help="cProfile's top N (with --file)")
     args = parser.parse_args()
     from fxls.worker.process.warmup import warm_all
 
@@ -108,6 +182,9 @@ def main() -> None:
 
     gc.collect()
     gc.freeze()  # as the zygote does before it forks
+    if args.file:
+        whole_file(args.file, args.depth, args.runs, args.profile)
+        return
     keys = ["build", "trace", "shapes", "compare", "record", "records", "capture", "encode",
             "decode"]  # fmt: skip
     print(f"1-minute load average {os.getloadavg()[0]:.1f}; medians of {args.runs} runs, ms")
@@ -122,6 +199,22 @@ def main() -> None:
             print(f"| {name} | {'on' if reuse else 'off'} | " + " | ".join(cells) +
                   f" | {med['nodes']:.0f} | {med['bytes'] / 1e6:.2f} MB |", flush=True)  # fmt: skip
     sys.stdout.flush()
+
+
+def whole_file(name: str, depth: str | None, runs: int, profile: int) -> None:
+    """Every class of one model file, ``runs`` times (the first with cProfile when asked)."""
+    text = model_text(name, depth)
+    path = Path(f"/tmp/fxls-phases-{name}.py")
+    path.write_text(text)
+    if profile:
+        measure_file(path, text, profile)
+    samples = [measure_file(path, text, 0) for _ in range(runs)]
+    print(f"1-minute load average {os.getloadavg()[0]:.1f}; {name} depth {depth}; ms")
+    print("| step | min | median |")
+    print("| --- | ---: | ---: |")
+    for key in samples[0]:
+        values = [s.get(key, 0.0) for s in samples]
+        print(f"| {key} | {min(values) * 1000:.1f} | {statistics.median(values) * 1000:.1f} |")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ decoders of 2 and 32 layers (bench/models/llama7b.py), it measures:
 Per family: the ratio deepest / shallowest and the cost per added block (the slope between them).
 
 Usage: .venv/bin/python bench/depth_sweep.py [--runs 3] [--families gpt,resnet,llama] [--out FILE]
+       [--no-off] [--before /path/to/other/checkout]  (an A/B against another fxls, alternating)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import asyncio
 import gc
 import json
 import os
+import re
 import runpy
 import sys
 import tempfile
@@ -41,6 +43,8 @@ from lsp_bench import SETTINGS, Bench, descendants
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "bench" / "models"
 MAX_WEIGHT_BYTES = 2 * 2**30
+compile_check = False
+"""Servers keep the compile check on (``--compile-check``)."""
 
 
 @dataclass
@@ -107,29 +111,38 @@ def cpu_seconds(root: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-async def _server(reuse: bool) -> Bench:
-    saved = os.environ.get("FXLS_REUSE_BLOCKS")
-    os.environ["FXLS_REUSE_BLOCKS"] = "1" if reuse else "0"  # the worker inherits FXLS_*
-    bench = Bench(SETTINGS)
+async def _server(reuse: bool, pythonpath: str | None = None) -> Bench:
+    """A server (its worker inherits FXLS_*), of the fxls found on ``pythonpath`` if given;
+    without the compile check (its job follows each capture's diagnostics and would load the
+    machine during the next edit) unless ``--compile-check`` is given."""
+    # `python -m fxls` imports the fxls of its working folder first: main() works in a
+    # folder of its own, and each server is given its checkout (this one by default)
+    changed = {"FXLS_REUSE_BLOCKS": "1" if reuse else "0", "PYTHONPATH": pythonpath or str(ROOT)}
+    saved = {name: os.environ.get(name) for name in changed}
+    os.environ.update(changed)
+    bench = Bench(SETTINGS if compile_check else {**SETTINGS, "compileCheck": {"enabled": False}})
     try:
         await bench.start()
     finally:
-        if saved is None:
-            os.environ.pop("FXLS_REUSE_BLOCKS", None)
-        else:
-            os.environ["FXLS_REUSE_BLOCKS"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     return bench
 
 
 async def bench_edits(
-    variants: list[Variant], folder: Path, runs: int, off: bool
+    variants: list[Variant], folder: Path, runs: int, off: bool, before: str | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Warm edit -> diagnostics of each variant: one server with reuse (and one without),
-    every variant open in each; the runs go round-robin over variants and servers, so a
-    change of the machine's load hits all of them alike."""
+    """Warm edit -> diagnostics of each variant: one server with reuse (and one without, and
+    one of the fxls at ``before``), every variant open in each; the runs go round-robin over
+    variants and servers, so a change of the machine's load hits all of them alike."""
     servers = {"edit": await _server(True)}
     if off:
         servers["edit_off"] = await _server(False)
+    if before is not None:
+        servers["edit_before"] = await _server(True, before)
     out: dict[str, dict[str, Any]] = {key: {} for key in servers}
     try:
         uris: dict[tuple[str, str], str] = {}
@@ -225,17 +238,31 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--no-off", action="store_true", help="skip the server without reuse")
+    parser.add_argument("--only", help="a regular expression: only the models it finds")
+    parser.add_argument(
+        "--compile-check", action="store_true", help="keep the compile check (FX6xx) on"
+    )
+    parser.add_argument(
+        "--before", help="also a server of the fxls in this folder (PYTHONPATH), alternating"
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "depth_sweep.json"))
     args = parser.parse_args()
+    global compile_check
+    compile_check = args.compile_check
     variants = [v for f in args.families.split(",") if f for v in FAMILIES[f]]
+    if args.only:
+        variants = [v for v in variants if re.search(args.only, v.label)]
 
     report: dict[str, Any] = {"machine": machine(), "runs": args.runs}
     with tempfile.TemporaryDirectory(prefix="fxls-depth-") as tmp:
         folder = Path(tmp)
         for v in variants:
             (folder / f"{v.family}_{v.blocks}.py").write_text(v.text())
+        here = os.getcwd()
+        os.chdir(folder)
         report["load_before"] = os.getloadavg()
-        report.update(asyncio.run(bench_edits(variants, folder, args.runs, not args.no_off)))
+        edits = bench_edits(variants, folder, args.runs, not args.no_off, args.before)
+        report.update(asyncio.run(edits))
         report["load_after_edits"] = os.getloadavg()
         report["floor"] = {}
         report["torchinfo"] = {}
@@ -244,6 +271,7 @@ def main() -> None:
             report["floor"][v.label] = bench_floor(v, path, args.runs)
             report["torchinfo"][v.label] = bench_torchinfo(v, path, args.runs)
         report["load_after"] = os.getloadavg()
+        os.chdir(here)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(render(report, variants))
@@ -267,16 +295,18 @@ def render(report: dict[str, Any], variants: list[Variant]) -> str:
         "servers), median CPU time of the server, worker and job per edit; floor and torchinfo "
         "(min / median) in the same run.",
         "",
-        "| model | blocks | edit → diagnostics ms | without reuse ms | CPU per edit ms | "
-        "without reuse | floor ms | torchinfo ms |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| model | blocks | edit → diagnostics ms | without reuse ms | before ms | "
+        "CPU per edit ms | without reuse | floor ms | torchinfo ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for v in variants:
         on = report["edit"][v.label]["seconds"]
         off = report.get("edit_off", {}).get(v.label)
+        old = report.get("edit_before", {}).get(v.label)
         ti = report["torchinfo"][v.label]
         lines.append(
             f"| {v.label} | {v.blocks} | {_ms(on)} | {_ms(off['seconds']) if off else '—'} | "
+            f"{_ms(old['seconds']) if old else '—'} | "
             f"{_cpu(report['edit'][v.label])} | {_cpu(off) if off else '—'} | "
             f"{_ms(report['floor'][v.label]['seconds'])} | "
             f"{_ms(ti['seconds']) if 'seconds' in ti else 'n/a (' + ti['skipped'] + ')'} |"

@@ -301,6 +301,7 @@ def capture_class(
         build.record(mod, built, span)
         given = recorded.inputs if recorded is not None else {}
         capture = ClassCapture(doc, req, mod, given)
+        capture.within = _parent_run(recorded)
         if recorded is not None and recorded.left_out:
             capture.note(
                 f"`{recorded.parent}` also passes {', '.join(recorded.left_out)}; captured "
@@ -353,6 +354,16 @@ def _in_order(
         yield _from_parent(held)
 
 
+def _parent_run(
+    recorded: parents.Recorded | None,
+) -> tuple[shapes.Propagation, dict[str, Any]] | None:
+    """The parent's propagation and its examples of the arguments, when ``recorded`` was read
+    off the parent's trace (``ClassCapture.within``)."""
+    if recorded is None or recorded.within is None:
+        return None
+    return recorded.within, recorded.examples
+
+
 def _from_parent(recorded: parents.Recorded) -> build.Built:
     device = "meta"
     for tensor in recorded.instance.parameters():
@@ -397,6 +408,9 @@ class ClassCapture:
         self.mod = mod
         self.given = given or {}
         """Inputs recorded in a parent's forward, by parameter name (directives still win)."""
+        self.within: tuple[shapes.Propagation, dict[str, Any]] | None = None
+        """When ``given`` was read off the parent's trace: the parent's propagation and its
+        examples of the arguments, by parameter name (:func:`shapes.propagate_within`)."""
         self.feeds: list[shapes.ExampleInput] | None = None
         """The inputs the capture ran with, once known."""
         self.feeds_planned: list[inputs.PlannedInput] = []
@@ -532,9 +546,7 @@ class ClassCapture:
                 parts = path.split(".")
                 if any(".".join(parts[:i]) in leaves for i in range(1, len(parts))):
                     return None
-        return parents.from_trace(
-            module, traced.calls, prop.examples, prop.namer, watched, parent_expr=parent_expr
-        )
+        return parents.from_trace(module, traced.calls, prop, watched, parent_expr=parent_expr)
 
     def _find_forward(self, module: nn.Module) -> ForwardDef | None:
         tree = self.doc.tree
@@ -988,13 +1000,38 @@ class ClassCapture:
         placeholders: list[torch.fx.Node], symbolic: bool | None = None,
     ) -> shapes.Propagation | BaseException:  # fmt: skip
         feeds = [_example(p, str(n.target)) for p, n in zip(ordered, placeholders)]
+        given = self._given_examples(ordered, placeholders) if symbolic is None else None
         if symbolic is None:
             symbolic = self.doc.job.symbolic
         try:
             segments = self.traced.segments if self.traced is not None else []
-            return shapes.propagate(gm, feeds, symbolic=symbolic, reuse=reuse.copies(segments))
+            copies = reuse.copies(segments)
+            if given is not None and self.within is not None:
+                fed = [(feed, given[feed.name]) for feed in feeds]
+                inside = shapes.propagate_within(
+                    self.within[0], gm, fed, symbolic=symbolic, reuse=copies
+                )
+                if inside is not None:
+                    return inside
+            return shapes.propagate(gm, feeds, symbolic=symbolic, reuse=copies)
         except Exception as exc:
             return exc
+
+    def _given_examples(
+        self, ordered: list[inputs.PlannedInput], placeholders: list[torch.fx.Node]
+    ) -> dict[str, Any] | None:
+        """The parent's example of each placeholder, by placeholder name, when every input is
+        the one recorded off the parent's trace; else None."""
+        if self.within is None:
+            return None
+        examples = self.within[1]
+        given: dict[str, Any] = {}
+        for planned, node in zip(ordered, placeholders, strict=True):
+            name = str(node.target)
+            if self.given.get(name) is not planned or name not in examples:
+                return None
+            given[name] = examples[name]
+        return given
 
     def _settle_sizes(
         self,

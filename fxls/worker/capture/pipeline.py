@@ -73,7 +73,7 @@ def run_capture_for_wire(job: CaptureJob, report_phase: PhaseReporter) -> Captur
 def _capture_and_passes(
     job: CaptureJob, report_phase: PhaseReporter, *, keep_copies: bool = False
 ) -> tuple[ExecutedDocument, CaptureResult]:
-    with shapes.dispatch_cache(job.fake_cache):
+    with shapes.dispatch_cache(job.fake_cache), shapes.quiet_loggers():
         doc, result = capture_document(job, report_phase, keep_copies=keep_copies)
         if result.error is None and any(req.passes for req in job.classes):
             from fxls.worker.capture.passes import run_passes

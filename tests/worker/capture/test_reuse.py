@@ -4,10 +4,13 @@ Every file of docs/examples, tests/corpus (with zeroconfig) and bench/models is 
 through the real sandboxed worker, with ``EngineOptions.reuse_blocks`` off and on (and, the
 same way, with torch's fake-tensor dispatch cache on and off: ``EngineOptions.fake_cache``,
 :func:`fxls.worker.capture.shapes.propagation.new_fake_mode`, with sub-blocks read off the parent's
-trace or not, and with the eager comparison of FX109 on meta or fake tensors); the results
+trace or not, with the eager comparison of FX109 on meta or fake tensors, and with a
+sub-block's shapes computed inside its parent's run or on their own: ``FXLS_PARENT_SHAPES``,
+a second zygote); the results
 must agree on every node (names, spans, named arguments, shapes), every diagnostic, the hover
 at every node span and class name, the inlay hints and the class summaries (code lens titles
-and class hovers). In-process tests check that reuse really happens on deep models, that the
+and class hovers). The convolution shape rule is checked against the kernel on every
+convolution of those files. In-process tests check that reuse really happens on deep models, that the
 replayed graph is the traced graph node for node, and that anything that would make copies
 differ from a trace is refused.
 """
@@ -16,11 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import tracemalloc
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 import torch
 import torch.fx
 from torch import nn
@@ -34,6 +40,7 @@ from fxls.engine.analyze import (
     build_requests,
     capture_job,
 )
+from fxls.engine.workerclient import WorkerClient
 from fxls.lsp.features import code_lens, hover, inlay_hints
 from fxls.protocol.codec import ProtocolError, from_dict, to_dict
 from fxls.protocol.copies import (
@@ -60,6 +67,7 @@ from fxls.protocol.model import (
 )
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.pipeline import capture_document
+from fxls.worker.capture.shapes.propagation import PARENT_SHAPES_ENV
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY
 from fxls.worker.capture.trace import reuse
 from fxls.worker.capture.trace.tracer import SpanTracer
@@ -150,6 +158,123 @@ async def test_results_are_the_same_with_and_without_the_speedup(
     assert on["outcome"] == off["outcome"]
     differ = [pos for pos in off["hovers"] if on["hovers"].get(pos) != off["hovers"][pos]]
     assert not differ, differ[:5]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def worker_without_parent_shapes(tmp_path_factory) -> AsyncIterator[WorkerClient]:  # type: ignore[no-untyped-def]
+    """A zygote whose captures compute every class's shapes on their own
+    (``FXLS_PARENT_SHAPES=0``: no ``shapes.propagate_within``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(PARENT_SHAPES_ENV, "0")  # the worker takes FXLS_* when it is made
+        client = WorkerClient(scratch_dir=str(tmp_path_factory.mktemp("scratch-own-shapes")))
+    await client.start()
+    yield client
+    await client.close()
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+async def test_results_are_the_same_with_shapes_from_the_parents_run(
+    worker, worker_without_parent_shapes, path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    text = path.read_text()
+    options = EngineOptions(limits=LIMITS)
+    request = AnalysisRequest(str(path), text)
+    off = _seen(await analyze(worker_without_parent_shapes, request, options=options), text)
+    if path not in _WITH_ALL:
+        _WITH_ALL[path] = _seen(await analyze(worker, request, options=options), text)
+    on = _WITH_ALL[path]
+    for key in ("modules", "diagnostics", "hints", "lenses", "classes", "outcome"):
+        assert on[key] == off[key], key
+    differ = [pos for pos in off["hovers"] if on["hovers"].get(pos) != off["hovers"][pos]]
+    assert not differ, differ[:5]
+
+
+def test_a_sub_blocks_shapes_come_from_its_parents_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GPT48's trace records each class's call: Block and CausalSelfAttention are computed
+    # inside GPT48's run (nothing is dispatched again), and the same without it
+    from fxls.worker.capture.shapes import propagation
+
+    inside: list[str] = []
+    original = propagation.propagate_within
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        found = original(*args, **kwargs)
+        inside.append("inside" if found is not None else "alone")
+        return found
+
+    monkeypatch.setattr(propagation, "propagate_within", spy)
+    text = (
+        (ROOT / "bench" / "models" / "gpt48.py")
+        .read_text()
+        .replace("n_layer: int = 48", "n_layer: int = 2")
+    )
+    path = tmp_path / "gpt2.py"
+    path.write_text(text)
+    job = capture_job(str(path), text, build_requests(parse(text).classes), EngineOptions())
+    _, result = capture_document(job, lambda *_: None)
+    assert inside == ["inside", "inside"]
+    monkeypatch.setenv(PARENT_SHAPES_ENV, "0")
+    _, alone = capture_document(job, lambda *_: None)
+    assert inside == ["inside", "inside", "alone", "alone"]
+    for a, b in zip(result.modules, alone.modules, strict=True):
+        a.timings, b.timings = {}, {}
+        assert to_dict(a) == to_dict(b)
+
+
+def test_a_parents_run_is_not_used_where_the_class_would_run_otherwise() -> None:
+    # propagate_within refuses what the class's own run would not make the same way: a
+    # parent run that fixed a name, a transposed (non-contiguous) argument, a dimension the
+    # parent has as an expression, another dtype
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from fxls.worker.capture.shapes.propagation import (
+        ExampleInput,
+        Propagation,
+        Run,
+        named_fake,
+        new_fake_mode,
+        propagate_within,
+    )
+    from fxls.worker.capture.shapes.values import Namer
+
+    with torch.device("meta"):
+        gm = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(8, 8)))
+    env = ShapeEnv()
+    mode = new_fake_mode(env)
+    names: dict[Any, str] = {}
+
+    def fake(dims: list[tuple[str | None, int]]) -> torch.Tensor:
+        def to_fake(t: torch.Tensor, ctx: Any = None) -> torch.Tensor:
+            return mode.from_tensor(t, symbolic_context=ctx)
+
+        return named_fake(dims, torch.float32, to_fake, env, (names, {}))
+
+    x = fake([("B", 2), ("T", 3), (None, 8)])
+    run = Run(torch.device("meta"), mode, env, lambda t: t, {})
+    parent = Propagation({}, {}, None, "symbolic", namer=Namer(names), run=run)
+    wanted = [ExampleInput("input", "tensor", [("B", 2), ("T", 3), (None, 8)])]
+    found = propagate_within(parent, gm, [(wanted[0], x)])
+    assert found is not None and found.values["_0"][0].shape == ["B", "T", 8]
+    with mode:
+        transposed = x.transpose(0, 1).contiguous().transpose(0, 1)
+        doubled = x.repeat(2, 1, 1)
+    assert propagate_within(parent, gm, [(wanted[0], transposed)]) is None
+    assert propagate_within(parent, gm, [(wanted[0], doubled)]) is None
+    half = ExampleInput("input", "tensor", wanted[0].dims, dtype=torch.float16)
+    assert propagate_within(parent, gm, [(half, x)]) is None
+    fixed = dataclasses.replace(parent, fixed={"B": 2})
+    assert propagate_within(fixed, gm, [(wanted[0], x)]) is None
+    # a run inside the parent's that fails leaves its ShapeEnv to no other run
+    wrong = ExampleInput("input", "tensor", [("B", 2), ("T", 3), (None, 5)])
+    with mode:
+        narrow = x[:, :, :5]
+    assert propagate_within(parent, gm, [(wrong, narrow.contiguous())]) is None
+    assert run.spoiled
+    assert propagate_within(parent, gm, [(wanted[0], x)]) is None
 
 
 # -- in process: reuse happens, and is refused where a copy could differ ------------------------
@@ -661,3 +786,58 @@ def test_copies_skip_create_node_only_where_that_leaves_the_graph_as_it_would(
 
     monkeypatch.setattr(torch.fx.Graph, "create_node", more)
     assert not reuse.fast_path_agrees.__wrapped__()
+
+
+def _convolutions_checked(path: Path) -> tuple[int, list[str]]:
+    """Capture ``path`` (every class) with each answer of ``shortcuts.fast_conv`` compared
+    with the operator's output in the same run: (answers, differences)."""
+    from fxls.worker.capture.shapes import shortcuts
+
+    answered = 0
+    differ: list[str] = []
+    rule = shortcuts.fast_conv
+
+    def checked(module: Any, x: torch.Tensor) -> Any:
+        nonlocal answered
+        fast = rule(module, x)
+        if fast is not None:
+            answered += 1
+            real = module._conv_forward(x, module.weight, module.bias)
+            got = (fast.shape, fast.stride(), fast.dtype, fast.device)
+            if got != (real.shape, real.stride(), real.dtype, real.device):
+                differ.append(f"{module}: {got} != {real.shape}, {real.stride()}")
+        return fast
+
+    shortcuts.fast_conv = checked
+    try:
+        text = path.read_text()
+        job = capture_job(str(path), text, build_requests(parse(text).classes), EngineOptions())
+        capture_document(job, lambda *_: None)
+    finally:
+        shortcuts.fast_conv = rule
+    return answered, differ
+
+
+@pytest.mark.slow
+def test_the_convolution_rule_gives_the_kernels_output_on_every_file() -> None:
+    # each file is captured in a child process of its own (files run user code and change
+    # torch's global state); every convolution the rule answers is run as well and compared
+    answered = 0
+    for path in FILES:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os.close(read)
+            try:
+                found = _convolutions_checked(path)
+                os.write(write, json.dumps(found).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            data = pipe.read()
+        os.waitpid(pid, 0)
+        count, differ = json.loads(data)
+        assert not differ, (path.name, differ[:3])
+        answered += count
+    assert answered > 100

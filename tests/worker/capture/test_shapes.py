@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -908,3 +909,68 @@ def test_python_errors_between_torch_calls_are_said_in_words() -> None:
     assert prop.error.message.startswith("`picky` (Picky) raised IndexError in its own code"), (
         prop.error.message
     )
+
+
+def _conv_cases() -> Iterator[tuple[Any, list[int]]]:
+    """Convolution layers and input sizes: every kind, 1×1 and strided kernels, dilation,
+    groups, batch and channels of 1, outputs and padded inputs smaller than the kernel."""
+    convs = [torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d]
+    for dims, cin, cout, k, s, p, g, batch, hw in itertools.product(
+        (1, 2, 3), (1, 4), (2, 4), (1, 3), (1, 2), (0, 1), (1, 2), (1, 3), (1, 6)
+    ):
+        if cin % g == 0 and cout % g == 0:
+            d = 2 if s == 2 else 1
+            conv = convs[dims - 1](
+                cin, cout, k, stride=s, padding=p, dilation=d, groups=g, bias=g == 1
+            )
+            yield conv, [batch, cin, *([hw] * dims)]
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_convolution_shortcut_gives_what_the_operator_gives(device: str) -> None:
+    # shortcuts.fast_conv answers Conv1d/2d/3d: shape, strides, dtype and device must be the
+    # kernel's on meta tensors (static runs) and on fake tensors with a symbolic batch
+    # (symbolic runs; a CPU-built module's fake run), for inputs laid out in every way
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
+    )
+
+    from fxls.worker.capture.shapes.shortcuts import fast_conv
+
+    answered = left = 0
+    for symbolic in (False, True):
+        mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+        for conv, shape in _conv_cases():
+            with torch.device(device):
+                conv = conv.to(device)
+            base = torch.empty(shape, device="meta")
+            inputs = [base, base.transpose(-1, -2)]
+            if len(shape) == 4:
+                inputs.append(base.to(memory_format=torch.channels_last))
+            for x in inputs:
+                if symbolic or device == "cpu":
+                    dynamic = [DimDynamic.DYNAMIC if symbolic else DimDynamic.STATIC]
+                    dynamic += [DimDynamic.STATIC] * (x.dim() - 1)
+                    ctx = StatelessSymbolicContext(dynamic_sizes=dynamic)
+                    x = mode.from_tensor(x, symbolic_context=ctx)
+                    if device == "cpu":
+                        with mode:
+                            x = x.to("cpu")
+                with mode if isinstance(x, FakeTensor) else torch.device("meta"):
+                    fast = fast_conv(conv, x)
+                    try:
+                        real = conv._conv_forward(x, conv.weight, conv.bias)
+                    except RuntimeError:
+                        assert fast is None, (conv, x.shape)
+                        left += 1
+                        continue
+                if fast is None:
+                    left += 1
+                    continue
+                answered += 1
+                got = (fast.shape, fast.stride(), fast.dtype, fast.device)
+                assert got == (real.shape, real.stride(), real.dtype, real.device), (conv, x.shape)
+    assert answered > 200 and left > 50

@@ -51,6 +51,11 @@ class Recorded:
     left_out: list[str] = field(default_factory=list)
     """Arguments the parent passed that are not passed again (a cache object where the
     parameter defaults to ``None``, what ``**kwargs`` received), described for a note."""
+    within: Any = None
+    """When read off the parent's trace: the parent's propagation (a
+    ``shapes.propagation.Propagation``), in which the class's shapes may be computed."""
+    examples: dict[str, Any] = field(default_factory=dict)
+    """With ``within``: the parent's example of each argument, by ``forward`` parameter name."""
 
     @property
     def text(self) -> str:
@@ -146,35 +151,42 @@ Calls = dict[type, list[tuple[nn.Module, tuple[Any, ...], dict[str, Any]]]]
 def from_trace(
     parent: nn.Module,
     calls: Calls,
-    examples: dict[str, Any],
-    namer: Any,
+    prop: Any,
     wanted: dict[type, str],
     *,
     parent_expr: str | None,
 ) -> dict[str, Recorded] | None:
     """What :func:`record` finds, read off the parent's FX trace instead of a second run:
-    ``calls`` are the submodule calls the trace saw (arguments holding proxies), ``examples``
-    and ``namer`` the propagation of the traced graph, whose example values are those the
-    run would compute. None when the trace cannot say: a wanted class that was not called
-    with recordable arguments (it may be called where the trace does not look: inside a leaf
-    or a wrapped function, or in a copied block), or an argument without an example."""
+    ``calls`` are the submodule calls the trace saw (arguments holding proxies), ``prop``
+    the propagation of the traced graph (a ``shapes.propagation.Propagation``), whose
+    example values are those the run would compute. None when the trace cannot say: a
+    wanted class that was not called with recordable arguments (it may be called where the
+    trace does not look: inside a leaf or a wrapped function, or in a copied block), or an
+    argument without an example."""
     names = {id(m): n for n, m in parent.named_modules()}
     found: dict[str, Recorded] = {}
     for cls, cls_name in wanted.items():
         for module, args, kwargs in calls.get(cls, []):
             try:
-                values = _examples((args, kwargs), examples, 0)
+                values = _examples((args, kwargs), prop.examples, 0)
             except LookupError:
                 return None
-            got = _arguments(module, values[0], values[1], namer)
+            got = _arguments(module, values[0], values[1], prop.namer)
             if got is not None:
                 found[cls_name] = Recorded(
                     module, names.get(id(module), "?"), type(parent).__name__, parent_expr, *got
                 )
+                found[cls_name].within = prop
+                found[cls_name].examples = _bound(module, values[0], values[1])
                 break
         else:
             return None
     return found
+
+
+def _bound(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's argument values by ``forward`` parameter name (``_arguments`` bound them)."""
+    return dict(inspect.signature(module.forward).bind(*args, **kwargs).arguments)
 
 
 def _examples(value: Any, examples: dict[str, Any], depth: int) -> Any:

@@ -60,11 +60,13 @@ from fxls.worker.capture.shapes.shortcuts import (
 from fxls.worker.capture.shapes.values import MISSING, Namer, values_of
 
 __all__ = [
+    "PARENT_SHAPES_ENV",
     "RERUN_BUDGET_S",
     "RERUN_NODES",
     "DtypeMismatch",
     "ExampleInput",
     "Propagation",
+    "Run",
     "ShapeError",
     "data_free_torch",
     "dispatch_cache",
@@ -74,6 +76,7 @@ __all__ = [
     "named_fake",
     "new_fake_mode",
     "propagate",
+    "propagate_within",
     "quiet_loggers",
     "rerun_allowed",
     "values_of",
@@ -122,6 +125,26 @@ class Propagation:
     names gives, or that run did not get to them (:mod:`~fxls.worker.capture.shapes.sizes`)."""
     example_sizes: dict[str, int] = field(default_factory=dict)
     """The example sizes ``example_nodes`` hold for (the fixed names)."""
+    run: Run | None = None
+    """What the run ran in (its fake mode, ``ShapeEnv``, results by input metadata), for the
+    runs of the sub-blocks it called (:func:`propagate_within`)."""
+
+
+@dataclass
+class Run:
+    """The context of one propagation: entered again to run a sub-block inside it."""
+
+    device: torch.device
+    mode: Any
+    """The ``FakeTensorMode`` (None for a meta run)."""
+    shape_env: Any
+    constant: Callable[[torch.Tensor], torch.Tensor]
+    memo: dict[Any, Any] | None
+    """The interpreter's results by the metadata of their inputs (None: the graph was not
+    safe to memoize)."""
+    spoiled: bool = False
+    """A run inside it failed or fixed a name: its ``ShapeEnv`` may now hold what the parent's
+    run did not, so no other run is made inside it."""
 
 
 _QUIET_LOGGERS = (
@@ -134,17 +157,32 @@ _QUIET_LOGGERS = (
 )
 
 
+_quiet_depth = 0
+
+
 @contextlib.contextmanager
 def quiet_loggers() -> Iterator[None]:
-    """Silence torch's loggers that report failing ops at ERROR level."""
+    """Silence torch's loggers that report failing ops at ERROR level. Re-entrant: inside
+    another ``quiet_loggers`` it does nothing (each ``setLevel`` clears the level cache of all
+    ~270 loggers of the process; a capture silences them once, around all of its steps)."""
+    global _quiet_depth
+    if _quiet_depth:
+        _quiet_depth += 1
+        try:
+            yield
+        finally:
+            _quiet_depth -= 1
+        return
     saved = []
     for name in _QUIET_LOGGERS:
         logger = logging.getLogger(name)
         saved.append((logger, logger.level))
         logger.setLevel(logging.CRITICAL + 1)
+    _quiet_depth = 1
     try:
         yield
     finally:
+        _quiet_depth = 0
         for logger, level in saved:
             logger.setLevel(level)
 
@@ -187,16 +225,17 @@ def data_free_torch() -> Iterator[None]:
 class _Propagator(torch.fx.Interpreter):
     """Runs nodes one at a time on data-free examples; placeholders come from a dict."""
 
-    def __init__(
-        self,
-        gm: torch.fx.GraphModule,
-        feeds: dict[str, Any],
-        constant: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    ) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, feeds: dict[str, Any], run: Run) -> None:
         super().__init__(gm, garbage_collect_values=False)
         self.feeds = feeds
-        self.constant = constant
-        self.memo: dict[Any, Any] | None = {} if _memo_safe(gm) else None
+        self.constant = run.constant
+        self.memo: dict[Any, Any] | None = None
+        """Results by the metadata of their inputs, shared by the runs of one ``run`` (a run
+        inside a parent's shares its parent's: :func:`propagate_within`)."""
+        if _memo_safe(gm):
+            if run.memo is None:
+                run.memo = {}
+            self.memo = run.memo
         self._module_keys: dict[str, Any] = {}
 
     def run_node(self, n: torch.fx.Node) -> Any:
@@ -524,6 +563,92 @@ def propagate(
         return result
 
 
+PARENT_SHAPES_ENV = "FXLS_PARENT_SHAPES"
+"""``0`` in the worker's environment: a sub-block's class propagates its shapes on its own
+instead of inside its parent's run (:func:`propagate_within`), to compare."""
+
+
+def propagate_within(
+    parent: Propagation,
+    gm: torch.fx.GraphModule,
+    fed: Sequence[tuple[ExampleInput, Any]],
+    symbolic: bool = True,
+    reuse: Copies | None = None,
+) -> Propagation | None:
+    """The shapes of a sub-block's class, computed inside the run of the parent that called
+    it: ``fed`` pairs each input the class's own run would make (:func:`propagate`'s
+    ``inputs``) with the parent's example of that argument of the call. The operators the parent
+    ran on the same metadata are not run again (the run shares the parent's results by input
+    metadata, its fake mode and ``ShapeEnv``), so the first call of a block costs the parent
+    alone. None when the result could differ from :func:`propagate`'s: the parent's run
+    fixed or equated a name or failed, or its graph changes a tensor's metadata in place; an
+    input is not a tensor, or not what the class's own
+    run would make (a dimension the parent has as an expression, another dtype, a
+    non-contiguous layout); a run that fails or fixes a name here (the class's own run
+    reports it in its own words)."""
+    run = parent.run
+    if run is None or run.spoiled or os.environ.get(PARENT_SHAPES_ENV) == "0":
+        return None
+    if run.memo is None:  # the parent's graph changes metadata in place: its examples may too
+        return None
+    if parent.error is not None or parent.notes or parent.fixed or parent.example_nodes:
+        return None
+    static = "meta" if run.device == _META else "fake"
+    expected = "symbolic" if symbolic and _is_named([inp for inp, _ in fed]) else static
+    if parent.mode != expected or _module_device(gm) != run.device:
+        return None
+    namer = parent.namer
+    feeds: dict[str, Any] = {}
+    for inp, value in fed:
+        if inp.kind != "tensor" or not _fed_as(value, inp, namer):
+            return None
+        feeds[inp.name] = value
+    fixed = len(run.shape_env.replacements) if run.shape_env is not None else 0
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(quiet_loggers())
+        stack.enter_context(data_free_torch())
+        if run.mode is not None:
+            stack.enter_context(run.mode)
+        stack.enter_context(torch.device(run.device))
+        stack.enter_context(torch.no_grad())
+        result = _interpret(gm, feeds, namer, parent.mode, run=run, reuse=reuse)
+    now = len(run.shape_env.replacements) if run.shape_env is not None else 0
+    if result.error is not None or result.notes or now != fixed:
+        run.spoiled = True
+        return None
+    return result
+
+
+def _fed_as(value: Any, inp: ExampleInput, namer: Namer) -> bool:
+    """Whether ``value`` is the tensor a run of its own makes of ``inp``: its dtype, each
+    named dimension a symbol of that name, each other one the example size, contiguous."""
+    if not isinstance(value, torch.Tensor) or value.dtype != inp.dtype:
+        return False
+    if value.layout != torch.strided or value.dim() != len(inp.dims):
+        return False
+    if not _same_size(value.storage_offset(), 0):
+        return False
+    stride: Any = 1
+    for (name, size), d, st in reversed(list(zip(inp.dims, value.shape, value.stride()))):
+        if name:
+            expr = d.node.expr if isinstance(d, torch.SymInt) else None
+            if expr is None or not expr.is_Symbol or namer.names.get(expr) != name:
+                return False
+        elif isinstance(d, torch.SymInt) or d != size:
+            return False
+        if not _same_size(st, stride):
+            return False
+        stride = stride * (d.node.expr if isinstance(d, torch.SymInt) else d)
+    return True
+
+
+def _same_size(a: Any, b: Any) -> bool:
+    """Structural equality of two sizes (ints, SymInts or expressions), without a guard."""
+    a = a.node.expr if isinstance(a, torch.SymInt) else a
+    b = b.node.expr if isinstance(b, torch.SymInt) else b
+    return bool(a == b)
+
+
 RERUN_BUDGET_S = 2.0
 """A run that fixed a named dimension is computed again at other sizes when it took at most
 this long or its graph is small (``RERUN_NODES``): a rerun costs as much, and there may be
@@ -669,8 +794,9 @@ def _run_meta(
     gm: torch.fx.GraphModule, inputs: list[ExampleInput], reuse: Copies | None = None
 ) -> Propagation:
     feeds = meta_feeds(inputs)
+    run = Run(_META, None, None, to_meta, None)
     with torch.device(_META), torch.no_grad():
-        return _interpret(gm, feeds, Namer(), "meta", constant=to_meta, reuse=reuse)
+        return _interpret(gm, feeds, Namer(), "meta", run=run, reuse=reuse)
 
 
 FAKE_CACHE_ENV = "FXLS_FAKE_CACHE"
@@ -752,11 +878,10 @@ def _run_fake(
             feeds[inp.name] = map_named_tensors(inp.value, inp.inner_dims, fake_of, to_fake)
         else:
             feeds[inp.name] = fake_of(inp.dims, inp.dtype)
+    run = Run(device, mode, shape_env, constant, None)
     with mode, torch.device(device), torch.no_grad():
-        return _interpret(
-            gm, feeds, Namer(names), "symbolic" if symbolic else "fake", shape_env, constant,
-            reuse,
-        )  # fmt: skip
+        kind = "symbolic" if symbolic else "fake"
+        return _interpret(gm, feeds, Namer(names), kind, run=run, reuse=reuse)
 
 
 def named_fake(
@@ -799,13 +924,13 @@ def _interpret(
     feeds: dict[str, Any],
     namer: Namer,
     mode: str,
-    shape_env: Any = None,
-    constant: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    run: Run,
     reuse: Copies | None = None,
 ) -> Propagation:
-    interp = _Propagator(gm, feeds, constant)
+    interp = _Propagator(gm, feeds, run)
+    shape_env = run.shape_env
     env = interp.env
-    prop = Propagation(values={}, examples={}, error=None, mode=mode, namer=namer)
+    prop = Propagation(values={}, examples={}, error=None, mode=mode, namer=namer, run=run)
     fixed: set[Any] = set()
     replacements = 0
     copies = reuse if reuse and interp.memo is not None else {}

@@ -140,6 +140,8 @@ def fast_module(module: Any, x: torch.Tensor, rest: tuple[Any, ...]) -> Any:
             and not (module.training and _one_value_per_channel(x))
         ):
             return torch.empty_like(x)
+    elif kind in _CONVS:
+        return fast_conv(module, x)
     elif kind is torch.nn.LayerNorm:
         norm = module.normalized_shape
         weight = module.weight
@@ -150,6 +152,75 @@ def fast_module(module: Any, x: torch.Tensor, rest: tuple[Any, ...]) -> Any:
         ):
             return x.new_empty(x.shape)
     return None
+
+
+_CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+
+
+def fast_conv(module: Any, x: torch.Tensor) -> torch.Tensor | None:
+    """A ``Conv1d``/``Conv2d``/``Conv3d`` layer's output where the answer is certain: a batched
+    input laid out row-major (contiguous) whose channels and spatial sizes are numbers (the
+    batch may be a symbol: no check of the kernel reads it, so no guard is left out), zero
+    padding given as numbers, a contiguous weight of the input's dtype and device. The output
+    is ``[batch, out_channels, *(size + 2*padding - dilation*(kernel - 1) - 1) // stride + 1]``,
+    contiguous: what torch's meta kernel gives on meta tensors, and its fake implementation
+    for inputs and weights that are not channels-last (it picks the kernel's memory format).
+    Anything the kernel would reject (an output or padded input smaller than the kernel, a
+    channel mismatch) runs the operator, which reports it. None leaves it to the operator."""
+    weight = module.weight
+    if not _conv_layout(module, x):
+        return None
+    stride, padding, dilation = module.stride, module.padding, module.dilation
+    sizes = list(x.shape[1:])
+    if not all(type(n) is int for n in (*sizes, *stride, *padding, *dilation, module.groups)):
+        return None
+    if not (_row_major(x, sizes) and _row_major(weight, list(weight.shape[1:]))):
+        return None
+    groups, out_channels, batch = module.groups, weight.shape[0], x.shape[0]
+    if groups < 1 or out_channels % groups or sizes[0] < 1 or weight.shape[1] * groups != sizes[0]:
+        return None
+    if type(batch) is int and batch < 1:
+        return None
+    out = []
+    for n, k, s, p, d in zip(sizes[1:], weight.shape[2:], stride, padding, dilation):
+        if s < 1 or d < 1 or p < 0 or n + 2 * p < d * (k - 1) + 1:
+            return None
+        out.append((n + 2 * p - d * (k - 1) - 1) // s + 1)
+    if not all(o > 0 for o in out):
+        return None
+    return x.new_empty([batch, out_channels, *out])
+
+
+def _conv_layout(module: Any, x: torch.Tensor) -> bool:
+    """A batched input of the weight's dtype and device, zero padding given as numbers, one
+    stride, padding and dilation per spatial dimension, a bias of one value per channel."""
+    weight, bias = module.weight, module.bias
+    spatial = weight.dim() - 2
+    if x.dim() != weight.dim() or module.padding_mode != "zeros" or spatial < 1:
+        return False
+    if x.dtype != weight.dtype or x.device != weight.device or x.layout != torch.strided:
+        return False
+    if bias is not None and (bias.dtype != weight.dtype or tuple(bias.shape) != (weight.shape[0],)):
+        return False
+    padding = module.padding
+    return not isinstance(padding, str) and (
+        len(module.stride) == len(padding) == len(module.dilation) == spatial
+    )
+
+
+def _row_major(t: torch.Tensor, sizes: list[Any]) -> bool:
+    """Whether ``t``'s strides are the row-major ones of its sizes, the first one's after
+    ``sizes`` (numbers: the sizes after the first dimension); its offset 0."""
+    expected = 1
+    strides = t.stride()
+    offset = t.storage_offset()
+    if not all(type(n) is int for n in strides) or type(offset) is not int or offset != 0:
+        return False
+    for size, stride in zip(reversed(sizes), reversed(strides[1:]), strict=True):
+        if stride != expected:
+            return False
+        expected *= size
+    return strides[0] == expected
 
 
 class DtypeMismatch(RuntimeError):

@@ -1,5 +1,5 @@
-"""One runner per job kind (``JobRequest.kind``: ``capture``, ``rewrite``, ``compile``); the job
-child calls ``run_job``."""
+"""One runner per job kind (``JobRequest.kind``: ``capture``, ``rewrite``, ``compile``,
+``preview``); the job child calls ``run_job``."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ def run_job(request: JobRequest, report: PhaseReporter) -> CaptureResult:
     records of copied sub-blocks are sent as copies, see ``reuse.compact``)."""
     if request.kind == "capture":
         return run_capture_for_wire(request.capture, report)
+    if request.kind == "preview":
+        from fxls.worker.capture.preview import run_preview
+
+        return run_preview(request.capture, report)
     if request.kind == "rewrite":
         from fxls.worker.rewrite.run import run_rewrite
 

@@ -1,0 +1,389 @@
+"""The ``preview`` job: shapes at example sizes, before ``torch._dynamo`` is loaded.
+
+A capture makes fake tensors (``FakeTensorMode()`` imports ``torch._dynamo``, ~0.7 s) and
+symbols (``torch.export``, ~0.2 s). A new zygote says it takes preview jobs as soon as torch is
+imported (:mod:`fxls.worker.process.warmup`), so the first shapes of a new server come from
+here: the document is executed, each requested class is built on the meta device as the
+capture builds it (:func:`fxls.worker.capture.build.instances.candidates`, whose parameter
+initializers never run: that is what keeps ``torch._dynamo`` out), its inputs are the declared
+ones or those its source and the file's calls give, all at their example sizes, and
+``forward`` runs once on meta tensors. What it calls is recorded as node records:
+
+* a submodule called from the document's code (a forward hook on every module: the frame that
+  called it, past ``torch.nn.Module``'s own frames, must be the document's), as ``call_module``
+  with its path and type;
+* a torch function or tensor method called from the document's code (a ``TorchFunctionMode``:
+  the first frame past torch's dispatch helpers must be the document's), as ``call_function``
+  or ``call_method``.
+
+Each record carries the span of the call (the instruction's position in the document), its
+call site in the root class's methods, and its outputs with concrete sizes. Nothing is
+reported as a diagnostic: a class that does not build, lacks an input, or raises is left out,
+and the full capture that follows says why. The engine shows the result marked preliminary
+until that capture replaces it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import operator
+import os
+import sys
+import types
+from types import CodeType, FrameType
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from fxls.protocol.model import (
+    CaptureJob,
+    CaptureResult,
+    ClassRequest,
+    InputValue,
+    ModuleResult,
+    NodeInfo,
+    NodeOp,
+    Span,
+    Strategy,
+    Value,
+)
+from fxls.worker.capture import spans
+from fxls.worker.capture.build import inputs
+from fxls.worker.capture.build import instances as build
+from fxls.worker.capture.document import ExecutedDocument, execute, prepare
+from fxls.worker.capture.records import nodes
+from fxls.worker.capture.reporting import class_span
+
+MAX_NODES = 4000
+"""Records of one class past this are not kept (a deep model's first answer needs no more)."""
+_TORCH = os.path.dirname(torch.__file__) + os.sep
+_MODULE_FILE = os.path.normcase(inspect.getfile(nn.Module))
+_HELPERS = frozenset(
+    os.path.normcase(inspect.getfile(m))
+    for m in (torch.overrides, torch.nn.functional, torch.functional, torch._tensor)
+)
+"""Files of torch that only pass a call on to its ``__torch_function__`` handling."""
+_OPERATORS = {
+    "__add__": operator.add, "__radd__": operator.add, "__iadd__": operator.iadd,
+    "__sub__": operator.sub, "__rsub__": operator.sub, "__mul__": operator.mul,
+    "__rmul__": operator.mul, "__imul__": operator.imul, "__truediv__": operator.truediv,
+    "__rtruediv__": operator.truediv, "__floordiv__": operator.floordiv,
+    "__matmul__": operator.matmul, "__rmatmul__": operator.matmul, "__pow__": operator.pow,
+    "__getitem__": operator.getitem, "__neg__": operator.neg, "__eq__": operator.eq,
+    "__ne__": operator.ne, "__lt__": operator.lt, "__le__": operator.le, "__gt__": operator.gt,
+    "__ge__": operator.ge, "__and__": operator.and_, "__or__": operator.or_,
+    "__invert__": operator.invert, "__mod__": operator.mod,
+}  # fmt: skip
+"""Tensor dunder methods and the ``operator`` function FX records them as."""
+
+
+class DynamoStandIn(types.ModuleType):
+    """``torch._dynamo`` in a preview child forked before the zygote imported it.
+
+    torch wraps many of its Python meta kernels and decompositions (batch norm on meta
+    tensors, ``normal_``, every ``out_wrapper``) in ``torch._compile._disable_dynamo``, which
+    imports ``torch._dynamo`` (~0.7 s) on its first call only to mark the function as not to be
+    compiled. A process that compiles nothing needs no such mark: ``disable`` here returns the
+    function as it is. Any other name imports the real package (and puts it in place), so user
+    code that reads ``torch._dynamo`` gets it, at its cost."""
+
+    def __init__(self) -> None:
+        super().__init__("torch._dynamo")
+
+    @staticmethod
+    def disable(fn: Any, recursive: bool = True, wrapping: bool = True) -> Any:
+        return fn
+
+    def __getattr__(self, name: str) -> Any:
+        if sys.modules.get("torch._dynamo") is self:
+            del sys.modules["torch._dynamo"]
+            vars(torch).pop("_dynamo", None)
+        real = importlib.import_module("torch._dynamo")
+        torch._dynamo = real  # type: ignore[attr-defined]
+        return getattr(real, name)
+
+
+def defer_dynamo() -> bool:
+    """In this (job child) process, let torch's own uses of ``_disable_dynamo`` run without
+    importing ``torch._dynamo`` (:class:`DynamoStandIn`); False when it is imported already."""
+    if "torch._dynamo" in sys.modules:
+        return False
+    stand_in = DynamoStandIn()
+    sys.modules["torch._dynamo"] = stand_in
+    torch._dynamo = stand_in  # type: ignore[attr-defined]
+    return True
+
+
+def run_preview(job: CaptureJob, report_phase: Any) -> CaptureResult:
+    """Execute ``job.source`` and preview each requested class (see the module's text)."""
+    defer_dynamo()
+    result = CaptureResult(torch_version=str(torch.__version__))
+    doc = prepare(job)
+    report_phase("import", None)
+    try:
+        execute(doc)
+    except BaseException:  # noqa: BLE001 - the capture after it reports why
+        return result
+    for req in job.classes:
+        if req.skip:
+            continue
+        report_phase("init", req.name)
+        module = preview_class(doc, req, report_phase)
+        if module is not None:
+            result.modules.append(module)
+    return result
+
+
+def preview_class(
+    doc: ExecutedDocument, req: ClassRequest, report_phase: Any
+) -> ModuleResult | None:
+    """``req``'s class built on meta and run once at example sizes; None when it cannot be."""
+    cls = doc.namespace.get(req.name)
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        return None
+    span = class_span(doc.source, req.line, req.name)
+    scratch = ModuleResult(name=req.name, line=req.line, status="failed")
+    try:
+        built = next(iter(build.candidates(doc, req, cls, scratch, span)), None)
+    except Exception:
+        return None
+    if built is None or built.device != "meta":
+        return None
+    planned = plan_inputs(doc, req, built.module)
+    if planned is None:
+        return None
+    report_phase("trace", req.name)
+    recorder = Recorder(doc, cls, built.module)
+    try:
+        with torch.no_grad(), recorder.hooks():
+            output = built.module(*[example(p) for p in planned])
+    except Exception:
+        return None
+    mod = ModuleResult(name=req.name, line=req.line, status="traced", strategy=Strategy("meta-run"))
+    build.record(mod, built, span)
+    mod.inputs = [
+        InputValue(p.name, p.protocol_value(), p.assumed, "assumed" if p.assumed else p.origin)
+        for p in planned
+    ]
+    mod.outputs = values(output)
+    mod.nodes = recorder.nodes
+    return mod
+
+
+def plan_inputs(
+    doc: ExecutedDocument, req: ClassRequest, module: nn.Module
+) -> list[inputs.PlannedInput] | None:
+    """``forward``'s positional inputs: declared, a plain default, the file's own call, or the
+    first layer the source passes it to; None when one of them is none of these."""
+    try:
+        params = [
+            p
+            for p in inputs.forward_parameters(module)
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        return None
+    symbols = inputs.Symbols(req.inputs)
+    specs = {spec.name: spec for spec in req.inputs}
+    calls: dict[str, inputs.PlannedInput] | None = None
+    planned = []
+    for param in params:
+        found: inputs.PlannedInput | None = None
+        if param.name in specs:
+            try:
+                found = inputs.from_spec(specs[param.name], symbols, doc.namespace)
+            except inputs.InputError:
+                return None
+        elif inputs.keeps_default(param):
+            found = inputs.PlannedInput(param.name, "value", value=param.default, origin="default")
+        else:
+            if calls is None:
+                names = [p.name for p in params]
+                calls = inputs.from_calls(doc.tree, doc.namespace, type(module), names, symbols)
+            found = calls.get(param.name) or inputs.infer_from_source(
+                module, param.name, doc.tree, symbols
+            )
+        if found is None:
+            return None
+        found.name = param.name
+        planned.append(found)
+    return planned
+
+
+def example(planned: inputs.PlannedInput) -> Any:
+    """The meta tensor (or the value) ``planned`` stands for."""
+    if planned.kind == "tensor":
+        return torch.empty([size for _, size in planned.dims], dtype=planned.dtype, device="meta")
+    return planned.value
+
+
+def values(output: Any, depth: int = 0) -> list[Value]:
+    """One ``Value`` per output, tuples and lists flattened in order."""
+    if isinstance(output, torch.Tensor):
+        return [
+            Value(
+                "tensor",
+                shape=[int(s) for s in output.shape],
+                dtype=inputs.dtype_name(output.dtype),
+            )
+        ]
+    if isinstance(output, torch.Size):
+        return [Value("size", shape=[int(s) for s in output], text=str(list(output)))]
+    if isinstance(output, (tuple, list)) and depth < 2 and output:
+        return [v for item in output for v in values(item, depth + 1)]
+    return [inputs.value_of(output)]
+
+
+class Recorder(TorchFunctionMode):
+    """Records the calls the document's code makes while ``forward`` runs (module text)."""
+
+    def __init__(self, doc: ExecutedDocument, cls: type, root: nn.Module) -> None:
+        super().__init__()
+        self.doc = doc
+        self.root_codes = spans.method_codes(cls, doc.path)
+        self.paths = {id(m): name for name, m in root.named_modules()}
+        self.stack: list[str] = []
+        self.nodes: list[NodeInfo] = []
+        self.counts: dict[str, int] = {}
+
+    def hooks(self) -> Any:
+        return _Hooks(self)
+
+    # -- where a call is written ------------------------------------------------------------
+
+    def _document_frames(self, frame: FrameType | None) -> list[tuple[CodeType, int]]:
+        found = []
+        while frame is not None:
+            if frame.f_code.co_filename == self.doc.path:
+                found.append((frame.f_code, frame.f_lasti))
+            frame = frame.f_back
+        return found
+
+    def _spans(self, caller: FrameType) -> tuple[Span, Span] | None:
+        """The span of the call in ``caller`` (a document frame) and its call site."""
+        frames = self._document_frames(caller)
+        if not frames:
+            return None
+        here = self.doc.source.code_span(*frames[0])
+        site = self.doc.source.code_span(*spans.call_site_frame(frames, self.root_codes))
+        if here is None:
+            return None
+        return here, site or here
+
+    def _name(self, base: str) -> str:
+        base = "".join(c if c.isalnum() else "_" for c in base.rsplit(".", 1)[-1]).strip("_")
+        base = base or "node"
+        count = self.counts.get(base, 0)
+        self.counts[base] = count + 1
+        return base if count == 0 else f"{base}_{count}"
+
+    def add(self, node: NodeInfo) -> None:
+        if len(self.nodes) < MAX_NODES:
+            self.nodes.append(node)
+
+    # -- module calls -----------------------------------------------------------------------
+
+    def before_module(self, module: nn.Module) -> None:
+        self.stack.append(self.paths.get(id(module), ""))
+
+    def after_module(self, module: nn.Module, output: Any) -> None:
+        path = self.stack.pop() if self.stack else ""
+        if not path or id(module) not in self.paths:
+            return  # the root itself, or a module made in ``forward``
+        caller = sys._getframe(2)
+        while caller is not None and os.path.normcase(caller.f_code.co_filename) == _MODULE_FILE:
+            caller = caller.f_back
+        if caller is None or caller.f_code.co_filename != self.doc.path:
+            return  # called by a container or a library module: not written in the document
+        where = self._spans(caller)
+        if where is None:
+            return
+        parent = self.stack[-1] if self.stack else ""
+        self.add(
+            NodeInfo(
+                name=self._name(path),
+                op="call_module",
+                target=path,
+                span=where[0],
+                call_site=where[1],
+                outputs=values(output),
+                module_type=nodes.module_text(module),
+                module_path=parent,
+            )
+        )
+
+    # -- torch functions and tensor methods ---------------------------------------------------
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        output = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", "")
+        if name in ("__get__", "__set__") or len(self.nodes) >= MAX_NODES:
+            return output
+        caller = sys._getframe(1)
+        while caller is not None and (
+            os.path.normcase(caller.f_code.co_filename) in _HELPERS
+            or caller.f_code is _TORCH_FUNCTION_CODE
+        ):
+            caller = caller.f_back
+        if caller is None or caller.f_code.co_filename != self.doc.path:
+            return output
+        where = self._spans(caller)
+        if where is not None:
+            op, target = _op_target(func)
+            self.add(
+                NodeInfo(
+                    name=self._name(target),
+                    op=op,
+                    target=target,
+                    span=where[0],
+                    call_site=where[1],
+                    outputs=values(output),
+                    module_path=self.stack[-1] if self.stack else "",
+                )
+            )
+        return output
+
+
+_TORCH_FUNCTION_CODE = Recorder.__torch_function__.__code__
+
+
+def _op_target(func: Any) -> tuple[NodeOp, str]:
+    """How FX would record ``func``: ``operator.add`` for ``Tensor.__add__``, ``view`` for a
+    tensor method, ``torch.nn.functional.relu`` for a function."""
+    name = getattr(func, "__name__", str(func))
+    if name in _OPERATORS:
+        return "call_function", f"operator.{_OPERATORS[name].__name__}"
+    owner = getattr(func, "__objclass__", None) or getattr(func, "__self__", None)
+    qualname = getattr(func, "__qualname__", name)
+    if owner is torch._C.TensorBase or qualname.startswith(("Tensor.", "TensorBase.")):
+        return "call_method", name
+    module = getattr(func, "__module__", None) or "torch"
+    if module.startswith("torch._C"):
+        module = "torch"
+    return "call_function", f"{module}.{name}"
+
+
+class _Hooks:
+    """The recorder active: global forward hooks and the function mode, removed on exit."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.handles: list[Any] = []
+
+    def __enter__(self) -> Recorder:
+        recorder = self.recorder
+        hooks = torch.nn.modules.module
+        self.handles = [
+            hooks.register_module_forward_pre_hook(lambda m, a: recorder.before_module(m)),
+            hooks.register_module_forward_hook(lambda m, a, o: recorder.after_module(m, o)),
+        ]
+        recorder.__enter__()
+        return recorder
+
+    def __exit__(self, *exc: Any) -> None:
+        self.recorder.__exit__(*exc)
+        for handle in self.handles:
+            handle.remove()

@@ -125,7 +125,7 @@ def run_preview(job: CaptureJob, report_phase: Any) -> CaptureResult:
     report_phase("import", None)
     try:
         execute(doc)
-    except BaseException:  # noqa: BLE001 - the capture after it reports why
+    except BaseException:  # the capture after it reports why
         return result
     for req in job.classes:
         if req.skip:

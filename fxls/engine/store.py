@@ -118,12 +118,12 @@ class ResultStore:
             classes=parse(text).classes,
             outcome=str(data.get("outcome", "ok")),
             torch_version=torch_version if isinstance(torch_version, str) else None,
-            stored=True,
+            provenance="stored",
         )
 
     def save(self, key: str, analysis: FileAnalysis) -> None:
         """Keep ``analysis`` under ``key`` (not a cancelled one, nor one over the entry bound)."""
-        if analysis.outcome == "cancelled" or analysis.stored:
+        if analysis.outcome == "cancelled" or analysis.provisional:
             return
         data = {
             "format": FORMAT,
@@ -183,4 +183,4 @@ def _list(data: dict[str, Any], name: str) -> list[Any]:
 
 def unmark(analysis: FileAnalysis) -> FileAnalysis:
     """``analysis`` as a fresh one (for tests and tools comparing the two)."""
-    return replace(analysis, stored=False)
+    return replace(analysis, provenance="worker")

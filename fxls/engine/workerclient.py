@@ -206,6 +206,9 @@ class WorkerClient:
         self._scratch = scratch_dir
         self._state: State = "stopped"
         self.ready: ReadyInfo | None = None
+        self.captures_ready = False
+        """The running zygote has imported what captures need (its ``captures`` frame): until
+        then it runs ``preview`` jobs first (``fxls.engine.analyze.preview``)."""
         self.start_error: str | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self._pending: dict[int, asyncio.Future[JobResult]] = {}
@@ -278,9 +281,11 @@ class WorkerClient:
         *,
         rewrite: RewriteJob | None = None,
         compile: CompileJob | None = None,
+        preview: bool = False,
     ) -> JobResult:
         """Run one capture job (a rewrite job with ``rewrite``, a compile check with
-        ``compile``) and return its result (never raises for job failures).
+        ``compile``, a preview job with ``preview``) and return its result (never raises for
+        job failures).
 
         Cancelling the awaiting task cancels the job in the worker and re-raises.
         """
@@ -300,7 +305,7 @@ class WorkerClient:
             job,
             limits or Limits(),
             isolation or Isolation(),
-            kind=_kind(rewrite, compile),
+            kind="preview" if preview else _kind(rewrite, compile),
             rewrite=rewrite,
             compile=compile,
         )
@@ -448,6 +453,7 @@ class WorkerClient:
         self._spawn_task(self._pump_stderr(proc.stderr, tail))
         messages: list[str] = []
         self._frames = FrameReader()
+        self.captures_ready = False
         try:
             ready = await asyncio.wait_for(
                 self._await_ready(proc.stdout, messages), START_TIMEOUT_S
@@ -559,6 +565,8 @@ class WorkerClient:
                 pong.set_result(0.0)
         elif kind == "log":
             self._log(str(frame.get("message")))
+        elif kind == "captures":
+            self.captures_ready = True
         else:
             self._log(f"unexpected frame from the worker: {kind!r}")
 

@@ -52,6 +52,8 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
         return f"fxls · failed · {_failure(module, diagnostics)}"
     if module.status == "partial":
         parts.append(f"partial ({strategy_label(module.strategy)})")
+    if module.strategy.method == "meta-run":  # a preview job's, until the capture replaces it
+        parts.append("preliminary")
     if module.nodes:
         parts.append(plural(len(module.nodes), "node"))
     if module.params is not None:

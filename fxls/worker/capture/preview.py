@@ -25,12 +25,14 @@ until that capture replaces it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import operator
 import os
 import sys
 import types
+from collections.abc import Iterator
 from types import CodeType, FrameType
 from typing import Any
 
@@ -102,7 +104,7 @@ class DynamoStandIn(types.ModuleType):
             del sys.modules["torch._dynamo"]
             vars(torch).pop("_dynamo", None)
         real = importlib.import_module("torch._dynamo")
-        torch._dynamo = real  # type: ignore[attr-defined]
+        torch._dynamo = real
         return getattr(real, name)
 
 
@@ -113,7 +115,7 @@ def defer_dynamo() -> bool:
         return False
     stand_in = DynamoStandIn()
     sys.modules["torch._dynamo"] = stand_in
-    torch._dynamo = stand_in  # type: ignore[attr-defined]
+    torch._dynamo = stand_in
     return True
 
 
@@ -249,8 +251,21 @@ class Recorder(TorchFunctionMode):
         self.nodes: list[NodeInfo] = []
         self.counts: dict[str, int] = {}
 
-    def hooks(self) -> Any:
-        return _Hooks(self)
+    @contextlib.contextmanager
+    def hooks(self) -> Iterator[Recorder]:
+        """The recorder active: global forward hooks and the function mode, removed after."""
+        registry = torch.nn.modules.module
+        handles = [
+            registry.register_module_forward_pre_hook(lambda m, a: self.before_module(m)),
+            registry.register_module_forward_hook(lambda m, a, o: self.after_module(m, o)),
+        ]
+        mode: Any = self
+        try:
+            with mode:
+                yield self
+        finally:
+            for handle in handles:
+                handle.remove()
 
     # -- where a call is written ------------------------------------------------------------
 
@@ -293,7 +308,7 @@ class Recorder(TorchFunctionMode):
         path = self.stack.pop() if self.stack else ""
         if not path or id(module) not in self.paths:
             return  # the root itself, or a module made in ``forward``
-        caller = sys._getframe(2)
+        caller: FrameType | None = sys._getframe(2)
         while caller is not None and os.path.normcase(caller.f_code.co_filename) == _MODULE_FILE:
             caller = caller.f_back
         if caller is None or caller.f_code.co_filename != self.doc.path:
@@ -322,7 +337,7 @@ class Recorder(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name in ("__get__", "__set__") or len(self.nodes) >= MAX_NODES:
             return output
-        caller = sys._getframe(1)
+        caller: FrameType | None = sys._getframe(1)
         while caller is not None and (
             os.path.normcase(caller.f_code.co_filename) in _HELPERS
             or caller.f_code is _TORCH_FUNCTION_CODE
@@ -364,26 +379,3 @@ def _op_target(func: Any) -> tuple[NodeOp, str]:
     if module.startswith("torch._C"):
         module = "torch"
     return "call_function", f"{module}.{name}"
-
-
-class _Hooks:
-    """The recorder active: global forward hooks and the function mode, removed on exit."""
-
-    def __init__(self, recorder: Recorder) -> None:
-        self.recorder = recorder
-        self.handles: list[Any] = []
-
-    def __enter__(self) -> Recorder:
-        recorder = self.recorder
-        hooks = torch.nn.modules.module
-        self.handles = [
-            hooks.register_module_forward_pre_hook(lambda m, a: recorder.before_module(m)),
-            hooks.register_module_forward_hook(lambda m, a, o: recorder.after_module(m, o)),
-        ]
-        recorder.__enter__()
-        return recorder
-
-    def __exit__(self, *exc: Any) -> None:
-        self.recorder.__exit__(*exc)
-        for handle in self.handles:
-            handle.remove()

@@ -316,6 +316,11 @@ def classify(job: Job) -> JobResult:
 # ---------------------------------------------------------------------------------------
 
 
+PREVIEW_GRACE_S = 0.05
+"""After ready, how long the zygote waits for a preview job before it starts the imports every
+capture needs (the server sends the first one as soon as it reads the ready frame; a step of
+those imports, up to 0.7 s, would delay its result)."""
+
 IDLE_AFTER_S = 0.25
 """Idle work (the rest of the warm-up) runs while jobs run (their children work on the other
 core), or after this long without one: the first job, sent as soon as the zygote is ready,
@@ -335,8 +340,13 @@ class Zygote:
         max_jobs: int = MAX_JOBS,
         idle: list[Callable[[], None]] | None = None,
         quiet: list[Callable[[], None]] | None = None,
+        required: list[Callable[[], None]] | None = None,
     ) -> None:
         self.ctl_in, self.ctl_out = ctl_in, ctl_out
+        self.required = list(required or [])
+        """Work before any job but a ``preview`` is forked (the imports every capture needs),
+        one item per turn of the loop, never while a preview job runs or waits."""
+        self.required_after = time.monotonic() + PREVIEW_GRACE_S
         self.idle = list(idle or [])
         """Work for the moments no job waits to be forked (the rest of the warm-up), in order,
         one item per turn of the loop (see ``IDLE_AFTER_S``), also while jobs run."""
@@ -477,6 +487,8 @@ class Zygote:
     def _start_queued(self) -> None:
         while self.queue and len(self.jobs) < self.max_jobs and not self.stopping:
             request = self._next_request()
+            if request is None:
+                return
             started = time.monotonic()
             job_dir = None
             try:
@@ -500,9 +512,15 @@ class Zygote:
                     fd, selectors.EVENT_READ, lambda fd, j=job, cb=callback: cb(j, fd)
                 )
 
-    def _next_request(self) -> JobRequest:
+    def _next_request(self) -> JobRequest | None:
         """The first queued job that is not a compile check, else the first one: compile
-        checks wait behind captures and rewrites (the shapes come first)."""
+        checks wait behind captures and rewrites (the shapes come first). While the
+        ``required`` work is not done, only a preview job; None when there is none."""
+        if self.required:
+            preview = next((r for r in self.queue if r.kind == "preview"), None)
+            if preview is not None:
+                self.queue.remove(preview)
+            return preview
         for request in self.queue:
             if request.kind != "compile":
                 self.queue.remove(request)
@@ -716,6 +734,12 @@ class Zygote:
         except BlockingIOError:
             pass
 
+    def _previewing(self) -> bool:
+        """A preview job runs or waits (the ``required`` work waits for it)."""
+        return any(j.request.kind == "preview" for j in self.jobs.values()) or any(
+            r.kind == "preview" for r in self.queue
+        )
+
     def run(self) -> None:
         try:
             self._run()
@@ -734,6 +758,9 @@ class Zygote:
             if (self.idle or self.quiet) and not self.jobs:
                 wait = max(0.0, self.busy_until - now)
                 timeout = wait if timeout is None else min(timeout, wait)
+            if self.required and not self._previewing():
+                wait = max(0.0, self.required_after - now)
+                timeout = wait if timeout is None else min(timeout, wait)
             for key, _ in self.sel.select(timeout):
                 callback: Callable[[int], None] = key.data
                 callback(key.fd)
@@ -744,6 +771,10 @@ class Zygote:
                 self._kill_escapees()
             if busy and not self.jobs:
                 self.busy_until = time.monotonic() + IDLE_AFTER_S
+            if self.required and not self.stopping:
+                if not self._previewing() and time.monotonic() >= self.required_after:
+                    self.required.pop(0)()
+                continue
             if not self.queue and not self.stopping:
                 rested = time.monotonic() >= self.busy_until
                 if self.idle and (self.jobs or rested):
@@ -964,13 +995,14 @@ def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
         from fxls.worker.process import warmup
 
         version = warmup.warm_up(steps)
+        required_steps = list(warmup.BEFORE_CAPTURES)
         later_steps = list(warmup.LATER)
         quiet_steps = list(warmup.QUIET)
         if os.environ.get("FXLS_WARM_BEFORE_READY") == "1":  # the whole warm-up first (bench)
-            for step in later_steps + quiet_steps:
+            for step in required_steps + later_steps + quiet_steps:
                 warmup.run_step(step, steps)
             warmup.finish()
-            later_steps, quiet_steps = [], []
+            required_steps, later_steps, quiet_steps = [], [], []
     except BaseException as exc:  # report why, then exit
         traceback.print_exc()
         try:
@@ -1025,6 +1057,7 @@ def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
         ForkSpawner(available, abi, cgroup),
         idle=[functools.partial(warmup.run_step, step, later) for step in later_steps],
         quiet=[functools.partial(warmup.run_step, step, later) for step in quiet_steps],
+        required=[functools.partial(warmup.run_step, step, later) for step in required_steps],
     )
 
     def warmed(what: str) -> None:
@@ -1035,12 +1068,20 @@ def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
         later.clear()
         zygote.log(f"{what} finished while idle: {done}")
 
+    def captures_ready() -> None:
+        warmed("imports of the capture")
+        zygote.send({"type": "captures"})
+
+    if zygote.required:
+        zygote.required.append(captures_ready)
     if zygote.idle:
         zygote.idle.append(functools.partial(warmed, "warm-up"))
     if zygote.quiet:
         zygote.quiet.append(functools.partial(warmed, "warm-up of common operators"))
     try:
         zygote.send({"type": "ready", **to_dict(ready)})
+        if not zygote.required:
+            zygote.send({"type": "captures"})
         if abi:
             zygote.log(f"Landlock ABI {abi}" + (" (FXLS_LANDLOCK_ABI)" if abi == forced else ""))
         zygote.run()

@@ -69,7 +69,14 @@ class JobRunner(Protocol):
         *,
         rewrite: RewriteJob | None = None,
         compile: CompileJob | None = None,
-        preview: bool = False,
+    ) -> JobResult: ...
+
+
+class Previewer(Protocol):
+    """What :func:`preview` needs from ``fxls.engine.workerclient.WorkerClient``."""
+
+    async def preview(
+        self, job: CaptureJob, limits: Limits | None = None, isolation: Isolation | None = None
     ) -> JobResult: ...
 
 
@@ -570,7 +577,7 @@ async def analyze(
 
 
 async def preview(
-    client: JobRunner, request: AnalysisRequest, options: EngineOptions | None = None
+    client: Previewer, request: AnalysisRequest, options: EngineOptions | None = None
 ) -> FileAnalysis | None:
     """A first answer for a worker that is still importing what captures need: one ``preview``
     job (``fxls.worker.capture.preview``: each class built on meta, ``forward`` run once on
@@ -588,7 +595,7 @@ async def preview(
             request.path, request.text, requests, options, request.root or request.import_root
         )
     )
-    result = await client.run(job, options.limits, options.isolation, preview=True)
+    result = await client.preview(job, options.limits, options.isolation)
     capture = result.payload
     if result.kind != "ok" or capture is None or not any(m.nodes for m in capture.modules):
         return None

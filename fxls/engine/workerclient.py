@@ -281,14 +281,38 @@ class WorkerClient:
         *,
         rewrite: RewriteJob | None = None,
         compile: CompileJob | None = None,
-        preview: bool = False,
     ) -> JobResult:
         """Run one capture job (a rewrite job with ``rewrite``, a compile check with
-        ``compile``, a preview job with ``preview``) and return its result (never raises for
-        job failures).
+        ``compile``) and return its result (never raises for job failures).
 
         Cancelling the awaiting task cancels the job in the worker and re-raises.
         """
+        kind = _kind(rewrite, compile)
+        return await self.submit(
+            lambda job_id: JobRequest(
+                job_id,
+                job,
+                limits or Limits(),
+                isolation or Isolation(),
+                kind=kind,
+                rewrite=rewrite,
+                compile=compile,
+            )
+        )
+
+    async def preview(
+        self, job: CaptureJob, limits: Limits | None = None, isolation: Isolation | None = None
+    ) -> JobResult:
+        """Run one ``preview`` job (``fxls.worker.capture.preview``), like :meth:`run`."""
+        return await self.submit(
+            lambda job_id: JobRequest(
+                job_id, job, limits or Limits(), isolation or Isolation(), kind="preview"
+            )
+        )
+
+    async def submit(self, make: Callable[[int], JobRequest]) -> JobResult:
+        """Send the job ``make`` returns for a new job id, once the worker runs, and return
+        its result (never raises for job failures; cancelling cancels the job)."""
         job_id = self._next_id
         self._next_id += 1
         if self._state == "stopped":
@@ -300,15 +324,7 @@ class WorkerClient:
             await self._available.wait()
         if self._state != "running" or self._proc is None or self._proc.stdin is None:
             return JobResult(job_id, "worker_died", message=self._unavailable_message())
-        request = JobRequest(
-            job_id,
-            job,
-            limits or Limits(),
-            isolation or Isolation(),
-            kind="preview" if preview else _kind(rewrite, compile),
-            rewrite=rewrite,
-            compile=compile,
-        )
+        request = make(job_id)
         future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
         self._pending[job_id] = future
         proc = self._proc

@@ -401,18 +401,13 @@ class Session:
         text = doc.text
         if doc.result is None:
             await self._show_stored(doc, text, version)
-        first = (
-            self.spawn(self._show_preview(doc, text, version))
-            if doc.result is None and self.settings.preliminary_shapes
-            else None
-        )
+        first = self.spawn(self._show_preview(doc, text, version))
         progress = self.spawn(self._progress(doc))
         try:
             analysis = await self._analyze(doc, text, version)
         finally:
             progress.cancel()
-            if first is not None:
-                first.cancel()
+            first.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await progress
         if doc.closed or doc.too_large or analysis is None:
@@ -496,7 +491,11 @@ class Session:
     async def _show_preview(self, doc: Document, text: str, version: int | None) -> None:
         """While a new worker imports what captures need: publish the shapes of a ``preview``
         job (one run on meta tensors at example sizes), marked as preliminary, until the
-        capture of the same version replaces them. Nothing once the worker takes captures."""
+        capture of the same version replaces them. Nothing once the worker takes captures, nor
+        when something is shown already (a stored analysis) or ``fxls.preliminaryShapes`` is
+        off."""
+        if doc.result is not None or not self.settings.preliminary_shapes:
+            return
         try:
             worker = await self.ensure_worker()
             if worker.captures_ready:

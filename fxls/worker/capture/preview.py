@@ -26,9 +26,9 @@ until that capture replaces it.
 from __future__ import annotations
 
 import contextlib
+import dis
 import importlib
 import inspect
-import operator
 import os
 import sys
 import types
@@ -68,18 +68,29 @@ _HELPERS = frozenset(
     for m in (torch.overrides, torch.nn.functional, torch.functional, torch._tensor)
 )
 """Files of torch that only pass a call on to its ``__torch_function__`` handling."""
-_OPERATORS = {
-    "__add__": operator.add, "__radd__": operator.add, "__iadd__": operator.iadd,
-    "__sub__": operator.sub, "__rsub__": operator.sub, "__mul__": operator.mul,
-    "__rmul__": operator.mul, "__imul__": operator.imul, "__truediv__": operator.truediv,
-    "__rtruediv__": operator.truediv, "__floordiv__": operator.floordiv,
-    "__matmul__": operator.matmul, "__rmatmul__": operator.matmul, "__pow__": operator.pow,
-    "__getitem__": operator.getitem, "__neg__": operator.neg, "__eq__": operator.eq,
-    "__ne__": operator.ne, "__lt__": operator.lt, "__le__": operator.le, "__gt__": operator.gt,
-    "__ge__": operator.ge, "__and__": operator.and_, "__or__": operator.or_,
-    "__invert__": operator.invert, "__mod__": operator.mod,
+_SYMBOLS = {
+    "+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floordiv", "@": "matmul",
+    "**": "pow", "%": "mod", "&": "and_", "|": "or_", "^": "xor", "<<": "lshift",
+    ">>": "rshift", "+=": "iadd", "-=": "isub", "*=": "imul", "/=": "itruediv",
+    "@=": "imatmul",
 }  # fmt: skip
-"""Tensor dunder methods and the ``operator`` function FX records them as."""
+"""Python's binary operators and the ``operator`` function FX records each as."""
+_BINARY_OPS = [_SYMBOLS.get(symbol) for _, symbol in getattr(dis, "_nb_ops", [])]
+_OPCODES = {
+    dis.opmap.get("BINARY_OP"): "binary",
+    dis.opmap.get("BINARY_SUBSCR"): "getitem",
+    dis.opmap.get("COMPARE_OP"): "compare",
+    dis.opmap.get("UNARY_NEGATIVE"): "neg",
+}
+_COMPARISONS = {
+    "__eq__": "eq",
+    "eq": "eq",
+    "ne": "ne",
+    "lt": "lt",
+    "le": "le",
+    "gt": "gt",
+    "ge": "ge",
+}
 
 
 class DynamoStandIn(types.ModuleType):
@@ -347,7 +358,7 @@ class Recorder(TorchFunctionMode):
             return output
         where = self._spans(caller)
         if where is not None:
-            op, target = _op_target(func)
+            op, target = _op_target(func, caller)
             self.add(
                 NodeInfo(
                     name=self._name(target),
@@ -365,12 +376,29 @@ class Recorder(TorchFunctionMode):
 _TORCH_FUNCTION_CODE = Recorder.__torch_function__.__code__
 
 
-def _op_target(func: Any) -> tuple[NodeOp, str]:
-    """How FX would record ``func``: ``operator.add`` for ``Tensor.__add__``, ``view`` for a
-    tensor method, ``torch.nn.functional.relu`` for a function."""
+def _operator(caller: FrameType, name: str) -> str | None:
+    """The ``operator`` function of the instruction ``caller`` runs, when it is an operator."""
+    code = caller.f_code.co_code
+    at = caller.f_lasti
+    if not 0 <= at < len(code) - 1:
+        return None
+    kind = _OPCODES.get(code[at])
+    if kind == "binary":
+        oparg = code[at + 1]
+        return _BINARY_OPS[oparg] if oparg < len(_BINARY_OPS) else None
+    if kind == "compare":
+        return _COMPARISONS.get(name)
+    return kind
+
+
+def _op_target(func: Any, caller: FrameType) -> tuple[NodeOp, str]:
+    """How FX would record ``func`` called by ``caller``'s current instruction: an operator
+    written as one (``x + y``: ``operator.add``, ``x[0]``: ``operator.getitem``), ``view``
+    for a tensor method, ``torch.nn.functional.relu`` for a function."""
     name = getattr(func, "__name__", str(func))
-    if name in _OPERATORS:
-        return "call_function", f"operator.{_OPERATORS[name].__name__}"
+    operator_name = _operator(caller, name)
+    if operator_name is not None:
+        return "call_function", f"operator.{operator_name}"
     owner = getattr(func, "__objclass__", None) or getattr(func, "__self__", None)
     qualname = getattr(func, "__qualname__", name)
     if owner is torch._C.TensorBase or qualname.startswith(("Tensor.", "TensorBase.")):

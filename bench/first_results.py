@@ -4,7 +4,11 @@ not asserted.
 
   stored    - a new server -> the first diagnostics of a file whose analysis an earlier session
               stored (fxls.storeResults), and -> the worker's own diagnostics after them;
-  fresh     - the same with an empty store: the first diagnostics are the worker's;
+  fresh     - the same with an empty store: the first diagnostics are a preview job's
+              (fxls.preliminaryShapes: one run on meta tensors at example sizes, before the
+              worker has imported torch._dynamo), then the capture's; and with
+              fxls.preliminaryShapes off, where the first diagnostics are the capture's. Each
+              first publish is checked to come with shapes (inlay hints asked for at once);
   workspace - a new server on a workspace of N generated Python files -> the first diagnostics
               of one model file in it, next to the same file alone in a folder (the first
               capture must not wait for the workspace to be read).
@@ -45,8 +49,11 @@ def import_torch() -> float:
     return time.perf_counter() - started
 
 
-async def first_publishes(root: Path, path: Path, env: dict[str, str], count: int) -> list[float]:
-    """Seconds from starting a server to each of the first ``count`` publishes for ``path``."""
+async def first_publishes(
+    root: Path, path: Path, env: dict[str, str], count: int, options: dict[str, Any] | None = None
+) -> list[float]:
+    """Seconds from starting a server to each of the first ``count`` publishes for ``path``;
+    raises when the first publish comes without shapes (no inlay hint right after it)."""
     client: LanguageClient = make_test_lsp_client()
     arrivals: list[float] = []
     uri = path.as_uri()
@@ -72,7 +79,7 @@ async def first_publishes(root: Path, path: Path, env: dict[str, str], count: in
             types.InitializeParams(
                 capabilities=client_capabilities("visual-studio-code"),
                 root_uri=root.as_uri(),
-                initialization_options={"debounceMs": 0},
+                initialization_options={"debounceMs": 0, **(options or {})},
             )
         )
         client.text_document_did_open(
@@ -83,7 +90,17 @@ async def first_publishes(root: Path, path: Path, env: dict[str, str], count: in
             )
         )
         deadline = time.monotonic() + 300
+        hints: list[types.InlayHint] | None = None
         while len(arrivals) < count and time.monotonic() < deadline:
+            if arrivals and hints is None:
+                hints = await client.text_document_inlay_hint_async(
+                    types.InlayHintParams(
+                        text_document=types.TextDocumentIdentifier(uri=uri),
+                        range=types.Range(types.Position(0, 0), types.Position(10_000, 0)),
+                    )
+                )
+                if not hints:
+                    raise RuntimeError(f"the first publish for {path.name} came without shapes")
             await asyncio.sleep(0.01)
         return [t - started for t in arrivals[:count]]
     finally:
@@ -98,16 +115,26 @@ async def bench_store(runs: int, scratch: Path) -> dict[str, Any]:
     shutil.copy(MODEL, model)
     cache = scratch / "cache"
     env = {"FXLS_STORE": "1", "XDG_CACHE_HOME": str(cache)}
-    fresh, stored, confirmed = [], [], []
+    fresh, captured, plain, stored, confirmed = [], [], [], [], []
+    off = {"preliminaryShapes": False}
     for _ in range(runs):
         shutil.rmtree(cache, ignore_errors=True)
-        (first,) = await first_publishes(folder, model, env, 1)
-        fresh.append(first)
+        (first,) = await first_publishes(folder, model, {**env, "FXLS_STORE": "0"}, 1, off)
+        plain.append(first)
+        preliminary, capture = await first_publishes(folder, model, env, 2)
+        fresh.append(preliminary)
+        captured.append(capture)
         await asyncio.sleep(1.0)  # the store is written in a thread after the publish
         shown, replaced = await first_publishes(folder, model, env, 2)
         stored.append(shown)
         confirmed.append(replaced)
-    return {"fresh": stats(fresh), "stored": stats(stored), "confirmed": stats(confirmed)}
+    return {
+        "fresh": stats(fresh),
+        "fresh_captured": stats(captured),
+        "fresh_without_preliminary": stats(plain),
+        "stored": stats(stored),
+        "confirmed": stats(confirmed),
+    }
 
 
 async def bench_workspace(runs: int, files: int, scratch: Path) -> dict[str, Any]:
@@ -142,7 +169,15 @@ def render(report: dict[str, Any]) -> str:
         f'| `python -c "import torch"` (the anchor) | {anchor:.2f} | 1.00 |',
     ]
     for label, key in (
-        ("new server → first diagnostics, empty store", ("store", "fresh")),
+        ("new server → first diagnostics, empty store (preliminary shapes)", ("store", "fresh")),
+        (
+            "new server → the capture's diagnostics after the preliminary ones",
+            ("store", "fresh_captured"),
+        ),
+        (
+            "new server → first diagnostics, empty store, `fxls.preliminaryShapes` off",
+            ("store", "fresh_without_preliminary"),
+        ),
         ("new server → first diagnostics, stored analysis", ("store", "stored")),
         ("new server → the worker's diagnostics after the stored ones", ("store", "confirmed")),
         ("new server → first diagnostics, file alone in a folder", ("workspace", "alone")),

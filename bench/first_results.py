@@ -4,11 +4,11 @@ not asserted.
 
   stored    - a new server -> the first diagnostics of a file whose analysis an earlier session
               stored (fxls.storeResults), and -> the worker's own diagnostics after them;
-  fresh     - the same with an empty store: the first diagnostics are a preview job's
-              (fxls.preliminaryShapes: one run on meta tensors at example sizes, before the
-              worker has imported torch._dynamo), then the capture's; and with
-              fxls.preliminaryShapes off, where the first diagnostics are the capture's. Each
-              first publish is checked to come with shapes (inlay hints asked for at once);
+  fresh     - the same with an empty store: the first shapes (inlay hints, asked for at each
+              inlay-hint refresh and publish) are a preview job's (fxls.preliminaryShapes: one
+              run on meta tensors at example sizes, before the worker has imported
+              torch._dynamo; shown with a refresh, no publish), then the first diagnostics the
+              capture's; and the same with fxls.preliminaryShapes off;
   workspace - a new server on a workspace of N generated Python files -> the first diagnostics
               of one model file in it, next to the same file alone in a folder (the first
               capture must not wait for the workspace to be read).
@@ -51,21 +51,24 @@ def import_torch() -> float:
 
 async def first_publishes(
     root: Path, path: Path, env: dict[str, str], count: int, options: dict[str, Any] | None = None
-) -> list[float]:
-    """Seconds from starting a server to each of the first ``count`` publishes for ``path``;
-    raises when the first publish comes without shapes (no inlay hint right after it)."""
+) -> tuple[float, list[float]]:
+    """Seconds from starting a server to the first shapes of ``path`` (the first inlay-hint
+    refresh or publish after which the inlay hints of the file are not empty: preliminary
+    shapes come with a refresh and no publish), and to each of its first ``count`` publishes."""
     client: LanguageClient = make_test_lsp_client()
     arrivals: list[float] = []
+    events: list[float] = []
     uri = path.as_uri()
     features = client.protocol.fm.features
 
     def record(params: types.PublishDiagnosticsParams) -> None:
         if params.uri == uri:
             arrivals.append(time.perf_counter())
+            events.append(arrivals[-1])
 
     features[types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS] = record
-    for method in (types.WORKSPACE_INLAY_HINT_REFRESH, types.WORKSPACE_CODE_LENS_REFRESH):
-        features[method] = lambda params: None
+    features[types.WORKSPACE_INLAY_HINT_REFRESH] = lambda params: events.append(time.perf_counter())
+    features[types.WORKSPACE_CODE_LENS_REFRESH] = lambda params: None
     saved = dict(os.environ)
     os.environ.update(env)
     try:
@@ -90,22 +93,30 @@ async def first_publishes(
             )
         )
         deadline = time.monotonic() + 300
-        hints: list[types.InlayHint] | None = None
-        while len(arrivals) < count and time.monotonic() < deadline:
-            if arrivals and hints is None:
-                hints = await client.text_document_inlay_hint_async(
-                    types.InlayHintParams(
-                        text_document=types.TextDocumentIdentifier(uri=uri),
-                        range=types.Range(types.Position(0, 0), types.Position(10_000, 0)),
-                    )
-                )
-                if not hints:
-                    raise RuntimeError(f"the first publish for {path.name} came without shapes")
+        shapes: float | None = None
+        seen = 0
+        while (len(arrivals) < count or shapes is None) and time.monotonic() < deadline:
+            if shapes is None and len(events) > seen:
+                seen = len(events)
+                if await _hints(client, uri):
+                    shapes = events[seen - 1]
             await asyncio.sleep(0.01)
-        return [t - started for t in arrivals[:count]]
+        if shapes is None:
+            raise RuntimeError(f"no shapes for {path.name}")
+        return shapes - started, [t - started for t in arrivals[:count]]
     finally:
         await asyncio.wait_for(client.shutdown_session(), timeout=60)
         await client.stop()
+
+
+async def _hints(client: LanguageClient, uri: str) -> list[types.InlayHint]:
+    found = await client.text_document_inlay_hint_async(
+        types.InlayHintParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=types.Range(types.Position(0, 0), types.Position(10_000, 0)),
+        )
+    )
+    return list(found or [])
 
 
 async def bench_store(runs: int, scratch: Path) -> dict[str, Any]:
@@ -115,23 +126,25 @@ async def bench_store(runs: int, scratch: Path) -> dict[str, Any]:
     shutil.copy(MODEL, model)
     cache = scratch / "cache"
     env = {"FXLS_STORE": "1", "XDG_CACHE_HOME": str(cache)}
-    fresh, captured, plain, stored, confirmed = [], [], [], [], []
+    fresh, captured, plain, plain_shapes, stored, confirmed = [], [], [], [], [], []
     off = {"preliminaryShapes": False}
     for _ in range(runs):
         shutil.rmtree(cache, ignore_errors=True)
-        (first,) = await first_publishes(folder, model, {**env, "FXLS_STORE": "0"}, 1, off)
+        shapes, (first,) = await first_publishes(folder, model, {**env, "FXLS_STORE": "0"}, 1, off)
         plain.append(first)
-        preliminary, capture = await first_publishes(folder, model, env, 2)
-        fresh.append(preliminary)
+        plain_shapes.append(shapes)
+        shapes, (capture,) = await first_publishes(folder, model, env, 1)
+        fresh.append(shapes)
         captured.append(capture)
         await asyncio.sleep(1.0)  # the store is written in a thread after the publish
-        shown, replaced = await first_publishes(folder, model, env, 2)
+        shapes, (shown, replaced) = await first_publishes(folder, model, env, 2)
         stored.append(shown)
         confirmed.append(replaced)
     return {
         "fresh": stats(fresh),
         "fresh_captured": stats(captured),
         "fresh_without_preliminary": stats(plain),
+        "fresh_without_preliminary_shapes": stats(plain_shapes),
         "stored": stats(stored),
         "confirmed": stats(confirmed),
     }
@@ -151,8 +164,8 @@ async def bench_workspace(runs: int, files: int, scratch: Path) -> dict[str, Any
     env = {"FXLS_STORE": "0"}
     small, large = [], []
     for _ in range(runs):
-        small.extend(await first_publishes(alone, alone / MODEL.name, env, 1))
-        large.extend(await first_publishes(big, big / MODEL.name, env, 1))
+        small.extend((await first_publishes(alone, alone / MODEL.name, env, 1))[1])
+        large.extend((await first_publishes(big, big / MODEL.name, env, 1))[1])
     return {"files": files, "alone": stats(small), "in_workspace": stats(large)}
 
 
@@ -169,10 +182,14 @@ def render(report: dict[str, Any]) -> str:
         f'| `python -c "import torch"` (the anchor) | {anchor:.2f} | 1.00 |',
     ]
     for label, key in (
-        ("new server → first diagnostics, empty store (preliminary shapes)", ("store", "fresh")),
+        ("new server → first shapes, empty store (preliminary)", ("store", "fresh")),
         (
-            "new server → the capture's diagnostics after the preliminary ones",
+            "new server → first diagnostics, empty store (the capture's)",
             ("store", "fresh_captured"),
+        ),
+        (
+            "new server → first shapes, empty store, `fxls.preliminaryShapes` off",
+            ("store", "fresh_without_preliminary_shapes"),
         ),
         (
             "new server → first diagnostics, empty store, `fxls.preliminaryShapes` off",

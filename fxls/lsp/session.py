@@ -489,9 +489,12 @@ class Session:
         self.refresh_views()
 
     async def _show_preview(self, doc: Document, text: str, version: int | None) -> None:
-        """While a new worker imports what captures need: publish the shapes of a ``preview``
-        job (one run on meta tensors at example sizes), marked as preliminary, until the
-        capture of the same version replaces them. Nothing once the worker takes captures, nor
+        """While a new worker imports what captures need: show the shapes of a ``preview`` job
+        (one run on meta tensors at example sizes), marked as preliminary, until the capture
+        of the same version replaces them. The editor is asked to refresh its inlay hints and
+        code lenses; no diagnostics are published (a preview has none: the first
+        ``publishDiagnostics`` of a document stays the capture's). Nothing once the worker
+        takes captures, nor
         when something is shown already (a stored analysis) or ``fxls.preliminaryShapes`` is
         off."""
         if doc.result is not None or not self.settings.preliminary_shapes:
@@ -511,7 +514,6 @@ class Session:
         if first is None or doc.result is not None or doc.closed or doc.version != version:
             return
         doc.set_result(Analysed(version=version, text=text, analysis=first))
-        self.publish(doc)
         self.refresh_views()
 
     async def _store(self, path: str, text: str, analysis: engine.FileAnalysis) -> None:

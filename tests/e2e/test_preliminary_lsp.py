@@ -1,7 +1,8 @@
 """The first shapes of a new server with nothing stored: a preview job's (one run on meta tensors
 at example sizes, before the worker has imported ``torch._dynamo``), marked preliminary in the
-hover and the code lens, then the capture's, with named dimensions and not marked. Through a
-real LSP client and a real server and worker."""
+hover and the code lens and shown before any diagnostics are published (a preview has none:
+the first publish stays the capture's), then the capture's, with named dimensions and not
+marked. Through a real LSP client and a real server and worker."""
 
 from __future__ import annotations
 
@@ -103,16 +104,30 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+async def _preliminary_hover(client: LanguageClient, uri: str) -> str | None:
+    """The hover once it shows preliminary shapes; None when the capture's diagnostics were
+    published first."""
+    for _ in range(1200):
+        if [p for p in client.published if p.uri == uri]:  # type: ignore[attr-defined]
+            return None
+        shown = await _hover(client, uri)
+        if "preliminary" in shown:
+            return shown
+        await asyncio.sleep(0.02)
+    raise AssertionError("neither preliminary shapes nor diagnostics")
+
+
 async def test_a_new_server_shows_preliminary_shapes_then_the_capture(root: Path) -> None:
     uri = (root / "net.py").as_uri()
     async for client in _session(root, {}):
         _open(client, uri)
-        await _published(client, uri, 1)
-        shown = await _hover(client, uri)
-        assert "preliminary" in shown, shown
+        shown = await _preliminary_hover(client, uri)
+        assert shown is not None, "the capture's diagnostics came before any preliminary shapes"
         assert "[2, 4]" in shown  # the example size of B, not its name
         assert "preliminary" in await _lens(client, uri)
-        await _published(client, uri, 2)  # the capture replaces it
+        await _published(client, uri, 1)  # the capture's, which replaces them
+        (params,) = [p for p in client.published if p.uri == uri]  # type: ignore[attr-defined]
+        assert params.version == 1
         final = await _hover(client, uri)
         assert "preliminary" not in final
         assert "[B, 4]" in final
@@ -123,6 +138,7 @@ async def test_no_preliminary_shapes_when_turned_off(root: Path) -> None:
     uri = (root / "net.py").as_uri()
     async for client in _session(root, {"preliminaryShapes": False}):
         _open(client, uri)
+        assert await _preliminary_hover(client, uri) is None
         await _published(client, uri, 1)
         first = await _hover(client, uri)
         assert "preliminary" not in first and "[B, 4]" in first

@@ -509,7 +509,7 @@ class Session:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bonus: never in the way of the capture
-            logger.info("the preview of %s failed: %s", doc.path, exc)
+            self.log(f"fxls: the preview of {doc.path} failed: {exc!r}", types.MessageType.Log)
             return
         if first is None or doc.result is not None or doc.closed or doc.version != version:
             return

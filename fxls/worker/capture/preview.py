@@ -93,46 +93,65 @@ _COMPARISONS = {
 }
 
 
-class DynamoStandIn(types.ModuleType):
-    """``torch._dynamo`` in a preview child forked before the zygote imported it.
+class StandIn(types.ModuleType):
+    """A module of torch in a preview child, in place of the real one until a name other than
+    its ``shortcuts`` is read: then the real module is imported (and put in place) and gives
+    that name. User code that reads the module gets the real one, at its cost."""
 
-    torch wraps many of its Python meta kernels and decompositions (batch norm on meta
-    tensors, ``normal_``, every ``out_wrapper``) in ``torch._compile._disable_dynamo``, which
-    imports ``torch._dynamo`` (~0.7 s) on its first call only to mark the function as not to be
-    compiled. A process that compiles nothing needs no such mark: ``disable`` here returns the
-    function as it is. Any other name imports the real package (and puts it in place), so user
-    code that reads ``torch._dynamo`` gets it, at its cost."""
-
-    def __init__(self) -> None:
-        super().__init__("torch._dynamo")
-
-    @staticmethod
-    def disable(fn: Any, recursive: bool = True, wrapping: bool = True) -> Any:
-        return fn
+    def __init__(self, name: str, shortcuts: dict[str, Any], *, package: bool) -> None:
+        super().__init__(name)
+        vars(self).update(shortcuts)
+        self.package = package
 
     def __getattr__(self, name: str) -> Any:
-        if sys.modules.get("torch._dynamo") is self:
-            del sys.modules["torch._dynamo"]
-            vars(torch).pop("_dynamo", None)
-        real = importlib.import_module("torch._dynamo")
-        torch._dynamo = real
-        return getattr(real, name)
+        if name == "__path__" and not self.package:  # ``from module import name`` asks
+            raise AttributeError(name)
+        return getattr(self.real(), name)
+
+    def real(self) -> types.ModuleType:
+        """The real module, imported now if it was not."""
+        parent_name, _, child = self.__name__.rpartition(".")
+        parent = sys.modules.get(parent_name)
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+            if parent is not None and vars(parent).get(child) is self:
+                delattr(parent, child)
+        return importlib.import_module(self.__name__)
 
 
-def defer_dynamo() -> bool:
-    """In this (job child) process, let torch's own uses of ``_disable_dynamo`` run without
-    importing ``torch._dynamo`` (:class:`DynamoStandIn`); False when it is imported already."""
-    if "torch._dynamo" in sys.modules:
-        return False
-    stand_in = DynamoStandIn()
-    sys.modules["torch._dynamo"] = stand_in
-    torch._dynamo = stand_in
-    return True
+def _not_compiled(fn: Any, recursive: bool = True, wrapping: bool = True) -> Any:
+    """``torch._dynamo.disable`` where nothing is compiled: the function as it is."""
+    return fn
+
+
+def stand_ins() -> list[StandIn]:
+    """Put a :class:`StandIn` in place of ``torch._dynamo`` in this (job child) process when it
+    is not imported yet; returns those put in place.
+
+    torch wraps many Python meta kernels and decompositions (batch norm on meta tensors,
+    ``normal_``, every ``out_wrapper``) in ``torch._compile._disable_dynamo``, which imports
+    ``torch._dynamo`` (~0.7 s) on the first call only to mark the function as not to be
+    compiled; a process that compiles nothing needs no such mark (``disable`` returns the
+    function). ``torch.fx.experimental.symbolic_shapes`` (and sympy), which every Python meta
+    kernel needs through ``torch._check`` and many more of its names, is imported by the
+    zygote before it is ready instead (``fxls.worker.process.warmup.FIRST``).
+    """
+    placed = []
+    for name, shortcuts, package in (("torch._dynamo", {"disable": _not_compiled}, True),):
+        parent_name, _, child = name.rpartition(".")
+        parent = sys.modules.get(parent_name)
+        if name in sys.modules or parent is None:
+            continue
+        stand_in = StandIn(name, shortcuts, package=package)
+        sys.modules[name] = stand_in
+        setattr(parent, child, stand_in)
+        placed.append(stand_in)
+    return placed
 
 
 def run_preview(job: CaptureJob, report_phase: Any) -> CaptureResult:
     """Execute ``job.source`` and preview each requested class (see the module's text)."""
-    defer_dynamo()
+    stand_ins()
     result = CaptureResult(torch_version=str(torch.__version__))
     doc = prepare(job)
     report_phase("import", None)

@@ -148,5 +148,5 @@ def test_the_meta_run_imports_neither_dynamo_nor_export(tmp_path: Path) -> None:
     )
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found["nodes"] >= 5
-    assert found["dynamo"] == "DynamoStandIn"
+    assert found["dynamo"] == "StandIn"
     assert not found["dynamo_config"] and not found["export"]

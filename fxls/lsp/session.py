@@ -494,9 +494,8 @@ class Session:
         of the same version replaces them. The editor is asked to refresh its inlay hints and
         code lenses; no diagnostics are published (a preview has none: the first
         ``publishDiagnostics`` of a document stays the capture's). Nothing once the worker
-        takes captures, nor
-        when something is shown already (a stored analysis) or ``fxls.preliminaryShapes`` is
-        off."""
+        takes captures, nor when something is shown already (a stored analysis) or
+        ``fxls.preliminaryShapes`` is off."""
         if doc.result is not None or not self.settings.preliminary_shapes:
             return
         try:

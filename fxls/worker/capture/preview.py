@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import dis
+import functools
 import importlib
 import inspect
+import operator
 import os
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import CodeType, FrameType
 from typing import Any
 
@@ -94,29 +96,36 @@ _COMPARISONS = {
 
 
 class StandIn(types.ModuleType):
-    """A module of torch in a preview child, in place of the real one until a name other than
-    its ``shortcuts`` is read: then the real module is imported (and put in place) and gives
-    that name. User code that reads the module gets the real one, at its cost."""
+    """A module torch imports on first use, in a preview child: in place of the real one until
+    a name other than its ``shortcuts`` is read. Then the real module is imported and put in
+    place, and every name, the shortcuts too, is the real one's from then on (also for code
+    that holds this object). User code that reads the module gets the real one, at its cost."""
 
     def __init__(self, name: str, shortcuts: dict[str, Any], *, package: bool) -> None:
         super().__init__(name)
-        vars(self).update(shortcuts)
-        self.package = package
+        self.fxls_shortcuts = shortcuts
+        self.fxls_package = package
+        self.fxls_real: types.ModuleType | None = None
 
     def __getattr__(self, name: str) -> Any:
-        if name == "__path__" and not self.package:  # ``from module import name`` asks
-            raise AttributeError(name)
+        if self.fxls_real is None and name in self.fxls_shortcuts:
+            return self.fxls_shortcuts[name]
+        if name == "__path__" and not self.fxls_package and self.fxls_real is None:
+            raise AttributeError(name)  # ``from module import name`` asks
         return getattr(self.real(), name)
 
     def real(self) -> types.ModuleType:
         """The real module, imported now if it was not."""
+        if self.fxls_real is not None:
+            return self.fxls_real
         parent_name, _, child = self.__name__.rpartition(".")
-        parent = sys.modules.get(parent_name)
+        parent = sys.modules.get(parent_name) if parent_name else None
         if sys.modules.get(self.__name__) is self:
             del sys.modules[self.__name__]
             if parent is not None and vars(parent).get(child) is self:
                 delattr(parent, child)
-        return importlib.import_module(self.__name__)
+        self.fxls_real = importlib.import_module(self.__name__)
+        return self.fxls_real
 
 
 def _not_compiled(fn: Any, recursive: bool = True, wrapping: bool = True) -> Any:
@@ -124,27 +133,99 @@ def _not_compiled(fn: Any, recursive: bool = True, wrapping: bool = True) -> Any
     return fn
 
 
-def stand_ins() -> list[StandIn]:
-    """Put a :class:`StandIn` in place of ``torch._dynamo`` in this (job child) process when it
-    is not imported yet; returns those put in place.
+class NoSympyObject:
+    """``sympy.Basic`` while sympy is not imported: no object is one."""
 
-    torch wraps many Python meta kernels and decompositions (batch norm on meta tensors,
-    ``normal_``, every ``out_wrapper``) in ``torch._compile._disable_dynamo``, which imports
-    ``torch._dynamo`` (~0.7 s) on the first call only to mark the function as not to be
-    compiled; a process that compiles nothing needs no such mark (``disable`` returns the
-    function). ``torch.fx.experimental.symbolic_shapes`` (and sympy), which every Python meta
-    kernel needs through ``torch._check`` and many more of its names, is imported by the
-    zygote before it is ready instead (``fxls.worker.process.warmup.FIRST``).
+
+_SCALARS = (bool, int, float)
+_SYMBOLIC = "torch.fx.experimental.symbolic_shapes"
+_BOOL = (bool,)
+_ON_SCALARS: dict[str, tuple[tuple[type, ...], Callable[..., Any]]] = {
+    "expect_true": (_BOOL, lambda a, skip=0: a),
+    "guard_or_false": (_BOOL, lambda a: a),
+    "guard_or_true": (_BOOL, lambda a: a),
+    "guard_size_oblivious": (_BOOL, lambda a: a),
+    "statically_known_true": (_BOOL, lambda a: a),
+    "sym_and": (_BOOL, lambda x, *others: functools.reduce(operator.and_, others, x)),
+    "sym_or": (_BOOL, lambda x, *others: functools.reduce(operator.or_, others, x)),
+    "sym_eq": ((bool, int), lambda x, y: _equal(x, y)),
+    "guard_int": ((int,), lambda a: a),
+    "guarding_hint_or_throw": (_SCALARS, lambda a: a),
+    "has_guarding_hint": (_SCALARS, lambda a: True),
+    "is_nested_int": (_SCALARS, lambda s: False),
+    "is_symbolic": (_SCALARS, lambda s: False),
+}
+"""Functions of ``symbolic_shapes`` that torch's meta kernels and references call, as they are
+(their own first branch) on the Python scalars (and tuples of them) they take there: a meta
+tensor's sizes are ints."""
+
+
+def _equal(x: Any, y: Any) -> bool:
+    """``sym_eq`` on ints and on tuples and lists of them (element by element)."""
+    if isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)):
+        return len(x) == len(y) and all(_equal(a, b) for a, b in zip(x, y, strict=False))
+    return bool(x == y)
+
+
+def _plain(value: Any, types: tuple[type, ...], depth: int = 0) -> bool:
+    """A value of one of ``types`` (exactly, not a subclass), or a tuple or list of them."""
+    if type(value) in types:
+        return True
+    return (
+        isinstance(value, (tuple, list))
+        and depth < 2
+        and all(_plain(v, types, depth + 1) for v in value)
+    )
+
+
+def _on_scalars(name: str, real: Callable[[], types.ModuleType]) -> Callable[..., Any]:
+    """``name`` of ``symbolic_shapes``: its plain form (:data:`_ON_SCALARS`) when every
+    argument is a Python scalar of the types it takes, else the function of the ``real``
+    module (imported then)."""
+    accepted, plain = _ON_SCALARS[name]
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if all(_plain(a, accepted) for a in args) and set(kwargs) <= {"skip"}:
+            return plain(*args, **kwargs)
+        return getattr(real(), name)(*args, **kwargs)
+
+    return call
+
+
+def stand_ins() -> list[StandIn]:
+    """Put :class:`StandIn` modules in place of three that torch imports on first use, in this
+    (job child) process, for those not imported yet; returns those put in place.
+
+    * ``torch._dynamo`` (~0.7 s): torch wraps many Python meta kernels and decompositions
+      (batch norm on meta tensors, ``normal_``, every ``out_wrapper``) in
+      ``torch._compile._disable_dynamo``, which imports it on the first call only to mark the
+      function as not to be compiled; a process that compiles nothing needs no such mark
+      (``disable`` returns the function).
+    * ``torch.fx.experimental.symbolic_shapes``: ``torch._check``, called by every Python meta
+      kernel, and torch's references import it for a few functions that on plain ints and
+      bools are what :data:`_ON_SCALARS` says; a symbolic argument imports the real module.
+    * ``sympy`` (~0.3 s, what ``symbolic_shapes`` costs): type promotion
+      (``elementwise_dtypes``) imports it to ask whether an argument is a ``sympy.Basic``,
+      which nothing is while sympy is not imported (:class:`NoSympyObject`).
+
+    Any other name imports the real module, so what runs is torch's own code either way.
     """
     placed = []
-    for name, shortcuts, package in (("torch._dynamo", {"disable": _not_compiled}, True),):
+    symbolic = StandIn(_SYMBOLIC, {}, package=False)
+    symbolic.fxls_shortcuts = {name: _on_scalars(name, symbolic.real) for name in _ON_SCALARS}
+    for stand_in in (
+        StandIn("torch._dynamo", {"disable": _not_compiled}, package=True),
+        symbolic,
+        StandIn("sympy", {"Basic": NoSympyObject}, package=True),
+    ):
+        name = stand_in.__name__
         parent_name, _, child = name.rpartition(".")
-        parent = sys.modules.get(parent_name)
-        if name in sys.modules or parent is None:
+        parent = sys.modules.get(parent_name) if parent_name else None
+        if name in sys.modules or (parent_name and parent is None):
             continue
-        stand_in = StandIn(name, shortcuts, package=package)
         sys.modules[name] = stand_in
-        setattr(parent, child, stand_in)
+        if parent is not None:
+            setattr(parent, child, stand_in)
         placed.append(stand_in)
     return placed
 

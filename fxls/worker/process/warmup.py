@@ -38,10 +38,6 @@ def _import_torch() -> None:
 
 
 def _import_preview() -> None:
-    """What a preview job needs: its modules, and sympy through ``symbolic_shapes``, which
-    ``torch._check`` imports in every Python meta kernel (~0.3 s)."""
-    import torch.fx.experimental.symbolic_shapes  # noqa: F401
-
     import fxls.worker.capture.preview
     import fxls.worker.jobs  # noqa: F401
 
@@ -270,8 +266,8 @@ FIRST: tuple[Step, ...] = (
     ("import preview", _import_preview),
 )
 """Before the zygote is ready: what a ``preview`` job needs (torch imports FX and the fake
-tensor classes itself; sympy for ``torch._check``; the meta run loads neither
-``torch._dynamo`` nor ``torch.export``)."""
+tensor classes itself; the meta run loads neither ``torch._dynamo``, ``torch.export``,
+``symbolic_shapes`` nor sympy: see ``fxls.worker.capture.preview.stand_ins``)."""
 
 BEFORE_CAPTURES: tuple[Step, ...] = (
     ("import fx and fake tensors", _import_fx),

@@ -110,43 +110,77 @@ async def test_no_preview_without_shapes(worker, tmp_path: Path) -> None:  # typ
         assert await preview(worker, AnalysisRequest(str(path), text)) is None
 
 
-def test_the_meta_run_imports_neither_dynamo_nor_export(tmp_path: Path) -> None:
-    """Measured in a fresh interpreter, as a preview child forked right after ``import torch``
-    runs: the meta build (``nn.init.normal_``, torch's ``reset_parameters``) and the forward on
-    meta tensors (batch norm's Python meta kernel) load neither ``torch._dynamo`` (only its
-    stand-in) nor ``torch.export._trace``."""
-    path = tmp_path / "net.py"
-    path.write_text(MODEL)
-    script = textwrap.dedent(
-        f"""\
-        import json, sys
-        import torch
-        from fxls.analysis import parse
-        from fxls.engine.analyze import EngineOptions, build_requests, capture_job
-        from fxls.worker.capture.preview import run_preview
+_RUN = """\
+import json, sys
+import torch
+{first}
+from fxls.analysis import parse
+from fxls.engine.analyze import EngineOptions, build_requests, capture_job
+from fxls.worker.capture.preview import run_preview
 
-        text = open({str(path)!r}).read()
-        job = capture_job({str(path)!r}, text, build_requests(parse(text).classes), EngineOptions())
-        result = run_preview(job, lambda phase, name: None)
-        print(json.dumps({{
-            "nodes": len(result.modules[0].nodes),
-            "dynamo": type(sys.modules.get("torch._dynamo")).__name__,
-            "dynamo_config": "torch._dynamo.config" in sys.modules,
-            "export": "torch.export._trace" in sys.modules,
-            "fake_mode": "torch._subclasses.fake_tensor" in sys.modules,
-        }}))
-        """
-    )
+shown = {{}}
+for path in {paths!r}:
+    text = open(path).read()
+    job = capture_job(path, text, build_requests(parse(text).classes), EngineOptions())
+    result = run_preview(job, lambda phase, name: None)
+    shown[path] = [
+        [m.name, [o.shape for o in m.outputs],
+         [[n.op, n.target, n.span.line, [o.shape or o.text for o in n.outputs]] for n in m.nodes]]
+        for m in result.modules
+    ]
+print(json.dumps({{
+    "shown": shown,
+    "modules": {{
+        name: type(sys.modules.get(name)).__name__
+        for name in ("torch._dynamo", "torch.fx.experimental.symbolic_shapes", "sympy")
+    }},
+    "loaded": [n for n in ("torch._dynamo.config", "torch.export._trace", "sympy.core")
+               if n in sys.modules],
+}}))
+"""
+
+
+def _run(paths: list[str], first: str = "") -> dict[str, object]:
+    """``run_preview`` on ``paths`` in a fresh interpreter (as a preview child forked right
+    after the zygote's ``import torch`` runs it), after ``first``."""
     root = Path(__file__).resolve().parents[3]
     out = subprocess.run(
-        [sys.executable, "-c", script],
+        [sys.executable, "-c", _RUN.format(first=first, paths=paths)],
         capture_output=True,
         text=True,
         check=True,
         env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
         timeout=120,
     )
-    found = json.loads(out.stdout.strip().splitlines()[-1])
-    assert found["nodes"] >= 5
-    assert found["dynamo"] == "StandIn"
-    assert not found["dynamo_config"] and not found["export"]
+    found: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return found
+
+
+def test_the_meta_run_imports_neither_dynamo_nor_sympy(tmp_path: Path) -> None:
+    """The meta build (``nn.init.normal_``, torch's ``reset_parameters``) and the forward on
+    meta tensors (batch norm's Python meta kernel, ``torch._check``, type promotion) load
+    neither ``torch._dynamo``, ``torch.export``, ``symbolic_shapes`` nor sympy: their stand-ins
+    answer (``preview.stand_ins``)."""
+    path = tmp_path / "net.py"
+    path.write_text(MODEL)
+    found = _run([str(path)])
+    assert found["modules"] == {
+        "torch._dynamo": "StandIn",
+        "torch.fx.experimental.symbolic_shapes": "StandIn",
+        "sympy": "StandIn",
+    }
+    assert found["loaded"] == []
+    (net,) = found["shown"][str(path)]  # type: ignore[index]
+    assert net[1] == [[2, 1, 4]]
+
+
+def test_the_stand_ins_change_no_shape() -> None:
+    """The example models previewed with the stand-ins and with the real modules imported
+    first (then no stand-in is put in place): the same records."""
+    examples = Path(__file__).resolve().parents[3] / "docs" / "examples"
+    paths = [str(examples / name) for name in ("cnn.py", "gpt.py", "resnet.py")]
+    fast = _run(paths)
+    real = _run(paths, "import sympy, torch._dynamo, torch.fx.experimental.symbolic_shapes")
+    assert real["modules"] == dict.fromkeys(real["modules"], "module")  # type: ignore[arg-type]
+    assert fast["shown"] == real["shown"]
+    assert all(fast["shown"].values())  # type: ignore[attr-defined]

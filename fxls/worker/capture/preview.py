@@ -5,9 +5,11 @@ symbols (``torch.export``, ~0.2 s). A new zygote says it takes preview jobs as s
 imported (:mod:`fxls.worker.process.warmup`), so the first shapes of a new server come from
 here: the document is executed, each requested class is built on the meta device as the
 capture builds it (:func:`fxls.worker.capture.build.instances.candidates`, whose parameter
-initializers never run: that is what keeps ``torch._dynamo`` out), its inputs are the declared
-ones or those its source and the file's calls give, all at their example sizes, and
-``forward`` runs once on meta tensors. What it calls is recorded as node records:
+initializers never run), its inputs are the declared ones or those its source and the file's
+calls give, all at their example sizes, and ``forward`` runs once on meta tensors, with
+stand-ins for ``torch._dynamo``, ``symbolic_shapes`` and sympy, which torch's meta kernels
+import for a few answers that are plain on ints (:func:`stand_ins`). What it calls is
+recorded as node records:
 
 * a submodule called from the document's code (a forward hook on every module: the frame that
   called it, past ``torch.nn.Module``'s own frames, must be the document's), as ``call_module``
@@ -265,7 +267,10 @@ def preview_class(
         return None
     if built is None or built.device != "meta":
         return None
-    planned = plan_inputs(doc, req, built.module)
+    try:
+        planned = plan_inputs(doc, req, built.module)
+    except Exception:  # an input's expression, a call in the file: user code
+        return None
     if planned is None:
         return None
     report_phase("trace", req.name)

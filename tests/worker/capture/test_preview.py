@@ -183,4 +183,5 @@ def test_the_stand_ins_change_no_shape() -> None:
     real = _run(paths, "import sympy, torch._dynamo, torch.fx.experimental.symbolic_shapes")
     assert real["modules"] == dict.fromkeys(real["modules"], "module")  # type: ignore[arg-type]
     assert fast["shown"] == real["shown"]
+    assert fast["loaded"] == [] and set(fast["modules"].values()) == {"StandIn"}  # type: ignore[attr-defined]
     assert all(fast["shown"].values())  # type: ignore[attr-defined]

@@ -576,6 +576,11 @@ async def analyze(
     return result
 
 
+PREVIEW_LIMIT_S = 5.0
+"""A preview job's wall-clock and CPU limit (at most the capture's): later than that, the
+capture it stands in for is near."""
+
+
 async def preview(
     client: Previewer, request: AnalysisRequest, options: EngineOptions | None = None
 ) -> FileAnalysis | None:
@@ -595,7 +600,12 @@ async def preview(
             request.path, request.text, requests, options, request.root or request.import_root
         )
     )
-    result = await client.preview(job, options.limits, options.isolation)
+    limits = dataclasses.replace(
+        options.limits,
+        timeout_s=min(options.limits.timeout_s, PREVIEW_LIMIT_S),
+        cpu_s=min(options.limits.cpu_s, PREVIEW_LIMIT_S),
+    )
+    result = await client.preview(job, limits, options.isolation)
     capture = result.payload
     if result.kind != "ok" or capture is None or not any(m.nodes for m in capture.modules):
         return None

@@ -9,8 +9,8 @@ before the zygote says it is ready: from then on it takes ``preview`` jobs
 (:mod:`fxls.worker.capture.preview`: a run on meta tensors, which needs no ``torch._dynamo``).
 :data:`BEFORE_CAPTURES`, the imports every capture needs (FX, fake tensors, the capture
 package, and ``torch._dynamo`` and ``torch.export``, which ``FakeTensorMode()`` and symbolic
-shapes load), runs next, one step per turn of the zygote's loop and never while a preview job
-runs or waits; jobs of the other kinds wait in the queue until it is done (a child forked
+shapes load), runs next, one step per turn of the zygote's loop and not while a preview job
+waits or has run for less than ``PREVIEW_WAIT_S``; jobs of the other kinds wait in the queue until it is done (a child forked
 without them would import them itself, one after the other: nothing is gained by forking it
 earlier). :data:`LATER` (exercising the meta build, FX, fake tensors and symbolic shapes, then
 one whole capture: caches and the last lazy imports) runs while the first job's child works,

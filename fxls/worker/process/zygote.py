@@ -321,6 +321,10 @@ PREVIEW_GRACE_S = 0.05
 capture needs (the server sends the first one as soon as it reads the ready frame; a step of
 those imports, up to 0.7 s, would delay its result)."""
 
+PREVIEW_WAIT_S = 0.5
+"""How long the imports captures need wait for a running preview job (a small file's takes
+~0.05 s); past it they go on beside it, and its result is read between their steps."""
+
 IDLE_AFTER_S = 0.25
 """Idle work (the rest of the warm-up) runs while jobs run (their children work on the other
 core), or after this long without one: the first job, sent as soon as the zygote is ready,
@@ -743,10 +747,16 @@ class Zygote:
             pass
 
     def _previewing(self) -> bool:
-        """A preview job runs or waits (the ``required`` work waits for it)."""
-        return any(j.request.kind == "preview" for j in self.jobs.values()) or any(
-            r.kind == "preview" for r in self.queue
+        """A preview job the ``required`` work waits for: one that waits for a free slot, or
+        runs since less than ``PREVIEW_WAIT_S`` (a slow one, a file that imports a large
+        library, must not hold back every capture)."""
+        now = time.monotonic()
+        running = any(
+            j.request.kind == "preview" and now - j.started < PREVIEW_WAIT_S
+            for j in self.jobs.values()
         )
+        waiting = len(self.jobs) < self.max_jobs and any(r.kind == "preview" for r in self.queue)
+        return running or waiting
 
     def run(self) -> None:
         try:

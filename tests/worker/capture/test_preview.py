@@ -92,6 +92,33 @@ async def test_a_new_worker_answers_a_preview_first_then_the_capture_with_named_
 
 
 @ASYNC
+async def test_a_slow_preview_does_not_hold_back_the_capture(
+    own_worker,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    """A preview that runs long (a file that imports a large library) holds the zygote's
+    imports for ``PREVIEW_WAIT_S`` only: the capture of another file is done before it."""
+    slow, quick = tmp_path / "slow.py", tmp_path / "net.py"
+    slow_text = "import time\n\ntime.sleep(4)\n\n" + MODEL
+    slow.write_text(slow_text)
+    quick.write_text(MODEL)
+    order: list[str] = []
+
+    async def first() -> None:
+        await preview(own_worker, AnalysisRequest(str(slow), slow_text))
+        order.append("slow preview")
+
+    async def full() -> None:
+        await asyncio.sleep(0.1)  # the preview is sent first, as the server does
+        found = await analyze(own_worker, AnalysisRequest(str(quick), MODEL))
+        assert found.modules[0].status == "traced"
+        order.append("capture")
+
+    await asyncio.gather(first(), full())
+    assert order == ["capture", "slow preview"]
+
+
+@ASYNC
 async def test_a_warm_worker_answers_previews_too(worker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "net.py"
     path.write_text(MODEL)

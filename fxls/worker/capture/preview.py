@@ -112,8 +112,12 @@ class StandIn(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if self.fxls_real is None and name in self.fxls_shortcuts:
             return self.fxls_shortcuts[name]
-        if name == "__path__" and not self.fxls_package and self.fxls_real is None:
-            raise AttributeError(name)  # ``from module import name`` asks
+        dunder = name.startswith("__") and name.endswith("__")
+        if self.fxls_real is None and dunder and not (name == "__path__" and self.fxls_package):
+            # ``from module import name`` asks for ``__path__``, ``inspect.getmodule`` for
+            # every module's ``__file__``: no reason to import it (mid-way through another
+            # import, that can be a circular one)
+            raise AttributeError(name)
         return getattr(self.real(), name)
 
     def real(self) -> types.ModuleType:
@@ -196,7 +200,8 @@ def _on_scalars(name: str, real: Callable[[], types.ModuleType]) -> Callable[...
 
 def stand_ins() -> list[StandIn]:
     """Put :class:`StandIn` modules in place of three that torch imports on first use, in this
-    (job child) process, for those not imported yet; returns those put in place.
+    (job child) process, for those not imported yet (by the document's own imports: a library
+    that imports one gets the real module); returns those put in place.
 
     * ``torch._dynamo`` (~0.7 s): torch wraps many Python meta kernels and decompositions
       (batch norm on meta tensors, ``normal_``, every ``out_wrapper``) in
@@ -234,7 +239,6 @@ def stand_ins() -> list[StandIn]:
 
 def run_preview(job: CaptureJob, report_phase: Any) -> CaptureResult:
     """Execute ``job.source`` and preview each requested class (see the module's text)."""
-    stand_ins()
     result = CaptureResult(torch_version=str(torch.__version__))
     doc = prepare(job)
     report_phase("import", None)
@@ -242,6 +246,7 @@ def run_preview(job: CaptureJob, report_phase: Any) -> CaptureResult:
         execute(doc)
     except BaseException:  # the capture after it reports why
         return result
+    stand_ins()  # after the document's own imports, which get the real modules
     for req in job.classes:
         if req.skip:
             continue
@@ -277,7 +282,8 @@ def preview_class(
     recorder = Recorder(doc, cls, built.module)
     try:
         with torch.no_grad(), recorder.hooks():
-            output = built.module(*[example(p) for p in planned])
+            args, kwargs = arguments(built.module, planned)
+            output = built.module(*args, **kwargs)
     except Exception:
         return None
     mod = ModuleResult(name=req.name, line=req.line, status="traced", strategy=Strategy("meta-run"))
@@ -329,6 +335,20 @@ def plan_inputs(
         found.name = param.name
         planned.append(found)
     return planned
+
+
+def arguments(
+    module: nn.Module, planned: list[inputs.PlannedInput]
+) -> tuple[list[Any], dict[str, Any]]:
+    """``forward``'s arguments: positional-only ones by position, the others by name."""
+    kinds = {p.name: p.kind for p in inputs.forward_parameters(module)}
+    args = [example(p) for p in planned if kinds.get(p.name) == inspect.Parameter.POSITIONAL_ONLY]
+    kwargs = {
+        p.name: example(p)
+        for p in planned
+        if kinds.get(p.name) != inspect.Parameter.POSITIONAL_ONLY
+    }
+    return args, kwargs
 
 
 def example(planned: inputs.PlannedInput) -> Any:

@@ -4,7 +4,11 @@ not asserted.
 
   stored    - a new server -> the first diagnostics of a file whose analysis an earlier session
               stored (fxls.storeResults), and -> the worker's own diagnostics after them;
-  fresh     - the same with an empty store: the first diagnostics are the worker's;
+  fresh     - the same with an empty store: the first shapes (inlay hints, asked for at each
+              inlay-hint refresh and publish) are a preview job's (fxls.preliminaryShapes: one
+              run on meta tensors at example sizes, before the worker has imported
+              torch._dynamo; shown with a refresh, no publish), then the first diagnostics the
+              capture's; and the same with fxls.preliminaryShapes off;
   workspace - a new server on a workspace of N generated Python files -> the first diagnostics
               of one model file in it, next to the same file alone in a folder (the first
               capture must not wait for the workspace to be read).
@@ -45,20 +49,27 @@ def import_torch() -> float:
     return time.perf_counter() - started
 
 
-async def first_publishes(root: Path, path: Path, env: dict[str, str], count: int) -> list[float]:
-    """Seconds from starting a server to each of the first ``count`` publishes for ``path``."""
+async def first_publishes(
+    root: Path, path: Path, env: dict[str, str], count: int, options: dict[str, Any] | None = None
+) -> tuple[float, list[float]]:
+    """Seconds from starting a server to the first shapes of ``path`` (the first inlay-hint
+    or code-lens refresh or publish after which the inlay hints of the file are not empty:
+    preliminary shapes come with a refresh and no publish), and to each of its first ``count`` publishes."""
     client: LanguageClient = make_test_lsp_client()
     arrivals: list[float] = []
+    events: list[float] = []
     uri = path.as_uri()
     features = client.protocol.fm.features
 
     def record(params: types.PublishDiagnosticsParams) -> None:
         if params.uri == uri:
             arrivals.append(time.perf_counter())
+            events.append(arrivals[-1])
 
     features[types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS] = record
     for method in (types.WORKSPACE_INLAY_HINT_REFRESH, types.WORKSPACE_CODE_LENS_REFRESH):
-        features[method] = lambda params: None
+        # pytest-lsp's VS Code capabilities refresh code lenses only (VS Code both)
+        features[method] = lambda params: events.append(time.perf_counter())
     saved = dict(os.environ)
     os.environ.update(env)
     try:
@@ -72,7 +83,7 @@ async def first_publishes(root: Path, path: Path, env: dict[str, str], count: in
             types.InitializeParams(
                 capabilities=client_capabilities("visual-studio-code"),
                 root_uri=root.as_uri(),
-                initialization_options={"debounceMs": 0},
+                initialization_options={"debounceMs": 0, **(options or {})},
             )
         )
         client.text_document_did_open(
@@ -83,12 +94,35 @@ async def first_publishes(root: Path, path: Path, env: dict[str, str], count: in
             )
         )
         deadline = time.monotonic() + 300
-        while len(arrivals) < count and time.monotonic() < deadline:
+        shapes: float | None = None
+        seen = 0
+        while (len(arrivals) < count or shapes is None) and time.monotonic() < deadline:
+            if shapes is None and len(events) > seen:
+                seen = len(events)
+                if await _hints(client, uri):
+                    shapes = events[seen - 1]
             await asyncio.sleep(0.01)
-        return [t - started for t in arrivals[:count]]
+        if shapes is None:
+            raise RuntimeError(f"no shapes for {path.name}")
+        stored = Path(env.get("XDG_CACHE_HOME", "-")) / "fxls" / "results"
+        while env.get("FXLS_STORE") == "1" and time.monotonic() < deadline:
+            if list(stored.glob("*.json")):  # written after the compile check: wait for it
+                break
+            await asyncio.sleep(0.05)
+        return shapes - started, [t - started for t in arrivals[:count]]
     finally:
         await asyncio.wait_for(client.shutdown_session(), timeout=60)
         await client.stop()
+
+
+async def _hints(client: LanguageClient, uri: str) -> list[types.InlayHint]:
+    found = await client.text_document_inlay_hint_async(
+        types.InlayHintParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=types.Range(types.Position(0, 0), types.Position(10_000, 0)),
+        )
+    )
+    return list(found or [])
 
 
 async def bench_store(runs: int, scratch: Path) -> dict[str, Any]:
@@ -98,16 +132,27 @@ async def bench_store(runs: int, scratch: Path) -> dict[str, Any]:
     shutil.copy(MODEL, model)
     cache = scratch / "cache"
     env = {"FXLS_STORE": "1", "XDG_CACHE_HOME": str(cache)}
-    fresh, stored, confirmed = [], [], []
+    fresh, captured, plain, plain_shapes, stored, confirmed = [], [], [], [], [], []
+    off = {"preliminaryShapes": False}
     for _ in range(runs):
         shutil.rmtree(cache, ignore_errors=True)
-        (first,) = await first_publishes(folder, model, env, 1)
-        fresh.append(first)
-        await asyncio.sleep(1.0)  # the store is written in a thread after the publish
-        shown, replaced = await first_publishes(folder, model, env, 2)
+        shapes, (first,) = await first_publishes(folder, model, {**env, "FXLS_STORE": "0"}, 1, off)
+        plain.append(first)
+        plain_shapes.append(shapes)
+        shapes, (capture,) = await first_publishes(folder, model, env, 1)
+        fresh.append(shapes)
+        captured.append(capture)
+        shapes, (shown, replaced) = await first_publishes(folder, model, env, 2)
         stored.append(shown)
         confirmed.append(replaced)
-    return {"fresh": stats(fresh), "stored": stats(stored), "confirmed": stats(confirmed)}
+    return {
+        "fresh": stats(fresh),
+        "fresh_captured": stats(captured),
+        "fresh_without_preliminary": stats(plain),
+        "fresh_without_preliminary_shapes": stats(plain_shapes),
+        "stored": stats(stored),
+        "confirmed": stats(confirmed),
+    }
 
 
 async def bench_workspace(runs: int, files: int, scratch: Path) -> dict[str, Any]:
@@ -124,8 +169,8 @@ async def bench_workspace(runs: int, files: int, scratch: Path) -> dict[str, Any
     env = {"FXLS_STORE": "0"}
     small, large = [], []
     for _ in range(runs):
-        small.extend(await first_publishes(alone, alone / MODEL.name, env, 1))
-        large.extend(await first_publishes(big, big / MODEL.name, env, 1))
+        small.extend((await first_publishes(alone, alone / MODEL.name, env, 1))[1])
+        large.extend((await first_publishes(big, big / MODEL.name, env, 1))[1])
     return {"files": files, "alone": stats(small), "in_workspace": stats(large)}
 
 
@@ -142,7 +187,19 @@ def render(report: dict[str, Any]) -> str:
         f'| `python -c "import torch"` (the anchor) | {anchor:.2f} | 1.00 |',
     ]
     for label, key in (
-        ("new server → first diagnostics, empty store", ("store", "fresh")),
+        ("new server → first shapes, empty store (preliminary)", ("store", "fresh")),
+        (
+            "new server → first diagnostics, empty store (the capture's)",
+            ("store", "fresh_captured"),
+        ),
+        (
+            "new server → first shapes, empty store, `fxls.preliminaryShapes` off",
+            ("store", "fresh_without_preliminary_shapes"),
+        ),
+        (
+            "new server → first diagnostics, empty store, `fxls.preliminaryShapes` off",
+            ("store", "fresh_without_preliminary"),
+        ),
         ("new server → first diagnostics, stored analysis", ("store", "stored")),
         ("new server → the worker's diagnostics after the stored ones", ("store", "confirmed")),
         ("new server → first diagnostics, file alone in a folder", ("workspace", "alone")),

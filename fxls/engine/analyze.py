@@ -20,7 +20,7 @@ import re
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from fxls import __version__
 from fxls.analysis import ClassInfo, ParseResult, packages, parse, workspace
@@ -47,6 +47,9 @@ from fxls.protocol.model import (
     Span,
 )
 
+Provenance = Literal["worker", "stored", "preliminary"]
+"""Where a :class:`FileAnalysis` comes from (``FileAnalysis.provenance``)."""
+
 
 class Runner(Protocol):
     """What the engine needs from ``fxls.engine.workerclient.WorkerClient``."""
@@ -66,6 +69,14 @@ class JobRunner(Protocol):
         *,
         rewrite: RewriteJob | None = None,
         compile: CompileJob | None = None,
+    ) -> JobResult: ...
+
+
+class Previewer(Protocol):
+    """What :func:`preview` needs from ``fxls.engine.workerclient.WorkerClient``."""
+
+    async def preview(
+        self, job: CaptureJob, limits: Limits | None = None, isolation: Isolation | None = None
     ) -> JobResult: ...
 
 
@@ -127,12 +138,25 @@ class FileAnalysis:
     torch_version: str | None = None
     rules_too_slow: bool = False
     """A job's rules file took longer than its time to load (``CaptureResult.rules_too_slow``)."""
-    stored: bool = False
-    """Read from the store of an earlier session (:mod:`fxls.engine.store`), shown until the
-    worker's capture of the same text replaces it."""
+    provenance: Provenance = "worker"
+    """Where it comes from: the worker's capture (``worker``), the store of an earlier session
+    (``stored``, :mod:`fxls.engine.store`) or a ``preview`` job (``preliminary``,
+    :func:`preview`: shapes at example sizes from one run on meta tensors, no diagnostics).
+    The last two are shown until the worker's capture of the same text replaces them, and are
+    never stored."""
     evidence_complete: bool = True
     """Every file of the workspace was read for calls of the classes (False while the first
     scan of a large workspace runs: the analysis is worth repeating when it is done)."""
+
+    @property
+    def stored(self) -> bool:
+        """Read from the store of an earlier session."""
+        return self.provenance == "stored"
+
+    @property
+    def provisional(self) -> bool:
+        """Shown only until the worker's capture of the same text replaces it."""
+        return self.provenance != "worker"
 
     def module(self, name: str) -> ModuleResult | None:
         return next((m for m in self.modules if m.name == name), None)
@@ -550,6 +574,51 @@ async def analyze(
     result.diagnostics = dedupe(diagnostics + [d for m in result.modules for d in m.diagnostics])
     result.duration_s = time.monotonic() - started
     return result
+
+
+PREVIEW_LIMIT_S = 5.0
+"""A preview job's wall-clock and CPU limit (at most the capture's): later than that, the
+capture it stands in for is near."""
+
+
+async def preview(
+    client: Previewer, request: AnalysisRequest, options: EngineOptions | None = None
+) -> FileAnalysis | None:
+    """A first answer for a worker that is still importing what captures need: one ``preview``
+    job (``fxls.worker.capture.preview``: each class built on meta, ``forward`` run once on
+    meta tensors at the example sizes, the calls the document makes recorded), marked
+    ``preliminary``, with no diagnostics. None when it has no shapes to show (a syntax error,
+    no classes, a failed job, or no class that ran): the capture says why."""
+    options = options or EngineOptions()
+    parsed = parse(request.text)
+    classes = [c for c in parsed.classes if request.only is None or c.name in request.only]
+    if parsed.syntax_error is not None or not classes:
+        return None
+    requests = build_requests(classes, request.extra_inputs, request.init_override)
+    job = percent_cells(
+        capture_job(
+            request.path, request.text, requests, options, request.root or request.import_root
+        )
+    )
+    limits = dataclasses.replace(
+        options.limits,
+        timeout_s=min(options.limits.timeout_s, PREVIEW_LIMIT_S),
+        cpu_s=min(options.limits.cpu_s, PREVIEW_LIMIT_S),
+    )
+    result = await client.preview(job, limits, options.isolation)
+    capture = result.payload
+    if result.kind != "ok" or capture is None or not any(m.nodes for m in capture.modules):
+        return None
+    return FileAnalysis(
+        path=request.path,
+        version=request.version,
+        modules=[expanded(m) for m in capture.modules],
+        classes=parsed.classes,
+        isolation=list(result.isolation),
+        duration_s=result.duration_s,
+        torch_version=capture.torch_version,
+        provenance="preliminary",
+    )
 
 
 @dataclass

@@ -149,6 +149,11 @@ class Settings:
         "Show a file's shapes from the last session at once (kept in the user's cache folder), "
         "marked as stored until the worker's capture replaces them.",
     )
+    preliminary_shapes: bool = _setting(
+        True,
+        "While a new worker imports what captures need, show the shapes of one run on meta "
+        "tensors at example sizes, marked as preliminary until the capture replaces them.",
+    )
     limits: LimitsSettings = field(default_factory=LimitsSettings)
     isolation: IsolationSettings = field(default_factory=IsolationSettings)
     inlay_hints: InlayHintSettings = field(default_factory=InlayHintSettings)

@@ -3,8 +3,9 @@
 A stored analysis is keyed by everything it depends on that the server knows before the worker
 runs: fxls's version, the interpreter that runs the worker, the settings, the file's path and
 text, and the workspace's Python files (path, size, modification time). It is shown marked as
-stored until the worker's fresh capture replaces it, which always runs: the store only decides
-what is shown first, never what is shown last.
+stored (``FileAnalysis.provenance``) until the worker's fresh capture replaces it, which always
+runs: the store only decides what is shown first, never what is shown last. With nothing
+stored, a new server's first shapes are a ``preview`` job's instead (``analyze.preview``).
 
 The store is data, not code: JSON, decoded through the protocol codec (``from_dict`` refuses
 anything that is not a module result or a diagnostic), one file per key named by its hash (no
@@ -118,12 +119,12 @@ class ResultStore:
             classes=parse(text).classes,
             outcome=str(data.get("outcome", "ok")),
             torch_version=torch_version if isinstance(torch_version, str) else None,
-            stored=True,
+            provenance="stored",
         )
 
     def save(self, key: str, analysis: FileAnalysis) -> None:
         """Keep ``analysis`` under ``key`` (not a cancelled one, nor one over the entry bound)."""
-        if analysis.outcome == "cancelled" or analysis.stored:
+        if analysis.outcome == "cancelled" or analysis.provisional:
             return
         data = {
             "format": FORMAT,
@@ -183,4 +184,4 @@ def _list(data: dict[str, Any], name: str) -> list[Any]:
 
 def unmark(analysis: FileAnalysis) -> FileAnalysis:
     """``analysis`` as a fresh one (for tests and tools comparing the two)."""
-    return replace(analysis, stored=False)
+    return replace(analysis, provenance="worker")

@@ -206,6 +206,9 @@ class WorkerClient:
         self._scratch = scratch_dir
         self._state: State = "stopped"
         self.ready: ReadyInfo | None = None
+        self.captures_ready = False
+        """The running zygote has imported what captures need (its ``captures`` frame): until
+        then it runs ``preview`` jobs first (``fxls.engine.analyze.preview``)."""
         self.start_error: str | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self._pending: dict[int, asyncio.Future[JobResult]] = {}
@@ -284,6 +287,32 @@ class WorkerClient:
 
         Cancelling the awaiting task cancels the job in the worker and re-raises.
         """
+        kind = _kind(rewrite, compile)
+        return await self.submit(
+            lambda job_id: JobRequest(
+                job_id,
+                job,
+                limits or Limits(),
+                isolation or Isolation(),
+                kind=kind,
+                rewrite=rewrite,
+                compile=compile,
+            )
+        )
+
+    async def preview(
+        self, job: CaptureJob, limits: Limits | None = None, isolation: Isolation | None = None
+    ) -> JobResult:
+        """Run one ``preview`` job (``fxls.worker.capture.preview``), like :meth:`run`."""
+        return await self.submit(
+            lambda job_id: JobRequest(
+                job_id, job, limits or Limits(), isolation or Isolation(), kind="preview"
+            )
+        )
+
+    async def submit(self, make: Callable[[int], JobRequest]) -> JobResult:
+        """Send the job ``make`` returns for a new job id, once the worker runs, and return
+        its result (never raises for job failures; cancelling cancels the job)."""
         job_id = self._next_id
         self._next_id += 1
         if self._state == "stopped":
@@ -295,15 +324,7 @@ class WorkerClient:
             await self._available.wait()
         if self._state != "running" or self._proc is None or self._proc.stdin is None:
             return JobResult(job_id, "worker_died", message=self._unavailable_message())
-        request = JobRequest(
-            job_id,
-            job,
-            limits or Limits(),
-            isolation or Isolation(),
-            kind=_kind(rewrite, compile),
-            rewrite=rewrite,
-            compile=compile,
-        )
+        request = make(job_id)
         future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
         self._pending[job_id] = future
         proc = self._proc
@@ -448,6 +469,7 @@ class WorkerClient:
         self._spawn_task(self._pump_stderr(proc.stderr, tail))
         messages: list[str] = []
         self._frames = FrameReader()
+        self.captures_ready = False
         try:
             ready = await asyncio.wait_for(
                 self._await_ready(proc.stdout, messages), START_TIMEOUT_S
@@ -559,6 +581,8 @@ class WorkerClient:
                 pong.set_result(0.0)
         elif kind == "log":
             self._log(str(frame.get("message")))
+        elif kind == "captures":
+            self.captures_ready = True
         else:
             self._log(f"unexpected frame from the worker: {kind!r}")
 

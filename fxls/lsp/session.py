@@ -72,6 +72,11 @@ PROGRESS_DELAY_S = 0.5
 """Captures that take longer than this show work-done progress."""
 PARENT_POLL_S = 2.0
 HOVER_SAMPLES = 10_000
+PRELIMINARY_NOTE = (
+    "preliminary: sizes of one run on meta tensors at example sizes; fxls is capturing the "
+    "file for named dimensions and diagnostics"
+)
+"""The hover's note on the shapes of a preview job (``FileAnalysis.provenance``)."""
 
 UNTRUSTED_MESSAGE = (
     "fxls shows no shapes or diagnostics here because this workspace is not trusted: fxls runs "
@@ -396,11 +401,13 @@ class Session:
         text = doc.text
         if doc.result is None:
             await self._show_stored(doc, text, version)
+        first = self.spawn(self._show_preview(doc, text, version))
         progress = self.spawn(self._progress(doc))
         try:
             analysis = await self._analyze(doc, text, version)
         finally:
             progress.cancel()
+            first.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await progress
         if doc.closed or doc.too_large or analysis is None:
@@ -480,10 +487,41 @@ class Session:
         self.publish(doc)
         self.refresh_views()
 
+    async def _show_preview(self, doc: Document, text: str, version: int | None) -> None:
+        """While a new worker imports what captures need: show the shapes of a ``preview`` job
+        (one run on meta tensors at example sizes), marked as preliminary, until the capture
+        of the same version replaces them. The editor is asked to refresh its inlay hints and
+        code lenses; no diagnostics are published (a preview has none: the first
+        ``publishDiagnostics`` of a document stays the capture's). Nothing once the worker
+        takes captures, nor when something is shown already (a stored analysis) or
+        ``fxls.preliminaryShapes`` is off."""
+        if doc.result is not None or not self.settings.preliminary_shapes:
+            return
+        try:
+            worker = await self.ensure_worker()
+            if worker.captures_ready:
+                return
+            options = await asyncio.to_thread(self.engine_options, doc.path)
+            request = engine.AnalysisRequest(doc.path, text, version=version, root=self.root)
+            first = await engine.preview(worker, request, options)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bonus: never in the way of the capture
+            self.log(f"fxls: the preview of {doc.path} failed: {exc!r}", types.MessageType.Log)
+            return
+        if first is None or doc.result is not None or doc.closed or doc.version != version:
+            return
+        doc.set_result(Analysed(version=version, text=text, analysis=first))
+        self.refresh_views()
+
     async def _store(self, path: str, text: str, analysis: engine.FileAnalysis) -> None:
         """Keep a fresh analysis of the text on disk for the next session."""
         store = self.store
-        if store is None or analysis.stored or analysis.outcome in ("cancelled", "worker_died"):
+        if (
+            store is None
+            or analysis.provisional
+            or analysis.outcome in ("cancelled", "worker_died")
+        ):
             return
         try:
             key = await asyncio.to_thread(self._store_key, path, text)
@@ -779,7 +817,7 @@ class Session:
         if doc is not None:
             doc.saved_text = doc.text
             done = doc.result
-            if done is not None and done.text == doc.text and not done.analysis.stored:
+            if done is not None and done.text == doc.text and not done.analysis.provisional:
                 self.spawn(self._store(doc.path, done.text, done.analysis))
         rules = engine.rules_path(self.root, self.settings.code_actions.rules_file)
         if doc is not None and rules is not None and os.path.abspath(doc.path) == rules:
@@ -888,6 +926,8 @@ class Session:
         note = None if not doc.stale else f"from version {result.version}; edited since"
         if analysis.stored:
             note = "stored by an earlier session; fxls is capturing the file again"
+        elif analysis.provisional:
+            note = PRELIMINARY_NOTE
         if text is not None and view.cell:
             text = dataclasses.replace(text, markdown=view.relabel(text.markdown))
         return hover.lsp_hover(text, lines, enc, view.to_current, note=note)

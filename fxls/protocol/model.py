@@ -40,7 +40,7 @@ ResultKind = Literal[
 ]
 RESULT_KINDS: tuple[str, ...] = typing.get_args(ResultKind)
 
-JobKind = Literal["capture", "rewrite", "compile"]
+JobKind = Literal["capture", "rewrite", "compile", "preview"]
 """Kinds of job a child runs; each kind has one runner in ``fxls.worker.jobs``."""
 
 FixKind = Literal[
@@ -68,7 +68,7 @@ Phase = Literal["setup", "import", "init", "trace", "serialize"]
 Severity = Literal["error", "warning", "information", "hint"]
 ModuleStatus = Literal["traced", "partial", "failed", "skipped"]
 InputOrigin = Literal["declared", "parent", "default", "assumed"]
-CaptureMethod = Literal["fx", "fake-run", "none"]
+CaptureMethod = Literal["fx", "fake-run", "meta-run", "none"]
 RepairKind = Literal["leaf", "wrap", "concrete"]
 NodeOp = Literal["placeholder", "get_attr", "call_function", "call_method", "call_module", "output"]
 ValueKind = Literal["tensor", "size", "int", "float", "bool", "none", "device", "dtype", "other"]
@@ -325,7 +325,9 @@ class Value:
 class Strategy:
     """How a class's graph was obtained: ``fx`` (``torch.fx.symbolic_trace``, with the
     automatic ``repairs`` it needed), ``fake-run`` (recorded by running ``forward`` on fake
-    tensors, when no FX graph could be had), or ``none``. Written ``fx+leaf+wrap`` in reports
+    tensors, when no FX graph could be had), ``meta-run`` (the calls of one run of ``forward``
+    on meta tensors at example sizes: a ``preview`` job's, shown until the capture replaces
+    it), or ``none``. Written ``fx+leaf+wrap`` in reports
     (``fxls.protocol.labels.strategy_label``)."""
 
     method: CaptureMethod = "none"

@@ -1,21 +1,28 @@
-"""One runner per job kind (``JobRequest.kind``: ``capture``, ``rewrite``, ``compile``); the job
-child calls ``run_job``."""
+"""One runner per job kind (``JobRequest.kind``: ``capture``, ``rewrite``, ``compile``,
+``preview``); the job child calls ``run_job``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from fxls.protocol.model import CaptureResult, CompileJob, JobRequest, Phase, RewriteJob
-from fxls.worker.capture.pipeline import run_capture_for_wire
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
 
 
 def run_job(request: JobRequest, report: PhaseReporter) -> CaptureResult:
     """Run ``request`` in this (already sandboxed) process and return its result (to be sent:
-    records of copied sub-blocks are sent as copies, see ``reuse.compact``)."""
+    records of copied sub-blocks are sent as copies, see ``reuse.compact``). Each kind imports
+    its runner here: a ``preview`` child, forked before the zygote imported the capture
+    package, imports only what it uses."""
     if request.kind == "capture":
+        from fxls.worker.capture.pipeline import run_capture_for_wire
+
         return run_capture_for_wire(request.capture, report)
+    if request.kind == "preview":
+        from fxls.worker.capture.preview import run_preview
+
+        return run_preview(request.capture, report)
     if request.kind == "rewrite":
         from fxls.worker.rewrite.run import run_rewrite
 

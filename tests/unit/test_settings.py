@@ -27,6 +27,7 @@ CONTRACT = {
     "fxls.limits.fileSizeMB": 64,
     "fxls.debounceMs": 300,
     "fxls.storeResults": True,
+    "fxls.preliminaryShapes": True,
     "fxls.inlayHints.enabled": True,
     "fxls.codeLens.enabled": True,
     "fxls.codeActions.unsafe": False,

@@ -108,7 +108,7 @@ def test_the_store_is_bounded(tmp_path: Path, monkeypatch) -> None:  # type: ign
 def test_a_stored_or_cancelled_analysis_is_not_stored_again(tmp_path: Path) -> None:
     store = ResultStore(str(tmp_path))
     stored = _analysis("m.py")
-    stored.stored = True
+    stored.provenance = "stored"
     store.save("a", stored)
     cancelled = _analysis("m.py")
     cancelled.outcome = "cancelled"

@@ -47,7 +47,7 @@ def lens_title(module: ModuleResult, diagnostics: Sequence[Diagnostic] = ()) -> 
 def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
     if module.status == "skipped":
         return "fxls · skipped"
-    parts = ["fxls"]
+    parts = ["fxls", *_preliminary(module)]
     if module.status == "failed":
         return f"fxls · failed · {_failure(module, diagnostics)}"
     if module.status == "partial":
@@ -74,6 +74,11 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
         parts.append("inputs assumed")
     parts.extend(_compiled(module))
     return " · ".join(parts)
+
+
+def _preliminary(module: ModuleResult) -> list[str]:
+    """``preliminary`` for the shapes of a preview job (until the capture replaces them)."""
+    return ["preliminary"] if module.strategy.method == "meta-run" else []
 
 
 def _compiled(module: ModuleResult) -> list[str]:

@@ -4,10 +4,15 @@ It imports torch and everything a capture loads lazily (meta build, FX tracing, 
 sympy) once, so each forked child starts warm. It never runs a real tensor operation: an
 OpenMP region in the zygote would hang every child forked after it.
 
-The warm-up has two parts. :data:`FIRST`, the imports every capture needs (torch, FX, fake
-tensors, the capture package, and ``torch._dynamo`` and ``torch.export``, which torch loads
-lazily from the meta-device initializers and symbolic shapes), runs before the zygote says it
-is ready. :data:`LATER` (exercising the meta build, FX, fake tensors and symbolic shapes, then
+The warm-up has four parts. :data:`FIRST`, torch and the ``preview`` job's modules, runs
+before the zygote says it is ready: from then on it takes ``preview`` jobs
+(:mod:`fxls.worker.capture.preview`: a run on meta tensors, which needs no ``torch._dynamo``).
+:data:`BEFORE_CAPTURES`, the imports every capture needs (FX, fake tensors, the capture
+package, and ``torch._dynamo`` and ``torch.export``, which ``FakeTensorMode()`` and symbolic
+shapes load), runs next, one step per turn of the zygote's loop and not while a preview job
+waits or has run for less than ``PREVIEW_WAIT_S``; jobs of the other kinds wait in the queue until it is done (a child forked
+without them would import them itself, one after the other: nothing is gained by forking it
+earlier). :data:`LATER` (exercising the meta build, FX, fake tensors and symbolic shapes, then
 one whole capture: caches and the last lazy imports) runs while the first job's child works,
 or once the zygote is idle, so the first job never waits for it. A child forked before
 ``LATER`` finished does that work itself; the ones after start warm. :data:`QUIET` (captures of
@@ -30,6 +35,11 @@ def _import_torch() -> None:
     import torch
 
     torch.set_num_threads(1)
+
+
+def _import_preview() -> None:
+    import fxls.worker.capture.preview
+    import fxls.worker.jobs  # noqa: F401
 
 
 def _import_fx() -> None:
@@ -253,13 +263,20 @@ def warm_cnn() -> CaptureResult:
 
 FIRST: tuple[Step, ...] = (
     ("import torch", _import_torch),
+    ("import preview", _import_preview),
+)
+"""Before the zygote is ready: what a ``preview`` job needs (torch imports FX and the fake
+tensor classes itself; the meta run loads neither ``torch._dynamo``, ``torch.export``,
+``symbolic_shapes`` nor sympy: see ``fxls.worker.capture.preview.stand_ins``)."""
+
+BEFORE_CAPTURES: tuple[Step, ...] = (
     ("import fx and fake tensors", _import_fx),
     ("import capture", _import_capture),
     ("import torch._dynamo", _import_dynamo),
     ("import torch.export", _import_export),
 )
-"""Before the zygote is ready: what every capture imports (a child forked without them
-imports them itself, one after the other: nothing is gained by leaving them for later)."""
+"""After ready, before the zygote forks a job of any kind but ``preview``: what every
+capture imports."""
 
 LATER: tuple[Step, ...] = (
     ("meta build, trace, fake shapes", _meta_trace),
@@ -310,10 +327,11 @@ def finish() -> None:
 
 
 def warm_all(timings: dict[str, float] | None = None) -> str:
-    """Every step, :data:`FIRST`, :data:`LATER` and :data:`QUIET` (for tools and tests)."""
+    """Every step, :data:`FIRST`, :data:`BEFORE_CAPTURES`, :data:`LATER` and :data:`QUIET` (for
+    tools and tests)."""
     timings = {} if timings is None else timings
     version = warm_up(timings)
-    for step in LATER + QUIET:
+    for step in BEFORE_CAPTURES + LATER + QUIET:
         run_step(step, timings)
     finish()
     return version

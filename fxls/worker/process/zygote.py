@@ -316,10 +316,28 @@ def classify(job: Job) -> JobResult:
 # ---------------------------------------------------------------------------------------
 
 
+PREVIEW_GRACE_S = 0.05
+"""After ready, how long the zygote waits for a preview job before it starts the imports every
+capture needs (the server sends the first one as soon as it reads the ready frame; a step of
+those imports, up to 0.7 s, would delay its result)."""
+
+PREVIEW_WAIT_S = 0.5
+"""How long the imports captures need wait for a running preview job (a small file's takes
+~0.05 s); past it they go on beside it, and its result is read between their steps."""
+
 IDLE_AFTER_S = 0.25
 """Idle work (the rest of the warm-up) runs while jobs run (their children work on the other
 core), or after this long without one: the first job, sent as soon as the zygote is ready,
 never waits behind it."""
+
+
+@dataclass
+class Background:
+    """The zygote's own work between jobs (the warm-up after ready), in the order it runs."""
+
+    required: list[Callable[[], None]] = field(default_factory=list)
+    idle: list[Callable[[], None]] = field(default_factory=list)
+    quiet: list[Callable[[], None]] = field(default_factory=list)
 
 
 class Zygote:
@@ -333,14 +351,18 @@ class Zygote:
         spawner: Spawner,
         *,
         max_jobs: int = MAX_JOBS,
-        idle: list[Callable[[], None]] | None = None,
-        quiet: list[Callable[[], None]] | None = None,
+        background: Background | None = None,
     ) -> None:
         self.ctl_in, self.ctl_out = ctl_in, ctl_out
-        self.idle = list(idle or [])
+        background = background or Background()
+        self.required = background.required
+        """Work before any job but a ``preview`` is forked (the imports every capture needs),
+        one item per turn of the loop, never while a preview job runs or waits."""
+        self.required_after = time.monotonic() + PREVIEW_GRACE_S
+        self.idle = background.idle
         """Work for the moments no job waits to be forked (the rest of the warm-up), in order,
         one item per turn of the loop (see ``IDLE_AFTER_S``), also while jobs run."""
-        self.quiet = list(quiet or [])
+        self.quiet = background.quiet
         """Longer work, after ``idle``: only while no job runs or waits (a job's result is not
         read while an item runs)."""
         self.busy_until = time.monotonic() + IDLE_AFTER_S
@@ -477,6 +499,8 @@ class Zygote:
     def _start_queued(self) -> None:
         while self.queue and len(self.jobs) < self.max_jobs and not self.stopping:
             request = self._next_request()
+            if request is None:
+                return
             started = time.monotonic()
             job_dir = None
             try:
@@ -500,9 +524,15 @@ class Zygote:
                     fd, selectors.EVENT_READ, lambda fd, j=job, cb=callback: cb(j, fd)
                 )
 
-    def _next_request(self) -> JobRequest:
+    def _next_request(self) -> JobRequest | None:
         """The first queued job that is not a compile check, else the first one: compile
-        checks wait behind captures and rewrites (the shapes come first)."""
+        checks wait behind captures and rewrites (the shapes come first). While the
+        ``required`` work is not done, only a preview job; None when there is none."""
+        if self.required:
+            preview = next((r for r in self.queue if r.kind == "preview"), None)
+            if preview is not None:
+                self.queue.remove(preview)
+            return preview
         for request in self.queue:
             if request.kind != "compile":
                 self.queue.remove(request)
@@ -716,6 +746,18 @@ class Zygote:
         except BlockingIOError:
             pass
 
+    def _previewing(self) -> bool:
+        """A preview job the ``required`` work waits for: one that waits for a free slot, or
+        runs since less than ``PREVIEW_WAIT_S`` (a slow one, a file that imports a large
+        library, must not hold back every capture)."""
+        now = time.monotonic()
+        running = any(
+            j.request.kind == "preview" and now - j.started < PREVIEW_WAIT_S
+            for j in self.jobs.values()
+        )
+        waiting = len(self.jobs) < self.max_jobs and any(r.kind == "preview" for r in self.queue)
+        return running or waiting
+
     def run(self) -> None:
         try:
             self._run()
@@ -725,16 +767,7 @@ class Zygote:
     def _run(self) -> None:
         while not (self.stopping and not self.jobs):
             self._start_queued()
-            now = time.monotonic()
-            timeout: float | None = None
-            if self.jobs:
-                timeout = max(0.0, min(j.deadline for j in self.jobs.values()) - now)
-            if self.jobs or now < self.watch_until:
-                timeout = min(timeout if timeout is not None else 0.1, 0.1)
-            if (self.idle or self.quiet) and not self.jobs:
-                wait = max(0.0, self.busy_until - now)
-                timeout = wait if timeout is None else min(timeout, wait)
-            for key, _ in self.sel.select(timeout):
+            for key, _ in self.sel.select(self._timeout()):
                 callback: Callable[[int], None] = key.data
                 callback(key.fd)
             busy = bool(self.jobs or self.queue)
@@ -744,12 +777,50 @@ class Zygote:
                 self._kill_escapees()
             if busy and not self.jobs:
                 self.busy_until = time.monotonic() + IDLE_AFTER_S
-            if not self.queue and not self.stopping:
-                rested = time.monotonic() >= self.busy_until
-                if self.idle and (self.jobs or rested):
-                    self.idle.pop(0)()
-                elif self.quiet and not self.jobs and rested:
-                    self.quiet.pop(0)()
+            if not self.stopping:
+                self._background_step()
+
+    def _timeout(self) -> float | None:
+        """How long the loop may wait for a frame: until the next job's deadline, 0.1 s while
+        jobs run or escapees are watched, until the background work is due."""
+        now = time.monotonic()
+        timeout: float | None = None
+        if self.jobs:
+            timeout = max(0.0, min(j.deadline for j in self.jobs.values()) - now)
+        if self.jobs or now < self.watch_until:
+            timeout = min(timeout if timeout is not None else 0.1, 0.1)
+        due = None
+        if self.required and not self._previewing():
+            due = self.required_after
+        elif not self.required and (self.idle or self.quiet) and not self.jobs:
+            due = self.busy_until
+        if due is not None:
+            wait = max(0.0, due - now)
+            timeout = wait if timeout is None else min(timeout, wait)
+        return timeout
+
+    def _background_step(self) -> None:
+        """One item of background work when it is due: ``required`` first (not while a
+        preview job runs or waits), then ``idle`` and ``quiet`` (see ``IDLE_AFTER_S``)."""
+        now = time.monotonic()
+        if self.required:
+            if not self._previewing() and now >= self.required_after:
+                self.required.pop(0)()
+            return
+        if self.queue:
+            return
+        rested = now >= self.busy_until
+        if self.idle and (self.jobs or rested):
+            self.idle.pop(0)()
+        elif self.quiet and not self.jobs and rested:
+            self.quiet.pop(0)()
+
+    def say_ready(self, ready: ReadyInfo) -> None:
+        """The ready frame, then ``captures`` at once when no ``required`` work is left (else
+        when it is done): until then the server sends preview jobs first."""
+        self.send({"type": "ready", **to_dict(ready)})
+        if not self.required:
+            self.send({"type": "captures"})
 
 
 # ---------------------------------------------------------------------------------------
@@ -961,16 +1032,7 @@ def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
     started = time.monotonic()
     steps: dict[str, float] = {}
     try:
-        from fxls.worker.process import warmup
-
-        version = warmup.warm_up(steps)
-        later_steps = list(warmup.LATER)
-        quiet_steps = list(warmup.QUIET)
-        if os.environ.get("FXLS_WARM_BEFORE_READY") == "1":  # the whole warm-up first (bench)
-            for step in later_steps + quiet_steps:
-                warmup.run_step(step, steps)
-            warmup.finish()
-            later_steps, quiet_steps = [], []
+        version = _warm_up_first(steps)
     except BaseException as exc:  # report why, then exit
         traceback.print_exc()
         try:
@@ -1017,30 +1079,14 @@ def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
         warm_s=round(time.monotonic() - started, 3),
         warm_steps=dict(steps),
     )
-    later: dict[str, float] = {}
+    background = Background()
     zygote = Zygote(
-        ctl_in,
-        ctl_out,
-        scratch,
-        ForkSpawner(available, abi, cgroup),
-        idle=[functools.partial(warmup.run_step, step, later) for step in later_steps],
-        quiet=[functools.partial(warmup.run_step, step, later) for step in quiet_steps],
+        ctl_in, ctl_out, scratch, ForkSpawner(available, abi, cgroup), background=background
     )
-
-    def warmed(what: str) -> None:
-        warmup.finish()
-        gc.collect()
-        gc.freeze()
-        done = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in later.items())
-        later.clear()
-        zygote.log(f"{what} finished while idle: {done}")
-
-    if zygote.idle:
-        zygote.idle.append(functools.partial(warmed, "warm-up"))
-    if zygote.quiet:
-        zygote.quiet.append(functools.partial(warmed, "warm-up of common operators"))
+    if os.environ.get("FXLS_WARM_BEFORE_READY") != "1":
+        _plan_warm_up(zygote, background)
     try:
-        zygote.send({"type": "ready", **to_dict(ready)})
+        zygote.say_ready(ready)
         if abi:
             zygote.log(f"Landlock ABI {abi}" + (" (FXLS_LANDLOCK_ABI)" if abi == forced else ""))
         zygote.run()
@@ -1050,6 +1096,49 @@ def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
     finally:
         zygote.kill_all()
     return 0
+
+
+def _warm_up_first(steps: dict[str, float]) -> str:
+    """The warm-up before ready (:data:`~fxls.worker.process.warmup.FIRST`; all of it with
+    ``FXLS_WARM_BEFORE_READY=1``, for benchmarks); returns the torch version."""
+    from fxls.worker.process import warmup
+
+    version = warmup.warm_up(steps)
+    if os.environ.get("FXLS_WARM_BEFORE_READY") == "1":
+        for step in warmup.BEFORE_CAPTURES + warmup.LATER + warmup.QUIET:
+            warmup.run_step(step, steps)
+        warmup.finish()
+    return version
+
+
+def _plan_warm_up(zygote: Zygote, background: Background) -> None:
+    """The rest of the warm-up as the zygote's background work: the imports captures need
+    (then the ``captures`` frame), ``LATER`` and ``QUIET``; each part ends by freezing the heap
+    and logging the time of its steps."""
+    from fxls.worker.process import warmup
+
+    later: dict[str, float] = {}
+
+    def warmed(what: str) -> None:
+        warmup.finish()
+        gc.collect()
+        gc.freeze()
+        done = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in later.items())
+        later.clear()
+        zygote.log(f"{what} finished while idle: {done}")
+
+    def captures_ready() -> None:
+        warmed("imports of the capture")
+        zygote.send({"type": "captures"})
+
+    for into, steps, last in (
+        (background.required, warmup.BEFORE_CAPTURES, captures_ready),
+        (background.idle, warmup.LATER, functools.partial(warmed, "warm-up")),
+        (background.quiet, warmup.QUIET, functools.partial(warmed, "warm-up of common operators")),
+    ):
+        into.extend(functools.partial(warmup.run_step, step, later) for step in steps)
+        if into:
+            into.append(last)
 
 
 def _forced_landlock_abi() -> int | None:

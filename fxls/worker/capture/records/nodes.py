@@ -117,6 +117,11 @@ def _module_type(gm: torch.fx.GraphModule, target: str) -> str | None:
         sub = gm.get_submodule(target)
     except AttributeError:
         return None
+    return module_text(sub)
+
+
+def module_text(sub: torch.nn.Module) -> str:
+    """``Conv2d(3, 64, kernel_size=(3, 3), ...)``: a module's class and its ``extra_repr``."""
     try:
         extra = sub.extra_repr()
     except Exception:

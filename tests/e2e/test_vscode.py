@@ -652,9 +652,6 @@ def test_notebook_hover_in_vscode(
     assert "output" in step["hover"] and "[B, 10]" in step["hover"], context
     # the magic and the shell line give no error squiggle
     assert step["squiggles"]["errors"] == 0, context
-    # A mouse hover on a call nested in another call's argument shows that call's own node.
-    assert step["hover"].startswith("→ [B, T, 11008] float32"), context
-    assert "input\tx\t[B, T, 4096] float32" in step["hover"], context
 
 
 def test_a_released_library_model_file_in_vscode(

@@ -4,19 +4,20 @@ the headless Neovim driver. Test modules import them from here (``from harness i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lsprotocol import types
-from pytest_lsp import LanguageClient, client_capabilities
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
@@ -55,6 +56,30 @@ async def start_recording(client: LanguageClient, root: Path, options: dict[str,
             initialization_options=options,
         )
     )
+
+
+async def server_session(
+    root: Path, options: dict[str, Any], env: dict[str, str]
+) -> AsyncIterator[LanguageClient]:
+    """A new ``fxls serve`` with ``env``, initialized on ``root`` with ``options`` and recorded
+    (:func:`start_recording`); shut down after the ``async for`` body."""
+    config = ClientServerConfig([sys.executable, "-m", "fxls", "serve"], server_env=env)
+    client = await config.start()
+    await start_recording(client, root, options)
+    try:
+        yield client
+    finally:
+        await client.shutdown_session()
+        await client.stop()
+
+
+async def published(client: LanguageClient, uri: str, count: int) -> None:
+    """Wait (up to 60 s) until ``uri`` has had ``count`` publishDiagnostics."""
+    for _ in range(1200):
+        if len([p for p in client.published if p.uri == uri]) >= count:  # type: ignore[attr-defined]
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"fewer than {count} publishes for {uri}")
 
 
 NVIM = Path(sys.executable).parent / "nvim"

@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import select
 import struct
 import subprocess
@@ -298,7 +299,8 @@ def test_progress_line_on_a_terminal_only(project: Path) -> None:
     out, _ = proc.communicate(timeout=60)
     os.close(master)
     text = seen.decode("utf-8", "replace")
-    assert "\r\x1b[Kfxls check [0/6] " in text, text
+    # the line shows up after a moment, at whichever file is being checked then
+    assert re.search(r"\r\x1b\[Kfxls check \[[0-5]/6\] \S+\.py · ", text), text
     assert "\r\x1b[Kfxls check [6/6] " in text, text
     assert text.rstrip("\r\n").splitlines()[-1].lstrip("\r\x1b[K").startswith("6 files"), text
     assert json.loads(out)  # stdout stays clean JSON

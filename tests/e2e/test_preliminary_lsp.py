@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import textwrap
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from harness import record
+from harness import published, server_session
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+from pytest_lsp import LanguageClient
 
 pytestmark = [pytest.mark.worker, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -37,33 +34,6 @@ MODEL = textwrap.dedent(
             return torch.relu(self.fc(x))
     """
 )
-
-
-async def _session(root: Path, options: dict[str, Any]) -> AsyncIterator[LanguageClient]:
-    env = {**os.environ, "FXLS_STORE": "0"}
-    config = ClientServerConfig([sys.executable, "-m", "fxls", "serve"], server_env=env)
-    client = await config.start()
-    record(client)
-    await client.initialize_session(
-        types.InitializeParams(
-            capabilities=client_capabilities("visual-studio-code"),
-            root_uri=root.as_uri(),
-            initialization_options={"debounceMs": 50, **options},
-        )
-    )
-    try:
-        yield client
-    finally:
-        await client.shutdown_session()
-        await client.stop()
-
-
-async def _published(client: LanguageClient, uri: str, count: int) -> None:
-    for _ in range(1200):
-        if len([p for p in client.published if p.uri == uri]) >= count:  # type: ignore[attr-defined]
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"fewer than {count} publishes for {uri}")
 
 
 async def _hover(client: LanguageClient, uri: str) -> str:
@@ -119,13 +89,15 @@ async def _preliminary_hover(client: LanguageClient, uri: str) -> str | None:
 
 async def test_a_new_server_shows_preliminary_shapes_then_the_capture(root: Path) -> None:
     uri = (root / "net.py").as_uri()
-    async for client in _session(root, {}):
+    async for client in server_session(
+        root, {"debounceMs": 50, **{}}, {**os.environ, "FXLS_STORE": "0"}
+    ):
         _open(client, uri)
         shown = await _preliminary_hover(client, uri)
         assert shown is not None, "the capture's diagnostics came before any preliminary shapes"
         assert "[2, 4]" in shown  # the example size of B, not its name
         assert "preliminary" in await _lens(client, uri)
-        await _published(client, uri, 1)  # the capture's, which replaces them
+        await published(client, uri, 1)  # the capture's, which replaces them
         (params,) = [p for p in client.published if p.uri == uri]  # type: ignore[attr-defined]
         assert params.version == 1
         final = await _hover(client, uri)
@@ -136,9 +108,11 @@ async def test_a_new_server_shows_preliminary_shapes_then_the_capture(root: Path
 
 async def test_no_preliminary_shapes_when_turned_off(root: Path) -> None:
     uri = (root / "net.py").as_uri()
-    async for client in _session(root, {"preliminaryShapes": False}):
+    async for client in server_session(
+        root, {"debounceMs": 50, **{"preliminaryShapes": False}}, {**os.environ, "FXLS_STORE": "0"}
+    ):
         _open(client, uri)
         assert await _preliminary_hover(client, uri) is None
-        await _published(client, uri, 1)
+        await published(client, uri, 1)
         first = await _hover(client, uri)
         assert "preliminary" not in first and "[B, 4]" in first

@@ -9,13 +9,12 @@ import asyncio
 import os
 import sys
 import textwrap
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from harness import record
+from harness import published, server_session
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+from pytest_lsp import LanguageClient
 
 pytestmark = [pytest.mark.worker, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -48,32 +47,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
     return root, env, str(slow)
 
 
-async def _session(root: Path, env: dict[str, str], python: str) -> AsyncIterator[LanguageClient]:
-    config = ClientServerConfig([sys.executable, "-m", "fxls", "serve"], server_env=env)
-    client = await config.start()
-    record(client)
-    await client.initialize_session(
-        types.InitializeParams(
-            capabilities=client_capabilities("visual-studio-code"),
-            root_uri=root.as_uri(),
-            initialization_options={"debounceMs": 50, "python": python},
-        )
-    )
-    try:
-        yield client
-    finally:
-        await client.shutdown_session()
-        await client.stop()
-
-
-async def _published(client: LanguageClient, uri: str, count: int) -> None:
-    for _ in range(1200):
-        if len([p for p in client.published if p.uri == uri]) >= count:  # type: ignore[attr-defined]
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"fewer than {count} publishes for {uri}")
-
-
 async def _hover(client: LanguageClient, uri: str) -> str:
     lines = MODEL.splitlines()
     line = next(i for i, t in enumerate(lines) if "self.fc(x)" in t)
@@ -102,23 +75,23 @@ async def test_a_new_session_shows_the_stored_shapes_first(
 ) -> None:
     root, env, python = setup
     uri = (root / "net.py").as_uri()
-    async for first in _session(root, env, python):
+    async for first in server_session(root, {"debounceMs": 50, "python": python}, env):
         _open(first, uri)
-        await _published(first, uri, 1)
+        await published(first, uri, 1)
         assert "stored" not in await _hover(first, uri)
         for _ in range(100):  # written after the publish, in a thread
             if list((root / "cache" / "fxls" / "results").glob("*.json")):
                 break
             await asyncio.sleep(0.05)
     assert len(list((root / "cache" / "fxls" / "results").glob("*.json"))) == 1
-    async for second in _session(root, env, python):
+    async for second in server_session(root, {"debounceMs": 50, "python": python}, env):
         loop = asyncio.get_running_loop()
         opened = loop.time()
         _open(second, uri)
-        await _published(second, uri, 1)
+        await published(second, uri, 1)
         assert loop.time() - opened < SLOW_START_S  # before the worker could have started
         shown = await _hover(second, uri)
         assert "stored by an earlier session" in shown
         assert "[B, 4]" in shown.replace("\\", "")
-        await _published(second, uri, 2)  # the fresh capture replaces it
+        await published(second, uri, 2)  # the fresh capture replaces it
         assert "stored" not in await _hover(second, uri)

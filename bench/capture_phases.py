@@ -30,6 +30,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,13 +84,14 @@ def file_child(path: Path, text: str, profile: int, out: int) -> None:
     os.close(out)
 
 
-def measure_file(path: Path, text: str, profile: int) -> dict[str, float]:
+def in_child(work: Callable[[int], None]) -> Any:
+    """Fork a child that runs ``work(fd)``, writing its JSON answer to ``fd``; the answer."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read)
         try:
-            file_child(path, text, profile, write)
+            work(write)
         finally:
             os._exit(0)
     os.close(write)
@@ -98,7 +100,11 @@ def measure_file(path: Path, text: str, profile: int) -> dict[str, float]:
         chunks.append(chunk)
     os.close(read)
     os.waitpid(pid, 0)
-    spent: dict[str, float] = json.loads(b"".join(chunks))["spent"]
+    return json.loads(b"".join(chunks))
+
+
+def measure_file(path: Path, text: str, profile: int) -> dict[str, float]:
+    spent: dict[str, float] = in_child(lambda out: file_child(path, text, profile, out))["spent"]
     return spent
 
 
@@ -141,21 +147,7 @@ def measure(path: Path, cls: str, reuse: bool) -> dict[str, float]:
     from fxls.protocol.codec import from_dict
     from fxls.protocol.model import CaptureResult
 
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        try:
-            child(path, cls, reuse, write)
-        finally:
-            os._exit(0)
-    os.close(write)
-    chunks = []
-    while chunk := os.read(read, 1 << 20):
-        chunks.append(chunk)
-    os.close(read)
-    os.waitpid(pid, 0)
-    data = json.loads(b"".join(chunks))
+    data = in_child(lambda out: child(path, cls, reuse, out))
     spent: dict[str, float] = data["spent"]
     started = time.perf_counter()
     from_dict(CaptureResult, json.loads(data["body"]))

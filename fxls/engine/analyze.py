@@ -283,14 +283,14 @@ def dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
 _TB_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
 
-_ENVIRONMENT_CODES = frozenset({"FX409", "FX410", "FX411"})
+_ENVIRONMENT_CODES = frozenset({"FX409", "FX410", "FX411", "FX413"})
 """Import failures the worker reports as the environment's, not the model's (warnings)."""
 
 
 def _import_error_diagnostic(capture: CaptureResult, path: str, text: str) -> Diagnostic | None:
     """FX404 for a file that failed to execute, unless the worker already reported why (an
     error, or a warning that the environment stopped it: FX409 a module the interpreter lacks,
-    FX410 a script that exits, FX411 a native library)."""
+    FX410 a script that exits, FX411 a native library, FX413 an installed package that raised)."""
     error = capture.error
     if error is None or any(
         d.severity == "error" or d.code in _ENVIRONMENT_CODES for d in capture.diagnostics

@@ -476,12 +476,29 @@ class FX412(Message):
     """The file itself runs: its shapes are shown, and what its package lacks is said."""
     title = "Package code skipped"
     template = (
-        "the `__init__.py` of package `{package}` imports `{module}`, which the interpreter fxls "
-        "runs does not have: this file ran without its packages' `__init__.py`"
+        "the `__init__.py` of package `{package}` imports `{module}`, which {why}: this file ran "
+        "without its packages' `__init__.py`"
     )
     fix = (
-        "Install `{module}` in that interpreter (`fxls.python`, `fxls check --python`) to run "
-        "the package as Python would."
+        "Make `{module}` importable in that interpreter (`fxls.python`, `fxls check --python`): "
+        "install it, or a build of it for that interpreter's torch, to run the package as "
+        "Python would."
+    )
+
+
+class FX413(Message):
+    code = "FX413"
+    severity = "warning"
+    """An installed package that raises when imported is the environment, not the model."""
+    title = "Installed package fails to import"
+    template = (
+        "`{package}` is installed in the interpreter fxls runs but raised while importing: "
+        "{error}{versions}"
+    )
+    fix = (
+        "Install a `{package}` built for that interpreter's torch (or the torch it asks for) in "
+        "the interpreter fxls runs (`fxls.python`, or `fxls check --python` with the project's "
+        "virtual environment); fxls shows this file's shapes once the file runs."
     )
 
 

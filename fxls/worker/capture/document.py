@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dis
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -38,9 +39,10 @@ class ExecutedDocument:
     captures: dict[str, Any] = field(default_factory=dict)
     """Class name -> the ``ClassCapture`` its result came from (built module, inputs, graph),
     for the rewrites that read and verify against it."""
-    package_skipped: ModuleNotFoundError | None = None
+    package_skipped: BaseException | None = None
     """Why the ``__init__.py`` of the document's packages did not run: a module the
-    interpreter lacks (the document ran without them, :func:`execute`)."""
+    interpreter lacks, or an installed package that raised while importing (the document ran
+    without them, :func:`execute`; :func:`unimportable` names the module)."""
     copied_nodes: dict[int, tuple[Any, dict[int, int]]] = field(default_factory=dict)
     """``id`` of a ``ModuleResult`` -> (the result, node index -> index of the node it was copied
     from): what :func:`fxls.worker.capture.trace.reuse.compact` may send as copies."""
@@ -110,8 +112,8 @@ def execute(doc: ExecutedDocument) -> None:
     if doc.job.module:
         try:
             importlib.import_module(doc.job.module)
-        except ModuleNotFoundError as exc:
-            if _ran(exc, doc.job.path) or not _parent_packages(doc.job):
+        except Exception as exc:
+            if not unimportable(exc) or _ran(exc, doc.job.path) or not _parent_packages(doc.job):
                 raise
             # a package's __init__.py imports what this interpreter lacks (an optional
             # dependency of other modules): run the document without its packages' code,
@@ -135,6 +137,69 @@ def execute(doc: ExecutedDocument) -> None:
         doc.tree = ast.parse(doc.job.source)
     except SyntaxError:
         doc.tree = None
+
+
+def unimportable(exc: BaseException) -> str | None:
+    """The module that made an import fail because of the environment: the one a
+    ``ModuleNotFoundError`` names, or the top-level package of an installed distribution whose
+    own import raised (``torchvision`` built for another torch raises ``RuntimeError:
+    operator torchvision::nms does not exist`` when imported); None for anything else."""
+    if isinstance(exc, ModuleNotFoundError):
+        return exc.name
+    return broken_install(exc)
+
+
+def broken_install(exc: BaseException, path: str = "") -> str | None:
+    """The top-level package installed in the interpreter (under ``site-packages``) whose
+    import raised ``exc``: of the packages the traceback enters by an import (an ``import``
+    statement or ``importlib.import_module``) from other code, the innermost. None when no
+    such import is on the traceback: ``exc`` was raised by a call the code at ``path`` or
+    the workspace made (a torch function failing at import is that code's error, not the
+    install's)."""
+    found: str | None = None
+    tb = exc.__traceback__
+    caller: types.TracebackType | None = None
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        package = _top_package(tb)
+        if (
+            caller is not None
+            and package
+            and package != _top_package(caller)
+            and filename != path
+            and _installed(filename)
+            and _importing(caller)
+        ):
+            found = package
+        caller = tb
+        tb = tb.tb_next
+    return found
+
+
+def _top_package(tb: types.TracebackType) -> str:
+    name = tb.tb_frame.f_globals.get("__name__")
+    return name.partition(".")[0] if isinstance(name, str) else ""
+
+
+_IMPORT_OPS = frozenset(
+    dis.opmap[op] for op in ("IMPORT_NAME", "IMPORT_FROM", "IMPORT_STAR") if op in dis.opmap
+)
+
+
+def _importing(tb: types.TracebackType) -> bool:
+    """Whether the frame of ``tb`` was importing when the exception passed through it: the
+    import system's own frame, or an ``import`` statement (the import system cuts its frames
+    from the traceback of an ``import`` statement)."""
+    code = tb.tb_frame.f_code
+    if code.co_filename.startswith("<frozen importlib"):
+        return True
+    lasti = tb.tb_lasti
+    return 0 <= lasti < len(code.co_code) and code.co_code[lasti] in _IMPORT_OPS
+
+
+def _installed(filename: str) -> bool:
+    parts = filename.split(os.sep)
+    return "site-packages" in parts or "dist-packages" in parts
 
 
 def _ran(exc: BaseException, path: str) -> bool:

@@ -20,6 +20,7 @@ import ast
 import dataclasses
 import importlib.util
 import os
+import re
 import sys
 
 import torch
@@ -42,7 +43,14 @@ from fxls.worker.capture import rules
 from fxls.worker.capture.build import construct, parents
 from fxls.worker.capture.build import instances as build
 from fxls.worker.capture.classcapture import ClassCapture, PhaseReporter, capture_class, runs
-from fxls.worker.capture.document import ExecutedDocument, execute, module_name, prepare
+from fxls.worker.capture.document import (
+    ExecutedDocument,
+    broken_install,
+    execute,
+    module_name,
+    prepare,
+    unimportable,
+)
 from fxls.worker.capture.records import nodes
 from fxls.worker.capture.reporting import (
     error_info,
@@ -116,11 +124,7 @@ def capture_document(
             return doc, result
 
     if doc.package_skipped is not None and job.module:
-        missing = doc.package_skipped.name or "a module"
-        at = _first_import_span(doc.source) or line_span(doc.source, 1)
-        package = job.module.split(".")[0]
-        skipped = catalogue.FX412(at, package=package, module=missing)
-        result.diagnostics.append(skipped.diagnostic({"module": missing}))
+        result.diagnostics.append(_package_skipped(doc.package_skipped, doc.source, job.module))
 
     names = list(dict.fromkeys(req.name for req in job.classes))
     rank = {name: i for i, name in enumerate(parents.parent_first(names, doc.tree))}
@@ -378,6 +382,45 @@ def _failed_import_span(source: SourceText, module: str | None) -> Span | None:
     return None
 
 
+def _package_skipped(exc: BaseException, source: SourceText, module: str) -> Diagnostic:
+    """FX412: the document ran without its packages' ``__init__.py``, which import ``exc``'s
+    module (one the interpreter lacks, or an installed one that raised)."""
+    missing = unimportable(exc) or "a module"
+    why = (
+        "the interpreter fxls runs does not have"
+        if isinstance(exc, ModuleNotFoundError)
+        else f"raised while importing there ({one_line(exc)})"
+    )
+    at = _first_import_span(source) or line_span(source, 1)
+    skipped = catalogue.FX412(at, package=module.split(".")[0], module=missing, why=why)
+    return skipped.diagnostic({"module": missing})
+
+
+def _torch_wanted(package: str) -> str:
+    """`` (torchvision 0.29.1 asks for torch>=2.14.0; the interpreter has torch 2.13.0)``:
+    the installed distribution of ``package`` and the torch its metadata requires, when it
+    names one; empty when the metadata cannot be read."""
+    try:
+        from importlib import metadata
+
+        dist = (metadata.packages_distributions().get(package) or [package])[0]
+        version = metadata.version(dist)
+        requires = metadata.requires(dist) or []
+    except Exception:
+        return ""
+    wanted = [
+        r.partition(";")[0].translate(_SPEC_NOISE)
+        for r in requires
+        if _TORCH_REQUIREMENT.match(r) and "extra" not in r.partition(";")[2]
+    ]
+    asks = f" asks for {', '.join(wanted)};" if wanted else ";"
+    return f" ({dist} {version}{asks} the interpreter has torch {torch.__version__})"
+
+
+_SPEC_NOISE = str.maketrans("", "", " ()")
+_TORCH_REQUIREMENT = re.compile(r"torch\s*(?:[<>=!~;\[(]|$)")
+
+
 def _import_diagnostic(
     exc: BaseException,
     path: str,
@@ -421,6 +464,11 @@ def _import_diagnostic(
         return exits.diagnostic(data, notebook=notebook)
     if isinstance(exc, OSError | ImportError) and any(m in str(exc) for m in _NATIVE_MARKERS):
         return catalogue.FX411(span, error=one_line(exc)).diagnostic(data)
+    broken = broken_install(exc, path)
+    if broken:
+        versions = _torch_wanted(broken)
+        found = catalogue.FX413(span, package=broken, error=one_line(exc), versions=versions)
+        return found.diagnostic({**data, "package": broken}, notebook=notebook)
     return catalogue.FX404(span, error=one_line(exc), line=line).diagnostic(data, notebook=notebook)
 
 

@@ -97,7 +97,7 @@ class FX101(Message):
     severity = "warning"
     """Information instead when a fallback capture worked around it (pipeline)."""
     title = "Traced value used in control flow"
-    template = "symbolically traced value used in control flow: `{source}`"
+    template = "symbolically traced value used in control flow: `{source}`{where}"
     fix = (
         "torch.fx records operations, not Python decisions. Make the branch independent of "
         "tensor values (`torch.where`, `torch._assert` for checks), pass a fixed value with "
@@ -111,7 +111,7 @@ class FX102(Message):
     severity = "warning"
     """Information instead when a fallback capture worked around it (pipeline)."""
     title = "len() of a traced value"
-    template = "`len()` is not supported on traced values: `{source}`"
+    template = "`len()` is not supported on traced values: `{source}`{where}"
     fix = "Use `{arg}.size(0)` (or `.shape[0]`) instead of `len({arg})`."
 
 
@@ -120,7 +120,7 @@ class FX103(Message):
     severity = "warning"
     """Information instead when a fallback capture worked around it (pipeline)."""
     title = "Traced value iterated"
-    template = "a traced value cannot be iterated: `{source}`"
+    template = "a traced value cannot be iterated: `{source}`{where}"
     fix = (
         "Iterate over a known count instead: `x.unbind(0)` for tensors, index sizes "
         "(`x.shape[0], x.shape[1]`) instead of unpacking `*x.shape`."
@@ -132,7 +132,7 @@ class FX104(Message):
     severity = "warning"
     """Information instead when a fallback capture worked around it (pipeline)."""
     title = "Traced value used as a Python number"
-    template = "a traced value is used where Python needs a real number: `{source}`"
+    template = "a traced value is used where Python needs a real number: `{source}`{where}"
     fix = (
         "Keep sizes as tensor math (`x.size(1) * r` without `int()`), or move the code into "
         "a leaf module or a `torch.fx.wrap`-ed function."
@@ -144,7 +144,7 @@ class FX105(Message):
     severity = "warning"
     """Information instead when a fallback capture worked around it (pipeline)."""
     title = "Factory function called with traced sizes"
-    template = "`{func}` is called with traced sizes: `{source}`"
+    template = "`{func}` is called with traced sizes: `{source}`{where}"
     fix = (
         "Use `x.new_zeros((a, b))` / `x.new_ones(...)` / `x.new_empty(...)`, which accept "
         "traced sizes."
@@ -156,7 +156,7 @@ class FX106(Message):
     severity = "warning"
     """Information instead when a fallback capture worked around it (pipeline)."""
     title = "Buffer sliced with traced sizes"
-    template = "a buffer is sliced with traced sizes: `{source}`"
+    template = "a buffer is sliced with traced sizes: `{source}`{where}"
     fix = (
         "fxls traces buffers as graph values (`proxy_buffer_attributes`); if this persists, "
         "register the tensor with `self.register_buffer`."
@@ -176,7 +176,9 @@ class FX108(Message):
     code = "FX108"
     severity = "warning"
     title = "Branch specialized during tracing"
-    template = "this check was decided once while tracing and is baked into the graph: `{source}`"
+    template = (
+        "this check was decided once while tracing and is baked into the graph: `{source}`{where}"
+    )
     fix = (
         "The traced graph only contains the branch taken for the example inputs. If other "
         "inputs take the other branch, the graph is wrong for them."

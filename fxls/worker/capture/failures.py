@@ -11,6 +11,8 @@ message with a plain-language cause and fix. ``specialized_checks`` finds ``isin
 from __future__ import annotations
 
 import ast
+import linecache
+import os
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -97,6 +99,35 @@ def locate(
     return [], False, None
 
 
+_PLACE_CHARS = 80
+"""Longest file path quoted where a failure's code is outside the document."""
+
+
+def elsewhere(exc: BaseException) -> tuple[str, str] | None:
+    """For a failure in code outside the document (an inherited ``forward`` of a library):
+    the line that raised, and where it is (`` in `GenericForSequenceClassification.forward`
+    (transformers/modeling_layers.py, line 140)``): the innermost frame that is neither torch
+    nor fxls. None when there is no such frame."""
+    for e in _chain(exc):
+        for code, _, tb in reversed(_frames(e.__traceback__)):
+            filename = code.co_filename.replace("\\", "/")
+            if filename.startswith("<") or "/torch/" in filename or filename.startswith(_FXLS):
+                continue
+            text = linecache.getline(code.co_filename, tb.tb_lineno).strip()
+            if not text:
+                continue
+            place = "/".join(filename.split("/")[-2:])[-_PLACE_CHARS:]
+            name = getattr(code, "co_qualname", code.co_name)
+            return text, f" in `{short_source(name)}` ({place}, line {tb.tb_lineno})"
+    return None
+
+
+_FXLS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).replace(
+    "\\", "/"
+)
+"""The fxls package folder (its frames are never the user's code)."""
+
+
 def explain(
     exc: BaseException,
     path: str,
@@ -119,12 +150,15 @@ def explain(
         related.append(Related(spans[-1], f"called from `{cls}.forward` here"))
     at = span or class_span
     text = source.text(span).strip() if span else ""
+    where = ""
+    if span is None and (outside := elsewhere(exc)) is not None:
+        text, where = outside
     error = f"{type(exc).__name__}: {exc}".strip()
     first_line = error.splitlines()[0] if error else type(exc).__name__
     msg = str(exc)
 
     def build(kind: type[catalogue.Message], **kwargs: str) -> Failure:
-        fields = {"source": short_source(text), "cls": cls, **kwargs}
+        fields = {"source": short_source(text), "where": where, "cls": cls, **kwargs}
         return Failure(kind(at, related, **fields), span, in_torch)
 
     if in_torch:
@@ -197,6 +231,6 @@ def specialized_checks(
             and node.args[0].id in traced
         ):
             span = source.node_span(node)
-            found.append(catalogue.FX108(span, source=source.text(span)))
+            found.append(catalogue.FX108(span, source=source.text(span), where=""))
     found.sort(key=lambda msg: (msg.span.line, msg.span.col))
     return found

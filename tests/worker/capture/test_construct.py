@@ -601,3 +601,48 @@ class Quantize(nn.Module):
     mod = mods["Quantize"]
     assert mod.constructed is not None and "levels=[" in mod.constructed.text, mod.diagnostics
     assert mod.status == "traced" and mod.outputs, mod.diagnostics
+
+
+def test_a_wrapper_nothing_in_the_file_builds_wraps_an_identity() -> None:
+    """``PreNormResidual(dim, fn)`` that only a function with required arguments builds (as
+    in mlp-mixer): ``fn`` is kept and called by ``forward``, so fxls wraps ``nn.Identity()``
+    (said in FX408 and its directive) instead of the int ``64`` ("'int' object is not
+    callable"). A parameter called in ``__init__`` itself is not taken for a wrapped module."""
+    mods = _capture(
+        HEADER
+        + """
+class PreNormResidual(nn.Module):
+    def __init__(self, dim, fn):
+        super().__init__()
+        self.fn = fn
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        return self.fn(self.norm(x)) + x
+
+class Stem(nn.Module):
+    def __init__(self, dim, fn):
+        super().__init__()
+        self.proj = nn.Linear(dim, fn)
+
+    def forward(self, x):
+        return self.proj(x)
+
+def MLPMixer(*, dim, depth):
+    return nn.Sequential(*[PreNormResidual(dim, nn.Linear(dim, dim)) for _ in range(depth)])
+""",
+        "PreNormResidual",
+        "Stem",
+    )
+    pre = mods["PreNormResidual"]
+    assert pre.status == "traced", (pre.status, pre.diagnostics)
+    assert pre.constructed is not None and pre.constructed.assumed == {
+        "dim": "64", "fn": "nn.Identity()"
+    }, pre.constructed  # fmt: skip
+    (fx408,) = [d for d in pre.diagnostics if d.code == "FX408"]
+    assert "init(dim=64, fn=nn.Identity())" in (fx408.fix or ""), fx408.fix
+    assert pre.outputs[0].shape is not None and pre.outputs[0].shape[-1] == 64, pre.outputs
+    assert not [d for d in pre.diagnostics if d.severity in ("error", "warning")], pre.diagnostics
+    stem = mods["Stem"]
+    assert stem.constructed is not None and stem.constructed.assumed is not None
+    assert stem.constructed.assumed["fn"] != "nn.Identity()", stem.constructed

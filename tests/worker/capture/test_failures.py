@@ -245,3 +245,41 @@ def test_code_quoted_in_messages_is_one_short_line() -> None:
     assert len(shown) == SHORT_SOURCE
     assert short_source("x + 1") == "x + 1"
     assert short_source("  ", "getitem_5") == "getitem_5"
+
+
+def test_a_failure_in_an_inherited_forward_of_another_file_quotes_that_code(
+    tmp_path: Path,
+) -> None:
+    """A class whose ``forward`` comes from a base in another module (transformers'
+    ``LlamaForSequenceClassification`` inherits ``GenericForSequenceClassification.forward``):
+    the failure is reported at the class, quoting the line that raised and where it is, not
+    an empty ``` `` ```."""
+    (tmp_path / "fxls_generic_heads.py").write_text(
+        "from torch import nn\n\n\n"
+        "class GenericHead(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        if x.sum() > 0:\n"
+        "            return self.proj(x)\n"
+        "        return x\n"
+    )
+    text = (
+        "from torch import nn\nfrom fxls_generic_heads import GenericHead\n\n\n"
+        "class Head(GenericHead):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.proj = nn.Linear(8, 8)\n"
+    )
+    path = tmp_path / "model.py"
+    path.write_text(text)
+    job = CaptureJob(
+        path=str(path),
+        source=text,
+        classes=[ClassRequest("Head", 5, inputs=[InputSpec("x", [DimSpec("B", 2), 8])])],
+        sys_path=[str(tmp_path)],
+    )
+    result = run_capture(job, lambda *_: None)
+    (mod,) = result.modules
+    (failure,) = [d for d in mod.diagnostics if d.code == "FX101"]
+    assert failure.span.line == 5
+    assert "`if x.sum() > 0:` in `GenericHead.forward`" in failure.message, failure.message
+    assert "fxls_generic_heads.py, line 6)" in failure.message, failure.message

@@ -634,13 +634,11 @@ def _assumed(
             options.append([(c.value, c.text, c.init_text) for c in configs])
             continue
         annotation = annotations.get(p.name, p.empty)
-        values = guesses(p.name, _unwrap_optional(annotation), string_choices(cls, p.name))
-        if groups > 1 and _CHANNELS.search(p.name.lower()):
-            values = _multiples(values, groups)
-        if not values and _optional(annotation):
-            values = [None]
-        if not values:
-            values = _class_choices(doc, p.name)
+        if annotation is p.empty and wraps_module(cls, p.name):
+            identity = _identity_text(doc)
+            options.append([(nn.Identity(), identity, identity)])
+            continue
+        values = _values(doc, cls, p.name, annotation, groups)
         if not values:
             return
         options.append([(v, _value_text(v), _value_text(v)) for v in values])
@@ -654,6 +652,53 @@ def _assumed(
         assumed = {p.name: text for p, (_, text, _) in zip(required, combo)}
         yield Recipe("assumed", _bound(cls, kwargs), f"{cls.__name__}({', '.join(parts)})",
                      init=init, assumed=assumed, kwargs=kwargs)  # fmt: skip
+
+
+def _values(doc: ExecutedDocument, cls: type, name: str, annotation: Any, groups: int) -> list[Any]:
+    """Guessed values of one required parameter, most plausible first ([] when none)."""
+    values = guesses(name, _unwrap_optional(annotation), string_choices(cls, name))
+    if groups > 1 and _CHANNELS.search(name.lower()):
+        values = _multiples(values, groups)
+    if not values and _optional(annotation):
+        values = [None]
+    return values or _class_choices(doc, name)
+
+
+def wraps_module(cls: type, param: str) -> bool:
+    """Whether ``cls`` keeps ``param`` as an attribute that another method calls
+    (``self.fn = fn`` in ``__init__``, ``self.fn(self.norm(x)) + x`` in ``forward``): a wrapper
+    of a module, such as ``PreNorm(dim, fn)``, given ``nn.Identity()`` when nothing in the file
+    says what it wraps."""
+    try:
+        tree = ast.parse(_dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    kept: set[str] = set()
+    called: set[str] = set()
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if fn.name == "__init__" and isinstance(node, ast.Assign):
+                if isinstance(node.value, ast.Name) and node.value.id == param:
+                    kept.update(_self_attributes(node.targets))
+            elif fn.name != "__init__" and isinstance(node, ast.Call):
+                called.update(_self_attributes([node.func]))
+    return bool(kept & called)
+
+
+def _identity_text(doc: ExecutedDocument) -> str:
+    """``nn.Identity()`` as the file can write it (a directive is evaluated in its namespace)."""
+    return "nn.Identity()" if doc.namespace.get("nn") is nn else "torch.nn.Identity()"
+
+
+def _self_attributes(nodes: list[ast.expr]) -> set[str]:
+    """The ``X`` of each ``self.X`` among ``nodes``."""
+    return {
+        n.attr
+        for n in nodes
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+    }
 
 
 UNIFORM_CHANNELS = 64

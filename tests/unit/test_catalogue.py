@@ -19,7 +19,7 @@ from fxls.protocol.catalogue import ALL_MESSAGES, Message
 
 PACKAGE = Path(__file__).resolve().parents[2] / "fxls"
 CODE = re.compile(r"^FX\d{3}$")
-BUILDERS = {"build": {"source", "cls"}}
+BUILDERS = {"build": {"source", "where", "cls"}}
 """Helpers that take a message class and add fields of their own (failures.explain)."""
 
 

@@ -122,6 +122,13 @@ def elsewhere(exc: BaseException) -> tuple[str, str] | None:
     return None
 
 
+def _quoted(exc: BaseException, source: SourceText, span: Span | None) -> tuple[str, str]:
+    """The code a message quotes and where it is (empty: the span, in the document)."""
+    if span is not None:
+        return source.text(span).strip(), ""
+    return elsewhere(exc) or ("", "")
+
+
 _FXLS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).replace(
     "\\", "/"
 )
@@ -149,10 +156,7 @@ def explain(
     if len(spans) > 1 and spans[-1] != span:
         related.append(Related(spans[-1], f"called from `{cls}.forward` here"))
     at = span or class_span
-    text = source.text(span).strip() if span else ""
-    where = ""
-    if span is None and (outside := elsewhere(exc)) is not None:
-        text, where = outside
+    text, where = _quoted(exc, source, span)
     error = f"{type(exc).__name__}: {exc}".strip()
     first_line = error.splitlines()[0] if error else type(exc).__name__
     msg = str(exc)

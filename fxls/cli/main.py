@@ -356,7 +356,7 @@ def _code_filter(args: argparse.Namespace, config: Any) -> Any:
 async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``fxls check``; returns the exit code."""
     from fxls.cli.check.discovery import discover, exclude_rules
-    from fxls.cli.check.run import Checked, Progress, Summary, read_plans, run_plans, validate
+    from fxls.cli.check.run import Checked, Progress, Summary, read_worklist, run_worklist, validate
     from fxls.cli.report.github import format_github
     from fxls.cli.report.jsondoc import to_json
     from fxls.cli.report.paths import report_base
@@ -393,23 +393,23 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     for note in found.notes:
         _say(note)
     read_errors: list[str] = []
-    plans = read_plans(found.targets, args.classes, args.specs, args.init, read_errors)
-    for plan in plans:  # the rules file is checked by loading it in the worker
-        if is_rules_file(plan.path, options) and not args.classes:
-            plan.needs_worker = True
+    worklist = read_worklist(found.targets, args.classes, args.specs, args.init, read_errors)
+    for work in worklist:  # the rules file is checked by loading it in the worker
+        if is_rules_file(work.path, options) and not args.classes:
+            work.needs_worker = True
     for error in read_errors:
         _say(error)
         exit_code = EXIT_USAGE
     if not found.targets and not found.errors:
         _say(f"no Python files found in {' '.join(args.files)}")
-    if plans:
-        validate(plans, args.classes, args.specs)
+    if worklist:
+        validate(worklist, args.classes, args.specs)
     elif found.targets or found.errors:
         return exit_code
 
     from fxls.engine.workerclient import WorkerClient
 
-    progress = Progress(len(plans))
+    progress = Progress(len(worklist))
 
     def log(message: str) -> None:
         if args.verbose:
@@ -441,9 +441,9 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
         summary.add(checked)
         if not checked.reported:
             return
-        analysis, notebook = checked.analysis, checked.plan.notebook
+        analysis, notebook = checked.analysis, checked.work.notebook
         if fmt == "text":
-            report = format_text(analysis, checked.plan.inputs, checked.plan.text, notebook)
+            report = format_text(analysis, checked.work.inputs, checked.work.text, notebook)
             progress.write(out, report)
         elif fmt == "github":
             report = format_github(
@@ -451,14 +451,14 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
             )
             progress.write(out, report)
         elif fmt == "json":
-            documents.append(to_json(analysis, checked.plan.inputs, checked.not_made, notebook))
+            documents.append(to_json(analysis, checked.work.inputs, checked.not_made, notebook))
         else:
-            sarif_files.append((analysis, checked.plan.text))
+            sarif_files.append((analysis, checked.work.text))
             notebooks[analysis.path] = notebook  # None for a plain file
 
     try:
         with progress:
-            if any(plan.needs_worker for plan in plans):
+            if any(work.needs_worker for work in worklist):
                 progress.begin("starting the worker")
                 try:
                     ready = await client.start()
@@ -468,13 +468,13 @@ async def check(args: argparse.Namespace, out: TextIO | None = None) -> int:
                     return EXIT_WORKER
                 log(f"worker ready: torch {ready.torch_version} ({ready.python})")
 
-            def begin(plan: Any) -> None:
-                log(f"checking {plan.path}")
-                progress.begin(escape_text(plan.path, path=True))
+            def begin(work: Any) -> None:
+                log(f"checking {work.path}")
+                progress.begin(escape_text(work.path, path=True))
 
-            async for checked in run_plans(
+            async for checked in run_worklist(
                 client,
-                plans,
+                worklist,
                 options,
                 codes,
                 concurrency=args.jobs,
@@ -546,7 +546,7 @@ def _graph_target(target: str) -> tuple[str, str | None]:
 async def graph(args: argparse.Namespace) -> int:
     """Run ``fxls graph``; returns the exit code."""
     from fxls.cli.check.discovery import Target
-    from fxls.cli.check.run import plan_file, validate
+    from fxls.cli.check.run import file_work, validate
     from fxls.cli.report.text import diagnostic_line
     from fxls.engine.analyze import AnalysisRequest, analyze
     from fxls.engine.workerclient import WorkerClient
@@ -565,16 +565,16 @@ async def graph(args: argparse.Namespace) -> int:
     text = read_source(path, cap=MAX_SOURCE_BYTES, follow_links=True)
     if isinstance(text, Refused):
         raise UsageError(f"cannot read {path}: {text}")
-    plan = plan_file(Target(path, True), text, [cls] if cls else None, args.specs, args.init)
+    work = file_work(Target(path, True), text, [cls] if cls else None, args.specs, args.init)
     if cls is None:
-        if len(plan.found) != 1:
-            found = ", ".join(plan.found) or "none"
+        if len(work.found) != 1:
+            found = ", ".join(work.found) or "none"
             raise UsageError(
-                f"{path} has {len(plan.found)} module classes ({found}); name one: {path}:CLASS"
+                f"{path} has {len(work.found)} module classes ({found}); name one: {path}:CLASS"
             )
-        cls = plan.found[0]
-        plan = plan_file(Target(path, True), text, [cls], args.specs, args.init)
-    validate([plan], [cls], args.specs)
+        cls = work.found[0]
+        work = file_work(Target(path, True), text, [cls], args.specs, args.init)
+    validate([work], [cls], args.specs)
 
     def log(message: str) -> None:
         if args.verbose:
@@ -593,8 +593,8 @@ async def graph(args: argparse.Namespace) -> int:
                 path,
                 text,
                 only=[cls],
-                extra_inputs=plan.inputs,
-                init_override=plan.init,
+                extra_inputs=work.inputs,
+                init_override=work.init,
                 import_root=config.root,
             ),
             options=options,

@@ -815,7 +815,7 @@ async def _incremental(run: _Run, cache: incremental.CaptureCache, context: str)
     fails to execute does so whatever classes the job asks for."""
     job, text, result, diagnostics = run.job, run.text, run.result, run.diagnostics
     stats = cache.stats
-    units = incremental.plan(text, job.classes, context)
+    units = incremental.units_of(text, job.classes, context)
     if units is None:
         stats.jobs += 1
         stats.misses += len(job.classes)

@@ -267,7 +267,7 @@ def _from_diagnostic(
         func = call.func if call is not None else None
         if isinstance(func, ast.Attribute) and func.attr in ("zeros", "ones", "empty", "full"):
             yield make(
-                "factory",
+                "new-tensor",
                 owner or mod.name,
                 f"Replace `torch.{func.attr}(...)` with `x.new_{func.attr}(...)` (traceable)",
             )

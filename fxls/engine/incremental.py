@@ -2,7 +2,7 @@
 
 A class's capture depends on more than its own text: the module-level code that runs at
 import, the helpers and classes it uses, the parents that build and feed it, the classes it
-builds and feeds, its directives and call sites, the settings and the worker. :func:`plan`
+builds and feeds, its directives and call sites, the settings and the worker. :func:`units_of`
 splits a document into *units*: the connected components of the graph whose nodes are the
 top-level statements and whose edges are the module-level names two statements both mention
 (imports excepted), so a unit holds a class together with everything it uses **and** everything
@@ -246,10 +246,10 @@ def _move(obj: Any, mapping: dict[int, int]) -> None:
             if type(item) not in _ATOMS:
                 _move(item, mapping)
         return
-    plan = _fields_of(cls)
-    if plan is None:
+    found = _fields_of(cls)
+    if found is None:
         return
-    lines, others = plan
+    lines, others = found
     for name in lines:
         value = getattr(obj, name)
         if type(value) is int:
@@ -262,7 +262,7 @@ def _move(obj: Any, mapping: dict[int, int]) -> None:
             _move(value, mapping)
 
 
-# -- planning -------------------------------------------------------------------------------
+# -- units ----------------------------------------------------------------------------------
 
 
 @dataclass
@@ -275,7 +275,7 @@ class _Statement:
     job_wide: bool = False
 
 
-def plan(text: str, requests: list[ClassRequest], context: str) -> list[Unit] | None:
+def units_of(text: str, requests: list[ClassRequest], context: str) -> list[Unit] | None:
     """The units of ``text`` that hold ``requests``, each with its key; None when the text
     cannot be read so (every class is then captured, as without a cache)."""
     try:

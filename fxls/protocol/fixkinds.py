@@ -62,7 +62,7 @@ FIX_KINDS: tuple[FixKindInfo, ...] = (
     FixKindInfo("assertion", "`assert` as `torch._assert`", ("FX101",), fix_all=True),
     FixKindInfo("length", "`len(x)` as `x.size(0)`", ("FX102",), fix_all=True),
     FixKindInfo("sizes", "pass unpacked sizes as one argument", ("FX103",), fix_all=True),
-    FixKindInfo("factory", "`torch.zeros(...)` as `x.new_zeros(...)`", ("FX105",), fix_all=True),
+    FixKindInfo("new-tensor", "`torch.zeros(...)` as `x.new_zeros(...)`", ("FX105",), fix_all=True),
     FixKindInfo("name-args", "name every argument of a call (refactor)"),
     FixKindInfo("attention", "hand-written attention as `F.scaled_dot_product_attention`"),
     FixKindInfo("apply-pass", "apply a user pass to the source (refactor)"),

@@ -49,7 +49,7 @@ FixKind = Literal[
     "assertion",
     "length",
     "sizes",
-    "factory",
+    "new-tensor",
     "concrete",
     "leaf",
     "wrap",

@@ -199,7 +199,7 @@ def test_links_to_files_inside_the_folder_are_read_through_links_out_are_skipped
     """A project that links a shared module into a second place gets it checked; a link out of
     the folder walked, or into a hidden folder of it (``.git/``), is left out with a note; a link to a device stays a target, so that
     reading it says why it is not checked (``read_source`` refuses it)."""
-    from fxls.cli.check.run import read_plans
+    from fxls.cli.check.run import read_worklist
 
     project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     _tree(project, {"shared/common.py": "X = 1\n", "model.py": "Y = 2\n"})
@@ -219,6 +219,6 @@ def test_links_to_files_inside_the_folder_are_read_through_links_out_are_skipped
         assert by_name["linked.py"].follow_link and not by_name["zero.py"].follow_link
         assert any("out.py" in note and "outside" in note for note in found.notes), found.notes
         errors: list[str] = []
-        plans = read_plans(found.targets, None, [], None, errors)
-        assert {os.path.basename(p.path) for p in plans} >= {"linked.py", "model.py"}
+        worklist = read_worklist(found.targets, None, [], None, errors)
+        assert {os.path.basename(p.path) for p in worklist} >= {"linked.py", "model.py"}
         assert len(errors) == 1 and "zero.py" in errors[0] and "not a regular file" in errors[0]

@@ -162,7 +162,7 @@ def test_candidates_from_diagnostics() -> None:
         ("dead-code", "Net", "Remove unused `wasted = self.fc(x).relu()`"),
         ("length", "Net", "Replace `len(x)` with `x.size(0)` (traceable)"),
         ("wrap", "Net", 'Wrap `helper` for torch.fx: `torch.fx.wrap("helper")`'),
-        ("factory", "Net", "Replace `torch.zeros(...)` with `x.new_zeros(...)` (traceable)"),
+        ("new-tensor", "Net", "Replace `torch.zeros(...)` with `x.new_zeros(...)` (traceable)"),
         ("remove-print", "Net", "Remove the debug call `print(h.shape)`"),
     ]
     assert all(c.fix_all for c in found if c.kind != "remove-print")

@@ -44,7 +44,7 @@ def helper(y):
 
 def units(text: str, context: str = "ctx") -> dict[str, incremental.Unit]:
     parsed = parse(text)
-    found = incremental.plan(text, engine.build_requests(parsed.classes), context)
+    found = incremental.units_of(text, engine.build_requests(parsed.classes), context)
     assert found is not None
     return {name: unit for unit in found for name in unit.classes}
 

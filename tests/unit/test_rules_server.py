@@ -126,7 +126,7 @@ async def test_fxls_check_stops_sending_rules_that_load_too_slowly(tmp_path: Pat
     # the rules file itself keeps them
     from fxls.cli.check.config import CodeFilter
     from fxls.cli.check.discovery import Target
-    from fxls.cli.check.run import Plan, run_plans
+    from fxls.cli.check.run import FileWork, run_worklist
     from fxls.protocol.model import CaptureJob, CaptureResult, Isolation, JobResult, Limits
 
     sent: list[tuple[str, bool]] = []
@@ -138,8 +138,8 @@ async def test_fxls_check_stops_sending_rules_that_load_too_slowly(tmp_path: Pat
 
     rules = RulesFile(str(tmp_path / "fxls_rules.py"), "while True:\n    pass\n")
     names = ["a.py", "b.py", "fxls_rules.py", "c.py"]
-    plans = [Plan(Target(str(tmp_path / n), True), MODEL, None) for n in names]
+    worklist = [FileWork(Target(str(tmp_path / n), True), MODEL, None) for n in names]
     options = EngineOptions(rules=rules)
-    async for _ in run_plans(Worker(), plans, options, CodeFilter(), concurrency=1):
+    async for _ in run_worklist(Worker(), worklist, options, CodeFilter(), concurrency=1):
         pass
     assert sent == [("a.py", True), ("b.py", False), ("fxls_rules.py", True), ("c.py", False)]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, TextIO
 
 from fxls.cli.check.config import CodeFilter
-from fxls.cli.check.run import Checked, NotMade, Plan, filter_analysis
+from fxls.cli.check.run import Checked, FileWork, NotMade, filter_analysis
 from fxls.engine import fixes
 from fxls.engine.analyze import (
     AnalysisRequest,
@@ -123,10 +123,10 @@ class Fixer:
         Fixes can reveal others (torch.fx stops at the first failure of a ``forward``, so the
         next one is seen only once the first is fixed): the file is captured again and fixed
         again, at most ``MAX_ROUNDS`` times, and written (or diffed) once at the end."""
-        plan, analysis = checked.plan, checked.analysis
-        if self._in_notebook(plan) or analysis.syntax_error is not None:
+        work, analysis = checked.work, checked.analysis
+        if self._in_notebook(work) or analysis.syntax_error is not None:
             return replace(checked, not_made=[])
-        text, applied = plan.text, 0
+        text, applied = work.text, 0
         outcomes: list[FixOutcome] = []
         offered: dict[str, fixes.Candidate] = {}
         held: list[fixes.Candidate] = []
@@ -134,7 +134,7 @@ class Fixer:
         """The text the last round's candidates and outcomes refer to."""
         for round_ in range(MAX_ROUNDS):
             if round_:
-                analysis = filter_analysis(await self._analyze(plan.path, text, plan), self.codes)
+                analysis = filter_analysis(await self._analyze(work.path, text, work), self.codes)
                 if analysis.syntax_error is not None:
                     break
             listed = [c for c in fixes.candidates(analysis, text) if c.fix_all]
@@ -146,15 +146,15 @@ class Fixer:
                 break
             result = await fixes.compute(
                 self.client,
-                plan.path,
+                work.path,
                 text,
                 [c.request() for c in wanted],
                 options=self.options,
                 combine=True,
                 unsafe=self.unsafe,
                 max_params=self.max_params,
-                extra_inputs=plan.inputs,
-                init_override=plan.init,
+                extra_inputs=work.inputs,
+                init_override=work.init,
                 import_root=self.root,
             )
             combined = result.combined
@@ -175,46 +175,46 @@ class Fixer:
                 return replace(result, not_made=[])
             line_in = _line_mapper(round_text, shown)
             not_made = [_not_made(o, offered.get(o.id), line_in) for o in refused]
-            self.not_made.extend((plan.path, n) for n in not_made)
+            self.not_made.extend((work.path, n) for n in not_made)
             return replace(result, not_made=not_made)
 
-        if text == plan.text:
-            return finish(checked, plan.text)
+        if text == work.text:
+            return finish(checked, work.text)
         self.counts.files += 1
         self.counts.applied += applied
         if self.mode == "diff":
-            self._diff(plan.path, plan.text, text)
-            return finish(checked, plan.text)
-        refusal = write_refusal(plan.path, self.root)
-        if refusal is None and not _write_if_unchanged(plan.path, plan.text, text):
+            self._diff(work.path, work.text, text)
+            return finish(checked, work.text)
+        refusal = write_refusal(work.path, self.root)
+        if refusal is None and not _write_if_unchanged(work.path, work.text, text):
             refusal = "it changed on disk while fxls fixed it"
         if refusal is not None:
-            self.counts.messages.append(f"{plan.path}: fixes not written: {refusal}")
+            self.counts.messages.append(f"{work.path}: fixes not written: {refusal}")
             self.counts.files -= 1
             self.counts.applied -= applied
-            return finish(checked, plan.text)
-        again = await self._analyze(plan.path, text, plan, compiled=self.options.compile_check)
-        return finish(Checked(replace(plan, text=text), filter_analysis(again, self.codes)), text)
+            return finish(checked, work.text)
+        again = await self._analyze(work.path, text, work, compiled=self.options.compile_check)
+        return finish(Checked(replace(work, text=text), filter_analysis(again, self.codes)), text)
 
-    def _in_notebook(self, plan: Plan) -> bool:
+    def _in_notebook(self, work: FileWork) -> bool:
         """A notebook gets no fix: its text is the module of its cells, not the file (said
         once per notebook)."""
-        if plan.notebook is None:
+        if work.notebook is None:
             return False
-        self.counts.messages.append(f"{plan.path}: fixes are not made in notebooks")
+        self.counts.messages.append(f"{work.path}: fixes are not made in notebooks")
         return True
 
     async def _analyze(
-        self, path: str, text: str, plan: Plan, *, compiled: bool = False
+        self, path: str, text: str, work: FileWork, *, compiled: bool = False
     ) -> FileAnalysis:
         """The capture of ``text``; with ``compiled``, its compile check too (the report of a
         fixed file; the rounds of fixing need the shapes only)."""
         request = AnalysisRequest(
             path,
             text,
-            only=plan.only,
-            extra_inputs=plan.inputs,
-            init_override=plan.init,
+            only=work.only,
+            extra_inputs=work.inputs,
+            init_override=work.init,
             import_root=self.root,
         )
         analysis = await analyze(self.client, request, options=self.options)

@@ -1,4 +1,4 @@
-"""One ``fxls check`` run: plan each file from its AST, capture through one worker, count.
+"""One ``fxls check`` run: each file's classes from its AST, captured through one worker, counted.
 
 Files without a module class (and files that do not parse) never reach the worker. Files are
 captured two at a time through the same worker; results come back in the order of the files.
@@ -46,7 +46,7 @@ class UsageError(Exception):
 
 
 @dataclass
-class Plan:
+class FileWork:
     """What to capture in one file."""
 
     target: Target
@@ -68,52 +68,52 @@ class Plan:
         return self.target.path
 
 
-def plan_file(
+def file_work(
     target: Target,
     text: str,
     classes: list[str] | None,
     specs: list[InputSpec],
     init: str | None,
-) -> Plan:
-    """The plan for one file: its module classes (AST only), the inputs each class takes."""
+) -> FileWork:
+    """What to capture in one file: its module classes (AST only), the inputs each class takes."""
     parsed = parse(text)
     only = list(classes) if classes else None
     selected = [c for c in parsed.classes if only is None or c.name in only]
-    plan = Plan(target, text, only, needs_worker=parsed.syntax_error is None and bool(selected))
-    plan.found = [c.name for c in parsed.classes]
+    work = FileWork(target, text, only, needs_worker=parsed.syntax_error is None and bool(selected))
+    work.found = [c.name for c in parsed.classes]
     for spec in specs:
         takers = []
         for c in selected:
             fwd = c.effective_forward
             if fwd is None or fwd.accepts_any_keyword or spec.name in [p.name for p in fwd.params]:
                 takers.append(c.name)
-                plan.inputs.setdefault(c.name, []).append(spec)
+                work.inputs.setdefault(c.name, []).append(spec)
         if takers:
-            plan.inputs_taken.add(spec.name)
+            work.inputs_taken.add(spec.name)
     if init is not None:
         if len(selected) > 1:
             raise UsageError(
                 f"{target.path}: --init needs --class NAME when a file has several classes"
             )
         for c in selected:
-            plan.init[c.name] = init
-    return plan
+            work.init[c.name] = init
+    return work
 
 
-def read_plans(
+def read_worklist(
     targets: list[Target],
     classes: list[str] | None,
     specs: list[InputSpec],
     init: str | None,
     errors: list[str],
-) -> list[Plan]:
-    """Read and plan every target; unreadable files are added to ``errors``.
+) -> list[FileWork]:
+    """Read every target and what to capture in it; unreadable files are added to ``errors``.
 
     Only regular files up to MAX_SOURCE_BYTES are read (a device, a FIFO or a file that is
     too large is an error, never a read without end); a link is followed only when the file
     was named on the command line, or when a walk or a glob found it leading to a regular file
     inside the folder walked (``Target.follow_link``)."""
-    plans = []
+    worklist = []
     for target in targets:
         notebook = target.path.endswith(".ipynb")
         text = read_source(
@@ -133,20 +133,20 @@ def read_plans(
                 continue
             module.in_file = file_lines(text)
             text = module.text
-        plan = plan_file(target, text, classes, specs, init)
-        plan.notebook = module
-        plans.append(plan)
-    return plans
+        work = file_work(target, text, classes, specs, init)
+        work.notebook = module
+        worklist.append(work)
+    return worklist
 
 
-def validate(plans: list[Plan], classes: list[str] | None, specs: list[InputSpec]) -> None:
+def validate(worklist: list[FileWork], classes: list[str] | None, specs: list[InputSpec]) -> None:
     """``--class`` names a class of some file; ``--input`` names an input some class takes."""
     for name in classes or []:
-        if not any(name in plan.found for plan in plans):
-            found = sorted({n for plan in plans for n in plan.found})
+        if not any(name in work.found for work in worklist):
+            found = sorted({n for work in worklist for n in work.found})
             raise UsageError(f"no module class {name} (found: {', '.join(found) or 'none'})")
     for spec in specs:
-        if not any(spec.name in plan.inputs_taken for plan in plans):
+        if not any(spec.name in work.inputs_taken for work in worklist):
             raise UsageError(f"--input {spec.name}: no selected class takes an input of that name")
 
 
@@ -165,7 +165,7 @@ class NotMade:
 
 @dataclass
 class Checked:
-    plan: Plan
+    work: FileWork
     analysis: FileAnalysis
     not_made: list[NotMade] | None = None
     """With ``--fix``/``--diff``: the fixes of this file that could not be made."""
@@ -174,7 +174,7 @@ class Checked:
     def reported(self) -> bool:
         """Shown in the output: named on the command line, or with modules or diagnostics."""
         a = self.analysis
-        return self.plan.target.explicit or bool(a.modules or a.diagnostics)
+        return self.work.target.explicit or bool(a.modules or a.diagnostics)
 
 
 def filter_analysis(analysis: FileAnalysis, codes: CodeFilter) -> FileAnalysis:
@@ -187,17 +187,17 @@ def filter_analysis(analysis: FileAnalysis, codes: CodeFilter) -> FileAnalysis:
     return dataclasses.replace(analysis, modules=modules, diagnostics=keep(analysis.diagnostics))
 
 
-async def run_plans(
+async def run_worklist(
     client: JobRunner,
-    plans: list[Plan],
+    worklist: list[FileWork],
     options: EngineOptions,
     codes: CodeFilter,
     *,
     concurrency: int = 2,
-    started: Callable[[Plan], None] | None = None,
+    started: Callable[[FileWork], None] | None = None,
     import_root: str | None = None,
 ) -> AsyncIterator[Checked]:
-    """Capture the plans (``concurrency`` at a time) and yield results in the plans' order.
+    """Capture the files of ``worklist`` (``concurrency`` at a time), yield results in its order.
     ``import_root`` (the project's folder) is on every job's ``sys.path``, so a file imports
     the project's own modules and packages as the project's scripts do when run from there.
 
@@ -208,17 +208,17 @@ async def run_plans(
     semaphore = asyncio.Semaphore(max(1, concurrency))
     slow_rules = SlowRules()
 
-    async def one(plan: Plan) -> Checked:
+    async def one(work: FileWork) -> Checked:
         async with semaphore:
             if started is not None:
-                started(plan)
-            chosen = slow_rules.options_for(options, plan.path)
+                started(work)
+            chosen = slow_rules.options_for(options, work.path)
             request = AnalysisRequest(
-                plan.path,
-                plan.text,
-                only=plan.only,
-                extra_inputs=plan.inputs,
-                init_override=plan.init,
+                work.path,
+                work.text,
+                only=work.only,
+                extra_inputs=work.inputs,
+                init_override=work.init,
                 import_root=import_root,
             )
             analysis = await analyze(client, request, options=chosen)
@@ -226,9 +226,9 @@ async def run_plans(
                 slow_rules.add(chosen.rules)
             if chosen.compile_check:
                 await check_compile(client, analysis, request, chosen)
-            return Checked(plan, filter_analysis(analysis, codes))
+            return Checked(work, filter_analysis(analysis, codes))
 
-    tasks = [asyncio.ensure_future(one(plan)) for plan in plans]
+    tasks = [asyncio.ensure_future(one(work)) for work in worklist]
     try:
         for task in tasks:
             yield await task

@@ -17,7 +17,7 @@ import textwrap
 import time
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -159,13 +159,6 @@ def _submodule(module: nn.Module, target: Any) -> nn.Module:
         return module.get_submodule(str(target))
     except AttributeError:
         return module  # not a builtin leaf: checked as a leaf the run may go into
-
-
-def _example(planned: inputs.PlannedInput, name: str) -> shapes.ExampleInput:
-    p = planned
-    return shapes.ExampleInput(
-        name=name, kind=p.kind, dims=p.dims, dtype=p.dtype, value=p.value, inner_dims=p.inner_dims
-    )
 
 
 def _unused_in_run(
@@ -590,8 +583,10 @@ class ClassCapture:
             self.feeds_planned = ordered
             self._set_inputs(ordered)
             self._report_assumed(ordered)
-            feeds = [_example(p, str(n.target)) for p, n in zip(ordered, placeholders)]
-            self.feeds = [_example(p, p.name) for p in ordered]
+            feeds: list[shapes.ExampleInput] = [
+                replace(p, name=str(n.target)) for p, n in zip(ordered, placeholders)
+            ]
+            self.feeds = [replace(p) for p in ordered]
             values, examples = self._shapes(gm, prop)
             self.timed("shapes", started)
             suspicious = bool(self.specialized) or mod.strategy != _PLAIN_FX
@@ -999,7 +994,9 @@ class ClassCapture:
         self, gm: torch.fx.GraphModule, ordered: list[inputs.PlannedInput],
         placeholders: list[torch.fx.Node], symbolic: bool | None = None,
     ) -> shapes.Propagation | BaseException:  # fmt: skip
-        feeds = [_example(p, str(n.target)) for p, n in zip(ordered, placeholders)]
+        feeds: list[shapes.ExampleInput] = [
+            replace(p, name=str(n.target)) for p, n in zip(ordered, placeholders)
+        ]
         given = self._given_examples(ordered, placeholders) if symbolic is None else None
         if symbolic is None:
             symbolic = self.doc.job.symbolic
@@ -1212,7 +1209,7 @@ class ClassCapture:
         self._report_assumed(ordered)
         self.feeds_planned = ordered
 
-        feeds = self.feeds = [_example(p, p.name) for p in ordered]
+        feeds = self.feeds = [replace(p) for p in ordered]
 
         def fake_run(feeds: list[shapes.ExampleInput], symbolic: bool) -> fakerun.FakeRun:
             return fakerun.fake_run(

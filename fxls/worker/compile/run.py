@@ -54,7 +54,7 @@ from fxls.worker.rewrite.verify import (
     Rebuild,
     make_inputs,
     randomize,
-    rebuild_plan,
+    rebuild_of,
 )
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
@@ -277,15 +277,15 @@ def _check_rebuilt(original: Original, mod: ModuleResult, settings: CompileJob) 
     found = origin(mod, {m.name: m for m in original.result.modules})
     assert feeds is not None and found is not None  # _rebuildable
     root, path = found
-    plan = Rebuild(original, mod.name, root, path, mod.params, mod.params)
-    made = rebuilt_instance(original.doc, plan, mod, feeds, settings)
+    rebuild = Rebuild(original, mod.name, root, path, mod.params, mod.params)
+    made = rebuilt_instance(original.doc, rebuild, mod, feeds, settings)
     span = class_span(original.doc.source, mod.line, mod.name)
     return checked_run(original.doc, mod, span, made)
 
 
 def rebuilt_instance(
     doc: ExecutedDocument,
-    plan: Rebuild,
+    rebuild: Rebuild,
     mod: ModuleResult,
     feeds: list[ExampleInput],
     settings: CompileJob,
@@ -294,15 +294,15 @@ def rebuilt_instance(
     parent it is built in) has at most ``max_params`` parameters; a block of a larger parent
     on the CPU alone, the parent on the meta device (as the verification of a fix builds it);
     else on the meta device."""
-    if plan.path:  # built inside its parent: the parent's size decides
+    if rebuild.path:  # built inside its parent: the parent's size decides
         with torch.device("meta"):
-            root = plan.make_root(doc)()
-        plan.root_params = sum(p.numel() for p in root.parameters())
+            root = rebuild.make_root(doc)()
+        rebuild.root_params = sum(p.numel() for p in root.parameters())
     builds: list[Callable[[], nn.Module]] = []
-    if (plan.root_params or 0) <= settings.max_params:
-        builds.append(lambda: plan.build(doc, "cpu"))
-    elif plan.path and (mod.params or 0) <= settings.max_params:
-        builds.append(lambda: plan.build_alone(doc))
+    if (rebuild.root_params or 0) <= settings.max_params:
+        builds.append(lambda: rebuild.build(doc, "cpu"))
+    elif rebuild.path and (mod.params or 0) <= settings.max_params:
+        builds.append(lambda: rebuild.build_alone(doc))
     for build in builds:
         try:
             module = _on_cpu(build, settings.seed)
@@ -310,7 +310,7 @@ def rebuilt_instance(
         except Exception:  # not buildable on the CPU: on the meta device, as captured
             if mod.build == "cpu":
                 raise
-    module = plan.build(doc, "meta").eval()
+    module = rebuild.build(doc, "meta").eval()
     calls = [[tree_map(_to_meta, a) for a in args] for args in _calls(feeds, None, settings.seed)]
     return module, calls, "meta"
 
@@ -458,12 +458,12 @@ def instance(
     and the kind of tensors: a CPU build when it is small enough, else the captured one."""
     capture = original.capture(name)
     feeds = capture.feeds or []
-    plan = rebuild_plan(original, name)
-    small = not isinstance(plan, str) and (plan.root_params or 0) <= settings.max_params
-    if small and not isinstance(plan, str):
+    rebuild = rebuild_of(original, name)
+    small = not isinstance(rebuild, str) and (rebuild.root_params or 0) <= settings.max_params
+    if small and not isinstance(rebuild, str):
         try:
             torch.manual_seed(settings.seed)
-            module = plan.build(original.doc, "cpu")
+            module = rebuild.build(original.doc, "cpu")
             with torch.no_grad():
                 randomize(module, settings.seed)
             module.eval()

@@ -93,14 +93,14 @@ def _encode_result(result: CaptureResult) -> bytes:
         return _json_bytes({"type": "result", "payload": to_dict(failed)})
 
 
-def run_child(request: JobRequest, plan: sandbox.ChildPlan) -> NoReturn:
+def run_child(request: JobRequest, setup: sandbox.ChildSetup) -> NoReturn:
     """Entry point in the forked child; never returns."""
     code = 0
-    writer = _FrameWriter(plan.result_w, plan.frame_key)
-    plan.frame_key = b""
+    writer = _FrameWriter(setup.result_w, setup.frame_key)
+    setup.frame_key = b""
     try:
         try:
-            layers = sandbox.setup_child(plan)
+            layers = sandbox.setup_child(setup)
         except BaseException as exc:
             try:
                 if sandbox.fds_moved():

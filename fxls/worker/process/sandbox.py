@@ -6,7 +6,7 @@ Landlock (or an unknown architecture for seccomp) runs the job without that laye
 layers that were active are reported with every result.
 
 ``setup_child`` runs in the freshly forked child, in this order: setsid; PDEATHSIG (then a
-re-check that the zygote is still the parent); fds (/dev/null -> 0, capture pipe -> 1 and 2,
+re-check that the zygote is still the parent); fds (/dev/null -> 0, output pipe -> 1 and 2,
 result pipe -> 3, everything else closed); default signal handlers; faulthandler; the job dir
 (chdir, umask 077, TMPDIR); the job's memory cgroup (when the zygote has one); rlimits;
 no_new_privs; network namespace; all capabilities dropped; PR_SET_DUMPABLE 0; Landlock;
@@ -884,14 +884,14 @@ def probe_layers(abi: int | None = None) -> tuple[list[str], dict[str, str]]:
 
 
 @dataclass
-class ChildPlan:
+class ChildSetup:
     """Everything the child needs to isolate itself; built by the zygote before fork."""
 
     job_dir: str
     limits: Limits
     isolation: Isolation
     available: list[str]
-    capture_w: int
+    output_w: int
     result_w: int
     zygote_pid: int
     landlock_abi: int = 0
@@ -979,7 +979,7 @@ def _set_rlimits(limits: Limits, in_cgroup: bool) -> None:
     _limit_tasks()
 
 
-def setup_child(plan: ChildPlan) -> list[str]:
+def setup_child(setup: ChildSetup) -> list[str]:
     """Isolate the calling (freshly forked) process; returns the active layer names.
 
     Raises SandboxError (or OSError) when a step fails; the caller reports ``sandbox_setup``.
@@ -988,15 +988,15 @@ def setup_child(plan: ChildPlan) -> list[str]:
     os.setsid()
     active.append("setsid")
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != plan.zygote_pid:
+    if os.getppid() != setup.zygote_pid:
         os._exit(137)  # the zygote died between fork and prctl
     active.append("pdeathsig")
 
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
-    os.dup2(plan.capture_w, 1)
-    os.dup2(plan.capture_w, 2)
-    os.dup2(plan.result_w, RESULT_FD)
+    os.dup2(setup.output_w, 1)
+    os.dup2(setup.output_w, 2)
+    os.dup2(setup.result_w, RESULT_FD)
     os.closerange(RESULT_FD + 1, 1 << 20)
     global _fds_moved
     _fds_moved = True
@@ -1017,40 +1017,40 @@ def setup_child(plan: ChildPlan) -> list[str]:
             pass
     faulthandler.enable(file=sys.stderr, all_threads=True)
 
-    os.chdir(plan.job_dir)
+    os.chdir(setup.job_dir)
     os.umask(0o077)
-    os.environ["TMPDIR"] = plan.job_dir
-    tempfile.tempdir = plan.job_dir
+    os.environ["TMPDIR"] = setup.job_dir
+    tempfile.tempdir = setup.job_dir
     sys.dont_write_bytecode = True
 
     in_cgroup = False
-    if plan.cgroup is not None:
+    if setup.cgroup is not None:
         try:
-            join_cgroup(plan.cgroup)
+            join_cgroup(setup.cgroup)
             in_cgroup = True
             active.append("cgroup")
         except OSError:  # fall back to the limits that work without it
             pass
-    _set_rlimits(plan.limits, in_cgroup)
+    _set_rlimits(setup.limits, in_cgroup)
     active.append("rlimits")
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     active.append("no_new_privs")
-    if plan.isolation.netns and "netns" in plan.available:
+    if setup.isolation.netns and "netns" in setup.available:
         enter_netns()
         active.append("netns")
     drop_capabilities()
     active.append("capabilities")
     prctl(PR_SET_DUMPABLE, 0)
     active.append("dumpable")
-    if plan.isolation.landlock and "landlock" in plan.available:
-        readable = readable_paths(plan.project, interpreter_folders()) if plan.project else None
-        install_landlock(plan.job_dir, plan.landlock_abi, readable)
+    if setup.isolation.landlock and "landlock" in setup.available:
+        readable = readable_paths(setup.project, interpreter_folders()) if setup.project else None
+        install_landlock(setup.job_dir, setup.landlock_abi, readable)
         active.append("landlock")
-        if plan.landlock_abi >= 4:
+        if setup.landlock_abi >= 4:
             active.append("landlock-net")
-        if plan.landlock_abi >= 6:
+        if setup.landlock_abi >= 6:
             active.append("landlock-scope")
-    if plan.isolation.seccomp and "seccomp" in plan.available:
+    if setup.isolation.seccomp and "seccomp" in setup.available:
         install_seccomp(deny_memfd=not in_cgroup)
         active.append("seccomp")
     return active

@@ -1,9 +1,10 @@
 """The zygote: a pre-warmed process that forks one sandboxed child per capture job.
 
 It multiplexes (``selectors``) the control channel from the server, each child's result pipe
-(fd 3 in the child) and capture pipe (its fds 1 and 2), enforces wall timeouts, cancels, reaps
-with ``wait4`` and classifies every outcome into a ``JobResult``. As a child subreaper it also
-reaps and kills processes that escaped from a job (double forks, ``setsid``).
+(fd 3 in the child) and output pipe (its fds 1 and 2: what the job prints), enforces wall
+timeouts, cancels, reaps with ``wait4`` and classifies every outcome into a ``JobResult``. As
+a child subreaper it also reaps and kills processes that escaped from a job (double forks,
+``setsid``).
 
 How a job process is created is behind ``Spawner`` so that a platform without a safe ``fork``
 (macOS) can plug in pre-started single-use workers instead.
@@ -83,7 +84,7 @@ _OOM_MARKERS = ("can't allocate memory", "std::bad_alloc", "Cannot allocate memo
 class Spawned:
     pid: int
     result_fd: int
-    capture_fd: int
+    output_fd: int
     frame_key: bytes = b""
     """The job's key for the MAC of its result frames (``fxls.worker.process.child``)."""
     cgroup: str | None = None
@@ -117,14 +118,14 @@ class ForkSpawner:
                 job_cgroup = self.cgroup.job_group(request.id, request.limits.memory_mb << 20)
             except OSError:  # the child falls back to the limits that work without it
                 job_cgroup = None
-        capture_r, capture_w = os.pipe()
+        output_r, output_w = os.pipe()
         result_r, result_w = os.pipe()
-        plan = sandbox.ChildPlan(
+        setup = sandbox.ChildSetup(
             job_dir=job_dir,
             limits=request.limits,
             isolation=request.isolation,
             available=self.available,
-            capture_w=capture_w,
+            output_w=output_w,
             result_w=result_w,
             zygote_pid=os.getpid(),
             landlock_abi=self.landlock_abi,
@@ -138,12 +139,12 @@ class ForkSpawner:
             try:
                 from fxls.worker.process.child import run_child
 
-                run_child(request, plan)
+                run_child(request, setup)
             finally:
                 os._exit(71)
-        os.close(capture_w)
+        os.close(output_w)
         os.close(result_w)
-        return Spawned(pid, result_r, capture_r, frame_key, job_cgroup)
+        return Spawned(pid, result_r, output_r, frame_key, job_cgroup)
 
 
 def _flush_stdio() -> None:
@@ -517,7 +518,7 @@ class Zygote:
             self.jobs[spawned.pid] = job
             for fd, callback in (
                 (spawned.result_fd, self._on_result),
-                (spawned.capture_fd, self._on_capture),
+                (spawned.output_fd, self._on_output),
             ):
                 os.set_blocking(fd, False)
                 self.sel.register(
@@ -572,7 +573,7 @@ class Zygote:
                 return
             yield chunk
 
-    def _on_capture(self, job: Job, fd: int, drain: bool = False) -> None:
+    def _on_output(self, job: Job, fd: int, drain: bool = False) -> None:
         for chunk in self._chunks(fd, 1 << 16, 64 if drain else 1):
             room = OUTPUT_HEAD_BYTES - len(job.output_head)
             if room > 0:
@@ -677,7 +678,7 @@ class Zygote:
     def _finish(self, job: Job) -> None:
         for fd, drain in (
             (job.spawned.result_fd, self._on_result),
-            (job.spawned.capture_fd, self._on_capture),
+            (job.spawned.output_fd, self._on_output),
         ):
             if fd in self.sel.get_map():
                 drain(job, fd, True)
@@ -1084,7 +1085,7 @@ def _serve(ctl_in: int, ctl_out: int, scratch: str) -> int:
         ctl_in, ctl_out, scratch, ForkSpawner(available, abi, cgroup), background=background
     )
     if os.environ.get("FXLS_WARM_BEFORE_READY") != "1":
-        _plan_warm_up(zygote, background)
+        _schedule_warm_up(zygote, background)
     try:
         zygote.say_ready(ready)
         if abi:
@@ -1111,7 +1112,7 @@ def _warm_up_first(steps: dict[str, float]) -> str:
     return version
 
 
-def _plan_warm_up(zygote: Zygote, background: Background) -> None:
+def _schedule_warm_up(zygote: Zygote, background: Background) -> None:
     """The rest of the warm-up as the zygote's background work: the imports captures need
     (then the ``captures`` frame), ``LATER`` and ``QUIET``; each part ends by freezing the heap
     and logging the time of its steps."""

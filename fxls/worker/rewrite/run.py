@@ -2,7 +2,7 @@
 
 The ``rewrite`` job (``JobRequest.kind``) executes and captures the document once, asks the
 module of each requested fix for its edits (one module per rewrite: ``dead_code``,
-``directives``, ``leaf``, ``wrap``, ``concrete``, ``assertion``, ``length``, ``factory``,
+``directives``, ``leaf``, ``wrap``, ``concrete``, ``assertion``, ``length``, ``new_tensor``,
 ``name_args``, ``attention``, ``apply_pass``, ``rules`` for the workspace's user rules), and
 verifies them with
 :mod:`~fxls.worker.rewrite.verify`. With
@@ -39,10 +39,10 @@ from fxls.worker.rewrite.fixes import (
     concrete,
     dead_code,
     directive,
-    factory,
     leaf,
     length,
     name_args,
+    new_tensor,
     remove_print,
     rule,
     sizes,
@@ -53,8 +53,8 @@ from fxls.worker.rewrite.verify import Change, Verdict, change_of, merge, verify
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
 
-_FIX_MODULES = (apply_pass, assertion, attention, concrete, dead_code, directive, factory, leaf,
-                length, name_args, remove_print, rule, sizes, wrap)  # fmt: skip
+_FIX_MODULES = (apply_pass, assertion, attention, concrete, dead_code, directive, leaf, length,
+                name_args, new_tensor, remove_print, rule, sizes, wrap)  # fmt: skip
 _MODULES: dict[str, ModuleType] = {m.__name__.rpartition(".")[2]: m for m in _FIX_MODULES}
 
 REWRITES: dict[str, ModuleType] = {k.kind: _MODULES[k.module] for k in FIX_KINDS}

@@ -485,11 +485,14 @@ def _plain_trace(
 ) -> tuple[str | None, str]:
     """Plain ``torch.fx.symbolic_trace`` of the edited class must not fail in the edit, nor
     where the original failed (``failed_at``, on the edited text)."""
-    plan = rebuild_plan(original, name)
-    if isinstance(plan, str):
-        return None, f"`{name}`: cannot be rebuilt to trace with plain torch.fx (skipped: {plan})"
+    rebuild = rebuild_of(original, name)
+    if isinstance(rebuild, str):
+        return (
+            None,
+            f"`{name}`: cannot be rebuilt to trace with plain torch.fx (skipped: {rebuild})",
+        )
     try:
-        module = plan.build(doc, "meta")
+        module = rebuild.build(doc, "meta")
     except Exception as exc:
         return f"the edited `{name}` does not build: {one_line(exc)}", ""
     try:
@@ -635,7 +638,7 @@ def _init_hook(cls: type, on_cpu: Callable[[object], bool]) -> Iterator[None]:
             del cls.__init__  # type: ignore[misc]
 
 
-def rebuild_plan(original: Original, name: str) -> Rebuild | str:
+def rebuild_of(original: Original, name: str) -> Rebuild | str:
     """How to build ``name`` again (see :class:`Rebuild`), or why fxls cannot."""
     mod = original.module(name)
     current, path, seen = mod, "", {name}
@@ -683,23 +686,23 @@ def compare_outputs(
 ) -> Verdict:
     """Build both classes on the CPU and compare their outputs on random inputs, in eval mode
     and, with ``train``, in training mode too (dropout on, the same seed before each run)."""
-    plan = rebuild_plan(original, name)
-    if isinstance(plan, str):
+    rebuild = rebuild_of(original, name)
+    if isinstance(rebuild, str):
         return Verdict(
-            "unsafe", f"unsafe: `{name}` cannot be rebuilt to compare its outputs: {plan}"
+            "unsafe", f"unsafe: `{name}` cannot be rebuilt to compare its outputs: {rebuild}"
         )
-    whole = plan.root_params is not None and plan.root_params <= rewrite.max_params
+    whole = rebuild.root_params is not None and rebuild.root_params <= rewrite.max_params
     alone = (
         not whole
-        and plan.path != ""
-        and plan.params is not None
-        and plan.params <= rewrite.max_params
+        and rebuild.path != ""
+        and rebuild.params is not None
+        and rebuild.params <= rewrite.max_params
     )
     if not whole and not alone:
-        inside = f" (built inside `{plan.root}`)" if plan.root != name else ""
+        inside = f" (built inside `{rebuild.root}`)" if rebuild.root != name else ""
         return Verdict(
             "unsafe",
-            f"unsafe: too large to verify{inside}: {_count(plan.root_params)}; fxls runs "
+            f"unsafe: too large to verify{inside}: {_count(rebuild.root_params)}; fxls runs "
             f"modules up to {rewrite.max_params:,} parameters on real tensors",
         )
     capture = original.capture(name)
@@ -709,7 +712,7 @@ def compare_outputs(
 
     def build(doc: ExecutedDocument) -> nn.Module:
         torch.manual_seed(rewrite.seed)
-        return plan.build_alone(doc) if alone else plan.build(doc, "cpu")
+        return rebuild.build_alone(doc) if alone else rebuild.build(doc, "cpu")
 
     try:
         before = build(original.doc)
@@ -717,8 +720,8 @@ def compare_outputs(
         if alone:
             return Verdict(
                 "unsafe",
-                f"unsafe: too large to verify (built inside `{plan.root}`: "
-                f"{_count(plan.root_params)}), and `{name}` cannot be built on its own: "
+                f"unsafe: too large to verify (built inside `{rebuild.root}`: "
+                f"{_count(rebuild.root_params)}), and `{name}` cannot be built on its own: "
                 f"{one_line(exc)}",
             )
         return Verdict("unsafe", f"unsafe: `{name}` could not be built on the CPU: {one_line(exc)}")
@@ -764,8 +767,8 @@ def compare_outputs(
             "fxls compares at least two",
         )
     where = (
-        f" (`{name}` alone on the CPU: `{plan.root}`, which builds it, has "
-        f"{_count(plan.root_params)} and was built on the meta device)"
+        f" (`{name}` alone on the CPU: `{rebuild.root}`, which builds it, has "
+        f"{_count(rebuild.root_params)} and was built on the meta device)"
         if alone
         else ""
     )

@@ -116,8 +116,8 @@ def test_trace_fixits_each_verified_by_plain_fx() -> None:
     fixes = [
         _fix("assertion", "Checked", _diagnostic(job, "Checked", "FX101").span, "FX101"),
         _fix("length", "Averaged", _diagnostic(job, "Averaged", "FX102").span, "FX102"),
-        _fix("factory", "Recurrent", _diagnostic(job, "Recurrent", "FX105").span, "FX105"),
-        _fix("factory", "TokenState", _diagnostic(job, "TokenState", "FX105").span, "FX105"),
+        _fix("new-tensor", "Recurrent", _diagnostic(job, "Recurrent", "FX105").span, "FX105"),
+        _fix("new-tensor", "TokenState", _diagnostic(job, "TokenState", "FX105").span, "FX105"),
     ]
     for i, fix in enumerate(fixes):
         fix.id = f"fix{i}"
@@ -132,12 +132,12 @@ def test_trace_fixits_each_verified_by_plain_fx() -> None:
     assert apply_edits(job.source, combined.edits) == after
 
 
-def test_factory_keeps_the_default_dtype_when_the_size_tensor_is_integer() -> None:
+def test_new_tensor_keeps_the_default_dtype_when_the_size_tensor_is_integer() -> None:
     """``tokens.new_zeros(...)`` would be int64: the plain form raises in GRUCell, so the
     form with ``dtype=torch.float32`` is the one that verifies."""
     job = _job("trace_fixits_before.py")
     span = _diagnostic(job, "TokenState", "FX105").span
-    outcome = _one(job, _fix("factory", "TokenState", span, "FX105"))
+    outcome = _one(job, _fix("new-tensor", "TokenState", span, "FX105"))
     assert outcome.applicability == "safe"
     new = apply_edits(job.source, outcome.edits)
     assert "h = tokens.new_zeros((tokens.size(0), 16), dtype=torch.float32)" in new

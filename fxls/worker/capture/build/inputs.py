@@ -14,8 +14,8 @@ import inspect
 import re
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.fx
@@ -23,20 +23,16 @@ from torch import nn
 
 from fxls.protocol.model import DimSpec, InputOrigin, InputSpec, Value
 from fxls.worker.capture.document import resolvable
+from fxls.worker.capture.shapes.propagation import ExampleInput
 
 BATCH = "B"
 SEQUENCE = "T"
 
 
 @dataclass
-class PlannedInput:
-    """One ``forward`` argument as fxls will pass it (same fields as ``shapes.ExampleInput``)."""
+class PlannedInput(ExampleInput):
+    """One ``forward`` argument as fxls will pass it: the example input, and where it came from."""
 
-    name: str
-    kind: Literal["tensor", "value"]
-    dims: list[tuple[str | None, int]] = field(default_factory=list)
-    dtype: torch.dtype = torch.float32
-    value: Any = None
     assumed: bool = False
     origin: InputOrigin = "declared"
     """Where it came from when not assumed: a directive or annotation (``declared``), the
@@ -46,9 +42,6 @@ class PlannedInput:
     upstream: str | None = None
     """For an input a parent passed: the parent (or an ancestor) whose own inputs fxls
     assumed, so this one follows from a guess too (shape errors are then hints)."""
-    inner_dims: list[list[tuple[str | None, int]]] | None = None
-    """For a value holding tensors (``cos, sin``): each tensor's dimensions with the names a
-    parent's call gave them (``shapes.ExampleInput.inner_dims``)."""
 
     def protocol_value(self) -> Value:
         """The input as a protocol ``Value`` (symbolic dims print as their names)."""

@@ -262,7 +262,8 @@ def _file_span(text: str) -> Span:
     return Span(1, 0, 1, len(first))
 
 
-def _diag_key(d: Diagnostic) -> tuple[object, ...]:
+def diagnostic_key(d: Diagnostic) -> tuple[object, ...]:
+    """What makes two diagnostics the same one (code, span, message), for :func:`dedupe`."""
     s = d.span
     return (d.code, s.line, s.col, s.end_line, s.end_col, d.message)
 
@@ -272,7 +273,7 @@ def dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     seen: set[tuple[object, ...]] = set()
     out: list[Diagnostic] = []
     for d in diagnostics:
-        key = _diag_key(d)
+        key = diagnostic_key(d)
         if key not in seen:
             seen.add(key)
             out.append(d)
@@ -571,6 +572,8 @@ async def analyze(
             await _incremental(run, cache, context)
         else:
             await _capture(run)
+    for module in result.modules:  # a class's fallback captures may report the same failure
+        module.diagnostics = dedupe(module.diagnostics)
     result.diagnostics = dedupe(diagnostics + [d for m in result.modules for d in m.diagnostics])
     result.duration_s = time.monotonic() - started
     return result

@@ -15,7 +15,7 @@ from fxls.cli.check.run import NotMade
 from fxls.cli.report.cells import cell_of, relabel
 from fxls.cli.report.escape import escape_tree
 from fxls.engine import render
-from fxls.engine.analyze import FileAnalysis
+from fxls.engine.analyze import FileAnalysis, diagnostic_key
 from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import CompileCheck, Diagnostic, InputSpec, PassResult, Value
 
@@ -57,14 +57,16 @@ def to_json(
     for m in analysis.modules:
         info = by_class.get(m.name)
         own = list(m.diagnostics)
+        keys = {diagnostic_key(d) for d in own}
         for i, d in enumerate(analysis.diagnostics):
             inside = info is not None and info.span.line <= d.span.line <= info.span.end_line
             directive = info is not None and any(
                 x.line == d.span.line for x in info.directives.items
             )
-            if d in m.diagnostics or inside or directive:
+            if diagnostic_key(d) in keys or inside or directive:
                 claimed.add(i)
-                if d not in own:
+                if diagnostic_key(d) not in keys:
+                    keys.add(diagnostic_key(d))
                     own.append(d)
         nodes = []
         bound = set(m.example_nodes)

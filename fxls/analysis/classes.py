@@ -7,7 +7,6 @@ any base that is not obviously something else); the worker confirms with ``issub
 from __future__ import annotations
 
 import ast
-import io
 import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from fxls.analysis.jaxtype import spec_from_annotation
 from fxls.analysis.workspace import top_level_names
 from fxls.protocol.catalogue import FX403
 from fxls.protocol.model import ClassRequest, Diagnostic, InputSpec, PassRequest, Span
-from fxls.protocol.positions import SourceText
+from fxls.protocol.positions import SourceText, tokens
 
 MODULE_BASES = frozenset(
     {
@@ -261,7 +260,7 @@ def _classify(defs: dict[str, ast.ClassDef]) -> dict[str, tuple[bool, bool]]:
     return {name: visit(name, frozenset()) for name in defs}
 
 
-def _params(src: SourceText, text: str, fn: ast.FunctionDef) -> list[ForwardParam]:
+def _params(src: SourceText, fn: ast.FunctionDef) -> list[ForwardParam]:
     a = fn.args
     out: list[ForwardParam] = []
     positional = [*a.posonlyargs, *a.args]
@@ -269,13 +268,13 @@ def _params(src: SourceText, text: str, fn: ast.FunctionDef) -> list[ForwardPara
     for i, arg in enumerate(positional):
         kind = "positional_only" if i < len(a.posonlyargs) else "positional_or_keyword"
         has_default = i >= len(positional) - n_defaults
-        out.append(_param(src, text, arg, kind, has_default))
+        out.append(_param(src, arg, kind, has_default))
     if a.vararg:
-        out.append(_param(src, text, a.vararg, "var_positional", False))
+        out.append(_param(src, a.vararg, "var_positional", False))
     for arg, default in zip(a.kwonlyargs, a.kw_defaults):
-        out.append(_param(src, text, arg, "keyword_only", default is not None))
+        out.append(_param(src, arg, "keyword_only", default is not None))
     if a.kwarg:
-        out.append(_param(src, text, a.kwarg, "var_keyword", False))
+        out.append(_param(src, a.kwarg, "var_keyword", False))
     if (
         out
         and out[0].kind in ("positional_only", "positional_or_keyword")
@@ -285,8 +284,8 @@ def _params(src: SourceText, text: str, fn: ast.FunctionDef) -> list[ForwardPara
     return out
 
 
-def _param(src: SourceText, text: str, arg: ast.arg, kind: str, has_default: bool) -> ForwardParam:
-    annotation = ast.get_source_segment(text, arg.annotation) if arg.annotation else None
+def _param(src: SourceText, arg: ast.arg, kind: str, has_default: bool) -> ForwardParam:
+    annotation = src.segment(arg.annotation) if arg.annotation else None
     spec = None
     if arg.annotation is not None and kind in (
         "positional_only",
@@ -324,9 +323,7 @@ def _helpers(fn: ast.FunctionDef, functions: set[str], methods: set[str]) -> lis
     return found
 
 
-def _forward(
-    src: SourceText, text: str, node: ast.ClassDef, functions: set[str]
-) -> ForwardInfo | None:
+def _forward(src: SourceText, node: ast.ClassDef, functions: set[str]) -> ForwardInfo | None:
     methods = {s.name for s in node.body if isinstance(s, ast.FunctionDef)}
     for stmt in node.body:
         if isinstance(stmt, ast.FunctionDef) and stmt.name == "forward":
@@ -338,17 +335,17 @@ def _forward(
             return ForwardInfo(
                 span=src.span(stmt.lineno, stmt.col_offset, stmt.end_lineno, stmt.end_col_offset),
                 name_span=Span(stmt.lineno, name_col, stmt.lineno, name_col + len("forward")),
-                params=_params(src, text, stmt),
+                params=_params(src, stmt),
                 helpers=_helpers(stmt, functions, methods - {"forward"}),
             )
     return None
 
 
-def _comment_lines(text: str, src: SourceText) -> set[int]:
+def _comment_lines(text: str, src: SourceText, tree: ast.Module) -> set[int]:
     """Lines that hold nothing but a comment (via tokenize, so strings are not mistaken)."""
     lines: set[int] = set()
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        for tok in tokens(text, tree.body):
             if tok.type == tokenize.COMMENT and not src.line(tok.start[0])[: tok.start[1]].strip():
                 lines.add(tok.start[0])
     except (tokenize.TokenError, SyntaxError, ValueError):
@@ -504,12 +501,12 @@ def parse(text: str) -> ParseResult:
     defs = {n.name: n for n in defs_list}
     kinds = _classify(defs)
     functions = _module_functions(tree)
-    comments = _comment_lines(text, src)
+    comments = _comment_lines(text, src, tree)
     result = ParseResult(defined=top_level_names(tree))
     attached: set[int] = set()
     forwards: dict[str, ForwardInfo | None] = {}
     for node in defs_list:
-        forwards[node.name] = _forward(src, text, node, functions)
+        forwards[node.name] = _forward(src, node, functions)
     for node in defs_list:
         candidate, certain = kinds.get(node.name, (False, False))
         lines = _directive_lines(node, comments, src)
@@ -535,7 +532,7 @@ def parse(text: str) -> ParseResult:
             body=src.span(
                 node.body[0].lineno, node.body[0].col_offset, node.end_lineno, node.end_col_offset
             ),
-            bases=[ast.get_source_segment(text, b) or "" for b in node.bases],
+            bases=[src.segment(b) or "" for b in node.bases],
             certain=certain,
             forward=forwards[node.name],
             inherited_forward=None

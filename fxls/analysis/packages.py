@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import keyword
 import os
+import re
 from dataclasses import dataclass
 
 
@@ -42,6 +43,10 @@ class ModuleLocation:
         return self.name.rpartition(".")[0]
 
 
+_RELATIVE = re.compile(r"\bfrom[\s\\]*\.")
+"""What every relative import holds: ``from``, spaces or line continuations, a dot."""
+
+
 def _identifier(name: str) -> bool:
     return name.isidentifier() and not keyword.iskeyword(name)
 
@@ -49,6 +54,8 @@ def _identifier(name: str) -> bool:
 def relative_import_depth(text: str) -> int:
     """The deepest ``level`` of the file's relative imports (``from ..x import y`` is 2);
     0 when it has none or does not parse."""
+    if not _RELATIVE.search(text):
+        return 0  # no ``from`` followed by a dot: nothing to parse for
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):

@@ -29,11 +29,11 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
-import io
 import json
 import os
 import pickle
 import re
+import threading
 import tokenize
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -43,6 +43,7 @@ from typing import Any
 from fxls.protocol.codec import to_dict
 from fxls.protocol.copies import expanded
 from fxls.protocol.model import ClassRequest, ModuleResult
+from fxls.protocol.positions import tokens
 
 ENV_SWITCH = "FXLS_CAPTURE_CACHE"
 """``FXLS_CAPTURE_CACHE=0`` turns the cache off (every version captures every class)."""
@@ -265,13 +266,43 @@ def _move(obj: Any, mapping: dict[int, int]) -> None:
 # -- units ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Reach:
+    """What one top-level statement mentions, from one walk of it."""
+
+    touched: frozenset[str]
+    """Every name it mentions or binds (``_touched``)."""
+    declared_global: frozenset[str]
+    dynamic: bool
+    """It reaches names dynamically or imports ``*``."""
+    stored: frozenset[str]
+    """The root names of the attributes it stores into."""
+    called: frozenset[str]
+    """The root names of its ``set_*``/``register*``/... calls."""
+
+    def entangled(self, imported: set[str]) -> bool:
+        """``_entangled``: reaches beyond the names the graph follows."""
+        return (
+            self.dynamic
+            or not self.stored.isdisjoint(imported)
+            or not self.called.isdisjoint(imported)
+        )
+
+
+_REACHES: OrderedDict[bytes, _Reach] = OrderedDict()
+"""Each statement's reach by a digest of its source: an edit inside one class walks that class
+only, not the whole file again."""
+_MAX_REACHES = 4096
+_REACHES_LOCK = threading.Lock()
+
+
 @dataclass
 class _Statement:
     node: ast.stmt | None
     """None for the comment lines after the last statement."""
     first: int
     last: int
-    names: set[str] = field(default_factory=set)
+    reach: _Reach = _Reach(frozenset(), frozenset(), False, frozenset(), frozenset())
     job_wide: bool = False
 
 
@@ -280,11 +311,11 @@ def units_of(text: str, requests: list[ClassRequest], context: str) -> list[Unit
     cannot be read so (every class is then captured, as without a cache)."""
     try:
         tree = ast.parse(text)
-        code = _code_lines(text)
+        code = _code_lines(text, tree)
     except (SyntaxError, ValueError, tokenize.TokenError, IndentationError):
         return None
-    statements = _statements(tree, len(text.split("\n")))
-    imported, bound = _module_names(tree)
+    statements = _statements(tree, text.split("\n"))
+    imported, bound = _module_names(tree, statements)
     parent = list(range(len(statements)))
 
     def find(i: int) -> int:
@@ -299,12 +330,12 @@ def units_of(text: str, requests: list[ClassRequest], context: str) -> list[Unit
             parent[max(ra, rb)] = min(ra, rb)
 
     # statements that run at import are in every key; the others must not reach further
-    if any(_entangled(s.node, imported) for s in statements if s.node and not s.job_wide):
+    if any(s.reach.entangled(imported) for s in statements if s.node and not s.job_wide):
         for i in range(1, len(statements)):
             union(0, i)
     by_name: dict[str, int] = {}
     for i, st in enumerate(statements):
-        for name in st.names & bound:
+        for name in st.reach.touched & bound:
             if name in by_name:
                 union(by_name[name], i)
             else:
@@ -315,7 +346,8 @@ def units_of(text: str, requests: list[ClassRequest], context: str) -> list[Unit
     factories = [
         i
         for i, st in enumerate(statements)
-        if isinstance(st.node, (ast.FunctionDef, ast.AsyncFunctionDef)) and st.names & classes
+        if isinstance(st.node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and st.reach.touched & classes
     ]
     for i in factories[1:]:
         union(factories[0], i)
@@ -373,7 +405,7 @@ def _request_key(req: ClassRequest, index: dict[int, int]) -> Any:
     return data
 
 
-def _code_lines(text: str) -> dict[int, str]:
+def _code_lines(text: str, tree: ast.Module) -> dict[int, str]:
     """Line number -> the code of that line (without a trailing comment), for the lines that
     hold code or a ``# fxls:`` directive; lines inside a string are code."""
     lines = text.split("\n")
@@ -382,7 +414,7 @@ def _code_lines(text: str) -> dict[int, str]:
     inside: set[int] = set()
     skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
     skip.add(tokenize.ENDMARKER)
-    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+    for tok in tokens(text, tree.body):
         if tok.type == tokenize.COMMENT:
             comment_at[tok.start[0]] = tok.start[1]
             continue
@@ -405,17 +437,77 @@ def _code_lines(text: str) -> dict[int, str]:
     return code
 
 
-def _statements(tree: ast.Module, count: int) -> list[_Statement]:
+def _statements(tree: ast.Module, lines: list[str]) -> list[_Statement]:
     out: list[_Statement] = []
     first = 1
     for node in tree.body:
         last = node.end_lineno or node.lineno
-        st = _Statement(node, first, last, _touched(node), _runs_at_import(node))
+        st = _Statement(node, first, last, _reach(node, lines), _runs_at_import(node))
         out.append(st)
         first = last + 1
-    if first <= count:
-        out.append(_Statement(None, first, count, set(), True))
+    if first <= len(lines):
+        out.append(_Statement(None, first, len(lines), job_wide=True))
     return out
+
+
+def _reach(node: ast.stmt, lines: list[str]) -> _Reach:
+    """``node``'s reach, walked once per source of a statement (the memo is bounded)."""
+    start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+    end = node.end_lineno or node.lineno
+    source = "\n".join(lines[start - 1 : end])
+    where = f"{node.col_offset}:{node.end_col_offset}\n"
+    key = hashlib.blake2b((where + source).encode("utf-8", "surrogatepass"), digest_size=20)
+    digest = key.digest()
+    with _REACHES_LOCK:
+        reach = _REACHES.get(digest)
+        if reach is not None:
+            _REACHES.move_to_end(digest)
+            return reach
+        reach = _REACHES[digest] = _walk(node)
+        if len(_REACHES) > _MAX_REACHES:
+            _REACHES.popitem(last=False)
+        return reach
+
+
+def _walk(node: ast.stmt) -> _Reach:
+    declared: set[str] = set()
+    stored: set[str] = set()
+    called: set[str] = set()
+    dynamic = False
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Global):
+            declared.update(sub.names)
+        dynamic = dynamic or _dynamic(sub)
+        if isinstance(sub, ast.Attribute) and not isinstance(sub.ctx, ast.Load):
+            stored.add(_root_name(sub) or "")
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr.startswith(_GLOBAL_CALL_PREFIXES)
+        ):
+            called.add(_root_name(sub.func) or "")
+    stored.discard("")
+    called.discard("")
+    return _Reach(
+        frozenset(_touched(node)),
+        frozenset(declared),
+        dynamic,
+        frozenset(stored),
+        frozenset(called),
+    )
+
+
+def _dynamic(sub: ast.AST) -> bool:
+    if isinstance(sub, ast.Name):
+        return sub.id in _DYNAMIC_NAMES
+    if isinstance(sub, ast.ImportFrom):
+        return any(a.name == "*" for a in sub.names)
+    if isinstance(sub, ast.Attribute):
+        modules = (
+            sub.attr == "modules" and isinstance(sub.value, ast.Name) and sub.value.id == "sys"
+        )
+        return sub.attr in _DYNAMIC_ATTRS or modules
+    return False
 
 
 def _statement_of(statements: list[_Statement], line: int) -> int | None:
@@ -465,7 +557,7 @@ def _main_guard(test: ast.expr) -> bool:
     )
 
 
-def _module_names(tree: ast.Module) -> tuple[set[str], set[str]]:
+def _module_names(tree: ast.Module, statements: list[_Statement]) -> tuple[set[str], set[str]]:
     """The module-level names bound only by imports (``torch``, ``nn``, ``F``: shared by every
     class, they connect nothing), and the other module-level names (the ones that do)."""
     imported: set[str] = set()
@@ -479,9 +571,8 @@ def _module_names(tree: ast.Module) -> tuple[set[str], set[str]]:
                 other.add(sub.id)
             elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 other.add(sub.name)
-    for sub in ast.walk(tree):
-        if isinstance(sub, ast.Global):
-            other.update(sub.names)
+    for st in statements:
+        other.update(st.reach.declared_global)
     return imported - other - {"*"}, other
 
 
@@ -498,29 +589,3 @@ def _root_name(node: ast.expr) -> str | None:
     while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
         node = node.func if isinstance(node, ast.Call) else node.value
     return node.id if isinstance(node, ast.Name) else None
-
-
-def _entangled(node: ast.stmt, imported: set[str]) -> bool:
-    """A statement through which one class's capture may change what another sees, beyond
-    the names the graph follows: dynamic name access, stores into imported modules, calls
-    that change torch's global state, star imports."""
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name) and sub.id in _DYNAMIC_NAMES:
-            return True
-        if isinstance(sub, ast.ImportFrom) and any(a.name == "*" for a in sub.names):
-            return True
-        if isinstance(sub, ast.Attribute):
-            if sub.attr in _DYNAMIC_ATTRS:
-                return True
-            if sub.attr == "modules" and isinstance(sub.value, ast.Name) and sub.value.id == "sys":
-                return True
-            if not isinstance(sub.ctx, ast.Load) and _root_name(sub) in imported:
-                return True
-        if (
-            isinstance(sub, ast.Call)
-            and isinstance(sub.func, ast.Attribute)
-            and sub.func.attr.startswith(_GLOBAL_CALL_PREFIXES)
-            and _root_name(sub.func) in imported
-        ):
-            return True
-    return False

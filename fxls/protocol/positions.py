@@ -3,13 +3,18 @@
 Python's ``ast`` and ``co_positions()`` report columns as UTF-8 byte offsets; the protocol
 speaks 1-based lines and 0-based code point columns (``fxls.protocol.model.Span``). The AST
 pass on the server and the tracer in the worker both convert here, so a span means the same
-on both sides. Everything here is pure and never raises on odd input.
+on both sides. Everything here but ``tokens`` is pure and never raises on odd input; ``tokens``
+raises as ``tokenize`` does and keeps bounded memos (under a lock).
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import re
+import threading
+import tokenize
+from collections import OrderedDict
 from types import CodeType
 from typing import Any
 
@@ -29,6 +34,78 @@ def contains(outer: Span, inner: Span) -> bool:
 def split_lines(text: str) -> list[str]:
     """Split like Python's tokenizer does (``\\r\\n``, ``\\r``, ``\\n``), no terminators."""
     return _NEWLINE.split(text)
+
+
+_NOT_CODE = frozenset(
+    {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+)
+_TEXTS: OrderedDict[str, tuple[tokenize.TokenInfo, ...]] = OrderedDict()
+_CHUNKS: OrderedDict[tuple[int, str], tuple[tokenize.TokenInfo, ...]] = OrderedDict()
+_MAX_CHUNKS = 256
+_LOCK = threading.Lock()
+
+
+def tokens(text: str, body: list[ast.stmt]) -> tuple[tokenize.TokenInfo, ...]:
+    """The code and comment tokens of ``text`` (``tokenize.generate_tokens`` without NL,
+    NEWLINE, INDENT, DEDENT and ENDMARKER), given ``body``, the statements ``ast.parse(text)``
+    found. Each top-level statement's lines (with the comments above it) are tokenized once per
+    text and first line, so an edit inside one class tokenizes that class only; the last two
+    texts are kept whole. Raises as ``generate_tokens`` does."""
+    with _LOCK:
+        found = _TEXTS.get(text)
+        if found is None:
+            lines = text.split("\n")
+            chunks = _chunks(body, len(lines))
+            if chunks is None:
+                found = _tokenize(text, 0)
+            else:
+                found = tuple(t for a, b in chunks for t in _chunk(lines, a, b))
+            _TEXTS[text] = found
+            if len(_TEXTS) > 2:
+                _TEXTS.popitem(last=False)
+        return found
+
+
+def _chunks(body: list[ast.stmt], count: int) -> list[tuple[int, int]] | None:
+    """(first, last) lines of each top-level statement, the lines above it from the previous
+    one on; None when one starts where the previous ended (``a = 1; b = 2``) or not at column 0."""
+    out: list[tuple[int, int]] = []
+    first = 1
+    for node in body:
+        decorators = getattr(node, "decorator_list", [])
+        start = min([node.lineno, *(d.lineno for d in decorators)])
+        last = node.end_lineno or node.lineno
+        if start < first or node.col_offset != 0:
+            return None
+        out.append((first, last))
+        first = last + 1
+    if first <= count:
+        out.append((first, count))
+    return out
+
+
+def _chunk(lines: list[str], first: int, last: int) -> tuple[tokenize.TokenInfo, ...]:
+    source = "\n".join(lines[first - 1 : last]) + ("\n" if last < len(lines) else "")
+    key = (first, source)
+    found = _CHUNKS.get(key)
+    if found is not None:
+        _CHUNKS.move_to_end(key)
+        return found
+    found = _CHUNKS[key] = _tokenize(source, first - 1)
+    if len(_CHUNKS) > _MAX_CHUNKS:
+        _CHUNKS.popitem(last=False)
+    return found
+
+
+def _tokenize(source: str, offset: int) -> tuple[tokenize.TokenInfo, ...]:
+    """The code and comment tokens of ``source``, ``offset`` lines further down."""
+    return tuple(
+        tok._replace(
+            start=(tok.start[0] + offset, tok.start[1]), end=(tok.end[0] + offset, tok.end[1])
+        )
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type not in _NOT_CODE
+    )
 
 
 class SourceText:
@@ -87,6 +164,14 @@ class SourceText:
         parts += [self.line(n) for n in range(span.line + 1, span.end_line)]
         parts.append(self.line(span.end_line)[: span.end_col])
         return "\n".join(parts)
+
+    def segment(self, node: ast.expr) -> str | None:
+        """``ast.get_source_segment(source, node)``, without splitting the whole source again
+        for a node on one line (the standard function splits it at every call)."""
+        line, end_col = node.lineno, node.end_col_offset
+        if line != node.end_lineno or end_col is None or not 1 <= line <= len(self.lines):
+            return ast.get_source_segment(self.source, node)
+        return self.lines[line - 1].encode()[node.col_offset : end_col].decode()
 
     def node_span(self, node: ast.AST) -> Span:
         """The span of an AST node."""

@@ -226,3 +226,22 @@ def test_a_user_pass_joins_its_function_to_the_class_and_moves_with_it() -> None
     shifted = incremental.Unit(unit.classes, unit.key, [n + 1 for n in unit.lines])
     moved = incremental.relocate(incremental.store([module], unit, [], None), shifted)
     assert moved is not None and moved[0].passes[0].line == def_line + 1
+
+
+def test_units_are_the_same_whether_statements_were_walked_before_or_not() -> None:
+    texts = [BASE, BASE.replace("return x + 1", "return x + 2")]
+    texts += [
+        BASE.replace("return torch.relu(x) * WIDTH", f"{code}\n        return x")
+        for code in ("globals()['B']", "torch.manual_seed(0)", "cfg.extra = 1")
+    ]
+    # the same statement stores into an imported module in one text, into a variable in another
+    imported = texts[-1].replace("WIDTH = 8\n", "WIDTH = 8\nimport cfg\n")
+    bound = texts[-1].replace("WIDTH = 8\n", "WIDTH = 8\ncfg = object()\n")
+    for text in [*texts, imported, bound]:
+        warm = {name: (u.key, u.lines) for name, u in units(text).items()}
+        incremental._REACHES.clear()
+        assert {name: (u.key, u.lines) for name, u in units(text).items()} == warm
+    found = units(imported)
+    assert found["A"] is found["B"]
+    found = units(bound)
+    assert found["A"] is not found["B"]

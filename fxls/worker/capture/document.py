@@ -234,6 +234,11 @@ def _namespace_package(name: str, folder: str) -> None:
     spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
     spec.submodule_search_locations = [folder]
     module = importlib.util.module_from_spec(spec)
+    init = os.path.join(folder, "__init__.py")
+    if os.path.isfile(init):
+        # where the package is (not run): ``inspect.getfile`` of a module without a file
+        # raises, and TorchDynamo calls it on the modules of the code it compiles
+        module.__file__ = init
     sys.modules[name] = module
     parent, _, child = name.rpartition(".")
     if parent and parent in sys.modules:

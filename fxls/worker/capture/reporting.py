@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import traceback
 from typing import Any
 
@@ -39,10 +40,14 @@ def safe_str(exc: BaseException) -> str:
     return text
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def one_line(exc: BaseException) -> str:
-    """``TypeError: first line of the message``."""
+    """``TypeError: first line of the message``, without the memory addresses of object
+    reprs (``<... object at 0x7f6c642717d0>``), which differ on every run."""
     text = safe_str(exc).strip().splitlines()
-    first = text[0] if text else ""
+    first = _ADDRESS.sub("", text[0]) if text else ""
     name = type(exc).__name__
     return f"{name}: {first}" if first and not first.startswith(name) else (first or name)
 

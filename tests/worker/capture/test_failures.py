@@ -18,6 +18,7 @@ from fxls.protocol.model import (
     Span,
 )
 from fxls.worker.capture.pipeline import run_capture
+from fxls.worker.capture.reporting import one_line
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "capture" / "trace_failures.py"
 TEXT = FIXTURE.read_text(encoding="utf-8")
@@ -283,3 +284,10 @@ def test_a_failure_in_an_inherited_forward_of_another_file_quotes_that_code(
     assert failure.span.line == 5
     assert "`if x.sum() > 0:` in `GenericHead.forward`" in failure.message, failure.message
     assert "fxls_generic_heads.py, line 6)" in failure.message, failure.message
+
+
+def test_a_cause_in_one_line_has_no_memory_addresses() -> None:
+    """Object reprs in an exception (``<module 'vit_pytorch' (<...NamespaceLoader object at
+    0x7f6c642717d0>)>``) would make ``fxls check`` print other text on every run."""
+    exc = TypeError(f"{object()!r} is a built-in module")
+    assert one_line(exc) == "TypeError: <object object> is a built-in module"

@@ -14,7 +14,7 @@ does (json.loads + from_dict, which expands copied nodes), with the result's siz
 With ``--file`` it captures every class of a model file instead (what an edit inside one of
 its classes captures when the classes form one unit: the edited class, its parents and its
 children), with the file's depth set by ``--depth`` (GPT ``n_layer``, ResNet ``layers``),
-and prints each class's steps; ``--profile N`` writes cProfile's top N functions of one
+and prints each class's steps and the whole capture's wall and CPU time; ``--profile N`` writes cProfile's top N functions of one
 such child (cumulative and own time) to stderr.
 
 Usage: .venv/bin/python bench/capture_phases.py [--runs 3] [--models gpt48,llama7b,resnet50]
@@ -67,9 +67,9 @@ def file_child(path: Path, text: str, profile: int, out: int) -> None:
 
         profiler = cProfile.Profile()
         profiler.enable()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     result = run_capture_for_wire(job, lambda *_: None)
-    spent = {"capture": time.perf_counter() - started}
+    spent = {"capture": time.perf_counter() - started, "capture CPU": time.process_time() - cpu}
     if profiler is not None:
         import pstats
 

@@ -67,7 +67,7 @@ from fxls.protocol.model import (
 )
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.pipeline import capture_document
-from fxls.worker.capture.shapes.propagation import PARENT_SHAPES_ENV
+from fxls.worker.capture.shapes.propagation import PARENT_SHAPES_ENV, ZERO_ONE_ENV
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY
 from fxls.worker.capture.trace import reuse
 from fxls.worker.capture.trace.tracer import SpanTracer
@@ -178,10 +178,36 @@ async def worker_without_parent_shapes(tmp_path_factory) -> AsyncIterator[Worker
 async def test_results_are_the_same_with_shapes_from_the_parents_run(
     worker, worker_without_parent_shapes, path: Path
 ) -> None:  # type: ignore[no-untyped-def]
+    await _same_as_the_defaults(worker, worker_without_parent_shapes, path)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def worker_without_zero_one_static(tmp_path_factory) -> AsyncIterator[WorkerClient]:  # type: ignore[no-untyped-def]
+    """A zygote whose symbolic runs with every named dimension 0 or 1 run in a ``ShapeEnv``
+    (``FXLS_ZERO_ONE_STATIC=0``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ZERO_ONE_ENV, "0")  # the worker takes FXLS_* when it is made
+        client = WorkerClient(scratch_dir=str(tmp_path_factory.mktemp("scratch-zero-one")))
+    await client.start()
+    yield client
+    await client.close()
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+async def test_results_are_the_same_with_zero_one_runs_at_static_sizes(
+    worker, worker_without_zero_one_static, path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    await _same_as_the_defaults(worker, worker_without_zero_one_static, path)
+
+
+async def _same_as_the_defaults(worker: WorkerClient, other: WorkerClient, path: Path) -> None:
+    """What ``other`` shows for ``path`` is what the default worker shows."""
     text = path.read_text()
     options = EngineOptions(limits=LIMITS)
     request = AnalysisRequest(str(path), text)
-    off = _seen(await analyze(worker_without_parent_shapes, request, options=options), text)
+    off = _seen(await analyze(other, request, options=options), text)
     if path not in _WITH_ALL:
         _WITH_ALL[path] = _seen(await analyze(worker, request, options=options), text)
     on = _WITH_ALL[path]

@@ -7,6 +7,7 @@ import math
 import resource
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,7 +18,13 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
 
 from fxls.protocol.model import Value
-from fxls.worker.capture.shapes.propagation import ExampleInput, Propagation, propagate, warm_up
+from fxls.worker.capture.shapes.propagation import (
+    ZERO_ONE_ENV,
+    ExampleInput,
+    Propagation,
+    propagate,
+    warm_up,
+)
 
 # --- models ----------------------------------------------------------------------------
 
@@ -360,6 +367,35 @@ def test_symbolic_false_and_unnamed_dims_are_static() -> None:
     prop = propagate(gm, unnamed)
     assert prop.mode == "meta"
     assert shape(prop, "head") == [2, 9, 100]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_names_of_size_one_run_at_static_sizes_with_the_same_results(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    factory, inputs = CASES[name]
+    # ``# fxls: x = (B=1, 3, 224, 224)``: the batch named and 1, every other size a number
+    ones = [
+        replace(i, dims=[("B", 1) if n == "B" else (None, s) for n, s in i.dims])
+        if i.kind == "tensor"
+        else i
+        for i in inputs
+    ]
+    gm = trace(build(factory, "meta"))
+    fast = propagate(gm, ones)
+    assert fast.mode == "symbolic" and fast.run is not None and fast.run.shape_env is None
+    monkeypatch.setenv(ZERO_ONE_ENV, "0")
+    slow = propagate(gm, ones)
+    assert slow.run is not None and slow.run.shape_env is not None
+    assert fast.values == slow.values
+    assert (fast.error, fast.notes, fast.fixed) == (slow.error, slow.notes, slow.fixed)
+
+
+def test_a_named_size_above_one_keeps_the_run_symbolic() -> None:
+    gm = trace(build(TokenModel, "meta"))
+    prop = propagate(gm, [tensor("idx", ("B", 1), ("T", 9), dtype=torch.int64)])
+    assert prop.run is not None and prop.run.shape_env is not None
+    assert shape(prop, "head") == [1, "T", 100]
 
 
 def test_specialization_is_noted() -> None:

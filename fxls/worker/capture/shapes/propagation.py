@@ -63,6 +63,7 @@ __all__ = [
     "PARENT_SHAPES_ENV",
     "RERUN_BUDGET_S",
     "RERUN_NODES",
+    "ZERO_ONE_ENV",
     "DtypeMismatch",
     "ExampleInput",
     "Propagation",
@@ -109,7 +110,9 @@ class Propagation:
     """Node name -> the example value itself (fake/meta tensor, SymInt, Python value)."""
     error: ShapeError | None
     mode: str
-    """``symbolic``, ``fake`` or ``meta``."""
+    """``symbolic``, ``fake`` or ``meta``: how the run treated named dimensions (a run asked
+    to be symbolic whose named dimensions are all 0 or 1 ran at static sizes and is
+    ``symbolic`` too: torch makes those sizes numbers, :func:`_zero_one_run`)."""
     notes: list[str] = field(default_factory=list)
     """Things the user should know, e.g. a named dimension fixed to its example size."""
     namer: Any = None
@@ -535,6 +538,9 @@ def propagate(
     with quiet_loggers(), data_free_torch():
         if not (symbolic and _is_named(inputs)):
             return _run_static(gm, inputs, device, reuse)
+        ones = _zero_one_run(gm, inputs, device, reuse)
+        if ones is not None:
+            return ones
         started = time.perf_counter()
         result = _run_fake(gm, inputs, device, symbolic=True, reuse=reuse)
         took = time.perf_counter() - started
@@ -561,6 +567,44 @@ def propagate(
             again = rerun_allowed(took, len(gm.graph.nodes))
             _generalize(gm, inputs, device, reuse, result, again=again)
         return result
+
+
+ZERO_ONE_ENV = "FXLS_ZERO_ONE_STATIC"
+"""``0`` in the worker's environment: a symbolic run whose named dimensions are all 0 or 1 runs
+in a ``ShapeEnv`` as the others do instead of at static sizes (:func:`_zero_one_run`), to
+compare."""
+
+
+def _zero_one_run(
+    gm: torch.fx.GraphModule,
+    inputs: list[ExampleInput],
+    device: torch.device,
+    reuse: Copies | None,
+) -> Propagation | None:
+    """A symbolic run made at static sizes when every named dimension of the inputs is 0 or 1
+    (``B=1``): a ``ShapeEnv`` makes such sizes numbers when it makes the fake inputs
+    (``specialize_zero_one``), so the symbolic run would hold no symbol and fix no name, and
+    the static run gives its results without the symbolic fake dispatch. None when the static
+    run fails or notes something (the symbolic run then runs and words it as it does)."""
+    if os.environ.get(ZERO_ONE_ENV) == "0" or not _zero_one_only(inputs):
+        return None
+    static = _run_static(gm, inputs, device, reuse)
+    if static.error is not None or static.notes:
+        return None
+    static.mode = "symbolic"
+    return static
+
+
+def _zero_one_only(inputs: list[ExampleInput]) -> bool:
+    """Whether every named dimension of the inputs is 0 or 1 and no tensor inside a value has
+    named dimensions (a symbolic run makes those afresh, a static one copies the value's)."""
+    for inp in inputs:
+        if inp.kind != "tensor":
+            if any(name for dims in inp.inner_dims or [] for name, _ in dims):
+                return False
+        elif any(name and size not in (0, 1) for name, size in inp.dims):
+            return False
+    return True
 
 
 PARENT_SHAPES_ENV = "FXLS_PARENT_SHAPES"

@@ -160,16 +160,23 @@ async def test_results_are_the_same_with_and_without_the_speedup(
     assert not differ, differ[:5]
 
 
+async def _worker_with(switch: str, scratch: Path) -> AsyncIterator[WorkerClient]:
+    """A zygote made with the environment variable ``switch`` set to ``0`` (the worker takes
+    ``FXLS_*`` when it is made)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(switch, "0")
+        client = WorkerClient(scratch_dir=str(scratch))
+    await client.start()
+    yield client
+    await client.close()
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def worker_without_parent_shapes(tmp_path_factory) -> AsyncIterator[WorkerClient]:  # type: ignore[no-untyped-def]
     """A zygote whose captures compute every class's shapes on their own
     (``FXLS_PARENT_SHAPES=0``: no ``shapes.propagate_within``)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(PARENT_SHAPES_ENV, "0")  # the worker takes FXLS_* when it is made
-        client = WorkerClient(scratch_dir=str(tmp_path_factory.mktemp("scratch-own-shapes")))
-    await client.start()
-    yield client
-    await client.close()
+    async for client in _worker_with(PARENT_SHAPES_ENV, tmp_path_factory.mktemp("own-shapes")):
+        yield client
 
 
 @pytest.mark.slow
@@ -185,12 +192,8 @@ async def test_results_are_the_same_with_shapes_from_the_parents_run(
 async def worker_without_zero_one_static(tmp_path_factory) -> AsyncIterator[WorkerClient]:  # type: ignore[no-untyped-def]
     """A zygote whose symbolic runs with every named dimension 0 or 1 run in a ``ShapeEnv``
     (``FXLS_ZERO_ONE_STATIC=0``)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(ZERO_ONE_ENV, "0")  # the worker takes FXLS_* when it is made
-        client = WorkerClient(scratch_dir=str(tmp_path_factory.mktemp("scratch-zero-one")))
-    await client.start()
-    yield client
-    await client.close()
+    async for client in _worker_with(ZERO_ONE_ENV, tmp_path_factory.mktemp("zero-one")):
+        yield client
 
 
 @pytest.mark.slow

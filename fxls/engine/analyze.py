@@ -572,8 +572,6 @@ async def analyze(
             await _incremental(run, cache, context)
         else:
             await _capture(run)
-    for module in result.modules:  # a class's fallback captures may report the same failure
-        module.diagnostics = dedupe(module.diagnostics)
     result.diagnostics = dedupe(diagnostics + [d for m in result.modules for d in m.diagnostics])
     result.duration_s = time.monotonic() - started
     return result

@@ -18,6 +18,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from types import CodeType, TracebackType
 
+import fxls
 from fxls.protocol import catalogue
 from fxls.protocol.model import Related, Span
 from fxls.protocol.positions import SourceText
@@ -129,9 +130,7 @@ def _quoted(exc: BaseException, source: SourceText, span: Span | None) -> tuple[
     return elsewhere(exc) or ("", "")
 
 
-_FXLS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).replace(
-    "\\", "/"
-)
+_FXLS = os.path.dirname(os.path.abspath(fxls.__file__)).replace("\\", "/")
 """The fxls package folder (its frames are never the user's code)."""
 
 

@@ -25,10 +25,7 @@ class Net(nn.Module):
 
 
 async def _analyze(worker: WorkerClient, tmp_path: Path, source: str):  # type: ignore[no-untyped-def]
-    path = tmp_path / "train.py"
-    text = textwrap.dedent(source)
-    path.write_text(text)
-    return await analyze(worker, AnalysisRequest(str(path), text, root=str(tmp_path)))
+    return await _analyze_at(worker, tmp_path / "train.py", tmp_path, source)
 
 
 def _line_of(source: str, needle: str) -> int:

@@ -628,13 +628,14 @@ def _assumed(
     """Guessed values for every required parameter (configs from their candidates); channel
     counts are multiples of ``groups`` (the group norm size the class defaults to)."""
     options: list[list[tuple[Any, str, str | None]]] = []
+    wrapped = _wrapped_modules(cls)
     for p in required:
         configs = config_options.get(p.name) or []
         if configs:
             options.append([(c.value, c.text, c.init_text) for c in configs])
             continue
         annotation = annotations.get(p.name, p.empty)
-        if annotation is p.empty and wraps_module(cls, p.name):
+        if annotation is p.empty and p.name in wrapped:
             identity = _identity_text(doc)
             options.append([(nn.Identity(), identity, identity)])
             continue
@@ -664,27 +665,26 @@ def _values(doc: ExecutedDocument, cls: type, name: str, annotation: Any, groups
     return values or _class_choices(doc, name)
 
 
-def wraps_module(cls: type, param: str) -> bool:
-    """Whether ``cls`` keeps ``param`` as an attribute that another method calls
-    (``self.fn = fn`` in ``__init__``, ``self.fn(self.norm(x)) + x`` in ``forward``): a wrapper
-    of a module, such as ``PreNorm(dim, fn)``, given ``nn.Identity()`` when nothing in the file
-    says what it wraps."""
+def _wrapped_modules(cls: type) -> set[str]:
+    """The parameters ``cls`` keeps as an attribute that another method calls (``self.fn = fn``
+    in ``__init__``, ``self.fn(self.norm(x)) + x`` in ``forward``): wrapped modules, as in
+    ``PreNorm(dim, fn)``, given ``nn.Identity()`` when nothing in the file says what they wrap."""
     try:
         tree = ast.parse(_dedent(inspect.getsource(cls)))
     except (OSError, TypeError, SyntaxError):
-        return False
-    kept: set[str] = set()
+        return set()
+    kept: dict[str, set[str]] = {}
     called: set[str] = set()
     for fn in ast.walk(tree):
         if not isinstance(fn, ast.FunctionDef):
             continue
         for node in ast.walk(fn):
             if fn.name == "__init__" and isinstance(node, ast.Assign):
-                if isinstance(node.value, ast.Name) and node.value.id == param:
-                    kept.update(_self_attributes(node.targets))
+                if isinstance(node.value, ast.Name):
+                    kept.setdefault(node.value.id, set()).update(_self_attributes(node.targets))
             elif fn.name != "__init__" and isinstance(node, ast.Call):
                 called.update(_self_attributes([node.func]))
-    return bool(kept & called)
+    return {param for param, attributes in kept.items() if attributes & called}
 
 
 def _identity_text(doc: ExecutedDocument) -> str:

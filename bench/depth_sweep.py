@@ -4,7 +4,8 @@ For GPT-2-style decoders of 2/4/12/48/96 blocks (bench/models/gpt48.py with anot
 ``n_layer``), ResNets of Bottleneck blocks [2,2,2,2] / [3,4,6,3] / [3,8,36,3] (the depths of
 ResNet-26, -50 and -152; bench/models/resnet50.py with other ``layers``) and Llama-7B-width
 decoders of 2 and 32 layers (bench/models/llama7b.py), it measures:
-  edit      - didChange -> publishDiagnostics for that version, warm server and worker,
+  edit      - didChange -> publishDiagnostics for that version, warm server and worker
+              (its warm-up finished),
               debounce 0, every class of the file captured (what an editor waits for), with
               identical sub-blocks traced once (default) and, in a second server started with
               FXLS_REUSE_BLOCKS=0, every block traced;
@@ -151,6 +152,9 @@ async def bench_edits(
                 path = folder / f"{variant.family}_{variant.blocks}.py"
                 uri = uris[(key, variant.label)] = bench.open(path, variant.text())
                 await bench.published(uri, 1)  # warm: worker up, lazily loaded parts loaded
+        for key, bench in servers.items():  # the worker's warm-up done: an editor's steady state
+            if not await bench.warmed():
+                print(f"  {key}: the worker's warm-up did not finish", file=sys.stderr)
         samples: dict[tuple[str, str], list[float]] = {k: [] for k in uris}
         cpu: dict[tuple[str, str], list[float]] = {k: [] for k in uris}
         for run in range(runs):

@@ -42,6 +42,8 @@ SETTINGS = {
     "limits": {"timeoutSeconds": 120, "cpuSeconds": 120, "memoryMB": 8192},
 }
 SMALL = ROOT / "docs" / "examples" / "cnn.py"
+WARMED = "warm-up of common operators finished"
+"""What the worker logs when its last warm-up step is done."""
 
 
 class Bench:
@@ -59,6 +61,13 @@ class Bench:
             self.arrived.set()
 
         features[types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS] = record
+        self.logs: list[str] = []
+
+        def logged(params: types.LogMessageParams) -> None:
+            self.logs.append(params.message)
+            self.arrived.set()
+
+        features[types.WINDOW_LOG_MESSAGE] = logged
         for method in (types.WORKSPACE_INLAY_HINT_REFRESH, types.WORKSPACE_CODE_LENS_REFRESH):
             features[method] = lambda params: None
 
@@ -123,6 +132,22 @@ class Bench:
             except asyncio.TimeoutError:
                 pass
         return self.arrivals[(uri, version)]
+
+    async def warmed(self, timeout: float = 120.0) -> bool:
+        """Wait until the worker says its warm-up is done (the zygote's last background step,
+        which runs once no job has run for a moment: an editor's steady state); False when it
+        did not say so within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while not any(WARMED in line for line in self.logs):
+            self.arrived.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self.arrived.wait(), timeout=min(remaining, 1.0))
+            except asyncio.TimeoutError:
+                pass
+        return True
 
     async def stats(self) -> Any:
         return await self.client.protocol.send_request_async("fxls/stats", None)
@@ -212,6 +237,7 @@ async def bench_edits(names: list[str], runs: int) -> dict[str, Any]:
             path = ROOT / "bench" / "models" / MODELS[name][0]
             uri = bench.open(path)
             await bench.published(uri, 1)  # warm: worker up, file in the page cache
+            await bench.warmed()
             samples = []
             for run in range(runs):
                 version = run + 2

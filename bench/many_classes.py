@@ -646,6 +646,7 @@ async def bench_edits(folder: Path, runs: int, before: str | None) -> dict[str, 
             for key, text in texts.items():
                 uris[s + key] = bench.open(folder / f"{key}.py", text)
                 await bench.published(uris[s + key], 1)  # warm: every class captured once
+            await bench.warmed()  # the worker's warm-up done: an editor's steady state
         for run in range(runs + 1):  # the first round warms the edit's path; not counted
             order = list(texts.items()) if run % 2 else list(reversed(texts.items()))
             for s, bench in servers.items():

@@ -162,7 +162,7 @@ class Block(nn.Module):
 
 
 class Model(nn.Module):
-    def __init__(self, vocab=64, dim=32, heads=4, block=16, layers=2):
+    def __init__(self, vocab=64, dim=768, heads=12, block=1024, layers=2):
         super().__init__()
         self.wte = nn.Embedding(vocab, dim)
         self.wpe = nn.Embedding(block, dim)

@@ -18,10 +18,11 @@ differ from a trace is refused.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import tracemalloc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,11 @@ from fxls.protocol.model import (
 )
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.pipeline import capture_document
-from fxls.worker.capture.shapes.propagation import PARENT_SHAPES_ENV, ZERO_ONE_ENV
+from fxls.worker.capture.shapes.propagation import (
+    ELEMENTWISE_ENV,
+    PARENT_SHAPES_ENV,
+    ZERO_ONE_ENV,
+)
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY
 from fxls.worker.capture.trace import reuse
 from fxls.worker.capture.trace.tracer import SpanTracer
@@ -203,6 +208,23 @@ async def test_results_are_the_same_with_zero_one_runs_at_static_sizes(
     worker, worker_without_zero_one_static, path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     await _same_as_the_defaults(worker, worker_without_zero_one_static, path)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def worker_without_elementwise_rules(tmp_path_factory) -> AsyncIterator[WorkerClient]:  # type: ignore[no-untyped-def]
+    """A zygote whose symbolic runs dispatch every elementwise operator
+    (``FXLS_ELEMENTWISE_RULES=0``: no ``shapes.elementwise`` answers)."""
+    async for client in _worker_with(ELEMENTWISE_ENV, tmp_path_factory.mktemp("elementwise")):
+        yield client
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+async def test_results_are_the_same_with_elementwise_rules(
+    worker, worker_without_elementwise_rules, path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    await _same_as_the_defaults(worker, worker_without_elementwise_rules, path)
 
 
 async def _same_as_the_defaults(worker: WorkerClient, other: WorkerClient, path: Path) -> None:
@@ -853,20 +875,84 @@ def test_the_convolution_rule_gives_the_kernels_output_on_every_file() -> None:
     # torch's global state); every convolution the rule answers is run as well and compared
     answered = 0
     for path in FILES:
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            os.close(read)
-            try:
-                found = _convolutions_checked(path)
-                os.write(write, json.dumps(found).encode())
-            finally:
-                os._exit(0)
-        os.close(write)
-        with os.fdopen(read, "rb") as pipe:
-            data = pipe.read()
-        os.waitpid(pid, 0)
-        count, differ = json.loads(data)
+        count, differ = _in_child(functools.partial(_convolutions_checked, path))
+        assert not differ, (path.name, differ[:3])
+        answered += count
+    assert answered > 100
+
+
+def _in_child(work: Callable[[], tuple[int, list[str]]]) -> tuple[int, list[str]]:
+    """``work()`` in a forked child (a capture runs user code and changes torch's global
+    state); its answer."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        try:
+            os.write(write, json.dumps(work()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    count, differ = json.loads(data)
+    return count, differ
+
+
+def _elementwise_checked(path: Path) -> tuple[int, list[str]]:
+    """Capture ``path`` (every class) with each answer of ``shapes.elementwise`` compared with
+    the operator's output in the same run: (answers, differences)."""
+    from fxls.worker.capture.shapes import elementwise
+
+    answered = 0
+    differ: list[str] = []
+    saved = {name: getattr(elementwise, name) for name in _RULES}
+
+    def checked(name: str, run: Callable[..., Any]) -> Callable[..., Any]:
+        def rule(*args: Any) -> Any:
+            nonlocal answered
+            fast = saved[name](*args)
+            if fast is not None:
+                answered += 1
+                real = run(*args)
+                got = (fast.shape, fast.stride(), fast.dtype, fast.device, fast.storage_offset())
+                want = (real.shape, real.stride(), real.dtype, real.device, real.storage_offset())
+                if got != want:
+                    differ.append(f"{name} {args[0]}: {got} != {want}")
+            return fast
+
+        return rule
+
+    runs = {
+        "same_layout_function": lambda target, args, kwargs: target(*args, **kwargs),
+        "same_layout_method": lambda name, args, kwargs: getattr(args[0], name)(
+            *args[1:], **kwargs
+        ),
+        "same_layout_module": lambda module, x: module(x),
+    }
+    for name in _RULES:
+        setattr(elementwise, name, checked(name, runs[name]))
+    try:
+        text = path.read_text()
+        job = capture_job(str(path), text, build_requests(parse(text).classes), EngineOptions())
+        capture_document(job, lambda *_: None)
+    finally:
+        for name, rule in saved.items():
+            setattr(elementwise, name, rule)
+    return answered, differ
+
+
+_RULES = ("same_layout_function", "same_layout_method", "same_layout_module")
+
+
+@pytest.mark.slow
+def test_the_elementwise_rules_give_the_operators_output_on_every_file() -> None:
+    # each file is captured in a child process of its own; every answer of a rule is checked
+    # against the operator run on the same fake tensors
+    answered = 0
+    for path in FILES:
+        count, differ = _in_child(functools.partial(_elementwise_checked, path))
         assert not differ, (path.name, differ[:3])
         answered += count
     assert answered > 100

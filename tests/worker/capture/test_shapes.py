@@ -1010,3 +1010,111 @@ def test_convolution_shortcut_gives_what_the_operator_gives(device: str) -> None
                 got = (fast.shape, fast.stride(), fast.dtype, fast.device)
                 assert got == (real.shape, real.stride(), real.dtype, real.device), (conv, x.shape)
     assert answered > 200 and left > 50
+
+
+def test_elementwise_rules_give_what_the_operator_gives() -> None:
+    # shapes.elementwise answers activations, dropout, softmax, masked_fill, arithmetic and
+    # comparisons with a number: shape, strides, dtype and storage offset must be the
+    # operator's, with symbolic and static sizes; anything else goes to the operator
+    import operator
+
+    import torch.nn.functional as F
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
+    )
+
+    from fxls.worker.capture.shapes import elementwise as ew
+
+    for env in (None, ShapeEnv()):
+        mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
+
+        def tensor(
+            *shape: int, dtype: Any = torch.float32, env: Any = env, mode: Any = mode
+        ) -> Any:
+            base = torch.empty(*shape, dtype=dtype, device="meta")
+            dynamic = [
+                DimDynamic.DYNAMIC if i < 2 else DimDynamic.STATIC for i in range(len(shape))
+            ]
+            if env is None:
+                return mode.from_tensor(base, static_shapes=True)
+            return mode.from_tensor(base, symbolic_context=StatelessSymbolicContext(dynamic))
+
+        x = tensor(2, 5, 8)
+        heads = tensor(2, 5, 4, 6).transpose(1, 2)
+        buffer = mode.from_tensor(torch.empty(1, 1, 16, 16, device="meta"), static_shapes=True)
+        mask = mode.from_tensor(
+            torch.empty(5, 8, dtype=torch.bool, device="meta"), static_shapes=True
+        )
+        T = x.shape[1]
+        ints = tensor(2, 5, dtype=torch.int64)
+        function_cases: list[tuple[Any, tuple[Any, ...], dict[str, Any], bool]] = [
+            (F.gelu, (x,), {}, True),
+            (F.gelu, (x,), {"approximate": "tanh"}, True),
+            (F.relu, (x,), {"inplace": False}, True),
+            (torch.tanh, (x,), {}, True),
+            (F.silu, (heads,), {}, False),  # not contiguous
+            (F.relu, (ints,), {}, False),  # not floating
+            (F.dropout, (x, 0.1, True), {}, True),
+            (F.dropout, (x,), {"p": 0.0, "training": False}, True),
+            (operator.add, (x, x), {}, True),
+            (operator.mul, (x, 0.5), {}, True),
+            (operator.truediv, (2, x), {}, True),
+            (operator.add, (x, tensor(5, 8)), {}, False),  # broadcasting
+            (operator.mul, (x, x.half()), {}, False),  # dtypes differ
+            (operator.add, (x, True), {}, False),
+            (F.softmax, (x,), {"dim": -1}, True),
+            (torch.softmax, (x, 1), {}, True),
+            (F.softmax, (x,), {"dim": -1, "dtype": torch.float64}, False),
+            (operator.eq, (x, 0), {}, True),
+            (operator.lt, (1.5, ints), {}, True),
+            (operator.eq, (buffer[:, :, :T, :T], 0), {}, True),  # a slice: row by row, with gaps
+            (operator.ne, (heads, 0), {}, False),  # transposed
+            # [5, 8] broadcasts to [2, 5, 8]; a symbolic T would need a guard T == 5
+            (torch.masked_fill, (x, mask, 0.0), {}, env is None),
+        ]
+        for target, args, kwargs, expected in function_cases:
+            with mode:
+                fast = ew.same_layout_function(target, args, kwargs)
+                real = target(*args, **kwargs)
+            assert (fast is not None) == expected, (target, kwargs, env)
+            if fast is not None:
+                assert _layout(fast) == _layout(real), (target, env)
+        att = tensor(2, 3, 5, 5)
+        with mode:
+            causal = buffer[:, :, :5, :5] == 0
+        method_cases: list[tuple[str, tuple[Any, ...], bool]] = [
+            ("masked_fill", (att, causal, float("-inf")), True),
+            ("softmax", (att, -1), True),
+            ("softmax", (att, 4), False),  # no such dimension
+            ("contiguous", (heads,), True),
+            ("contiguous", (x,), True),
+            ("relu", (x,), True),
+            ("div", (x, x), True),
+            ("ge", (att, 0.0), True),
+        ]
+        for name, args, expected in method_cases:
+            with mode:
+                fast = ew.same_layout_method(name, args, {})
+                assert (fast is not None) == expected, (name, env)
+                if fast is not None:
+                    assert _layout(fast) == _layout(getattr(args[0], name)(*args[1:])), (name, env)
+        for module, expected in [
+            (torch.nn.GELU(), True),
+            (torch.nn.GELU(approximate="tanh"), True),
+            (torch.nn.Dropout(0.2), True),
+            (torch.nn.Softmax(dim=-1), True),
+            (torch.nn.Softmax(), False),  # no dimension given
+            (torch.nn.ELU(), False),  # not answered
+        ]:
+            with mode:
+                fast = ew.same_layout_module(module, x)
+                assert (fast is not None) == expected, (module, env)
+                if fast is not None:
+                    assert _layout(fast) == _layout(module(x)), (module, env)
+
+
+def _layout(t: torch.Tensor) -> Any:
+    return (tuple(t.shape), t.stride(), t.dtype, t.device, t.storage_offset())

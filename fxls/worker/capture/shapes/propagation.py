@@ -46,6 +46,7 @@ import torch
 import torch.fx
 
 from fxls.protocol.model import Value
+from fxls.worker.capture.shapes import elementwise
 from fxls.worker.capture.shapes import sizes as example_sizes
 from fxls.worker.capture.shapes.explain import NoExample, ShapeError, shape_error, target_name
 from fxls.worker.capture.shapes.shortcuts import (
@@ -56,10 +57,12 @@ from fxls.worker.capture.shapes.shortcuts import (
     fast_matmul,
     fast_module,
     fast_sdpa,
+    same_size,
 )
 from fxls.worker.capture.shapes.values import MISSING, Namer, values_of
 
 __all__ = [
+    "ELEMENTWISE_ENV",
     "PARENT_SHAPES_ENV",
     "RERUN_BUDGET_S",
     "RERUN_NODES",
@@ -240,6 +243,19 @@ class _Propagator(torch.fx.Interpreter):
                 run.memo = {}
             self.memo = run.memo
         self._module_keys: dict[str, Any] = {}
+        self.same_layout = (
+            self.memo is not None
+            and run.shape_env is not None
+            and os.environ.get(ELEMENTWISE_ENV) != "0"
+        )
+        """Elementwise operators answered by :mod:`elementwise` (symbolic runs whose results
+        the memo may share: its answers are tensors of the run, shared the same way)."""
+
+    def _fake(self, result: Any) -> Any:
+        """``result`` when it is a tensor of the run's fake mode, else None."""
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        return result if isinstance(result, FakeTensor) else None
 
     def run_node(self, n: torch.fx.Node) -> Any:
         """Run ``n``, reusing the result of an earlier node with identical inputs' metadata.
@@ -313,6 +329,8 @@ class _Propagator(torch.fx.Interpreter):
             module = self.fetch_attr(str(target))
             check_dtype(module, args[0])
             fast = fast_module(module, args[0], args[1:])
+            if fast is None and self.same_layout and len(args) == 1:
+                fast = self._fake(elementwise.same_layout_module(module, args[0]))
             if fast is not None:
                 return fast
         return super().call_module(target, args, kwargs)
@@ -326,6 +344,10 @@ class _Propagator(torch.fx.Interpreter):
             fast = fast_sdpa(tuple(args), dict(kwargs))
             if fast is not None:
                 return fast
+        if self.same_layout:
+            fast = self._fake(elementwise.same_layout_function(target, tuple(args), dict(kwargs)))
+            if fast is not None:
+                return fast
         return super().call_function(target, args, kwargs)
 
     def call_method(self, target: Any, args: Any, kwargs: Any) -> Any:
@@ -333,10 +355,20 @@ class _Propagator(torch.fx.Interpreter):
             fast = fast_matmul(args[0], args[1])
             if fast is not None:
                 return fast
+        if self.same_layout:
+            fast = self._fake(
+                elementwise.same_layout_method(str(target), tuple(args), dict(kwargs))
+            )
+            if fast is not None:
+                return fast
         return super().call_method(target, args, kwargs)
 
 
 # Reuse across repeated layers -----------------------------------------------------------
+
+ELEMENTWISE_ENV = "FXLS_ELEMENTWISE_RULES"
+"""``0`` in the worker's environment: symbolic runs dispatch every elementwise operator (no
+:mod:`~fxls.worker.capture.shapes.elementwise` answers), to compare."""
 
 _MEMO_OPS = frozenset({"call_function", "call_method", "call_module"})
 _NO_MEMO_METHODS = frozenset({"item", "tolist", "nonzero", "unique", "masked_select", "numpy"})
@@ -670,7 +702,7 @@ def _fed_as(value: Any, inp: ExampleInput, namer: Namer) -> bool:
         return False
     if value.layout != torch.strided or value.dim() != len(inp.dims):
         return False
-    if not _same_size(value.storage_offset(), 0):
+    if not same_size(value.storage_offset(), 0):
         return False
     stride: Any = 1
     for (name, size), d, st in reversed(list(zip(inp.dims, value.shape, value.stride()))):
@@ -680,17 +712,10 @@ def _fed_as(value: Any, inp: ExampleInput, namer: Namer) -> bool:
                 return False
         elif isinstance(d, torch.SymInt) or d != size:
             return False
-        if not _same_size(st, stride):
+        if not same_size(st, stride):
             return False
         stride = stride * (d.node.expr if isinstance(d, torch.SymInt) else d)
     return True
-
-
-def _same_size(a: Any, b: Any) -> bool:
-    """Structural equality of two sizes (ints, SymInts or expressions), without a guard."""
-    a = a.node.expr if isinstance(a, torch.SymInt) else a
-    b = b.node.expr if isinstance(b, torch.SymInt) else b
-    return bool(a == b)
 
 
 RERUN_BUDGET_S = 2.0

@@ -21,7 +21,7 @@ MATMULS = {operator.matmul, torch.matmul}
 SDPA = torch.nn.functional.scaled_dot_product_attention
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_size(a: Any, b: Any) -> bool:
     """Structural equality of two sizes (ints or SymInts) that never adds a guard."""
     if isinstance(a, torch.SymInt):
         a = a.node.expr
@@ -31,9 +31,9 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _unify(a: Any, b: Any) -> bool:
-    """``_same``, or a symbolic size that equals the other at its example value: record the
+    """``same_size``, or a symbolic size that equals the other at its example value: record the
     equality (a guard, as the real kernel would) and say yes."""
-    if _same(a, b):
+    if same_size(a, b):
         return True
     if not isinstance(a, torch.SymInt) and not isinstance(b, torch.SymInt):
         return False
@@ -50,9 +50,11 @@ def fast_matmul(a: Any, b: Any) -> torch.Tensor | None:
     if a.dtype != b.dtype or a.device != b.device or a.dim() < 2 or b.dim() < 2:
         return None
     sa, sb = a.shape, b.shape
-    if not _same(sa[-1], sb[-2]):
+    if not same_size(sa[-1], sb[-2]):
         return None
-    if b.dim() == 2 or (a.dim() == b.dim() and all(_same(x, y) for x, y in zip(sa[:-2], sb[:-2]))):
+    if b.dim() == 2 or (
+        a.dim() == b.dim() and all(same_size(x, y) for x, y in zip(sa[:-2], sb[:-2]))
+    ):
         shape = [*sa[:-1], sb[-1]]
     else:
         return None
@@ -103,13 +105,13 @@ def fast_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | N
         return None
     if not (q.device == k.device == v.device and q.dim() == k.dim() == v.dim() >= 2):
         return None
-    if not (all(_same(a, b) for a, b in zip(q.shape[:-2], k.shape[:-2]))
-            and all(_same(a, b) for a, b in zip(k.shape[:-2], v.shape[:-2]))):  # fmt: skip
+    if not (all(same_size(a, b) for a, b in zip(q.shape[:-2], k.shape[:-2]))
+            and all(same_size(a, b) for a, b in zip(k.shape[:-2], v.shape[:-2]))):  # fmt: skip
         return None
     if not (
-        _same(q.shape[-1], k.shape[-1])
-        and _same(q.shape[-1], v.shape[-1])
-        and _same(k.shape[-2], v.shape[-2])
+        same_size(q.shape[-1], k.shape[-1])
+        and same_size(q.shape[-1], v.shape[-1])
+        and same_size(k.shape[-2], v.shape[-2])
     ):
         return None
     return torch.empty_like(q)
@@ -129,14 +131,14 @@ def fast_module(module: Any, x: torch.Tensor, rest: tuple[Any, ...]) -> Any:
             and x.dtype == weight.dtype
             and (bias is None or bias.dtype == weight.dtype)
             and x.device == weight.device
-            and _same(x.shape[-1], module.in_features)
+            and same_size(x.shape[-1], module.in_features)
         ):
             return x.new_empty([*x.shape[:-1], module.out_features])
     elif kind in _BATCHNORMS:
         weight = module.weight
         if (x.dim() == _BATCHNORMS[kind] or (kind is torch.nn.BatchNorm1d and x.dim() == 2)) and (
             (weight is None or (x.dtype == weight.dtype and x.device == weight.device))
-            and _same(x.shape[1], module.num_features)
+            and same_size(x.shape[1], module.num_features)
             and not (module.training and _one_value_per_channel(x))
         ):
             return torch.empty_like(x)
@@ -148,7 +150,7 @@ def fast_module(module: Any, x: torch.Tensor, rest: tuple[Any, ...]) -> Any:
         if (
             0 < len(norm) <= x.dim()
             and (weight is None or (x.dtype == weight.dtype and x.device == weight.device))
-            and all(_same(d, n) for d, n in zip(x.shape[-len(norm) :], norm))
+            and all(same_size(d, n) for d, n in zip(x.shape[-len(norm) :], norm))
         ):
             return x.new_empty(x.shape)
     return None
@@ -255,7 +257,7 @@ def fast_rnn(module: Any, x: torch.Tensor, hx: Any) -> Any:
     shapes, otherwise the real kernel runs and reports the mismatch.
     """
     weight = module.weight_ih_l0
-    if x.dim() != 3 or x.dtype != weight.dtype or not _same(x.shape[-1], module.input_size):
+    if x.dim() != 3 or x.dtype != weight.dtype or not same_size(x.shape[-1], module.input_size):
         return None
     if module.batch_first:
         batch, time = x.shape[0], x.shape[1]

@@ -26,6 +26,8 @@ Speed:
 - the most frequent operations (Linear, LayerNorm, BatchNorm, LSTM/GRU/RNN, matmul) make
   their output directly with ``new_empty`` when their shape is certain, instead of running
   torch's Python meta decompositions; anything unusual runs the real operator;
+- in a symbolic run, activations, dropout, softmax, ``masked_fill``, arithmetic and comparisons
+  on contiguous tensors are answered by :mod:`~fxls.worker.capture.shapes.elementwise`;
 - a node whose inputs have the same metadata as an earlier node's (the repeated blocks of a
   transformer) reuses that node's output (off when the graph changes shapes in place).
 """

@@ -22,7 +22,13 @@ _HEADER = struct.Struct(">I")
 
 def encode_frame(message: Any) -> bytes:
     """A message (dict or dataclass) -> one length-prefixed frame."""
-    body = json.dumps(to_dict(message), separators=(",", ":"), ensure_ascii=False).encode()
+    return frame_of(json.dumps(to_dict(message), separators=(",", ":"), ensure_ascii=False))
+
+
+def frame_of(text: str) -> bytes:
+    """JSON text -> one length-prefixed frame (UTF-8; a lone surrogate raises
+    ``UnicodeEncodeError``, a body over ``MAX_FRAME_BYTES`` ``ProtocolError``)."""
+    body = text.encode()
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_FRAME_BYTES}")
     return _HEADER.pack(len(body)) + body

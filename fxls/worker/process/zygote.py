@@ -19,6 +19,7 @@ import errno
 import functools
 import gc
 import hmac
+import json
 import os
 import re
 import secrets
@@ -40,6 +41,7 @@ from fxls.protocol.frames import (
     FrameTooLarge,
     decode_body,
     encode_frame,
+    frame_of,
 )
 from fxls.protocol.model import (
     PROTOCOL_VERSION,
@@ -399,7 +401,7 @@ class Zygote:
         ``wire``: the payload as the child sent it, sent in place of ``result.payload``.
         """
         try:
-            frame = encode_frame(_result(result, wire))
+            frame = _result_frame(result, wire)
         except (ValueError, RecursionError) as exc:  # UnicodeEncodeError, ProtocolError
             fallback = JobResult(
                 result.id,
@@ -614,7 +616,7 @@ class Zygote:
 
     def _child_frame(self, job: Job, body: bytes) -> str | None:
         try:
-            message = decode_body(body)
+            message, wire = _result_message(body) or (decode_body(body), None)
         except ProtocolError as exc:
             return str(exc)
         kind = message["type"]
@@ -645,7 +647,8 @@ class Zygote:
             except ExpansionTooLarge as exc:
                 job.expands_past = str(exc)
                 return None
-            job.payload, job.payload_wire = payload, message.get("payload")
+            job.payload = payload
+            job.payload_wire = wire if wire is not None else message.get("payload")
         elif kind == "result_too_large" and job.frames > 1:
             size = message.get("bytes")
             job.too_large = size if isinstance(size, int) else -1
@@ -1006,6 +1009,39 @@ def _result(result: JobResult, wire: Any = None) -> dict[str, Any]:
     fields = to_dict(replace(result, payload=None))
     fields["payload"] = wire
     return {"type": "result", "result": fields}
+
+
+def _result_frame(result: JobResult, wire: Any) -> bytes:
+    """The frame of a job's result; ``wire``: the payload as the child sent it, a decoded
+    value or the JSON text of one (:func:`_result_message`), put in the frame as it is."""
+    if not isinstance(wire, str) or result.payload is None:
+        return encode_frame(_result(result, wire))
+    fields = to_dict(replace(result, payload=None))
+    del fields["payload"]
+    head = json.dumps({"type": "result", "result": fields}, separators=(",", ":"))
+    return frame_of(head[:-2] + ',"payload":' + wire + "}}")
+
+
+_RESULT_HEAD = '{"type":"result","payload":'
+_DECODER = json.JSONDecoder()
+
+
+def _result_message(body: bytes) -> tuple[dict[str, Any], str] | None:
+    """A result frame as the child writes it (``{"type":"result","payload":...}``, compact):
+    the message and the payload's JSON text, exactly one JSON value, so that the zygote sends
+    on the text it checked instead of encoding the payload again. None for anything else
+    (another frame, another spelling, text that is not UTF-8), which is decoded as usual."""
+    head = _RESULT_HEAD.encode()
+    if not body.startswith(head) or not body.endswith(b"}"):
+        return None
+    try:
+        text = body.decode()
+        payload, end = _DECODER.raw_decode(text, len(_RESULT_HEAD))
+    except (ValueError, RecursionError):
+        return None
+    if end != len(text) - 1:  # anything after the payload but the closing brace
+        return None
+    return {"type": "result", "payload": payload}, text[len(_RESULT_HEAD) : end]
 
 
 # ---------------------------------------------------------------------------------------

@@ -1441,6 +1441,40 @@ async def test_ping(worker: WorkerClient) -> None:
     assert await worker.ping() < 1.0
 
 
+async def test_90_a_result_reaches_the_server_as_the_zygote_checked_it(
+    worker: WorkerClient,
+) -> None:
+    # the zygote sends the payload's text on as the child wrote it when the frame is spelled
+    # as the child spells it; any other spelling (a second payload, a key after it, spaces)
+    # is decoded and encoded again: what reaches the server is the payload the zygote checked
+    good = {"modules": [{"name": "Good", "line": 1, "status": "traced"}]}
+    bad = {"modules": [{"name": "Bad", "line": "not a number"}]}
+    compact = json.dumps(good, separators=(",", ":"))
+    bodies = {
+        "as the child writes it": '{"type":"result","payload":' + compact + "}",
+        "a second payload": (
+            '{"type":"result","payload":' + json.dumps(bad) + ',"payload":' + compact + "}"
+        ),
+        "a key after the payload": '{"type":"result","payload":' + compact + ',"kind":"x"}',
+        "spaces": json.dumps({"type": "result", "payload": good}),
+        "not UTF-8 inside a string": (
+            b'{"type":"result","payload":{"modules":[{"name":"G\xff","line":1,'
+            b'"status":"traced"}]}}'
+        ),
+    }
+    for case, body in bodies.items():
+        raw = body if isinstance(body, bytes) else body.encode()
+        result = await worker.run(import_job(FORGE.format(body=raw)))
+        if case == "not UTF-8 inside a string":
+            assert result.kind == "protocol_error", (case, result)
+            continue
+        assert result.kind == "ok" and result.payload is not None, (case, result)
+        assert [m.name for m in result.payload.modules] == ["Good"], case
+    bad_only = '{"type":"result","payload":' + json.dumps(bad) + "}"
+    refused = await worker.run(import_job(FORGE.format(body=bad_only.encode())))
+    assert refused.kind == "protocol_error", refused
+
+
 async def test_cancel_kills_the_child(worker: WorkerClient) -> None:
     pid = worker.pid
     assert pid is not None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import ctypes
 import errno
 import functools
@@ -98,9 +99,45 @@ class Spawner(Protocol):
 
     def spawn(self, request: JobRequest, job_dir: str) -> Spawned: ...
 
+    def prepare(self) -> None:
+        """Make the process of the next job ahead of it, if the spawner can."""
+
+    def discard(self) -> None:
+        """End a process made ahead (the zygote's state changes, or it stops)."""
+
+    def spare_pid(self) -> int | None:
+        """The process made ahead, waiting for its job (not an escapee)."""
+
+
+@dataclass
+class _Ends:
+    """The child's ends of its pipes, its frame key and the zygote it belongs to."""
+
+    output_w: int
+    result_w: int
+    frame_key: bytes
+    zygote_pid: int
+
+
+@dataclass
+class _Spare:
+    """A child forked ahead of its job, blocked reading the job from ``request_w``'s pipe."""
+
+    pid: int
+    request_w: int
+    result_r: int
+    output_r: int
+    frame_key: bytes
+
 
 class ForkSpawner:
-    """Linux: fork the warm zygote; the child isolates itself (``fxls.worker.process.child``)."""
+    """Linux: fork the warm zygote; the child isolates itself (``fxls.worker.process.child``).
+
+    Forking the zygote (~300 MiB of page tables to copy) takes 3-8 ms before the child runs;
+    ``prepare`` forks a spare child while the zygote is idle, which waits for its job on a
+    pipe, so a job starts without that wait. The spare is the same fork of the same state: the
+    zygote makes one only once its warm-up is done (its state no longer changes), and it
+    isolates itself after reading its job, as a child forked for the job does."""
 
     def __init__(
         self,
@@ -111,30 +148,43 @@ class ForkSpawner:
         self.available = available
         self.landlock_abi = landlock_abi
         self.cgroup = cgroup
+        self.spare: _Spare | None = None
 
-    def spawn(self, request: JobRequest, job_dir: str) -> Spawned:
-        frame_key = secrets.token_bytes(32)
-        job_cgroup = None
-        if self.cgroup is not None:
-            try:
-                job_cgroup = self.cgroup.job_group(request.id, request.limits.memory_mb << 20)
-            except OSError:  # the child falls back to the limits that work without it
-                job_cgroup = None
-        output_r, output_w = os.pipe()
-        result_r, result_w = os.pipe()
-        setup = sandbox.ChildSetup(
+    def _setup(
+        self, request: JobRequest, job_dir: str, ends: _Ends, cgroup: str | None
+    ) -> sandbox.ChildSetup:
+        return sandbox.ChildSetup(
             job_dir=job_dir,
             limits=request.limits,
             isolation=request.isolation,
             available=self.available,
-            output_w=output_w,
-            result_w=result_w,
-            zygote_pid=os.getpid(),
+            output_w=ends.output_w,
+            result_w=ends.result_w,
+            zygote_pid=ends.zygote_pid,
             landlock_abi=self.landlock_abi,
-            cgroup=job_cgroup,
-            frame_key=frame_key,
+            cgroup=cgroup,
+            frame_key=ends.frame_key,
             project=sandbox.project_folders(request.capture.path, request.capture.sys_path),
         )
+
+    def _job_cgroup(self, request: JobRequest) -> str | None:
+        if self.cgroup is None:
+            return None
+        try:
+            return self.cgroup.job_group(request.id, request.limits.memory_mb << 20)
+        except OSError:  # the child falls back to the limits that work without it
+            return None
+
+    def spawn(self, request: JobRequest, job_dir: str) -> Spawned:
+        spare = self._take_spare(request, job_dir)
+        if spare is not None:
+            return spare
+        frame_key = secrets.token_bytes(32)
+        job_cgroup = self._job_cgroup(request)
+        output_r, output_w = os.pipe()
+        result_r, result_w = os.pipe()
+        ends = _Ends(output_w, result_w, frame_key, os.getpid())
+        setup = self._setup(request, job_dir, ends, job_cgroup)
         _flush_stdio()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child never returns
@@ -147,6 +197,87 @@ class ForkSpawner:
         os.close(output_w)
         os.close(result_w)
         return Spawned(pid, result_r, output_r, frame_key, job_cgroup)
+
+    def _take_spare(self, request: JobRequest, job_dir: str) -> Spawned | None:
+        """Give ``request`` to the spare child; None when there is none or it is gone."""
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return None
+        job_cgroup = self._job_cgroup(request)
+        message = {"request": to_dict(request), "job_dir": job_dir, "cgroup": job_cgroup}
+        try:
+            _write_all(spare.request_w, json.dumps(message).encode())
+        except OSError:  # it died (killed from outside): fork as usual
+            _end_spare(spare)
+            if job_cgroup is not None:
+                sandbox.remove_cgroup(job_cgroup)
+            return None
+        os.close(spare.request_w)
+        return Spawned(spare.pid, spare.result_r, spare.output_r, spare.frame_key, job_cgroup)
+
+    def prepare(self) -> None:
+        if self.spare is not None:
+            return
+        frame_key = secrets.token_bytes(32)
+        output_r, output_w = os.pipe()
+        result_r, result_w = os.pipe()
+        request_r, request_w = os.pipe()
+        zygote = os.getpid()
+        _flush_stdio()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child never returns
+            try:
+                for fd in (output_r, result_r, request_w):
+                    os.close(fd)
+                self._wait_for_job(request_r, _Ends(output_w, result_w, frame_key, zygote))
+            finally:
+                os._exit(71)
+        for fd in (output_w, result_w, request_r):
+            os.close(fd)
+        self.spare = _Spare(pid, request_w, result_r, output_r, frame_key)
+
+    def _wait_for_job(self, request_r: int, ends: _Ends) -> None:
+        """In the spare child: read the job (the zygote's own pipe), then run it as a child
+        forked for it does. A pipe closed without a job (the spare was discarded): exit."""
+        sandbox.prctl(sandbox.PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != ends.zygote_pid:
+            os._exit(0)  # the zygote died before prctl
+        signal.set_wakeup_fd(-1)  # the zygote's wake-up pipe is not this process's
+        chunks = []
+        while chunk := os.read(request_r, 1 << 20):
+            chunks.append(chunk)
+        os.close(request_r)
+        if not chunks:
+            os._exit(0)
+        message = json.loads(b"".join(chunks))
+        request = from_dict(JobRequest, message["request"])
+        setup = self._setup(request, message["job_dir"], ends, message["cgroup"])
+        from fxls.worker.process.child import run_child
+
+        run_child(request, setup)
+
+    def discard(self) -> None:
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            _end_spare(spare)
+
+    def spare_pid(self) -> int | None:
+        return self.spare.pid if self.spare is not None else None
+
+
+def _end_spare(spare: _Spare) -> None:
+    """Close a spare's pipes and kill it (the zygote's loop reaps it)."""
+    for fd in (spare.request_w, spare.result_r, spare.output_r):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(spare.pid, signal.SIGKILL)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _flush_stdio() -> None:
@@ -327,6 +458,10 @@ those imports, up to 0.7 s, would delay its result)."""
 PREVIEW_WAIT_S = 0.5
 """How long the imports captures need wait for a running preview job (a small file's takes
 ~0.05 s); past it they go on beside it, and its result is read between their steps."""
+
+SPARE_ENV = "FXLS_SPARE_CHILD"
+"""``0`` in the worker's environment: every job's child is forked when the job comes (no spare
+child forked ahead, see ``ForkSpawner``)."""
 
 IDLE_AFTER_S = 0.25
 """Idle work (the rest of the warm-up) runs while jobs run (their children work on the other
@@ -729,13 +864,15 @@ class Zygote:
         """Kill every job's process group this zygote knows of, and escaped descendants."""
         for job in self.jobs.values():
             self._kill(job, "shutdown")
+        self.spawner.discard()
         self._kill_escapees()
         self.stale_cgroups = [c for c in self.stale_cgroups if not sandbox.remove_cgroup(c)]
 
     def _kill_escapees(self) -> None:
         """Kill children of ours that are not jobs: descendants orphaned by a job."""
+        spare = self.spawner.spare_pid()
         for pid in _own_children():
-            if pid in self.jobs:
+            if pid in self.jobs or pid == spare:
                 continue
             for kill in (os.killpg, os.kill):
                 try:
@@ -783,6 +920,7 @@ class Zygote:
                 self.busy_until = time.monotonic() + IDLE_AFTER_S
             if not self.stopping:
                 self._background_step()
+                self._prepare_spare()
 
     def _timeout(self) -> float | None:
         """How long the loop may wait for a frame: until the next job's deadline, 0.1 s while
@@ -818,6 +956,18 @@ class Zygote:
             self.idle.pop(0)()
         elif self.quiet and not self.jobs and rested:
             self.quiet.pop(0)()
+
+    def _prepare_spare(self) -> None:
+        """A child forked ahead of the next job, once the warm-up is done (the zygote's state
+        no longer changes) and no job runs or waits (``SPARE_ENV=0``: none)."""
+        if self.required or self.idle or self.quiet or self.queue or self.jobs:
+            return
+        if self.spawner.spare_pid() is not None or os.environ.get(SPARE_ENV) == "0":
+            return
+        try:
+            self.spawner.prepare()
+        except OSError as exc:  # jobs are forked when they come, as without it
+            self.log(f"could not fork a spare child: {exc}")
 
     def say_ready(self, ready: ReadyInfo) -> None:
         """The ready frame, then ``captures`` at once when no ``required`` work is left (else
@@ -1024,13 +1174,15 @@ def _result_frame(result: JobResult, wire: Any) -> bytes:
 
 _RESULT_HEAD = '{"type":"result","payload":'
 _DECODER = json.JSONDecoder()
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _result_message(body: bytes) -> tuple[dict[str, Any], str] | None:
     """A result frame as the child writes it (``{"type":"result","payload":...}``, compact):
     the message and the payload's JSON text, exactly one JSON value, so that the zygote sends
     on the text it checked instead of encoding the payload again. None for anything else
-    (another frame, another spelling, text that is not UTF-8), which is decoded as usual."""
+    (another frame, another spelling, text that is not UTF-8 or escapes a surrogate), which is
+    decoded as usual."""
     head = _RESULT_HEAD.encode()
     if not body.startswith(head) or not body.endswith(b"}"):
         return None
@@ -1040,6 +1192,8 @@ def _result_message(body: bytes) -> tuple[dict[str, Any], str] | None:
     except (ValueError, RecursionError):
         return None
     if end != len(text) - 1:  # anything after the payload but the closing brace
+        return None
+    if _SURROGATE_ESCAPE.search(text):  # the usual path refuses lone surrogates
         return None
     return {"type": "result", "payload": payload}, text[len(_RESULT_HEAD) : end]
 

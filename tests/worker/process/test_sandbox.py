@@ -1458,8 +1458,7 @@ async def test_90_a_result_reaches_the_server_as_the_zygote_checked_it(
         "a key after the payload": '{"type":"result","payload":' + compact + ',"kind":"x"}',
         "spaces": json.dumps({"type": "result", "payload": good}),
         "not UTF-8 inside a string": (
-            b'{"type":"result","payload":{"modules":[{"name":"G\xff","line":1,'
-            b'"status":"traced"}]}}'
+            b'{"type":"result","payload":{"modules":[{"name":"G\xff","line":1,"status":"traced"}]}}'
         ),
     }
     for case, body in bodies.items():
@@ -1547,6 +1546,51 @@ async def test_40_58_zygote_killed_restarted_then_disabled(
     result = await worker.run(import_job("x = 1"))
     assert result.kind == "worker_died"
     assert "disabled" in result.message
+
+
+async def test_a_job_runs_in_the_child_forked_ahead_of_it(own_worker: WorkerClient) -> None:
+    # once the warm-up is done, the zygote keeps one child forked ahead of the next job; the
+    # job runs in it, isolated as any job child (its own session, the sandbox's layers), and
+    # another one is forked after it; one killed from outside is replaced, the job forked
+    worker = own_worker
+    zygote_pid = worker.pid
+    assert zygote_pid is not None
+    assert await wait_until(lambda: len(zygote_children(zygote_pid)) == 1, 120)
+    (spare,) = zygote_children(zygote_pid)
+    job = import_job("import os\nprint(os.getpid(), os.getsid(0), os.getppid())")
+    result = await worker.run(job)
+    assert result.kind == "ok", result
+    pid, sid, parent = (int(x) for x in result.output_head.split())
+    assert pid == spare and sid == pid and parent == zygote_pid
+    assert "seccomp" in result.isolation and "setsid" in result.isolation, result.isolation
+    assert await wait_until(lambda: len(zygote_children(zygote_pid)) == 1, 10)
+    (second,) = zygote_children(zygote_pid)
+    assert second != spare
+    os.kill(second, signal.SIGKILL)
+    assert await wait_until(lambda: second not in zygote_children(zygote_pid), 5)
+    result = await worker.run(job)
+    assert result.kind == "ok", result
+    assert int(result.output_head.split()[0]) != second
+    assert await wait_until(lambda: zygote_children(zygote_pid) - {second}, 10)
+    # the zygote's death ends the waiting child too (PDEATHSIG)
+    (third,) = zygote_children(zygote_pid) - {second}
+    os.kill(zygote_pid, signal.SIGKILL)
+    assert await wait_until(lambda: not alive(third), 5)
+
+
+async def test_no_child_is_forked_ahead_when_turned_off(tmp_path: Path) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(zygote.SPARE_ENV, "0")
+        worker = WorkerClient(scratch_dir=str(tmp_path / "scratch"))
+    await worker.start()
+    try:
+        assert (await worker.run(import_job("x = 1"))).kind == "ok"
+        zygote_pid = worker.pid
+        assert zygote_pid is not None
+        await asyncio.sleep(3)  # time for the warm-up and the moment after the job
+        assert not zygote_children(zygote_pid)
+    finally:
+        await worker.close()
 
 
 async def test_start_failure_is_reported(tmp_path: Path) -> None:

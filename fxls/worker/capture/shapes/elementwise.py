@@ -1,11 +1,12 @@
-"""Elementwise operators of a symbolic run answered without dispatching them.
+"""Elementwise operators of a shape run answered without dispatching them.
 
 An activation, a dropout, a softmax, ``masked_fill`` or an arithmetic operator on contiguous
 floating tensors of one shape gives a tensor with its input's metadata: the same sizes,
 strides, dtype and device (what TensorIterator allocates for a contiguous input, and what the
 operator's fake implementation gives). With symbolic sizes, torch computes that answer with
 sympy arithmetic on every size and stride: 1-4 ms per operator in a fresh job child (GELU's
-reference decomposition runs eight operators), most of a transformer block's symbolic run.
+reference decomposition runs eight operators), most of a transformer block's symbolic run; on
+meta tensors, torch's Python reference of the operator (0.1-0.2 ms).
 Here the answer is the input itself, as the propagator's memo already gives one node's result
 to another node with the same input metadata; so these shortcuts are used only where the memo
 is (no operator of the graph changes a tensor's metadata in place). Anything not certain (an

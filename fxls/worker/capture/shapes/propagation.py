@@ -245,19 +245,22 @@ class _Propagator(torch.fx.Interpreter):
                 run.memo = {}
             self.memo = run.memo
         self._module_keys: dict[str, Any] = {}
-        self.same_layout = (
-            self.memo is not None
-            and run.shape_env is not None
-            and os.environ.get(ELEMENTWISE_ENV) != "0"
-        )
-        """Elementwise operators answered by :mod:`elementwise` (symbolic runs whose results
-        the memo may share: its answers are tensors of the run, shared the same way)."""
+        self.same_layout = self.memo is not None and os.environ.get(ELEMENTWISE_ENV) != "0"
+        """Elementwise operators answered by :mod:`elementwise` (runs whose results the memo
+        may share: its answers are tensors of the run, shared the same way)."""
+        self.fake_mode = run.mode is not None
 
-    def _fake(self, result: Any) -> Any:
-        """``result`` when it is a tensor of the run's fake mode, else None."""
+    def _own(self, result: Any) -> Any:
+        """``result`` when it is a tensor of this run (a fake tensor of its mode, or a meta
+        tensor in a meta run), else None."""
         from torch._subclasses.fake_tensor import FakeTensor
 
-        return result if isinstance(result, FakeTensor) else None
+        if not isinstance(result, torch.Tensor):
+            return None
+        fake = isinstance(result, FakeTensor)
+        if self.fake_mode:
+            return result if fake else None
+        return result if not fake and result.device == _META else None
 
     def run_node(self, n: torch.fx.Node) -> Any:
         """Run ``n``, reusing the result of an earlier node with identical inputs' metadata.
@@ -332,7 +335,7 @@ class _Propagator(torch.fx.Interpreter):
             check_dtype(module, args[0])
             fast = fast_module(module, args[0], args[1:])
             if fast is None and self.same_layout and len(args) == 1:
-                fast = self._fake(elementwise.same_layout_module(module, args[0]))
+                fast = self._own(elementwise.same_layout_module(module, args[0]))
             if fast is not None:
                 return fast
         return super().call_module(target, args, kwargs)
@@ -347,7 +350,7 @@ class _Propagator(torch.fx.Interpreter):
             if fast is not None:
                 return fast
         if self.same_layout:
-            fast = self._fake(elementwise.same_layout_function(target, tuple(args), dict(kwargs)))
+            fast = self._own(elementwise.same_layout_function(target, tuple(args), dict(kwargs)))
             if fast is not None:
                 return fast
         return super().call_function(target, args, kwargs)
@@ -358,7 +361,7 @@ class _Propagator(torch.fx.Interpreter):
             if fast is not None:
                 return fast
         if self.same_layout:
-            fast = self._fake(
+            fast = self._own(
                 elementwise.same_layout_method(str(target), tuple(args), dict(kwargs))
             )
             if fast is not None:

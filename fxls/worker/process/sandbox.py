@@ -416,9 +416,11 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def install_seccomp(*, deny_memfd: bool = True) -> None:
-    """Install the filter on the calling thread (needs no_new_privs)."""
-    program = seccomp_program(deny_memfd=deny_memfd)
+def install_seccomp(*, deny_memfd: bool = True, program: bytes | None = None) -> None:
+    """Install the filter on the calling thread (needs no_new_privs); ``program``: the one
+    :func:`seccomp_program` gives this process, made ahead."""
+    if program is None:
+        program = seccomp_program(deny_memfd=deny_memfd)
     buf = ctypes.create_string_buffer(program, len(program))
     prog = _SockFprog(len(program) // 8, ctypes.addressof(buf))
     _check(
@@ -902,6 +904,9 @@ class ChildSetup:
     project: list[str] = field(default_factory=list)
     """The folders of the checked project (``project_folders``): with Landlock, the job
     reads no dot entry of theirs."""
+    seccomp: dict[bool, bytes] = field(default_factory=dict)
+    """The seccomp programs of this process by ``deny_memfd``, when made ahead (a child
+    forked before its job makes them while it waits)."""
 
 
 def _vm_size_bytes() -> int:
@@ -1051,6 +1056,6 @@ def setup_child(setup: ChildSetup) -> list[str]:
         if setup.landlock_abi >= 6:
             active.append("landlock-scope")
     if setup.isolation.seccomp and "seccomp" in setup.available:
-        install_seccomp(deny_memfd=not in_cgroup)
+        install_seccomp(deny_memfd=not in_cgroup, program=setup.seccomp.get(not in_cgroup))
         active.append("seccomp")
     return active

@@ -117,6 +117,8 @@ class _Ends:
     result_w: int
     frame_key: bytes
     zygote_pid: int
+    seccomp: dict[bool, bytes] = field(default_factory=dict)
+    """Its seccomp programs, made ahead (``sandbox.ChildSetup.seccomp``)."""
 
 
 @dataclass
@@ -165,6 +167,7 @@ class ForkSpawner:
             cgroup=cgroup,
             frame_key=ends.frame_key,
             project=sandbox.project_folders(request.capture.path, request.capture.sys_path),
+            seccomp=ends.seccomp,
         )
 
     def _job_cgroup(self, request: JobRequest) -> str | None:
@@ -243,6 +246,8 @@ class ForkSpawner:
         if os.getppid() != ends.zygote_pid:
             os._exit(0)  # the zygote died before prctl
         signal.set_wakeup_fd(-1)  # the zygote's wake-up pipe is not this process's
+        with contextlib.suppress(sandbox.SandboxError):  # no filter for this machine
+            ends.seccomp = {d: sandbox.seccomp_program(deny_memfd=d) for d in (True, False)}
         chunks = []
         while chunk := os.read(request_r, 1 << 20):
             chunks.append(chunk)

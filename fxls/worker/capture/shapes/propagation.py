@@ -361,9 +361,7 @@ class _Propagator(torch.fx.Interpreter):
             if fast is not None:
                 return fast
         if self.same_layout:
-            fast = self._own(
-                elementwise.same_layout_method(str(target), tuple(args), dict(kwargs))
-            )
+            fast = self._own(elementwise.same_layout_method(str(target), tuple(args), dict(kwargs)))
             if fast is not None:
                 return fast
         return super().call_method(target, args, kwargs)

@@ -1153,16 +1153,13 @@ class ClassCapture:
     ) -> None:
         """FX109 when the traced graph and eager execution on fake inputs give other outputs."""
         doc, mod, specialized = self.doc, self.mod, self.specialized
+        how = strategies.Comparison(
+            tuple(traced.leaves),
+            on_meta=doc.job.eager_on_meta,
+            other_batch=bool(specialized) or mod.strategy != _PLAIN_FX,
+        )
         try:
-            found = strategies.eager_divergence(
-                gm,
-                module,
-                feeds,
-                doc.path,
-                doc.job.source,
-                traced.leaves,
-                on_meta=doc.job.eager_on_meta,
-            )
+            found = strategies.eager_divergence(gm, module, feeds, doc.path, doc.job.source, how)
         except Exception as exc:  # the comparison is a bonus: never lose the capture over it
             self.note(f"comparing with eager execution failed: {one_line(exc)}")
             return

@@ -394,7 +394,7 @@ def test_eager_runs_on_meta_tensors_and_finds_what_fake_tensors_find(
 
     from fxls.worker.capture.shapes.propagation import ExampleInput
     from fxls.worker.capture.trace import fakerun
-    from fxls.worker.capture.trace.strategies import eager_divergence
+    from fxls.worker.capture.trace.strategies import Comparison, eager_divergence
 
     with torch.device("meta"):
         flexible = fixture_module.Flexible().eval()
@@ -414,7 +414,7 @@ def test_eager_runs_on_meta_tensors_and_finds_what_fake_tensors_find(
         (torch.fx.symbolic_trace(flexible), flexible, rows),
     ]
     by_fake = [
-        eager_divergence(gm, eager, feeds, str(FIXTURE), TEXT, on_meta=False)
+        eager_divergence(gm, eager, feeds, str(FIXTURE), TEXT, Comparison(on_meta=False))
         for gm, eager, feeds in cases
     ]
     assert [found is not None for found in by_fake] == [True, False, True]
@@ -436,7 +436,7 @@ def test_eager_falls_back_to_fake_tensors_when_the_meta_run_raises() -> None:
 
     from fxls.worker.capture.shapes.propagation import ExampleInput
     from fxls.worker.capture.trace import fakerun
-    from fxls.worker.capture.trace.strategies import eager_divergence
+    from fxls.worker.capture.trace.strategies import Comparison, eager_divergence
 
     with torch.device("meta"):
         module = _CpuConstant().eval()
@@ -449,7 +449,7 @@ def test_eager_falls_back_to_fake_tensors_when_the_meta_run_raises() -> None:
     source = Path(__file__).read_text(encoding="utf-8")
     found = eager_divergence(gm, module, rows, __file__, source)
     assert found is not None and (found.traced, found.eager) == ("[2, 4]", "[2, 1, 4]")
-    assert found == eager_divergence(gm, module, rows, __file__, source, on_meta=False)
+    assert found == eager_divergence(gm, module, rows, __file__, source, Comparison(on_meta=False))
     assert module.calls is before
 
 

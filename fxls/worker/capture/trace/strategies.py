@@ -343,32 +343,46 @@ def _static(inputs: list[shapes.ExampleInput], batch: int | None) -> list[shapes
     return out
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """How :func:`eager_divergence` compares."""
+
+    leaf_classes: tuple[str, ...] = ()
+    """Classes ``forward`` keeps as leaves when it runs on fake tensors (as the trace did)."""
+    on_meta: bool = True
+    """``forward`` runs on meta tensors first when the graph did."""
+    other_batch: bool = True
+    """Also compare with the batch one larger: a trace that decided something once (a
+    strategy other than plain FX, a check traced through) may have baked the example's
+    batch into the graph. A plain FX trace holds every size as a node, so the graph and
+    ``forward`` can differ at another batch only where they differ at the example's."""
+
+
 def eager_divergence(
     gm: torch.fx.GraphModule,
     module: torch.nn.Module,
     inputs: list[shapes.ExampleInput],
     path: str,
     source: str,
-    leaf_classes: Iterable[str] = (),
-    on_meta: bool = True,
+    how: Comparison = Comparison(),
 ) -> Divergence | None:
     """Compare the traced graph with running ``module.forward`` on the same fake inputs.
 
-    Both run on static fake tensors at the example sizes and again with the batch dimension
-    (the first dimension of the first tensor input, everywhere it appears) one larger. A
-    difference in output shapes or dtypes means tracing baked a Python decision into the
-    graph. Runs that raise are not compared (None). When the graph ran on meta tensors
-    (a module built on the meta device), ``forward`` first runs on meta tensors too
-    (:func:`fakerun.meta_outputs`, unless ``on_meta`` is off) and on fake tensors only if
-    that raises.
+    Both run on static fake tensors at the example sizes and (``how.other_batch``) again
+    with the batch dimension (the first dimension of the first tensor input, everywhere it
+    appears) one larger. A difference in output shapes or dtypes means tracing baked a
+    Python decision into the graph. Runs that raise are not compared (None). When the graph
+    ran on meta tensors (a module built on the meta device), ``forward`` first runs on meta
+    tensors too (:func:`fakerun.meta_outputs`, unless ``how.on_meta`` is off) and on fake
+    tensors only if that raises.
     """
     if sum(1 for _ in gm.graph.nodes) > MAX_COMPARE_NODES:
         return None
     first = next((i for i in inputs if i.kind == "tensor" and i.dims), None)
     batches: list[int | None] = [None]
-    if first is not None:
+    if first is not None and how.other_batch:
         batches.append(first.dims[0][1] + 1)
-    leaves = list(leaf_classes)
+    leaves, on_meta = list(how.leaf_classes), how.on_meta
     for batch in batches:
         feeds = _static(inputs, batch)
         try:

@@ -1050,6 +1050,11 @@ def test_elementwise_rules_give_what_the_operator_gives() -> None:
         )
         T = x.shape[1]
         ints = tensor(2, 5, dtype=torch.int64)
+
+        def ones(*shape: int, mode: Any = mode) -> Any:
+            return mode.from_tensor(torch.empty(*shape, device="meta"), static_shapes=True)
+
+        weight = ones(8)
         function_cases: list[tuple[Any, tuple[Any, ...], dict[str, Any], bool]] = [
             (F.gelu, (x,), {}, True),
             (F.gelu, (x,), {"approximate": "tanh"}, True),
@@ -1062,7 +1067,11 @@ def test_elementwise_rules_give_what_the_operator_gives() -> None:
             (operator.add, (x, x), {}, True),
             (operator.mul, (x, 0.5), {}, True),
             (operator.truediv, (2, x), {}, True),
-            (operator.add, (x, tensor(5, 8)), {}, False),  # broadcasting
+            # [5, 8] broadcasts to [2, 5, 8]; a symbolic T would need a guard T == 5
+            (operator.add, (x, tensor(5, 8)), {}, env is None),
+            (operator.mul, (x, weight), {}, True),  # a [8] weight broadcast to x's sizes
+            (operator.sub, (weight.view(1, 1, 8), x), {}, True),
+            (operator.add, (ones(2, 1, 8), ones(1, 5, 8)), {}, False),  # broadcast each other
             (operator.mul, (x, x.half()), {}, False),  # dtypes differ
             (operator.add, (x, True), {}, False),
             (F.softmax, (x,), {"dim": -1}, True),

@@ -1,7 +1,8 @@
 """Elementwise operators of a shape run answered without dispatching them.
 
 An activation, a dropout, a softmax, ``masked_fill`` or an arithmetic operator on contiguous
-floating tensors of one shape gives a tensor with its input's metadata: the same sizes,
+floating tensors (the other operand a number or broadcast to the first's sizes) gives a
+tensor with its input's metadata: the same sizes,
 strides, dtype and device (what TensorIterator allocates for a contiguous input, and what the
 operator's fake implementation gives). With symbolic sizes, torch computes that answer with
 sympy arithmetic on every size and stride: 1-4 ms per operator in a fresh job child (GELU's
@@ -10,7 +11,8 @@ meta tensors, torch's Python reference of the operator (0.1-0.2 ms).
 Here the answer is the input itself, as the propagator's memo already gives one node's result
 to another node with the same input metadata; so these shortcuts are used only where the memo
 is (no operator of the graph changes a tensor's metadata in place). Anything not certain (an
-integer tensor, a non-contiguous input, broadcasting, an unknown argument, a symbolic scalar)
+integer tensor, a non-contiguous input, operands that broadcast each other, an unknown argument,
+a symbolic scalar)
 runs the operator, which also reports its errors.
 
 ``contiguous()`` of a non-contiguous tensor, and a comparison of a tensor with a number, give a
@@ -98,18 +100,31 @@ def _valid_keywords(kwargs: dict[str, Any], allowed: frozenset[str]) -> bool:
 
 
 def _arithmetic(a: Any, b: Any) -> torch.Tensor | None:
-    """``a op b`` for two contiguous floating tensors of one dtype and the same sizes, or a
-    contiguous floating tensor and a Python number (either side): the tensor."""
+    """``a op b`` for two contiguous floating tensors of one dtype where one has the result's
+    sizes and the other broadcasts to them (each of its sizes, from the right, 1 or the
+    same), or a contiguous floating tensor and a Python number (either side): the tensor with
+    the result's sizes."""
     if _plain(a) and _plain(b):
-        same = a.dtype == b.dtype and a.device == b.device and a.dim() == b.dim()
-        if same and all(same_size(x, y) for x, y in zip(a.shape, b.shape)):
+        if a.dtype != b.dtype or a.device != b.device:
+            return None
+        if _broadcasts(b, a):
             return a  # type: ignore[no-any-return]
-        return None
+        return b if _broadcasts(a, b) else None
     if _plain(a) and _number(b):
         return a  # type: ignore[no-any-return]
     if _number(a) and _plain(b):
         return b  # type: ignore[no-any-return]
     return None
+
+
+def _broadcasts(small: torch.Tensor, big: torch.Tensor) -> bool:
+    """Whether ``small`` broadcasts to ``big``'s sizes, leaving them as they are."""
+    if small.dim() > big.dim():
+        return False
+    for s, b in zip(reversed(small.shape), reversed(big.shape)):
+        if not (type(s) is int and s == 1) and not same_size(s, b):
+            return False
+    return True
 
 
 def _row_major(x: torch.Tensor) -> bool:

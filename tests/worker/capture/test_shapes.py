@@ -1127,3 +1127,38 @@ def test_elementwise_rules_give_what_the_operator_gives() -> None:
 
 def _layout(t: torch.Tensor) -> Any:
     return (tuple(t.shape), t.stride(), t.dtype, t.device, t.storage_offset())
+
+
+def test_the_embedding_shortcut_gives_what_the_layer_gives() -> None:
+    # shortcuts.fast_module answers nn.Embedding for integer indices, static and symbolic
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
+    )
+
+    from fxls.worker.capture.shapes.shortcuts import fast_module
+
+    with torch.device("meta"):
+        layers = [
+            (torch.nn.Embedding(50, 8), True),
+            (torch.nn.Embedding(50, 8, padding_idx=0).half(), True),
+            (torch.nn.Embedding(50, 8, max_norm=1.0), False),
+        ]
+    for env in (None, ShapeEnv()):
+        mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
+        for dtype, expected in ((torch.int64, True), (torch.int32, True), (torch.float32, False)):
+            base = torch.empty(2, 5, dtype=dtype, device="meta")
+            ctx = StatelessSymbolicContext([DimDynamic.DYNAMIC, DimDynamic.DYNAMIC])
+            idx = (
+                mode.from_tensor(base, static_shapes=True)
+                if env is None
+                else mode.from_tensor(base, symbolic_context=ctx)
+            )
+            for layer, answered in layers:
+                with mode:
+                    fast = fast_module(layer, idx, ())
+                    assert (fast is not None) == (expected and answered), (layer, dtype)
+                    if fast is not None:
+                        assert _layout(fast) == _layout(layer(idx)), (layer, dtype, env)

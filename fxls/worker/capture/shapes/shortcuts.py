@@ -144,6 +144,8 @@ def fast_module(module: Any, x: torch.Tensor, rest: tuple[Any, ...]) -> Any:
             return torch.empty_like(x)
     elif kind in _CONVS:
         return fast_conv(module, x)
+    elif kind is torch.nn.Embedding:
+        return _embedding(module, x)
     elif kind is torch.nn.LayerNorm:
         norm = module.normalized_shape
         weight = module.weight
@@ -157,6 +159,18 @@ def fast_module(module: Any, x: torch.Tensor, rest: tuple[Any, ...]) -> Any:
 
 
 _CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+
+
+def _embedding(module: Any, x: torch.Tensor) -> torch.Tensor | None:
+    """An ``Embedding`` looked up with integer indices: ``[*indices, embedding_dim]``,
+    contiguous, of the weight's dtype (what ``F.embedding`` gives). A ``max_norm`` (which
+    renormalizes the weight in place) or a sparse layout runs the operator."""
+    weight = module.weight
+    if module.max_norm is not None or weight.dim() != 2 or x.layout != torch.strided:
+        return None
+    if x.dtype not in (torch.int64, torch.int32) or x.device != weight.device:
+        return None
+    return x.new_empty([*x.shape, weight.shape[1]], dtype=weight.dtype)
 
 
 def fast_conv(module: Any, x: torch.Tensor) -> torch.Tensor | None:

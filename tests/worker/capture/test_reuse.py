@@ -176,55 +176,29 @@ async def _worker_with(switch: str, scratch: Path) -> AsyncIterator[WorkerClient
     await client.close()
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def worker_without_parent_shapes(tmp_path_factory) -> AsyncIterator[WorkerClient]:  # type: ignore[no-untyped-def]
-    """A zygote whose captures compute every class's shapes on their own
-    (``FXLS_PARENT_SHAPES=0``: no ``shapes.propagate_within``)."""
-    async for client in _worker_with(PARENT_SHAPES_ENV, tmp_path_factory.mktemp("own-shapes")):
+SWITCHES = {
+    PARENT_SHAPES_ENV: "each class's shapes on its own (no shapes.propagate_within)",
+    ZERO_ONE_ENV: "a symbolic run whose named dimensions are all 0 or 1 in a ShapeEnv",
+    ELEMENTWISE_ENV: "every elementwise operator dispatched (no shapes.elementwise)",
+}
+"""The worker's speed-up switches compared here, and what the worker does with one at ``0``."""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=list(SWITCHES))
+async def worker_switched_off(request, tmp_path_factory) -> AsyncIterator[WorkerClient]:  # type: ignore[no-untyped-def]
+    """A zygote made with one switch of ``SWITCHES`` at ``0``."""
+    scratch = tmp_path_factory.mktemp("switched-off")
+    async for client in _worker_with(request.param, scratch):
         yield client
 
 
 @pytest.mark.slow
 @pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
-async def test_results_are_the_same_with_shapes_from_the_parents_run(
-    worker, worker_without_parent_shapes, path: Path
+async def test_results_are_the_same_with_each_speedup_switched_off(
+    worker, worker_switched_off, path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    await _same_as_the_defaults(worker, worker_without_parent_shapes, path)
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def worker_without_zero_one_static(tmp_path_factory) -> AsyncIterator[WorkerClient]:  # type: ignore[no-untyped-def]
-    """A zygote whose symbolic runs with every named dimension 0 or 1 run in a ``ShapeEnv``
-    (``FXLS_ZERO_ONE_STATIC=0``)."""
-    async for client in _worker_with(ZERO_ONE_ENV, tmp_path_factory.mktemp("zero-one")):
-        yield client
-
-
-@pytest.mark.slow
-@pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
-async def test_results_are_the_same_with_zero_one_runs_at_static_sizes(
-    worker, worker_without_zero_one_static, path: Path
-) -> None:  # type: ignore[no-untyped-def]
-    await _same_as_the_defaults(worker, worker_without_zero_one_static, path)
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def worker_without_elementwise_rules(tmp_path_factory) -> AsyncIterator[WorkerClient]:  # type: ignore[no-untyped-def]
-    """A zygote whose symbolic runs dispatch every elementwise operator
-    (``FXLS_ELEMENTWISE_RULES=0``: no ``shapes.elementwise`` answers)."""
-    async for client in _worker_with(ELEMENTWISE_ENV, tmp_path_factory.mktemp("elementwise")):
-        yield client
-
-
-@pytest.mark.slow
-@pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
-async def test_results_are_the_same_with_elementwise_rules(
-    worker, worker_without_elementwise_rules, path: Path
-) -> None:  # type: ignore[no-untyped-def]
-    await _same_as_the_defaults(worker, worker_without_elementwise_rules, path)
+    await _same_as_the_defaults(worker, worker_switched_off, path)
 
 
 async def _same_as_the_defaults(worker: WorkerClient, other: WorkerClient, path: Path) -> None:

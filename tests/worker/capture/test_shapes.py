@@ -1012,6 +1012,31 @@ def test_convolution_shortcut_gives_what_the_operator_gives(device: str) -> None
     assert answered > 200 and left > 50
 
 
+def _modes() -> list[tuple[Any, Any]]:
+    """A static and a symbolic fake mode: (its ``ShapeEnv`` or None, the mode)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    return [
+        (env, FakeTensorMode(shape_env=env, allow_non_fake_inputs=True))
+        for env in (None, ShapeEnv())
+    ]
+
+
+def _from_meta(
+    mode: Any, shape: tuple[int, ...], dtype: Any = torch.float32, dynamic: int = 0
+) -> Any:
+    """A fake tensor of ``mode`` made from a meta tensor; its first ``dynamic`` dimensions
+    symbolic when the mode has a ``ShapeEnv``."""
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    base = torch.empty(*shape, dtype=dtype, device="meta")
+    if mode.shape_env is None or not dynamic:
+        return mode.from_tensor(base, static_shapes=True)
+    sizes = [DimDynamic.DYNAMIC if i < dynamic else DimDynamic.STATIC for i in range(len(shape))]
+    return mode.from_tensor(base, symbolic_context=StatelessSymbolicContext(sizes))
+
+
 def test_elementwise_rules_give_what_the_operator_gives() -> None:
     # shapes.elementwise answers activations, dropout, softmax, masked_fill, arithmetic and
     # comparisons with a number: shape, strides, dtype and storage offset must be the
@@ -1019,40 +1044,23 @@ def test_elementwise_rules_give_what_the_operator_gives() -> None:
     import operator
 
     import torch.nn.functional as F
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import (
-        DimDynamic,
-        ShapeEnv,
-        StatelessSymbolicContext,
-    )
 
     from fxls.worker.capture.shapes import elementwise as ew
 
-    for env in (None, ShapeEnv()):
-        mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
+    for env, mode in _modes():
 
-        def tensor(
-            *shape: int, dtype: Any = torch.float32, env: Any = env, mode: Any = mode
-        ) -> Any:
-            base = torch.empty(*shape, dtype=dtype, device="meta")
-            dynamic = [
-                DimDynamic.DYNAMIC if i < 2 else DimDynamic.STATIC for i in range(len(shape))
-            ]
-            if env is None:
-                return mode.from_tensor(base, static_shapes=True)
-            return mode.from_tensor(base, symbolic_context=StatelessSymbolicContext(dynamic))
+        def tensor(*shape: int, dtype: Any = torch.float32, mode: Any = mode) -> Any:
+            return _from_meta(mode, shape, dtype, dynamic=2)
 
         x = tensor(2, 5, 8)
         heads = tensor(2, 5, 4, 6).transpose(1, 2)
-        buffer = mode.from_tensor(torch.empty(1, 1, 16, 16, device="meta"), static_shapes=True)
-        mask = mode.from_tensor(
-            torch.empty(5, 8, dtype=torch.bool, device="meta"), static_shapes=True
-        )
+        buffer = _from_meta(mode, (1, 1, 16, 16))
+        mask = _from_meta(mode, (5, 8), torch.bool)
         T = x.shape[1]
         ints = tensor(2, 5, dtype=torch.int64)
 
         def ones(*shape: int, mode: Any = mode) -> Any:
-            return mode.from_tensor(torch.empty(*shape, device="meta"), static_shapes=True)
+            return _from_meta(mode, shape)
 
         weight = ones(8)
         function_cases: list[tuple[Any, tuple[Any, ...], dict[str, Any], bool]] = [
@@ -1131,13 +1139,6 @@ def _layout(t: torch.Tensor) -> Any:
 
 def test_the_embedding_shortcut_gives_what_the_layer_gives() -> None:
     # shortcuts.fast_module answers nn.Embedding for integer indices, static and symbolic
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import (
-        DimDynamic,
-        ShapeEnv,
-        StatelessSymbolicContext,
-    )
-
     from fxls.worker.capture.shapes.shortcuts import fast_module
 
     with torch.device("meta"):
@@ -1146,16 +1147,9 @@ def test_the_embedding_shortcut_gives_what_the_layer_gives() -> None:
             (torch.nn.Embedding(50, 8, padding_idx=0).half(), True),
             (torch.nn.Embedding(50, 8, max_norm=1.0), False),
         ]
-    for env in (None, ShapeEnv()):
-        mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
+    for env, mode in _modes():
         for dtype, expected in ((torch.int64, True), (torch.int32, True), (torch.float32, False)):
-            base = torch.empty(2, 5, dtype=dtype, device="meta")
-            ctx = StatelessSymbolicContext([DimDynamic.DYNAMIC, DimDynamic.DYNAMIC])
-            idx = (
-                mode.from_tensor(base, static_shapes=True)
-                if env is None
-                else mode.from_tensor(base, symbolic_context=ctx)
-            )
+            idx = _from_meta(mode, (2, 5), dtype, dynamic=2)
             for layer, answered in layers:
                 with mode:
                     fast = fast_module(layer, idx, ())

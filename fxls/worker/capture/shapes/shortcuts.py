@@ -142,10 +142,8 @@ def fast_module(module: Any, x: torch.Tensor, rest: tuple[Any, ...]) -> Any:
             and not (module.training and _one_value_per_channel(x))
         ):
             return torch.empty_like(x)
-    elif kind in _CONVS:
-        return fast_conv(module, x)
-    elif kind is torch.nn.Embedding:
-        return _embedding(module, x)
+    elif kind in _ONE_INPUT:
+        return _ONE_INPUT[kind](module, x)
     elif kind is torch.nn.LayerNorm:
         norm = module.normalized_shape
         weight = module.weight
@@ -302,3 +300,10 @@ def fast_rnn(module: Any, x: torch.Tensor, hx: Any) -> Any:
     if is_lstm:
         return out, (h, x.new_empty([layers, batch, module.hidden_size]))
     return out, h
+
+
+_ONE_INPUT: dict[type, Any] = {
+    **dict.fromkeys(_CONVS, fast_conv),
+    torch.nn.Embedding: _embedding,
+}
+"""Layers of one input whose shortcut is a function of the layer and the input."""

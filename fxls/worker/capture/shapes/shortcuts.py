@@ -142,8 +142,8 @@ def fast_module(module: Any, x: torch.Tensor, rest: tuple[Any, ...]) -> Any:
             and not (module.training and _one_value_per_channel(x))
         ):
             return torch.empty_like(x)
-    elif kind in _ONE_INPUT:
-        return _ONE_INPUT[kind](module, x)
+    elif (rule := _layer_rule(kind)) is not None:
+        return rule(module, x)
     elif kind is torch.nn.LayerNorm:
         norm = module.normalized_shape
         weight = module.weight
@@ -302,8 +302,9 @@ def fast_rnn(module: Any, x: torch.Tensor, hx: Any) -> Any:
     return out, h
 
 
-_ONE_INPUT: dict[type, Any] = {
-    **dict.fromkeys(_CONVS, fast_conv),
-    torch.nn.Embedding: _embedding,
-}
-"""Layers of one input whose shortcut is a function of the layer and the input."""
+def _layer_rule(kind: type) -> Any:
+    """The shortcut of a layer of one input that is a function of the layer and the input
+    (looked up when called: tests wrap ``fast_conv``), or None."""
+    if kind in _CONVS:
+        return fast_conv
+    return _embedding if kind is torch.nn.Embedding else None

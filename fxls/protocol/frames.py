@@ -31,7 +31,7 @@ def frame_of(text: str) -> bytes:
     body = text.encode()
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_FRAME_BYTES}")
-    return _HEADER.pack(len(body)) + body
+    return frame_bytes(body)
 
 
 def frame_length(header: bytes) -> int:

@@ -43,6 +43,7 @@ from fxls.protocol.frames import (
     decode_body,
     encode_frame,
     frame_of,
+    write_all,
 )
 from fxls.protocol.model import (
     PROTOCOL_VERSION,
@@ -209,7 +210,7 @@ class ForkSpawner:
         job_cgroup = self._job_cgroup(request)
         message = {"request": to_dict(request), "job_dir": job_dir, "cgroup": job_cgroup}
         try:
-            _write_all(spare.request_w, json.dumps(message).encode())
+            write_all(spare.request_w, json.dumps(message).encode())
         except OSError:  # it died (killed from outside): fork as usual
             _end_spare(spare)
             if job_cgroup is not None:
@@ -277,12 +278,6 @@ def _end_spare(spare: _Spare) -> None:
             os.close(fd)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(spare.pid, signal.SIGKILL)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def _flush_stdio() -> None:

@@ -214,7 +214,7 @@ def test_fix_rewrites_fixtures_to_their_after_twins(tmp_path: Path) -> None:
         shutil.copy(REWRITES / f"{name}_before.py", tmp_path / f"{name}.py")
     shutil.copy(REWRITES / "unsafe_before.py", tmp_path / "unsafe.py")
     result = _fxls(".", "--fix", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for name in names:
         after = (tmp_path / f"{name}.py").read_text()
         assert after == (REWRITES / f"{name}_after.py").read_text(), name

@@ -287,6 +287,8 @@ class CallParts:
     receiver: str | None = None
     positional: list[str] = field(default_factory=list)
     keywords: dict[str, str] = field(default_factory=dict)
+    subscript: bool = False
+    """``x[:, -1]``: what ``operator.getitem`` is written as."""
 
 
 def parse_expression(source: str) -> ast.Expression | None:
@@ -320,7 +322,7 @@ def call_parts(text: str | None) -> CallParts | None:
     if isinstance(body, ast.BinOp):
         return CallParts(None, None, [seg(body.left), seg(body.right)])
     if isinstance(body, ast.Subscript):
-        return CallParts(None, None, [seg(body.value), seg(body.slice)])
+        return CallParts(None, None, [seg(body.value), seg(body.slice)], subscript=True)
     if isinstance(body, ast.UnaryOp):
         return CallParts(None, None, [seg(body.operand)])
     if isinstance(body, ast.Compare) and len(body.comparators) == 1:
@@ -350,8 +352,8 @@ def _augmented(text: str) -> CallParts | None:
 
 def argument_texts(node: NodeInfo, parts: CallParts | None) -> dict[str, str]:
     """Argument name -> the expression the call wrote for it (as far as it can be told)."""
-    if parts is None:
-        return {}
+    if parts is None or (node.target.endswith("getitem") and not parts.subscript):
+        return {}  # an element of a tuple taken where another call is written (fake runs)
     out: dict[str, str] = {}
     args = list(node.args)
     queue = list(parts.positional)
@@ -635,17 +637,34 @@ def escaping(nodes: Sequence[NodeInfo]) -> list[NodeInfo]:
     returns a value made before it (``if n_rep == 1: return x``) or no tensor at all.
     Parameters and buffers it reads are not what it makes, even when later code reads them
     too (a weight tied to another layer)."""
-    inside = {n.name for n in nodes}
+    inside = {n.name: n for n in nodes}
     read: dict[str, int] = {}
     for node in nodes:
         for name in node.inputs:
             if name in inside:
                 read[name] = read.get(name, 0) + 1
-    return [
+    found = [
         n
         for n in nodes
         if n.users > read.get(n.name, 0) and n.op not in ("get_attr", "placeholder")
     ]
+    out: list[NodeInfo] = []
+    for node in found:
+        whole = _whole(node, inside)
+        if all(o is not whole for o in out):
+            out.append(whole)
+    return out
+
+
+def _whole(node: NodeInfo, inside: Mapping[str, NodeInfo]) -> NodeInfo:
+    """For an element of a tuple taken where the tuple is made (``shape = x.size()``, whose
+    ``shape[-1]`` a fake run could not place elsewhere), the tuple: what that code makes."""
+    while node.target.endswith("getitem") and node.args and node.args[0].node in inside:
+        base = inside[node.args[0].node]
+        if base.span != node.span:
+            break
+        node = base
+    return node
 
 
 def others_text(shown: Run, differ: int, total: int) -> str:

@@ -583,6 +583,15 @@ def test_argument_expressions_as_written(text: str, op: str, expected: dict[str,
     assert hover.argument_texts(node, hover.call_parts(text)) == expected
 
 
+def test_an_element_is_named_by_its_subscript_only() -> None:
+    """``getitem`` of a tuple has the texts of a subscript; at a call (where a fake run may
+    place an element it could not place better) the call's arguments are not its own."""
+    args = [Arg(name="a", value="size", node="size"), Arg(name="b", value="1")]
+    node = NodeInfo(name="getitem", op="call_function", target="operator.getitem", args=args)
+    assert hover.argument_texts(node, hover.call_parts("shape[-1]")) == {"a": "shape", "b": "-1"}
+    assert hover.argument_texts(node, hover.call_parts("x.view(-1, shape[-1])")) == {}
+
+
 def test_inlay_hints_unpacking_a_tuple_of_calls_and_a_shape() -> None:
     source = "def f(self, x):\n    a, b = self.p(x), self.q(x)\n    _b, t = x.shape\n"
     p = NodeInfo(
@@ -603,6 +612,33 @@ def test_inlay_hints_unpacking_a_tuple_of_calls_and_a_shape() -> None:
     module = ModuleResult(name="Net", line=1, status="traced", nodes=[p, q, shape, item])
     labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
     assert labels == {2: "▸ a: [B, 8], b: [B, 4]", 3: "▸ _b=B, t=T"}
+
+
+def test_an_element_taken_where_its_tuple_is_made_shows_the_tuple() -> None:
+    """``shape = x.size()``, whose ``shape[-1]`` is used lines later and recorded at
+    ``x.size()`` (a fake run that found no subscript for it): the line and the hover show the
+    size, not its element."""
+    source = "def f(self, x):\n    shape = x.size()\n    return x.view(-1, n(shape))\n"
+    span = Span(2, 12, 2, 20)
+    size = NodeInfo(
+        name="size", op="call_method", target="size", span=span, users=1,
+        args=[Arg(name="self", value="x", node="x")],
+        outputs=[Value(kind="size", shape=["B", "T"], text="[B, T]")],
+    )  # fmt: skip
+    item = NodeInfo(
+        name="getitem", op="call_function", target="operator.getitem", span=span, users=1,
+        args=[Arg(name="a", value="size", node="size"), Arg(name="b", value="1")],
+        inputs=["size"], outputs=[Value(kind="int", text="T")],
+    )  # fmt: skip
+    view = NodeInfo(
+        name="view", op="call_method", target="view", span=Span(3, 11, 3, 31), users=1,
+        inputs=["getitem"], outputs=[t("B", "T")],
+    )  # fmt: skip
+    module = ModuleResult(name="Net", line=1, status="traced", nodes=[size, item, view])
+    labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
+    assert labels[2] == "▸ [B, T]"
+    shown = hover.hover_text([module], source.split("\n"), 2, 14)
+    assert shown is not None and "[B, T]" in shown.markdown and "→ T" not in shown.markdown
 
 
 # -- one run of the code at a time -----------------------------------------------------------

@@ -126,6 +126,55 @@ def assign_ast_spans(
                     break
 
 
+def element_span(source: SourceText, within: Span, key: int, length: int) -> Span | None:
+    """The span of the one subscript in the code at ``within`` that takes element ``key`` of a
+    tuple of ``length`` by a constant index (``shape[-1]`` in ``x.view(-1, shape[-1])``), or
+    None when there is not exactly one."""
+    text = source.text(within)
+    if len(text) > MAX_ELEMENT_SOURCE:
+        return None
+    try:
+        tree = ast.parse("(" + text + "\n)", mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    found = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Subscript) and _constant_index(n.slice) in (key, key - length)
+    ]
+    if len(found) != 1 or found[0].end_lineno is None or found[0].end_col_offset is None:
+        return None
+    lines = text.split("\n")
+
+    def at(lineno: int, byte_col: int) -> tuple[int, int]:
+        row = lineno - 1  # line 1 starts with the added "("
+        line = lines[row] if row < len(lines) else ""
+        col = len(line.encode()[: byte_col - (row == 0)].decode(errors="ignore"))
+        return within.line + row, (within.col + col if row == 0 else col)
+
+    node = found[0]
+    start, end = at(node.lineno, node.col_offset), at(node.end_lineno, node.end_col_offset)
+    return Span(start[0], start[1], end[0], end[1])
+
+
+MAX_ELEMENT_SOURCE = 2000
+"""Characters of a call searched for the subscript of an element (longer: not searched)."""
+
+
+def _constant_index(index: ast.expr) -> int | None:
+    """``2`` for ``[2]``, ``-1`` for ``[-1]``; None for anything else."""
+    if isinstance(index, ast.Constant) and type(index.value) is int:
+        return index.value
+    if (
+        isinstance(index, ast.UnaryOp)
+        and isinstance(index.op, ast.USub)
+        and isinstance(index.operand, ast.Constant)
+        and type(index.operand.value) is int
+    ):
+        return -index.operand.value
+    return None
+
+
 _CALLEE = re.compile(r"[A-Za-z_][\w.]*")
 SHORT_SOURCE = 60
 """Characters of code a message quotes at most."""

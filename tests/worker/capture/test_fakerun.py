@@ -377,6 +377,23 @@ def check_against_eager(d: Doc, name: str, inputs: list[Any]) -> FakeRun:
     return run
 
 
+ELEMENTS_MODEL = """
+class Elements(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        shape = x.size()
+        for _ in range(2):
+            pass
+        h = x.reshape(-1, shape[-1]).view(shape[0], -1, shape[2])
+        B, T, C = x.size()
+        q, k = self.fc(h).split(4, dim=-1)
+        return torch.cat([q, k], -1).view(B, T * C)
+"""
+
+
 # ---------------------------------------------------------------------------------------
 # Tests
 # ---------------------------------------------------------------------------------------
@@ -644,3 +661,26 @@ def test_errors_inside_builtin_modules_and_on_data(doc: Callable[[str], Doc]) ->
     assert run.error_span == d.span("x.sum() > 0")
     assert run.error_target == "__bool__"
     assert targets(run) == ["sum", "gt"]
+
+
+def test_elements_of_a_size_are_where_they_are_indexed(doc: Callable[[str], Doc]) -> None:
+    """``shape = x.size()`` used lines below as ``shape[0]``: the element's node is at that
+    subscript (not at ``x.size()``, whose value it is not); unpacked elements stay where they
+    are unpacked, with the value they unpack."""
+    d = doc(ELEMENTS_MODEL)
+    inputs = [tensor("x", ("B", 2), ("T", 5), (None, 8))]
+    run = fake_run(d.meta("Elements"), inputs, d.path)
+    assert run.error is None, run.error
+    (size,) = nodes_at(run, d.span("x.size()"))
+    assert run.values[size.name][0].shape == ["B", "T", 8]
+    (first,) = nodes_at(run, d.span("shape[0]"))
+    assert first.target is operator.getitem and first.args == (size, 0)
+    assert run.values[first.name][0].text == "B"
+    assert run.spans[first.name][1] == d.span("shape[0]")  # written in forward: its own site
+    at_unpacking = nodes_at(run, d.span("x.size()", 1))  # `B, T, C = x.size()`
+    (unpacked,) = [n for n in at_unpacking if n.target == "size"]
+    items = [n for n in calls(run) if n.target is operator.getitem and n.args[0] is unpacked]
+    assert [n.args[1] for n in items] == [0] and set(items) <= set(at_unpacking)  # T * C: no node
+    at_split = nodes_at(run, d.span("self.fc(h).split(4, dim=-1)"))
+    assert [n.target for n in at_split] == ["split", operator.getitem, operator.getitem]
+    check_against_eager(d, "Elements", inputs)

@@ -46,6 +46,7 @@ import contextlib
 import inspect
 import linecache
 import operator
+import re
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -63,7 +64,13 @@ from fxls.protocol.positions import SourceText
 from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.shapes import shortcuts, sizes
 from fxls.worker.capture.shapes.values import Namer
-from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, call_site_frame, method_codes
+from fxls.worker.capture.spans import (
+    CALL_SITE_KEY,
+    SPAN_KEY,
+    call_site_frame,
+    element_span,
+    method_codes,
+)
 
 __all__ = [
     "NOT_AGAIN",
@@ -166,6 +173,10 @@ def is_builtin_leaf(module: torch.nn.Module, leaf_classes: Iterable[str] = ()) -
 # ---------------------------------------------------------------------------------------
 # Source positions
 # ---------------------------------------------------------------------------------------
+
+
+_UNPACKING = re.compile(r"\s*\(?\s*\*?\w+\s*(,\s*\*?\w+\s*)+,?\s*\)?\s*=\s*$")
+"""The text before an unpacked value on its line: ``B, T, C = `` (``(a, *rest) = ``)."""
 
 
 class _Spans:
@@ -306,10 +317,35 @@ class _Recorder:
         def build() -> torch.fx.Node:
             base = parent.get()
             node = self.graph.call_function(operator.getitem, (base, key))
-            self._annotate(node, value, self.node_spans.get(base.name))
+            self._annotate(node, value, self._element_spans(base, key))
             return node
 
         return _Lazy(build)
+
+    def _element_spans(
+        self, base: torch.fx.Node, key: Any
+    ) -> tuple[Span | None, Span | None] | None:
+        """Where an element of ``base``'s value is taken (indexing a tuple is no call, so no
+        frame says): at the subscript taking it in the call that uses it, when that call has
+        exactly one such subscript (``shape = x.size()`` … ``x.view(-1, shape[-1])``: the
+        element is neither ``x.size()``'s value nor ``view``'s); else where ``base`` is made
+        (``q, k, v = x.split(d)``, ``map(f, x.chunk(3))``, which views and hints then show as
+        ``base``'s value, :func:`fxls.engine.render.escaping`)."""
+        spans = self.node_spans.get(base.name)
+        using = self.using
+        if spans is None or spans[0] is None or using is None or self._unpacks(spans[0]):
+            return spans
+        whole = self.examples.get(base.name)
+        if isinstance(key, int) and isinstance(whole, (tuple, list)):
+            found = element_span(self.spans.source, using[0], key, len(whole))
+            if found is not None:  # called from forward's line, as the call using it is
+                return found, (found if using[1] == using[0] else using[1])
+        return spans
+
+    def _unpacks(self, span: Span) -> bool:
+        """Whether the statement of ``span`` assigns its value to a tuple of names."""
+        before = self.spans.source.line(span.line)[: span.col]
+        return _UNPACKING.match(before) is not None
 
     def node_of(self, obj: Any) -> torch.fx.Node | None:
         lazy = self.objects.get(id(obj))

@@ -659,9 +659,9 @@ def escaping(nodes: Sequence[NodeInfo]) -> list[NodeInfo]:
 def _whole(node: NodeInfo, inside: Mapping[str, NodeInfo]) -> NodeInfo:
     """For an element of a tuple taken where the tuple is made (``shape = x.size()``, whose
     ``shape[-1]`` a fake run could not place elsewhere), the tuple: what that code makes."""
-    while node.target.endswith("getitem") and node.args and node.args[0].node in inside:
-        base = inside[node.args[0].node]
-        if base.span != node.span:
+    while node.target.endswith("getitem") and node.args:
+        base = inside.get(node.args[0].node or "")
+        if base is None or base.span != node.span:
             break
         node = base
     return node

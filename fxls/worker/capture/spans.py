@@ -142,7 +142,11 @@ def element_span(source: SourceText, within: Span, key: int, length: int) -> Spa
         for n in ast.walk(tree)
         if isinstance(n, ast.Subscript) and _constant_index(n.slice) in (key, key - length)
     ]
-    if len(found) != 1 or found[0].end_lineno is None or found[0].end_col_offset is None:
+    if len(found) != 1:
+        return None
+    node = found[0]
+    end_line, end_col = node.end_lineno, node.end_col_offset
+    if end_line is None or end_col is None:
         return None
     lines = text.split("\n")
 
@@ -152,8 +156,7 @@ def element_span(source: SourceText, within: Span, key: int, length: int) -> Spa
         col = len(line.encode()[: byte_col - (row == 0)].decode(errors="ignore"))
         return within.line + row, (within.col + col if row == 0 else col)
 
-    node = found[0]
-    start, end = at(node.lineno, node.col_offset), at(node.end_lineno, node.end_col_offset)
+    start, end = at(node.lineno, node.col_offset), at(end_line, end_col)
     return Span(start[0], start[1], end[0], end[1])
 
 

@@ -637,34 +637,17 @@ def escaping(nodes: Sequence[NodeInfo]) -> list[NodeInfo]:
     returns a value made before it (``if n_rep == 1: return x``) or no tensor at all.
     Parameters and buffers it reads are not what it makes, even when later code reads them
     too (a weight tied to another layer)."""
-    inside = {n.name: n for n in nodes}
+    inside = {n.name for n in nodes}
     read: dict[str, int] = {}
     for node in nodes:
         for name in node.inputs:
             if name in inside:
                 read[name] = read.get(name, 0) + 1
-    found = [
+    return [
         n
         for n in nodes
         if n.users > read.get(n.name, 0) and n.op not in ("get_attr", "placeholder")
     ]
-    out: list[NodeInfo] = []
-    for node in found:
-        whole = _whole(node, inside)
-        if all(o is not whole for o in out):
-            out.append(whole)
-    return out
-
-
-def _whole(node: NodeInfo, inside: Mapping[str, NodeInfo]) -> NodeInfo:
-    """For an element of a tuple taken where the tuple is made (``shape = x.size()``, whose
-    ``shape[-1]`` a fake run could not place elsewhere), the tuple: what that code makes."""
-    while node.target.endswith("getitem") and node.args:
-        base = inside.get(node.args[0].node or "")
-        if base is None or base.span != node.span:
-            break
-        node = base
-    return node
 
 
 def others_text(shown: Run, differ: int, total: int) -> str:

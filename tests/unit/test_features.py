@@ -286,11 +286,34 @@ def test_inlay_hints_one_per_statement_last_node() -> None:
 
 def test_inlay_hints_multiline_statement_goes_to_its_last_line() -> None:
     node = NodeInfo(
-        name="n", op="call_function", target="f", span=Span(16, 14, 16, 20), outputs=[X]
+        name="n", op="call_function", target="f", span=Span(16, 14, 17, 14), outputs=[X]
     )
     module = ModuleResult(name="Net", line=5, status="traced", nodes=[node])
     (hint,) = inlay_hints.shape_hints([module], SOURCE)
     assert hint.line == 17
+
+
+def test_inlay_hints_only_for_a_value_the_statement_makes() -> None:
+    """A line's hint names the value of its statement (or of a branch of a conditional one):
+    a node of a part of it (``x.shape`` of ``x.shape[:-1]``, whose slicing a fake run does
+    not record) gives none, rather than the wrong value as the line's."""
+    source = (
+        "def f(self, x):\n"
+        "    n = x.shape[:-1]\n"
+        "    y = self.fc(x) if n else x\n"
+        "    return y.view(*n, -1)\n"
+    )
+    shape = NodeInfo(
+        name="getattr_1", op="call_function", target="getattr", span=Span(2, 8, 2, 15), users=1,
+        outputs=[Value(kind="size", shape=["B", "T", 8], text="[B, T, 8]")],
+    )  # fmt: skip
+    fc = NodeInfo(name="fc", op="call_module", target="fc", span=Span(3, 8, 3, 18), users=1,
+                  outputs=[t("B", "T", 8)])  # fmt: skip
+    view = NodeInfo(name="view", op="call_method", target="view", span=Span(4, 11, 4, 25),
+                    users=1, outputs=[t("B", "T", 8)])  # fmt: skip
+    module = ModuleResult(name="Net", line=1, status="traced", nodes=[shape, fc, view])
+    labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
+    assert labels == {3: "▸ [B, T, 8]", 4: "▸ [B, T, 8]"}
 
 
 def test_lsp_inlay_hints_position_end_of_line_and_range_filter() -> None:
@@ -612,33 +635,6 @@ def test_inlay_hints_unpacking_a_tuple_of_calls_and_a_shape() -> None:
     module = ModuleResult(name="Net", line=1, status="traced", nodes=[p, q, shape, item])
     labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
     assert labels == {2: "▸ a: [B, 8], b: [B, 4]", 3: "▸ _b=B, t=T"}
-
-
-def test_an_element_taken_where_its_tuple_is_made_shows_the_tuple() -> None:
-    """``shape = x.size()``, whose ``shape[-1]`` is used lines later and recorded at
-    ``x.size()`` (a fake run that found no subscript for it): the line and the hover show the
-    size, not its element."""
-    source = "def f(self, x):\n    shape = x.size()\n    return x.view(-1, n(shape))\n"
-    span = Span(2, 12, 2, 20)
-    size = NodeInfo(
-        name="size", op="call_method", target="size", span=span, users=1,
-        args=[Arg(name="self", value="x", node="x")],
-        outputs=[Value(kind="size", shape=["B", "T"], text="[B, T]")],
-    )  # fmt: skip
-    item = NodeInfo(
-        name="getitem", op="call_function", target="operator.getitem", span=span, users=1,
-        args=[Arg(name="a", value="size", node="size"), Arg(name="b", value="1")],
-        inputs=["size"], outputs=[Value(kind="int", text="T")],
-    )  # fmt: skip
-    view = NodeInfo(
-        name="view", op="call_method", target="view", span=Span(3, 11, 3, 31), users=1,
-        inputs=["getitem"], outputs=[t("B", "T")],
-    )  # fmt: skip
-    module = ModuleResult(name="Net", line=1, status="traced", nodes=[size, item, view])
-    labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
-    assert labels[2] == "▸ [B, T]"
-    shown = hover.hover_text([module], source.split("\n"), 2, 14)
-    assert shown is not None and "[B, T]" in shown.markdown and "→ T" not in shown.markdown
 
 
 # -- one run of the code at a time -----------------------------------------------------------

@@ -70,6 +70,38 @@ def statement_ends(source: str) -> dict[int, int]:
     return ends
 
 
+def value_ends(source: str) -> dict[int, set[tuple[int, int]]]:
+    """Hint line (a simple statement's last) -> where the value it assigns, returns or
+    computes may end (line, code point column): the whole value's end, and each branch's of a
+    conditional value (``x if m is None else self.f(x)``). A node whose code ends elsewhere
+    (``x.shape`` of ``n = x.shape[:-1]``) made a part of it, not the value the hint names."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    lines = source.split("\n")
+    out: dict[int, set[tuple[int, int]]] = {}
+    for stmt in ast.walk(tree):
+        value = getattr(stmt, "value", None)
+        if not isinstance(stmt, _VALUED) or not isinstance(value, ast.expr):
+            continue
+        ends = out.setdefault(stmt.end_lineno or stmt.lineno, set())
+        for part in _branches(value):
+            end_line = part.end_lineno or part.lineno
+            ends.add((end_line, _column(lines, end_line, part.end_col_offset or 0)))
+    return out
+
+
+_VALUED = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
+
+
+def _branches(value: ast.expr) -> list[ast.expr]:
+    """``value`` and, for a conditional expression, each of its branches (nested too)."""
+    if isinstance(value, ast.IfExp):
+        return [value, *_branches(value.body), *_branches(value.orelse)]
+    return [value]
+
+
 @dataclass
 class Unpacking:
     """``B, T, C = x.size()``: the assigned names and where the target tuple is written."""
@@ -206,6 +238,7 @@ def shape_hints(modules: Sequence[ModuleResult], source: str) -> list[ShapeHint]
     name. A call into a helper counts for the helper's statement and for the calling
     statement; a call that returns nothing it computes (``return x``) gets no hint."""
     ends = statement_ends(source)
+    valued = value_ends(source)
     unpacked = _unpacking_hints(modules, source)
     per_line: dict[int, list[tuple[ModuleResult, list[Run]]]] = {}
     for module in modules:
@@ -226,7 +259,7 @@ def shape_hints(modules: Sequence[ModuleResult], source: str) -> list[ShapeHint]
             per_line.setdefault(line, []).append((module, _runs(pairs, module)))
     chosen: dict[int, tuple[str, str]] = {}
     for line, per_module in per_line.items():
-        found = _line_hint(runs_across(per_module))
+        found = _line_hint(runs_across(per_module), valued.get(line))
         if found is not None:
             chosen[line] = found
     hints = []
@@ -251,22 +284,29 @@ def _runs(pairs: list[tuple[NodeInfo, bool]], module: ModuleResult) -> list[Run]
     return runs
 
 
-def _result(run: Run) -> NodeInfo | None:
+def _result(run: Run, value_ends: set[tuple[int, int]] | None = None) -> NodeInfo | None:
     """The node whose value one run of a statement gives: the last one used after it; the
     last one written there when none is (computed, then never used); None for a call that
-    returns nothing it computes."""
+    returns nothing it computes, or when that node's code (or, for a helper's node, the call
+    of the helper) does not end where the statement's value may (``value_ends``)."""
     out = escaping(run.nodes)
-    if out:
-        return out[-1]
     mine = [n for n, written in zip(run.nodes, run.written) if written]
-    return mine[-1] if mine else None
+    node = out[-1] if out else (mine[-1] if mine else None)
+    if node is None or value_ends is None:
+        return node
+    span = node.span if any(n is node for n in mine) else node.call_site
+    if span is None or (span.end_line, span.end_col) not in value_ends:
+        return None
+    return node
 
 
-def _line_hint(runs: Sequence[Run]) -> tuple[str, str] | None:
+def _line_hint(
+    runs: Sequence[Run], value_ends: set[tuple[int, int]] | None = None
+) -> tuple[str, str] | None:
     """(label text, node name) for one statement's runs, or None when nothing is shown."""
     if not runs:
         return None
-    node = _result(runs[0])
+    node = _result(runs[0], value_ends)
     if node is None:
         return None
     shown = values_text(node.outputs, default_dtype="float32")

@@ -352,8 +352,8 @@ def _augmented(text: str) -> CallParts | None:
 
 def argument_texts(node: NodeInfo, parts: CallParts | None) -> dict[str, str]:
     """Argument name -> the expression the call wrote for it (as far as it can be told)."""
-    if parts is None or (node.target.endswith("getitem") and not parts.subscript):
-        return {}  # an element of a tuple taken where another call is written (fake runs)
+    if parts is None or not _own_call(parts, node):
+        return {}
     out: dict[str, str] = {}
     args = list(node.args)
     queue = list(parts.positional)
@@ -378,6 +378,19 @@ def argument_texts(node: NodeInfo, parts: CallParts | None) -> dict[str, str]:
         # x.view(B, T, C): the schema takes one list (size) that the call spread out
         out[last.name] = "(" + ", ".join([out[last.name], *queue]) + ")"
     return out
+
+
+def _own_call(parts: CallParts, node: NodeInfo) -> bool:
+    """Whether the code written there is ``node``'s own call: the same function or method
+    name (``F.conv2d`` and ``torch.conv2d``), not code of a library it called
+    (``past_key_values.update(…)``, where ``update`` made ``torch.cat``); a subscript for an
+    element of a tuple (a fake run places one it cannot place better at the call using it);
+    any written call for a submodule (``block(x)`` calls ``h.0``) and operators."""
+    if node.target.endswith("getitem"):
+        return parts.subscript
+    if parts.func is None or node.op not in ("call_function", "call_method"):
+        return True
+    return parts.func.rsplit(".", 1)[-1] == node.target.rsplit(".", 1)[-1]
 
 
 _WORD = re.compile(r"[A-Za-z_]\w*")

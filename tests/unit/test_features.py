@@ -602,8 +602,14 @@ def test_argument_expressions_as_written(text: str, op: str, expected: dict[str,
         ],
     }[text]
     args = [Arg(name=n, value="v", kind=k, default=(n == "bias")) for n, k in names]
-    node = NodeInfo(name="n", op=op, target="t", args=args)  # type: ignore[arg-type]
+    target = {"xq_ * freqs_cis": "mul", "F.conv2d(x, w, stride=2)": "torch.conv2d"}.get(
+        text, "view"
+    )
+    node = NodeInfo(name="n", op=op, target=target, args=args)  # type: ignore[arg-type]
     assert hover.argument_texts(node, hover.call_parts(text)) == expected
+    # the call written there is another function's: a library's code made the node
+    other = NodeInfo(name="n", op=op, target="torch.tensor", args=args)  # type: ignore[arg-type]
+    assert hover.argument_texts(other, hover.call_parts(text)) == ({} if "(" in text else expected)
 
 
 def test_an_element_is_named_by_its_subscript_only() -> None:

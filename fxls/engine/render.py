@@ -496,7 +496,8 @@ def executions(
             called.add(node.target)
     runs: list[Run] = []
     current: Run | None = None
-    for node in nodes:
+    read_until = _last_readers(nodes)
+    for index, node in enumerate(nodes):
         mine = written(node)
         who = owner(node, containers) if mine else ""
         outer = None if mine else _outermost(_path(node), called)
@@ -512,6 +513,7 @@ def executions(
             or (
                 (mine or not outer)  # a submodule's runs are told apart by ``outer``
                 and _again(node, current.nodes[0], _direct(node, who, mine) and current.direct)
+                and not _unfinished(current, node, index, read_until)
             )
         ):
             current = Run([], who, site, outer, module)
@@ -522,6 +524,27 @@ def executions(
         current.nodes.append(node)
     label_runs(runs)
     return runs
+
+
+def _last_readers(nodes: Sequence[NodeInfo]) -> dict[str, int]:
+    """Node name -> the index of the last node among ``nodes`` that reads it."""
+    last: dict[str, int] = {}
+    for index, node in enumerate(nodes):
+        for name in node.inputs:
+            last[name] = index
+    return last
+
+
+def _unfinished(run: Run, node: NodeInfo, index: int, read_until: Mapping[str, int]) -> bool:
+    """Whether ``run`` still goes on past ``node`` (at ``index``), which repeats its first
+    call: ``node`` reads none of the run's nodes and a node of the code after the run that
+    ``node`` would start (as long as this one) reads one (a library's ``update`` makes
+    ``torch.tensor([])`` twice, then concatenates each with a cache). The next iteration of a
+    loop reads what the last one made within its own length (``h = h + self.fc(x)``)."""
+    names = {n.name for n in run.nodes}
+    if names.intersection(node.inputs):
+        return False
+    return any(read_until.get(name, -1) >= index + len(run.nodes) for name in names)
 
 
 def _direct(node: NodeInfo, who: str, written: bool) -> bool:

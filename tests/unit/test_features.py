@@ -800,3 +800,72 @@ def test_values_that_hold_for_the_example_sizes_only_say_so() -> None:
     module.nodes.insert(1, total)
     found = hover.hover_text([module], LINES, 13, LINES[12].index("conv2d") + 1)
     assert found is not None and "*some values shown hold for B = 2 only*" in found.markdown
+
+
+def test_a_call_made_twice_by_a_library_is_one_run_a_loop_is_two() -> None:
+    """``k, v = cache.update(k, v)``: the cache's code makes ``torch.tensor([])`` twice, then
+    concatenates each (all at that line): one run, whose value is a concatenation, not the
+    empty tensor. ``h = h + self.fc(x)`` twice in a loop: two runs."""
+    source = "def f(self, k, v, x, h):\n    k, v = cache.update(k, v)\n    h = h + self.fc(x)\n"
+    at = Span(2, 11, 2, 29)
+    empty = Value(kind="tensor", shape=[0], dtype="torch.float32")
+
+    def node(name: str, target: str, span: Span, inputs: list[str], out: Value) -> NodeInfo:
+        op = "call_module" if target == "fc" else "call_function"
+        return NodeInfo(name=name, op=op, target=target, span=span, users=1,  # type: ignore[arg-type]
+                        inputs=inputs, outputs=[out])  # fmt: skip
+
+    nodes = [
+        node("tensor", "torch.tensor", at, [], empty),
+        node("tensor_1", "torch.tensor", at, [], empty),
+        node("cat", "torch.cat", at, ["tensor", "k"], t("B", 8, "T", 64)),
+        node("cat_1", "torch.cat", at, ["tensor_1", "v"], t("B", 8, "T", 64)),
+    ]
+    line = Span(3, 8, 3, 22)
+    fc_span = Span(3, 12, 3, 22)
+    nodes += [
+        node("fc", "fc", fc_span, ["x"], t("B", 8)),
+        node("add", "operator.add", line, ["h", "fc"], t("B", 8)),
+        node("fc_1", "fc", fc_span, ["x"], t("B", 8)),
+        node("add_1", "operator.add", line, ["add", "fc_1"], t("B", 8)),
+    ]
+    module = ModuleResult(name="Net", line=1, status="traced", nodes=nodes)
+    labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
+    assert labels[2] == "▸ [B, 8, T, 64]"
+    assert labels[3].startswith("▸ [B, 8]")
+    shown = hover.hover_text([module], source.split("\n"), 3, 13)
+    assert shown is not None and "×2" in shown.markdown, shown
+
+
+def test_no_hint_names_none_or_an_unused_size() -> None:
+    """``return Output(states=out.hidden_states)``: the ``None`` the layer's output holds is
+    not the statement's value; ``mask = make_mask(x)``, whose library code read ``x.shape``
+    and left it unused: no hint either. An unused tensor still gets one (FX302's line)."""
+    source = (
+        "def f(self, x):\n"
+        "    return Output(states=x.states)\n"
+        "    mask = make_mask(x)\n"
+        "    x.mul(2)\n"
+    )
+    none = NodeInfo(
+        name="getattr_1", op="call_function", target="getattr", span=Span(2, 4, 2, 34), users=1,
+        outputs=[Value(kind="none", text="None")],
+    )  # fmt: skip
+    size = NodeInfo(
+        name="getattr_2", op="call_function", target="getattr", span=Span(3, 11, 3, 23),
+        outputs=[Value(kind="size", shape=["B", 8], text="[B, 8]")],
+    )  # fmt: skip
+    item = NodeInfo(
+        name="getitem", op="call_function", target="operator.getitem", span=Span(3, 11, 3, 23),
+        inputs=["getattr_2"], outputs=[Value(kind="int", text="B")],
+    )  # fmt: skip
+    mul = NodeInfo(name="mul", op="call_method", target="mul", span=Span(4, 4, 4, 12),
+                   outputs=[t("B", 8)])  # fmt: skip
+    cache = NodeInfo(
+        name="getattr_3", op="call_function", target="getattr", span=Span(2, 4, 2, 34), users=1,
+        outputs=[Value(kind="other", text="DynamicCache")],
+    )  # fmt: skip
+    nodes = [none, cache, size, item, mul]
+    module = ModuleResult(name="Net", line=1, status="traced", nodes=nodes)
+    labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
+    assert labels == {4: "▸ [B, 8]"}

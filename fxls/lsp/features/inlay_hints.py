@@ -284,14 +284,23 @@ def _runs(pairs: list[tuple[NodeInfo, bool]], module: ModuleResult) -> list[Run]
     return runs
 
 
+_NO_HINT = ("none", "other")
+"""Value kinds no hint names: ``None``, an object (a cache, a model output)."""
+
+
 def _result(run: Run, value_ends: set[tuple[int, int]] | None = None) -> NodeInfo | None:
     """The node whose value one run of a statement gives: the last one used after it; the
-    last one written there when none is (computed, then never used); None for a call that
+    last tensor written there when none is (computed, then never used); None for a call that
     returns nothing it computes, or when that node's code (or, for a helper's node, the call
-    of the helper) does not end where the statement's value may (``value_ends``)."""
-    out = escaping(run.nodes)
+    of the helper) does not end where the statement's value may (``value_ends``). ``None``
+    or an object (``outputs.attentions``, ``outputs.past_key_values`` of a layer's output,
+    read where the result is returned) is no statement's value a hint names, nor a size a
+    library read and left unused (``inputs_embeds.shape`` inside transformers'
+    ``create_bidirectional_mask``)."""
+    out = [n for n in escaping(run.nodes) if any(v.kind not in _NO_HINT for v in n.outputs)]
     mine = [n for n, written in zip(run.nodes, run.written) if written]
-    node = out[-1] if out else (mine[-1] if mine else None)
+    unused = [n for n in mine if any(v.kind == "tensor" for v in n.outputs)]
+    node = out[-1] if out else (unused[-1] if unused else None)
     if node is None or value_ends is None:
         return node
     span = node.span if any(n is node for n in mine) else node.call_site

@@ -769,18 +769,29 @@ class ClassCapture:
             )
         if planned is None and self.module is not None:
             planned = inputs.from_config(name, self.module, self.arguments, plan.symbols)
-        if planned is None and "spatial" in self.hints and _image_like(name):
-            b = (inputs.BATCH, plan.symbols.size(inputs.BATCH))
-            dims = [b, (None, self.hints.get("channels", 3)), (None, spatial), (None, spatial)]
-            planned = inputs.PlannedInput(
-                name, "tensor", dims, assumed=True, reason=f"image size {spatial} of the build"
-            )
         if planned is None:
-            planned = self._plain_value(name, plan)
+            planned = self._last_resort(graph_owner, node, name, plan)
         if planned is None:
             return None
         planned.name = name
         self.assumed_inputs.append((planned, at))
+        return planned
+
+    def _last_resort(
+        self, graph_owner: Any, node: torch.fx.Node | None, name: str, plan: InputPlan
+    ) -> inputs.PlannedInput | None:
+        """An image of the build's size for an image-like name, a plain value, or the first
+        layer the input reaches through shape-keeping calls."""
+        spatial = self.hints.get("spatial", inputs.SPATIAL)
+        if "spatial" in self.hints and _image_like(name):
+            b = (inputs.BATCH, plan.symbols.size(inputs.BATCH))
+            dims = [b, (None, self.hints.get("channels", 3)), (None, spatial), (None, spatial)]
+            return inputs.PlannedInput(
+                name, "tensor", dims, assumed=True, reason=f"image size {spatial} of the build"
+            )
+        planned = self._plain_value(name, plan)
+        if planned is None and node is not None:
+            planned = inputs.infer_downstream(graph_owner, node, plan.symbols, spatial)
         return planned
 
     def _fill_missing(

@@ -646,3 +646,46 @@ def MLPMixer(*, dim, depth):
     stem = mods["Stem"]
     assert stem.constructed is not None and stem.constructed.assumed is not None
     assert stem.constructed.assumed["fn"] != "nn.Identity()", stem.constructed
+
+
+ADA_NORM_BLOCK = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class AdaNorm(nn.Module):
+    def __init__(self, channels, emb):
+        super().__init__()
+        self.linear = nn.Linear(emb, channels * 2)
+
+    def forward(self, x, emb):
+        emb = self.linear(emb)[:, :, None, None]
+        scale, shift = emb.chunk(2, dim=1)
+        x = F.group_norm(x, 4)
+        return x * (1 + scale) + shift
+
+
+class Block(nn.Module):
+    def __init__(self, channels=32, emb=16):
+        super().__init__()
+        self.norm = AdaNorm(channels, emb)
+        self.act = nn.SiLU()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, hidden_states, temb):
+        h = self.norm(hidden_states, temb)
+        return self.conv(self.act(h))
+"""
+
+
+def test_an_input_normalized_by_functions_is_shaped_for_the_layer_it_reaches() -> None:
+    """diffusers' ``AdaGroupNorm``: ``hidden_states`` reaches ``F.group_norm``, arithmetic
+    and an activation before ``conv``. It is assumed an image of ``conv``'s channels, not shaped
+    like ``temb`` (which made ``x * (1 + scale)`` broadcast to ``[B, 32, B, 32]``)."""
+    block = _capture(ADA_NORM_BLOCK, "Block")["Block"]
+    shapes = {i.name: i.value.shape for i in block.inputs}
+    assert shapes == {"hidden_states": ["B", 32, 224, 224], "temb": ["B", 16]}, shapes
+    assert block.outputs[0].shape == ["B", 32, 224, 224]
+    (fx405,) = [d for d in block.diagnostics if d.code == "FX405" and "hidden" in d.message]
+    assert "conv" in fx405.message

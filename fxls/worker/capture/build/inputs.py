@@ -276,6 +276,47 @@ def first_layer(root: nn.Module, placeholder: torch.fx.Node) -> tuple[str, nn.Mo
     return None
 
 
+_SAME_SHAPE_MODULES = (*_PASS_THROUGH, nn.ReLU, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Mish,
+                       nn.LeakyReLU, nn.ELU, nn.Hardswish)  # fmt: skip
+_SAME_SHAPE_CALLS = frozenset(
+    {"add", "sub", "mul", "truediv", "div", "relu", "gelu", "silu", "sigmoid", "tanh",
+     "group_norm", "instance_norm", "dropout", "contiguous", "float", "clone", "type_as"}
+)  # fmt: skip
+"""Functions and methods whose output has their input's shape (or, for arithmetic, the
+shape it broadcasts to, which the next layer then takes)."""
+MAX_DOWNSTREAM = 64
+"""Nodes followed at most from an input to the layer it reaches."""
+
+
+def downstream_layer(root: nn.Module, placeholder: torch.fx.Node) -> tuple[str, nn.Module] | None:
+    """The first layer ``placeholder`` reaches through calls that keep its shape (a
+    normalization written with ``F.group_norm``, ``x * (1 + scale) + shift``, an activation):
+    diffusers' ``AdaGroupNorm`` passes a block's ``hidden_states`` to ``conv1`` so."""
+    frontier = [placeholder]
+    seen: set[torch.fx.Node] = set()
+    while frontier and len(seen) < MAX_DOWNSTREAM:
+        node = frontier.pop(0)
+        for user in node.users:
+            if user in seen:
+                continue
+            seen.add(user)
+            if user.op == "call_module":
+                module = root.get_submodule(str(user.target))
+                if isinstance(module, _SAME_SHAPE_MODULES):
+                    frontier.append(user)
+                elif user.args[:1] == (node,):
+                    return str(user.target), module
+            elif user.op in ("call_function", "call_method") and _keeps_shape(user):
+                frontier.append(user)
+    return None
+
+
+def _keeps_shape(node: torch.fx.Node) -> bool:
+    target = node.target
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return name.rstrip("_") in _SAME_SHAPE_CALLS
+
+
 SPATIAL = 224
 """Image height and width fxls assumes first when nothing says otherwise."""
 SPATIAL_ALTERNATIVES = (224, 32, 28, 64, 96, 128, 256, 299, 512, 16)
@@ -306,6 +347,17 @@ def infer(
         if inner is not None:
             planned = layer_input(str(placeholder.target), inner[0], inner[1], symbols, spatial)
     return planned
+
+
+def infer_downstream(
+    root: nn.Module, placeholder: torch.fx.Node, symbols: Symbols, spatial: int = SPATIAL
+) -> PlannedInput | None:
+    """An input inferred from the first layer it reaches through shape-keeping calls
+    (:func:`downstream_layer`); None when there is none or it tells nothing."""
+    found = downstream_layer(root, placeholder)
+    if found is None:
+        return None
+    return layer_input(str(placeholder.target), found[0], found[1], symbols, spatial)
 
 
 _TREES: dict[tuple[str, int], ast.Module | None] = {}

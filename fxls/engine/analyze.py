@@ -888,6 +888,20 @@ async def _incremental(run: _Run, cache: incremental.CaptureCache, context: str)
         result.modules.append(queues[req.name].pop(0))
 
 
+def _culprit(first: JobResult, job: CaptureJob, by_name: dict[str, ClassInfo]) -> ClassInfo | None:
+    """The class a failed job is blamed on: the one it was capturing (the only one it had).
+    None when it ran out of CPU time among several: the time of the classes captured before
+    it counts too, so where the limit falls varies from run to run; each class captured
+    alone then does the same on every run."""
+    active = [r for r in job.classes if not r.skip]
+    if first.kind == "cpu_limit" and len(active) > 1:
+        return None
+    culprit = by_name.get(first.current_class or "")
+    if culprit is None and len(active) == 1 and first.phase not in ("setup", "import"):
+        culprit = by_name.get(active[0].name)
+    return culprit
+
+
 async def _capture(run: _Run, first: JobResult | None = None) -> None:
     """Run ``run.job`` (unless ``first`` is its result already); when it fails, blame the class
     it was capturing and capture the others one by one."""
@@ -907,10 +921,7 @@ async def _capture(run: _Run, first: JobResult | None = None) -> None:
     for layer in first.isolation:
         if layer not in result.isolation:
             result.isolation.append(layer)
-    culprit = by_name.get(first.current_class or "")
-    active = [r for r in job.classes if not r.skip]
-    if culprit is None and len(active) == 1 and first.phase not in ("setup", "import"):
-        culprit = by_name.get(active[0].name)
+    culprit = _culprit(first, job, by_name)
     if first.kind not in _RETRYABLE or (culprit is None and first.phase in ("setup", "import")):
         # The file as a whole could not be captured: retrying class by class cannot help.
         name = os.path.basename(job.path)

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from fxls.engine.analyze import AnalysisRequest, EngineOptions, analyze, dedupe, failure_diagnostic
-from fxls.protocol.model import Diagnostic, JobResult, Limits, Span
+from fxls.protocol.model import (
+    CaptureResult,
+    Diagnostic,
+    JobResult,
+    Limits,
+    ModuleResult,
+    Span,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SPAN = Span(3, 6, 3, 9)
@@ -105,6 +112,38 @@ async def test_retries_of_a_file_whose_classes_all_time_out_are_capped() -> None
     assert sorted(codes.values()).count(["FX501"]) == 3
     assert sorted(codes.values()).count(["FX510"]) == 3
     assert len(result.modules) == 6
+
+
+async def test_a_cpu_limit_among_several_classes_is_blamed_on_a_class_alone() -> None:
+    """The first job of three classes runs out of CPU time while it captures ``Slow1``: the
+    time of ``Slow0`` counts too, so each class is captured alone, and only the one that runs
+    out on its own (``Loop``) gets FX506, as on every run."""
+    source = "import torch.nn as nn\n" + "".join(
+        f"\n\nclass {name}(nn.Module):\n    def forward(self, x):\n        return x\n"
+        for name in ("Slow0", "Slow1", "Loop")
+    )
+
+    class LimitOnTheWhole:
+        def __init__(self) -> None:
+            self.jobs: list[list[str]] = []
+
+        async def run(self, job: object, *args: object) -> JobResult:
+            names = [c.name for c in job.classes]  # type: ignore[attr-defined]
+            self.jobs.append(names)
+            if len(names) > 1:
+                return JobResult(1, "cpu_limit", phase="trace", current_class="Slow1")
+            if names == ["Loop"]:
+                return JobResult(2, "cpu_limit", phase="trace", current_class="Loop")
+            line = 4 if names == ["Slow0"] else 9
+            module = ModuleResult(name=names[0], line=line, status="traced")
+            return JobResult(3, "ok", payload=CaptureResult(modules=[module]))
+
+    runner = LimitOnTheWhole()
+    result = await analyze(runner, AnalysisRequest("x.py", source))  # type: ignore[arg-type]
+    assert runner.jobs[0] == ["Slow0", "Slow1", "Loop"]
+    assert sorted(runner.jobs[1:]) == [["Loop"], ["Slow0"], ["Slow1"]]
+    codes = {m.name: [d.code for d in m.diagnostics] for m in result.modules}
+    assert codes == {"Slow0": [], "Slow1": [], "Loop": ["FX506"]}
 
 
 class Scripted:

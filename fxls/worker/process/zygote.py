@@ -329,6 +329,9 @@ class Job:
     """What the job directory exceeded, when the zygote killed the job for it."""
     next_disk_check: float = 0.0
     cgroup_oom: bool = False
+    open_fds: set[int] = field(default_factory=set)
+    """Its pipes' read ends this zygote has not closed yet: a number closed at EOF may name
+    another job's pipe by the time this job is reaped, and must not be read or closed then."""
 
     @property
     def id(self) -> int:
@@ -652,6 +655,7 @@ class Zygote:
                 self.send_result(JobResult(request.id, "sandbox_setup", message=message))
                 continue
             job = Job(request, job_dir, spawned, started, started + request.limits.timeout_s)
+            job.open_fds = {spawned.result_fd, spawned.output_fd}
             self.jobs[spawned.pid] = job
             for fd, callback in (
                 (spawned.result_fd, self._on_result),
@@ -686,7 +690,11 @@ class Zygote:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    def _close(self, fd: int) -> None:
+    def _close(self, job: Job, fd: int) -> None:
+        """Close ``job``'s pipe ``fd``, once (see ``Job.open_fds``)."""
+        if fd not in job.open_fds:
+            return
+        job.open_fds.discard(fd)
         try:
             self.sel.unregister(fd)
         except (KeyError, ValueError):
@@ -696,8 +704,9 @@ class Zygote:
         except OSError:
             pass
 
-    def _chunks(self, fd: int, size: int, reads: int) -> Iterator[bytes]:
-        """Up to ``reads`` non-blocking reads of ``fd``; closes it at EOF (or a read error)."""
+    def _chunks(self, job: Job, fd: int, size: int, reads: int) -> Iterator[bytes]:
+        """Up to ``reads`` non-blocking reads of ``job``'s pipe ``fd``; closes it at EOF (or a
+        read error)."""
         for _ in range(reads):
             try:
                 chunk = os.read(fd, size)
@@ -706,22 +715,23 @@ class Zygote:
             except OSError:
                 chunk = b""
             if not chunk:
-                self._close(fd)
+                self._close(job, fd)
                 return
             yield chunk
 
     def _on_output(self, job: Job, fd: int, drain: bool = False) -> None:
-        for chunk in self._chunks(fd, 1 << 16, 64 if drain else 1):
+        for chunk in self._chunks(job, fd, 1 << 16, 64 if drain else 1):
             room = OUTPUT_HEAD_BYTES - len(job.output_head)
             if room > 0:
                 job.output_head += chunk[:room]
             job.output_bytes += len(chunk)
 
     def _on_result(self, job: Job, fd: int, drain: bool = False) -> None:
-        for chunk in self._chunks(fd, 1 << 20, 4096 if drain else 1):
+        for chunk in self._chunks(job, fd, 1 << 20, 4096 if drain else 1):
             job.frames_in.feed(chunk)
             if not self._parse_child_frames(job):
-                self._close(fd)
+                self._close(job, fd)
+                return
                 self._kill(job, None)
                 return
 
@@ -818,9 +828,9 @@ class Zygote:
             (job.spawned.result_fd, self._on_result),
             (job.spawned.output_fd, self._on_output),
         ):
-            if fd in self.sel.get_map():
+            if fd in job.open_fds:
                 drain(job, fd, True)
-            self._close(fd)
+            self._close(job, fd)
         del self.jobs[job.spawned.pid]
         pending = job.frames_in.pending
         if pending and job.protocol_error is None and job.too_large is None:

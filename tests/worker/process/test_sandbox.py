@@ -1638,3 +1638,22 @@ async def test_server_stdout_stays_clean(tmp_path: Path) -> None:
     assert closed["had_child"] and closed["state"] == "stopped"
     assert closed["pending_kind"] in ("cancelled", "worker_died")
     assert closed["survivors"] == []
+
+
+async def test_a_job_that_closed_its_pipes_early_leaves_the_next_jobs_pipes_open(
+    own_worker: WorkerClient,
+) -> None:
+    """A job closes its result and output pipes, then lives on: the zygote closes their read
+    ends at EOF, and the next job's pipes get those numbers. When the first job is reaped, the
+    numbers are not closed again: the next job's result arrives (it died of SIGPIPE, FX503)."""
+    zygote_pid = own_worker.pid
+    assert zygote_pid is not None  # warm: the first job runs in the child forked ahead
+    assert await wait_until(lambda: len(zygote_children(zygote_pid)) == 1, 120)
+    first = asyncio.create_task(
+        own_worker.run(import_job("import os, time\nos.closerange(0, 4096)\ntime.sleep(0.8)\n"))
+    )
+    await asyncio.sleep(0.3)  # its pipes are at EOF, it still runs
+    second = await own_worker.run(module_job(head="import time\ntime.sleep(1.5)\n"))
+    assert second.kind == "ok", (second.kind, second.message)
+    assert second.payload is not None and second.payload.modules[0].status == "traced"
+    assert (await first).kind == "exit"

@@ -46,11 +46,17 @@ class ShapeHint:
     node: str
 
 
-def statement_ends(source: str) -> dict[int, int]:
-    """Line -> last line of the simple statement on it (empty if the text does not parse)."""
+def parsed(source: str) -> ast.Module | None:
+    """``source`` parsed once for the functions below; None when it does not parse."""
     try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def statement_ends(tree: ast.Module | None) -> dict[int, int]:
+    """Line -> last line of the simple statement on it (empty if the text does not parse)."""
+    if tree is None:
         return {}
     ends: dict[int, int] = {}
     for stmt in ast.walk(tree):
@@ -70,16 +76,13 @@ def statement_ends(source: str) -> dict[int, int]:
     return ends
 
 
-def value_ends(source: str) -> dict[int, set[tuple[int, int]]]:
+def value_ends(tree: ast.Module | None, lines: list[str]) -> dict[int, set[tuple[int, int]]]:
     """Hint line (a simple statement's last) -> where the value it assigns, returns or
     computes may end (line, code point column): the whole value's end, and each branch's of a
     conditional value (``x if m is None else self.f(x)``). A node whose code ends elsewhere
     (``x.shape`` of ``n = x.shape[:-1]``) made a part of it, not the value the hint names."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    if tree is None:
         return {}
-    lines = source.split("\n")
     out: dict[int, set[tuple[int, int]]] = {}
     for stmt in ast.walk(tree):
         value = getattr(stmt, "value", None)
@@ -118,13 +121,10 @@ class Unpacking:
     """The span of the right-hand side (code points)."""
 
 
-def unpackings(source: str) -> dict[tuple[int, int], Unpacking]:
+def unpackings(tree: ast.Module | None, lines: list[str]) -> dict[tuple[int, int], Unpacking]:
     """(line, column) of each tuple target of plain names -> its Unpacking."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    if tree is None:
         return {}
-    lines = source.split("\n")
     out: dict[tuple[int, int], Unpacking] = {}
     for stmt in ast.walk(tree):
         if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
@@ -170,10 +170,12 @@ def _is_meta_value(node: NodeInfo) -> bool:
     return any(v.kind in ("device", "dtype") for v in node.outputs)
 
 
-def _unpacking_hints(modules: Sequence[ModuleResult], source: str) -> dict[int, str]:
+def _unpacking_hints(
+    modules: Sequence[ModuleResult], tree: ast.Module | None, lines: list[str]
+) -> dict[int, str]:
     """Statement end line -> ``B=B, T=T, C=768`` for unpacking lines, from the getitem nodes
     written at the target (the same words as the hover on the target)."""
-    targets = unpackings(source)
+    targets = unpackings(tree, lines)
     out: dict[int, str] = {}
     for module in modules:
         by_name = {n.name: n for n in module.nodes}
@@ -237,9 +239,10 @@ def shape_hints(modules: Sequence[ModuleResult], source: str) -> list[ShapeHint]
     and counting the others whose value differs); on an unpacking line one part per assigned
     name. A call into a helper counts for the helper's statement and for the calling
     statement; a call that returns nothing it computes (``return x``) gets no hint."""
-    ends = statement_ends(source)
-    valued = value_ends(source)
-    unpacked = _unpacking_hints(modules, source)
+    tree, lines = parsed(source), source.split("\n")
+    ends = statement_ends(tree)
+    valued = value_ends(tree, lines)
+    unpacked = _unpacking_hints(modules, tree, lines)
     per_line: dict[int, list[tuple[ModuleResult, list[Run]]]] = {}
     for module in modules:
         attached: dict[int, list[tuple[NodeInfo, bool]]] = {}

@@ -61,6 +61,17 @@ def span_of(line: int, needle: str) -> Span:
     return Span(line, col, line, col + len(needle))
 
 
+def made(
+    name: str, target: str, span: Span, out: Value, inputs: tuple[str, ...] = (), users: int = 1
+) -> NodeInfo:
+    """A node of ``target`` (a module's name without dots, else a function or method)."""
+    op = "call_module" if target.isidentifier() and target in ("fc", "p", "q") else "call_function"
+    return NodeInfo(
+        name=name, op=op, target=target, span=span, users=users,  # type: ignore[arg-type]
+        inputs=list(inputs), outputs=[out],
+    )  # fmt: skip
+
+
 X = t("B", 3, 224, 224)
 CONV1 = NodeInfo(
     name="conv1",
@@ -303,14 +314,10 @@ def test_inlay_hints_only_for_a_value_the_statement_makes() -> None:
         "    y = self.fc(x) if n else x\n"
         "    return y.view(*n, -1)\n"
     )
-    shape = NodeInfo(
-        name="getattr_1", op="call_function", target="getattr", span=Span(2, 8, 2, 15), users=1,
-        outputs=[Value(kind="size", shape=["B", "T", 8], text="[B, T, 8]")],
-    )  # fmt: skip
-    fc = NodeInfo(name="fc", op="call_module", target="fc", span=Span(3, 8, 3, 18), users=1,
-                  outputs=[t("B", "T", 8)])  # fmt: skip
-    view = NodeInfo(name="view", op="call_method", target="view", span=Span(4, 11, 4, 25),
-                    users=1, outputs=[t("B", "T", 8)])  # fmt: skip
+    size = Value(kind="size", shape=["B", "T", 8], text="[B, T, 8]")
+    shape = made("getattr_1", "getattr", Span(2, 8, 2, 15), size)
+    fc = made("fc", "fc", Span(3, 8, 3, 18), t("B", "T", 8))
+    view = made("view", "view", Span(4, 11, 4, 25), t("B", "T", 8))
     module = ModuleResult(name="Net", line=1, status="traced", nodes=[shape, fc, view])
     labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
     assert labels == {3: "▸ [B, T, 8]", 4: "▸ [B, T, 8]"}
@@ -810,24 +817,19 @@ def test_a_call_made_twice_by_a_library_is_one_run_a_loop_is_two() -> None:
     at = Span(2, 11, 2, 29)
     empty = Value(kind="tensor", shape=[0], dtype="torch.float32")
 
-    def node(name: str, target: str, span: Span, inputs: list[str], out: Value) -> NodeInfo:
-        op = "call_module" if target == "fc" else "call_function"
-        return NodeInfo(name=name, op=op, target=target, span=span, users=1,  # type: ignore[arg-type]
-                        inputs=inputs, outputs=[out])  # fmt: skip
-
     nodes = [
-        node("tensor", "torch.tensor", at, [], empty),
-        node("tensor_1", "torch.tensor", at, [], empty),
-        node("cat", "torch.cat", at, ["tensor", "k"], t("B", 8, "T", 64)),
-        node("cat_1", "torch.cat", at, ["tensor_1", "v"], t("B", 8, "T", 64)),
+        made("tensor", "torch.tensor", at, empty),
+        made("tensor_1", "torch.tensor", at, empty),
+        made("cat", "torch.cat", at, t("B", 8, "T", 64), ("tensor", "k")),
+        made("cat_1", "torch.cat", at, t("B", 8, "T", 64), ("tensor_1", "v")),
     ]
     line = Span(3, 8, 3, 22)
     fc_span = Span(3, 12, 3, 22)
     nodes += [
-        node("fc", "fc", fc_span, ["x"], t("B", 8)),
-        node("add", "operator.add", line, ["h", "fc"], t("B", 8)),
-        node("fc_1", "fc", fc_span, ["x"], t("B", 8)),
-        node("add_1", "operator.add", line, ["add", "fc_1"], t("B", 8)),
+        made("fc", "fc", fc_span, t("B", 8), ("x",)),
+        made("add", "operator.add", line, t("B", 8), ("h", "fc")),
+        made("fc_1", "fc", fc_span, t("B", 8), ("x",)),
+        made("add_1", "operator.add", line, t("B", 8), ("add", "fc_1")),
     ]
     module = ModuleResult(name="Net", line=1, status="traced", nodes=nodes)
     labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
@@ -847,24 +849,14 @@ def test_no_hint_names_none_or_an_unused_size() -> None:
         "    mask = make_mask(x)\n"
         "    x.mul(2)\n"
     )
-    none = NodeInfo(
-        name="getattr_1", op="call_function", target="getattr", span=Span(2, 4, 2, 34), users=1,
-        outputs=[Value(kind="none", text="None")],
-    )  # fmt: skip
-    size = NodeInfo(
-        name="getattr_2", op="call_function", target="getattr", span=Span(3, 11, 3, 23),
-        outputs=[Value(kind="size", shape=["B", 8], text="[B, 8]")],
-    )  # fmt: skip
-    item = NodeInfo(
-        name="getitem", op="call_function", target="operator.getitem", span=Span(3, 11, 3, 23),
-        inputs=["getattr_2"], outputs=[Value(kind="int", text="B")],
-    )  # fmt: skip
-    mul = NodeInfo(name="mul", op="call_method", target="mul", span=Span(4, 4, 4, 12),
-                   outputs=[t("B", 8)])  # fmt: skip
-    cache = NodeInfo(
-        name="getattr_3", op="call_function", target="getattr", span=Span(2, 4, 2, 34), users=1,
-        outputs=[Value(kind="other", text="DynamicCache")],
-    )  # fmt: skip
+    at = Span(2, 4, 2, 34)
+    none = made("getattr_1", "getattr", at, Value(kind="none", text="None"))
+    cache = made("getattr_3", "getattr", at, Value(kind="other", text="DynamicCache"))
+    read = Span(3, 11, 3, 23)
+    shape = Value(kind="size", shape=["B", 8], text="[B, 8]")
+    size = made("getattr_2", "getattr", read, shape, users=0)
+    item = made("getitem", "operator.getitem", read, Value(kind="int", text="B"), ("getattr_2",), 0)
+    mul = made("mul", "mul", Span(4, 4, 4, 12), t("B", 8), users=0)
     nodes = [none, cache, size, item, mul]
     module = ModuleResult(name="Net", line=1, status="traced", nodes=nodes)
     labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}

@@ -496,7 +496,7 @@ def executions(
             called.add(node.target)
     runs: list[Run] = []
     current: Run | None = None
-    read_until = _last_readers(nodes)
+    readers = _readers(nodes)
     for index, node in enumerate(nodes):
         mine = written(node)
         who = owner(node, containers) if mine else ""
@@ -513,7 +513,7 @@ def executions(
             or (
                 (mine or not outer)  # a submodule's runs are told apart by ``outer``
                 and _again(node, current.nodes[0], _direct(node, who, mine) and current.direct)
-                and not _unfinished(current, node, index, read_until)
+                and not _unfinished(current, node, index, nodes, readers)
             )
         ):
             current = Run([], who, site, outer, module)
@@ -526,25 +526,46 @@ def executions(
     return runs
 
 
-def _last_readers(nodes: Sequence[NodeInfo]) -> dict[str, int]:
-    """Node name -> the index of the last node among ``nodes`` that reads it."""
-    last: dict[str, int] = {}
+def _readers(nodes: Sequence[NodeInfo]) -> dict[str, list[int]]:
+    """Node name -> the indexes of the nodes among ``nodes`` that read it."""
+    out: dict[str, list[int]] = {}
     for index, node in enumerate(nodes):
         for name in node.inputs:
-            last[name] = index
-    return last
+            out.setdefault(name, []).append(index)
+    return out
 
 
-def _unfinished(run: Run, node: NodeInfo, index: int, read_until: Mapping[str, int]) -> bool:
-    """Whether ``run`` still goes on past ``node`` (at ``index``), which repeats its first
-    call: ``node`` reads none of the run's nodes and a node of the code after the run that
-    ``node`` would start (as long as this one) reads one (a library's ``update`` makes
-    ``torch.tensor([])`` twice, then concatenates each with a cache). The next iteration of a
-    loop reads what the last one made within its own length (``h = h + self.fc(x)``)."""
+def _unfinished(
+    run: Run,
+    node: NodeInfo,
+    index: int,
+    nodes: Sequence[NodeInfo],
+    readers: Mapping[str, list[int]],
+) -> bool:
+    """Whether ``run`` still goes on past ``node`` (``nodes[index]``), which repeats its
+    first call: ``node`` reads none of the run's nodes, and a later node reads one of them
+    that is no repetition of the run's own calls (``torch.stack`` of ``[self.fc(x) for _ in
+    range(3)]``; ``torch.cat`` of the ``torch.tensor([])`` a cache makes twice) or comes after
+    the run ``node`` would start, as long as this one. The next iteration of a loop reads
+    what the last one made by a repetition of its calls (``h = h + self.fc(x)``)."""
     names = {n.name for n in run.nodes}
     if names.intersection(node.inputs):
         return False
-    return any(read_until.get(name, -1) >= index + len(run.nodes) for name in names)
+    calls = {_call_key(n) for n in run.nodes}
+    for name in names:
+        for later in readers.get(name, ()):
+            if later <= index:
+                continue
+            if later >= index + len(run.nodes) or _call_key(nodes[later]) not in calls:
+                return True
+    return False
+
+
+def _call_key(node: NodeInfo) -> tuple[str, str, tuple[int, int, int, int] | None]:
+    """What makes two nodes the same call of the code: operation, target and span."""
+    span = node.span
+    where = (span.line, span.col, span.end_line, span.end_col) if span is not None else None
+    return node.op, node.target, where
 
 
 def _direct(node: NodeInfo, who: str, written: bool) -> bool:

@@ -861,3 +861,18 @@ def test_no_hint_names_none_or_an_unused_size() -> None:
     module = ModuleResult(name="Net", line=1, status="traced", nodes=nodes)
     labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
     assert labels == {4: "▸ [B, 8]"}
+
+
+def test_a_comprehension_line_is_hinted_with_what_it_makes_of_its_calls() -> None:
+    """``y = torch.stack([self.fc(x) for _ in range(3)])``: the three calls are one run of
+    the line (``stack`` reads them all), whose value is the stack, not one call's ``[B, 8]``;
+    the hover on ``self.fc(x)`` still shows the call ×3."""
+    source = "def f(self, x):\n    y = torch.stack([self.fc(x) for _ in range(3)])\n"
+    call, whole = Span(2, 21, 2, 31), Span(2, 8, 2, 51)
+    nodes = [made(f"fc_{i}", "fc", call, t("B", 8), ("x",)) for i in range(3)]
+    nodes.append(made("stack", "torch.stack", whole, t(3, "B", 8), ("fc_0", "fc_1", "fc_2")))
+    module = ModuleResult(name="Net", line=1, status="traced", nodes=nodes)
+    labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
+    assert labels == {2: "▸ [3, B, 8]"}
+    shown = hover.hover_text([module], source.split("\n"), 2, 24)
+    assert shown is not None and "×3" in shown.markdown, shown

@@ -329,9 +329,7 @@ class _Recorder:
         frame says): at the subscript taking it in the call that uses it, when that call has
         exactly one such subscript (``shape = x.size()`` … ``x.view(-1, shape[-1])``: the
         element is neither ``x.size()``'s value nor ``view``'s); else where ``base`` is made
-        (``q, k, v = x.split(d)``, ``map(f, x.chunk(3))``; an inlay hint then names no value
-        of a line whose recorded code ends before its statement's value does,
-        :func:`fxls.lsp.features.inlay_hints.value_ends`)."""
+        (``q, k, v = x.split(d)``, ``map(f, x.chunk(3))``)."""
         spans = self.node_spans.get(base.name)
         using = self.using
         if spans is None or spans[0] is None or using is None or self._unpacks(spans[0]):

@@ -258,8 +258,10 @@ async def test_a_file_of_hanging_classes_lets_other_files_through(
     assert answered - asked < TIMEOUT_S - 1.0, answered - asked
     done, hung = await _diagnostics(client, hang_uri, timeout=120)
     codes = sorted(d.code for d in hung)
-    # busy loops are stopped by the CPU limit, whatever the load of the machine
-    assert codes == ["FX506"] * 3 + ["FX510"] * 3, codes
+    # busy loops are stopped by the CPU limit, whatever the load of the machine; the first job
+    # ran out among six classes, which blames none of them: two re-runs alone run out (FX506),
+    # then re-runs stop (FX510)
+    assert codes == ["FX506"] * 2 + ["FX510"] * 4, codes
     assert done - opened < 3 * TIMEOUT_S + 10
     for uri in (hang_uri, warm, small.as_uri()):
         _close(client, uri)

@@ -329,9 +329,12 @@ class Job:
     """What the job directory exceeded, when the zygote killed the job for it."""
     next_disk_check: float = 0.0
     cgroup_oom: bool = False
-    open_fds: set[int] = field(default_factory=set)
+    open_fds: set[int] = field(init=False)
     """Its pipes' read ends this zygote has not closed yet: a number closed at EOF may name
     another job's pipe by the time this job is reaped, and must not be read or closed then."""
+
+    def __post_init__(self) -> None:
+        self.open_fds = {self.spawned.result_fd, self.spawned.output_fd}
 
     @property
     def id(self) -> int:
@@ -655,7 +658,6 @@ class Zygote:
                 self.send_result(JobResult(request.id, "sandbox_setup", message=message))
                 continue
             job = Job(request, job_dir, spawned, started, started + request.limits.timeout_s)
-            job.open_fds = {spawned.result_fd, spawned.output_fd}
             self.jobs[spawned.pid] = job
             for fd, callback in (
                 (spawned.result_fd, self._on_result),

@@ -258,22 +258,7 @@ _PASS_THROUGH = (nn.Dropout, nn.Identity, nn.Dropout1d, nn.Dropout2d, nn.Dropout
 
 def first_layer(root: nn.Module, placeholder: torch.fx.Node) -> tuple[str, nn.Module] | None:
     """The first module a placeholder feeds directly (skipping dropout/identity)."""
-    frontier = [placeholder]
-    seen: set[torch.fx.Node] = set()
-    while frontier:
-        node = frontier.pop(0)
-        for user in node.users:
-            if user in seen or user.op != "call_module":
-                continue
-            seen.add(user)
-            if user.args[:1] != (node,):
-                continue
-            module = root.get_submodule(str(user.target))
-            if isinstance(module, _PASS_THROUGH):
-                frontier.append(user)
-                continue
-            return str(user.target), module
-    return None
+    return _layer_reached(root, placeholder, _PASS_THROUGH, frozenset())
 
 
 _SAME_SHAPE_MODULES = (*_PASS_THROUGH, nn.ReLU, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Mish,
@@ -292,6 +277,17 @@ def downstream_layer(root: nn.Module, placeholder: torch.fx.Node) -> tuple[str, 
     """The first layer ``placeholder`` reaches through calls that keep its shape (a
     normalization written with ``F.group_norm``, ``x * (1 + scale) + shift``, an activation):
     diffusers' ``AdaGroupNorm`` passes a block's ``hidden_states`` to ``conv1`` so."""
+    return _layer_reached(root, placeholder, _SAME_SHAPE_MODULES, _SAME_SHAPE_CALLS)
+
+
+def _layer_reached(
+    root: nn.Module,
+    placeholder: torch.fx.Node,
+    through: tuple[type, ...],
+    calls: frozenset[str],
+) -> tuple[str, nn.Module] | None:
+    """The first module that takes ``placeholder`` (or what it becomes through modules of
+    the ``through`` kinds and functions or methods named in ``calls``) as its first argument."""
     frontier = [placeholder]
     seen: set[torch.fx.Node] = set()
     while frontier and len(seen) < MAX_DOWNSTREAM:
@@ -299,22 +295,28 @@ def downstream_layer(root: nn.Module, placeholder: torch.fx.Node) -> tuple[str, 
         for user in node.users:
             if user in seen:
                 continue
-            seen.add(user)
-            if user.op == "call_module":
-                module = root.get_submodule(str(user.target))
-                if isinstance(module, _SAME_SHAPE_MODULES):
+            if user.op in ("call_function", "call_method"):
+                if _call_name(user) in calls:
+                    seen.add(user)
                     frontier.append(user)
-                elif user.args[:1] == (node,):
-                    return str(user.target), module
-            elif user.op in ("call_function", "call_method") and _keeps_shape(user):
-                frontier.append(user)
+                continue
+            if user.op != "call_module":
+                continue
+            seen.add(user)
+            if user.args[:1] != (node,):
+                continue
+            module = root.get_submodule(str(user.target))
+            if not isinstance(module, through):
+                return str(user.target), module
+            frontier.append(user)
     return None
 
 
-def _keeps_shape(node: torch.fx.Node) -> bool:
+def _call_name(node: torch.fx.Node) -> str:
+    """``mul`` for ``operator.mul``, ``x.mul(...)`` and ``x.mul_(...)``."""
     target = node.target
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    return name.rstrip("_") in _SAME_SHAPE_CALLS
+    return name.rstrip("_")
 
 
 SPATIAL = 224

@@ -117,6 +117,17 @@ def zygote_children(pid: int) -> set[int]:
     return children
 
 
+def job_children(pid: int) -> set[int]:
+    """The zygote's children that run a job: a job's child leads its own session, a child
+    forked ahead of its job (the spare) does not yet."""
+    jobs = set()
+    for child in zygote_children(pid):
+        with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{child}/stat") as f:
+            if int(f.read().rsplit(")", 1)[1].split()[3]) == child:
+                jobs.add(child)
+    return jobs
+
+
 def processes_with_cmdline(needle: bytes) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -1478,8 +1489,9 @@ async def test_cancel_kills_the_child(worker: WorkerClient) -> None:
     pid = worker.pid
     assert pid is not None
     task = asyncio.ensure_future(worker.run(import_job("import time\ntime.sleep(60)")))
-    assert await wait_until(lambda: bool(zygote_children(pid)), 10)
-    children = zygote_children(pid)
+    # the job's own child, not the spare forked ahead (the task may not have sent the job yet)
+    assert await wait_until(lambda: bool(job_children(pid)), 10)
+    children = job_children(pid)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

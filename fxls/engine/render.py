@@ -140,17 +140,65 @@ def display_name(node: NodeInfo) -> str:
     return node.target if node.op == "call_module" else node.name
 
 
+def _span_key(span: Span | None) -> tuple[int, int, int, int] | None:
+    return None if span is None else (span.line, span.col, span.end_line, span.end_col)
+
+
+def inner_module_calls(nodes: Sequence[NodeInfo]) -> set[str]:
+    """Names of the ``call_module`` nodes whose span is a call of a module enclosing them, not
+    their own call: ``hidden_states = resnet(hidden_states, temb)`` where ``resnet`` is a block
+    of another file traced through, whose ``norm1.linear`` reads ``temb``. A layer's own call
+    makes no other node at its span but what reads its output, and runs of the same code
+    (a loop's blocks: ``blocks.1`` reads ``blocks.0``); so a layer is inside an enclosing call
+    when its span holds a function or method node that does not read the layer's output
+    (``norm1``'s ``group_norm`` beside ``norm1.linear``), or when it reads a node of its span
+    that is not an earlier run of itself (``conv1`` reads ``nonlinearity``)."""
+    at: dict[tuple[int, int, int, int], list[NodeInfo]] = {}
+    for node in nodes:
+        key = _span_key(node.span or node.call_site)
+        computes = node.op.startswith("call_") and not node.target.endswith("getattr")
+        if key is not None and computes:
+            at.setdefault(key, []).append(node)
+    inner: set[str] = set()
+    for group in at.values():
+        if len(group) > 1:
+            inner.update(n.name for n in group if n.op == "call_module" and _enclosed(n, group))
+    return inner
+
+
+def _repeat_key(node: NodeInfo) -> tuple[str, str]:
+    """Under which nodes of the runs of one code agree: ``blocks.0`` and ``blocks.1``."""
+    return node.op, _INDEX.sub("#", node.target)
+
+
+def _enclosed(layer: NodeInfo, group: Sequence[NodeInfo]) -> bool:
+    """Whether the call written at ``layer``'s span (shared by ``group``, in graph order) is a
+    call of a module holding ``layer``."""
+    names = {n.name: n for n in group}
+    if any(i in names and _repeat_key(names[i]) != _repeat_key(layer) for i in layer.inputs):
+        return True
+    downstream = {layer.name}
+    for node in group:  # a node reads only nodes before it
+        if any(i in downstream for i in node.inputs):
+            downstream.add(node.name)
+        elif node.op != "call_module":
+            return True
+    return False
+
+
 def call_text(
     node: NodeInfo,
     lines: Sequence[str] | None = None,
     by_name: Mapping[str, NodeInfo] | None = None,
+    inner: Collection[str] = (),
 ) -> str:
     """``Conv2d(input=x)``: the target with the arguments the call passed explicitly. With the
     analysed document's ``lines`` (and the module's nodes ``by_name``), each argument is the
     expression the user wrote (``add(a=out, b=identity)``, ``.relu(self=self.fc1(x))``), never
-    an FX node name; without them, the recorded values."""
+    an FX node name; without them, the recorded values. A node of ``inner``
+    (:func:`inner_module_calls`) takes no text from the call written at its span."""
     written: dict[str, str] = {}
-    if lines is not None:
+    if lines is not None and node.name not in inner:
         written = argument_texts(node, call_parts(span_text(lines, node.span)))
     parts = []
     for arg in node.args:
@@ -158,7 +206,7 @@ def call_text(
             continue
         value = written.get(arg.name)
         if value is None and lines is not None:
-            value = fallback_text(arg, by_name or {}, lines)
+            value = fallback_text(arg, by_name or {}, lines, node.span or node.call_site)
         parts.append(f"{arg.name}={truncate(value if value is not None else arg.value, 30)}")
     return truncate(f"{short_target(node)}({', '.join(parts)})", 70)
 
@@ -396,13 +444,20 @@ def _own_call(parts: CallParts, node: NodeInfo) -> bool:
 _WORD = re.compile(r"[A-Za-z_]\w*")
 
 
-def fallback_text(arg: Arg, by_name: Mapping[str, NodeInfo], lines: Sequence[str]) -> str:
+def fallback_text(
+    arg: Arg, by_name: Mapping[str, NodeInfo], lines: Sequence[str], at: Span | None = None
+) -> str:
     """An argument's expression when the call text did not tell: a placeholder's name, the
-    producing node's own source (one short line), a literal; never an FX node name."""
+    producing node's own source (one short line), a literal; never an FX node name. When the
+    producing node is at the reader's span ``at`` too (both inside one call of a block of
+    another file), that source is the enclosing call, so the producer is named by what it
+    calls: ``group_norm(…)``."""
     source = by_name.get(arg.node) if arg.node else None
     if source is not None:
         if source.op == "placeholder":
             return source.target
+        if at is not None and _span_key(source.span or source.call_site) == _span_key(at):
+            return f"{short_target(source)}(…)"
         text = span_text(lines, source.span)
         if text and "\n" not in text and len(text) <= 60:
             return text

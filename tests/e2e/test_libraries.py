@@ -135,3 +135,35 @@ def test_no_unused_computation_is_reported_in_llama() -> None:
     hints += [(None, x["line"], x["message"]) for d in documents for x in d["diagnostics"]
               if x["code"] == "FX302"]  # fmt: skip
     assert not hints, hints
+
+
+def test_a_block_of_another_file_shows_what_its_layers_read() -> None:
+    """``hidden_states = resnet(hidden_states, temb)`` in diffusers' ``KDownBlock2D`` calls a
+    ``ResnetBlock2D`` of ``resnet.py``: its layers are reported at that call, and each shows
+    what it reads (the norm's ``Linear`` reads ``temb``, ``conv1`` the activation before it),
+    not the call's arguments as written."""
+    path = PACKAGES["diffusers"] / "models/unets/unet_2d_blocks.py"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fxls",
+            "check",
+            "--class",
+            "KDownBlock2D",
+            "--no-compile-check",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    rows = {}
+    for line in done.stdout.splitlines():
+        parts = line.split()
+        if len(parts) > 3 and parts[1].startswith("resnets.0."):
+            rows.setdefault(parts[1], parts[3])
+    assert rows["resnets.0.norm1.linear"] == "Linear(input=temb)", done.stdout
+    assert rows["resnets.0.conv1"] == "Conv2d(input=GELU(…))", done.stdout
+    assert rows["resnets.0.norm1"].startswith("getitem(a=Linear(…)"), done.stdout

@@ -7,6 +7,7 @@ import textwrap
 import pytest
 from lsprotocol import types
 
+from fxls.engine import render
 from fxls.engine.render import count_text, value_text
 from fxls.lsp.features import code_lens, convert, diagnostics, hover, inlay_hints
 from fxls.protocol.catalogue import FX201, FX302, docs_url
@@ -876,3 +877,76 @@ def test_a_comprehension_line_is_hinted_with_what_it_makes_of_its_calls() -> Non
     assert labels == {2: "▸ [3, B, 8]"}
     shown = hover.hover_text([module], source.split("\n"), 2, 24)
     assert shown is not None and "×3" in shown.markdown, shown
+
+
+_AT = Span(2, 24, 2, 51)
+_STATES = Value(kind="tensor", shape=["B", 64, 8, 8], dtype="float32")
+_EMB = Value(kind="tensor", shape=["B", 64], dtype="float32")
+
+
+def _call(name: str, target: str, path: str, *inputs: str, value: Value = _STATES) -> NodeInfo:
+    """A node at ``_AT`` (a module call when the target is a path of ``resnets`` or ``h``)."""
+    op = "call_module" if target.startswith(("resnets", "h.")) else "call_function"
+    args = [Arg(name=f"in{i}", value=x, node=x) for i, x in enumerate(inputs)]
+    node = NodeInfo(name, op, target, span=_AT, call_site=_AT, args=args, outputs=[value])
+    node.module_path, node.inputs = path, list(inputs)
+    if op == "call_module":
+        node.module_type = "Layer()"
+    return node
+
+
+def _library_block() -> tuple[ModuleResult, list[str]]:
+    """``hidden_states = resnet(hidden_states, temb)`` where ``resnet`` is a block of another
+    file traced through (diffusers' ``ResnetBlock2D`` with an ``AdaGroupNorm``): every node of
+    the block is at that call, and the block's first layer reads ``temb``."""
+    lines = ["", "        hidden_states = resnet(hidden_states, temb)"]
+    call = _call
+
+    nodes = [
+        NodeInfo("hidden_states", "placeholder", "hidden_states", outputs=[_STATES]),
+        NodeInfo("temb", "placeholder", "temb", outputs=[_EMB]),
+        call("linear", "resnets.0.norm1.linear", "resnets.0.norm1", "temb", value=_EMB),
+        call("group_norm", "torch.group_norm", "resnets.0.norm1", "hidden_states"),
+        call("mul", "operator.mul", "resnets.0.norm1", "group_norm", "linear"),
+        call("act", "resnets.0.act", "resnets.0", "mul"),
+        call("conv1", "resnets.0.conv1", "resnets.0", "act"),
+        call("act_1", "resnets.0.act", "resnets.0", "conv1"),
+        call("blocks_1", "resnets.0.blocks.1", "resnets.0", "act_1"),
+        call("blocks_2", "resnets.0.blocks.2", "resnets.0", "blocks_1"),
+    ]
+    module = ModuleResult(name="Down", line=1, status="traced", nodes=nodes)
+    return module, lines
+
+
+def test_a_layer_inside_a_block_called_at_its_span_takes_no_text_from_that_call() -> None:
+    module, lines = _library_block()
+    nodes = {n.name: n for n in module.nodes}
+    # every layer of the block reads something else than the call's arguments as written:
+    # the first reads `temb`, the others what the block made before them
+    inner = render.inner_module_calls(module.nodes)
+    assert inner == {"linear", "act", "conv1", "act_1", "blocks_1", "blocks_2"}
+    texts = [render.call_text(nodes[n], lines, nodes, inner) for n in ("linear", "conv1", "mul")]
+    assert texts == [
+        "Layer(in0=temb)",
+        "Layer(in0=Layer(…))",
+        "mul(in0=group_norm(…), in1=Layer(…))",
+    ]
+    # without knowing, the call's texts were taken: the first layer read `hidden_states`
+    assert render.call_text(nodes["linear"], lines, nodes) == "Layer(in0=hidden_states)"
+    # a layer written at its own span, and a loop of them, keep the text of their call
+    own = [_call("h_0", "h.0", "", "hidden_states"), _call("h_1", "h.1", "", "h_0")]
+    own.append(_call("getitem", "operator.getitem", "", "h_1"))
+    assert render.inner_module_calls([nodes["hidden_states"], *own]) == set()
+
+
+def test_a_block_call_pairs_its_arguments_with_the_values_they_name() -> None:
+    """The hover of ``resnet(hidden_states, temb)``: ``hidden_states`` is the states, even
+    though the block reads ``temb`` first."""
+    module, lines = _library_block()
+    calls = [n for n in module.nodes if n.op != "placeholder"]
+    view = hover.group_view(calls, module, lines, Span(2, 24, 2, 51))
+    inputs = [row for row in view.rows if row[0] == "input"]
+    assert inputs == [
+        ("input", "hidden_states", "[B, 64, 8, 8] float32"),
+        ("input", "temb", "[B, 64] float32"),
+    ], view.rows

@@ -128,13 +128,14 @@ def format_text(
         lines.append(f"{path}:{position(notebook, m.line)} {header}")
         rows = []
         by_name = {n.name: n for n in m.nodes}
+        inner = render.inner_module_calls(m.nodes)
         for n in m.nodes:
             if not n.op.startswith("call_"):
                 continue
             span = n.span or n.call_site
             loc = position(notebook, span.line, span.col + 1) if span else "-"
             outputs = ", ".join(render.value_text(v) for v in n.outputs)
-            call = render.call_text(n, source, by_name)
+            call = render.call_text(n, source, by_name, inner)
             rows.append((loc, *(escape_text(cell) for cell in (where(n), n.op, call, outputs))))
         if rows:
             widths = [max(len(r[i]) for r in rows) for i in range(4)]

@@ -25,6 +25,7 @@ from fxls.engine.render import (
     example_text,
     executions,
     fallback_text,
+    inner_module_calls,
     module_summary,
     name_pattern,
     others_text,
@@ -122,7 +123,9 @@ def _arg_rows(
     node: NodeInfo, module: ModuleResult, lines: Sequence[str], call_text: str | None
 ) -> list[tuple[str, str, str]]:
     by_name = {n.name: n for n in module.nodes}
-    written = argument_texts(node, call_parts(call_text))
+    written: dict[str, str] = {}
+    if node.op != "call_module" or node.name not in inner_module_calls(module.nodes):
+        written = argument_texts(node, call_parts(call_text))
     explicit: list[tuple[str, str, str]] = []
     defaults: list[tuple[str, str, str]] = []
     for arg in node.args:
@@ -130,7 +133,9 @@ def _arg_rows(
         if arg.default:
             defaults.append((prefix + arg.name, arg.value, "default"))
             continue
-        expr = written.get(arg.name) or fallback_text(arg, by_name, lines)
+        expr = written.get(arg.name) or fallback_text(
+            arg, by_name, lines, node.span or node.call_site
+        )
         source = by_name.get(arg.node) if arg.node else None
         shape = values_text(source.outputs) if source is not None else ""
         explicit.append((prefix + arg.name, expr, shape))
@@ -234,6 +239,40 @@ def _layer_name(node: NodeInfo, base: str) -> str:
     return short_target(node)
 
 
+def _entering(listed: Sequence[NodeInfo], inside: set[str], module: ModuleResult) -> list[NodeInfo]:
+    """The tensors that enter a group of nodes from outside it, in the order it reads them."""
+    by_name = {n.name: n for n in module.nodes}
+    entering: list[NodeInfo] = []
+    for node in listed:
+        for name in node.inputs:
+            source = by_name.get(name)
+            if name in inside or source is None or source.op == "get_attr" or source in entering:
+                continue
+            if any(v.kind == "tensor" for v in source.outputs):
+                entering.append(source)
+    return entering
+
+
+def _paired(
+    written: Sequence[str], entering: Sequence[NodeInfo], lines: Sequence[str]
+) -> list[tuple[str, str]]:
+    """Each argument expression of a call with the shape of the value it passes: the entering
+    value that is a parameter of that name or a node written as that expression, else the
+    entering values left over in the order they are read (a block reads ``temb`` before
+    ``hidden_states`` when its first layer is a norm conditioned on ``temb``)."""
+    spelled = {
+        " ".join((n.target if n.op == "placeholder" else span_text(lines, n.span) or "").split()): n
+        for n in reversed(entering)
+    }
+    matched = {i: spelled.get(" ".join(e.split())) for i, e in enumerate(written)}
+    left = [n for n in entering if n not in matched.values()]
+    out = []
+    for index, expr in enumerate(written):
+        source = matched[index] or (left.pop(0) if left else None)
+        out.append((expr, values_text(source.outputs) if source is not None else ""))
+    return out
+
+
 def group_view(
     nodes: Sequence[NodeInfo], module: ModuleResult, lines: Sequence[str], call: Span
 ) -> CallView:
@@ -254,22 +293,9 @@ def group_view(
         view.repeat = f"×{len(loops)}: {base} … {end}"
     elif base and base != view.callee.removeprefix("self."):
         view.summary = base
-    # inputs: the values that enter the group from outside, paired with the call's text
-    inside = {n.name for n in nodes}
-    by_name = {n.name: n for n in module.nodes}
-    entering: list[NodeInfo] = []
-    for node in listed:
-        for name in node.inputs:
-            source = by_name.get(name)
-            if name in inside or source is None or source.op == "get_attr" or source in entering:
-                continue
-            if any(v.kind == "tensor" for v in source.outputs):
-                entering.append(source)
     written = [*parts.positional, *parts.keywords.values()] if parts else []
-    rows: list[tuple[str, str, str]] = []
-    for index, expr in enumerate(written):  # tensors first, as calls usually pass them
-        shape = values_text(entering[index].outputs) if index < len(entering) else ""
-        rows.append(("input", expr, shape))
+    entering = _entering(listed, {n.name for n in nodes}, module)
+    rows = [("input", expr, shape) for expr, shape in _paired(written, entering, lines)]
     layers = [n for n in listed if n.op == "call_module"]
     if not layers:
         layers = [n for n in listed if not _is_plumbing(n) and _is_tensor(n)]

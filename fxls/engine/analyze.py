@@ -902,6 +902,64 @@ def _culprit(first: JobResult, job: CaptureJob, by_name: dict[str, ClassInfo]) -
     return culprit
 
 
+def _give_up(run: _Run, req: ClassRequest, reason: str) -> None:
+    """FX510 for a class not captured (``reason`` says why); a skipped class is reported as
+    skipped."""
+    job = run.job
+    if req.skip:
+        ok = JobResult(id=-1, kind="ok")
+        _absorb(ok, [req], job.path, run.text, run.result, run.diagnostics)
+        return
+    info = next(c for c in run.classes if c.name == req.name)
+    gave_up = catalogue.FX510(info.name_span, cls=info.name, reason=reason)
+    run.result.modules.append(_failed_module(info, gave_up.diagnostic(notebook=job.notebook)))
+
+
+def _unfinished(first: JobResult, requests: list[ClassRequest]) -> list[ClassRequest]:
+    """The classes a job reached its CPU limit before (``CaptureResult.unfinished``), of those
+    it was given and returned no result for."""
+    capture = first.payload
+    if capture is None or not capture.unfinished:
+        return []
+    named, returned = set(capture.unfinished), {m.name for m in capture.modules}
+    return [r for r in requests if r.name in named and r.name not in returned]
+
+
+async def _done_and_the_rest(run: _Run, first: JobResult) -> None:
+    """Take the classes an ok job captured, then capture those it had no CPU time left for in
+    a job of their own (with the limits of its size), while the file's budget lasts."""
+    job = run.job
+    left = _unfinished(first, job.classes)
+    done = [r for r in job.classes if r not in left]
+    _absorb(first, done, job.path, run.text, run.result, run.diagnostics)
+    if not left:
+        return
+    if run.budget.left() <= 0 or run.budget.wall_left() <= 0:
+        for req in left:
+            _give_up(run, req, run.budget.spent())
+    else:
+        await _capture(dataclasses.replace(run, job=dataclasses.replace(run.job, classes=left)))
+    run.result.modules.sort(key=lambda m: m.line)
+
+
+async def _halves(run: _Run, rest: list[ClassRequest]) -> None:
+    """Capture ``rest`` in two jobs of half as many classes, after a job of them all ran out of
+    CPU time: each half gets the limits of its size, so a file that needs a little more than
+    its job's limit (a slower machine) is captured in two jobs instead of one job per class,
+    each of which imports the file again. A half that runs out too is split again, down to
+    ``CLASSES_PER_LIMIT`` classes, which are re-run one by one."""
+    middle = len(rest) // 2
+    for half in (rest[:middle], rest[middle:]):
+        if run.result.outcome == "cancelled":
+            return
+        if run.budget.left() <= 0 or run.budget.wall_left() <= 0:
+            for req in half:
+                _give_up(run, req, run.budget.spent())
+            continue
+        await _capture(dataclasses.replace(run, job=dataclasses.replace(run.job, classes=half)))
+    run.result.modules.sort(key=lambda m: m.line)
+
+
 async def _capture(run: _Run, first: JobResult | None = None) -> None:
     """Run ``run.job`` (unless ``first`` is its result already); when it fails, blame the class
     it was capturing and capture the others one by one."""
@@ -914,7 +972,7 @@ async def _capture(run: _Run, first: JobResult | None = None) -> None:
         result.outcome = "cancelled"
         return
     if first.kind == "ok":
-        _absorb(first, job.classes, job.path, text, result, diagnostics)
+        await _done_and_the_rest(run, first)
         return
 
     result.outcome = first.kind
@@ -937,6 +995,9 @@ async def _capture(run: _Run, first: JobResult | None = None) -> None:
         result.modules.append(_failed_module(culprit, diag))
     rest = [r for r in job.classes if culprit is None or r.name != culprit.name]
     if not rest:
+        return
+    if culprit is None and first.kind == "cpu_limit" and len(rest) > CLASSES_PER_LIMIT:
+        await _halves(run, rest)
         return
     semaphore = asyncio.Semaphore(max(1, options.parallel_retries))
     failed = 0
@@ -963,12 +1024,7 @@ async def _capture(run: _Run, first: JobResult | None = None) -> None:
     for req, res in await asyncio.gather(*(one(r) for r in rest)):
         info = by_name[req.name]
         if isinstance(res, str):
-            if req.skip:
-                _absorb(JobResult(id=-1, kind="ok"), [req], job.path, text, result, diagnostics)
-                continue
-            gave_up = catalogue.FX510(info.name_span, cls=info.name, reason=res)
-            diag = gave_up.diagnostic(notebook=job.notebook)
-            result.modules.append(_failed_module(info, diag))
+            _give_up(run, req, res)
         elif res.kind == "ok":
             _absorb(res, [req], job.path, text, result, diagnostics)
         elif res.kind != "cancelled":

@@ -694,6 +694,10 @@ class CaptureResult:
     rules_too_slow: bool = False
     """The job's rules file took longer than its time to load (FX361 on the rules file): the
     server leaves that text out of the next jobs."""
+    unfinished: list[str] = field(default_factory=list)
+    """Classes the job did not capture: it reached its CPU limit (soft) during the first of
+    them, after others were done. ``modules`` holds the ones done; the server captures these
+    in another job."""
 
 
 @dataclass

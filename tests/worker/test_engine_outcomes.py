@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from fxls.engine.analyze import AnalysisRequest, EngineOptions, analyze
+from fxls.analysis import parse
+from fxls.engine.analyze import (
+    AnalysisRequest,
+    EngineOptions,
+    analyze,
+    build_requests,
+    capture_job,
+)
 from fxls.engine.workerclient import WorkerClient
 from fxls.protocol.model import Limits
 
@@ -105,3 +112,52 @@ async def test_a_capture_that_waits_is_stopped_by_the_clock_and_said_so(
     assert diag.span.line == 5
     assert "1.5 s of wall-clock time" in diag.message
     assert "waiting" in diag.message  # no CPU used: not retried, and the cause named
+
+
+BURNERS = "import time\nfrom torch import nn\n" + "".join(
+    textwrap.dedent(
+        f"""
+
+        # fxls: x = (B=2, 4)
+        class Burns{i}(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 4)
+                started = time.process_time()
+                while time.process_time() - started < 0.8:
+                    pass
+
+            def forward(self, x):
+                return self.fc(x)
+        """
+    )
+    for i in range(4)
+)
+"""Four classes that each take 0.8 s of CPU time to build: more than a job's CPU limit of 2 s
+together, well within it one by one."""
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_job_out_of_cpu_time_keeps_the_classes_it_captured(
+    worker: WorkerClient, tmp_path: Path
+) -> None:
+    """The job of the whole file reaches its CPU limit: it sends the classes it captured and
+    names the others, which the next job captures. No class is blamed or given up, and the
+    file's outcome is not a CPU limit."""
+    path = str(tmp_path / "burners.py")
+    job = capture_job(path, BURNERS, build_requests(parse(BURNERS).classes), EngineOptions())
+    first = await worker.run(job, Limits(timeout_s=30, cpu_s=2))
+    assert first.kind == "ok" and first.payload is not None, first
+    done = [m.name for m in first.payload.modules]
+    assert done and first.payload.unfinished, (done, first.payload.unfinished)
+    assert sorted(done + first.payload.unfinished) == [f"Burns{i}" for i in range(4)]
+    assert all(m.status == "traced" for m in first.payload.modules)
+
+    options = EngineOptions(limits=Limits(timeout_s=30, cpu_s=2))
+    result = await analyze(worker, AnalysisRequest(path, BURNERS), options=options)
+    assert result.outcome == "ok", result.outcome
+    assert {m.name: m.status for m in result.modules} == {f"Burns{i}": "traced" for i in range(4)}
+    assert [m.line for m in result.modules] == sorted(m.line for m in result.modules)
+    assert not [d for d in result.diagnostics if d.code.startswith("FX5")], result.diagnostics
+    assert all(m.outputs[0].shape == ["B", 4] for m in result.modules)

@@ -40,7 +40,7 @@ from fxls.protocol.model import (
     Value,
 )
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture import failures
+from fxls.worker.capture import cpulimit, failures
 from fxls.worker.capture.build import inputs, parents
 from fxls.worker.capture.build import instances as build
 from fxls.worker.capture.document import ExecutedDocument
@@ -953,6 +953,7 @@ class ClassCapture:
                     gm = graph_module(tracer.root, graph, type(module).__name__)
                 _attributes_restored(gm, module)
             except BaseException as exc:
+                cpulimit.passed_on(exc)
                 failure = failures.explain(exc, doc.path, doc.source, req.name, self.span, doc.tree)
                 text = doc.source.text(failure.span) if failure.span is not None else ""
                 repair = strategies.next_repair(

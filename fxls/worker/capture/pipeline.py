@@ -34,12 +34,13 @@ from fxls.protocol.model import (
     CaptureResult,
     ClassRequest,
     Diagnostic,
+    ErrorInfo,
     ModuleResult,
     Related,
     Span,
 )
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture import rules
+from fxls.worker.capture import cpulimit, rules
 from fxls.worker.capture.build import construct, parents
 from fxls.worker.capture.build import instances as build
 from fxls.worker.capture.classcapture import ClassCapture, PhaseReporter, capture_class, runs
@@ -126,33 +127,17 @@ def capture_document(
     if doc.package_skipped is not None and job.module:
         result.diagnostics.append(_package_skipped(doc.package_skipped, doc.source, job.module))
 
-    names = list(dict.fromkeys(req.name for req in job.classes))
-    rank = {name: i for i, name in enumerate(parents.parent_first(names, doc.tree))}
-    order = sorted(range(len(job.classes)), key=lambda i: (rank[job.classes[i].name], i))
-    done: dict[str, ModuleResult] = {}
     results: dict[int, ModuleResult] = {}
-    # parents first: a class built and called by a parent is captured from that instance
-    for index in order:
-        req = job.classes[index]
-        if req.skip:
-            mod = ModuleResult(
-                name=req.name, line=req.line, status="skipped", notes=["skipped by directive"]
-            )
-        elif result.error is not None and not isinstance(doc.namespace.get(req.name), type):
-            note = "not defined: the file exited at import before its `class` statement ran"
-            mod = ModuleResult(name=req.name, line=req.line, status="skipped", notes=[note])
-        else:
-            try:
-                wanted = _wanted(doc, job, done, req.name)
-                mod = capture_class(doc, req, report_phase, wanted=wanted)
-            except BaseException as exc:
-                mod = ModuleResult(name=req.name, line=req.line, status="failed")
-                mod.error = error_info("trace", exc)
-            _soften_worked_around(mod)
-        done.setdefault(req.name, mod)
-        results[index] = mod
+    with cpulimit.stop_at_cpu_limit() as watch:
+        try:
+            _capture_classes(doc, job, (report_phase, watch), results, result.error)
+        except cpulimit.OutOfCpu:
+            watch.stopped = True
+            result.unfinished = [r.name for i, r in enumerate(job.classes) if i not in results]
+            if not any(not job.classes[i].skip for i in results):
+                cpulimit.die_of_cpu_limit()  # nothing captured: as without the handler
     _adopt_parents(doc, job, results, report_phase)
-    result.modules = [results[i] for i in range(len(job.classes))]
+    result.modules = [results[i] for i in range(len(job.classes)) if i in results]
     _reported_where_it_happens(result.modules)
     if not keep_copies:
         for mod in result.modules:
@@ -160,6 +145,45 @@ def capture_document(
     if job.rules is not None:
         _rules(doc, result)
     return doc, result
+
+
+def _capture_classes(
+    doc: ExecutedDocument,
+    job: CaptureJob,
+    reporting: tuple[PhaseReporter, cpulimit.Watch],
+    results: dict[int, ModuleResult],
+    import_error: ErrorInfo | None,
+) -> None:
+    """Capture the classes of ``job`` into ``results`` (by index), parents first: a class
+    built and called by a parent is captured from that instance. A class during which the
+    CPU limit was reached is not kept (``watch``)."""
+    report_phase, watch = reporting
+    names = list(dict.fromkeys(req.name for req in job.classes))
+    rank = {name: i for i, name in enumerate(parents.parent_first(names, doc.tree))}
+    order = sorted(range(len(job.classes)), key=lambda i: (rank[job.classes[i].name], i))
+    done: dict[str, ModuleResult] = {}
+    for index in order:
+        req = job.classes[index]
+        if req.skip:
+            mod = ModuleResult(
+                name=req.name, line=req.line, status="skipped", notes=["skipped by directive"]
+            )
+        elif import_error is not None and not isinstance(doc.namespace.get(req.name), type):
+            note = "not defined: the file exited at import before its `class` statement ran"
+            mod = ModuleResult(name=req.name, line=req.line, status="skipped", notes=[note])
+        else:
+            try:
+                wanted = _wanted(doc, job, done, req.name)
+                mod = capture_class(doc, req, report_phase, wanted=wanted)
+            except cpulimit.OutOfCpu:
+                raise
+            except BaseException as exc:
+                mod = ModuleResult(name=req.name, line=req.line, status="failed")
+                mod.error = error_info("trace", exc)
+            _soften_worked_around(mod)
+        watch.check()
+        done.setdefault(req.name, mod)
+        results[index] = mod
 
 
 def _reported_where_it_happens(modules: list[ModuleResult]) -> None:
@@ -216,8 +240,8 @@ def _adopt_parents(
     ``MAX_FACTORY_PRODUCTS`` per job, each captured once for all of them.
     """
     pending: dict[str, list[int]] = {}
-    for index, req in enumerate(job.classes):
-        mod = results[index]
+    for index, mod in sorted(results.items()):  # none for a class the job had no time for
+        req = job.classes[index]
         how = mod.constructed.source if mod.constructed is not None else None
         if req.skip or req.init or how == "parent":
             continue

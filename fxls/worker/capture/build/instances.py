@@ -30,6 +30,7 @@ from fxls.protocol.model import (
     Related,
     Span,
 )
+from fxls.worker.capture import cpulimit
 from fxls.worker.capture.build import construct
 from fxls.worker.capture.document import ExecutedDocument
 from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
@@ -241,12 +242,16 @@ def _build(
             return None, TypeError(f"the constructor returned {type(module).__name__}")
         except SystemExit as exc:
             return None, exc
+        except cpulimit.OutOfCpu:
+            raise
         except BaseException as exc:
             meta_error = exc
             if not _may_need_real_memory(exc) and how.source not in ("directive", "defaults"):
                 return None, exc
     try:
         module = make()
+    except cpulimit.OutOfCpu:
+        raise
     except BaseException as exc:
         return None, exc
     if not isinstance(module, nn.Module):

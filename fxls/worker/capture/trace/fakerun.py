@@ -61,6 +61,7 @@ from torch.overrides import TorchFunctionMode
 
 from fxls.protocol.model import Span, Value
 from fxls.protocol.positions import SourceText
+from fxls.worker.capture import cpulimit
 from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.shapes import shortcuts, sizes
 from fxls.worker.capture.shapes.values import Namer
@@ -838,7 +839,7 @@ def fake_run(
         except Enough:
             pass
         except BaseException as exc:  # user code may raise anything
-            if isinstance(exc, KeyboardInterrupt):
+            if isinstance(exc, (KeyboardInterrupt, cpulimit.OutOfCpu)):
                 raise
             error = exc
             error_span = spans.of_traceback(exc)
@@ -948,7 +949,7 @@ def meta_outputs(module: torch.nn.Module, inputs: Sequence[Any]) -> list[Value] 
         ):
             out = module(*args, **kwargs)
     except BaseException as exc:  # user code may raise anything
-        if isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, (KeyboardInterrupt, cpulimit.OutOfCpu)):
             raise
         return None
     finally:

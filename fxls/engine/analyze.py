@@ -634,6 +634,10 @@ class _Run:
     result: FileAnalysis
     diagnostics: list[Diagnostic]
     budget: Budget
+    sized_as: int = 0
+    """The first job of the run gets the limits of at least this many classes: the classes a
+    job out of CPU time left get the limits of that job (its import and the classes it kept
+    used part of them; smaller limits would run out sooner)."""
 
 
 class Budget:
@@ -718,12 +722,16 @@ def job_limits(limits: Limits, classes: int) -> Limits:
 
 
 async def _run(
-    client: Runner, job: CaptureJob, options: EngineOptions, budget: Budget | None = None
+    client: Runner,
+    job: CaptureJob,
+    options: EngineOptions,
+    budget: Budget | None = None,
+    sized_as: int = 0,
 ) -> JobResult:
-    """Run ``job``; once more with a longer wall-clock limit when a busy machine stopped it, so
-    the CPU limit, which does not depend on the load, decides. Each run's CPU time is spent
-    from ``budget``."""
-    active = sum(1 for r in job.classes if not r.skip)
+    """Run ``job`` with the limits of its classes (of ``sized_as`` classes when more); once
+    more with a longer wall-clock limit when a busy machine stopped it, so the CPU limit, which
+    does not depend on the load, decides. Each run's CPU time is spent from ``budget``."""
+    active = max(sized_as, sum(1 for r in job.classes if not r.skip))
     limits = job_limits(options.limits, active)
     result = await _run_once(client, job, limits, options)
     if budget is not None:
@@ -938,7 +946,9 @@ async def _done_and_the_rest(run: _Run, first: JobResult) -> None:
         for req in left:
             _give_up(run, req, run.budget.spent())
     else:
-        await _capture(dataclasses.replace(run, job=dataclasses.replace(run.job, classes=left)))
+        sized = max(run.sized_as, sum(1 for r in job.classes if not r.skip))
+        rest = dataclasses.replace(run.job, classes=left)
+        await _capture(dataclasses.replace(run, job=rest, sized_as=sized))
     run.result.modules.sort(key=lambda m: m.line)
 
 
@@ -967,7 +977,7 @@ async def _capture(run: _Run, first: JobResult | None = None) -> None:
     options, result, diagnostics, budget = run.options, run.result, run.diagnostics, run.budget
     by_name = {c.name: c for c in classes}
     if first is None:
-        first = await _run(client, job, options, budget)
+        first = await _run(client, job, options, budget, run.sized_as)
     if first.kind == "cancelled":
         result.outcome = "cancelled"
         return

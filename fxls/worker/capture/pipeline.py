@@ -133,9 +133,7 @@ def capture_document(
             _capture_classes(doc, job, (report_phase, watch), results, result.error)
         except cpulimit.OutOfCpu:
             watch.stopped = True
-            result.unfinished = [r.name for i, r in enumerate(job.classes) if i not in results]
-            if not any(not job.classes[i].skip for i in results):
-                cpulimit.die_of_cpu_limit()  # nothing captured: as without the handler
+            result.unfinished = _unfinished(doc, job, results)
     _adopt_parents(doc, job, results, report_phase)
     result.modules = [results[i] for i in range(len(job.classes)) if i in results]
     _reported_where_it_happens(result.modules)
@@ -145,6 +143,23 @@ def capture_document(
     if job.rules is not None:
         _rules(doc, result)
     return doc, result
+
+
+def _unfinished(
+    doc: ExecutedDocument, job: CaptureJob, results: dict[int, ModuleResult]
+) -> list[str]:
+    """The classes a job out of CPU time leaves to another job: those it did not capture, and
+    the ones it did that use them (their capture recorded the instances the others are
+    captured from: the next job captures them together again, as this one would have). Ends
+    the process as the limit does when none is left done (``results`` keeps the rest)."""
+    names = [r.name for r in job.classes]
+    left = {r.name for i, r in enumerate(job.classes) if i not in results}
+    left |= parents.users_of(left, names, doc.tree)
+    for index in [i for i in results if names[i] in left]:
+        del results[index]
+    if not any(not job.classes[i].skip for i in results):
+        cpulimit.die_of_cpu_limit()  # nothing captured: as without the handler
+    return [name for name in names if name in left]
 
 
 def _capture_classes(

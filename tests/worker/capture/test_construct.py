@@ -689,3 +689,73 @@ def test_an_input_normalized_by_functions_is_shaped_for_the_layer_it_reaches() -
     assert block.outputs[0].shape == ["B", 32, 224, 224]
     (fx405,) = [d for d in block.diagnostics if d.code == "FX405" and "hidden" in d.message]
     assert "conv" in fx405.message
+
+
+PARENT_AND_CHILD = """
+    import torch.nn as nn
+
+    # fxls: x = (B=2, 4)
+    class Other(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    # fxls: x = (B=2, 4)
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x):
+            return self.inner(x) * 2
+
+    class Inner(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 8)
+
+        def forward(self, x):
+            return self.fc(x)
+"""
+
+
+def test_a_job_out_of_cpu_time_leaves_a_class_with_the_parent_it_is_captured_from(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CPU limit falls while ``Inner`` is captured, after ``Net`` (which calls it, and
+    whose capture recorded the instance ``Inner`` is captured from) and ``Other``: ``Other``
+    is sent, ``Net`` and ``Inner`` are left to the next job together, which captures them as
+    the whole job would have (``Inner`` from ``Net``'s instance)."""
+    from fxls.worker.capture import cpulimit, pipeline
+
+    real = pipeline.capture_class
+
+    def limited(doc: Any, req: ClassRequest, *args: Any, **kwargs: Any) -> ModuleResult:
+        if req.name == "Inner":
+            raise cpulimit.OutOfCpu
+        return real(doc, req, *args, **kwargs)
+
+    text = textwrap.dedent(PARENT_AND_CHILD)
+    lines = text.splitlines()
+    requests = [
+        ClassRequest(name, next(i for i, t in enumerate(lines, 1) if t.startswith(f"class {name}")))
+        for name in ("Other", "Net", "Inner")
+    ]
+    job = CaptureJob(path="/virtual/model.py", source=text, classes=requests)
+    monkeypatch.setattr(pipeline, "capture_class", limited)
+    result = run_capture(job, lambda *_: None)
+    assert [m.name for m in result.modules] == ["Other"]
+    assert result.unfinished == ["Net", "Inner"]
+    monkeypatch.setattr(pipeline, "capture_class", real)
+    rest = CaptureJob(path="/virtual/model.py", source=text, classes=requests[1:])
+    whole = CaptureJob(path="/virtual/model.py", source=text, classes=requests)
+    again = {m.name: m for m in run_capture(rest, lambda *_: None).modules}
+    at_once = {m.name: m for m in run_capture(whole, lambda *_: None).modules}
+    assert again["Inner"].constructed is not None
+    assert again["Inner"].constructed.source == "parent"
+    for name in ("Net", "Inner"):
+        assert again[name].outputs == at_once[name].outputs, name
+        assert again[name].inputs == at_once[name].inputs, name

@@ -288,10 +288,8 @@ def _portable(value: Any, depth: int) -> Any:
     return _UNPORTABLE
 
 
-def parent_first(names: Sequence[str], tree: ast.Module | None) -> list[str]:
-    """Class names ordered so that a class that mentions another in its body comes first."""
-    if tree is None:
-        return list(names)
+def _mentions(names: Sequence[str], tree: ast.Module) -> dict[str, set[str]]:
+    """For each class of ``names``, the others of ``names`` its body mentions."""
     wanted = set(names)
     mentions: dict[str, set[str]] = {n: set() for n in names}
     for node in tree.body:
@@ -299,6 +297,31 @@ def parent_first(names: Sequence[str], tree: ast.Module | None) -> list[str]:
             for sub in ast.walk(node):
                 if isinstance(sub, ast.Name) and sub.id in wanted and sub.id != node.name:
                     mentions[node.name].add(sub.id)
+    return mentions
+
+
+def users_of(used: set[str], names: Sequence[str], tree: ast.Module | None) -> set[str]:
+    """The classes of ``names`` that mention one of ``used`` in their body, directly or
+    through others (the parents whose capture records the instances of ``used``)."""
+    if tree is None:
+        return set()
+    mentions = _mentions(names, tree)
+    found: set[str] = set()
+    todo = set(used)
+    while todo:
+        name = todo.pop()
+        for user, mentioned in mentions.items():
+            if name in mentioned and user not in found:
+                found.add(user)
+                todo.add(user)
+    return found - used
+
+
+def parent_first(names: Sequence[str], tree: ast.Module | None) -> list[str]:
+    """Class names ordered so that a class that mentions another in its body comes first."""
+    if tree is None:
+        return list(names)
+    mentions = _mentions(names, tree)
     order: list[str] = []
     state: dict[str, int] = {}
 

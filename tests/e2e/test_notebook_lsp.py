@@ -336,7 +336,7 @@ async def test_a_notebook_too_large_is_said_on_its_first_cell(
     async def told() -> list[types.PublishDiagnosticsParams]:
         return [p for p in client.published if p.diagnostics]  # type: ignore[attr-defined]
 
-    (published,) = await _until(told, "the notebook too large to analyse", 30)
+    (published,) = await _until(told, "the notebook too large to analyse")
     assert published.uri == cells[0] and published.diagnostics[0].code == "FX407"
 
 

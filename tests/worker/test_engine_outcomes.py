@@ -161,3 +161,40 @@ async def test_a_job_out_of_cpu_time_keeps_the_classes_it_captured(
     assert [m.line for m in result.modules] == sorted(m.line for m in result.modules)
     assert not [d for d in result.diagnostics if d.code.startswith("FX5")], result.diagnostics
     assert all(m.outputs[0].shape == ["B", 4] for m in result.modules)
+
+
+class _Counting:
+    """The worker client, counting the jobs it is given."""
+
+    def __init__(self, worker: WorkerClient) -> None:
+        self.worker, self.jobs = worker, 0
+
+    async def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.jobs += 1
+        return await self.worker.run(*args, **kwargs)
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_large_job_out_of_cpu_time_with_nothing_done_is_captured_in_halves(
+    worker: WorkerClient, tmp_path: Path
+) -> None:
+    """Ten classes, the first one hangs: the first job captures nothing before its limit. The
+    classes are captured again in two halves; the half holding the hanging class runs out
+    too and its five classes are captured one by one (1 + 2 + 5 jobs, not 1 + 10)."""
+    good = "".join(
+        f"\n\n# fxls: x = (B=2, 4)\nclass Good{i}(nn.Module):\n"
+        "    def forward(self, x):\n        return x * 2\n"
+        for i in range(9)
+    )
+    hang = "\n\n# fxls: x = (B=2, 4)\nclass Hangs(nn.Module):\n    def forward(self, x):\n"
+    source = "from torch import nn" + hang + "        while True:\n            pass\n" + good
+    counting = _Counting(worker)
+    options = EngineOptions(limits=Limits(timeout_s=20, cpu_s=2))
+    result = await analyze(
+        counting, AnalysisRequest(str(tmp_path / "m.py"), source), options=options
+    )  # type: ignore[arg-type]
+    status = {m.name: m.status for m in result.modules}
+    assert status == {"Hangs": "failed", **{f"Good{i}": "traced" for i in range(9)}}, status
+    assert [d.code for d in result.diagnostics if d.code.startswith("FX5")] == ["FX506"]
+    assert counting.jobs == 8, counting.jobs

@@ -923,7 +923,7 @@ def _give_up(run: _Run, req: ClassRequest, reason: str) -> None:
     run.result.modules.append(_failed_module(info, gave_up.diagnostic(notebook=job.notebook)))
 
 
-def _unfinished(first: JobResult, requests: list[ClassRequest]) -> list[ClassRequest]:
+def _left_by(first: JobResult, requests: list[ClassRequest]) -> list[ClassRequest]:
     """The classes a job reached its CPU limit before (``CaptureResult.unfinished``), of those
     it was given and returned no result for."""
     capture = first.payload
@@ -935,21 +935,14 @@ def _unfinished(first: JobResult, requests: list[ClassRequest]) -> list[ClassReq
 
 async def _done_and_the_rest(run: _Run, first: JobResult) -> None:
     """Take the classes an ok job captured, then capture those it had no CPU time left for in
-    a job of their own (with the limits of its size), while the file's budget lasts."""
+    another job with this job's limits, while the file's budget lasts."""
     job = run.job
-    left = _unfinished(first, job.classes)
+    left = _left_by(first, job.classes)
     done = [r for r in job.classes if r not in left]
     _absorb(first, done, job.path, run.text, run.result, run.diagnostics)
-    if not left:
-        return
-    if run.budget.left() <= 0 or run.budget.wall_left() <= 0:
-        for req in left:
-            _give_up(run, req, run.budget.spent())
-    else:
-        sized = max(run.sized_as, sum(1 for r in job.classes if not r.skip))
-        rest = dataclasses.replace(run.job, classes=left)
-        await _capture(dataclasses.replace(run, job=rest, sized_as=sized))
-    run.result.modules.sort(key=lambda m: m.line)
+    if left:
+        await _capture_part(run, left, max(run.sized_as, sum(1 for r in job.classes if not r.skip)))
+        run.result.modules.sort(key=lambda m: m.line)
 
 
 async def _halves(run: _Run, rest: list[ClassRequest]) -> None:
@@ -962,12 +955,19 @@ async def _halves(run: _Run, rest: list[ClassRequest]) -> None:
     for half in (rest[:middle], rest[middle:]):
         if run.result.outcome == "cancelled":
             return
-        if run.budget.left() <= 0 or run.budget.wall_left() <= 0:
-            for req in half:
-                _give_up(run, req, run.budget.spent())
-            continue
-        await _capture(dataclasses.replace(run, job=dataclasses.replace(run.job, classes=half)))
+        await _capture_part(run, half, run.sized_as)
     run.result.modules.sort(key=lambda m: m.line)
+
+
+async def _capture_part(run: _Run, classes: list[ClassRequest], sized_as: int) -> None:
+    """Capture ``classes`` of the run's file as a run of their own (its first job with the
+    limits of at least ``sized_as`` classes), or give them up when the budget is spent."""
+    if run.budget.left() <= 0 or run.budget.wall_left() <= 0:
+        for req in classes:
+            _give_up(run, req, run.budget.spent())
+        return
+    part = dataclasses.replace(run.job, classes=classes)
+    await _capture(dataclasses.replace(run, job=part, sized_as=sized_as))
 
 
 async def _capture(run: _Run, first: JobResult | None = None) -> None:

@@ -242,17 +242,15 @@ def _build(
             return None, TypeError(f"the constructor returned {type(module).__name__}")
         except SystemExit as exc:
             return None, exc
-        except cpulimit.OutOfCpu:
-            raise
         except BaseException as exc:
+            cpulimit.passed_on(exc)
             meta_error = exc
             if not _may_need_real_memory(exc) and how.source not in ("directive", "defaults"):
                 return None, exc
     try:
         module = make()
-    except cpulimit.OutOfCpu:
-        raise
     except BaseException as exc:
+        cpulimit.passed_on(exc)
         return None, exc
     if not isinstance(module, nn.Module):
         return None, TypeError(f"the constructor returned {type(module).__name__}")

@@ -72,7 +72,12 @@ def test_call_sites_are_found() -> None:
     assert {"FX101", "FX201", "FX401", "FX501"} <= codes
 
 
-@pytest.mark.parametrize(("where", "code", "given"), call_sites(), ids=lambda v: str(v))
+def _id(value: object) -> str:
+    """A parameter's id, the same in every process (a set's order depends on the string hash)."""
+    return ",".join(sorted(value)) if isinstance(value, set) else str(value)
+
+
+@pytest.mark.parametrize(("where", "code", "given"), call_sites(), ids=_id)
 def test_every_call_site_fills_its_templates(where: str, code: str, given: set[str]) -> None:
     assert code in ALL_MESSAGES, f"{where}: {code} is not in the catalogue"
     assert "**" not in given, f"{where}: {code} built from **kwargs cannot be checked"

@@ -681,3 +681,73 @@ def test_abstract_bases_and_modules_called_through_call_are_skipped_with_a_reaso
         assert mod.status == "skipped" and why in mod.notes[0], (mod.status, mod.notes)
         assert not [d for d in mod.diagnostics if d.severity in ("warning", "error")]
     assert _shape(found["LinearBlock"]) == ["B", 8]
+
+
+ADA_BLOCKS = """
+import torch.nn.functional as F
+
+
+class AdaGroupNorm(nn.Module):
+    def __init__(self, embedding_dim, out_dim, num_groups):
+        super().__init__()
+        self.num_groups = num_groups
+        self.linear = nn.Linear(embedding_dim, out_dim * 2)
+
+    def forward(self, x, emb):
+        emb = self.linear(emb)[:, :, None, None]
+        scale, shift = emb.chunk(2, dim=1)
+        x = F.group_norm(x, self.num_groups)
+        return x * (1 + scale) + shift
+
+
+class CondResnet(nn.Module):
+    def __init__(self, channels, temb_channels):
+        super().__init__()
+        self.norm1 = AdaGroupNorm(temb_channels, channels, 2)
+        self.nonlinearity = nn.GELU()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, input_tensor, temb):
+        hidden_states = self.norm1(input_tensor, temb)
+        hidden_states = self.conv1(self.nonlinearity(hidden_states))
+        return input_tensor + hidden_states
+
+
+class Mixer(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.proj = nn.Linear(channels, channels)
+
+    def forward(self, x):
+        out = torch.zeros_like(x)
+        for i in range(x.shape[0]):
+            out[i] = x[i]
+        return out
+
+
+class CondDownBlock(nn.Module):
+    def __init__(self, channels=64, temb_channels=32):
+        super().__init__()
+        self.resnets = nn.ModuleList([CondResnet(channels, temb_channels) for _ in range(2)])
+        self.attentions = nn.ModuleList([Mixer(channels) for _ in range(2)])
+
+    def forward(self, hidden_states, temb=None):
+        for resnet, attn in zip(self.resnets, self.attentions):
+            hidden_states = resnet(hidden_states, temb)
+            hidden_states = attn(hidden_states)
+        return hidden_states
+"""
+
+
+def test_an_input_is_sized_by_the_layer_after_a_functional_norm_not_by_a_leaf_first_reached() -> (
+    None
+):
+    """diffusers' ``KCrossAttnDownBlock2D``: ``hidden_states`` goes to ``F.group_norm`` inside
+    a block traced through, and on the residual path to a block kept whole (``Mixer``, which
+    assigns into a traced value), which is nearer and tells no shape. The input is sized by
+    ``conv1`` after the norm, not shaped like ``temb``."""
+    mod = _capture(ADA_BLOCKS, "CondDownBlock")["CondDownBlock"]
+    shapes = {i.name: i.value.shape for i in mod.inputs}
+    assert shapes["hidden_states"] == ["B", 64, 224, 224], (shapes, mod.notes)
+    assert shapes["temb"] == ["B", 32], shapes
+    assert _shape(mod) == ["B", 64, 224, 224]

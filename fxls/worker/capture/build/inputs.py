@@ -258,7 +258,7 @@ _PASS_THROUGH = (nn.Dropout, nn.Identity, nn.Dropout1d, nn.Dropout2d, nn.Dropout
 
 def first_layer(root: nn.Module, placeholder: torch.fx.Node) -> tuple[str, nn.Module] | None:
     """The first module a placeholder feeds directly (skipping dropout/identity)."""
-    return _layer_reached(root, placeholder, _PASS_THROUGH, frozenset())
+    return next(_layers_reached(root, placeholder, _PASS_THROUGH, frozenset()), None)
 
 
 _SAME_SHAPE_MODULES = (*_PASS_THROUGH, nn.ReLU, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Mish,
@@ -273,21 +273,24 @@ MAX_DOWNSTREAM = 64
 """Nodes followed at most from an input to the layer it reaches."""
 
 
-def downstream_layer(root: nn.Module, placeholder: torch.fx.Node) -> tuple[str, nn.Module] | None:
-    """The first layer ``placeholder`` reaches through calls that keep its shape (a
-    normalization written with ``F.group_norm``, ``x * (1 + scale) + shift``, an activation):
+def downstream_layers(
+    root: nn.Module, placeholder: torch.fx.Node
+) -> Iterator[tuple[str, nn.Module]]:
+    """The layers ``placeholder`` reaches through calls that keep its shape (a normalization
+    written with ``F.group_norm``, ``x * (1 + scale) + shift``, an activation), nearest first:
     diffusers' ``AdaGroupNorm`` passes a block's ``hidden_states`` to ``conv1`` so."""
-    return _layer_reached(root, placeholder, _SAME_SHAPE_MODULES, _SAME_SHAPE_CALLS)
+    return _layers_reached(root, placeholder, _SAME_SHAPE_MODULES, _SAME_SHAPE_CALLS)
 
 
-def _layer_reached(
+def _layers_reached(
     root: nn.Module,
     placeholder: torch.fx.Node,
     through: tuple[type, ...],
     calls: frozenset[str],
-) -> tuple[str, nn.Module] | None:
-    """The first module that takes ``placeholder`` (or what it becomes through modules of
-    the ``through`` kinds and functions or methods named in ``calls``) as its first argument."""
+) -> Iterator[tuple[str, nn.Module]]:
+    """The modules that take ``placeholder`` (or what it becomes through modules of the
+    ``through`` kinds and functions or methods named in ``calls``) as their first argument,
+    nearest first; the walk does not go on past them."""
     frontier = [placeholder]
     seen: set[torch.fx.Node] = set()
     while frontier and len(seen) < MAX_DOWNSTREAM:
@@ -307,9 +310,9 @@ def _layer_reached(
                 continue
             module = root.get_submodule(str(user.target))
             if not isinstance(module, through):
-                return str(user.target), module
+                yield str(user.target), module
+                continue
             frontier.append(user)
-    return None
 
 
 def _call_name(node: torch.fx.Node) -> str:
@@ -354,12 +357,15 @@ def infer(
 def infer_downstream(
     root: nn.Module, placeholder: torch.fx.Node, symbols: Symbols, spatial: int = SPATIAL
 ) -> PlannedInput | None:
-    """An input inferred from the first layer it reaches through shape-keeping calls
-    (:func:`downstream_layer`); None when there is none or it tells nothing."""
-    found = downstream_layer(root, placeholder)
-    if found is None:
-        return None
-    return layer_input(str(placeholder.target), found[0], found[1], symbols, spatial)
+    """An input inferred from the nearest layer it reaches through shape-keeping calls that
+    tells its shape (:func:`downstream_layers`: a block kept whole that the residual path
+    reaches first tells nothing, the ``conv1`` after its normalization does); None when none
+    does."""
+    for target, module in downstream_layers(root, placeholder):
+        planned = layer_input(str(placeholder.target), target, module, symbols, spatial)
+        if planned is not None:
+            return planned
+    return None
 
 
 _TREES: dict[tuple[str, int], ast.Module | None] = {}

@@ -108,6 +108,28 @@ def test_diffusers_blocks_get_inputs_through_processors_keywords_and_annotations
     assert [t for t in messages if t.startswith("`GEGLU` cannot be traced through")], messages
 
 
+def test_diffusers_k_blocks_get_inputs_their_layers_take() -> None:
+    """diffusers' K blocks as released. ``KCrossAttnDownBlock2D``: ``hidden_states`` meets
+    ``F.group_norm`` first and, on the residual path, a block kept whole; it is sized by the
+    ``conv1`` after the norm (it was shaped like ``temb``, and the batch showed up in a
+    spatial place). ``KUpBlock2D``: no ``prev_output_channel``; its first resnet takes twice
+    ``out_channels``, half from ``hidden_states`` and half from the last skip state (the
+    block was partial, with a shape error of its own making). Outputs checked against an
+    eager run at batch 2 and 3."""
+    documents = _check(PACKAGES["diffusers"] / "models/unets/unet_2d_blocks.py")
+    modules = {m["class"]: m for d in documents for m in d["modules"]}
+    down = modules["KCrossAttnDownBlock2D"]
+    shapes = {i["name"]: i["shape"] for i in down["inputs"]}
+    assert shapes["hidden_states"] == ["B", 64, 224, 224], shapes
+    assert [o["shape"] for o in down["outputs"]][:2] == [["B", 64, 112, 112], ["B", 64, 224, 224]]
+    up = modules["KUpBlock2D"]
+    inputs = {i["name"]: i for i in up["inputs"]}
+    states, size = inputs["hidden_states"]["shape"], inputs["hidden_states"]["shape"][-1]
+    assert states == ["B", 64, size, size], inputs
+    assert up["status"] == "traced", up["status"]
+    assert up["outputs"][0]["shape"] == ["B", 64, 2 * size, 2 * size], up["outputs"]
+
+
 def test_attention_processors_are_skipped_as_called_through_call() -> None:
     """diffusers' attention processors are modules with their own ``__call__`` and no
     ``forward``: skipped with that reason, not warned about as untraceable."""

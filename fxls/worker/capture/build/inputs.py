@@ -1106,24 +1106,44 @@ def up_block_inputs(
     others, by diffusers' construction). None for other inputs and blocks."""
     previous = arguments.get("prev_output_channel")
     params = _forward_names(module)
-    if type(previous) is not int or previous <= 0 or SKIP_STATES not in params:
+    if SKIP_STATES not in params:
+        return None
+    halved = type(previous) is not int and _halved_first_resnet(module, arguments)
+    if halved:
+        previous = arguments["out_channels"]
+    if type(previous) is not int or previous <= 0:
         return None
     batch = symbols.size(BATCH)
     b: tuple[str | None, int] = (BATCH, batch)
     why = f"the up block's prev_output_channel={previous}"
+    if halved:
+        why = f"half the channels its first resnet takes, out_channels={previous}"
     if name == "hidden_states":
         dims = [b, (None, previous), (None, spatial), (None, spatial)]
         return PlannedInput(name, "tensor", dims, assumed=True, reason=why)
     if name != SKIP_STATES:
         return None
-    channels = skip_channels(module, previous)
+    channels = [previous] if halved else skip_channels(module, previous)
     if channels is None:
         return None
     with torch.device("meta"):
         states = tuple(torch.empty(batch, c, spatial, spatial) for c in reversed(channels))
     why = f"one skip state per resnet, channels {list(reversed(channels))} from the resnets"
+    if halved:
+        why = f"the last skip state, concatenated once, channels {channels} from `resnets.0`"
     inner = [[b, *[(None, int(s)) for s in t.shape[1:]]] for t in states]
     return PlannedInput(name, "value", value=states, assumed=True, reason=why, inner_dims=inner)
+
+
+def _halved_first_resnet(module: nn.Module, arguments: dict[str, Any]) -> bool:
+    """An up block without ``prev_output_channel`` whose first resnet takes twice its
+    ``out_channels`` (diffusers' ``KUpBlock2D``: ``hidden_states`` concatenated once with the
+    last skip state, before the resnets): each is taken to bring half."""
+    out = arguments.get("out_channels")
+    resnets = getattr(module, "resnets", None)
+    if type(out) is not int or out <= 0 or not isinstance(resnets, nn.ModuleList):
+        return False
+    return len(resnets) > 0 and getattr(resnets[0], "in_channels", None) == 2 * out
 
 
 def _forward_names(module: nn.Module) -> list[str]:

@@ -1104,46 +1104,47 @@ def up_block_inputs(
     first), each ``C`` what that resnet's input channels leave after the channels of the
     states it receives (``in_channels`` for the last resnet, ``out_channels`` for the
     others, by diffusers' construction). None for other inputs and blocks."""
-    previous = arguments.get("prev_output_channel")
-    params = _forward_names(module)
-    if SKIP_STATES not in params:
+    if SKIP_STATES not in _forward_names(module):
         return None
-    halved = type(previous) is not int and _halved_first_resnet(module, arguments)
-    if halved:
-        previous = arguments["out_channels"]
-    if type(previous) is not int or previous <= 0:
+    plan = _up_block_plan(module, arguments)
+    if plan is None:
         return None
+    previous, channels, why, states_why = plan
     batch = symbols.size(BATCH)
     b: tuple[str | None, int] = (BATCH, batch)
-    why = f"the up block's prev_output_channel={previous}"
-    if halved:
-        why = f"half the channels its first resnet takes, out_channels={previous}"
     if name == "hidden_states":
         dims = [b, (None, previous), (None, spatial), (None, spatial)]
         return PlannedInput(name, "tensor", dims, assumed=True, reason=why)
-    if name != SKIP_STATES:
-        return None
-    channels = [previous] if halved else skip_channels(module, previous)
-    if channels is None:
+    if name != SKIP_STATES or channels is None:
         return None
     with torch.device("meta"):
         states = tuple(torch.empty(batch, c, spatial, spatial) for c in reversed(channels))
-    why = f"one skip state per resnet, channels {list(reversed(channels))} from the resnets"
-    if halved:
-        why = f"the last skip state, concatenated once, channels {channels} from `resnets.0`"
     inner = [[b, *[(None, int(s)) for s in t.shape[1:]]] for t in states]
-    return PlannedInput(name, "value", value=states, assumed=True, reason=why, inner_dims=inner)
+    return PlannedInput(name, "value", value=states, assumed=True, reason=states_why, inner_dims=inner)
 
 
-def _halved_first_resnet(module: nn.Module, arguments: dict[str, Any]) -> bool:
-    """An up block without ``prev_output_channel`` whose first resnet takes twice its
-    ``out_channels`` (diffusers' ``KUpBlock2D``: ``hidden_states`` concatenated once with the
-    last skip state, before the resnets): each is taken to bring half."""
+def _up_block_plan(
+    module: nn.Module, arguments: dict[str, Any]
+) -> tuple[int, list[int] | None, str, str] | None:
+    """The channels of an up block's ``hidden_states``, of its skip states (None when the
+    resnets do not tell them) and the reasons for each. Built with ``prev_output_channel``:
+    that many, and one state per resnet (:func:`skip_channels`). Without it, when the first
+    resnet takes twice ``out_channels`` (diffusers' ``KUpBlock2D``: ``hidden_states``
+    concatenated once with the last skip state, before the resnets): half each."""
+    previous = arguments.get("prev_output_channel")
+    if type(previous) is int and previous > 0:
+        channels = skip_channels(module, previous)
+        listed = list(reversed(channels)) if channels is not None else None
+        return (previous, channels, f"the up block's prev_output_channel={previous}",
+                f"one skip state per resnet, channels {listed} from the resnets")  # fmt: skip
     out = arguments.get("out_channels")
     resnets = getattr(module, "resnets", None)
     if type(out) is not int or out <= 0 or not isinstance(resnets, nn.ModuleList):
-        return False
-    return len(resnets) > 0 and getattr(resnets[0], "in_channels", None) == 2 * out
+        return None
+    if not len(resnets) or getattr(resnets[0], "in_channels", None) != 2 * out:
+        return None
+    return (out, [out], f"half the channels its first resnet takes, out_channels={out}",
+            f"the last skip state, concatenated once, channels {[out]} from `resnets.0`")  # fmt: skip
 
 
 def _forward_names(module: nn.Module) -> list[str]:

@@ -1120,7 +1120,9 @@ def up_block_inputs(
     with torch.device("meta"):
         states = tuple(torch.empty(batch, c, spatial, spatial) for c in reversed(channels))
     inner = [[b, *[(None, int(s)) for s in t.shape[1:]]] for t in states]
-    return PlannedInput(name, "value", value=states, assumed=True, reason=states_why, inner_dims=inner)
+    return PlannedInput(
+        name, "value", value=states, assumed=True, reason=states_why, inner_dims=inner
+    )
 
 
 def _up_block_plan(

@@ -274,6 +274,7 @@ def _capture_settings(args: argparse.Namespace, paths: list[str]) -> tuple[Any, 
     from fxls.analysis import DirectiveError, parse_init, parse_input_spec
     from fxls.cli.check.config import load_config
     from fxls.engine.analyze import EngineOptions, read_rules, rules_path
+    from fxls.engine.settings import interpreter_path
     from fxls.protocol.files import Refused
     from fxls.protocol.model import Limits
 
@@ -313,7 +314,7 @@ def _capture_settings(args: argparse.Namespace, paths: list[str]) -> tuple[Any, 
         compile_max_params=settings.code_actions.max_params,
     )
     python = args.python or os.environ.get("FXLS_PYTHON") or settings.python or None
-    return config, options, python
+    return config, options, interpreter_path(python, os.getcwd())
 
 
 # ---------------------------------------------------------------------------------------

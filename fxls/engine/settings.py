@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import sys
 import typing
@@ -348,6 +349,19 @@ def protected_differences(protected: dict[str, Any], current: Settings) -> list[
     for key, value in protected.items():
         walk(value, wire.get(key), f"{SECTION}.{key}")
     return sorted(out)
+
+
+def interpreter_path(value: str | None, base: str | None) -> str | None:
+    """The interpreter a setting or option names, as the worker is started with it: ``None``
+    for none; ``~`` expanded; a relative path (``.venv/bin/python``) joined to ``base`` (the
+    directory ``fxls check`` runs in, the server's workspace root), since the worker starts
+    in a scratch directory of its own; a bare name (``python3``) left for ``PATH``."""
+    if not value:
+        return None
+    path = os.path.expanduser(value)
+    if os.path.isabs(path) or os.sep not in path or base is None:
+        return path
+    return os.path.normpath(os.path.join(base, path))
 
 
 _TRUSTED_RE = re.compile(r"^(true|1|yes)$", re.IGNORECASE)

@@ -31,6 +31,7 @@ from fxls.engine import compilecheck, fixes, incremental
 from fxls.engine.settings import (
     SECTION,
     Settings,
+    interpreter_path,
     merge_settings,
     parse_settings,
     parse_trusted,
@@ -312,11 +313,16 @@ class Session:
 
     # -- worker --------------------------------------------------------------------------
 
+    def python(self) -> str | None:
+        """The interpreter ``fxls.python`` names (a relative path from the workspace root), or
+        None for the server's own."""
+        return interpreter_path(self.settings.python, self.root)
+
     async def ensure_worker(self) -> WorkerClient:
         if self._worker_lock is None:
             self._worker_lock = asyncio.Lock()
         async with self._worker_lock:
-            python = self.settings.python or None
+            python = self.python()
             if self.worker is not None and self._worker_python == python:
                 return self.worker
             if self.worker is not None:
@@ -463,7 +469,7 @@ class Session:
         """The store key of ``text`` (blocking: reads settings and the workspace listing)."""
         if self.store is None or not self.settings.store_results:
             return None
-        python = self.settings.python or sys.executable
+        python = self.python() or sys.executable
         return self.store.key(path, text, self.engine_options(path), python, self.root)
 
     async def _show_stored(self, doc: Document, text: str, version: int | None) -> None:

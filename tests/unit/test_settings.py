@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -146,3 +147,17 @@ def test_protected_keys_are_split_off_configuration_answers() -> None:
     _, same = split_protected({"limits": {"timeoutSeconds": 20}, "python": ""})
     assert protected_differences(same, Settings()) == []
     assert split_protected(None) == (None, {})
+
+
+def test_an_interpreter_path_is_read_from_where_the_user_is() -> None:
+    from fxls.engine.settings import interpreter_path
+
+    home = os.path.expanduser("~")
+    assert interpreter_path("", "/w") is None
+    assert interpreter_path(None, "/w") is None
+    assert interpreter_path(".venv/bin/python", "/w/project") == "/w/project/.venv/bin/python"
+    assert interpreter_path("../env/bin/python", "/w/project") == "/w/env/bin/python"
+    assert interpreter_path("/usr/bin/python3", "/w") == "/usr/bin/python3"
+    assert interpreter_path("~/env/bin/python", "/w") == os.path.join(home, "env/bin/python")
+    assert interpreter_path("python3", "/w") == "python3"  # found on PATH
+    assert interpreter_path(".venv/bin/python", None) == ".venv/bin/python"

@@ -30,7 +30,7 @@ SHAPED_AT_LEAST = {
     "transformers/models/t5/modeling_t5.py": (16, "T5ForConditionalGeneration", 32128),
     "transformers/models/vit/modeling_vit.py": (9, "ViTModel", 768),
     "transformers/models/whisper/modeling_whisper.py": (5, "WhisperEncoder", 384),
-    "transformers/models/clip/modeling_clip.py": (9, "CLIPTextModel", 512),
+    "transformers/models/clip/modeling_clip.py": (12, "CLIPTextModel", 512),
     "diffusers/models/resnet.py": (5, "Conv1dBlock", 128),
     "diffusers/models/unets/unet_2d_blocks.py": (25, "UNetMidBlock2DCrossAttn", 224),
     "diffusers/models/autoencoders/vae.py": (7, "Encoder", 224),
@@ -128,6 +128,25 @@ def test_diffusers_k_blocks_get_inputs_their_layers_take() -> None:
     assert states == ["B", 64, size, size], inputs
     assert up["status"] == "traced", up["status"]
     assert up["outputs"][0]["shape"] == ["B", 64, 2 * size, 2 * size], up["outputs"]
+
+
+def test_clip_gets_an_image_and_a_text_and_its_vision_tower_an_image() -> None:
+    """transformers' CLIP as released: ``CLIPModel`` (``input_modalities = ("image", "text")``)
+    embeds an image and a text in one ``forward`` and gets both (it got token ids alone, and its
+    vision tower was called with ``pixel_values=None``); ``CLIPVisionEmbeddings``, which its
+    parents called with ``None``, is captured with an image of its own. Outputs checked against
+    an eager run at batch 2 and 3 (``logits_per_image`` ``(2, 2)``, ``(3, 3)``)."""
+    documents = _check(PACKAGES["transformers"] / "models/clip/modeling_clip.py")
+    modules = {m["class"]: m for d in documents for m in d["modules"]}
+    clip = modules["CLIPModel"]
+    shapes = {i["name"]: i["shape"] for i in clip["inputs"] if i["kind"] == "tensor"}
+    assert shapes == {"input_ids": ["B", "T"], "pixel_values": ["B", 3, 224, 224]}, shapes
+    assert clip["status"] == "traced", clip["status"]
+    outputs = [o["shape"] for o in clip["outputs"]]
+    assert outputs[:4] == [["B", "B"], ["B", "B"], ["B", 512], ["B", 512]], outputs
+    embeddings = modules["CLIPVisionEmbeddings"]
+    assert embeddings["outputs"][0]["shape"] == ["B", 50, 768], embeddings["status"]
+    assert modules["CLIPVisionModel"]["outputs"][0]["shape"] == ["B", 50, 768]
 
 
 def test_attention_processors_are_skipped_as_called_through_call() -> None:

@@ -261,27 +261,28 @@ def capture_class(
     req: ClassRequest,
     report_phase: PhaseReporter,
     wanted: dict[type, str] | None = None,
+    from_parent: bool = True,
 ) -> ModuleResult:
     """Build ``req``'s class and capture it; builds with assumed arguments that do not run
     through ``forward`` give way to the next candidate. Instances of ``wanted`` classes that
-    this class builds and calls are recorded into ``doc.records`` for their own capture."""
+    this class builds and calls are recorded into ``doc.records`` for their own capture.
+    The instance and inputs a parent called it with come first (unless ``from_parent`` is
+    False); when they do not run and the parent passed ``None`` where ``forward`` requires
+    a value (``CLIPVisionEmbeddings(pixel_values=None)`` under a parent that had no image),
+    the class is captured on its own instead if that runs."""
     failed = ModuleResult(name=req.name, line=req.line, status="failed")
     cls = doc.namespace.get(req.name)
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+    skipped = _why_skipped(cls, req.name)
+    if skipped is not None:
         failed.status = "skipped"
-        what = "not defined" if cls is None else "not an nn.Module subclass"
-        failed.notes.append(f"`{req.name}` is {what} when the file runs")
+        failed.notes.append(skipped)
         return failed
-    not_captured = _why_not_captured(cls, req.name)
-    if not_captured is not None:
-        failed.status = "skipped"
-        failed.notes.append(not_captured)
-        return failed
+    assert isinstance(cls, type)
     span = class_span(doc.source, req.line, req.name)
     report_phase("init", req.name)
     started = time.perf_counter()
     first: ModuleResult | None = None
-    recorded = doc.records.get(req.name) if not req.init else None
+    recorded = doc.records.get(req.name) if not req.init and from_parent else None
     options = (
         [_from_parent(recorded)]
         if recorded is not None
@@ -320,10 +321,51 @@ def capture_class(
         report_phase("init", req.name)
         started = time.perf_counter()
     if first is not None:
+        if recorded is not None and _none_where_required(cls, recorded):
+            return _own_if_it_runs(doc, req, report_phase, wanted, (first, first_capture))
         doc.captures[req.name] = first_capture
         return first
     failed.timings["build"] = time.perf_counter() - started
     return failed
+
+
+def _own_if_it_runs(
+    doc: ExecutedDocument,
+    req: ClassRequest,
+    report_phase: PhaseReporter,
+    wanted: dict[type, str] | None,
+    from_parent: tuple[ModuleResult, ClassCapture | None],
+) -> ModuleResult:
+    """The class captured on its own when that runs through ``forward``, else the capture
+    with its parent's instance and inputs (``from_parent``)."""
+    own = capture_class(doc, req, report_phase, wanted, from_parent=False)
+    if runs(own):
+        return own
+    mod, capture = from_parent
+    doc.captures[req.name] = capture
+    return mod
+
+
+def _why_skipped(cls: Any, name: str) -> str | None:
+    """Why the document's ``name`` is not captured (not a module class, a base class...)."""
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        what = "not defined" if cls is None else "not an nn.Module subclass"
+        return f"`{name}` is {what} when the file runs"
+    return _why_not_captured(cls, name)
+
+
+def _none_where_required(cls: type[nn.Module], recorded: parents.Recorded) -> bool:
+    """Whether the parent passed ``None`` for a parameter of ``forward`` without a default."""
+    try:
+        params = list(inspect.signature(cls.forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return False
+    for param in params:
+        given = recorded.inputs.get(param.name)
+        required = param.default is inspect.Parameter.empty
+        if required and given is not None and given.kind == "value" and given.value is None:
+            return True
+    return False
 
 
 def _in_order(
@@ -728,7 +770,8 @@ class ClassCapture:
             # called with none of them computes nothing; its main input is inferred instead
             del plan.planned[primary.name]
             plan.pending.append(primary.name)
-            for name in inputs.decoder_inputs(plan.positional(), primary):
+            others = inputs.other_modalities(module, plan.positional(), primary)
+            for name in [*inputs.decoder_inputs(plan.positional(), primary), *others]:
                 if name not in plan.declared:
                     del plan.planned[name]
                     plan.pending.append(name)

@@ -751,3 +751,113 @@ def test_an_input_is_sized_by_the_layer_after_a_functional_norm_not_by_a_leaf_fi
     assert shapes["hidden_states"] == ["B", 64, 224, 224], (shapes, mod.notes)
     assert shapes["temb"] == ["B", 32], shapes
     assert _shape(mod) == ["B", 64, 224, 224]
+
+
+DUAL = """
+@dataclass
+class DualConfig:
+    vocab_size: int = 100
+    hidden_size: int = 32
+    image_size: int = 16
+    patch_size: int = 4
+    num_channels: int = 3
+
+
+class PatchEmbeddings(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.proj = nn.Conv2d(config.num_channels, config.hidden_size, config.patch_size,
+                              stride=config.patch_size)
+
+    def forward(self, pixel_values):
+        return self.proj(pixel_values).flatten(2).transpose(1, 2)
+
+
+class VisionTower(nn.Module):
+    input_modalities = ("image",)
+
+    def __init__(self, config):
+        super().__init__()
+        self.embeddings = PatchEmbeddings(config)
+
+    def forward(self, pixel_values=None):
+        return self.embeddings(pixel_values).mean(1)
+
+
+class DualEncoder(nn.Module):
+    config_class = DualConfig
+    input_modalities = ("image", "text")
+
+    def __init__(self, config):
+        super().__init__()
+        self.tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.vision = VisionTower(config)
+
+    def forward(self, input_ids=None, pixel_values=None, attention_mask=None):
+        text = self.tokens(input_ids).mean(1)
+        image = self.vision(pixel_values)
+        return text @ image.t()
+
+
+class Captioner(nn.Module):
+    config_class = DualConfig
+    input_modalities = ("image", "text")
+
+    def __init__(self, config):
+        super().__init__()
+        self.tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.vision = VisionTower(config)
+
+    def forward(self, input_ids=None, pixel_values=None):
+        text = self.tokens(input_ids)
+        if pixel_values is not None:
+            text = text + self.vision(pixel_values)[:, None]
+        return text
+"""
+
+
+def test_a_model_of_two_modalities_gets_an_input_of_each_and_its_towers_theirs() -> None:
+    mods = _capture(DUAL, "PatchEmbeddings", "VisionTower", "DualEncoder", "Captioner")
+
+    dual = mods["DualEncoder"]
+    given = {i.name: i.value.shape for i in dual.inputs if i.value.kind == "tensor"}
+    assert given == {"input_ids": ["B", "T"], "pixel_values": ["B", 3, 16, 16]}
+    assert _shape(dual) == ["B", "B"]
+    # the towers are captured with the image their parent passes
+    assert _shape(mods["VisionTower"]) == ["B", 32]
+    assert _shape(mods["PatchEmbeddings"]) == ["B", 16, 32]
+    # a model that also runs on text alone (it asks whether an image was given) keeps None
+    captioner = mods["Captioner"]
+    assert [i.name for i in captioner.inputs if i.value.kind == "tensor"] == ["input_ids"]
+    assert _shape(captioner) == ["B", "T", 32]
+
+
+NONE_FROM_PARENT = """
+class Stem(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, images):
+        return self.conv(images)
+
+
+class TwoWay(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = Stem()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x=None, images=None):
+        return self.fc(x) + self.stem(images).mean((2, 3))
+"""
+
+
+def test_a_block_given_none_for_a_required_input_by_its_parent_is_captured_on_its_own() -> None:
+    mods = _capture(NONE_FROM_PARENT, "Stem", "TwoWay")
+
+    # TwoWay is given x alone (its main input): it calls its stem with images=None, which
+    # Stem cannot take; Stem is then captured with an image of its own
+    stem = mods["Stem"]
+    assert _shape(stem) == ["B", 8, 224, 224], [d.message for d in stem.diagnostics]
+    assert not [d for d in stem.diagnostics if d.code == "FX201"]

@@ -908,10 +908,13 @@ def _evaluate(node: ast.expr, namespace: dict[str, Any]) -> Any:
 SOURCE = "S"
 """The length of an encoder's sequence a decoder attends to (``encoder_hidden_states``)."""
 
-CONFIG_FIRST = frozenset({"hidden_states", "encoder_hidden_states", "input_features"})
+CONFIG_FIRST = frozenset(
+    {"hidden_states", "encoder_hidden_states", "input_features", "pixel_values"}
+)
 """Inputs a library block with a configuration sizes better than its first layer does: states
 ``(B, T, hidden size)`` (a Linear alone says ``(B, hidden size)``), Whisper's mel features at
-the one length its encoder accepts (a Conv1d alone says any length)."""
+the one length its encoder accepts (a Conv1d alone says any length), images at the configured
+``image_size`` (a patch convolution says any size; position embeddings are made for one)."""
 
 
 def config_first(name: str, module: nn.Module) -> bool:
@@ -1042,11 +1045,8 @@ def multiple_choice(module: nn.Module) -> bool:
 
 
 def _reads(module: nn.Module, name: str) -> bool:
-    try:
-        source = inspect.getsource(inspect.unwrap(type(module).forward))
-    except (OSError, TypeError):
-        return False
-    return name in source
+    source = _forward_source(module)
+    return source is not None and name in source
 
 
 def cross_attention_states(
@@ -1066,6 +1066,48 @@ def decoder_inputs(params: list[inspect.Parameter], primary: inspect.Parameter) 
     if primary.name == "decoder_input_ids":
         return []
     return [p.name for p in params if p.name == "decoder_input_ids" and p.default is None]
+
+
+MODALITY_INPUTS = {
+    "text": ("input_ids",),
+    "image": ("pixel_values",),
+    "audio": ("input_features", "input_values"),
+    "video": ("pixel_values_videos",),
+}
+"""The parameter of each input modality transformers names in ``input_modalities``."""
+
+
+def other_modalities(
+    module: nn.Module, params: list[inspect.Parameter], primary: inspect.Parameter
+) -> list[str]:
+    """The inputs of the other modalities of a model of several (transformers'
+    ``input_modalities = ("image", "text")``: ``CLIPModel`` embeds an image and a text in one
+    ``forward``), beside its main one, when ``forward`` reads each of them without asking
+    whether it was given (``if pixel_values is not None``: a captioning model that also runs
+    on text alone keeps it ``None``)."""
+    modalities = getattr(type(module), "input_modalities", None)
+    if isinstance(modalities, str) or not isinstance(modalities, (tuple, list)):
+        return []
+    by_name = {p.name: p for p in params if p.default is None}
+    found = []
+    for modality in modalities:
+        names = MODALITY_INPUTS.get(modality, ()) if isinstance(modality, str) else ()
+        name = next((n for n in names if n in by_name), None)
+        if name is not None and name != primary.name and name not in found:
+            found.append(name)
+    if not found:
+        return []
+    source = _forward_source(module)
+    if source is None:
+        return []
+    return [n for n in found if not re.search(rf"\b{n}\s+is\s+not\s+None\b", source)]
+
+
+def _forward_source(module: nn.Module) -> str | None:
+    try:
+        return inspect.getsource(inspect.unwrap(type(module).forward))
+    except (OSError, TypeError):
+        return None
 
 
 SIZED_BY_BUILD = {"temb": "temb_channels", "encoder_hidden_states": "cross_attention_dim"}

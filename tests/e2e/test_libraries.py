@@ -31,7 +31,7 @@ SHAPED_AT_LEAST = {
     "transformers/models/vit/modeling_vit.py": (9, "ViTModel", 768),
     "transformers/models/whisper/modeling_whisper.py": (5, "WhisperEncoder", 384),
     "transformers/models/clip/modeling_clip.py": (12, "CLIPTextModel", 512),
-    "diffusers/models/resnet.py": (5, "Conv1dBlock", 128),
+    "diffusers/models/resnet.py": (6, "Conv1dBlock", 128),
     "diffusers/models/unets/unet_2d_blocks.py": (25, "UNetMidBlock2DCrossAttn", 224),
     "diffusers/models/autoencoders/vae.py": (7, "Encoder", 224),
     "diffusers/models/attention.py": (7, "JointTransformerBlock", 64),

@@ -210,6 +210,12 @@ def _shape_failure(exc: BaseException) -> bool:
     )
 
 
+def _frames(planned: list[inputs.PlannedInput]) -> int | None:
+    """The frames of an assumed video input ``[B, C, F, H, W]`` (a ``Conv3d``'s), which the
+    features of another input may be given per frame (``temb`` ``[B, F, D]``)."""
+    return next((p.dims[2][1] for p in planned if p.assumed and len(p.dims) == 5), None)
+
+
 def _unused_size(planned: list[inputs.PlannedInput]) -> int:
     """An example size for a new dimension that no input's dimension has (3, 5, 7...)."""
     used = {size for p in planned for _, size in p.dims}
@@ -1101,7 +1107,7 @@ class ClassCapture:
         named = inputs.sizes_named_by(failed.original) if failed is not None else []
         sequence = next(
             (size for p in ordered for name, size in p.dims if name == inputs.SEQUENCE),
-            _unused_size(ordered),
+            _frames(ordered) or _unused_size(ordered),
         )
         for index, planned in enumerate(ordered):
             for alternative in inputs.alternatives(planned, named, sequence):

@@ -861,3 +861,32 @@ def test_a_block_given_none_for_a_required_input_by_its_parent_is_captured_on_it
     stem = mods["Stem"]
     assert _shape(stem) == ["B", 8, 224, 224], [d.message for d in stem.diagnostics]
     assert not [d for d in stem.diagnostics if d.code == "FX201"]
+
+
+VIDEO = """
+class VideoResBlock(nn.Module):
+    def __init__(self, in_channels=8, temb_channels=32):
+        super().__init__()
+        self.norm1 = nn.GroupNorm(4, in_channels)
+        self.act = nn.SiLU()
+        self.conv1 = nn.Conv3d(in_channels, in_channels, (3, 1, 1), padding=(1, 0, 0))
+        self.time_emb_proj = nn.Linear(temb_channels, in_channels)
+
+    def forward(self, input_tensor, temb):
+        hidden_states = self.conv1(self.act(self.norm1(input_tensor)))
+        temb = self.time_emb_proj(self.act(temb))[:, :, :, None, None].permute(0, 2, 1, 3, 4)
+        return input_tensor + hidden_states + temb
+"""
+
+
+def test_a_group_norm_before_a_3d_convolution_takes_a_video_and_time_features_per_frame() -> None:
+    """A group norm takes any number of spatial dimensions: the ``Conv3d`` after it says the
+    input is a video ``[B, C, F, H, W]`` (it was assumed an image, and the convolution
+    failed); a time embedding used per frame is tried as ``[B, F, D]``."""
+    mod = _capture(VIDEO, "VideoResBlock")["VideoResBlock"]
+
+    shapes = {i.name: i.value.shape for i in mod.inputs}
+    assert shapes["input_tensor"] == ["B", 8, 16, 112, 112], shapes
+    assert shapes["temb"] == ["B", "T", 32], shapes
+    assert _shape(mod) == ["B", 8, 16, 112, 112]
+    assert mod.example_sizes == {"T": 16}  # what the shown shapes hold for

@@ -340,6 +340,10 @@ def infer(
     if found is None:
         return None
     target, m = found
+    if isinstance(m, nn.GroupNorm):
+        conv = _conv_after(root, placeholder, target, m.num_channels)
+        if conv is not None:
+            target, m = conv
     planned = layer_input(str(placeholder.target), target, m, symbols, spatial)
     if planned is None and not type(m).__module__.startswith("torch."):
         # a block kept whole (a leaf): what its own forward passes its first input to
@@ -352,6 +356,22 @@ def infer(
         if inner is not None:
             planned = layer_input(str(placeholder.target), inner[0], inner[1], symbols, spatial)
     return planned
+
+
+def _conv_after(
+    root: nn.Module, placeholder: torch.fx.Node, norm: str, channels: int
+) -> tuple[str, nn.Module] | None:
+    """The convolution of ``channels`` input channels that the group norm ``norm`` fed by
+    ``placeholder`` passes its output to through shape-keeping calls: a group norm takes any
+    number of spatial dimensions, the convolution says how many (a video block's ``Conv3d``)."""
+    node = next((u for u in placeholder.users if u.op == "call_module" and u.target == norm), None)
+    if node is None:
+        return None
+    for target, module in downstream_layers(root, node):
+        if isinstance(module, nn.modules.conv._ConvNd):
+            return (target, module) if module.in_channels == channels else None
+        return None
+    return None
 
 
 def infer_downstream(

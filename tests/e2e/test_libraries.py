@@ -31,6 +31,7 @@ SHAPED_AT_LEAST = {
     "transformers/models/vit/modeling_vit.py": (9, "ViTModel", 768),
     "transformers/models/whisper/modeling_whisper.py": (5, "WhisperEncoder", 384),
     "transformers/models/clip/modeling_clip.py": (12, "CLIPTextModel", 512),
+    "transformers/models/wav2vec2/modeling_wav2vec2.py": (24, "Wav2Vec2Model", 768),
     "diffusers/models/resnet.py": (6, "Conv1dBlock", 128),
     "diffusers/models/unets/unet_2d_blocks.py": (25, "UNetMidBlock2DCrossAttn", 224),
     "diffusers/models/autoencoders/vae.py": (7, "Encoder", 224),
@@ -147,6 +148,23 @@ def test_clip_gets_an_image_and_a_text_and_its_vision_tower_an_image() -> None:
     embeddings = modules["CLIPVisionEmbeddings"]
     assert embeddings["outputs"][0]["shape"] == ["B", 50, 768], embeddings["status"]
     assert modules["CLIPVisionModel"]["outputs"][0]["shape"] == ["B", 50, 768]
+
+
+def test_wav2vec2_gets_raw_audio_and_its_heads_run_on_meta() -> None:
+    """transformers' wav2vec 2.0 as released: ``input_values`` is a second of raw audio
+    ``[B, 16000]`` (fxls could not tell, FX402 on every model class); the sequence classifier
+    runs (its ``masked_spec_embed``, made with ``torch.Tensor(n)``, stayed on the CPU in a meta
+    build and failed as a device mismatch). Checked against an eager run at batch 2 and 3:
+    ``last_hidden_state`` ``(B, 49, 768)``, CTC logits ``(B, 49, 32)``."""
+    documents = _check(PACKAGES["transformers"] / "models/wav2vec2/modeling_wav2vec2.py")
+    modules = {m["class"]: m for d in documents for m in d["modules"]}
+    model = modules["Wav2Vec2Model"]
+    assert [i["shape"] for i in model["inputs"] if i["kind"] == "tensor"] == [["B", 16000]]
+    assert [o["shape"] for o in model["outputs"]][:2] == [["B", 49, 768], ["B", 49, 512]]
+    assert modules["Wav2Vec2ForCTC"]["outputs"][0]["shape"] == ["B", 49, 32]
+    classifier = modules["Wav2Vec2ForSequenceClassification"]
+    assert classifier["status"] == "traced", classifier["diagnostics"]
+    assert classifier["outputs"][0]["shape"] == ["B", 2]
 
 
 def test_attention_processors_are_skipped_as_called_through_call() -> None:

@@ -890,3 +890,78 @@ def test_a_group_norm_before_a_3d_convolution_takes_a_video_and_time_features_pe
     assert shapes["temb"] == ["B", "T", 32], shapes
     assert _shape(mod) == ["B", 8, 16, 112, 112]
     assert mod.example_sizes == {"T": 16}  # what the shown shapes hold for
+
+
+SPEECH = """
+class SpeechConfig:
+    def __init__(self):
+        self.hidden_size = 32
+        self.conv_dim = (16, 16)
+        self.conv_kernel = (10, 3)
+        self.conv_stride = (5, 2)
+
+
+class ConvLayer(nn.Module):
+    def __init__(self, config, layer_id=0):
+        super().__init__()
+        in_dim = config.conv_dim[layer_id - 1] if layer_id > 0 else 1
+        self.conv = nn.Conv1d(in_dim, config.conv_dim[layer_id], config.conv_kernel[layer_id],
+                              stride=config.conv_stride[layer_id])
+
+    def forward(self, hidden_states):
+        return torch.relu(self.conv(hidden_states))
+
+
+class NormedConvLayer(nn.Module):
+    config_class = SpeechConfig
+
+    def __init__(self, config):
+        super().__init__()
+        self.conv = nn.Conv1d(1, config.conv_dim[0], config.conv_kernel[0],
+                              stride=config.conv_stride[0])
+        self.norm = nn.LayerNorm(config.conv_dim[0])
+
+    def forward(self, hidden_states):
+        hidden_states = self.conv(hidden_states)
+        return self.norm(hidden_states.transpose(-2, -1)).transpose(-2, -1)
+
+
+class SpeechModel(nn.Module):
+    config_class = SpeechConfig
+
+    def __init__(self, config):
+        super().__init__()
+        self.layers = nn.ModuleList([ConvLayer(config, i) for i in range(2)])
+        self.proj = nn.Linear(config.conv_dim[-1], config.hidden_size)
+        # the legacy constructor ignores the default device
+        self.masked_spec_embed = nn.Parameter(torch.Tensor(config.hidden_size).uniform_())
+
+    def forward(self, input_values, attention_mask=None):
+        hidden_states = input_values[:, None]
+        for layer in self.layers:
+            hidden_states = layer(hidden_states)
+        hidden_states = self.proj(hidden_states.transpose(1, 2))
+        return hidden_states + 0 * self.masked_spec_embed
+"""
+
+
+def test_a_speech_model_gets_a_second_of_raw_audio_and_its_conv_layers_their_channels() -> None:
+    """``input_values`` of a model whose configuration has a convolution stack
+    (``conv_kernel``, ``conv_stride``: wav2vec 2.0) is a raw waveform ``[B, 16000]`` (fxls
+    could not tell); a layer whose ``hidden_states`` meet a convolution first is sized by it,
+    not by the configuration's width; a parameter the legacy ``torch.Tensor(n)`` made on the
+    CPU during a meta build is moved to meta (it failed every run as a device mismatch)."""
+    mods = _capture(SPEECH, "ConvLayer", "NormedConvLayer", "SpeechModel")
+
+    model = mods["SpeechModel"]
+    shapes = {i.name: i.value.shape for i in model.inputs if i.value.kind == "tensor"}
+    assert shapes == {"input_values": ["B", 16000]}, shapes
+    # (16000 - 10) // 5 + 1 = 3199 frames, then (3199 - 3) // 2 + 1 = 1599
+    assert _shape(model) == ["B", 1599, 32]
+    assert model.build == "meta"
+    conv = {i.name: i.value.shape for i in mods["ConvLayer"].inputs}
+    assert conv["hidden_states"] == ["B", 1, 16000], conv
+    # captured alone: its convolution says [B, 1, L], the configuration would say [B, T, 32]
+    normed = mods["NormedConvLayer"]
+    assert [i.value.shape for i in normed.inputs] == [["B", 1, 128]]
+    assert _shape(normed) == ["B", 16, 24]

@@ -937,10 +937,22 @@ the one length its encoder accepts (a Conv1d alone says any length), images at t
 ``image_size`` (a patch convolution says any size; position embeddings are made for one)."""
 
 
-def config_first(name: str, module: nn.Module) -> bool:
+def config_first(
+    name: str, module: nn.Module, root: nn.Module | None = None, node: torch.fx.Node | None = None
+) -> bool:
     """Whether the configuration sizes input ``name`` before its first layer does: the names
-    of :data:`CONFIG_FIRST`, and token ids per choice (a first layer says ``(B, T)``)."""
-    return name in CONFIG_FIRST or (name == "input_ids" and multiple_choice(module))
+    of :data:`CONFIG_FIRST`, and token ids per choice (a first layer says ``(B, T)``); not
+    for states whose first layer (``node`` in ``root``'s graph) is a convolution, which says
+    more than the configuration's width (wav2vec 2.0's feature encoder layers take
+    ``hidden_states`` ``[B, C, L]``)."""
+    if name == "input_ids" and multiple_choice(module):
+        return True
+    if name not in CONFIG_FIRST:
+        return False
+    if name not in ("hidden_states", "encoder_hidden_states") or root is None or node is None:
+        return True  # images and mel features: the configuration's size is the one
+    found = first_layer(root, node)
+    return found is None or not isinstance(found[1], nn.modules.conv._ConvNd)
 
 
 _SUB_CONFIGS = ("text_config", "vision_config", "audio_config", "encoder", "decoder")
@@ -986,6 +998,45 @@ def _field(configs: list[Any], *names: str) -> tuple[int, str] | None:
     return None
 
 
+WAVEFORM_SAMPLES = 16000
+"""Samples of the raw audio fxls gives a speech model's ``input_values``: one second at the
+16 kHz such models are trained on."""
+
+
+def _waveform_config(configs: list[Any]) -> str | None:
+    """``Wav2Vec2Config.conv_kernel=(10, 3, ...)`` for a configuration whose model reads raw
+    audio through a stack of 1-D convolutions (wav2vec 2.0, HuBERT, WavLM), else None."""
+    for config in configs:
+        kernel = getattr(config, "conv_kernel", None)
+        stride = getattr(config, "conv_stride", None)
+        if not (isinstance(kernel, (tuple, list)) and isinstance(stride, (tuple, list))):
+            continue
+        if kernel and all(type(k) is int and k > 0 for k in (*kernel, *stride)):
+            return f"{type(config).__name__}.conv_kernel={tuple(kernel)}"
+    return None
+
+
+def _audio(name: str, configs: list[Any]) -> tuple[list[tuple[str | None, int]], str] | None:
+    """The sizes after the batch, and why, of a speech model's ``input_features`` (Whisper's
+    mel frames) or ``input_values`` (a raw waveform)."""
+    if name == "input_values":
+        waveform = _waveform_config(configs)
+        if waveform is None:
+            return None
+        return [
+            (None, WAVEFORM_SAMPLES)
+        ], f"one second of 16 kHz audio ({waveform}: a raw waveform)"
+    mels = _field(configs, "num_mel_bins")
+    positions = _field(configs, "max_source_positions")
+    if mels is None or positions is None:
+        return None
+    # the encoder's two convolutions (the second of stride 2) make max_source_positions
+    # frames of 2 * max_source_positions mel frames, the only length it accepts
+    length = 2 * positions[0]
+    why = f"mel features, {mels[1]}, {positions[1]} (× 2 frames)"
+    return [(None, mels[0]), (None, length)], why
+
+
 def from_config(
     name: str, module: nn.Module, arguments: dict[str, Any], symbols: Symbols
 ) -> PlannedInput | None:
@@ -1019,16 +1070,9 @@ def from_config(
         c = channels[0] if channels is not None else 3
         why = size[1] + (f", {channels[1]}" if channels is not None else "")
         return planned([b, (None, c), (None, size[0]), (None, size[0])], torch.float32, why)
-    if name == "input_features":
-        mels = _field(configs, "num_mel_bins")
-        positions = _field(configs, "max_source_positions")
-        if mels is None or positions is None:
-            return None
-        # the encoder's two convolutions (the second of stride 2) make max_source_positions
-        # frames of 2 * max_source_positions mel frames, the only length it accepts
-        length = 2 * positions[0]
-        why = f"mel features, {mels[1]}, {positions[1]} (× 2 frames)"
-        return planned([b, (None, mels[0]), (None, length)], torch.float32, why)
+    if name in ("input_features", "input_values"):
+        audio = _audio(name, configs)
+        return planned([b, *audio[0]], torch.float32, audio[1]) if audio is not None else None
     if name == "sample":
         channels = _field(configs, "in_channels")
         if channels is None:

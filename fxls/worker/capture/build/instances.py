@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import itertools
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -238,7 +239,7 @@ def _build(
             with torch.device("meta"), _MetaBuild(), _values_unwritten():
                 module = make()
             if isinstance(module, nn.Module):
-                return Built(module.eval(), "meta", how), None
+                return Built(_all_on_meta(module).eval(), "meta", how), None
             return None, TypeError(f"the constructor returned {type(module).__name__}")
         except SystemExit as exc:
             return None, exc
@@ -255,6 +256,16 @@ def _build(
     if not isinstance(module, nn.Module):
         return None, TypeError(f"the constructor returned {type(module).__name__}")
     return Built(module.eval(), "cpu", how, meta_error), None
+
+
+def _all_on_meta(module: nn.Module) -> nn.Module:
+    """``module`` with the parameters and buffers a meta build left on the CPU moved to meta:
+    the legacy constructor ``torch.Tensor(n)`` ignores the default device (wav2vec 2.0's
+    ``masked_spec_embed``), and a CPU parameter among meta ones fails every run."""
+    tensors = itertools.chain(module.parameters(), module.buffers())
+    if all(t.is_meta for t in tensors):
+        return module
+    return module.to("meta")
 
 
 def _defaults(cls: type) -> dict[str, Any]:

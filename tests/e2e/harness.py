@@ -127,6 +127,23 @@ def nvim_code_action(
     return result
 
 
+LINEAR_NET = """\
+from torch import nn
+
+
+# fxls: x = (B, 16)
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+"""A one-layer model whose hover of ``self.fc(x)`` shows ``[B, 4]``: for tests of how the
+server and the CLI start and store, not of what a capture shows."""
+
+
 NOTEBOOK_IMPORTS = ("code", "import torch\nimport torch.nn as nn\n%matplotlib inline")
 NOTEBOOK_NET = (
     "code",

@@ -9,30 +9,15 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-from harness import published, server_session
+from harness import LINEAR_NET, published, server_session
 from lsprotocol import types
 
 pytestmark = [pytest.mark.worker]
 
-MODEL = textwrap.dedent(
-    """\
-    from torch import nn
-
-
-    # fxls: x = (B, 16)
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(16, 4)
-
-        def forward(self, x):
-            return self.fc(x)
-    """
-)
+MODEL = LINEAR_NET
 
 
 def _project(tmp_path: Path) -> tuple[Path, Path]:

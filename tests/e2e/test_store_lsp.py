@@ -8,31 +8,16 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-from harness import published, server_session
+from harness import LINEAR_NET, published, server_session
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
 pytestmark = [pytest.mark.worker, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
-MODEL = textwrap.dedent(
-    """\
-    from torch import nn
-
-
-    # fxls: x = (B, 16)
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(16, 4)
-
-        def forward(self, x):
-            return self.fc(x)
-    """
-)
+MODEL = LINEAR_NET
 SLOW_START_S = 6
 
 

@@ -4,8 +4,9 @@ Every file of docs/examples, tests/corpus (with zeroconfig) and bench/models is 
 through the real sandboxed worker, with ``EngineOptions.reuse_blocks`` off and on (and, the
 same way, with torch's fake-tensor dispatch cache on and off: ``EngineOptions.fake_cache``,
 :func:`fxls.worker.capture.shapes.propagation.new_fake_mode`, with sub-blocks read off the parent's
-trace or not, and with the eager comparison of FX109 on meta or fake tensors; the worker's
-own switches are compared the same way in ``test_reuse_switches.py``); the results
+trace or not, with the eager comparison of FX109 on meta or fake tensors, and with a
+sub-block's shapes computed inside its parent's run or on their own: ``FXLS_PARENT_SHAPES``,
+a second zygote); the results
 must agree on every node (names, spans, named arguments, shapes), every diagnostic, the hover
 at every node span and class name, the inlay hints and the class summaries (code lens titles
 and class hovers). The convolution shape rule is checked against the kernel on every
@@ -21,24 +22,27 @@ import functools
 import json
 import os
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 import torch
 import torch.fx
-from editor_view import FILES, LIMITS, ROOT, WITH_ALL, seen
 from torch import nn
 
 from fxls.analysis.classes import parse
 from fxls.engine.analyze import (
     AnalysisRequest,
     EngineOptions,
+    FileAnalysis,
     analyze,
     build_requests,
     capture_job,
 )
+from fxls.engine.workerclient import WorkerClient
+from fxls.lsp.features import code_lens, hover, inlay_hints
 from fxls.protocol.codec import ProtocolError, from_dict, to_dict
 from fxls.protocol.copies import (
     block_gives,
@@ -55,6 +59,7 @@ from fxls.protocol.model import (
     Arg,
     BlockCopy,
     CaptureResult,
+    Limits,
     ModuleResult,
     NodeCopy,
     NodeInfo,
@@ -64,11 +69,68 @@ from fxls.protocol.model import (
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.pipeline import capture_document
 from fxls.worker.capture.shapes.propagation import (
+    ELEMENTWISE_ENV,
     PARENT_SHAPES_ENV,
+    ZERO_ONE_ENV,
 )
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY
 from fxls.worker.capture.trace import reuse
 from fxls.worker.capture.trace.tracer import SpanTracer
+
+ROOT = Path(__file__).resolve().parents[3]
+FILES = sorted(
+    [
+        *(ROOT / "docs" / "examples").glob("*.py"),
+        *(ROOT / "tests" / "corpus").glob("*.py"),
+        *(ROOT / "tests" / "corpus" / "zeroconfig").glob("*.py"),
+        *(ROOT / "bench" / "models").glob("*.py"),
+    ]
+)
+LIMITS = Limits(timeout_s=120, cpu_s=120, memory_mb=8192)
+
+
+def _seen(analysis: FileAnalysis, text: str) -> dict[str, Any]:
+    """Everything the editor shows from one analysis (and the wire data it comes from)."""
+    lines = text.splitlines()
+    modules = analysis.modules
+    for module in modules:
+        module.timings = {}  # how long each step took differs from run to run
+    results = [to_dict(module) for module in modules]
+    hovers = {}
+    positions = set()
+    for module in modules:
+        name = hover.class_name_span(module, lines)
+        if name is not None:
+            positions.add((name.line, name.col))
+        for node in module.nodes:
+            for span in (node.span, node.call_site):
+                if span is not None:
+                    positions.add((span.line, span.col))
+                    positions.add((span.end_line, max(span.end_col - 1, 0)))
+    for line, col in sorted(positions):
+        found = hover.hover_text(modules, lines, line, col)
+        hovers[(line, col)] = None if found is None else (found.markdown, found.span)
+    starts = sorted({m.line for m in modules})
+    lenses = []
+    for module in modules:
+        following = [s for s in starts if s > module.line]
+        found_diags = code_lens.module_diagnostics(
+            module, analysis.diagnostics, following[0] if following else None
+        )
+        lenses.append(code_lens.lens_title(module, found_diags))
+    return {
+        "modules": results,
+        "diagnostics": [to_dict(d) for d in analysis.diagnostics],
+        "hovers": hovers,
+        "hints": [(h.line, h.label, h.node) for h in inlay_hints.shape_hints(modules, text)],
+        "lenses": lenses,
+        "classes": [hover.class_markdown(m) for m in modules],
+        "outcome": analysis.outcome,
+    }
+
+
+_WITH_ALL: dict[Path, dict[str, Any]] = {}
+"""What the editor shows for each file with every speed-up on (the defaults)."""
 
 
 @pytest.mark.slow
@@ -85,20 +147,71 @@ async def test_results_are_the_same_with_and_without_the_speedup(
         without = EngineOptions(limits=LIMITS, fake_cache=True)
     else:
         without = dataclasses.replace(EngineOptions(limits=LIMITS), **{speedup: False})
-    off = seen(await analyze(worker, AnalysisRequest(str(path), text), options=without), text)
+    off = _seen(await analyze(worker, AnalysisRequest(str(path), text), options=without), text)
     # every speed-up is on by default: the analysis with all of them is made once per file
-    if path not in WITH_ALL:
+    if path not in _WITH_ALL:
         analysis = await analyze(
             worker, AnalysisRequest(str(path), text), options=EngineOptions(limits=LIMITS)
         )
-        WITH_ALL[path] = seen(analysis, text)
-    on = WITH_ALL[path]
+        _WITH_ALL[path] = _seen(analysis, text)
+    on = _WITH_ALL[path]
     assert on["modules"] == off["modules"]
     assert on["diagnostics"] == off["diagnostics"]
     assert on["hints"] == off["hints"]
     assert on["lenses"] == off["lenses"]
     assert on["classes"] == off["classes"]
     assert on["outcome"] == off["outcome"]
+    differ = [pos for pos in off["hovers"] if on["hovers"].get(pos) != off["hovers"][pos]]
+    assert not differ, differ[:5]
+
+
+async def _worker_with(switch: str, scratch: Path) -> AsyncIterator[WorkerClient]:
+    """A zygote made with the environment variable ``switch`` set to ``0`` (the worker takes
+    ``FXLS_*`` when it is made)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(switch, "0")
+        client = WorkerClient(scratch_dir=str(scratch))
+    await client.start()
+    yield client
+    await client.close()
+
+
+SWITCHES = {
+    PARENT_SHAPES_ENV: "each class's shapes on its own (no shapes.propagate_within)",
+    ZERO_ONE_ENV: "a symbolic run whose named dimensions are all 0 or 1 in a ShapeEnv",
+    ELEMENTWISE_ENV: "every elementwise operator dispatched (no shapes.elementwise)",
+}
+"""The worker's speed-up switches compared here, and what the worker does with one at ``0``."""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=list(SWITCHES))
+async def worker_switched_off(request, tmp_path_factory) -> AsyncIterator[WorkerClient]:  # type: ignore[no-untyped-def]
+    """A zygote made with one switch of ``SWITCHES`` at ``0``."""
+    scratch = tmp_path_factory.mktemp("switched-off")
+    async for client in _worker_with(request.param, scratch):
+        yield client
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+async def test_results_are_the_same_with_each_speedup_switched_off(
+    worker, worker_switched_off, path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    await _same_as_the_defaults(worker, worker_switched_off, path)
+
+
+async def _same_as_the_defaults(worker: WorkerClient, other: WorkerClient, path: Path) -> None:
+    """What ``other`` shows for ``path`` is what the default worker shows."""
+    text = path.read_text()
+    options = EngineOptions(limits=LIMITS)
+    request = AnalysisRequest(str(path), text)
+    off = _seen(await analyze(other, request, options=options), text)
+    if path not in _WITH_ALL:
+        _WITH_ALL[path] = _seen(await analyze(worker, request, options=options), text)
+    on = _WITH_ALL[path]
+    for key in ("modules", "diagnostics", "hints", "lenses", "classes", "outcome"):
+        assert on[key] == off[key], key
     differ = [pos for pos in off["hovers"] if on["hovers"].get(pos) != off["hovers"][pos]]
     assert not differ, differ[:5]
 

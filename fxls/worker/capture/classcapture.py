@@ -808,11 +808,8 @@ class ClassCapture:
             ) or inputs.skip_sample(name, self.module, plan.symbols, spatial)
         if planned is None and self.module is not None:
             planned = inputs.cross_attention_states(name, self.module, self.arguments, plan.symbols)
-        if (
-            planned is None
-            and self.module is not None
-            and inputs.config_first(name, self.module, graph_owner, node)
-        ):
+        first = inputs.config_first(name, self.module, graph_owner, node) if self.module else False
+        if planned is None and self.module is not None and first:
             planned = inputs.from_config(name, self.module, self.arguments, plan.symbols)
         if planned is None and node is not None:
             planned = inputs.infer(graph_owner, node, plan.symbols, spatial)

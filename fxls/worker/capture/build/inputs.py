@@ -1023,8 +1023,9 @@ def _audio(name: str, configs: list[Any]) -> tuple[list[tuple[str | None, int]],
         waveform = _waveform_config(configs)
         if waveform is None:
             return None
-        why = f"one second of 16 kHz audio ({waveform}: a raw waveform)"
-        return [(None, WAVEFORM_SAMPLES)], why
+        return [
+            (None, WAVEFORM_SAMPLES)
+        ], f"one second of 16 kHz audio ({waveform}: a raw waveform)"
     mels = _field(configs, "num_mel_bins")
     positions = _field(configs, "max_source_positions")
     if mels is None or positions is None:

@@ -32,6 +32,7 @@ SHAPED_AT_LEAST = {
     "transformers/models/whisper/modeling_whisper.py": (5, "WhisperEncoder", 384),
     "transformers/models/clip/modeling_clip.py": (12, "CLIPTextModel", 512),
     "transformers/models/wav2vec2/modeling_wav2vec2.py": (24, "Wav2Vec2Model", 768),
+    "transformers/models/swin/modeling_swin.py": (14, "SwinModel", 768),
     "diffusers/models/resnet.py": (6, "Conv1dBlock", 128),
     "diffusers/models/unets/unet_2d_blocks.py": (25, "UNetMidBlock2DCrossAttn", 224),
     "diffusers/models/autoencoders/vae.py": (7, "Encoder", 224),
@@ -165,6 +166,31 @@ def test_wav2vec2_gets_raw_audio_and_its_heads_run_on_meta() -> None:
     classifier = modules["Wav2Vec2ForSequenceClassification"]
     assert classifier["status"] == "traced", classifier["diagnostics"]
     assert classifier["outputs"][0]["shape"] == ["B", 2]
+
+
+def test_swin_keeps_its_window_and_its_stages_take_their_sizes() -> None:
+    """transformers' Swin as released: every class with shapes (7 of 14 before). A stage's
+    layer makes its window as small as the image it is given, on the module
+    (``set_shift_and_window_size``): the sizes fxls tries after a failure left the window at 4
+    for every later run, and a node giving a tensor and ``None`` lost the class's shapes. Its
+    stages take ``input_dimensions`` fixed from the parent's call, each input once. Checked
+    against an eager run at batch 2 and 3: ``last_hidden_state`` ``(B, 49, 768)``, a stage
+    ``(B, 784, 192)`` and ``(B, 192, 28, 28)``, the windows of the first layer ``(64·B, 49,
+    96)``."""
+    documents = _check(PACKAGES["transformers"] / "models/swin/modeling_swin.py")
+    modules = {m["class"]: m for d in documents for m in d["modules"]}
+    model = modules["SwinModel"]
+    assert model["status"] == "traced", model["diagnostics"]
+    assert model["outputs"][0]["shape"] == ["B", 49, 768], model["outputs"]
+    stage = modules["SwinStage"]
+    assert [i["name"] for i in stage["inputs"]] == [
+        "hidden_states", "input_dimensions", "always_partition",
+        "output_hidden_states_before_downsampling",
+    ]  # fmt: skip
+    assert [o["shape"] for o in stage["outputs"]][:2] == [["B", 784, 192], ["B", 192, 28, 28]]
+    attention = modules["SwinAttention"]
+    assert attention["inputs"][0]["shape"] == [128, 49, 96], attention["inputs"]
+    assert modules["SwinForImageClassification"]["outputs"][0]["shape"] == ["B", 2]
 
 
 def test_attention_processors_are_skipped_as_called_through_call() -> None:

@@ -9,7 +9,6 @@ where torch.fx passes keep them until ``_record`` turns the graph into wire data
 from __future__ import annotations
 
 import ast
-import contextlib
 import copy
 import inspect
 import re
@@ -61,7 +60,7 @@ from fxls.worker.capture.reporting import (
     safe_str,
 )
 from fxls.worker.capture.shapes import propagation as shapes
-from fxls.worker.capture.shapes import sizes
+from fxls.worker.capture.shapes import sizes, state
 from fxls.worker.capture.shapes.values import Namer, values_of
 from fxls.worker.capture.spans import (
     CALL_SITE_KEY,
@@ -937,9 +936,10 @@ class ClassCapture:
         self.assumed_inputs = []
 
     def _set_inputs(self, ordered: list[inputs.PlannedInput]) -> None:
+        once = {id(p): p for p in ordered}  # a tuple given as a concrete value: one per item
         self.mod.inputs = [
             InputValue(p.name, p.protocol_value(), p.assumed, "assumed" if p.assumed else p.origin)
-            for p in ordered
+            for p in once.values()
         ]
         self.mod.input_sizes = {
             name: size for p in ordered if p.kind == "tensor" for name, size in p.dims if name
@@ -998,7 +998,9 @@ class ClassCapture:
             concrete = plan.concrete()
             concrete.update({name: defaults[name] for name in repairs.concrete})
             try:
-                with _state_kept(module):  # forward may store proxies on self while tracing
+                with state.kept(
+                    module.modules()
+                ):  # forward may store proxies on self while tracing
                     graph = tracer.trace(module, concrete_args=concrete or None)
                     gm = graph_module(tracer.root, graph, type(module).__name__)
                 _attributes_restored(gm, module)
@@ -1374,28 +1376,6 @@ def _fixed_note(fixed: dict[str, int], found: sizes.Generalized, static: str) ->
     return f"{why}; computed again at {again}, {count} for {named} only"
 
 
-@contextlib.contextmanager
-def _state_kept(module: nn.Module) -> Iterator[None]:
-    """Put back every attribute ``forward`` assigned while it ran (``self.mask = ...`` stores a
-    Proxy during tracing, which would break every later run of the same instance)."""
-    saved = [
-        (m, dict(m.__dict__), dict(m._parameters), dict(m._buffers), dict(m._modules))
-        for m in module.modules()
-    ]
-    try:
-        yield
-    finally:
-        for m, attrs, params, buffers, modules in saved:
-            m.__dict__.clear()
-            m.__dict__.update(attrs)
-            m._parameters.clear()
-            m._parameters.update(params)
-            m._buffers.clear()
-            m._buffers.update(buffers)
-            m._modules.clear()
-            m._modules.update(modules)
-
-
 def _attributes_restored(gm: torch.fx.GraphModule, module: nn.Module) -> None:
     """Give ``gm``'s attributes the values ``module`` has again after tracing: a graph module
     copies what its ``get_attr`` nodes read when it is made, and an attribute ``forward``
@@ -1440,13 +1420,19 @@ def _value_text(value: Value) -> str:
 def _placeholder_params(
     placeholders: list[torch.fx.Node], params: list[inspect.Parameter]
 ) -> list[str]:
-    """The forward parameter each placeholder stands for (fx renames concrete ones ``flag_1``)."""
+    """The forward parameter each placeholder stands for: fx names those of a concrete
+    argument after it, one per value it holds (``flag_1``; ``size_1``, ``size_2`` for a
+    tuple ``size``)."""
     names = [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    targets = {str(node.target).lstrip("*") for node in placeholders}
     out = []
     for i, node in enumerate(placeholders):
         target = str(node.target).lstrip("*")
+        base, _, number = target.rpartition("_")
         if target in names:
             out.append(target)
+        elif number.isdecimal() and base in names and base not in targets:
+            out.append(base)
         elif i < len(names):
             out.append(names[i])
         else:

@@ -965,3 +965,48 @@ def test_a_speech_model_gets_a_second_of_raw_audio_and_its_conv_layers_their_cha
     normed = mods["NormedConvLayer"]
     assert [i.value.shape for i in normed.inputs] == [["B", 1, 128]]
     assert _shape(normed) == ["B", 16, 24]
+
+
+STAGE_WITH_SIZES = """
+class Stage(nn.Module):
+    def __init__(self, dim=16):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, hidden_states, input_dimensions, always_partition=False, **kwargs):
+        height, width = input_dimensions
+        if not always_partition:
+            hidden_states = hidden_states.view(hidden_states.shape[0], height, width, -1)
+            hidden_states = hidden_states.flatten(1, 2)
+        return self.fc(hidden_states)
+
+
+class Encoder(nn.Module):
+    def __init__(self, dim=16):
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, 4, stride=4)
+        self.stage = Stage(dim)
+
+    def forward(self, pixel_values):
+        x = self.patch(pixel_values)
+        dims = (x.shape[2], x.shape[3])
+        x = x.flatten(2).transpose(1, 2)
+        return self.stage(x, dims, always_partition=False)
+"""
+
+
+def test_a_tuple_from_the_parent_is_one_input_and_the_flags_after_it_keep_their_names() -> None:
+    """Swin's stages take ``input_dimensions`` (a tuple of sizes) and flags. Captured from
+    the parent's call, they are fixed to its values, and fx makes one placeholder per item of
+    the tuple (``input_dimensions_1``, ``input_dimensions_2``): the inputs are the forward's
+    parameters, each once, with no input made up for a placeholder counted past them (an
+    ``always_partition_1`` "assumed" to be a tensor, with an FX405 about it)."""
+    modules = _capture(STAGE_WITH_SIZES, "Stage", "Encoder")
+    stage = modules["Stage"]
+    assert [(i.name, i.value.kind, i.value.text) for i in stage.inputs] == [
+        ("hidden_states", "tensor", None),
+        ("input_dimensions", "other", "(56, 56)"),
+        ("always_partition", "bool", "False"),
+    ]
+    assert not [d for d in stage.diagnostics if d.code == "FX405"], stage.diagnostics
+    assert _shape(stage) == ["B", 3136, 16]

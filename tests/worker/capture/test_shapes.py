@@ -871,6 +871,67 @@ def test_a_value_before_anything_was_fixed_is_kept() -> None:
     assert again.values["s"] == [Value(kind="size", shape=["B", 3], text="[B, 3]")]
 
 
+def test_a_value_without_dimensions_beside_one_that_moves_is_kept() -> None:
+    """A node whose outputs are a tensor that follows the fixed name and a flag (or
+    ``None``) that is the same in every run: the tensor is written in the name and the flag
+    kept (a node of Swin's stages gave both, and generalizing it raised an ``IndexError``
+    that lost every shape of the class)."""
+    from fxls.worker.capture.shapes.sizes import Rerun, generalize
+
+    def run(sizes: dict[str, int]) -> Rerun:
+        moved = Value(kind="tensor", shape=[sizes["B"], 16], dtype="float32")
+        return Rerun(sizes, {"n": [moved, Value(kind="none", text="None")]})
+
+    first = [Value(kind="tensor", shape=[2, 16], dtype="float32"), Value(kind="none", text="None")]
+    found = generalize({"n": first}, {"B": 2}, run)
+    assert found.values["n"] == [
+        Value(kind="tensor", shape=["B", 16], dtype="float32"),
+        Value(kind="none", text="None"),
+    ]
+    assert found.bound == []
+
+
+class _Windowed(nn.Module):
+    """Like Swin's layers: ``forward`` makes its window as small as the input it is given,
+    on the module, and runs with that window."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.window = 8
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.window = min(self.window, x.shape[-1])
+        return x.unflatten(-1, (-1, self.window))
+
+
+class _WindowedNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.windowed = _Windowed()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.windowed(x).sum(-1)
+
+
+def test_what_a_leaf_assigns_to_its_module_does_not_reach_the_next_run() -> None:
+    """A leaf of the user's code runs its ``forward`` in every propagation, and the capture
+    propagates the same instance many times (input forms, other sizes): a run at a small size
+    left Swin's window at 4 instead of 7 for every later run. Each run starts from the
+    module as it was built, as an eager run of a fresh model would."""
+
+    class Tracer(torch.fx.Tracer):
+        def is_leaf_module(self, m: nn.Module, qualified_name: str) -> bool:
+            return isinstance(m, _Windowed) or super().is_leaf_module(m, qualified_name)
+
+    net = _WindowedNet()
+    gm = torch.fx.GraphModule(net, Tracer().trace(net))
+    small = propagate(gm, [tensor("x", (None, 2), (None, 4))], symbolic=False)
+    assert shape(small, "windowed") == [2, 1, 4]
+    large = propagate(gm, [tensor("x", (None, 2), (None, 32))], symbolic=False)
+    assert shape(large, "windowed") == [2, 4, 8]
+    assert net.windowed.window == 8
+
+
 def test_a_large_run_is_not_computed_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past the time budget, the shapes after the fixing node are not computed again: they
     are listed as holding for the example size, never shown as if they held for any."""

@@ -40,6 +40,7 @@ import operator
 import os
 import re
 import time
+import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -50,6 +51,7 @@ import torch.fx
 from fxls.protocol.model import Value
 from fxls.worker.capture.shapes import elementwise
 from fxls.worker.capture.shapes import sizes as example_sizes
+from fxls.worker.capture.shapes import state as module_state
 from fxls.worker.capture.shapes.explain import NoExample, ShapeError, shape_error, target_name
 from fxls.worker.capture.shapes.shortcuts import (
     MATMULS,
@@ -249,6 +251,8 @@ class _Propagator(torch.fx.Interpreter):
         """Elementwise operators answered by :mod:`elementwise` (runs whose results the memo
         may share: its answers are tensors of the run, shared the same way)."""
         self.fake_mode = run.mode is not None
+        self.kept = module_state.Keeper()
+        """The state of the user's leaves this run called, put back when it ends."""
 
     def _own(self, result: Any) -> Any:
         """``result`` when it is a tensor of this run (a fake tensor of its mode, or a meta
@@ -330,14 +334,15 @@ class _Propagator(torch.fx.Interpreter):
         return value
 
     def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
+        module = self.fetch_attr(str(target))
         if not kwargs and args and isinstance(args[0], torch.Tensor):
-            module = self.fetch_attr(str(target))
             check_dtype(module, args[0])
             fast = fast_module(module, args[0], args[1:])
             if fast is None and self.same_layout and len(args) == 1:
                 fast = self._own(elementwise.same_layout_module(module, args[0]))
             if fast is not None:
                 return fast
+        self.kept.keep_leaf(module)
         return super().call_module(target, args, kwargs)
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
@@ -999,7 +1004,19 @@ def _interpret(
     run: Run,
     reuse: Copies | None = None,
 ) -> Propagation:
+    """One run of ``gm`` on ``feeds``; a leaf of the user's code that assigns to its module
+    while it runs (a window made as small as the image) leaves no trace for the next run."""
     interp = _Propagator(gm, feeds, run)
+    try:
+        return _interpret_nodes(interp, namer, mode, run, reuse)
+    finally:
+        interp.kept.restore()
+
+
+def _interpret_nodes(
+    interp: _Propagator, namer: Namer, mode: str, run: Run, reuse: Copies | None
+) -> Propagation:
+    gm = typing.cast(torch.fx.GraphModule, interp.module)
     shape_env = run.shape_env
     env = interp.env
     prop = Propagation(values={}, examples={}, error=None, mode=mode, namer=namer, run=run)

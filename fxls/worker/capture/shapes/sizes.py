@@ -225,7 +225,7 @@ class _ValueFit:
                 dim.candidates = []
 
     def value(self) -> Value:
-        if self.dims is None:
+        if not self.dims:  # no dimensions to follow (``None`` in both runs, a flag)
             return self.base
         return _with_dims(self.base, [d.first if d.dim is None else d.dim for d in self.dims])
 

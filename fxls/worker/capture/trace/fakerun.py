@@ -64,6 +64,7 @@ from fxls.protocol.positions import SourceText
 from fxls.worker.capture import cpulimit
 from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.shapes import shortcuts, sizes
+from fxls.worker.capture.shapes import state as module_state
 from fxls.worker.capture.shapes.values import Namer
 from fxls.worker.capture.spans import (
     CALL_SITE_KEY,
@@ -833,7 +834,14 @@ def fake_run(
             for name, value in feeds:
                 recorder.placeholder(name, value)
             args, kwargs = _call_arguments(module, feeds)
-            with swap, fake_mode, torch.no_grad(), _patched_module_call(recorder), _Mode(recorder):
+            with (
+                module_state.kept(module.modules()),  # what forward assigns (tensors too)
+                swap,
+                fake_mode,
+                torch.no_grad(),
+                _patched_module_call(recorder),
+                _Mode(recorder),
+            ):
                 out = module(*args, **kwargs)
             recorder.output(out)
         except Enough:
@@ -922,23 +930,17 @@ def meta_outputs(module: torch.nn.Module, inputs: Sequence[Any]) -> list[Value] 
     the inputs are new meta tensors of the example sizes, and torch's factory functions
     default to the meta device while ``forward`` runs (as :func:`shapes.propagate` runs a
     traced graph at static sizes). About a fifth of the cost of :func:`fake_run` on a
-    transformer block, since nothing is recorded and no fake tensors are made. Tensors the
-    run assigns to the module's attributes are put back afterwards.
+    transformer block, since nothing is recorded and no fake tensors are made. What the
+    run assigns to the module (tensors, settings) is put back afterwards.
 
     Returns:
         The output values, or None when ``forward`` raised (code that needs data, or a tensor
         on another device): :func:`fake_run` then answers instead.
     """
     args, kwargs = _call_arguments(module, list(shapes.meta_feeds(inputs).items()))
-    saved: list[tuple[dict[str, Any], str, torch.Tensor]] = [
-        (store, attr, value)
-        for sub in module.modules()
-        for store in (sub._parameters, sub._buffers, sub.__dict__)
-        for attr, value in list(store.items())
-        if isinstance(value, torch.Tensor)
-    ]
     try:
         with (
+            module_state.kept(module.modules()),
             shapes.quiet_loggers(),
             shapes.data_free_torch(),
             warnings.catch_warnings(),
@@ -952,9 +954,6 @@ def meta_outputs(module: torch.nn.Module, inputs: Sequence[Any]) -> list[Value] 
         if isinstance(exc, (KeyboardInterrupt, cpulimit.OutOfCpu)):
             raise
         return None
-    finally:
-        for store, attr, value in saved:
-            store[attr] = value
     try:
         return shapes.values_of(out)
     except Exception:  # rendering is best effort, as in a recorded run

@@ -29,7 +29,7 @@ SHAPED_AT_LEAST = {
     "transformers/models/bert/modeling_bert.py": (24, "BertModel", 768),
     "transformers/models/t5/modeling_t5.py": (16, "T5ForConditionalGeneration", 32128),
     "transformers/models/vit/modeling_vit.py": (9, "ViTModel", 768),
-    "transformers/models/whisper/modeling_whisper.py": (5, "WhisperEncoder", 384),
+    "transformers/models/whisper/modeling_whisper.py": (11, "WhisperEncoder", 384),
     "transformers/models/clip/modeling_clip.py": (12, "CLIPTextModel", 512),
     "transformers/models/wav2vec2/modeling_wav2vec2.py": (24, "Wav2Vec2Model", 768),
     "transformers/models/swin/modeling_swin.py": (14, "SwinModel", 768),
@@ -191,6 +191,18 @@ def test_swin_keeps_its_window_and_its_stages_take_their_sizes() -> None:
     attention = modules["SwinAttention"]
     assert attention["inputs"][0]["shape"] == [128, 49, 96], attention["inputs"]
     assert modules["SwinForImageClassification"]["outputs"][0]["shape"] == ["B", 2]
+
+
+def test_whispers_decoder_wrapper_takes_its_decoders_inputs() -> None:
+    """``WhisperDecoderWrapper.forward(self, *args, **kwargs)`` hands everything to its
+    decoder: it gets the decoder's token ids and shows its states (it called the decoder with
+    nothing, which raised; 10 of 11 classes). Eager at batch 2 and 3: ``last_hidden_state``
+    ``(B, T, 384)``."""
+    documents = _check(PACKAGES["transformers"] / "models/whisper/modeling_whisper.py")
+    modules = {m["class"]: m for d in documents for m in d["modules"]}
+    wrapper = modules["WhisperDecoderWrapper"]
+    assert [i["shape"] for i in wrapper["inputs"] if i["kind"] == "tensor"] == [["B", "T"]]
+    assert wrapper["outputs"][0]["shape"] == ["B", "T", 384], wrapper["diagnostics"]
 
 
 def test_attention_processors_are_skipped_as_called_through_call() -> None:

@@ -1010,3 +1010,72 @@ def test_a_tuple_from_the_parent_is_one_input_and_the_flags_after_it_keep_their_
     ]
     assert not [d for d in stage.diagnostics if d.code == "FX405"], stage.diagnostics
     assert _shape(stage) == ["B", 3136, 16]
+
+
+PASS_THROUGH = """
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(100, 32)
+        self.fc = nn.Linear(32, 32)
+
+    def forward(self, input_ids=None, inputs_embeds=None, use_cache=None):
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        return self.fc(inputs_embeds)
+
+
+class DecoderWrapper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.decoder = Decoder()
+
+    def forward(self, *args, **kwargs):
+        \"\"\"Loads checkpoints of the decoder alone.\"\"\"
+        return self.decoder(*args, **kwargs)
+"""
+
+
+def test_a_wrapper_passing_every_argument_to_its_decoder_takes_the_decoders_inputs() -> None:
+    """transformers' ``*DecoderWrapper``: ``forward(self, *args, **kwargs)`` hands everything
+    to ``self.decoder``. Its inputs are the decoder's (token ids sized from the embedding), and
+    the trace goes through the wrapper's line into the decoder's code; before, the decoder was
+    called with nothing and raised."""
+    wrapper = _capture(PASS_THROUGH, "DecoderWrapper")["DecoderWrapper"]
+    assert wrapper.status == "traced", (wrapper.status, wrapper.diagnostics)
+    assert [(i.name, i.value.kind) for i in wrapper.inputs][:2] == [
+        ("input_ids", "tensor"),
+        ("inputs_embeds", "none"),
+    ]
+    assert wrapper.inputs[0].value.shape == ["B", "T"]
+    assert _shape(wrapper) == ["B", "T", 32]
+    lines = textwrap.dedent(HEADER + PASS_THROUGH).splitlines()
+    fc = next(n for n in wrapper.nodes if n.target == "decoder.fc")
+    assert fc.span is not None and "self.fc(inputs_embeds)" in lines[fc.span.line - 1]
+
+
+MADE_IN_FORWARD = """
+ACTIVATIONS = {"gelu": nn.GELU, "tanh": nn.Tanh}
+
+
+class ConvLayer(nn.Module):
+    def __init__(self, dim=16):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.act = "tanh"
+
+    def forward(self, hidden_states):
+        return ACTIVATIONS[self.act]()(self.fc(hidden_states))
+"""
+
+
+def test_a_module_made_while_forward_runs_is_traced_through() -> None:
+    """transformers' ``ACT2FN[self.conv_act](x)`` makes the activation's module on each
+    call; it is none of the root's submodules, and torch.fx stopped with "module is not
+    installed as a submodule" (the class fell back to a fake-tensor run, with no graph to
+    rewrite). It is traced through, as torch.fx does with any module it does not keep whole."""
+    layer = _capture(MADE_IN_FORWARD, "ConvLayer")["ConvLayer"]
+    assert layer.strategy is not None and layer.strategy.method == "fx", layer.strategy
+    assert not [d for d in layer.diagnostics if d.code == "FX199"], layer.diagnostics
+    assert [str(n.target) for n in layer.nodes if n.op == "call_function"] == ["torch.tanh"]
+    assert _shape(layer) == ["B", "T", 16]

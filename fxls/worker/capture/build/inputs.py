@@ -24,6 +24,7 @@ from torch import nn
 from fxls.protocol.model import DimSpec, InputOrigin, InputSpec, Value
 from fxls.worker.capture.document import resolvable
 from fxls.worker.capture.shapes.propagation import ExampleInput
+from fxls.worker.capture.trace import passthrough
 
 BATCH = "B"
 SEQUENCE = "T"
@@ -216,7 +217,11 @@ def from_spec(spec: InputSpec, symbols: Symbols, namespace: dict[str, Any]) -> P
 
 
 def forward_parameters(module: nn.Module) -> list[inspect.Parameter]:
-    """``forward``'s parameters (without ``self``)."""
+    """``forward``'s parameters (without ``self``); for a wrapper that passes every argument
+    to one submodule, that submodule's (:mod:`~fxls.worker.capture.trace.passthrough`)."""
+    passed = passthrough.parameters(module)
+    if passed is not None:
+        return passed
     sig = inspect.signature(module.forward)
     return list(sig.parameters.values())
 

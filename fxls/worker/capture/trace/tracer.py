@@ -20,7 +20,7 @@ import torch.fx
 
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, call_site_frame, method_codes
-from fxls.worker.capture.trace import reuse
+from fxls.worker.capture.trace import passthrough, reuse
 
 
 def _stack(frame: FrameType | None) -> Iterable[tuple[CodeType, int]]:
@@ -83,7 +83,7 @@ class SpanTracer(torch.fx.Tracer):
         self.module_calls = {}
         if self.reuse_blocks and isinstance(root, torch.nn.Module):
             self.replayer = reuse.Replayer(self, self.path, reuse.document_frames(self.path))
-        undecorated = _undecorated_class(root)
+        undecorated = passthrough.traced_class(root) or _undecorated_class(root)
         concrete_args = _without_var_arguments(root, undecorated, concrete_args)
         if undecorated is None:
             return super().trace(root, concrete_args)
@@ -100,6 +100,13 @@ class SpanTracer(torch.fx.Tracer):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
+        try:
+            self.path_of_module(m)
+        except NameError:
+            # a module made while ``forward`` runs (``ACT2FN[self.conv_act](x)`` makes the
+            # activation's module on each call): not one of the root's, so traced through,
+            # as torch.fx does with any module it does not keep whole
+            return forward(*args, **kwargs)
         self.module_calls.setdefault(type(m), []).append((m, args, kwargs))
         inner = _undecorated_forward(type(m))
         if inner is not None and getattr(forward, "__func__", None) is type(m).forward:

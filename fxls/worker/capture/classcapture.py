@@ -161,13 +161,13 @@ def _submodule(module: nn.Module, target: Any) -> nn.Module:
 
 
 def _unused_in_run(
-    gm: torch.fx.GraphModule, run: fakerun.FakeRun, source: SourceText
+    gm: torch.fx.GraphModule, run: fakerun.FakeRun, source: SourceText, path: str
 ) -> list[catalogue.Message]:
     """FX302 hints of a fake run that recorded everything up to its result."""
     output = next((n for n in gm.graph.nodes if n.op == "output"), None)
     if output is None or not _recorded_to_the_end(output):
         return []
-    return graphcheck.unused(gm.graph, source, _passed_on(gm, run.examples))
+    return graphcheck.unused(gm.graph, source, path, _passed_on(gm, run.examples))
 
 
 def _recorded_to_the_end(output: torch.fx.Node) -> bool:
@@ -643,7 +643,9 @@ class ClassCapture:
                 self._compare_with_eager(module, gm, feeds, traced)
                 self.timed("compare", started)
         mod.diagnostics.extend(d.diagnostic() for d in graphcheck.lint(gm.graph, self.span))
-        mod.diagnostics.extend(d.diagnostic() for d in graphcheck.unused(gm.graph, doc.source))
+        mod.diagnostics.extend(
+            d.diagnostic() for d in graphcheck.unused(gm.graph, doc.source, doc.path)
+        )
         self._record(gm, values, examples)
 
     def _record(
@@ -1325,7 +1327,9 @@ class ClassCapture:
             self._tensor_fields(strategies.result_fields(None, run.examples.get(output.name)))
             mod.status = "traced"  # every node has its shapes; the strategy says fake-run
             mod.error = None
-            mod.diagnostics.extend(d.diagnostic() for d in _unused_in_run(gm, run, doc.source))
+            mod.diagnostics.extend(
+                d.diagnostic() for d in _unused_in_run(gm, run, doc.source, doc.path)
+            )
             self.note(
                 "torch.fx could not trace `forward`; its nodes and shapes come from running it "
                 "on fake tensors (no FX graph: graph rewrites are not offered)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import inspect
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from types import CodeType
 
 import torch.fx
@@ -51,6 +51,30 @@ def method_codes(cls: type, path: str) -> set[CodeType]:
             if isinstance(code, CodeType) and code.co_filename == path:
                 codes.add(code)
     return codes
+
+
+def module_stack(node: torch.fx.Node) -> Iterator[tuple[str, type]]:
+    """``(qualified name, class)`` of each module ``node`` was made inside, outermost first
+    (its ``nn_module_stack``; a ``call_module`` node's own module is the last)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    for entry in stack.values():
+        try:
+            qualified, kind = entry
+        except (TypeError, ValueError):
+            continue
+        if isinstance(kind, type):
+            yield str(qualified), kind
+
+
+def document_forward(kind: type, path: str) -> bool:
+    """Whether ``kind.forward`` (undecorated) is code of the document at ``path``."""
+    forward = getattr(kind, "forward", None)
+    try:
+        forward = inspect.unwrap(forward) if forward is not None else None
+    except ValueError:
+        return False
+    code = getattr(forward, "__code__", None)
+    return code is not None and code.co_filename == path
 
 
 def call_site_frame(

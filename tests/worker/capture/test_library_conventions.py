@@ -1079,3 +1079,41 @@ def test_a_module_made_while_forward_runs_is_traced_through() -> None:
     assert not [d for d in layer.diagnostics if d.code == "FX199"], layer.diagnostics
     assert [str(n.target) for n in layer.nodes if n.op == "call_function"] == ["torch.tanh"]
     assert _shape(layer) == ["B", "T", 16]
+
+
+RESULT_LEFT_BY_A_CALLER = """
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return h, self.norm(h)
+
+
+class Backbone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+
+    def forward(self, x):
+        h, _ = self.block(x)
+        scaled = x * 3
+        return h * 2
+"""
+
+
+def test_what_a_caller_leaves_of_a_blocks_results_is_not_unused_in_the_block() -> None:
+    """A backbone that reads one of a block's results (Swin's backbone reads its stages and
+    not the final norm of the model it calls): the norm is unused in the backbone's graph, but
+    the block returns it, and its other callers use it. No FX302 says "computed but never used"
+    at the block's line (with a fix that would remove it from the block); the backbone's own
+    unused computation is still reported."""
+    modules = _capture(RESULT_LEFT_BY_A_CALLER, "Block", "Backbone")
+    hints = {
+        name: [d.message for d in mod.diagnostics if d.code == "FX302"]
+        for name, mod in modules.items()
+    }
+    assert hints == {"Block": [], "Backbone": ["`x * 3` is computed but never used"]}, hints

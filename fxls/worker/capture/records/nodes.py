@@ -6,7 +6,6 @@ end of a capture.
 
 from __future__ import annotations
 
-import inspect
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -17,7 +16,7 @@ import torch.fx
 from fxls.protocol.copies import clone
 from fxls.protocol.model import Arg, NodeCopy, NodeInfo, NodeOp, Value
 from fxls.worker.capture.records import arguments
-from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY
+from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, document_forward, module_stack
 
 
 def output_values(output: torch.fx.Node, values: Mapping[str, list[Value]]) -> list[Value]:
@@ -148,30 +147,15 @@ def containers(gm: torch.fx.GraphModule, path: str) -> list[str]:
     found: dict[str, None] = {}
     verdicts: dict[type, bool] = {}
     for node in gm.graph.nodes:
-        stack = node.meta.get("nn_module_stack") or {}
-        for entry in stack.values():
-            try:
-                qualified, kind = entry
-            except (TypeError, ValueError):
-                continue
-            if not isinstance(kind, type) or qualified in found:
+        for qualified, kind in module_stack(node):
+            if qualified in found:
                 continue
             foreign = verdicts.get(kind)
             if foreign is None:
-                foreign = verdicts[kind] = not _document_forward(kind, path)
+                foreign = verdicts[kind] = not document_forward(kind, path)
             if foreign and (node.op != "call_module" or qualified != node.target):
-                found[str(qualified)] = None
+                found[qualified] = None
     return list(found)
-
-
-def _document_forward(kind: type, path: str) -> bool:
-    forward = getattr(kind, "forward", None)
-    try:
-        forward = inspect.unwrap(forward) if forward is not None else None
-    except ValueError:
-        return False
-    code = getattr(forward, "__code__", None)
-    return code is not None and code.co_filename == path
 
 
 def node_info(

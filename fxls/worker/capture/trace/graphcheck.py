@@ -11,7 +11,7 @@ import torch.fx
 from fxls.protocol import catalogue
 from fxls.protocol.model import Span
 from fxls.protocol.positions import SourceText
-from fxls.worker.capture.spans import SPAN_KEY, short_source
+from fxls.worker.capture.spans import SPAN_KEY, document_forward, module_stack, short_source
 
 
 def lint(graph: torch.fx.Graph, fallback: Span) -> list[catalogue.Message]:
@@ -107,15 +107,36 @@ def _contains(outer: Span, inner: Span) -> bool:
     )
 
 
+def _inside_a_block(node: torch.fx.Node, path: str, verdicts: dict[type, bool]) -> bool:
+    """Whether ``node`` was made inside a submodule whose ``forward`` is document code."""
+    for qualified, kind in module_stack(node):
+        if node.op == "call_module" and qualified == node.target:
+            continue
+        own = verdicts.get(kind)
+        if own is None:
+            own = verdicts[kind] = document_forward(kind, path)
+        if own:
+            return True
+    return False
+
+
 def unused(
-    graph: torch.fx.Graph, source: SourceText, live: Collection[str] = frozenset()
+    graph: torch.fx.Graph, source: SourceText, path: str, live: Collection[str] = frozenset()
 ) -> list[catalogue.Message]:
     """One FX302 hint per unused expression: spans inside another unused span are folded in.
-    ``live``: nodes known to be used although no edge says so (see :func:`unused_nodes`)."""
+    ``live``: nodes known to be used although no edge says so (see :func:`unused_nodes`).
+
+    A node made inside the ``forward`` of another class of the document (``path``), traced
+    through, is left out: what a caller leaves unused of a block's results (a backbone that
+    reads Swin's stages and not its final norm) is used by the block's other callers, and the
+    block's own capture reports what it never uses itself."""
     spans: dict[tuple[int, int, int, int], tuple[Span, torch.fx.Node]] = {}
+    verdicts: dict[type, bool] = {}
     for node in unused_nodes(graph, live):
         if _is_bookkeeping(node) or works_in_place(node):
             continue  # an in-place call has no users, yet its tensor is the one used later
+        if _inside_a_block(node, path, verdicts):
+            continue
         span = node.meta.get(SPAN_KEY)
         if span is not None:
             spans.setdefault((span.line, span.col, span.end_line, span.end_col), (span, node))

@@ -107,15 +107,23 @@ def traced_class(root: Any) -> type | None:
     own = _plain_forward(type(root))
     if params is None or own is None:
         return None
-    cls = type(root)
     try:
         forward = _forward_taking(params, own)
+    except (SyntaxError, ValueError):  # a signature the made function cannot spell
+        return None
+    return with_forward(type(root), forward)
+
+
+def with_forward(cls: type, forward: FunctionType) -> type | None:
+    """A subclass of ``cls`` of the same name whose ``forward`` is ``forward``; None when the
+    class refuses a subclass (a metaclass, ``__init_subclass__``): it is traced as it is."""
+    try:
         return type(
             cls.__name__,
             (cls,),
             {"forward": forward, "__module__": cls.__module__, "__qualname__": cls.__qualname__},
         )
-    except Exception:  # a metaclass or __init_subclass__ that refuses: trace as it is
+    except Exception:
         return None
 
 

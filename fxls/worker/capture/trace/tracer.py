@@ -220,18 +220,8 @@ def _undecorated_class(root: Any) -> type | None:
     ``forward`` instead, and what the decorator does around it is left out."""
     if not isinstance(root, torch.nn.Module):
         return None
-    cls = type(root)
-    inner = _undecorated_forward(cls)
-    if inner is None:
-        return None
-    try:
-        return type(
-            cls.__name__,
-            (cls,),
-            {"forward": inner, "__module__": cls.__module__, "__qualname__": cls.__qualname__},
-        )
-    except Exception:  # a metaclass or __init_subclass__ that refuses: trace as it is
-        return None
+    inner = _undecorated_forward(type(root))
+    return passthrough.with_forward(type(root), inner) if inner is not None else None
 
 
 def graph_module(root: torch.nn.Module, graph: torch.fx.Graph, name: str) -> torch.fx.GraphModule:

@@ -840,7 +840,7 @@ class ClassCapture:
             return inputs.PlannedInput(
                 name, "tensor", dims, assumed=True, reason=f"image size {spatial} of the build"
             )
-        planned = self._plain_value(name, plan)
+        planned = self._plain_value(name, plan) or inputs.per_sample(name, plan.symbols)
         if planned is None and node is not None:
             planned = inputs.infer_downstream(graph_owner, node, plan.symbols, spatial)
         return planned

@@ -1117,3 +1117,49 @@ def test_what_a_caller_leaves_of_a_blocks_results_is_not_unused_in_the_block() -
         for name, mod in modules.items()
     }
     assert hints == {"Block": [], "Backbone": ["`x * 3` is computed but never used"]}, hints
+
+
+TIMESTEP_AND_LABEL = """
+import math
+
+
+def timestep_embedding(timesteps, dim):
+    assert len(timesteps.shape) == 1, "Timesteps should be a 1d-array"
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32) / half)
+    args = timesteps[:, None].float() * freqs[None]
+    return torch.cat([torch.sin(args), torch.cos(args)], dim=-1)
+
+
+class LabelEmbedding(nn.Module):
+    def __init__(self, num_classes, hidden_size):
+        super().__init__()
+        self.embedding_table = nn.Embedding(num_classes + 1, hidden_size)
+
+    def forward(self, labels):
+        return self.embedding_table(labels)
+
+
+class CombinedTimestepLabelEmbeddings(nn.Module):
+    def __init__(self, num_classes=10, embedding_dim=64):
+        super().__init__()
+        self.linear = nn.Linear(embedding_dim, embedding_dim)
+        self.class_embedder = LabelEmbedding(num_classes, embedding_dim)
+
+    def forward(self, timestep, class_labels):
+        timesteps_emb = self.linear(timestep_embedding(timestep, 64))
+        return timesteps_emb + self.class_embedder(class_labels)
+"""
+
+
+def test_a_timestep_and_class_labels_are_one_per_sample() -> None:
+    """diffusers' combined embeddings: ``timestep`` reaches a function that asserts a 1-d
+    tensor and ``class_labels`` an embedding table. Both are one value per sample, ``[B]``
+    (the timestep was shaped like the labels, which were token ids ``[B, T]``, and the class
+    stopped at the assertion). As an eager run at batch 2 and 3 gives: ``[B, 64]``."""
+    combined = _capture(TIMESTEP_AND_LABEL, "CombinedTimestepLabelEmbeddings")[
+        "CombinedTimestepLabelEmbeddings"
+    ]
+    shapes = {i.name: i.value.shape for i in combined.inputs}
+    assert shapes == {"timestep": ["B"], "class_labels": ["B"]}, shapes
+    assert _shape(combined) == ["B", 64]

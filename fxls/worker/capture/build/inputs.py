@@ -421,8 +421,35 @@ def module_tree(cls: type) -> ast.Module | None:
     return _TREES[key]
 
 
+TIMESTEP_NAMES = ("timestep", "timesteps")
+"""Diffusion timesteps: one per sample, ``[B]`` (diffusers' ``Timesteps`` asserts a 1-d
+tensor)."""
+CLASS_LABEL_NAMES = ("class_labels", "class_label")
+"""Labels of class-conditional models: one class id per sample, ``[B]``, into an embedding."""
+
+
+def per_sample(name: str, symbols: Symbols) -> PlannedInput | None:
+    """``[B]`` for an input libraries give one value per sample by its name (a diffusion
+    timestep), when no layer tells."""
+    if name not in TIMESTEP_NAMES:
+        return None
+    b = (BATCH, symbols.size(BATCH))
+    return PlannedInput(
+        name, "tensor", [b], torch.int64, assumed=True, reason="one diffusion timestep per sample"
+    )
+
+
 _SEQUENCE_NAMES = re.compile(r"hidden_states$|_embeds$|^tokens$|^context$")
 """Names libraries give a sequence of vectors ``[B, T, D]``: a ``Linear`` takes it whole."""
+
+
+def _ids(
+    name: str, b: tuple[str | None, int], t: tuple[str | None, int], seq_first: bool
+) -> list[tuple[str | None, int]]:
+    """What an embedding table takes: class labels one per sample, token ids per position."""
+    if name in CLASS_LABEL_NAMES:
+        return [b]
+    return [t, b] if seq_first else [b, t]
 
 
 def layer_input(
@@ -448,8 +475,7 @@ def layer_input(
         sequence = [(SEQUENCE, symbols.size(SEQUENCE))] if _SEQUENCE_NAMES.search(name) else []
         dims = [b, *sequence, *fixed(m.in_features)]
     elif isinstance(m, nn.Embedding):
-        t0: tuple[str | None, int] = (SEQUENCE, symbols.size(SEQUENCE))
-        dims = [t0, b] if seq_first else [b, t0]
+        dims = _ids(name, b, (SEQUENCE, symbols.size(SEQUENCE)), seq_first)
         dtype = torch.int64
     elif isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
         dims = [b, (SEQUENCE, symbols.size(SEQUENCE)), *fixed(*m.normalized_shape)]
@@ -1086,7 +1112,7 @@ def from_config(
         s = size[0] if size is not None else 32
         why = channels[1] + (f", {size[1]}" if size is not None else ", sample size 32")
         return planned([b, (None, channels[0]), (None, s), (None, s)], torch.float32, why)
-    if name in ("timestep", "timesteps") and _field(configs, "in_channels") is not None:
+    if name in TIMESTEP_NAMES and _field(configs, "in_channels") is not None:
         return planned([b], torch.int64, "one diffusion timestep per sample")
     if name == "encoder_hidden_states":
         width = _field(configs, "cross_attention_dim", "d_model", "hidden_size")

@@ -841,9 +841,26 @@ class ClassCapture:
                 name, "tensor", dims, assumed=True, reason=f"image size {spatial} of the build"
             )
         planned = self._plain_value(name, plan) or inputs.per_sample(name, plan.symbols)
+        if planned is None:
+            planned = self._normalized(name, plan)
         if planned is None and node is not None:
             planned = inputs.infer_downstream(graph_owner, node, plan.symbols, spatial)
         return planned
+
+    def _normalized(self, name: str, plan: InputPlan) -> inputs.PlannedInput | None:
+        """``[B, T, width]`` for the first input of a normalization class of the library's
+        own (``RMSNorm``, its width known: :func:`inputs.norm_width`), else None."""
+        first = next(iter(plan.positional()), None)
+        width = inputs.norm_width(self.module) if self.module is not None else None
+        if first is None or first.name != name or width is None:
+            return None
+        b, t = (inputs.BATCH, plan.symbols.size(inputs.BATCH)), (
+            inputs.SEQUENCE, plan.symbols.size(inputs.SEQUENCE)
+        )  # fmt: skip
+        return inputs.PlannedInput(
+            name, "tensor", [b, t, (None, width)], assumed=True,
+            reason=f"the width {width} `{type(self.module).__name__}` normalizes",
+        )  # fmt: skip
 
     def _fill_missing(
         self, ordered: list[inputs.PlannedInput | None], names: list[str], spans: list[Span]

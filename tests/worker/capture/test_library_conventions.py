@@ -1163,3 +1163,25 @@ def test_a_timestep_and_class_labels_are_one_per_sample() -> None:
     shapes = {i.name: i.value.shape for i in combined.inputs}
     assert shapes == {"timestep": ["B"], "class_labels": ["B"]}, shapes
     assert _shape(combined) == ["B", 64]
+
+
+OWN_NORM = """
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, hidden_states):
+        variance = hidden_states.float().pow(2).mean(-1, keepdim=True)
+        return hidden_states * torch.rsqrt(variance + self.eps) * self.weight
+"""
+
+
+def test_a_normalization_class_of_the_file_takes_the_width_it_normalizes() -> None:
+    """A library's own ``RMSNorm``, captured on its own (no parent calls it): its input is
+    ``[B, T, dim]`` from its weight (it got FX402, "cannot tell"), said to be assumed."""
+    norm = _capture(OWN_NORM, "RMSNorm")["RMSNorm"]
+    assert [i.value.shape for i in norm.inputs] == [["B", "T", 64]], norm.diagnostics
+    assert [d.code for d in norm.diagnostics if d.code in ("FX402", "FX405")] == ["FX405"]
+    assert _shape(norm) == ["B", "T", 64]

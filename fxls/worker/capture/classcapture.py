@@ -359,6 +359,22 @@ def _why_skipped(cls: Any, name: str) -> str | None:
     return _why_not_captured(cls, name)
 
 
+def _needed_defaults(plan: InputPlan, module: nn.Module) -> None:
+    """Inputs left at their default ``None`` that ``forward`` hands to a torch layer without
+    asking (``self.silu(emb)``): inferred instead (:func:`inputs.fed_to_a_layer`). After the
+    main input of a ``forward`` whose inputs all default is chosen, which this does not
+    change."""
+    if not plan.pending:
+        return  # every input defaults and none was chosen: the forward runs with its defaults
+    for param in plan.positional():
+        planned = plan.planned.get(param.name)
+        if planned is None or planned.origin != "default" or param.name in plan.declared:
+            continue
+        if inputs.fed_to_a_layer(param, module):
+            del plan.planned[param.name]
+            plan.pending.append(param.name)
+
+
 def _none_where_required(cls: type[nn.Module], recorded: parents.Recorded) -> bool:
     """Whether the parent passed ``None`` for a parameter of ``forward`` without a default."""
     try:
@@ -782,6 +798,7 @@ class ClassCapture:
                 if name not in plan.declared:
                     del plan.planned[name]
                     plan.pending.append(name)
+        _needed_defaults(plan, module)
         names = {p.name for p in params}
         for spec in req.inputs:
             if spec.name not in names:

@@ -1185,3 +1185,47 @@ def test_a_normalization_class_of_the_file_takes_the_width_it_normalizes() -> No
     assert [i.value.shape for i in norm.inputs] == [["B", "T", 64]], norm.diagnostics
     assert [d.code for d in norm.diagnostics if d.code in ("FX402", "FX405")] == ["FX405"]
     assert _shape(norm) == ["B", "T", 64]
+
+
+NONE_FED_TO_A_LAYER = """
+class AdaLayerNormZeroSingle(nn.Module):
+    def __init__(self, embedding_dim=64):
+        super().__init__()
+        self.silu = nn.SiLU()
+        self.linear = nn.Linear(embedding_dim, 3 * embedding_dim)
+        self.norm = nn.LayerNorm(embedding_dim, elementwise_affine=False)
+
+    def forward(self, x, emb=None):
+        emb = self.linear(self.silu(emb))
+        shift, scale, gate = emb.chunk(3, dim=1)
+        x = self.norm(x) * (1 + scale[:, None]) + shift[:, None]
+        return x, gate
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+        self.act = nn.GELU()
+
+    def forward(self, hidden_states, attention_mask=None, scale=None):
+        if scale is not None:
+            hidden_states = hidden_states * scale
+        return self.act(self.fc(hidden_states)), attention_mask
+"""
+
+
+def test_an_input_defaulting_to_none_that_forward_hands_to_a_layer_is_needed() -> None:
+    """diffusers' ``AdaLayerNormZero(x, emb=None)`` calls ``self.silu(emb)`` whatever it is
+    given: the default cannot run (it was kept, and the class stopped at "silu() argument
+    must be Tensor, not NoneType"). Such an input is inferred (from the layer after the
+    activation: ``[B, 64]``); one that ``forward`` asks about (``if scale is not None``), or only
+    passes on, keeps its default. Eager at batch 2 and 3: ``[B, T, 64]`` and ``[B, 64]``."""
+    modules = _capture(NONE_FED_TO_A_LAYER, "AdaLayerNormZeroSingle", "Block")
+    norm = modules["AdaLayerNormZeroSingle"]
+    shapes = {i.name: i.value.shape for i in norm.inputs}
+    assert shapes == {"x": ["B", "T", 64], "emb": ["B", 64]}, shapes
+    assert [o.shape for o in norm.outputs] == [["B", "T", 64], ["B", 64]]
+    block = modules["Block"]
+    kinds = {i.name: i.value.kind for i in block.inputs}
+    assert kinds == {"hidden_states": "tensor", "attention_mask": "none", "scale": "none"}

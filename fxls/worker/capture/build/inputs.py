@@ -13,6 +13,7 @@ import ast
 import inspect
 import re
 import sys
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -231,6 +232,80 @@ def keeps_default(param: inspect.Parameter) -> bool:
     return param.default is not inspect.Parameter.empty and not isinstance(
         param.default, torch.Tensor
     )
+
+
+def fed_to_a_layer(param: inspect.Parameter, module: nn.Module) -> bool:
+    """Whether ``forward`` hands ``param`` (defaulting to ``None``) to one of torch's layers
+    as its only argument (``self.silu(emb)``) and never asks whether it was given (``emb is
+    None``, ``if emb``): the default cannot run, the input is needed (diffusers'
+    ``AdaLayerNormZero(x, emb=None)``)."""
+    if param.default is not None:
+        return False
+    definition = _forward_definition(type(module))
+    if definition is None:
+        return False
+    fed = False
+    for node in ast.walk(definition):
+        if _asks(node, param.name):
+            return False
+        fed = fed or _layer_call_of(node, param.name, module)
+    return fed
+
+
+def _asks(node: ast.AST, name: str) -> bool:
+    """Whether ``node`` asks whether ``name`` was given: ``name is (not) None``, ``if name``,
+    ``name or ...``, ``not name``, ``isinstance(name, ...)``."""
+    if isinstance(node, ast.Compare):
+        sides = [node.left, *node.comparators]
+        return any(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops) and any(
+            _is_name(side, name) for side in sides
+        )
+    if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+        return _is_name(node.test, name)
+    if isinstance(node, ast.BoolOp):
+        return any(_is_name(value, name) for value in node.values)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return _is_name(node.operand, name)
+    if isinstance(node, ast.Call) and _is_name(node.func, "isinstance") and node.args:
+        return _is_name(node.args[0], name)
+    return False
+
+
+def _is_name(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _layer_call_of(node: ast.AST, name: str, module: nn.Module) -> bool:
+    """Whether ``node`` is ``self.<layer>(name)``, a torch layer of ``module``."""
+    if not (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords):
+        return False
+    func = node.func
+    if not (isinstance(func, ast.Attribute) and _is_name(func.value, "self")):
+        return False
+    layer = module._modules.get(func.attr)
+    torch_layer = layer is not None and type(layer).__module__.startswith("torch.nn")
+    return torch_layer and _is_name(node.args[0], name)
+
+
+_DEFINITIONS: dict[type, ast.FunctionDef | None] = {}
+
+
+def _forward_definition(cls: type) -> ast.FunctionDef | None:
+    """The parsed ``forward`` of ``cls`` (undecorated), or None; parsed once per class."""
+    if cls in _DEFINITIONS:
+        return _DEFINITIONS[cls]
+    found: ast.FunctionDef | None = None
+    try:
+        source = inspect.getsource(inspect.unwrap(cls.forward))  # type: ignore[attr-defined]
+        tree = ast.parse(textwrap.dedent(source))
+        first = tree.body[0] if tree.body else None
+        found = first if isinstance(first, ast.FunctionDef) else None
+    except (OSError, TypeError, SyntaxError, ValueError, AttributeError):
+        found = None
+    if len(_DEFINITIONS) >= MAX_TREES:
+        _DEFINITIONS.clear()
+    _DEFINITIONS[cls] = found
+    return found
 
 
 PRIMARY_INPUTS = (

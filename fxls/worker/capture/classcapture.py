@@ -1034,9 +1034,8 @@ class ClassCapture:
             concrete = plan.concrete()
             concrete.update({name: defaults[name] for name in repairs.concrete})
             try:
-                with state.kept(
-                    module.modules()
-                ):  # forward may store proxies on self while tracing
+                # forward may store proxies on self while tracing
+                with state.kept(module.modules()):
                     graph = tracer.trace(module, concrete_args=concrete or None)
                     gm = graph_module(tracer.root, graph, type(module).__name__)
                 _attributes_restored(gm, module)

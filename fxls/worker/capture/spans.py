@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+import textwrap
 from collections.abc import Iterable, Iterator
 from types import CodeType
 
@@ -75,6 +76,29 @@ def document_forward(kind: type, path: str) -> bool:
         return False
     code = getattr(forward, "__code__", None)
     return code is not None and code.co_filename == path
+
+
+_DEFINITIONS: dict[type, ast.FunctionDef | None] = {}
+MAX_DEFINITIONS = 64
+
+
+def forward_definition(cls: type) -> ast.FunctionDef | None:
+    """The parsed ``forward`` of ``cls`` (undecorated, its source dedented), or None; parsed
+    once per class."""
+    if cls in _DEFINITIONS:
+        return _DEFINITIONS[cls]
+    found: ast.FunctionDef | None = None
+    try:
+        source = inspect.getsource(inspect.unwrap(cls.forward))  # type: ignore[attr-defined]
+        tree = ast.parse(textwrap.dedent(source))
+        first = tree.body[0] if tree.body else None
+        found = first if isinstance(first, ast.FunctionDef) else None
+    except (OSError, TypeError, SyntaxError, ValueError, AttributeError):
+        found = None
+    if len(_DEFINITIONS) >= MAX_DEFINITIONS:
+        _DEFINITIONS.clear()
+    _DEFINITIONS[cls] = found
+    return found
 
 
 def call_site_frame(

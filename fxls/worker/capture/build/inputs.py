@@ -13,7 +13,6 @@ import ast
 import inspect
 import re
 import sys
-import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from torch import nn
 from fxls.protocol.model import DimSpec, InputOrigin, InputSpec, Value
 from fxls.worker.capture.document import resolvable
 from fxls.worker.capture.shapes.propagation import ExampleInput
+from fxls.worker.capture.spans import forward_definition
 from fxls.worker.capture.trace import passthrough
 
 BATCH = "B"
@@ -241,7 +241,7 @@ def fed_to_a_layer(param: inspect.Parameter, module: nn.Module) -> bool:
     ``AdaLayerNormZero(x, emb=None)``)."""
     if param.default is not None:
         return False
-    definition = _forward_definition(type(module))
+    definition = forward_definition(type(module))
     if definition is None:
         return False
     fed = False
@@ -285,27 +285,6 @@ def _layer_call_of(node: ast.AST, name: str, module: nn.Module) -> bool:
     layer = module._modules.get(func.attr)
     torch_layer = layer is not None and type(layer).__module__.startswith("torch.nn")
     return torch_layer and _is_name(node.args[0], name)
-
-
-_DEFINITIONS: dict[type, ast.FunctionDef | None] = {}
-
-
-def _forward_definition(cls: type) -> ast.FunctionDef | None:
-    """The parsed ``forward`` of ``cls`` (undecorated), or None; parsed once per class."""
-    if cls in _DEFINITIONS:
-        return _DEFINITIONS[cls]
-    found: ast.FunctionDef | None = None
-    try:
-        source = inspect.getsource(inspect.unwrap(cls.forward))  # type: ignore[attr-defined]
-        tree = ast.parse(textwrap.dedent(source))
-        first = tree.body[0] if tree.body else None
-        found = first if isinstance(first, ast.FunctionDef) else None
-    except (OSError, TypeError, SyntaxError, ValueError, AttributeError):
-        found = None
-    if len(_DEFINITIONS) >= MAX_TREES:
-        _DEFINITIONS.clear()
-    _DEFINITIONS[cls] = found
-    return found
 
 
 PRIMARY_INPUTS = (
@@ -1188,7 +1167,7 @@ def from_config(
         why = channels[1] + (f", {size[1]}" if size is not None else ", sample size 32")
         return planned([b, (None, channels[0]), (None, s), (None, s)], torch.float32, why)
     if name in TIMESTEP_NAMES and _field(configs, "in_channels") is not None:
-        return planned([b], torch.int64, "one diffusion timestep per sample")
+        return per_sample(name, symbols)
     if name == "encoder_hidden_states":
         width = _field(configs, "cross_attention_dim", "d_model", "hidden_size")
         if width is None:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import ast
 import inspect
 import keyword
-import textwrap
 from types import FunctionType
 from typing import Any
 
 from torch import nn
+
+from fxls.worker.capture.spans import forward_definition
 
 _VAR = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
 
@@ -40,11 +41,7 @@ def wrapped(module: nn.Module) -> nn.Module | None:
     code = forward.__code__
     if code.co_argcount != 1 or code.co_kwonlyargcount or code.co_flags & _VAR != _VAR:
         return None  # cheap refusal first: only ``(self, *args, **kwargs)`` reads the source
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(forward)))
-    except (OSError, TypeError, SyntaxError, ValueError):
-        return None
-    name = _passed_to(tree.body[0] if tree.body else None)
+    name = _passed_to(forward_definition(type(module)))
     sub = module._modules.get(name) if name is not None else None
     return sub if isinstance(sub, nn.Module) and sub is not module else None
 

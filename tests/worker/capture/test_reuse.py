@@ -67,6 +67,7 @@ from fxls.protocol.model import (
     Value,
 )
 from fxls.protocol.positions import SourceText
+from fxls.worker.capture.build.repeats import COPY_ENV
 from fxls.worker.capture.pipeline import capture_document
 from fxls.worker.capture.shapes.propagation import (
     ELEMENTWISE_ENV,
@@ -180,6 +181,7 @@ SWITCHES = {
     PARENT_SHAPES_ENV: "each class's shapes on its own (no shapes.propagate_within)",
     ZERO_ONE_ENV: "a symbolic run whose named dimensions are all 0 or 1 in a ShapeEnv",
     ELEMENTWISE_ENV: "every elementwise operator dispatched (no shapes.elementwise)",
+    COPY_ENV: "every __init__ of a meta build run (no build.repeats)",
 }
 """The worker's speed-up switches compared here, and what the worker does with one at ``0``."""
 

@@ -32,7 +32,7 @@ from fxls.protocol.model import (
     Span,
 )
 from fxls.worker.capture import cpulimit
-from fxls.worker.capture.build import construct
+from fxls.worker.capture.build import construct, repeats
 from fxls.worker.capture.document import ExecutedDocument
 from fxls.worker.capture.reporting import error_info, line_span, one_line, user_span
 
@@ -236,7 +236,12 @@ def _build(
     meta_error: BaseException | None = None
     if doc.job.meta_init:
         try:
-            with torch.device("meta"), _MetaBuild(), _values_unwritten():
+            with (
+                torch.device("meta"),
+                _MetaBuild(),
+                _values_unwritten(),
+                repeats.copies_of_repeats(doc.namespace),
+            ):
                 module = make()
             if isinstance(module, nn.Module):
                 return Built(_all_on_meta(module).eval(), "meta", how), None

@@ -1229,3 +1229,37 @@ def test_an_input_defaulting_to_none_that_forward_hands_to_a_layer_is_needed() -
     block = modules["Block"]
     kinds = {i.name: i.value.kind for i in block.inputs}
     assert kinds == {"hidden_states": "tensor", "attention_mask": "none", "scale": "none"}
+
+
+VECTOR_FOR_THE_BATCH = """
+class AdaLayerNorm(nn.Module):
+    def __init__(self, embedding_dim: int, chunk_dim: int = 0):
+        super().__init__()
+        self.chunk_dim = chunk_dim
+        self.silu = nn.SiLU()
+        self.linear = nn.Linear(embedding_dim, embedding_dim * 2)
+        self.norm = nn.LayerNorm(embedding_dim, elementwise_affine=False)
+
+    def forward(self, x, temb=None):
+        temb = self.linear(self.silu(temb))
+        if self.chunk_dim == 1:
+            shift, scale = temb.chunk(2, dim=1)
+            shift, scale = shift[:, None, :], scale[:, None, :]
+        else:
+            scale, shift = temb.chunk(2, dim=0)
+        return self.norm(x) * (1 + scale) + shift
+"""
+
+
+def test_a_conditioning_split_along_its_first_dimension_is_one_vector_for_the_batch() -> None:
+    """diffusers' ``AdaLayerNorm`` (``chunk_dim=0``, its default) takes one embedding vector
+    and splits it with ``chunk(2, dim=0)``: the guess ``temb = [B, 64]`` failed as a shape
+    error ("64 must match 128") on correct code. An assumed ``[B, F]`` that does not run
+    through is tried as one ``[F]`` vector too. Eager: ``x [2, 5, 64]``, ``temb [64]`` gives
+    ``[2, 5, 64]`` (and ``[3, 5, 64]`` at batch 3)."""
+    norm = _capture(VECTOR_FOR_THE_BATCH, "AdaLayerNorm")["AdaLayerNorm"]
+    assert norm.status == "traced", [d.message for d in norm.diagnostics]
+    shapes = {i.name: i.value.shape for i in norm.inputs}
+    assert shapes == {"x": ["B", "T", 64], "temb": [64]}, shapes
+    assert _shape(norm) == ["B", "T", 64]
+    assert not [d for d in norm.diagnostics if d.code == "FX201"]

@@ -586,7 +586,7 @@ def alternatives(
     """Other plausible forms of an assumed input, tried in turn when it does not run through:
     other heights/widths for an image ``[B, C, H, W]``, sequence-first ``[T, B]`` token ids,
     features ``[B, F]`` as a sequence ``[B, T, F]`` (``sequence``: the size another input gave
-    ``T``; a ``Linear`` takes both), then each named dimension other than the batch at each of ``sizes`` (what the shape error
+    ``T``; a ``Linear`` takes both) or as one vector ``[F]`` for the batch, then each named dimension other than the batch at each of ``sizes`` (what the shape error
     named: token ids ``(B, T)`` at ``T`` = 16 for a model whose positional embedding has 16
     rows; the run then fixes ``T`` to 16 and says so)."""
     if not planned.assumed or planned.kind != "tensor":
@@ -618,8 +618,13 @@ def _forms(planned: PlannedInput, like: Any, sequence: int | None) -> list[Plann
         ]
     if len(planned.dims) == 2 and not planned.dtype.is_floating_point:
         return [like([planned.dims[1], planned.dims[0]])]
-    if len(planned.dims) == 2 and planned.dims[0][0] == BATCH and sequence is not None:
-        return [like([planned.dims[0], (SEQUENCE, sequence), planned.dims[1]])]
+    if len(planned.dims) == 2 and planned.dims[0][0] == BATCH and planned.dtype.is_floating_point:
+        # as a sequence; else one vector for the whole batch (diffusers' ``AdaLayerNorm``
+        # splits its conditioning with ``chunk(2, dim=0)`` and broadcasts it over the batch)
+        vector = like([planned.dims[1]])
+        if sequence is None:
+            return [vector]
+        return [like([planned.dims[0], (SEQUENCE, sequence), planned.dims[1]]), vector]
     return []
 
 

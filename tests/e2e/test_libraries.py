@@ -33,6 +33,7 @@ SHAPED_AT_LEAST = {
     "transformers/models/clip/modeling_clip.py": (12, "CLIPTextModel", 512),
     "transformers/models/wav2vec2/modeling_wav2vec2.py": (24, "Wav2Vec2Model", 768),
     "transformers/models/swin/modeling_swin.py": (14, "SwinModel", 768),
+    "transformers/models/mixtral/modeling_mixtral.py": (11, "MixtralForCausalLM", 32000),
     "diffusers/models/resnet.py": (6, "Conv1dBlock", 128),
     "diffusers/models/unets/unet_2d_blocks.py": (25, "UNetMidBlock2DCrossAttn", 224),
     "diffusers/models/autoencoders/vae.py": (7, "Encoder", 224),
@@ -203,6 +204,22 @@ def test_whispers_decoder_wrapper_takes_its_decoders_inputs() -> None:
     wrapper = modules["WhisperDecoderWrapper"]
     assert [i["shape"] for i in wrapper["inputs"] if i["kind"] == "tensor"] == [["B", "T"]]
     assert wrapper["outputs"][0]["shape"] == ["B", "T", 384], wrapper["diagnostics"]
+
+
+def test_mixtrals_experts_get_the_cpu_kernels_shapes() -> None:
+    """Mixtral's experts multiply with ``torch.nn.functional.grouped_mm``, whose meta kernel
+    asks for bfloat16 as the CUDA kernel does; the CPU kernel takes float32. fxls showed
+    "Expected inputs of BF16 type" at ``self.experts(...)`` and 4 of 12 classes with shapes.
+    Eager at batch 2 and 3 (a small configuration, float32 on the CPU): the block's output
+    ``(B, T, hidden)``, the head's ``(B, T, vocabulary)``."""
+    documents = _check(PACKAGES["transformers"] / "models/mixtral/modeling_mixtral.py")
+    modules = {m["class"]: m for d in documents for m in d["modules"]}
+    block = modules["MixtralSparseMoeBlock"]
+    assert block["status"] == "traced", block["diagnostics"]
+    assert block["outputs"][0]["shape"] == ["B", "T", 4096]
+    messages = [x["message"] for m in modules.values() for x in m["diagnostics"]]
+    assert not [t for t in messages if "BF16" in t], messages
+    assert modules["MixtralForCausalLM"]["outputs"][0]["shape"] == ["B", "T", 32000]
 
 
 def test_attention_processors_are_skipped_as_called_through_call() -> None:

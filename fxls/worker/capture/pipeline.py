@@ -60,6 +60,7 @@ from fxls.worker.capture.reporting import (
     outer_span,
     user_span,
 )
+from fxls.worker.capture.shapes import kernels
 from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.trace import reuse
 
@@ -82,7 +83,7 @@ def run_capture_for_wire(job: CaptureJob, report_phase: PhaseReporter) -> Captur
 def _capture_and_passes(
     job: CaptureJob, report_phase: PhaseReporter, *, keep_copies: bool = False
 ) -> tuple[ExecutedDocument, CaptureResult]:
-    with shapes.dispatch_cache(job.fake_cache), shapes.quiet_loggers():
+    with shapes.dispatch_cache(job.fake_cache), shapes.quiet_loggers(), kernels.cpu_rules():
         doc, result = capture_document(job, report_phase, keep_copies=keep_copies)
         if result.error is None and any(req.passes for req in job.classes):
             from fxls.worker.capture.passes import run_passes

@@ -1217,3 +1217,88 @@ def test_the_embedding_shortcut_gives_what_the_layer_gives() -> None:
                     assert (fast is not None) == (expected and answered), (layer, dtype)
                     if fast is not None:
                         assert _layout(fast) == _layout(layer(idx)), (layer, dtype, env)
+
+
+# --- operators whose meta kernel refuses what the CPU runs (shapes.kernels) --------------
+
+GROUPED = [
+    # (mat_a, mat_b, offs): a 2-D operand is jagged along ``offs`` (group ends, int32)
+    pytest.param((10, 8), (3, 8, 12), [4, 7, 10], id="2d-3d"),
+    pytest.param((3, 5, 8), (3, 8, 12), None, id="3d-3d"),
+    pytest.param((8, 12), (12, 8), [4, 8, 12], id="2d-2d"),
+    pytest.param((3, 8, 16), (16, 12), [4, 8, 12], id="3d-2d"),
+]
+
+
+@pytest.mark.parametrize(("a", "b", "offs"), GROUPED)
+@pytest.mark.parametrize("where", ["meta", "fake", "symbolic"])
+def test_grouped_mm_on_meta_gives_what_the_cpu_kernel_gives(
+    a: tuple[int, ...], b: tuple[int, ...], offs: list[int] | None, where: str
+) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from fxls.worker.capture.shapes import kernels
+
+    cpu = [torch.randn(a), torch.randn(b)]
+    groups = torch.tensor(offs, dtype=torch.int32) if offs is not None else None
+    expected = torch._grouped_mm(*cpu, offs=groups)  # float32 on the CPU runs
+    on_meta = [t.to("meta") for t in cpu]
+    meta_offs = groups.to("meta") if groups is not None else None
+    with pytest.raises(RuntimeError, match="BF16"):  # and torch's meta kernel refuses it
+        torch._grouped_mm(*on_meta, offs=meta_offs)
+    if where == "meta":
+        out = kernels.grouped_mm(*on_meta, offs=meta_offs)
+    else:
+        mode = FakeTensorMode(shape_env=ShapeEnv() if where == "symbolic" else None)
+        fakes = [mode.from_tensor(t) for t in [*cpu, *([groups] if offs is not None else [])]]
+        with mode:
+            out = kernels.grouped_mm(fakes[0], fakes[1], offs=fakes[2] if offs else None)
+    assert tuple(out.shape) == tuple(expected.shape)
+    assert out.dtype == expected.dtype == torch.float32
+
+
+def test_grouped_mm_leaves_what_the_cpu_rule_does_not_cover_to_torch() -> None:
+    from fxls.worker.capture.shapes import kernels
+
+    a, b = torch.empty(4, 5, 8, device="meta"), torch.empty(4, 8, 8, device="meta")
+    bf16 = kernels.grouped_mm(a.bfloat16(), b.bfloat16())  # torch's own meta kernel
+    assert bf16.shape == (4, 5, 8) and bf16.dtype == torch.bfloat16
+    with pytest.raises(RuntimeError):  # mixed dtypes: torch's error, as before
+        kernels.grouped_mm(a, b.half())
+    with pytest.raises(RuntimeError, match="contraction"):
+        kernels.grouped_mm(a, torch.empty(4, 7, 8, device="meta"))
+    # rows 24 bytes apart: the CPU kernel's error, not the meta kernel's "BF16"
+    cpu_error = "strides should be multiple of 16 bytes"
+    with pytest.raises(RuntimeError, match=cpu_error):
+        torch._grouped_mm(torch.randn(4, 5, 8), torch.randn(4, 8, 6))
+    with pytest.raises(RuntimeError, match=cpu_error):
+        kernels.grouped_mm(a, torch.empty(4, 8, 6, device="meta"))
+    transposed = torch.empty(4, 6, 8, device="meta").transpose(1, 2)  # column-major: taken
+    assert kernels.grouped_mm(a, transposed).shape == (4, 5, 6)
+    assert torch._grouped_mm(torch.randn(4, 5, 8), torch.randn(4, 6, 8).transpose(1, 2)).shape == (
+        4,
+        5,
+        6,
+    )
+
+
+def test_a_graph_calling_grouped_mm_propagates_in_float32() -> None:
+    from fxls.worker.capture.shapes import kernels
+
+    class Experts(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(3, 8, 12))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch._grouped_mm(x, self.w)
+
+    gm = torch.fx.symbolic_trace(Experts())
+    assert any(n.target is torch._grouped_mm for n in gm.graph.nodes)
+    with kernels.cpu_rules():
+        x = ExampleInput("x", "tensor", [(None, 3), ("T", 5), (None, 8)])
+        prop = propagate(gm, [x])
+    assert prop.error is None, prop.error
+    assert prop.values["output"][0].shape == [3, "T", 12]
+    assert torch._grouped_mm is not kernels.grouped_mm  # put back

@@ -49,7 +49,7 @@ import torch
 import torch.fx
 
 from fxls.protocol.model import Value
-from fxls.worker.capture.shapes import elementwise
+from fxls.worker.capture.shapes import elementwise, kernels
 from fxls.worker.capture.shapes import sizes as example_sizes
 from fxls.worker.capture.shapes import state as module_state
 from fxls.worker.capture.shapes.explain import NoExample, ShapeError, shape_error, target_name
@@ -358,7 +358,7 @@ class _Propagator(torch.fx.Interpreter):
             fast = self._own(elementwise.same_layout_function(target, tuple(args), dict(kwargs)))
             if fast is not None:
                 return fast
-        return super().call_function(target, args, kwargs)
+        return super().call_function(kernels.for_target(target), args, kwargs)
 
     def call_method(self, target: Any, args: Any, kwargs: Any) -> Any:
         if target == "matmul" and len(args) == 2 and not kwargs:

@@ -691,7 +691,7 @@ def label_runs(runs: Sequence[Run]) -> None:
     labels = []
     for place, site in zip(places, sites):
         parts = [place] if distinct else []
-        if len(sites_of[place]) > 1:
+        if len(sites_of[place]) > 1 and site:  # (a run with no call site: the place alone)
             parts.append(site)
             kind = "calls"
         labels.append(", ".join(parts))

@@ -950,3 +950,22 @@ def test_a_block_call_pairs_its_arguments_with_the_values_they_name() -> None:
         ("input", "hidden_states", "[B, 64, 8, 8] float32"),
         ("input", "temb", "[B, 64] float32"),
     ], view.rows
+
+
+def test_runs_of_one_instance_are_told_apart_by_call_site_with_no_empty_label() -> None:
+    """Three runs of one module's code, from two captured classes (so each label starts with
+    the class), two of them in one class: one with a call site there and one without. The
+    label of the one without names the instance alone ("…experts, ·" was shown before: an
+    empty call site after a comma)."""
+    node = made("a", "relu", Span(1, 0, 1, 4), t("B", 8))
+    one = ModuleResult(name="Parent", line=1, status="traced", nodes=[node])
+    other = ModuleResult(name="Other", line=5, status="traced", nodes=[node])
+    runs = [
+        render.Run([node], "experts", Span(3, 4, 3, 20), module=one),
+        render.Run([node], "experts", None, module=one),
+        render.Run([node], "experts", None, module=other),
+    ]
+    render.label_runs(runs)
+    labels = [r.label for r in runs]
+    assert all(label and not label.rstrip().endswith(",") for label in labels), labels
+    assert len(set(labels)) == 3, labels

@@ -969,3 +969,37 @@ def test_runs_of_one_instance_are_told_apart_by_call_site_with_no_empty_label() 
     labels = [r.label for r in runs]
     assert all(label and not label.rstrip().endswith(",") for label in labels), labels
     assert len(set(labels)) == 3, labels
+
+
+def test_a_call_passing_star_args_lists_the_values_they_carry_by_name() -> None:
+    """``return self.decoder(*args, **kwargs)`` (transformers' ``WhisperDecoderWrapper``): the
+    hover listed one input, ``*args``, with no shape. It lists what the call passes: each value
+    entering the decoder, by its name, with its shape."""
+    lines = ["", "        return self.decoder(*args, **kwargs)"]
+    at = Span(2, 15, 2, 44)
+    ids = Value(kind="tensor", shape=["B", "T"], dtype="int64")
+    mask = Value(kind="tensor", shape=["B", "T"], dtype="int64")
+    embed = NodeInfo("embed", "call_module", "decoder.embed_tokens", span=at, call_site=at)
+    embed.module_path, embed.inputs, embed.outputs = (
+        "decoder.embed_tokens",
+        ["input_ids"],
+        [_STATES],
+    )
+    mul = NodeInfo("mul", "call_function", "operator.mul", span=at, call_site=at)
+    mul.module_path, mul.inputs, mul.outputs = "decoder", ["embed", "attention_mask"], [_STATES]
+    # the wrapper's parameters are placed at the call (fxls traces it through a subclass
+    # whose forward takes the decoder's parameters), so they are among the call's nodes
+    placed = NodeInfo("input_ids", "placeholder", "input_ids", span=at, outputs=[ids])
+    nodes = [
+        placed,
+        NodeInfo("attention_mask", "placeholder", "attention_mask", outputs=[mask]),
+        embed,
+        mul,
+    ]
+    module = ModuleResult(name="Wrapper", line=1, status="traced", nodes=nodes)
+    view = hover.group_view([placed, embed, mul], module, lines, at)
+    inputs = [row for row in view.rows if row[0] == "input"]
+    assert inputs == [
+        ("input", "input_ids", "[B, T] int64"),
+        ("input", "attention_mask", "[B, T] int64"),
+    ], view.rows

@@ -268,9 +268,19 @@ def _paired(
     left = [n for n in entering if n not in matched.values()]
     out = []
     for index, expr in enumerate(written):
+        if expr.startswith("*"):  # ``*args``: the values it carries, each by its name
+            out += [(_entering_name(n, lines), values_text(n.outputs)) for n in left]
+            left = []
+            continue
         source = matched[index] or (left.pop(0) if left else None)
         out.append((expr, values_text(source.outputs) if source is not None else ""))
     return out
+
+
+def _entering_name(node: NodeInfo, lines: Sequence[str]) -> str:
+    if node.op == "placeholder":
+        return truncate(str(node.target), 60)
+    return truncate(" ".join((span_text(lines, node.span) or node.name).split()), 60)
 
 
 def group_view(
@@ -294,7 +304,8 @@ def group_view(
     elif base and base != view.callee.removeprefix("self."):
         view.summary = base
     written = [*parts.positional, *parts.keywords.values()] if parts else []
-    entering = _entering(listed, {n.name for n in nodes}, module)
+    # (a parameter placed at the call, as a pass-through wrapper's are, still enters it)
+    entering = _entering(listed, {n.name for n in nodes if n.op != "placeholder"}, module)
     rows = [("input", expr, shape) for expr, shape in _paired(written, entering, lines)]
     layers = [n for n in listed if n.op == "call_module"]
     if not layers:

@@ -435,6 +435,20 @@ def _from_parent(recorded: parents.Recorded) -> build.Built:
 
 
 _POSITION = re.compile(r"^(start_pos|pos|offset|step|start|position|past_length|seqlen_offset)$")
+
+
+def _a_dtype(name: str, plan: InputPlan) -> inputs.PlannedInput | None:
+    """``torch.float32`` for a parameter that names a dtype (``dtype``, diffusers'
+    ``hidden_dtype``, or annotated ``torch.dtype``): a value, never a tensor to infer."""
+    param = next((p for p in plan.params if p.name == name), None)
+    annotation = param.annotation if param is not None else inspect.Parameter.empty
+    if annotation is not torch.dtype and name != "dtype" and not name.endswith("_dtype"):
+        return None
+    return inputs.PlannedInput(
+        name, "value", value=torch.float32, assumed=True, reason="its name, a dtype"
+    )
+
+
 _STATE = re.compile(r"^(hidden|hiddens|hx|h0|h|state|states|memory|mems|carry)$")
 
 
@@ -817,7 +831,7 @@ class ClassCapture:
         """An undeclared input inferred from the first layer it reaches (FX405 once the sizes
         are settled, ``_report_assumed``), or FX402."""
         spatial = self.hints.get("spatial", inputs.SPATIAL)
-        planned = self._from_calls(plan).get(name)
+        planned = _a_dtype(name, plan) or self._from_calls(plan).get(name)
         if planned is None:
             planned = inputs.from_build(name, self.arguments, plan.symbols)
         if planned is None and self.module is not None:

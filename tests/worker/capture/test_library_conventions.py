@@ -1263,3 +1263,40 @@ def test_a_conditioning_split_along_its_first_dimension_is_one_vector_for_the_ba
     assert shapes == {"x": ["B", "T", 64], "temb": [64]}, shapes
     assert _shape(norm) == ["B", "T", 64]
     assert not [d for d in norm.diagnostics if d.code == "FX201"]
+
+
+A_DTYPE = """
+def get_timestep_embedding(timesteps, dim):
+    half = dim // 2
+    freqs = torch.exp(-torch.arange(half, dtype=torch.float32) / half)
+    args = timesteps[:, None].float() * freqs[None]
+    return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+
+
+class CombinedTimestepSizeEmbeddings(nn.Module):
+    def __init__(self, embedding_dim: int = 64):
+        super().__init__()
+        self.linear_1 = nn.Linear(256, embedding_dim)
+        self.act = nn.SiLU()
+        self.linear_2 = nn.Linear(embedding_dim, embedding_dim)
+
+    def forward(self, timestep, hidden_dtype):
+        timesteps_proj = get_timestep_embedding(timestep, 256)
+        emb = self.linear_1(timesteps_proj.to(dtype=hidden_dtype))
+        return self.linear_2(self.act(emb))
+"""
+
+
+def test_a_parameter_naming_a_dtype_is_given_a_dtype() -> None:
+    """diffusers' ``PixArtAlphaCombinedTimestepSizeEmbeddings.forward(timestep, ...,
+    hidden_dtype)`` casts with ``.to(dtype=hidden_dtype)``: fxls guessed ``hidden_dtype`` as a
+    ``[B]`` tensor and showed a shape error hint ("to() received an invalid combination of
+    arguments"). A parameter named ``dtype`` or ``*_dtype`` (or annotated ``torch.dtype``) is
+    ``torch.float32``. Eager at batch 2 and 3: ``[B, 64]``."""
+    mod = _capture(A_DTYPE, "CombinedTimestepSizeEmbeddings")["CombinedTimestepSizeEmbeddings"]
+    assert mod.status == "traced", [d.message for d in mod.diagnostics]
+    kinds = {i.name: (i.value.kind, i.value.text) for i in mod.inputs}
+    assert kinds["hidden_dtype"][0] != "tensor", kinds
+    assert "float32" in str(kinds["hidden_dtype"][1]), kinds
+    assert _shape(mod) == ["B", 64]
+    assert not [d for d in mod.diagnostics if d.code == "FX201"]

@@ -260,16 +260,15 @@ def _paired(
     value that is a parameter of that name or a node written as that expression, else the
     entering values left over in the order they are read (a block reads ``temb`` before
     ``hidden_states`` when its first layer is a norm conditioned on ``temb``)."""
-    spelled = {
-        " ".join((n.target if n.op == "placeholder" else span_text(lines, n.span) or "").split()): n
-        for n in reversed(entering)
-    }
+    spelled = {_spelling(n, lines): n for n in reversed(entering)}
     matched = {i: spelled.get(" ".join(e.split())) for i, e in enumerate(written)}
     left = [n for n in entering if n not in matched.values()]
     out = []
     for index, expr in enumerate(written):
         if expr.startswith("*"):  # ``*args``: the values it carries, each by its name
-            out += [(_entering_name(n, lines), values_text(n.outputs)) for n in left]
+            out += [
+                (truncate(_spelling(n, lines) or n.name, 60), values_text(n.outputs)) for n in left
+            ]
             left = []
             continue
         source = matched[index] or (left.pop(0) if left else None)
@@ -277,10 +276,11 @@ def _paired(
     return out
 
 
-def _entering_name(node: NodeInfo, lines: Sequence[str]) -> str:
-    if node.op == "placeholder":
-        return truncate(str(node.target), 60)
-    return truncate(" ".join((span_text(lines, node.span) or node.name).split()), 60)
+def _spelling(node: NodeInfo, lines: Sequence[str]) -> str:
+    """How the code names a value entering a call: a parameter by its name, a node by its
+    source text (whitespace folded); "" when it has none."""
+    text = node.target if node.op == "placeholder" else span_text(lines, node.span) or ""
+    return " ".join(text.split())
 
 
 def group_view(

@@ -437,19 +437,24 @@ def _from_parent(recorded: parents.Recorded) -> build.Built:
 _POSITION = re.compile(r"^(start_pos|pos|offset|step|start|position|past_length|seqlen_offset)$")
 
 
+_STATE = re.compile(r"^(hidden|hiddens|hx|h0|h|state|states|memory|mems|carry)$")
+
+
+def _annotation(name: str, plan: InputPlan) -> Any:
+    """The annotation of ``forward``'s parameter ``name`` (``inspect.Parameter.empty``)."""
+    param = next((p for p in plan.params if p.name == name), None)
+    return param.annotation if param is not None else inspect.Parameter.empty
+
+
 def _a_dtype(name: str, plan: InputPlan) -> inputs.PlannedInput | None:
     """``torch.float32`` for a parameter that names a dtype (``dtype``, diffusers'
     ``hidden_dtype``, or annotated ``torch.dtype``): a value, never a tensor to infer."""
-    param = next((p for p in plan.params if p.name == name), None)
-    annotation = param.annotation if param is not None else inspect.Parameter.empty
-    if annotation is not torch.dtype and name != "dtype" and not name.endswith("_dtype"):
+    dtype_named = name == "dtype" or name.endswith("_dtype")
+    if not dtype_named and _annotation(name, plan) is not torch.dtype:
         return None
     return inputs.PlannedInput(
         name, "value", value=torch.float32, assumed=True, reason="its name, a dtype"
     )
-
-
-_STATE = re.compile(r"^(hidden|hiddens|hx|h0|h|state|states|memory|mems|carry)$")
 
 
 def _image_like(name: str) -> bool:
@@ -934,8 +939,7 @@ class ClassCapture:
     def _plain_value(self, name: str, plan: InputPlan) -> inputs.PlannedInput | None:
         """Inputs that are not tensors fed to a layer: a position (``start_pos`` -> 0), a count
         (``num_frames: int`` -> 1), a flag, or a recurrent state made by the module's own ``init_hidden(batch)``."""
-        param = next((p for p in plan.params if p.name == name), None)
-        annotation = param.annotation if param is not None else inspect.Parameter.empty
+        annotation = _annotation(name, plan)
         if annotation is bool:
             return inputs.PlannedInput(name, "value", value=False, assumed=True, reason="a flag")
         if annotation is dict or name.endswith("kwargs"):

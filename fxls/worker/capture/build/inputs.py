@@ -586,9 +586,10 @@ def alternatives(
     """Other plausible forms of an assumed input, tried in turn when it does not run through:
     other heights/widths for an image ``[B, C, H, W]``, sequence-first ``[T, B]`` token ids,
     features ``[B, F]`` as a sequence ``[B, T, F]`` (``sequence``: the size another input gave
-    ``T``; a ``Linear`` takes both) or as one vector ``[F]`` for the batch, then each named dimension other than the batch at each of ``sizes`` (what the shape error
-    named: token ids ``(B, T)`` at ``T`` = 16 for a model whose positional embedding has 16
-    rows; the run then fixes ``T`` to 16 and says so)."""
+    ``T``; a ``Linear`` takes both) or as one vector ``[F]`` for the batch, then each named
+    dimension other than the batch at each of ``sizes`` (what the shape error named: token
+    ids ``(B, T)`` at ``T`` = 16 for a model whose positional embedding has 16 rows; the run
+    then fixes ``T`` to 16 and says so)."""
     if not planned.assumed or planned.kind != "tensor":
         return []
 

@@ -29,12 +29,13 @@ import contextlib
 import enum
 import functools
 import os
-import types
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
+
+from fxls.worker.capture.trace import reuse
 
 COPY_ENV = "FXLS_COPY_REPEATS"
 """Set to ``0`` to run every ``__init__`` of a meta build."""
@@ -99,7 +100,7 @@ def _slotted(cls: type) -> bool:
     return any("__slots__" in vars(base) for base in cls.__mro__ if base is not object)
 
 
-_FIRST, _NEVER = object(), object()
+_NEVER = object()
 
 
 def _wrapped(cls: type, init: Any, seen: dict[Any, Any]) -> Any:
@@ -109,16 +110,17 @@ def _wrapped(cls: type, init: Any, seen: dict[Any, Any]) -> Any:
             init(self, *args, **kwargs)
             return
         key = _key(cls, args, kwargs)
+        # per key: nothing yet, the first instance, a plan to copy it, or _NEVER
         state = seen.get(key) if key is not None else _NEVER
         if isinstance(state, _Plan):
             self.__dict__.update(state.copy())
             return
         init(self, *args, **kwargs)
         if state is None:
-            seen[key] = (_FIRST, self)
-        elif isinstance(state, tuple):
+            seen[key] = self
+        elif isinstance(state, nn.Module):
             try:
-                seen[key] = _Plan(state[1], _plan(state[1], self))
+                seen[key] = _Plan(state, _plan(state, self))
             except (_Unequal, RecursionError):
                 seen[key] = _NEVER
 
@@ -142,30 +144,19 @@ def _key(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def _value(value: Any, depth: int) -> Any:
     """A hashable description of an argument: equal for arguments a build cannot tell
-    apart."""
-    if isinstance(value, _ATOMS):
-        return (type(value), value)
-    if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
-        return (type(value), str(value))
-    if isinstance(value, enum.Enum):
-        return ("enum", type(value), value.name)
-    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
-        return ("id", id(value))
+    apart (plain values as a replay's fingerprint describes them, objects by
+    :func:`_object`)."""
+    return reuse.plain(value, depth, limit=_MAX_DEPTH, other=_object)
+
+
+def _object(value: Any, depth: int) -> Any:
+    """An object (a configuration): itself, as it is now. Raises for a module, a tensor and
+    anything without plain attributes."""
     if depth >= _MAX_DEPTH or isinstance(value, (nn.Module, torch.Tensor)):
         raise _Unequal
-    if isinstance(value, (tuple, list, torch.Size)):
-        return (type(value), tuple(_value(v, depth + 1) for v in value))
-    if type(value) is dict:
-        return (
-            "dict",
-            tuple((_value(k, depth + 1), _value(v, depth + 1)) for k, v in value.items()),
-        )
-    if isinstance(value, (set, frozenset)):
-        return (type(value), frozenset(_value(v, depth + 1) for v in value))
     attributes = getattr(value, "__dict__", None)
     if type(attributes) is not dict or _slotted(type(value)):
         raise _Unequal
-    # an object (a configuration): itself, as it is now
     return ("object", id(value), _value(attributes, depth + 1))
 
 

@@ -86,8 +86,17 @@ _IGNORED = frozenset(
 )
 
 
-def _plain(value: Any, depth: int = 0) -> Any:
-    """A hashable description of a plain attribute; raises for anything that is not plain."""
+def plain(
+    value: Any,
+    depth: int = 0,
+    *,
+    limit: int = 4,
+    other: Callable[[Any, int], Any] | None = None,
+) -> Any:
+    """A hashable description of a plain value (numbers, strings, dtypes, devices, enums,
+    functions and classes by identity, and tuples, lists, sets and dicts of them, nested up
+    to ``limit``): equal for values that behave alike. Anything else is ``other(value,
+    depth)``'s description, or raises ``_Unfingerprintable`` without ``other``."""
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
         return (type(value).__name__, value)
     if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
@@ -96,13 +105,16 @@ def _plain(value: Any, depth: int = 0) -> Any:
         return ("enum", type(value), value.name)
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
         return ("id", id(value))  # the same function object behaves the same
-    if depth < 4 and isinstance(value, (tuple, list, torch.Size)):
-        return (type(value).__name__, tuple(_plain(v, depth + 1) for v in value))
-    if depth < 4 and isinstance(value, (set, frozenset)):
-        return (type(value).__name__, tuple(sorted(repr(_plain(v, depth + 1)) for v in value)))
-    if depth < 4 and isinstance(value, dict) and type(value) is dict:
-        items = [(_plain(k, depth + 1), _plain(v, depth + 1)) for k, v in value.items()]
+    inner = functools.partial(plain, limit=limit, other=other)
+    if depth < limit and isinstance(value, (tuple, list, torch.Size)):
+        return (type(value).__name__, tuple(inner(v, depth + 1) for v in value))
+    if depth < limit and isinstance(value, (set, frozenset)):
+        return (type(value).__name__, tuple(sorted(repr(inner(v, depth + 1)) for v in value)))
+    if depth < limit and isinstance(value, dict) and type(value) is dict:
+        items = [(inner(k, depth + 1), inner(v, depth + 1)) for k, v in value.items()]
         return ("dict", tuple(items))
+    if other is not None:
+        return other(value, depth)
     raise _Unfingerprintable(type(value).__name__)
 
 
@@ -127,12 +139,12 @@ def _own(module: torch.nn.Module) -> Any:
                 raise _Unfingerprintable("hook")
             continue
         kind = type(value)
-        if kind in atoms:  # what _plain gives, without the call
+        if kind in atoms:  # what plain gives, without the call
             attrs.append((name, (kind.__name__, value)))
         elif kind is tuple and all(type(v) in atoms for v in value):
             attrs.append((name, ("tuple", tuple((type(v).__name__, v) for v in value))))
         else:
-            attrs.append((name, _plain(value)))
+            attrs.append((name, plain(value)))
     params = tuple((n, _tensor(p)) for n, p in module._parameters.items())
     buffers = tuple((n, _tensor(b)) for n, b in module._buffers.items())
     return (type(module), tuple(attrs), params, buffers)
@@ -421,7 +433,7 @@ class Replayer:
                 out.append(("proxy", seen.setdefault(id(value.node), len(seen))))
                 continue
             try:
-                out.append(("value", _plain(value)))
+                out.append(("value", plain(value)))
             except _Unfingerprintable:
                 return None
         return (len(args), tuple(kwargs), tuple(out))

@@ -193,10 +193,14 @@ async def test_shapes_from_a_later_cell_errors_on_their_cell(
     _set_line(client, notebook, cells[3], 3, 2, "out = model(torch.randn(8, 4, 64, 64))")
 
     async def error_on_cell() -> list[types.Diagnostic]:
+        # each cell's diagnostics are a publication of their own: wait for both cells'
         found = [p for p in client.published if p.uri == cells[2]]  # type: ignore[attr-defined]
-        return [d for d in found[-1].diagnostics if d.severity == 1] if found else []
+        ran = [p for p in client.published if p.uri == cells[3]]  # type: ignore[attr-defined]
+        if not found or not ran or not ran[-1].diagnostics:
+            return []
+        return [d for d in found[-1].diagnostics if d.severity == 1]
 
-    errors = await _until(error_on_cell, "a shape error published on the class's cell")
+    errors = await _until(error_on_cell, "a shape error published on both cells")
     assert any(d.range.start.line == 7 for d in errors), [(d.range, d.message) for d in errors]
     calling = [p for p in client.published if p.uri == cells[3]]  # type: ignore[attr-defined]
     assert calling and [d.range.start.line for d in calling[-1].diagnostics] == [2], calling[-1]

@@ -555,7 +555,7 @@ async def analyze(
         result.duration_s = time.monotonic() - started
         return result
 
-    classes = [c for c in parsed.classes if only is None or c.name in only]
+    classes = _with_their_users(text, parsed.classes, only)
     diagnostics = list(parsed.diagnostics)
     if classes or is_rules_file(path, options):
         requests = build_requests(classes, request.extra_inputs, request.init_override)
@@ -572,9 +572,27 @@ async def analyze(
             await _incremental(run, cache, context)
         else:
             await _capture(run)
+    if only is not None:
+        result.modules = [m for m in result.modules if m.name in only]
     result.diagnostics = dedupe(diagnostics + [d for m in result.modules for d in m.diagnostics])
     result.duration_s = time.monotonic() - started
     return result
+
+
+def _with_their_users(
+    text: str, classes: list[ClassInfo], only: list[str] | None
+) -> list[ClassInfo]:
+    """The classes to capture for the ``only`` ones: with the classes captured together with
+    them (their unit, :func:`fxls.engine.incremental.units_of`), so that a block its parents
+    build is captured from their instance, as in a capture of the whole file (alone, it gets
+    a guessed configuration). All classes when ``only`` is None or the units cannot be read."""
+    if only is None:
+        return classes
+    units = incremental.units_of(text, build_requests(classes), "")
+    if units is None:
+        return classes
+    mates = {name for unit in units if set(unit.classes) & set(only) for name in unit.classes}
+    return [c for c in classes if c.name in mates or c.name in only]
 
 
 PREVIEW_LIMIT_S = 5.0

@@ -289,3 +289,38 @@ def test_a_block_of_another_file_shows_what_its_layers_read() -> None:
     assert rows["resnets.0.norm1.linear"] == "Linear(input=temb)", done.stdout
     assert rows["resnets.0.conv1"] == "Conv2d(input=GELU(…))", done.stdout
     assert rows["resnets.0.norm1"].startswith("getitem(a=Linear(…)"), done.stdout
+
+
+ONE_CLASS = ("--timeout", "30", "--class", "CLIPAttention")
+
+
+def test_one_class_of_a_file_is_captured_from_the_parents_that_build_it() -> None:
+    """``fxls check --class CLIPAttention``: the block is captured together with the classes
+    that build and call it, as in a check of the whole file, and only it is reported (alone,
+    it was built with a guessed configuration and failed with FX401, an error on released
+    code)."""
+    path = PACKAGES["transformers"] / "models/clip/modeling_clip.py"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fxls",
+            "check",
+            "--json",
+            "--no-compile-check",
+            *ONE_CLASS,
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    document = json.loads(done.stdout)
+    (attention,) = document["modules"]
+    assert attention["class"] == "CLIPAttention", document["modules"]
+    assert attention["status"] == "traced", attention["diagnostics"]
+    whole = {m["class"]: m for m in _check(path)[0]["modules"]}["CLIPAttention"]
+    assert attention["inputs"] == whole["inputs"], (attention["inputs"], whole["inputs"])
+    assert attention["outputs"] == whole["outputs"]
+    assert attention["outputs"][0]["shape"] == ["B", 50, 768], attention["outputs"]

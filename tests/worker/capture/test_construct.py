@@ -98,6 +98,65 @@ class Model(nn.Module):
     assert not [d for d in block.diagnostics if d.code in ("FX401", "FX402", "FX408")]
 
 
+FLATTENED = """
+@dataclass
+class Config:
+    n_embd: int = 48
+    experts: int = 4
+    vocab: int = 100
+
+class Router(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.gate = nn.Linear(config.n_embd, config.experts)
+
+    def forward(self, tokens):
+        return self.gate(tokens).softmax(-1).topk(2, dim=-1)
+
+class Moe(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.emb = nn.Embedding(config.vocab, config.n_embd)
+        self.router = Router(config)
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        b, t, c = x.shape
+        weights, chosen = self.router(x.reshape(b * t, c))
+        return weights.view(b, t, 2)
+"""
+
+
+FIXING = "        x = x + torch.zeros(len(range(b)), len(range(t)), c)\n"
+"""A line that makes the parent's run fix ``B`` and ``T`` to their example sizes (``range``
+needs numbers): the block's input gets its names back from a run at other sizes."""
+
+
+@pytest.mark.parametrize("fixing", ["", FIXING], ids=["symbolic", "fixed"])
+def test_a_block_called_on_flattened_tokens_shows_their_product(fixing: str) -> None:
+    """A parent that flattens its batch of sequences before calling a block (a mixture of
+    experts' router): the block gets ``[B*T, 48]``, not the number the example sizes make (it
+    showed ``[6, 48]``, a size that is wrong at any other batch). Checked against eager runs
+    at two sizes: the router's input is ``batch × length`` tokens each time."""
+    source = FLATTENED.replace(
+        "        b, t, c = x.shape\n", "        b, t, c = x.shape\n" + fixing
+    )
+    mods = _capture(HEADER + source, "Router", "Moe")
+    router = mods["Router"]
+    assert router.inputs[0].value.shape == ["B*T", 48], router.inputs
+    assert [o.shape for o in router.outputs] == [["B*T", 2], ["B*T", 2]], router.outputs
+    assert mods["Moe"].outputs[0].shape == ["B", "T", 2]
+    import torch
+
+    space: dict[str, Any] = {}
+    exec(compile(HEADER + source, "<flattened>", "exec"), space)
+    model, seen = space["Moe"](space["Config"]()), []
+    model.router.register_forward_hook(lambda m, args, out: seen.append(args[0].shape))
+    for batch, length in ((2, 5), (3, 7)):
+        model(torch.zeros(batch, length, dtype=torch.long))
+        assert seen[-1] == (batch * length, 48)
+
+
 def test_required_arguments_are_assumed_and_said() -> None:
     mods = _capture(
         HEADER

@@ -290,6 +290,22 @@ def shape(prop: Propagation, node: str, index: int = 0) -> list[int | str] | Non
     return prop.values[node][index].shape
 
 
+class _Halves(nn.Module):
+    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return tokens.repeat(2, 1), tokens.new_zeros(48 // tokens.shape[0])
+
+
+def test_a_dimension_named_by_a_product_keeps_it_whole_in_expressions() -> None:
+    """A block a parent calls on flattened tokens gets a dimension named ``B*T``; in an
+    expression the product stays one factor (``2*(B*T)``, ``48//(B*T)``; ``48//B*T`` would
+    read as another size)."""
+    prop = propagate(trace(_Halves()), [tensor("tokens", ("B*T", 6), (None, 48))])
+    assert prop.error is None
+    assert shape(prop, "tokens") == ["B*T", 48]
+    assert shape(prop, "repeat") == ["2*(B*T)", 48]
+    assert shape(prop, "new_zeros") == ["48//(B*T)"]
+
+
 def test_gpt_attention_names() -> None:
     gm = trace(build(lambda: CausalSelfAttention(768, 12, 1024), "meta"))
     prop = propagate(gm, [tensor("x", ("B", 2), ("T", 128), (None, 768))])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,14 +135,25 @@ def _renamed(
             theirs = second.inputs.get(param)
             if planned.kind != "tensor" or theirs is None or len(theirs.dims) != len(planned.dims):
                 continue
-            dims = []
-            for (name, size), (_, size2) in zip(planned.dims, theirs.dims):
-                if name is None:
-                    matches = [n for n in fixed if fixed[n] == size and other[n] == size2]
-                    if len(matches) == 1:
-                        name = matches[0]
-                dims.append((name, size))
-            planned.dims = dims
+            planned.dims = [
+                (name or _fixed_name(fixed, other, size, size2), size)
+                for (name, size), (_, size2) in zip(planned.dims, theirs.dims)
+            ]
+
+
+def _fixed_name(fixed: dict[str, int], other: dict[str, int], size: int, size2: int) -> str | None:
+    """The one name (or else the one product of two names, ``B*T``) whose sizes in the two
+    runs are ``size`` and ``size2``; None when there is none or more than one."""
+    matches = [n for n in fixed if fixed[n] == size and other[n] == size2]
+    if not matches:
+        ordered = sorted(fixed)
+        matches = [
+            f"{a}*{b}"
+            for i, a in enumerate(ordered)
+            for b in ordered[i + 1 :]
+            if fixed[a] * fixed[b] == size and other[a] * other[b] == size2
+        ]
+    return matches[0] if len(matches) == 1 else None
 
 
 Calls = dict[type, list[tuple[nn.Module, tuple[Any, ...], dict[str, Any]]]]
@@ -258,10 +269,17 @@ def _dim(d: Any, namer: Any) -> tuple[str | None, int]:
         hint = d.node.hint
         size = int(hint) if hint is not None else 2
         shown = namer.dim(d)
-        if isinstance(shown, str) and shown.isidentifier() and shown in namer.names.values():
+        if isinstance(shown, str) and _of_names(shown, namer.names.values()):
             return shown, size
         return None, size
     return None, int(d)
+
+
+def _of_names(shown: str, names: Iterable[str]) -> bool:
+    """Whether a dimension shown as ``shown`` is one of ``names`` or a product of them
+    (``B*T``: the tokens of a batch of sequences, flattened before a block is called)."""
+    known = set(names)
+    return all(part.isidentifier() and part in known for part in shown.split("*"))
 
 
 _UNPORTABLE = object()

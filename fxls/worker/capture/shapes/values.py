@@ -49,6 +49,8 @@ class Namer:
                 raw = str(sym)
                 # unbacked symbols (data-dependent values, after nonzero or .item()) print as "?"
                 name = "?" if raw.startswith(("u", "zuf", "zf")) else raw
+            elif not name.isidentifier() and expr != sym:
+                name = f"({name})"  # a product a parent passed (``B*T``) inside an expression
             # the symbol's own class (sympy's Symbol, via torch: no import of sympy here)
             mapping[sym] = type(sym)(name, integer=True, positive=True)
         return tidy(str(expr.xreplace(mapping)))

@@ -719,7 +719,11 @@ def _mark_examples(view: CallView, nodes: Sequence[NodeInfo], module: ModuleResu
 def _run_view(
     nodes: Sequence[NodeInfo], module: ModuleResult, lines: Sequence[str], span: Span
 ) -> CallView:
-    """The view of one run of the code at ``span``."""
+    """The view of one run of the code at ``span``. A parameter read that took its user's
+    span (an attribute node made lazily, when the call used it) is that call's argument, not
+    a step of its own: the call's view shows it as such, as where the read has its own span."""
+    reads = [n for n in nodes if n.op == "get_attr" and any(n.name in m.inputs for m in nodes)]
+    nodes = [n for n in nodes if n not in reads] or nodes
     if len(nodes) == 1 and nodes[0].span in (span, None):
         return node_view(nodes[0], module, lines, span)
     if len(nodes) == 1:  # the one node of a helper, hovered where forward calls it

@@ -347,6 +347,37 @@ def test_a_helper_called_from_two_lines_shows_the_first_call() -> None:
 
 
 # ---------------------------------------------------------------------------------------
+# 4. A weight read where a call uses it
+# ---------------------------------------------------------------------------------------
+
+LAZY = "lazy_weight.py"
+
+
+def test_a_weight_read_where_the_call_uses_it_is_the_calls_argument() -> None:
+    """``Model`` is captured by a run on fake tensors, where ``self.weight`` is read at the
+    ``F.linear`` call and takes its span: the hover of that call shows the weight as the
+    call's argument in every class, so the runs agree (it said "1 other differs" and showed
+    no shape for the weight in ``Model``'s run). The shapes are eager's at two sizes."""
+    mods = _capture(LAZY)
+    assert mods["Model"].strategy.method == "fake-run"
+    lines = _lines(LAZY)
+    line = _line(LAZY, "logits = F.linear(")
+    col = lines[line - 1].index("linear") + 1
+    for scope in (list(mods.values()), [mods["Model"]]):
+        text = hover.hover_text(scope, lines, line, col, style="block")
+        assert text is not None
+        assert "differ" not in text.markdown, text.markdown
+        assert "weight" in text.markdown and "[4, 32] float32" in text.markdown, text.markdown
+        assert "[B*T, 4] float32" in text.markdown, text.markdown
+    fixture, seen = _load(LAZY), []
+    model = fixture.Model()
+    model.layers[1].gate.register_forward_hook(lambda m, a, out: seen.append(out.shape))
+    for sizes in SIZES:
+        model(torch.zeros(sizes["B"], sizes["T"], dtype=torch.long))
+        assert list(seen[-1]) == [sizes["B"] * sizes["T"], 4]
+
+
+# ---------------------------------------------------------------------------------------
 # Through the real worker (zygote, fork, sandbox)
 # ---------------------------------------------------------------------------------------
 

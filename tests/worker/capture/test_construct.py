@@ -157,6 +157,54 @@ def test_a_block_called_on_flattened_tokens_shows_their_product(fixing: str) -> 
         assert seen[-1] == (batch * length, 48)
 
 
+WINDOWS = """
+class Inner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, windows):
+        return self.conv(windows)
+
+class Windows(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 1)
+        self.inner = Inner()
+
+    def forward(self, x):
+        x = self.stem(x)
+        b, c, h, w = x.shape
+        parts = x.view(b, c, 2, h // 2, 2, w // 2).permute(0, 2, 4, 1, 3, 5)
+        return self.inner(parts.reshape(b * 4, c, h // 2, w // 2))
+"""
+
+
+@pytest.mark.parametrize(
+    "fixing", ["", "        x = x[: len(range(b))]\n"], ids=["symbolic", "fixed"]
+)
+def test_a_block_called_on_the_windows_of_a_batch_shows_a_multiple_of_it(fixing: str) -> None:
+    """A parent that cuts each image into 4 windows and calls a block on all of them (Swin's
+    window attention): the block gets ``[4*B, ...]``, not 8 (eager: 4 × the batch at 2 and 3)."""
+    source = WINDOWS.replace(
+        "        b, c, h, w = x.shape\n", "        b, c, h, w = x.shape\n" + fixing
+    )
+    mods = _capture(HEADER + source, "Inner", "Windows")
+    inner = mods["Inner"]
+    (shape,) = [i.value.shape for i in inner.inputs]
+    assert shape is not None and shape[0] == "4*B" and shape[1] == 8, inner.inputs
+    assert inner.outputs[0].shape == shape
+    import torch
+
+    space: dict[str, Any] = {}
+    exec(compile(HEADER + source, "<windows>", "exec"), space)
+    model, seen = space["Windows"](), []
+    model.inner.register_forward_hook(lambda m, args, out: seen.append(args[0].shape))
+    for batch in (2, 3):
+        model(torch.zeros(batch, 3, 32, 32))
+        assert seen[-1][0] == 4 * batch
+
+
 def test_required_arguments_are_assumed_and_said() -> None:
     mods = _capture(
         HEADER

@@ -142,17 +142,25 @@ def _renamed(
 
 
 def _fixed_name(fixed: dict[str, int], other: dict[str, int], size: int, size2: int) -> str | None:
-    """The one name (or else the one product of two names, ``B*T``) whose sizes in the two
-    runs are ``size`` and ``size2``; None when there is none or more than one."""
+    """The one name whose sizes in the two runs are ``size`` and ``size2``, or else the one
+    product of two names (``B*T``), or else of a name and a whole number (``64*B``: the
+    windows of a batch); None when there is none or more than one."""
     matches = [n for n in fixed if fixed[n] == size and other[n] == size2]
+    ordered = sorted(fixed)
     if not matches:
-        ordered = sorted(fixed)
         matches = [
             f"{a}*{b}"
             for i, a in enumerate(ordered)
             for b in ordered[i + 1 :]
             if fixed[a] * fixed[b] == size and other[a] * other[b] == size2
         ]
+    if not matches:
+        matches = [
+            f"{size // fixed[n]}*{n}"
+            for n in ordered
+            if fixed[n] > 0 and size % fixed[n] == 0 and size > fixed[n]
+            and other[n] * (size // fixed[n]) == size2
+        ]  # fmt: skip
     return matches[0] if len(matches) == 1 else None
 
 
@@ -276,10 +284,14 @@ def _dim(d: Any, namer: Any) -> tuple[str | None, int]:
 
 
 def _of_names(shown: str, names: Iterable[str]) -> bool:
-    """Whether a dimension shown as ``shown`` is one of ``names`` or a product of them
-    (``B*T``: the tokens of a batch of sequences, flattened before a block is called)."""
+    """Whether a dimension shown as ``shown`` is one of ``names`` or a product of them and
+    whole numbers (``B*T``: the tokens of a batch of sequences flattened before a block is
+    called; ``64*B``: the windows of a batch of images)."""
     known = set(names)
-    return all(part.isidentifier() and part in known for part in shown.split("*"))
+    parts = shown.split("*")
+    return any(p in known for p in parts) and all(
+        (p.isidentifier() and p in known) or (p.isdecimal() and len(p) < 7) for p in parts
+    )
 
 
 _UNPORTABLE = object()

@@ -73,6 +73,19 @@ def _check(path: Path) -> list[dict]:
     return [_checked()[str(path)]]
 
 
+def _one_class(path: Path, cls: str, *options: str) -> str:
+    """What ``fxls check --class cls`` prints for ``path`` (no compile check)."""
+    check = [sys.executable, "-m", "fxls", "check", "--no-compile-check", "--timeout", "30"]
+    done = subprocess.run(
+        [*check, "--class", cls, *options, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    return done.stdout
+
+
 @pytest.mark.parametrize("rel", sorted(SHAPED_AT_LEAST))
 def test_library_model_files_run_as_their_modules(rel: str) -> None:
     package, _, inner = rel.partition("/")
@@ -198,7 +211,8 @@ def test_swin_keeps_its_window_and_its_stages_take_their_sizes() -> None:
     ]  # fmt: skip
     assert [o["shape"] for o in stage["outputs"]][:2] == [["B", 784, 192], ["B", 192, 28, 28]]
     attention = modules["SwinAttention"]
-    assert attention["inputs"][0]["shape"] == [128, 49, 96], attention["inputs"]
+    # the windows of a batch: 64 per image (it showed 128, the number at the example batch)
+    assert attention["inputs"][0]["shape"] == ["64*B", 49, 96], attention["inputs"]
     assert modules["SwinForImageClassification"]["outputs"][0]["shape"] == ["B", 2]
 
 
@@ -219,7 +233,7 @@ def test_mixtrals_experts_get_the_cpu_kernels_shapes() -> None:
     asks for bfloat16 as the CUDA kernel does; the CPU kernel takes float32. fxls showed
     "Expected inputs of BF16 type" at ``self.experts(...)`` and 4 of 12 classes with shapes.
     Eager at batch 2 and 3 (a small configuration, float32 on the CPU): the block's output
-    ``(B, T, hidden)``, the head's ``(B, T, vocabulary)``."""
+    ``(B, T, hidden)``, the head's ``(B, T, vocabulary)``, the router's ``(B·T, experts)``."""
     documents = _check(PACKAGES["transformers"] / "models/mixtral/modeling_mixtral.py")
     modules = {m["class"]: m for d in documents for m in d["modules"]}
     block = modules["MixtralSparseMoeBlock"]
@@ -228,6 +242,10 @@ def test_mixtrals_experts_get_the_cpu_kernels_shapes() -> None:
     messages = [x["message"] for m in modules.values() for x in m["diagnostics"]]
     assert not [t for t in messages if "BF16" in t], messages
     assert modules["MixtralForCausalLM"]["outputs"][0]["shape"] == ["B", "T", 32000]
+    # the router is called on the flattened tokens: B*T of them (it showed 6, the example's)
+    router = modules["MixtralTopKRouter"]
+    assert router["inputs"][0]["shape"] == ["B*T", 4096], router["inputs"]
+    assert [o["shape"] for o in router["outputs"]] == [["B*T", 8], ["B*T", 2], ["B*T", 2]]
 
 
 def test_attention_processors_are_skipped_as_called_through_call() -> None:
@@ -265,33 +283,15 @@ def test_a_block_of_another_file_shows_what_its_layers_read() -> None:
     what it reads (the norm's ``Linear`` reads ``temb``, ``conv1`` the activation before it),
     not the call's arguments as written."""
     path = PACKAGES["diffusers"] / "models/unets/unet_2d_blocks.py"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fxls",
-            "check",
-            "--class",
-            "KDownBlock2D",
-            "--no-compile-check",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
+    stdout = _one_class(path, "KDownBlock2D")
     rows = {}
-    for line in done.stdout.splitlines():
+    for line in stdout.splitlines():
         parts = line.split()
         if len(parts) > 3 and parts[1].startswith("resnets.0."):
             rows.setdefault(parts[1], parts[3])
-    assert rows["resnets.0.norm1.linear"] == "Linear(input=temb)", done.stdout
-    assert rows["resnets.0.conv1"] == "Conv2d(input=GELU(…))", done.stdout
-    assert rows["resnets.0.norm1"].startswith("getitem(a=Linear(…)"), done.stdout
-
-
-ONE_CLASS = ("--timeout", "30", "--class", "CLIPAttention")
+    assert rows["resnets.0.norm1.linear"] == "Linear(input=temb)", stdout
+    assert rows["resnets.0.conv1"] == "Conv2d(input=GELU(…))", stdout
+    assert rows["resnets.0.norm1"].startswith("getitem(a=Linear(…)"), stdout
 
 
 def test_one_class_of_a_file_is_captured_from_the_parents_that_build_it() -> None:
@@ -300,23 +300,7 @@ def test_one_class_of_a_file_is_captured_from_the_parents_that_build_it() -> Non
     it was built with a guessed configuration and failed with FX401, an error on released
     code)."""
     path = PACKAGES["transformers"] / "models/clip/modeling_clip.py"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fxls",
-            "check",
-            "--json",
-            "--no-compile-check",
-            *ONE_CLASS,
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
-    document = json.loads(done.stdout)
+    document = json.loads(_one_class(path, "CLIPAttention", "--json"))
     (attention,) = document["modules"]
     assert attention["class"] == "CLIPAttention", document["modules"]
     assert attention["status"] == "traced", attention["diagnostics"]

@@ -58,14 +58,7 @@ def _checked() -> dict[str, dict]:
     is shown, not how fast: the CPU limit per job is 30 s instead of 10, so a test machine
     busy with other suites does not decide which classes get their shapes."""
     paths = [str(PACKAGES[rel.partition("/")[0]] / rel.partition("/")[2]) for rel in FILES]
-    done = subprocess.run(
-        [sys.executable, "-m", "fxls", "check", "--json", "--timeout", "30", *paths],
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        stdin=subprocess.DEVNULL,
-    )
-    report = json.loads(done.stdout)
+    report = json.loads(_fxls_check("--json", *paths, timeout=1500))
     return {d["file"]: d for d in report}
 
 
@@ -75,12 +68,16 @@ def _check(path: Path) -> list[dict]:
 
 def _one_class(path: Path, cls: str, *options: str) -> str:
     """What ``fxls check --class cls`` prints for ``path`` (no compile check)."""
-    check = [sys.executable, "-m", "fxls", "check", "--no-compile-check", "--timeout", "30"]
+    return _fxls_check("--no-compile-check", "--class", cls, *options, str(path), timeout=600)
+
+
+def _fxls_check(*args: str, timeout: float) -> str:
+    """What ``fxls check`` prints with ``args``, at a CPU limit of 30 s per job."""
     done = subprocess.run(
-        [*check, "--class", cls, *options, str(path)],
+        [sys.executable, "-m", "fxls", "check", "--timeout", "30", *args],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
     return done.stdout

@@ -435,8 +435,6 @@ def _from_parent(recorded: parents.Recorded) -> build.Built:
 
 
 _POSITION = re.compile(r"^(start_pos|pos|offset|step|start|position|past_length|seqlen_offset)$")
-
-
 _STATE = re.compile(r"^(hidden|hiddens|hx|h0|h|state|states|memory|mems|carry)$")
 
 

@@ -98,6 +98,28 @@ class Model(nn.Module):
     assert not [d for d in block.diagnostics if d.code in ("FX401", "FX402", "FX408")]
 
 
+FIXING_HERE = "        # fixing\n"
+"""Where a test puts a line that makes the parent's run fix its names."""
+
+
+def _eager_inputs(
+    source: str, build: Any, child: str, sizes: list[tuple[int, ...]], *, tokens: bool = False
+) -> list[tuple[int, ...]]:
+    """The size of the first argument the submodule ``child`` gets when the module ``build``
+    makes of ``source`` runs eagerly on zeros of each of ``sizes`` (token ids when ``tokens``)."""
+    import torch
+
+    space: dict[str, Any] = {}
+    exec(compile(HEADER + source, "<test>", "exec"), space)
+    model, seen = build(space), []
+    getattr(model, child).register_forward_hook(
+        lambda m, args, out: seen.append(tuple(args[0].shape))
+    )
+    for size in sizes:
+        model(torch.zeros(size, dtype=torch.long if tokens else torch.float32))
+    return seen
+
+
 FLATTENED = """
 @dataclass
 class Config:
@@ -122,6 +144,7 @@ class Moe(nn.Module):
     def forward(self, idx):
         x = self.emb(idx)
         b, t, c = x.shape
+        # fixing
         weights, chosen = self.router(x.reshape(b * t, c))
         return weights.view(b, t, 2)
 """
@@ -138,23 +161,17 @@ def test_a_block_called_on_flattened_tokens_shows_their_product(fixing: str) -> 
     experts' router): the block gets ``[B*T, 48]``, not the number the example sizes make (it
     showed ``[6, 48]``, a size that is wrong at any other batch). Checked against eager runs
     at two sizes: the router's input is ``batch × length`` tokens each time."""
-    source = FLATTENED.replace(
-        "        b, t, c = x.shape\n", "        b, t, c = x.shape\n" + fixing
-    )
+    source = FLATTENED.replace(FIXING_HERE, fixing)
     mods = _capture(HEADER + source, "Router", "Moe")
     router = mods["Router"]
     assert router.inputs[0].value.shape == ["B*T", 48], router.inputs
     assert [o.shape for o in router.outputs] == [["B*T", 2], ["B*T", 2]], router.outputs
     assert mods["Moe"].outputs[0].shape == ["B", "T", 2]
-    import torch
-
-    space: dict[str, Any] = {}
-    exec(compile(HEADER + source, "<flattened>", "exec"), space)
-    model, seen = space["Moe"](space["Config"]()), []
-    model.router.register_forward_hook(lambda m, args, out: seen.append(args[0].shape))
-    for batch, length in ((2, 5), (3, 7)):
-        model(torch.zeros(batch, length, dtype=torch.long))
-        assert seen[-1] == (batch * length, 48)
+    seen = _eager_inputs(
+        source, lambda space: space["Moe"](space["Config"]()), "router", [(2, 5), (3, 7)],
+        tokens=True,
+    )  # fmt: skip
+    assert seen == [(10, 48), (21, 48)]
 
 
 WINDOWS = """
@@ -175,6 +192,7 @@ class Windows(nn.Module):
     def forward(self, x):
         x = self.stem(x)
         b, c, h, w = x.shape
+        # fixing
         parts = x.view(b, c, 2, h // 2, 2, w // 2).permute(0, 2, 4, 1, 3, 5)
         return self.inner(parts.reshape(b * 4, c, h // 2, w // 2))
 """
@@ -186,23 +204,16 @@ class Windows(nn.Module):
 def test_a_block_called_on_the_windows_of_a_batch_shows_a_multiple_of_it(fixing: str) -> None:
     """A parent that cuts each image into 4 windows and calls a block on all of them (Swin's
     window attention): the block gets ``[4*B, ...]``, not 8 (eager: 4 × the batch at 2 and 3)."""
-    source = WINDOWS.replace(
-        "        b, c, h, w = x.shape\n", "        b, c, h, w = x.shape\n" + fixing
-    )
+    source = WINDOWS.replace(FIXING_HERE, fixing)
     mods = _capture(HEADER + source, "Inner", "Windows")
     inner = mods["Inner"]
     (shape,) = [i.value.shape for i in inner.inputs]
     assert shape is not None and shape[0] == "4*B" and shape[1] == 8, inner.inputs
     assert inner.outputs[0].shape == shape
-    import torch
-
-    space: dict[str, Any] = {}
-    exec(compile(HEADER + source, "<windows>", "exec"), space)
-    model, seen = space["Windows"](), []
-    model.inner.register_forward_hook(lambda m, args, out: seen.append(args[0].shape))
-    for batch in (2, 3):
-        model(torch.zeros(batch, 3, 32, 32))
-        assert seen[-1][0] == 4 * batch
+    seen = _eager_inputs(
+        source, lambda space: space["Windows"](), "inner", [(2, 3, 32, 32), (3, 3, 32, 32)]
+    )
+    assert [size[0] for size in seen] == [8, 12]
 
 
 def test_required_arguments_are_assumed_and_said() -> None:

@@ -972,7 +972,9 @@ def _limit_tasks() -> None:
 
 
 def _set_rlimits(limits: Limits, in_cgroup: bool) -> None:
-    cpu = max(1, math.ceil(limits.cpu_s))
+    # the limit counts the whole process: a spare child's CPU before its job is not the job's
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = max(1, math.ceil(limits.cpu_s) + round(used.ru_utime + used.ru_stime))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 2))
     mem = _vm_size_bytes() + limits.memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import secrets
+import select
 import selectors
 import signal
 import sys
@@ -249,6 +250,10 @@ class ForkSpawner:
         signal.set_wakeup_fd(-1)  # the zygote's wake-up pipe is not this process's
         with contextlib.suppress(sandbox.SandboxError):  # no filter for this machine
             ends.seccomp = {d: sandbox.seccomp_program(deny_memfd=d) for d in (True, False)}
+        if os.environ.get(SPARE_WARM_ENV) != "0" and not _readable(request_r):
+            from fxls.worker.process import warmup
+
+            warmup.warm_spare()
         chunks = []
         while chunk := os.read(request_r, 1 << 20):
             chunks.append(chunk)
@@ -269,6 +274,11 @@ class ForkSpawner:
 
     def spare_pid(self) -> int | None:
         return self.spare.pid if self.spare is not None else None
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has something to read now (a job already sent to the spare)."""
+    return bool(select.select([fd], [], [], 0)[0])
 
 
 def _end_spare(spare: _Spare) -> None:
@@ -468,6 +478,10 @@ PREVIEW_WAIT_S = 0.5
 SPARE_ENV = "FXLS_SPARE_CHILD"
 """``0`` in the worker's environment: every job's child is forked when the job comes (no spare
 child forked ahead, see ``ForkSpawner``)."""
+
+SPARE_WARM_ENV = "FXLS_SPARE_WARM"
+"""``0`` in the worker's environment: the spare child waits for its job without the small
+capture that makes its memory its own first (``warmup.warm_spare``)."""
 
 IDLE_AFTER_S = 0.25
 """Idle work (the rest of the warm-up) runs while jobs run (their children work on the other

@@ -1605,6 +1605,59 @@ async def test_no_child_is_forked_ahead_when_turned_off(tmp_path: Path) -> None:
         await worker.close()
 
 
+def _without_timings(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if k != "timings"}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+async def test_the_spare_warms_its_own_memory_before_its_job(tmp_path: Path) -> None:
+    # the child forked ahead runs one small capture while it waits (warmup.warm_spare), so its
+    # job does not pay for the first touches of the zygote's memory: the job starts with that
+    # CPU time spent, outside the job's CPU limit, and captures what a child that did not
+    # warm captures
+    from fxls.analysis import parse
+    from fxls.engine.analyze import EngineOptions, build_requests, capture_job
+
+    probe = import_job(
+        "import resource\nu = resource.getrusage(resource.RUSAGE_SELF)\n"
+        "print(u.ru_utime + u.ru_stime, resource.getrlimit(resource.RLIMIT_CPU)[0])"
+    )
+    example = HERE.parents[2] / "docs" / "examples" / "gpt.py"
+    text = example.read_text()
+    model = capture_job(str(example), text, build_requests(parse(text).classes), EngineOptions())
+    seen: dict[str, tuple[float, int, object]] = {}
+    for warm in ("1", "0"):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(zygote.SPARE_WARM_ENV, warm)
+            worker = WorkerClient(scratch_dir=str(tmp_path / warm))
+        await worker.start()
+        try:
+            zygote_pid = worker.pid
+            assert zygote_pid is not None
+            one_spare = lambda pid=zygote_pid: len(zygote_children(pid)) == 1  # noqa: E731
+            assert await wait_until(one_spare, 120)
+            await asyncio.sleep(1.0)  # the spare's capture is done
+            result = await worker.run(probe)
+            assert result.kind == "ok", result
+            used, soft = result.output_head.split()
+            assert await wait_until(one_spare, 10)
+            await asyncio.sleep(1.0)
+            captured = await worker.run(model)
+            assert captured.kind == "ok" and captured.payload is not None, captured
+            payload = to_dict(captured.payload)
+            assert [m["status"] for m in payload["modules"]] == ["traced"] * len(model.classes)
+            seen[warm] = (float(used), int(soft), _without_timings(payload))
+        finally:
+            await worker.close()
+    (warm_used, warm_limit, warm_result), (cold_used, cold_limit, cold_result) = seen.values()
+    assert warm_used > cold_used + 0.01, seen
+    assert warm_limit == Limits().cpu_s + round(warm_used) and cold_limit == Limits().cpu_s
+    assert warm_result == cold_result
+
+
 async def test_start_failure_is_reported(tmp_path: Path) -> None:
     fake = tmp_path / "torch"
     fake.mkdir()

@@ -2,7 +2,8 @@
 
 Like the worker: this process imports torch and runs the zygote's whole warm-up once (what
 the zygote has done once it was idle for a moment), then forks one
-child per capture, so every capture starts with the caches a job child starts with (a capture
+child per capture, which runs the small capture a child forked ahead runs before its job
+(``FXLS_SPARE_WARM=0``: not), so every capture starts with the caches a job child starts with (a capture
 repeated in one process runs several times faster: fake tensor and sympy caches stay warm).
 Per model (bench/models/, the root class only, as engine_bench.py captures it), with identical
 sub-blocks traced once and without, it prints the median over the runs of each step the
@@ -91,6 +92,10 @@ def in_child(work: Callable[[int], None]) -> Any:
     if pid == 0:
         os.close(read)
         try:
+            if os.environ.get("FXLS_SPARE_WARM") != "0":  # as the worker's child forked ahead
+                from fxls.worker.process.warmup import warm_spare
+
+                warm_spare()
             work(write)
         finally:
             os._exit(0)

@@ -766,6 +766,34 @@ def MLPMixer(*, dim, depth):
     assert stem.constructed.assumed["fn"] != "nn.Identity()", stem.constructed
 
 
+def test_a_wrapped_module_annotated_as_any_module_wraps_an_identity() -> None:
+    """``LayerScale(fn: Module, dim)`` (as in x-transformers): the annotation says only that
+    ``fn`` is a module, so it wraps ``nn.Identity()`` as an unannotated one does; the class
+    failed with "fxls found no way to call its constructor"."""
+    mods = _capture(
+        HEADER
+        + """
+from torch.nn import Module
+
+class LayerScale(Module):
+    def __init__(self, fn: Module, dim, init_value=0.0):
+        super().__init__()
+        self.fn = fn
+        self.gamma = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x, **kwargs):
+        return self.fn(x, **kwargs) * self.gamma
+""",
+        "LayerScale",
+    )
+    scale = mods["LayerScale"]
+    assert scale.constructed is not None and scale.constructed.assumed == {
+        "fn": "nn.Identity()", "dim": "64"
+    }, scale.constructed  # fmt: skip
+    # what ``x`` is, nothing says (an identity times a vector of 64): asked for, not guessed
+    assert [d.code for d in scale.diagnostics if d.code.startswith("FX40")] == ["FX408", "FX402"]
+
+
 ADA_NORM_BLOCK = """
 import torch
 import torch.nn.functional as F

@@ -635,7 +635,7 @@ def _assumed(
             options.append([(c.value, c.text, c.init_text) for c in configs])
             continue
         annotation = annotations.get(p.name, p.empty)
-        if annotation is p.empty and p.name in wrapped:
+        if p.name in wrapped and _unwrap_optional(annotation) in (p.empty, nn.Module):
             identity = _identity_text(doc)
             options.append([(nn.Identity(), identity, identity)])
             continue
@@ -668,7 +668,8 @@ def _values(doc: ExecutedDocument, cls: type, name: str, annotation: Any, groups
 def _wrapped_modules(cls: type) -> set[str]:
     """The parameters ``cls`` keeps as an attribute that another method calls (``self.fn = fn``
     in ``__init__``, ``self.fn(self.norm(x)) + x`` in ``forward``): wrapped modules, as in
-    ``PreNorm(dim, fn)``, given ``nn.Identity()`` when nothing in the file says what they wrap."""
+    ``PreNorm(dim, fn)``, given ``nn.Identity()`` when nothing in the file says what they wrap
+    and their annotation, if any, is ``nn.Module`` (``LayerScale(fn: Module, dim)``)."""
     try:
         tree = ast.parse(_dedent(inspect.getsource(cls)))
     except (OSError, TypeError, SyntaxError):

@@ -668,3 +668,27 @@ def test_each_input_says_where_it_came_from() -> None:
     assert "None (the default)" in inner
     assert "[B, 16] float32 (declared)" in class_markdown(mods["Outer"])
     assert "[B, 8] float32 (assumed)" in class_markdown(mods["Alone"])
+
+
+def test_a_traced_value_asked_callable_first_is_not_called() -> None:
+    # torch.fx's Proxy defines __call__, so `arg() if callable(arg) else arg` recorded
+    # `x.__call__()` (FX201 "'FakeTensor' object has no attribute '__call__'", no shapes after
+    # it); a tensor is not callable in eager, so the trace returns it as eager does. A call of
+    # a traced value with no callable() asked is still recorded (eager fails there too).
+    text = _text("callable_default.py")
+    result = _capture(
+        "callable_default.py",
+        _request(
+            text, "Masked", inputs=[InputSpec("x", dims=[DimSpec("B", 2), DimSpec(None, 32)])]
+        ),
+        _request(text, "CallsItsInput"),
+    )
+    masked, calls = result.modules
+    assert masked.status == "traced", masked.diagnostics
+    assert not [n for n in masked.nodes if n.target == "__call__"], masked.nodes
+    assert [o.shape for o in masked.outputs] == [["B", 32]], masked.outputs
+    model = _load("callable_default.py").Masked()
+    for batch in (2, 3):
+        assert model(torch.randn(batch, 32)).shape == (batch, 32)
+    assert any(n.target == "__call__" for n in calls.nodes), calls.nodes
+    assert [d.code for d in calls.diagnostics if d.code == "FX201"] == ["FX201"], calls.diagnostics

@@ -766,6 +766,61 @@ def MLPMixer(*, dim, depth):
     assert stem.constructed.assumed["fn"] != "nn.Identity()", stem.constructed
 
 
+def test_parameters_a_failed_build_names_are_guessed_and_tried_again() -> None:
+    """x-transformers' layers: ``Decoder(**kwargs)`` passes everything on to
+    ``AttentionLayers.__init__(dim, depth=None, ...)``, which refuses ``depth=None``. Built
+    with no arguments, ``Decoder`` failed with "missing 1 required positional argument:
+    'dim'"; the parameters each failure names (a base's required one, then one left at its
+    ``None`` default) are guessed and the build tried again: ``dim=64, depth=2``, said in
+    FX408 and its directive. A name quoted in an error that is no parameter, or whose default
+    is not ``None``, is left alone (``Strict`` still fails, with its own message)."""
+    mods = _capture(
+        HEADER
+        + """
+class AttentionLayers(nn.Module):
+    def __init__(self, dim, depth=None, heads=4, causal=False):
+        super().__init__()
+        assert depth is not None, "`depth` must be passed in for `Decoder` or `Encoder`"
+        self.causal = causal
+        self.layers = nn.ModuleList([nn.Linear(dim, dim) for _ in range(depth)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+class Decoder(AttentionLayers):
+    def __init__(self, **kwargs):
+        assert "causal" not in kwargs, "cannot set causality on decoder"
+        super().__init__(causal=True, **kwargs)
+
+class Strict(nn.Module):
+    def __init__(self, dim, heads=4):
+        super().__init__()
+        assert heads == 3, "`heads` must be 3"
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return self.proj(x)
+""",
+        "AttentionLayers",
+        "Decoder",
+        "Strict",
+    )
+    for name in ("AttentionLayers", "Decoder"):
+        mod = mods[name]
+        assert mod.constructed is not None and mod.constructed.assumed == {
+            "dim": "64", "depth": "2"
+        }, (name, mod.constructed, mod.diagnostics)  # fmt: skip
+        assert mod.status == "traced", (name, mod.status, mod.diagnostics)
+        assert mod.outputs[0].shape is not None and mod.outputs[0].shape[-1] == 64, mod.outputs
+        (fx408,) = [d for d in mod.diagnostics if d.code == "FX408"]
+        assert "init(dim=64, depth=2)" in (fx408.fix or ""), fx408.fix
+    strict = mods["Strict"]
+    (fx401,) = [d for d in strict.diagnostics if d.code == "FX401"]
+    assert "`heads` must be 3" in fx401.message, fx401.message
+
+
 def test_a_wrapped_module_annotated_as_any_module_wraps_an_identity() -> None:
     """``LayerScale(fn: Module, dim)`` (as in x-transformers): the annotation says only that
     ``fn`` is a module, so it wraps ``nn.Identity()`` as an unannotated one does; the class

@@ -597,6 +597,82 @@ def recipes(
         yield from _assumed(doc, cls, required, annotations, config_options, _group_size(params))
 
 
+MAX_REPAIRS = 3
+"""Times one recipe is tried again with guesses for the parameters its failure names."""
+
+_MISSING = re.compile(
+    r"__init__\(\) missing \d+ required (?:positional|keyword-only) arguments?: (.+)"
+)
+_QUOTED = re.compile(r"[`'\"](\w+)[`'\"]")
+
+
+def repaired(
+    doc: ExecutedDocument, cls: type, recipe: Recipe, error: BaseException
+) -> Recipe | None:
+    """``recipe`` (the defaults or assumed values) again, with guesses for the parameters its
+    failure names, or None: a parameter of a base class that ``cls`` passes its ``**kwargs``
+    on to (x-transformers' ``Decoder(**kwargs)``: "AttentionLayers.__init__() missing 1
+    required positional argument: 'dim'"), or one left at a ``None`` default that the
+    constructor refuses ("`depth` must be passed in")."""
+    if recipe.source not in ("defaults", "assumed") or not set(recipe.assumed) <= set(
+        recipe.kwargs
+    ):
+        return None  # a call in the file, or a configuration filled in: not its parameters
+    message = str(error)
+    missing = _MISSING.search(message)
+    named = _QUOTED.findall(missing.group(1) if missing else message)
+    kwargs = dict(recipe.kwargs)
+    added: dict[str, Any] = {}
+    for name in dict.fromkeys(named):
+        found = None if name in kwargs else _inherited(cls, name)
+        if found is None or (missing is None and found.default is not None):
+            continue
+        owner, param = found.owner, found.param
+        values = _values(
+            doc, owner, name, _annotations(owner, doc.namespace).get(name, param.empty), 1
+        )
+        if values:
+            added[name] = values[0]
+    if not added:
+        return None
+    kwargs.update(added)
+    texts = {**recipe.assumed, **{k: _value_text(v) for k, v in added.items()}}
+    parts = ", ".join(f"{k}={t}" for k, t in texts.items())
+    init = parts if recipe.init is not None else None
+    return Recipe("assumed", _bound(cls, kwargs), f"{cls.__name__}({parts})", init=init,
+                  assumed=texts, kwargs=kwargs, notes=list(recipe.notes))  # fmt: skip
+
+
+@dataclass
+class _Inherited:
+    owner: type
+    param: inspect.Parameter
+
+    @property
+    def default(self) -> Any:
+        return None if self.param.default is self.param.empty else self.param.default
+
+
+def _inherited(cls: type, name: str) -> _Inherited | None:
+    """Parameter ``name`` of the first ``__init__`` along ``cls``'s bases that has it, when each
+    ``__init__`` before it takes ``**kwargs`` (and so may pass it on)."""
+    for owner in cls.__mro__:
+        init = vars(owner).get("__init__")
+        if init is None:
+            continue
+        try:
+            params = inspect.signature(init).parameters
+        except (TypeError, ValueError):
+            return None
+        if name in params and params[name].kind not in (
+            inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD
+        ):  # fmt: skip
+            return _Inherited(owner, params[name])
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return None
+    return None
+
+
 def _bound(cls: type, kwargs: dict[str, Any]) -> Callable[[], Any]:
     def make() -> Any:
         return cls(**{k: copy.copy(v) for k, v in kwargs.items()})

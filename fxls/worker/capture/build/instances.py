@@ -77,6 +77,7 @@ def candidates(
         return
 
     first_error: BaseException | None = None
+    failed: list[tuple[construct.Recipe, BaseException | None]] = []
     tried = built_any = 0
     for recipe in construct.recipes(doc, cls, req.call_sites):
         tried += 1
@@ -92,14 +93,39 @@ def candidates(
             mod.diagnostics.append(_build_failed(doc, req, cls, error, class_span, "information"))
             return
         first_error = first_error or error
+        failed.append((recipe, error))
     if built_any:
+        return
+    for built in _repaired(doc, cls, failed):
+        yield built
         return
     if first_error is not None:
         mod.error = error_info("init", first_error)
-        mod.diagnostics.append(_build_failed(doc, req, cls, first_error, class_span, "information"))
-    elif tried == 0:
-        error = TypeError("fxls found no way to call its constructor")
-        mod.diagnostics.append(_build_failed(doc, req, cls, error, class_span, "information"))
+    error = first_error or TypeError("fxls found no way to call its constructor")
+    mod.diagnostics.append(_build_failed(doc, req, cls, error, class_span, "information"))
+
+
+def _repaired(
+    doc: ExecutedDocument,
+    cls: type,
+    failed: list[tuple[construct.Recipe, BaseException | None]],
+) -> Iterator[Built]:
+    """When no recipe built: each failed one built again with guesses for the parameters its
+    failure names (``construct.repaired``), at most ``construct.MAX_REPAIRS`` times in a row;
+    the instances that build. Tried last, so that evidence in the file (a call site, a
+    factory) is never passed over for a guess."""
+    for recipe, error in failed:
+        for _ in range(construct.MAX_REPAIRS):
+            if error is None or isinstance(error, SystemExit):
+                break
+            fixed = construct.repaired(doc, cls, recipe, error)
+            if fixed is None:
+                break
+            recipe = fixed
+            built, error = _from_recipe(doc, cls, recipe)
+            if built is not None:
+                yield built
+                break
 
 
 def from_recipe(doc: ExecutedDocument, cls: type, recipe: construct.Recipe) -> Built | None:

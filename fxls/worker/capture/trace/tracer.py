@@ -157,6 +157,12 @@ class SpanTracer(torch.fx.Tracer):
             self.note_params(frame)
         return node
 
+    def create_proxy(self, kind: str, target: Any, args: Any, *rest: Any, **more: Any) -> Any:
+        kwargs = rest[0] if rest else more.get("kwargs")
+        if kind == "call_method" and target == "__call__" and _called_after_callable(args, kwargs):
+            return args[0]  # what eager gives: a tensor is not callable
+        return super().create_proxy(kind, target, args, *rest, **more)
+
     def note_params(self, frame: FrameType | None) -> None:
         """Record which parameters of each document frame on the stack are proxies."""
         while frame is not None:
@@ -169,6 +175,23 @@ class SpanTracer(torch.fx.Tracer):
                     n for n in names if isinstance(local.get(n), torch.fx.Proxy)
                 }
             frame = frame.f_back
+
+
+_FX_FOLDER = torch.fx.__file__.rsplit("/", 1)[0]
+
+
+def _called_after_callable(args: Any, kwargs: Any) -> bool:
+    """Whether a traced value is being called with no arguments by code that asks
+    ``callable()`` first (``return arg() if callable(arg) else arg``, x-transformers'
+    ``default``). ``torch.fx.Proxy`` defines ``__call__``, so ``callable(proxy)`` is true while
+    tracing and the call is recorded (``x.__call__()``, which fails when the graph runs); a
+    traced value is a tensor, which in eager is not callable and is returned as it is."""
+    if len(args) != 1 or kwargs or not isinstance(args[0], torch.fx.Proxy):
+        return False
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_FX_FOLDER):
+        frame = frame.f_back
+    return frame is not None and "callable" in frame.f_code.co_names
 
 
 def _without_var_arguments(

@@ -692,3 +692,22 @@ def test_a_traced_value_asked_callable_first_is_not_called() -> None:
         assert model(torch.randn(batch, 32)).shape == (batch, 32)
     assert any(n.target == "__call__" for n in calls.nodes), calls.nodes
     assert [d.code for d in calls.diagnostics if d.code == "FX201"] == ["FX201"], calls.diagnostics
+
+
+def test_token_ids_reach_their_embedding_through_a_cast() -> None:
+    # `self.emb(x.long())` stopped the search for the layer an input reaches, and the search
+    # in the source then took a later `self.norm(x)`, after `x` had been given the embeddings:
+    # `x` was assumed [B, T, 64] float32 and the output [B, 64, 64, 256]. A cast keeps the
+    # shape, and a name given another value is not the input from there on (`Rebound`: the
+    # ids go through a helper fxls cannot follow, so it asks instead of guessing from `norm`).
+    text = _text("token_ids.py")
+    result = _capture("token_ids.py", _request(text, "Wrapper"), _request(text, "Rebound"))
+    wrapper, rebound = result.modules
+    assert [(i.value.shape, i.value.dtype) for i in wrapper.inputs] == [(["B", "T"], "int64")]
+    (fx405,) = [d for d in wrapper.diagnostics if d.code == "FX405"]
+    assert "token_emb.emb" in fx405.message, fx405.message
+    assert [o.shape for o in wrapper.outputs] == [["B", "T", 256]], wrapper.outputs
+    model = _load("token_ids.py").Wrapper()
+    for batch, length in ((2, 5), (3, 7)):
+        assert model(torch.randint(0, 256, (batch, length))).shape == (batch, length, 256)
+    assert [d.code for d in rebound.diagnostics if d.code in ("FX402", "FX405")] == ["FX402"]

@@ -315,9 +315,13 @@ def _describe(name: str, module: nn.Module) -> str:
 _PASS_THROUGH = (nn.Dropout, nn.Identity, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 
 
+_CASTS = frozenset({"long", "int", "float", "half", "double", "bfloat16", "bool", "to", "type"})
+"""Tensor methods that change only the dtype (or device): ``self.emb(x.long())``."""
+
+
 def first_layer(root: nn.Module, placeholder: torch.fx.Node) -> tuple[str, nn.Module] | None:
-    """The first module a placeholder feeds directly (skipping dropout/identity)."""
-    return next(_layers_reached(root, placeholder, _PASS_THROUGH, frozenset()), None)
+    """The first module a placeholder feeds directly (skipping dropout/identity and casts)."""
+    return next(_layers_reached(root, placeholder, _PASS_THROUGH, _CASTS), None)
 
 
 _SAME_SHAPE_MODULES = (*_PASS_THROUGH, nn.ReLU, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Mish,
@@ -390,15 +394,29 @@ SPATIAL_ALTERNATIVES = (224, 32, 28, 64, 96, 128, 256, 299, 512, 16)
 def infer(
     root: nn.Module, placeholder: torch.fx.Node, symbols: Symbols, spatial: int = SPATIAL
 ) -> PlannedInput | None:
-    """Infer a tensor input from the first layer it reaches; None when fxls cannot tell.
+    """Infer a tensor input from the first layer it reaches that tells its shape; None when
+    fxls cannot tell.
 
     ``root`` resolves ``call_module`` targets: the traced GraphModule, or the module itself
     with the partial graph of a trace that failed.
     """
-    found = first_layer(root, placeholder)
-    if found is None:
-        return None
-    target, m = found
+    for target, m in _layers_reached(root, placeholder, _PASS_THROUGH, _CASTS):
+        planned = _layer_tells(root, placeholder, (target, m), symbols, spatial)
+        if planned is not None:
+            return planned
+    return None
+
+
+def _layer_tells(
+    root: nn.Module,
+    placeholder: torch.fx.Node,
+    layer: tuple[str, nn.Module],
+    symbols: Symbols,
+    spatial: int,
+) -> PlannedInput | None:
+    """The input ``layer`` (a module ``placeholder`` reaches) says it takes, or None: a block
+    kept whole (AbsPos reading only ``x.shape[1]``) may say nothing where the next one does."""
+    target, m = layer
     if isinstance(m, nn.GroupNorm):
         conv = _conv_after(root, placeholder, target, m.num_channels)
         if conv is not None:
@@ -753,7 +771,10 @@ def _first_in_function(
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
     }
     aliases = _aliases(fn, param)
+    rebound = _rebound(fn, aliases, scope)
     for call in calls:
+        if (call.lineno, call.col_offset) > rebound:
+            break  # the name holds something else from there on
         where = _passed_as(call, aliases, scope)
         resolved = scope.resolve(call.func) if where is not None else None
         if where is None or resolved is None:
@@ -769,6 +790,54 @@ def _first_in_function(
         if found is not None:
             return found
     return None
+
+
+def _derived(value: ast.expr, aliases: set[str], scope: _Scope) -> bool:
+    """The input reshaped or combined (``x.reshape(b, f, t, c)``, ``x + self.pe[:n]``,
+    ``x[:, 0]``, ``rearrange(x, "b n d -> b d n")``): fxls goes on reading its later layers
+    for what the input is, but not past a module it was given to (``self.emb(x) * scale``) or
+    a function that takes it after something else (``embed(self.table, x)``)."""
+    if isinstance(value, ast.Name):
+        return value.id in aliases
+    if isinstance(value, ast.Call):
+        if isinstance(value.func, ast.Attribute) and _derived(value.func.value, aliases, scope):
+            return True
+        found = scope.resolve(value.func)
+        if found is not None and isinstance(found[1], nn.Module):
+            return False
+        return bool(value.args) and _derived(value.args[0], aliases, scope)
+    if isinstance(value, ast.BinOp):
+        return _derived(value.left, aliases, scope) or _derived(value.right, aliases, scope)
+    if isinstance(value, (ast.Subscript, ast.Attribute)):
+        return _derived(value.value, aliases, scope)
+    if isinstance(value, ast.UnaryOp):
+        return _derived(value.operand, aliases, scope)
+    return False
+
+
+def _rebound(fn: ast.FunctionDef, aliases: set[str], scope: _Scope) -> tuple[float, float]:
+    """Where the first statement of ``fn``'s body ends that gives one of ``aliases`` a value that is not the
+    input passed on (``x = embed(self.table, x)``): a later ``self.norm(x)`` is not given the
+    input. The input reshaped or combined (:func:`_derived`) is passed on."""
+    found = [
+        (node.end_lineno or node.lineno, node.end_col_offset or 0)
+        for node in fn.body  # not under an ``if``: a branch the call may not take
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id in aliases for t in node.targets)
+        and not _passes_on(node.value, aliases, scope)
+    ]
+    return min(found, default=(float("inf"), float("inf")))
+
+
+def _passes_on(value: ast.expr, aliases: set[str], scope: _Scope) -> bool:
+    """Whether an assigned value is the input passed on (itself, a shape-keeping method of it,
+    or a layer that keeps its channels, as ``x = self.act(x)``)."""
+    if _carries(value, aliases, scope) or _derived(value, aliases, scope):
+        return True
+    if not isinstance(value, ast.Call) or not value.args:
+        return False
+    found = scope.resolve(value.func)
+    return found is not None and isinstance(found[1], _KEEPS_CHANNELS)
 
 
 def _into_callee(
@@ -836,8 +905,8 @@ def _into_processor(
 
 
 _SAME_SHAPE_METHODS = frozenset(
-    {"add", "sub", "mul", "div", "float", "half", "to", "contiguous", "clone", "type_as",
-     "clamp", "tanh", "sigmoid", "relu", "neg", "abs", "exp", "detach"}
+    {"add", "sub", "mul", "div", "contiguous", "clone", "type_as", "clamp", "tanh", "sigmoid",
+     "relu", "neg", "abs", "exp", "detach", *_CASTS}
 )  # fmt: skip
 """Tensor methods whose result has its tensor's shape: the value passes on through them."""
 

@@ -821,6 +821,59 @@ class Strict(nn.Module):
     assert "`heads` must be 3" in fx401.message, fx401.message
 
 
+def test_a_parameter_annotated_with_a_module_class_gets_one_built() -> None:
+    """x-transformers' ``TransformerWrapper(*, num_tokens, max_seq_len, attn_layers:
+    AttentionLayers)``: the annotated class is built by its own recipes (here repaired to
+    ``dim=64, depth=2``) and passed in; the class was "could not be built" (``attn_layers``
+    was given the file's ``LayerNorm`` class, a name alike). The hover's text and the directive
+    name the nested build; the shapes follow the token ids through it."""
+    mods = _capture(
+        HEADER
+        + """
+class LayerNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        return self.ln(x)
+
+class AttentionLayers(nn.Module):
+    def __init__(self, dim, depth=None):
+        super().__init__()
+        assert depth is not None, "`depth` must be passed in"
+        self.dim = dim
+        self.layers = nn.ModuleList([nn.Linear(dim, dim) for _ in range(depth)])
+        self.norm = LayerNorm(dim)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
+
+class TransformerWrapper(nn.Module):
+    def __init__(self, *, num_tokens, max_seq_len, attn_layers: AttentionLayers):
+        super().__init__()
+        dim = attn_layers.dim
+        self.token_emb = nn.Embedding(num_tokens, dim)
+        self.attn_layers = attn_layers
+        self.to_logits = nn.Linear(dim, num_tokens)
+
+    def forward(self, x):
+        return self.to_logits(self.attn_layers(self.token_emb(x)))
+""",
+        "TransformerWrapper",
+    )
+    wrapper = mods["TransformerWrapper"]
+    assert wrapper.status == "traced", (wrapper.status, wrapper.diagnostics)
+    assert wrapper.constructed is not None and wrapper.constructed.assumed == {
+        "num_tokens": "256", "max_seq_len": "16", "attn_layers": "AttentionLayers(dim=64, depth=2)"
+    }, wrapper.constructed  # fmt: skip
+    (fx408,) = [d for d in wrapper.diagnostics if d.code == "FX408"]
+    assert "attn_layers=AttentionLayers(dim=64, depth=2)" in (fx408.fix or ""), fx408.fix
+    assert [o.shape for o in wrapper.outputs] == [["B", "T", 256]], wrapper.outputs
+
+
 def test_a_wrapped_module_annotated_as_any_module_wraps_an_identity() -> None:
     """``LayerScale(fn: Module, dim)`` (as in x-transformers): the annotation says only that
     ``fn`` is a module, so it wraps ``nn.Identity()`` as an unannotated one does; the class

@@ -28,6 +28,7 @@ import contextlib
 import copy
 import dataclasses
 import inspect
+import itertools
 import re
 import signal
 import types
@@ -36,9 +37,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import torch
 from torch import nn
 
 from fxls.protocol.model import KnownCall
+from fxls.worker.capture import cpulimit
 from fxls.worker.capture.document import ExecutedDocument, resolvable
 
 RecipeSource = Literal["defaults", "config", "factory", "call site", "assumed"]
@@ -675,9 +678,63 @@ def _inherited(cls: type, name: str) -> _Inherited | None:
 
 def _bound(cls: type, kwargs: dict[str, Any]) -> Callable[[], Any]:
     def make() -> Any:
-        return cls(**{k: copy.copy(v) for k, v in kwargs.items()})
+        return cls(
+            **{k: v.make() if isinstance(v, Nested) else copy.copy(v) for k, v in kwargs.items()}
+        )
 
     return make
+
+
+@dataclass
+class Nested:
+    """A module argument built when the recipe runs (under the build's device), by a recipe
+    of the annotated class that built in a trial (:func:`_nested`)."""
+
+    make: Callable[[], Any]
+    text: str
+    init: str | None
+
+
+MAX_NESTING = 2
+"""Module arguments built inside module arguments, at most."""
+_nesting: list[type] = []
+
+
+def _nested(doc: ExecutedDocument, sub: type) -> Nested | None:
+    """An instance of ``sub`` for a parameter annotated with it (x-transformers'
+    ``TransformerWrapper(..., attn_layers: AttentionLayers)``): the first of ``sub``'s own
+    recipes (repaired as a failed build is) that builds on the meta device, or None."""
+    if sub in _nesting or len(_nesting) >= MAX_NESTING:
+        return None
+    _nesting.append(sub)
+    try:
+        for recipe in itertools.islice(recipes(doc, sub), MAX_RECIPES // 2):
+            built = _tried(doc, sub, recipe)
+            if built is not None:
+                named = doc.namespace.get(sub.__name__) is sub
+                init = built.expr(sub.__name__) if named else None
+                return Nested(built.make, built.text, init)
+    finally:
+        _nesting.pop()
+    return None
+
+
+def _tried(doc: ExecutedDocument, cls: type, recipe: Recipe) -> Recipe | None:
+    """``recipe``, or the repaired form of it (:func:`repaired`), that builds on meta."""
+    for _ in range(MAX_REPAIRS + 1):
+        try:
+            with torch.device("meta"):
+                recipe.make()
+            return recipe
+        except BaseException as exc:  # user code: anything but running out of CPU time
+            cpulimit.passed_on(exc)
+            if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                return None
+            fixed = repaired(doc, cls, recipe, exc)
+            if fixed is None:
+                return None
+            recipe = fixed
+    return None
 
 
 def _combinations(options: list[list[Any]], limit: int) -> Iterator[tuple[Any, ...]]:
@@ -715,6 +772,12 @@ def _assumed(
             identity = _identity_text(doc)
             options.append([(nn.Identity(), identity, identity)])
             continue
+        if _module_class(annotation):
+            nested = _nested(doc, _unwrap_optional(annotation))
+            if nested is None:
+                return
+            options.append([(nested, nested.text, nested.init)])
+            continue
         values = _values(doc, cls, p.name, annotation, groups)
         if not values:
             return
@@ -739,6 +802,12 @@ def _values(doc: ExecutedDocument, cls: type, name: str, annotation: Any, groups
     if not values and _optional(annotation):
         values = [None]
     return values or _class_choices(doc, name)
+
+
+def _module_class(annotation: Any) -> bool:
+    """Whether ``annotation`` names a module class of its own (not ``nn.Module`` itself)."""
+    tp = _unwrap_optional(annotation)
+    return isinstance(tp, type) and issubclass(tp, nn.Module) and tp is not nn.Module
 
 
 def _wrapped_modules(cls: type) -> set[str]:

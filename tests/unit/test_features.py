@@ -344,6 +344,24 @@ def test_code_lens_title() -> None:
     )
 
 
+def test_code_lens_leaves_out_inputs_at_their_defaults() -> None:
+    # x-transformers' TransformerWrapper has 35 parameters with defaults: the lens listed
+    # "[B, T], False, False, False, ..., None" past the edge of the editor
+    from dataclasses import replace
+
+    from fxls.protocol.model import InputValue, Value
+
+    flags = [
+        InputValue(f"flag{i}", Value(kind="bool", text="False"), origin="default")
+        for i in range(30)
+    ]
+    wrapper = replace(MODULE, inputs=[MODULE.inputs[0], *flags])
+    title = code_lens.lens_title(wrapper)
+    assert "[B, 3, 224, 224] → [B, 64, 112, 8]" in title and "False" not in title, title
+    only_defaults = replace(MODULE, inputs=flags[:2])
+    assert "False, False → [B, 64, 112, 8]" in code_lens.lens_title(only_defaults)
+
+
 def test_code_lens_says_how_the_instance_was_built() -> None:
     from dataclasses import replace
 

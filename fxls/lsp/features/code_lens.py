@@ -40,6 +40,8 @@ def _failure(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
 def lens_title(module: ModuleResult, diagnostics: Sequence[Diagnostic] = ()) -> str:
     """``fxls · 177 nodes · 25.6 M params · [B, 3, 224, 224] → [B, 1000]``; the first error
     instead of the shapes when there is one; ``fxls · failed · <error>`` without a graph.
+    Inputs left at their defaults (``mask=None``, flags) are not listed (the class hover
+    lists every input); when all are, all are.
     Plain text on one line, at most ``markdown.MAX_LABEL`` characters."""
     return md.plain(_title(module, diagnostics), md.MAX_LABEL)
 
@@ -59,7 +61,8 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
     if any(d.severity == "error" for d in diagnostics):
         parts.append(_failure(module, diagnostics))
     elif module.inputs or module.outputs:
-        ins = ", ".join(values_text([i.value], dtype=False) for i in module.inputs)
+        given = [i for i in module.inputs if i.origin != "default"] or module.inputs
+        ins = ", ".join(values_text([i.value], dtype=False) for i in given)
         outs = values_text(module.outputs, dtype=False) or "?"
         held = outputs_hold_for(module)
         if held is not None:

@@ -35,7 +35,7 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 from torch import nn
@@ -43,6 +43,8 @@ from torch import nn
 from fxls.protocol.model import KnownCall
 from fxls.worker.capture import cpulimit
 from fxls.worker.capture.document import ExecutedDocument, resolvable
+
+Made = TypeVar("Made")
 
 RecipeSource = Literal["defaults", "config", "factory", "call site", "assumed"]
 
@@ -628,9 +630,11 @@ def repaired(
     added: dict[str, Any] = {}
     for name in dict.fromkeys(named):
         found = None if name in kwargs else _inherited(cls, name)
-        if found is None or (missing is None and found.default is not None):
+        if found is None:
             continue
-        owner, param = found.owner, found.param
+        owner, param = found
+        if missing is None and param.default is not None and param.default is not param.empty:
+            continue  # named in the message, but its default is a value, not a gap
         values = _values(
             doc, owner, name, _annotations(owner, doc.namespace).get(name, param.empty), 1
         )
@@ -646,19 +650,10 @@ def repaired(
                   assumed=texts, kwargs=kwargs, notes=list(recipe.notes))  # fmt: skip
 
 
-@dataclass
-class _Inherited:
-    owner: type
-    param: inspect.Parameter
-
-    @property
-    def default(self) -> Any:
-        return None if self.param.default is self.param.empty else self.param.default
-
-
-def _inherited(cls: type, name: str) -> _Inherited | None:
-    """Parameter ``name`` of the first ``__init__`` along ``cls``'s bases that has it, when each
-    ``__init__`` before it takes ``**kwargs`` (and so may pass it on)."""
+def _inherited(cls: type, name: str) -> tuple[type, inspect.Parameter] | None:
+    """Parameter ``name`` of the first ``__init__`` along ``cls``'s bases that has it (and that
+    ``__init__``'s class), when each ``__init__`` before it takes ``**kwargs`` (and so may pass
+    it on)."""
     for owner in cls.__mro__:
         init = vars(owner).get("__init__")
         if init is None:
@@ -670,7 +665,7 @@ def _inherited(cls: type, name: str) -> _Inherited | None:
         if name in params and params[name].kind not in (
             inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD
         ):  # fmt: skip
-            return _Inherited(owner, params[name])
+            return owner, params[name]
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
             return None
     return None
@@ -721,19 +716,41 @@ def _nested(doc: ExecutedDocument, sub: type) -> Nested | None:
 
 def _tried(doc: ExecutedDocument, cls: type, recipe: Recipe) -> Recipe | None:
     """``recipe``, or the repaired form of it (:func:`repaired`), that builds on meta."""
-    for _ in range(MAX_REPAIRS + 1):
-        try:
-            with torch.device("meta"):
-                recipe.make()
-            return recipe
-        except BaseException as exc:  # user code: anything but running out of CPU time
-            cpulimit.passed_on(exc)
-            if isinstance(exc, (SystemExit, KeyboardInterrupt)):
-                return None
-            fixed = repaired(doc, cls, recipe, exc)
-            if fixed is None:
-                return None
-            recipe = fixed
+    made, error = _on_meta(recipe)
+    return made if made is not None else repairs(doc, cls, recipe, error, _on_meta)
+
+
+def _on_meta(recipe: Recipe) -> tuple[Recipe | None, BaseException | None]:
+    """``recipe`` when it builds on the meta device, else its error."""
+    try:
+        with torch.device("meta"):
+            recipe.make()
+    except BaseException as exc:  # user code: anything but running out of CPU time
+        cpulimit.passed_on(exc)
+        return None, exc
+    return recipe, None
+
+
+def repairs(
+    doc: ExecutedDocument,
+    cls: type,
+    recipe: Recipe,
+    error: BaseException | None,
+    attempt: Callable[[Recipe], tuple[Made | None, BaseException | None]],
+) -> Made | None:
+    """What ``attempt`` makes of ``recipe`` repaired from its ``error`` (:func:`repaired`),
+    again from each new error, at most ``MAX_REPAIRS`` times; None when none builds or a
+    repair is not possible (an exit of the program is not repaired)."""
+    for _ in range(MAX_REPAIRS):
+        if error is None or isinstance(error, (SystemExit, KeyboardInterrupt)):
+            return None
+        fixed = repaired(doc, cls, recipe, error)
+        if fixed is None:
+            return None
+        recipe = fixed
+        built, error = attempt(recipe)
+        if built is not None:
+            return built
     return None
 
 

@@ -321,7 +321,12 @@ _CASTS = frozenset({"long", "int", "float", "half", "double", "bfloat16", "bool"
 
 def first_layer(root: nn.Module, placeholder: torch.fx.Node) -> tuple[str, nn.Module] | None:
     """The first module a placeholder feeds directly (skipping dropout/identity and casts)."""
-    return next(_layers_reached(root, placeholder, _PASS_THROUGH, _CASTS), None)
+    return next(_fed(root, placeholder), None)
+
+
+def _fed(root: nn.Module, placeholder: torch.fx.Node) -> Iterator[tuple[str, nn.Module]]:
+    """The modules a placeholder feeds directly (through dropout, identities and casts)."""
+    return _layers_reached(root, placeholder, _PASS_THROUGH, _CASTS)
 
 
 _SAME_SHAPE_MODULES = (*_PASS_THROUGH, nn.ReLU, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Mish,
@@ -400,7 +405,7 @@ def infer(
     ``root`` resolves ``call_module`` targets: the traced GraphModule, or the module itself
     with the partial graph of a trace that failed.
     """
-    for target, m in _layers_reached(root, placeholder, _PASS_THROUGH, _CASTS):
+    for target, m in _fed(root, placeholder):
         planned = _layer_tells(root, placeholder, (target, m), symbols, spatial)
         if planned is not None:
             return planned
@@ -816,9 +821,9 @@ def _derived(value: ast.expr, aliases: set[str], scope: _Scope) -> bool:
 
 
 def _rebound(fn: ast.FunctionDef, aliases: set[str], scope: _Scope) -> tuple[float, float]:
-    """Where the first statement of ``fn``'s body ends that gives one of ``aliases`` a value that is not the
-    input passed on (``x = embed(self.table, x)``): a later ``self.norm(x)`` is not given the
-    input. The input reshaped or combined (:func:`_derived`) is passed on."""
+    """Where the first statement of ``fn``'s body ends that gives one of ``aliases`` a value
+    that is not the input passed on (``x = embed(self.table, x)``): a later ``self.norm(x)``
+    is not given the input. The input reshaped or combined (:func:`_derived`) is passed on."""
     found = [
         (node.end_lineno or node.lineno, node.end_col_offset or 0)
         for node in fn.body  # not under an ``if``: a branch the call may not take

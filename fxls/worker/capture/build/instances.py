@@ -111,21 +111,12 @@ def _repaired(
     failed: list[tuple[construct.Recipe, BaseException | None]],
 ) -> Iterator[Built]:
     """When no recipe built: each failed one built again with guesses for the parameters its
-    failure names (``construct.repaired``), at most ``construct.MAX_REPAIRS`` times in a row;
-    the instances that build. Tried last, so that evidence in the file (a call site, a
-    factory) is never passed over for a guess."""
+    failure names (``construct.repairs``); the instances that build. Tried last, so that
+    evidence in the file (a call site, a factory) is never passed over for a guess."""
     for recipe, error in failed:
-        for _ in range(construct.MAX_REPAIRS):
-            if error is None or isinstance(error, SystemExit):
-                break
-            fixed = construct.repaired(doc, cls, recipe, error)
-            if fixed is None:
-                break
-            recipe = fixed
-            built, error = _from_recipe(doc, cls, recipe)
-            if built is not None:
-                yield built
-                break
+        built = construct.repairs(doc, cls, recipe, error, lambda r: _from_recipe(doc, cls, r))
+        if built is not None:
+            yield built
 
 
 def from_recipe(doc: ExecutedDocument, cls: type, recipe: construct.Recipe) -> Built | None:

@@ -288,6 +288,7 @@ def capture_class(
     started = time.perf_counter()
     first: ModuleResult | None = None
     recorded = doc.records.get(req.name) if not req.init and from_parent else None
+    kept_records = {n: doc.records.get(n) for n in (wanted or {}).values()}
     options = (
         [_from_parent(recorded)]
         if recorded is not None
@@ -310,7 +311,10 @@ def capture_class(
         if wanted:
             # what the parent called before any failure is evidence for the children even if
             # the parent itself does not run through
-            capture.record_children({c: n for c, n in wanted.items() if n not in doc.records})
+            # (once per class: not again by a later candidate build of this one)
+            capture.record_children(
+                {c: n for c, n in wanted.items() if doc.records.get(n) is kept_records.get(n)}
+            )
         doc.captures.setdefault(req.name, capture)
         return mod, capture
 
@@ -578,7 +582,11 @@ class ClassCapture:
             for rec in found.values():
                 for planned in rec.inputs.values():
                     planned.upstream = planned.upstream or self.mod.name
-        self.doc.records.update(found)
+        records = self.doc.records
+        for name, rec in found.items():
+            kept = records.get(name)
+            if kept is None or parents.generality(rec) > parents.generality(kept):
+                records[name] = rec
         self.timed("record", started)
 
     def _record_built(self, module: nn.Module, wanted: dict[type, str]) -> None:

@@ -343,12 +343,17 @@ def _record_from(doc: ExecutedDocument, cls: type, name: str, exclude: str) -> N
 def _wanted(
     doc: ExecutedDocument, job: CaptureJob, done: dict[str, ModuleResult], current: str
 ) -> dict[type, str]:
-    """Classes still to capture whose instances a parent may record (no ``init`` directive)."""
+    """Classes still to capture whose instances a parent may record (no ``init`` directive).
+    A class recorded already is asked again of a parent that was not itself built by one (a
+    second top-level model may call it with more dimension names: ``parents.may_name_more``);
+    ``ClassCapture.record_children`` keeps the more general record."""
     wanted: dict[type, str] = {}
+    second = current not in doc.records
     for req in job.classes:
         if req.name in done or req.name == current or req.skip or req.init:
             continue
-        if req.name in doc.records:
+        recorded = doc.records.get(req.name)
+        if recorded is not None and not (second and parents.may_name_more(recorded)):
             continue
         cls = doc.namespace.get(req.name)
         if isinstance(cls, type):

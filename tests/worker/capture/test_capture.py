@@ -711,3 +711,26 @@ def test_token_ids_reach_their_embedding_through_a_cast() -> None:
     for batch, length in ((2, 5), (3, 7)):
         assert model(torch.randint(0, 256, (batch, length))).shape == (batch, length, 256)
     assert [d.code for d in rebound.diagnostics if d.code in ("FX402", "FX405")] == ["FX402"]
+
+
+def test_a_block_two_models_call_is_shown_as_the_one_that_names_more_dimensions() -> None:
+    # `ViT` comes first in the file and called `Block` with 3136 patches of an assumed image;
+    # `LM` calls it with token ids of any length. The block was shown as [B, 3136, 64] (the
+    # first parent's call); the language model's call says more of it: [B, T, 64].
+    text = _text("two_parents.py")
+    result = _capture(
+        "two_parents.py", _request(text, "Block"), _request(text, "ViT"), _request(text, "LM")
+    )
+    block, vit, lm = result.modules
+    assert [i.value.shape for i in block.inputs] == [["B", "T", 64]], block.inputs
+    assert [o.shape for o in block.outputs] == [["B", "T", 64]], block.outputs
+    assert block.constructed is not None and "LM" in block.constructed.expr, block.constructed
+    # each parent still shows its own call
+    assert [o.shape for o in vit.outputs] == [["B", 3136, 64]], vit.outputs
+    assert [o.shape for o in lm.outputs] == [["B", "T", 64]], lm.outputs
+    module = _load("two_parents.py")
+    model = module.LM()
+    for batch, length in ((2, 5), (3, 7)):
+        assert model(torch.randint(0, 256, (batch, length))).shape == (batch, length, 64)
+        x = torch.randn(batch, length, 64)
+        assert model.block(x).shape == (batch, length, 64)

@@ -68,6 +68,38 @@ class Recorded:
         return f"{self.parent_expr}.get_submodule({self.path!r})"
 
 
+def _dims(planned: inputs.PlannedInput) -> list[tuple[str | None, int]]:
+    if planned.kind == "tensor":
+        return planned.dims
+    return [d for dims in planned.inner_dims or [] for d in dims]
+
+
+def generality(rec: Recorded) -> tuple[bool, bool, int]:
+    """How much a record of a class says of it in general, compared between the records of two
+    parents that build it: a call over a build alone, inputs that follow from what was declared
+    over inputs that follow from a guess, then more of the user's dimension names (an encoder's
+    ``[B, T, 64]`` from a language model over ``[B, 64, 64]`` from a vision wrapper's 64
+    patches)."""
+    guessed = any(p.assumed or p.upstream for p in rec.inputs.values())
+    named = sum(1 for p in rec.inputs.values() for name, _ in _dims(p) if name)
+    return rec.called, not guessed, named
+
+
+def may_name_more(rec: Recorded) -> bool:
+    """Whether another parent could give the class more dimension names than ``rec``: some
+    tensor it received has a dimension without a name that is not its last (features,
+    channels and the like are numbers in every parent)."""
+    if not rec.called:
+        return True
+    for planned in rec.inputs.values():
+        if planned.kind == "tensor" and any(name is None for name, _ in planned.dims[:-1]):
+            return True
+        for dims in (planned.inner_dims or []) if planned.kind == "value" else []:
+            if any(name is None for name, _ in dims[:-1]):
+                return True
+    return False
+
+
 def record(
     parent: nn.Module,
     feeds: Sequence[shapes.ExampleInput],

@@ -734,3 +734,15 @@ def test_a_block_two_models_call_is_shown_as_the_one_that_names_more_dimensions(
         assert model(torch.randint(0, 256, (batch, length))).shape == (batch, length, 64)
         x = torch.randn(batch, length, 64)
         assert model.block(x).shape == (batch, length, 64)
+
+
+def test_a_size_a_kernel_takes_as_a_number_still_follows_its_name() -> None:
+    # `adaptive_avg_pool1d(h, T // 2)`: the kernel makes the size a number, which requires
+    # T // 2 to be 2 while T stays a name; the output was shown as [B, 4, 2] for every T
+    text = _text("pinned_sizes.py")
+    (pool,) = _capture("pinned_sizes.py", _request(text, "HalfPool")).modules
+    assert [o.shape for o in pool.outputs] == [["B", 4, "T//2"]], pool.outputs
+    assert pool.example_nodes == [], pool.notes
+    model = _load("pinned_sizes.py").HalfPool()
+    for batch, length in ((2, 5), (3, 9)):
+        assert model(torch.randn(batch, length, 6)).shape == (batch, 4, length // 2)

@@ -103,12 +103,16 @@ def _eager(fixture_module: ModuleType, name: str, *inputs: torch.Tensor) -> torc
 
 
 def _concrete(mod: ModuleResult, index: int = 0) -> list[int]:
+    return _at_example_sizes(mod.outputs[index].shape or [])
+
+
+def _at_example_sizes(shape: list[int | str]) -> list[int]:
     import sympy
 
     sizes = {"B": B, "T": T, "H": H, "W": W}
     symbols = {k: sympy.Symbol(k, integer=True, positive=True) for k in sizes}
     out = []
-    for d in mod.outputs[index].shape or []:
+    for d in shape:
         if isinstance(d, int):
             out.append(d)
         else:
@@ -249,12 +253,13 @@ def test_repairs_combine_one_per_failure(
     assert found["FX102"].data["leaf"] == "LenScale"
     assert found["FX104"].data["wrap"] == "keep_half"
     assert found["FX102"].span == _span("len(x)", "class LenScale(")
-    fixed = [n for n in mod.notes if "fixes B to" in n]
+    fixed = [n for n in mod.notes if "fixes B to" in n or "fixes T to" in n]
     assert len(mod.notes) - len(fixed) == 3
-    # `len(x)` inside the leaf fixes the batch size while shapes are computed: said once, and
-    # the shapes after it, computed again at another batch size, keep the name
-    assert len(fixed) == 1 and "follow B" in fixed[0]
-    assert mod.outputs[0].shape is not None and mod.outputs[0].shape[0] == "B"
+    # `len(x)` inside the leaf fixes the batch size while shapes are computed, and
+    # `int(x.size(1) * 0.5)` inside the wrapped helper requires int(T/2) to be 3: each said
+    # once, and the shapes after them, computed again at other sizes, follow the names
+    assert len(fixed) == 2 and "follow B" in fixed[0] and "follow T" in fixed[1], fixed
+    assert mod.outputs[0].shape == ["B", "T//2", 4]
     assert mod.example_nodes == []
     eager = _eager(fixture_module, "Combined", torch.randn(B, T, 6))
     assert _concrete(mod) == list(eager.shape)
@@ -297,12 +302,19 @@ def test_untraceable_root_gets_nodes_from_a_fake_run(
         shape = node.outputs[0].shape or []
         if symbolic is not None:
             assert shape == symbolic
-        concrete = [{"B": B, "T": T}.get(d, d) if isinstance(d, str) else d for d in shape]
-        assert concrete == real, target
+        assert _at_example_sizes(shape) == real, target
     (fc,) = [n for n in mod.nodes if n.target == "fc"]
     assert fc.module_type is not None and fc.module_type.startswith("Linear(")
     assert fc.args[0].name == "input" and fc.args[0].node == "x"
     assert _concrete(mod) == list(out.shape)
+    # `int(x.size(1) * 0.5)` keeps T symbolic but requires int(T/2) to be its example value,
+    # 3: the shapes after it were shown as [B, 3, 4] for every T (at the next size, 7,
+    # int(3.5) is 3 too). Computed again where int(T/2) changes, they follow T
+    assert [n.outputs[0].shape for n in mod.nodes if n.target == "softmax"] == [["B", "T//2", 4]]
+    assert mod.example_nodes == [] and any("follow the names" in n for n in mod.notes), mod.notes
+    with torch.no_grad():
+        for length in (7, 10, 13):
+            assert model(torch.randn(B, length, 6)).shape == (B, length // 2, 4)
 
 
 def test_data_dependent_branch_keeps_what_ran_before_it(modules: dict[str, ModuleResult]) -> None:

@@ -129,6 +129,9 @@ class Propagation:
     static sizes, every named dimension (name -> its example size)."""
     fixed_at: dict[str, str] = field(default_factory=dict)
     """Name -> the node that fixed it (absent for a run at static sizes)."""
+    pinned: list[Any] = field(default_factory=list)
+    """Expressions in named dimensions a node required to equal a number
+    (``example_sizes.pinned``): their names are in ``fixed`` though no name was replaced."""
     example_nodes: list[str] = field(default_factory=list)
     """Nodes whose values hold for the example sizes in ``example_sizes`` only: computed again
     at other sizes of the fixed names, their numbers changed in a way no expression in the
@@ -772,7 +775,8 @@ def _generalize(
         error = other.error.node if other.error is not None else None
         return example_sizes.Rerun(sizes, other.values, error)
 
-    found = example_sizes.generalize(result.values, result.fixed, run)
+    step = example_sizes.telling_step(result.pinned, result.namer.names, result.fixed)
+    found = example_sizes.generalize(result.values, result.fixed, run, first_step=step)
     result.values = found.values
     result.example_nodes = found.bound
     if found.bound:
@@ -1021,7 +1025,7 @@ def _interpret_nodes(
     env = interp.env
     prop = Propagation(values={}, examples={}, error=None, mode=mode, namer=namer, run=run)
     fixed: set[Any] = set()
-    replacements = 0
+    replacements = guards = 0
     copies = reuse if reuse and interp.memo is not None else {}
     same: dict[int, bool] = {}
     # a named dimension fixed between a template call and its copy would print otherwise in
@@ -1033,7 +1037,7 @@ def _interpret_nodes(
     }
 
     def fixed_count() -> int:
-        return len(shape_env.replacements) if shape_env is not None else 0
+        return len(shape_env.replacements) + len(prop.pinned) if shape_env is not None else 0
 
     for node in gm.graph.nodes:
         if node.name in starts and starts[node.name] is None:
@@ -1064,7 +1068,31 @@ def _interpret_nodes(
         if shape_env is not None and len(shape_env.replacements) != replacements:
             replacements = len(shape_env.replacements)
             prop.notes.extend(_specialized(shape_env, namer, node, fixed, prop))
+        if shape_env is not None and len(shape_env.guards) != guards:
+            prop.notes.extend(_pinned(shape_env, shape_env.guards[guards:], namer, node, prop))
+            guards = len(shape_env.guards)
     return prop
+
+
+def _pinned(
+    shape_env: Any, new: list[Any], namer: Namer, node: torch.fx.Node, prop: Propagation
+) -> list[str]:
+    """Notes for named dimensions ``node`` pinned through an expression that must equal a
+    number (``example_sizes.pinned``), recorded in ``prop.fixed`` at their example sizes."""
+    notes = []
+    examples = getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val
+    symbols = {name: sym for sym, name in namer.names.items()}
+    for found, expr in example_sizes.pinned(new, namer.names):
+        sizes = {name: examples.get(symbols[name]) for name in found}
+        if any(size is None or not getattr(size, "is_number", True) for size in sizes.values()):
+            continue
+        prop.pinned.append(expr)
+        for name, size in sizes.items():
+            if name not in prop.fixed:
+                prop.fixed[name] = int(size)
+                prop.fixed_at[name] = node.name
+                notes.append(f"`{node.name}` only works for {name} = {size}: {_FIXED_NOTE_END}")
+    return notes
 
 
 def _same_inputs(segment: Any, examples: dict[str, Any]) -> bool:

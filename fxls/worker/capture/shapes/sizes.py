@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import itertools
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,16 @@ from typing import Any
 from fxls.protocol.model import Dim, Value
 from fxls.worker.capture.shapes.values import size_text, tidy
 
-__all__ = ["Generalized", "Rerun", "Runner", "generalize", "other_sizes", "resized"]
+__all__ = [
+    "Generalized",
+    "Rerun",
+    "Runner",
+    "generalize",
+    "other_sizes",
+    "pinned",
+    "resized",
+    "telling_step",
+]
 
 
 @dataclass
@@ -84,8 +94,64 @@ def other_sizes(fixed: Mapping[str, int], step: int) -> dict[str, int]:
     }
 
 
+_CONSTRAINTS = frozenset({"Mod", "PythonMod", "FloorMod", "IsNonOverlappingAndDenseIndicator"})
+"""Functions whose equality with a number constrains the names without fixing what follows
+(``T % 4 == 0`` for a ``view``)."""
+
+
+def pinned(guards: Sequence[Any], names: Mapping[Any, str]) -> list[tuple[list[str], Any]]:
+    """The guards (sympy, from a ``ShapeEnv``) that require an expression in named dimensions
+    to equal a number, as (the names in it, the expression): ``int(x.size(1) * 0.5)`` keeps
+    ``T`` symbolic but requires ``TruncToInt(0.5*T) == 4``, and every size computed from that
+    ``4`` holds for the example ``T`` only. Divisibility (``Mod(T, 4) == 0``) is left out."""
+    out = []
+    for guard in guards:
+        expr = getattr(guard, "expr", guard)
+        if getattr(expr, "rel_op", None) != "==" or len(getattr(expr, "args", ())) != 2:
+            continue
+        sides = [a for a in expr.args if not a.is_number]
+        if len(sides) != 1 or type(sides[0]).__name__ in _CONSTRAINTS:
+            continue
+        found = sorted({names[s] for s in sides[0].free_symbols if s in names})
+        if found:
+            out.append((found, sides[0]))
+    return out
+
+
+MAX_TELLING_STEP = 8
+
+
+def telling_step(
+    expressions: Sequence[Any], names: Mapping[Any, str], fixed: Mapping[str, int]
+) -> int:
+    """The first step of :func:`other_sizes` at which each of ``expressions`` (:func:`pinned`)
+    has another value than at the ``fixed`` sizes: a number that is ``int(T / 2)`` does not
+    change from ``T = 8`` to ``9`` and would be taken for a constant. 1 when there are none,
+    or when no step up to ``MAX_TELLING_STEP`` changes them all."""
+    if not expressions:
+        return 1
+    symbols = {name: sym for sym, name in names.items()}
+
+    def at(sizes: Mapping[str, int]) -> list[Any]:
+        subs = {symbols[n]: v for n, v in sizes.items() if n in symbols}
+        return [expr.xreplace(subs) for expr in expressions]
+
+    try:
+        first = at(fixed)
+        for step in range(1, MAX_TELLING_STEP + 1):
+            other = at(other_sizes(fixed, step))
+            if all(a.is_number and b.is_number and a != b for a, b in zip(first, other)):
+                return step
+    except Exception:  # sympy may refuse an expression: the usual sizes
+        return 1
+    return 1
+
+
 def generalize(
-    first: Mapping[str, list[Value]], fixed: Mapping[str, int], run: Runner
+    first: Mapping[str, list[Value]],
+    fixed: Mapping[str, int],
+    run: Runner,
+    first_step: int = 1,
 ) -> Generalized:
     """``first``'s values with the dimensions that follow the ``fixed`` names in those names.
 
@@ -93,9 +159,11 @@ def generalize(
         first: node name -> outputs of the run that fixed the names, in graph order.
         fixed: name -> the example size it was fixed to.
         run: computes the same shapes at other sizes of the fixed names (never raises).
+        first_step: the :func:`other_sizes` step of the second run (the third takes the
+            next): a larger one where the nearest sizes would not change what was fixed.
     """
     names = list(fixed)
-    second = run(other_sizes(fixed, 1))
+    second = run(other_sizes(fixed, first_step))
     sizes = [dict(fixed), second.sizes]
     merged: dict[str, list[Value]] = {}
     fits: dict[str, list[_ValueFit]] = {}
@@ -110,10 +178,13 @@ def generalize(
             if not _trusted(values, names):
                 bound.append(node)
             continue
-        fits[node] = [_fit_value(a, b, sizes, names) for a, b in zip(values, other)]
+        # a name pinned through an expression (``pinned``) stays a name in every run: compare
+        # its sizes, as for the numbers of a name that was replaced
+        mine = _at(values, fixed) or values
+        fits[node] = [_fit_value(a, b, sizes, names) for a, b in zip(mine, other)]
     reruns = [second]
     if any(not f.settled() for found in fits.values() for f in found):
-        third = run(other_sizes(fixed, 2))
+        third = run(other_sizes(fixed, first_step + 1))
         reruns.append(third)
         for node, found in fits.items():
             checked = _at(third.values.get(node), third.sizes)
@@ -297,6 +368,7 @@ def _fit_dim(d1: Dim, d2: Dim, sizes: Sequence[Mapping[str, int]], names: Sequen
         if len(names) == 1 and slope == 1 and offset == 0:
             return _DimFit(d1, name)
         candidates.append(slope * symbol + offset)
+    candidates.extend(_floor_candidates(e1, e2, sizes, names))
     for size in (2, 3):
         for group in itertools.combinations(names, size):
             p1 = math.prod(sizes[0][n] for n in group)
@@ -309,6 +381,30 @@ def _fit_dim(d1: Dim, d2: Dim, sizes: Sequence[Mapping[str, int]], names: Sequen
             if same and factor != 0 and _integral(factor):
                 candidates.append(factor * math.prod(_symbol(n) for n in group))
     return _DimFit(d1, candidates=candidates)
+
+
+MAX_DIVISOR = 16
+
+
+def _floor_candidates(
+    e1: Any, e2: Any, sizes: Sequence[Mapping[str, int]], names: Sequence[str]
+) -> list[Any]:
+    """``X//k`` for a fixed name ``X`` whose two sizes give the two numbers (``int(T * 0.5)``,
+    ``h.shape[1] // 2`` passed on as a number); the third run must confirm it."""
+    import sympy
+
+    if not (e1.is_Integer and e2.is_Integer):
+        return []
+    out = []
+    for name in names:
+        x1, x2 = sizes[0][name], sizes[1][name]
+        for k in range(2, MAX_DIVISOR + 1):
+            if x1 // k == int(e1) and x2 // k == int(e2) and x1 // k != x2 // k:
+                out.append(sympy.floor(_symbol(name) / k))
+    return out
+
+
+_FLOOR = re.compile(r"floor\(([A-Za-z_]\w*)/(\d+)\)")
 
 
 def _integral(expr: Any) -> bool:
@@ -329,7 +425,11 @@ def _equal(a: Any, b: Any) -> bool:
 def _dim(expr: Any) -> Dim:
     if expr.is_Integer:
         return int(expr)
-    return tidy(str(expr))
+    text = str(expr)
+    floor = _FLOOR.fullmatch(text)
+    if floor is not None:
+        return f"{floor[1]}//{floor[2]}"
+    return tidy(text)
 
 
 _SYMBOLS: dict[str, Any] = {}

@@ -156,6 +156,9 @@ class FakeRun:
     """``symbolic`` (named dims kept as symbols) or ``fake`` (static sizes)."""
     specialized: dict[str, int] = field(default_factory=dict)
     """Named dimensions the run had to fix to their example size (``len(x)``, ``int(n)``)."""
+    guards: list[Any] = field(default_factory=list)
+    """The expressions in named dimensions the run required to equal a number (sympy; the
+    side that is not a number): ``TruncToInt(0.5*T)`` of ``int(x.size(1) * 0.5)``."""
 
     def rename(self, text: str) -> str:
         """Raw symbols in a text (``s26*s49`` in an argument) -> the user's names (``B*T``)."""
@@ -852,12 +855,7 @@ def fake_run(
             error = exc
             error_span = spans.of_traceback(exc)
 
-    specialized: dict[str, int] = {}
-    if shape_env is not None:
-        for sym, name in names.items():
-            value = shape_env.replacements.get(sym)
-            if value is not None and getattr(value, "is_number", False):
-                specialized[name] = int(value)
+    specialized, guards = _specialized(shape_env, names, inputs) if shape_env else ({}, [])
     gm = _graph_module(recorder, module)
     return FakeRun(
         graph_module=gm,
@@ -870,7 +868,29 @@ def fake_run(
         names=names,
         mode="symbolic" if use_symbols else "fake",
         specialized=specialized,
+        guards=guards,
     )
+
+
+def _specialized(
+    shape_env: Any, names: dict[Any, str], feeds: Sequence[Any]
+) -> tuple[dict[str, int], list[Any]]:
+    """The named dimensions the run fixed (name -> example size): replaced by a number, or
+    in an expression the run required to equal a number (``sizes.pinned``); and those
+    expressions (:attr:`FakeRun.guards`)."""
+    example = {n: size for f in feeds if f.kind == "tensor" for n, size in f.dims if n}
+    out: dict[str, int] = {}
+    for sym, name in names.items():
+        value = shape_env.replacements.get(sym)
+        if value is not None and getattr(value, "is_number", False):
+            out[name] = int(value)
+    guarded = []
+    for found, expr in sizes.pinned(shape_env.guards, names):
+        if all(name in example for name in found):
+            guarded.append(expr)
+            for name in found:
+                out.setdefault(name, example[name])
+    return out, guarded
 
 
 def fixed_sizes(run: FakeRun, inputs: Sequence[Any]) -> dict[str, int]:
@@ -909,7 +929,9 @@ def generalize(
         error = other.error_target or (type(other.error).__name__ if other.error else None)
         return sizes.Rerun(wanted, same, error)
 
-    return sizes.generalize(run.values, fixed_sizes(run, inputs), rerun)
+    fixed = fixed_sizes(run, inputs)
+    step = sizes.telling_step(run.guards, run.names, fixed)
+    return sizes.generalize(run.values, fixed, rerun, first_step=step)
 
 
 NOT_AGAIN = "not computed again"

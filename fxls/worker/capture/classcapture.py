@@ -15,7 +15,7 @@ import re
 import textwrap
 import time
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -1325,16 +1325,11 @@ class ClassCapture:
             self._report_assumed([])
             return
         ordered = [p for p in found if p is not None]
-        self._set_inputs(ordered)
-        self._report_assumed(ordered)
-        self.feeds_planned = ordered
 
-        feeds = self.feeds = [replace(p) for p in ordered]
-
-        def fake_run(feeds: list[shapes.ExampleInput], symbolic: bool) -> fakerun.FakeRun:
+        def fake_run(feeds: Sequence[shapes.ExampleInput], symbolic: bool) -> fakerun.FakeRun:
             return fakerun.fake_run(
                 module,
-                feeds,
+                [replace(p) for p in feeds],
                 doc.path,
                 symbolic=symbolic,
                 leaf_classes=traced.leaves,
@@ -1344,17 +1339,19 @@ class ClassCapture:
         static_note = ""
         started = time.perf_counter()
         try:
-            run = fake_run(feeds, doc.job.symbolic)
+            ordered, run = _batch_once(ordered, fake_run, doc.job.symbolic)
             took = time.perf_counter() - started
             if run.error is not None and run.mode == "symbolic":
                 # some kernels refuse symbolic sizes; static sizes still give the shapes
-                static = fake_run(feeds, False)
+                static = fake_run(ordered, False)
                 if static.error is None:
                     run = static
                     static_note = "named dimensions could not stay symbolic while running `forward`"
         except Exception as exc:
+            self._fed(ordered)
             self.note(f"running forward on fake tensors failed: {one_line(exc)}")
             return
+        feeds = self._fed(ordered)
         gm = run.graph_module
         if gm is None:
             self.note("running forward on fake tensors recorded no usable graph")
@@ -1394,6 +1391,14 @@ class ClassCapture:
             return
         self._fake_run_stopped(run)
 
+    def _fed(self, ordered: list[inputs.PlannedInput]) -> list[shapes.ExampleInput]:
+        """The inputs ``forward`` ran with, shown and reported (FX405); its feeds."""
+        self._set_inputs(ordered)
+        self._report_assumed(ordered)
+        self.feeds_planned = ordered
+        self.feeds = [replace(p) for p in ordered]
+        return self.feeds
+
     def _fake_run_stopped(self, run: fakerun.FakeRun) -> None:
         """A fake run that ended before ``forward`` returned: the nodes before are shown, and
         a torch operation that refused the shapes is FX201 where it happens."""
@@ -1416,6 +1421,46 @@ class ClassCapture:
             f"torch.fx could not trace `forward`, and running it on fake tensors stopped{where} "
             f"({error}); only the operations before that point are shown"
         )
+
+
+def _batch_twice(run: fakerun.FakeRun, ordered: list[inputs.PlannedInput]) -> bool:
+    """Whether ``forward``'s output has the batch in two dimensions though no input has:
+    a batch broadcast against itself, the mark of an assumed input of the wrong rank
+    (x-transformers' ``AdaptiveRMSNorm``: ``x`` assumed ``[B, 64]`` and ``condition``
+    ``[B, 64]`` made ``[B, 1, 64]`` gave ``[B, B, 64]``)."""
+    if not any(p.assumed for p in ordered):
+        return False
+    if any([n for n, _ in p.dims].count(inputs.BATCH) > 1 for p in ordered if p.kind == "tensor"):
+        return False
+    gm = run.graph_module
+    output = next((n for n in gm.graph.nodes if n.op == "output"), None) if gm else None
+    values = run.values.get(output.name, []) if output is not None else []
+    return any((v.shape or []).count(inputs.BATCH) > 1 for v in values if v.kind == "tensor")
+
+
+def _batch_once(
+    ordered: list[inputs.PlannedInput],
+    fake_run: Callable[[list[inputs.PlannedInput], bool], fakerun.FakeRun],
+    symbolic: bool,
+) -> tuple[list[inputs.PlannedInput], fakerun.FakeRun]:
+    """``fake_run`` of ``ordered``; when its output has the batch in two dimensions
+    (:func:`_batch_twice`), the first other form of an assumed input (``inputs.alternatives``:
+    features as a sequence ``[B, T, F]``, ...) with which ``forward`` runs through without,
+    else ``ordered`` and its run as they are."""
+    run = fake_run(ordered, symbolic)
+    if run.error is not None or not _batch_twice(run, ordered):
+        return ordered, run
+    sequence = _unused_size(ordered)
+    for index, planned in enumerate(ordered):
+        for alternative in inputs.alternatives(planned, (), sequence):
+            trial = [*ordered[:index], alternative, *ordered[index + 1 :]]
+            try:
+                other = fake_run(trial, symbolic)
+            except Exception:  # user code: the next form
+                continue
+            if other.error is None and not _batch_twice(other, trial):
+                return trial, other
+    return ordered, run
 
 
 def _fixed_note(fixed: dict[str, int], found: sizes.Generalized, static: str) -> str:

@@ -746,3 +746,20 @@ def test_a_size_a_kernel_takes_as_a_number_still_follows_its_name() -> None:
     model = _load("pinned_sizes.py").HalfPool()
     for batch, length in ((2, 5), (3, 9)):
         assert model(torch.randn(batch, length, 6)).shape == (batch, 4, length // 2)
+
+
+def test_an_assumed_input_that_broadcasts_the_batch_against_itself_is_tried_as_a_sequence() -> None:
+    # `x` was assumed [B, 64] and `condition` [B, 64] made [B, 1, 64]: the output was shown as
+    # [B, B, 64], a batch broadcast against itself. As a sequence, x [B, T, 64], it is
+    # [B, T, 64], as the code means.
+    text = _text("adaptive_norm.py")
+    (norm,) = _capture("adaptive_norm.py", _request(text, "AdaptiveRMSNorm")).modules
+    assert [(i.name, i.value.shape) for i in norm.inputs] == [
+        ("x", ["B", "T", 64]),
+        ("condition", ["B", 64]),
+    ], norm.inputs
+    assert [o.shape for o in norm.outputs] == [["B", "T", 64]], norm.outputs
+    model = _load("adaptive_norm.py").AdaptiveRMSNorm()
+    for batch, length in ((2, 5), (3, 7)):
+        out = model(torch.randn(batch, length, 64), condition=torch.randn(batch, 64))
+        assert out.shape == (batch, length, 64)

@@ -33,6 +33,7 @@ from fxls.lsp.features.inlay_hints import shape_hints
 from fxls.protocol.codec import from_dict, to_dict
 from fxls.protocol.copies import expanded
 from fxls.protocol.model import CaptureJob, CaptureResult, ModuleResult, NodeInfo
+from fxls.worker.capture.build.inputs import value_of
 from fxls.worker.capture.pipeline import run_capture
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "capture"
@@ -406,3 +407,13 @@ async def test_the_worker_sends_what_the_views_need(worker) -> None:  # type: ig
     assert sent[EXAMPLE_SIZES]["Upsample"].outputs[0].shape == ["B", 10]
     assert sent[EXAMPLE_SIZES]["TwoRows"].example_sizes == {"B": 2}
     assert "features.0.conv" in sent[INSTANCES]["TinyMobileNet"].containers
+
+
+def test_a_tuple_of_one_tensor_is_shown_as_a_tuple() -> None:
+    # diffusers' up blocks take `res_hidden_states_tuple`: one skip connection was shown as
+    # `([B, 64, 224, 224])`, which reads as one tensor, not a tuple holding one
+    one = (torch.zeros(2, 64, 8, 8),)
+    named = [[("B", 2), (None, 64), (None, 8), (None, 8)]]
+    assert value_of(one, named).text == "([B, 64, 8, 8],)"
+    assert value_of((*one, *one), named * 2).text == "([B, 64, 8, 8], [B, 64, 8, 8])"
+    assert value_of([*one], named).text == "[[B, 64, 8, 8]]"

@@ -71,7 +71,9 @@ def _value_text(
         return "[" + ", ".join(name or str(size) for name, size in dims) + "]"
     if depth < 3 and isinstance(value, (tuple, list)):
         inner = ", ".join(_value_text(v, depth + 1, names) for v in value)
-        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+        if isinstance(value, tuple):  # one item: ``([B, 64, 8, 8],)``, as Python writes it
+            return f"({inner},)" if len(value) == 1 else f"({inner})"
+        return f"[{inner}]"
     text = repr(value)
     return text if len(text) <= 40 else text[:39] + "…"
 

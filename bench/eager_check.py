@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,6 +121,19 @@ def structured(text: str, sizes: dict[str, int]) -> tuple[bool, Any]:
         return False, None
 
 
+def base_sizes(sizes: dict[str, int]) -> dict[str, int]:
+    """The example sizes by name; a dimension a parent passed as a product (``4*B``: 8) gives
+    its name's size (``B``: 2)."""
+    out = {}
+    for key, size in sizes.items():
+        product = re.fullmatch(r"(\d+)\*([A-Za-z_]\w*)", key)
+        if product is not None:
+            out.setdefault(product[2], size // int(product[1]))
+        else:
+            out[key] = size
+    return out
+
+
 def size_choices(example: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
     if not example:
         return [("example", {})]
@@ -204,7 +218,7 @@ def check_class(
     checked: list[str] = []
     compared = 0
     mismatches: list[str] = []
-    for label, sizes in size_choices(dict(mod.input_sizes)):
+    for label, sizes in size_choices(base_sizes(dict(mod.input_sizes))):
         if label == "batch" and "other" in checked:
             break
         args: dict[str, Any] = {}

@@ -37,9 +37,9 @@ from torch import nn
 from fxls.analysis import parse
 from fxls.engine.analyze import AnalysisRequest, EngineOptions, analyze, build_requests, capture_job
 from fxls.engine.workerclient import WorkerClient
-from fxls.protocol.model import CaptureResult, Construction, Limits, ModuleResult, Value
+from fxls.protocol.model import CaptureResult, Limits, ModuleResult, Value
 from fxls.worker.capture.document import execute, prepare
-from fxls.worker.compile.run import origin, split_submodule
+from fxls.worker.compile.run import origin, root_result
 from fxls.worker.rewrite.base import Original
 from fxls.worker.rewrite.verify import Rebuild, size_value
 
@@ -143,14 +143,6 @@ def size_choices(example: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
     if "B" in example and batch != other:
         out.append(("batch", batch))
     return out
-
-
-def root_result(mod: ModuleResult) -> ModuleResult:
-    how = mod.constructed
-    assert how is not None
-    root, _ = split_submodule(how.expr) if how.expr is not None else (None, "")
-    rooted = Construction(how.source, how.text, dict(how.assumed), expr=root)
-    return ModuleResult(name=mod.name, line=mod.line, status=mod.status, constructed=rooted)
 
 
 MAX_CPU_PARAMS = 300_000_000

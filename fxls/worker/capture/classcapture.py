@@ -1348,10 +1348,10 @@ class ClassCapture:
                     run = static
                     static_note = "named dimensions could not stay symbolic while running `forward`"
         except Exception as exc:
-            self._fed(ordered)
+            self._use_inputs(ordered)
             self.note(f"running forward on fake tensors failed: {one_line(exc)}")
             return
-        feeds = self._fed(ordered)
+        feeds = self._use_inputs(ordered)
         gm = run.graph_module
         if gm is None:
             self.note("running forward on fake tensors recorded no usable graph")
@@ -1391,7 +1391,7 @@ class ClassCapture:
             return
         self._fake_run_stopped(run)
 
-    def _fed(self, ordered: list[inputs.PlannedInput]) -> list[shapes.ExampleInput]:
+    def _use_inputs(self, ordered: list[inputs.PlannedInput]) -> list[shapes.ExampleInput]:
         """The inputs ``forward`` ran with, shown and reported (FX405); its feeds."""
         self._set_inputs(ordered)
         self._report_assumed(ordered)

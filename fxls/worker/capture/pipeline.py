@@ -348,12 +348,12 @@ def _wanted(
     second top-level model may call it with more dimension names: ``parents.may_name_more``);
     ``ClassCapture.record_children`` keeps the more general record."""
     wanted: dict[type, str] = {}
-    second = current not in doc.records
+    top_level = current not in doc.records  # not built by a parent itself
     for req in job.classes:
         if req.name in done or req.name == current or req.skip or req.init:
             continue
         recorded = doc.records.get(req.name)
-        if recorded is not None and not (second and parents.may_name_more(recorded)):
+        if recorded is not None and not (top_level and parents.may_name_more(recorded)):
             continue
         cls = doc.namespace.get(req.name)
         if isinstance(cls, type):

@@ -145,7 +145,7 @@ def _from_results(
             reason = f"the file does not run: {type(exc).__name__}"
             result.modules = [_skipped(m, reason) for m in modules]
             return result
-    original = Original(doc, CaptureResult(modules=[_root_result(m) for m in modules]))
+    original = Original(doc, CaptureResult(modules=[root_result(m) for m in modules]))
     for mod in modules:
         if not isinstance(doc.namespace.get(mod.name), type):
             result.modules.append(_skipped(mod, "the class is not defined when the file runs"))
@@ -238,7 +238,7 @@ def _int(text: str) -> int | None:
         return None
 
 
-def _root_result(mod: ModuleResult) -> ModuleResult:
+def root_result(mod: ModuleResult) -> ModuleResult:
     """What :class:`~fxls.worker.rewrite.verify.Rebuild` reads of ``mod``: how its root was
     built (a block built by its parent: the parent's expression)."""
     how = mod.constructed

@@ -68,10 +68,11 @@ class Recorded:
         return f"{self.parent_expr}.get_submodule({self.path!r})"
 
 
-def _dims(planned: inputs.PlannedInput) -> list[tuple[str | None, int]]:
+def _tensors(planned: inputs.PlannedInput) -> list[list[tuple[str | None, int]]]:
+    """The dimensions of each tensor of an input (one, or those inside a value)."""
     if planned.kind == "tensor":
-        return planned.dims
-    return [d for dims in planned.inner_dims or [] for d in dims]
+        return [planned.dims]
+    return list(planned.inner_dims or [])
 
 
 def generality(rec: Recorded) -> tuple[bool, bool, int]:
@@ -81,7 +82,7 @@ def generality(rec: Recorded) -> tuple[bool, bool, int]:
     ``[B, T, 64]`` from a language model over ``[B, 64, 64]`` from a vision wrapper's 64
     patches)."""
     guessed = any(p.assumed or p.upstream for p in rec.inputs.values())
-    named = sum(1 for p in rec.inputs.values() for name, _ in _dims(p) if name)
+    named = sum(1 for p in rec.inputs.values() for dims in _tensors(p) for name, _ in dims if name)
     return rec.called, not guessed, named
 
 
@@ -89,15 +90,12 @@ def may_name_more(rec: Recorded) -> bool:
     """Whether another parent could give the class more dimension names than ``rec``: some
     tensor it received has a dimension without a name that is not its last (features,
     channels and the like are numbers in every parent)."""
-    if not rec.called:
-        return True
-    for planned in rec.inputs.values():
-        if planned.kind == "tensor" and any(name is None for name, _ in planned.dims[:-1]):
-            return True
-        for dims in (planned.inner_dims or []) if planned.kind == "value" else []:
-            if any(name is None for name, _ in dims[:-1]):
-                return True
-    return False
+    return not rec.called or any(
+        name is None
+        for planned in rec.inputs.values()
+        for dims in _tensors(planned)
+        for name, _ in dims[:-1]
+    )
 
 
 def record(

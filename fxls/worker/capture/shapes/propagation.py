@@ -1079,10 +1079,13 @@ def _pinned(
 ) -> list[str]:
     """Notes for named dimensions ``node`` pinned through an expression that must equal a
     number (``example_sizes.pinned``), recorded in ``prop.fixed`` at their example sizes."""
-    notes = []
+    notes: list[str] = []
+    found_pinned = example_sizes.pinned(new, namer.names)
+    if not found_pinned:
+        return notes
     examples = getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val
     symbols = {name: sym for sym, name in namer.names.items()}
-    for found, expr in example_sizes.pinned(new, namer.names):
+    for found, expr in found_pinned:
         sizes = {name: examples.get(symbols[name]) for name in found}
         if any(size is None or not getattr(size, "is_number", True) for size in sizes.values()):
             continue

@@ -180,6 +180,9 @@ class ParseResult:
     """Names the document defines at its top level (for evidence from other files)."""
     passes: list[PassInfo] = field(default_factory=list)
     """Functions marked as user passes."""
+    tree: ast.Module | None = None
+    """The document's syntax tree (None with a syntax error), for later steps that read it
+    (``fxls.engine.incremental.units_of``); not to be changed."""
 
     def find(self, name: str) -> ClassInfo | None:
         return next((c for c in self.classes if c.name == name), None)
@@ -502,7 +505,7 @@ def parse(text: str) -> ParseResult:
     kinds = _classify(defs)
     functions = _module_functions(tree)
     comments = _comment_lines(text, src, tree)
-    result = ParseResult(defined=top_level_names(tree))
+    result = ParseResult(defined=top_level_names(tree), tree=tree)
     attached: set[int] = set()
     forwards: dict[str, ForwardInfo | None] = {}
     for node in defs_list:

@@ -17,7 +17,6 @@ opens, with a helper process for the bulk, then each capture), never on its even
 from __future__ import annotations
 
 import ast
-import contextlib
 import json
 import os
 import subprocess
@@ -151,12 +150,28 @@ def _scan_elsewhere(paths: list[str]) -> None:
             _FILES[path] = (float(mtime), int(size), parsed)
 
 
-def _unread(path: str) -> bool:
-    """A file that exists and whose findings are not kept (a file that is gone is not)."""
-    try:
-        return _cached(path, os.stat(path)) is None
-    except OSError:
-        return False
+class Stats:
+    """The ``os.stat`` of each workspace file, taken once: one analysis of a document reads
+    the files' sizes and times for its call sites and again for its cache key (two thousand
+    files take milliseconds each time). Made per analysis, never kept: a file changed since
+    is seen by the next one."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, os.stat_result | None] = {}
+
+    def of(self, path: str) -> os.stat_result | None:
+        """``os.stat(path)``, None when it fails."""
+        if path not in self._seen:
+            try:
+                self._seen[path] = os.stat(path)
+            except OSError:
+                self._seen[path] = None
+        return self._seen[path]
+
+    def files(self, root: str) -> list[tuple[str, os.stat_result]]:
+        """The listed files of ``root`` (:func:`python_files`) that exist, with their stat."""
+        found = ((path, self.of(path)) for path in _listing(root))
+        return [(path, stat) for path, stat in found if stat is not None]
 
 
 def _fresh(path: str) -> bool:
@@ -184,44 +199,53 @@ def call_sites(
     if not root or not classes or not os.path.isdir(root):
         return {}
     with _SCAN:
-        return _sites(root, document, classes, defined, read=True)
+        return _sites(Stats().files(root), document, classes, defined, read=True)
 
 
 def known_call_sites(
-    root: str | None, document: str, classes: list[str], defined: set[str]
+    root: str | None,
+    document: str,
+    classes: list[str],
+    defined: set[str],
+    stats: Stats | None = None,
 ) -> tuple[dict[str, list[CallSite]], bool]:
     """:func:`call_sites` without waiting for a scan of the workspace: the calls in the files
     read so far, and whether that was every file. While :func:`prescan` runs, or when more
     than ``INLINE_MAX`` files are unread, the first capture of a file goes ahead with what is
-    known; the caller refines the result when the scan is done."""
+    known; the caller refines the result when the scan is done. ``stats``: the analysis's
+    :class:`Stats` (each file is looked at once)."""
     if not root or not classes or not os.path.isdir(root):
         return {}, True
+    files = (stats or Stats()).files(root)
     if _SCAN.locked():  # a scan is running: do not wait for it
-        return _sites(root, document, classes, defined, read=False), False
+        return _sites(files, document, classes, defined, read=False), False
     with _LOOKUP:
-        files = _listing(root)
-        unread = sum(1 for path in files if _unread(path))
+        unread = sum(1 for path, stat in files if _cached(path, stat) is None)
         complete = unread <= INLINE_MAX
-        return _sites(root, document, classes, defined, read=complete), complete
+        return _sites(files, document, classes, defined, read=complete), complete
 
 
 def _sites(
-    root: str, document: str, classes: list[str], defined: set[str], *, read: bool
+    files: list[tuple[str, os.stat_result]],
+    document: str,
+    classes: list[str],
+    defined: set[str],
+    *,
+    read: bool,
 ) -> dict[str, list[CallSite]]:
-    """Calls of ``classes`` in the files of ``root``: every file (``read``), else only those
-    whose findings are kept."""
+    """Calls of ``classes`` in ``files`` (with their stat): every file (``read``), else only
+    those whose findings are kept."""
     here = os.path.abspath(document)
     listing = []
-    for path in _listing(root):
+    for path, stat in files:
         if path == here:
             continue
         if read:
-            listing.append((path, _calls_in(path)))
+            listing.append((path, _calls_in(path, stat)))
             continue
-        with contextlib.suppress(OSError):
-            kept = _cached(path, os.stat(path))
-            if kept is not None:
-                listing.append((path, kept))
+        kept = _cached(path, stat)
+        if kept is not None:
+            listing.append((path, kept))
     wanted = set(classes)
     found: dict[str, list[CallSite]] = {}
     for path, in_file in listing:
@@ -284,13 +308,16 @@ def _listing(root: str) -> list[str]:
     return files
 
 
-def _calls_in(path: str) -> dict[str, list[tuple[str, int, frozenset[str]]]]:
+def _calls_in(
+    path: str, stat: os.stat_result | None = None
+) -> dict[str, list[tuple[str, int, frozenset[str]]]]:
     """Per called name: (argument text, line, names the arguments use), for calls whose
-    arguments are literals or plain names."""
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return {}
+    arguments are literals or plain names. ``stat``: the file's, when the caller has it."""
+    if stat is None:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return {}
     cached = _cached(path, stat)
     if cached is not None:
         return cached

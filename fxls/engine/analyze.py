@@ -11,6 +11,7 @@ types here.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import dataclasses
 import hashlib
@@ -483,7 +484,11 @@ def class_requests(
 
 
 def _add_call_sites(
-    requests: list[ClassRequest], root: str | None, path: str, defined: set[str]
+    requests: list[ClassRequest],
+    root: str | None,
+    path: str,
+    defined: set[str],
+    stats: workspace.Stats | None = None,
 ) -> bool:
     """Calls of the classes without an ``init`` directive in other files of the workspace, as
     far as the workspace has been read (never waiting for a scan of it). Returns whether every
@@ -492,7 +497,7 @@ def _add_call_sites(
     if not names:
         return True
     try:
-        found, complete = workspace.known_call_sites(root, path, names, defined)
+        found, complete = workspace.known_call_sites(root, path, names, defined, stats)
     except Exception:  # evidence is a bonus: an unreadable workspace changes nothing
         return True
     for req in requests:
@@ -559,16 +564,17 @@ async def analyze(
     diagnostics = list(parsed.diagnostics)
     if classes or is_rules_file(path, options):
         requests = build_requests(classes, request.extra_inputs, request.init_override)
+        stats = workspace.Stats()  # each workspace file looked at once per analysis
         # reading the workspace's files blocks: in a thread, so the server keeps answering
         result.evidence_complete = await asyncio.to_thread(
-            _add_call_sites, requests, root, path, parsed.defined
+            _add_call_sites, requests, root, path, parsed.defined, stats
         )
         job = percent_cells(capture_job(path, text, requests, options, root or request.import_root))
         active = sum(1 for r in job.classes if not r.skip)
         budget = Budget(options, active)
-        run = _Run(client, job, classes, text, options, result, diagnostics, budget)
+        run = _Run(client, job, classes, text, options, result, diagnostics, budget, parsed.tree)
         if cache is not None and only is None and not is_rules_file(path, options):
-            context = await asyncio.to_thread(job_context, job, options, root, worker)
+            context = await asyncio.to_thread(job_context, job, options, root, worker, stats)
             await _incremental(run, cache, context)
         else:
             await _capture(run)
@@ -652,6 +658,8 @@ class _Run:
     result: FileAnalysis
     diagnostics: list[Diagnostic]
     budget: Budget
+    tree: ast.Module | None = None
+    """The text's syntax tree (from :func:`parse`)."""
     sized_as: int = 0
     """The first job of the run gets the limits of at least this many classes: the classes a
     job out of CPU time left get the limits of that job (its import and the classes it kept
@@ -800,32 +808,36 @@ def _absorb(
             result.modules.append(ModuleResult(name=req.name, line=req.line, status="skipped"))
 
 
-def workspace_digest(root: str | None, document: str) -> str:
+def workspace_digest(root: str | None, document: str, stats: workspace.Stats | None = None) -> str:
     """A hash of the Python files of the workspace ``root`` and of the document's folder (path,
     size, modification time) that the document may import, the document's own file excepted
-    (the editor's text is what runs)."""
+    (the editor's text is what runs). ``stats``: the analysis's, when it has looked already."""
     here = os.path.abspath(document)
+    stats = stats or workspace.Stats()
     files = []
     for folder in dict.fromkeys(p for p in (root, os.path.dirname(here)) if p):
-        for path in workspace.python_files(folder):
-            if path == here:
-                continue
-            try:
-                stat = os.stat(path)
-            except OSError:
-                continue
-            files.append((path, stat.st_size, stat.st_mtime_ns))
+        if not os.path.isdir(folder):
+            continue
+        for path, stat in stats.files(folder):
+            if path != here:
+                files.append((path, stat.st_size, stat.st_mtime_ns))
     files.sort()
     return hashlib.sha256(json.dumps(files).encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def job_context(job: CaptureJob, options: EngineOptions, root: str | None, worker: str) -> str:
+def job_context(
+    job: CaptureJob,
+    options: EngineOptions,
+    root: str | None,
+    worker: str,
+    stats: workspace.Stats | None = None,
+) -> str:
     """Everything a capture job depends on beyond its document text and class requests: the
     fxls and worker versions, the settings, every other field of the job (the document's path,
     ``sys.path``, the user rules...), and the Python files of the workspace (path, size,
     modification time) that the document may import (the document's own file on disk
     excepted: the job runs the editor's text)."""
-    digest = workspace_digest(root, job.path)
+    digest = workspace_digest(root, job.path, stats)
     # every field of the job but the text and the classes (path, sys.path, settings, rules...)
     fields = {k: v for k, v in to_dict(job).items() if k not in ("source", "classes")}
     return json.dumps(
@@ -842,7 +854,7 @@ async def _incremental(run: _Run, cache: incremental.CaptureCache, context: str)
     fails to execute does so whatever classes the job asks for."""
     job, text, result, diagnostics = run.job, run.text, run.result, run.diagnostics
     stats = cache.stats
-    units = incremental.units_of(text, job.classes, context)
+    units = incremental.units_of(text, job.classes, context, run.tree)
     if units is None:
         stats.jobs += 1
         stats.misses += len(job.classes)

@@ -306,11 +306,14 @@ class _Statement:
     job_wide: bool = False
 
 
-def units_of(text: str, requests: list[ClassRequest], context: str) -> list[Unit] | None:
+def units_of(
+    text: str, requests: list[ClassRequest], context: str, tree: ast.Module | None = None
+) -> list[Unit] | None:
     """The units of ``text`` that hold ``requests``, each with its key; None when the text
-    cannot be read so (every class is then captured, as without a cache)."""
+    cannot be read so (every class is then captured, as without a cache). ``tree``: the
+    text's syntax tree when the caller has it (not changed here)."""
     try:
-        tree = ast.parse(text)
+        tree = tree if tree is not None else ast.parse(text)
         code = _code_lines(text, tree)
     except (SyntaxError, ValueError, tokenize.TokenError, IndentationError):
         return None

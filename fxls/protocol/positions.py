@@ -40,7 +40,7 @@ _NOT_CODE = frozenset(
     {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
 )
 _TEXTS: OrderedDict[str, tuple[tokenize.TokenInfo, ...]] = OrderedDict()
-_CHUNKS: OrderedDict[tuple[int, str], tuple[tokenize.TokenInfo, ...]] = OrderedDict()
+_CHUNKS: OrderedDict[str, tuple[int, tuple[tokenize.TokenInfo, ...]]] = OrderedDict()
 _MAX_CHUNKS = 256
 _LOCK = threading.Lock()
 
@@ -49,8 +49,9 @@ def tokens(text: str, body: list[ast.stmt]) -> tuple[tokenize.TokenInfo, ...]:
     """The code and comment tokens of ``text`` (``tokenize.generate_tokens`` without NL,
     NEWLINE, INDENT, DEDENT and ENDMARKER), given ``body``, the statements ``ast.parse(text)``
     found. Each top-level statement's lines (with the comments above it) are tokenized once per
-    text and first line, so an edit inside one class tokenizes that class only; the last two
-    texts are kept whole. Raises as ``generate_tokens`` does."""
+    text, so an edit inside one class tokenizes that class only (a statement that moved, lines
+    added or removed above it, gets its tokens moved); the last two texts are kept whole.
+    Raises as ``generate_tokens`` does."""
     with _LOCK:
         found = _TEXTS.get(text)
         if found is None:
@@ -86,15 +87,26 @@ def _chunks(body: list[ast.stmt], count: int) -> list[tuple[int, int]] | None:
 
 def _chunk(lines: list[str], first: int, last: int) -> tuple[tokenize.TokenInfo, ...]:
     source = "\n".join(lines[first - 1 : last]) + ("\n" if last < len(lines) else "")
-    key = (first, source)
-    found = _CHUNKS.get(key)
-    if found is not None:
-        _CHUNKS.move_to_end(key)
-        return found
-    found = _CHUNKS[key] = _tokenize(source, first - 1)
+    kept = _CHUNKS.get(source)
+    if kept is None:
+        found = _tokenize(source, first - 1)
+    elif kept[0] == first:
+        found = kept[1]
+    else:
+        found = _moved(kept[1], first - kept[0])
+    _CHUNKS[source] = (first, found)
+    _CHUNKS.move_to_end(source)
     if len(_CHUNKS) > _MAX_CHUNKS:
         _CHUNKS.popitem(last=False)
     return found
+
+
+def _moved(found: tuple[tokenize.TokenInfo, ...], by: int) -> tuple[tokenize.TokenInfo, ...]:
+    """``found`` ``by`` lines further down."""
+    info = tokenize.TokenInfo
+    return tuple(
+        info(t[0], t[1], (t[2][0] + by, t[2][1]), (t[3][0] + by, t[3][1]), t[4]) for t in found
+    )
 
 
 def _tokenize(source: str, offset: int) -> tuple[tokenize.TokenInfo, ...]:

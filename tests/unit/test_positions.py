@@ -7,6 +7,8 @@ import io
 import tokenize
 from pathlib import Path
 
+import pytest
+
 from fxls.protocol import positions
 from fxls.protocol.positions import SourceText, tokens
 
@@ -58,3 +60,23 @@ def test_an_edit_inside_one_statement_tokenizes_that_statement_only() -> None:
     body = ast.parse(edited).body
     assert [(t.type, t.string, t.start, t.end) for t in tokens(edited, body)] == _whole(edited)
     assert len(set(positions._CHUNKS) - before) == 1
+
+
+def test_statements_moved_by_lines_added_above_them_are_not_tokenized_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    text = ODD[1]
+    tokens(text, ast.parse(text).body)
+    tokenized: list[str] = []
+    real = positions._tokenize
+
+    def counting(source: str, offset: int) -> tuple[tokenize.TokenInfo, ...]:
+        tokenized.append(source)
+        return real(source, offset)
+
+    monkeypatch.setattr(positions, "_tokenize", counting)
+    for edited in ("# new\n\n" + text, "_e = 1\n" + text.replace("x = (1 +\n 2)", "x = 3")):
+        body = ast.parse(edited).body
+        assert [(t.type, t.string, t.start, t.end) for t in tokens(edited, body)] == _whole(edited)
+    # the first edit moved every statement; the second changed the first one only
+    assert tokenized == ["# new\n\nx = (1 +\n 2)\n", "_e = 1\n", "x = 3\n"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 import threading
 from pathlib import Path
@@ -188,3 +189,32 @@ def test_two_captures_looking_up_at_once_both_get_the_whole_workspace(
     thread.join(10)
     assert complete and [s.init for s in found["Net"]] == ["64"]
     assert results and results[0][1]
+
+
+def test_one_analysis_looks_at_each_workspace_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The call sites and the cache key of one analysis share one ``os.stat`` per file; the
+    next analysis (a new ``Stats``) sees a file changed since."""
+    from fxls.engine.analyze import workspace_digest
+
+    model = _write(tmp_path / "m.py", "class Net: ...\n")
+    files = [_write(tmp_path / f"user{i}.py", f"import m\nm.Net({i})\n") for i in range(3)]
+    workspace.call_sites(str(tmp_path), str(model), ["Net"], {"Net"})  # read once
+    looked: list[str] = []
+    real = os.stat
+
+    def counting(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        looked.append(str(path))
+        return real(path, *args, **kwargs)
+
+    stats = workspace.Stats()
+    monkeypatch.setattr(os, "stat", counting)
+    found, complete = workspace.known_call_sites(str(tmp_path), str(model), ["Net"], set(), stats)
+    digest = workspace_digest(str(tmp_path), str(model), stats)
+    monkeypatch.undo()
+    assert complete and sorted(s.init for s in found["Net"]) == ["0", "1", "2"]
+    assert sorted(p for p in looked if p.endswith(".py")) == sorted(map(str, [model, *files]))
+    assert workspace_digest(str(tmp_path), str(model)) == digest
+    files[0].write_text("import m\nm.Net(10)\n")
+    assert workspace_digest(str(tmp_path), str(model), workspace.Stats()) != digest

@@ -31,6 +31,7 @@ import stat
 import struct
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -940,6 +941,30 @@ def user_tasks(uid: int) -> int:
 def task_threads(pid: int) -> int:
     """How many threads process ``pid`` has (0 once it is gone)."""
     return _uid_and_threads(str(pid))[1]
+
+
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds (user and system, all threads) process ``pid`` has used so far, as
+    ``wait4`` gives them once it has exited; None once it is gone."""
+    clock = ((~pid) << 3) | 2  # the kernel's CPU-time clock of a whole process (CPUCLOCK_SCHED)
+    try:
+        return time.clock_gettime(clock)
+    except OSError:
+        return None
+
+
+def peak_memory_kb(pid: int) -> int | None:
+    """Peak resident memory (KiB) of process ``pid`` so far; None once it is gone or has
+    begun to exit (its memory released)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read(4096)
+    except OSError:
+        return None
+    for line in status.split(b"\n"):
+        if line.startswith(b"VmHWM:"):
+            return int(line.split()[1])
+    return None
 
 
 def _uid_and_threads(pid: str) -> tuple[int, int]:

@@ -335,6 +335,15 @@ class Job:
     output_bytes: int = 0
     status: int | None = None
     rusage: Any = None
+    usage: tuple[float, int] | None = None
+    """CPU seconds and peak memory (KiB) of a child answered before it exited (``rusage``
+    once it has)."""
+    peak_kb: int | None = None
+    """The child's peak memory when it began to encode its result (its ``serialize`` phase):
+    once the result has come, it is already exiting and its memory figures are gone."""
+    answered: bool = False
+    """Its result was sent when its result frame came (``Zygote._answer``); reaping it only
+    cleans up."""
     disk_error: str | None = None
     """What the job directory exceeded, when the zygote killed the job for it."""
     next_disk_check: float = 0.0
@@ -379,6 +388,14 @@ def _first_oom(payload: CaptureResult) -> tuple[ErrorInfo, str | None] | None:
     return None
 
 
+def _usage(job: Job) -> tuple[float, int] | None:
+    """CPU seconds and peak memory (KiB) of a job's child: from ``wait4`` once it has exited,
+    else as read when it was answered (``Zygote._answer``)."""
+    if job.rusage is not None:
+        return job.rusage.ru_utime + job.rusage.ru_stime, int(job.rusage.ru_maxrss)
+    return job.usage
+
+
 def classify(job: Job) -> JobResult:
     """Turn everything known about a finished job into its ``JobResult``.
 
@@ -401,9 +418,9 @@ def classify(job: Job) -> JobResult:
     )
     status = job.status if job.status is not None else 0
     cpu = 0.0
-    if job.rusage is not None:
-        result.max_rss_kb = int(job.rusage.ru_maxrss)
-        cpu = job.rusage.ru_utime + job.rusage.ru_stime
+    usage = _usage(job)
+    if usage is not None:
+        cpu, result.max_rss_kb = usage
         result.cpu_s = round(cpu, 3)
     result.wall_limit_s = job.request.limits.timeout_s
     result.cpu_limit_s = job.request.limits.cpu_s
@@ -459,6 +476,25 @@ def classify(job: Job) -> JobResult:
     result.phase = error.phase
     summary = f"{error.type}: {error.message}"[:500]
     return done("oom", f"memory limit of {limits.memory_mb} MiB reached ({summary})")
+
+
+def _phase(job: Job, message: dict[str, Any]) -> str | None:
+    """Take a child's phase frame (its peak memory at ``serialize``); the error if it is bad."""
+    phase, name = message.get("phase"), message.get("class")
+    if phase not in _PHASES or not (name is None or isinstance(name, str)):
+        return "bad phase frame"
+    job.phase, job.current_class = phase, name
+    if phase == "serialize":
+        job.peak_kb = sandbox.peak_memory_kb(job.spawned.pid)
+    return None
+
+
+def _classified(job: Job) -> JobResult:
+    """``classify(job)``; a job is never lost to a classification bug."""
+    try:
+        return classify(job)
+    except Exception as exc:
+        return JobResult(job.id, "protocol_error", message=f"unclassifiable result: {exc}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -747,9 +783,31 @@ class Zygote:
             job.frames_in.feed(chunk)
             if not self._parse_child_frames(job):
                 self._close(job, fd)
-                return
                 self._kill(job, None)
                 return
+        if job.payload is not None:
+            self._answer(job)
+
+    def _answer(self, job: Job) -> None:
+        """Send a job's result as soon as its result frame has come, before the child has
+        exited: all it does after that frame is exit, and the exit of a process that has
+        used torch (its address space torn down) takes milliseconds the server need not wait
+        for. The child is killed (it may not go on running once answered); its CPU time is
+        read from the kernel first, its peak memory is that of its ``serialize`` phase.
+        Reaping it later only cleans up (``_finish``). A child that has already exited is
+        answered when it is reaped, as before."""
+        if job.answered or job.status is not None or job.kill_reason is not None:
+            return
+        cpu = sandbox.process_cpu(job.spawned.pid)
+        if cpu is None or job.peak_kb is None:
+            return
+        self._kill(job, None)
+        if job.spawned.output_fd in job.open_fds:  # what it printed before its result
+            self._on_output(job, job.spawned.output_fd, True)
+        self._check_disk(job)
+        job.usage = (cpu, job.peak_kb)
+        job.answered = True
+        self.send_result(_classified(job), job.payload_wire)
 
     def _parse_child_frames(self, job: Job) -> bool:
         """Consume complete frames; False when the job must be stopped."""
@@ -795,10 +853,7 @@ class Zygote:
                 return "bad isolation frame"
             job.isolation = layers
         elif kind == "phase" and job.frames > 1:
-            phase, name = message.get("phase"), message.get("class")
-            if phase not in _PHASES or not (name is None or isinstance(name, str)):
-                return "bad phase frame"
-            job.phase, job.current_class = phase, name
+            return _phase(job, message)
         elif kind == "result" and job.frames > 1:
             try:
                 payload = from_dict(CaptureResult, message.get("payload"))
@@ -851,20 +906,18 @@ class Zygote:
         pending = job.frames_in.pending
         if pending and job.protocol_error is None and job.too_large is None:
             job.protocol_error = f"{pending} bytes of an unfinished frame"
-        if job.kill_reason is None:
+        if job.kill_reason is None and not job.answered:
             self._check_disk(job)
         cgroup = job.spawned.cgroup
         if cgroup is not None:
             job.cgroup_oom = sandbox.cgroup_oom_kills(cgroup) > 0
             if not sandbox.remove_cgroup(cgroup):
                 self.stale_cgroups.append(cgroup)
-        try:
-            result = classify(job)
-        except Exception as exc:  # never lose a job to a classification bug
-            result = JobResult(job.id, "protocol_error", message=f"unclassifiable result: {exc}")
+        result = None if job.answered else _classified(job)
         if not remove_tree(job.job_dir):
             self.log(f"could not remove the job directory {job.job_dir}")
-        self.send_result(result, job.payload_wire)
+        if result is not None:
+            self.send_result(result, job.payload_wire)
         self.watch_until = time.monotonic() + ESCAPEE_WATCH_S
 
     def _check_deadlines(self) -> None:

@@ -649,7 +649,8 @@ async def test_48_write_in_the_job_dir_and_cleanup(worker: WorkerClient) -> None
     result = await worker.run(import_job(code))
     assert result.kind == "ok", result
     job_dir = result.output_head.strip()
-    assert job_dir and not os.path.exists(job_dir)
+    # removed once the child has exited (a job is answered when its result comes, before)
+    assert job_dir and await wait_until(lambda: not os.path.exists(job_dir), 10)
 
 
 async def test_49_write_outside_without_layers(worker: WorkerClient, tmp_path: Path) -> None:
@@ -1149,7 +1150,7 @@ async def test_71_a_deep_tree_is_removed(worker: WorkerClient) -> None:
     assert result.kind == "file_size_limit", result
     assert "deeper than" in result.message
     job_dir = result.output_head.splitlines()[0]
-    assert job_dir and not os.path.exists(job_dir)
+    assert job_dir and await wait_until(lambda: not os.path.exists(job_dir), 10)
     assert worker.pid == pid
 
 
@@ -1170,7 +1171,7 @@ async def test_72_unreadable_folders_do_not_defeat_cleanup(nobody_worker: Worker
     assert result.kind == "ok", result
     assert result.payload is not None and result.payload.error is None, result.payload
     job_dir = result.output_head.splitlines()[0]
-    assert job_dir and not os.path.exists(job_dir)
+    assert job_dir and await wait_until(lambda: not os.path.exists(job_dir), 10)
     assert os.path.exists("/etc/passwd")
 
 
@@ -1485,6 +1486,38 @@ async def test_90_a_result_reaches_the_server_as_the_zygote_checked_it(
     assert refused.kind == "protocol_error", refused
 
 
+async def test_a_job_is_answered_when_its_result_comes_and_its_child_killed(
+    worker: WorkerClient,
+) -> None:
+    # all a child does after its result frame is exit (which takes milliseconds once it has
+    # used torch): the zygote sends the result when the frame comes, with the child's CPU time
+    # and the peak memory of its serialize phase, and kills it. A child that sends its result
+    # (here forged, with the job's own frame writer) and then sleeps is answered at once.
+    code = """
+    import gc, time
+    writer = next(o for o in gc.get_objects() if type(o).__name__ == "_FrameWriter")
+    held = bytearray(64 << 20)
+    spun = time.process_time()
+    while time.process_time() - spun < 0.3:
+        pass
+    print("before the result", flush=True)
+    writer.send({"type": "phase", "phase": "serialize", "class": None})
+    writer.send_body(b'{"type":"result","payload":{"torch_version":"answered","modules":[]}}')
+    time.sleep(60)
+    """
+    pid = worker.pid
+    assert pid is not None
+    started = time.monotonic()
+    result = await worker.run(import_job(code), Limits(timeout_s=40, cpu_s=40))
+    assert time.monotonic() - started < 20, result
+    assert result.kind == "ok" and result.payload is not None, result
+    assert result.payload.torch_version == "answered"
+    assert result.cpu_s >= 0.3 and result.max_rss_kb >= 64 << 10, result
+    assert "before the result" in result.output_head
+    assert await wait_until(lambda: not job_children(pid), 10)
+    assert (await worker.run(import_job("x = 1"))).kind == "ok"
+
+
 async def test_cancel_kills_the_child(worker: WorkerClient) -> None:
     pid = worker.pid
     assert pid is not None
@@ -1575,6 +1608,8 @@ async def test_a_job_runs_in_the_child_forked_ahead_of_it(own_worker: WorkerClie
     pid, sid, parent = (int(x) for x in result.output_head.split())
     assert pid == spare and sid == pid and parent == zygote_pid
     assert "seccomp" in result.isolation and "setsid" in result.isolation, result.isolation
+    # the job's child exits (after its result was sent), then a new spare is forked
+    assert await wait_until(lambda: spare not in zygote_children(zygote_pid), 10)
     assert await wait_until(lambda: len(zygote_children(zygote_pid)) == 1, 10)
     (second,) = zygote_children(zygote_pid)
     assert second != spare
@@ -1582,10 +1617,11 @@ async def test_a_job_runs_in_the_child_forked_ahead_of_it(own_worker: WorkerClie
     assert await wait_until(lambda: second not in zygote_children(zygote_pid), 5)
     result = await worker.run(job)
     assert result.kind == "ok", result
-    assert int(result.output_head.split()[0]) != second
-    assert await wait_until(lambda: zygote_children(zygote_pid) - {second}, 10)
+    ran = int(result.output_head.split()[0])
+    assert ran != second
+    assert await wait_until(lambda: zygote_children(zygote_pid) - {second, ran}, 10)
     # the zygote's death ends the waiting child too (PDEATHSIG)
-    (third,) = zygote_children(zygote_pid) - {second}
+    (third,) = zygote_children(zygote_pid) - {second, ran}
     os.kill(zygote_pid, signal.SIGKILL)
     assert await wait_until(lambda: not alive(third), 5)
 

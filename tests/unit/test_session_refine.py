@@ -4,9 +4,12 @@ will come."""
 
 from __future__ import annotations
 
+import gc
 import time
 from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from fxls.engine.analyze import FileAnalysis
 from fxls.lsp.session import Session
@@ -67,3 +70,20 @@ async def test_a_complete_capture_is_checked() -> None:
     doc = session.documents.open("file:///w/net.py", "x = 1\n", 1)
     await session.capture(doc, 1, 0.0)
     assert checked == [1]
+
+
+async def test_the_heap_is_frozen_once_after_the_first_analysis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the server built by its first analysis is frozen (a full collection then walks
+    only what later edits make); later analyses do not freeze again."""
+    calls: list[str] = []
+    monkeypatch.setattr(gc, "collect", lambda *args: calls.append("collect") or 0)
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    session = _session([], evidence_complete=True)
+    doc = session.documents.open("file:///w/net.py", "x = 1\n", 1)
+    assert not session.heap_frozen
+    await session.capture(doc, 1, 0.0)
+    assert calls == ["collect", "freeze"] and session.heap_frozen
+    await session.capture(doc, 1, 0.0)
+    assert calls == ["collect", "freeze"]

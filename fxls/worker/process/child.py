@@ -18,6 +18,7 @@ determined attacker, and everything in a frame is still checked as hostile by th
 from __future__ import annotations
 
 import ctypes
+import gc
 import hashlib
 import json
 import os
@@ -31,6 +32,11 @@ from fxls.protocol.model import CaptureResult, ErrorInfo, JobRequest, Phase
 from fxls.worker.process import sandbox
 
 MAC_LEN = 32
+JOB_GC_THRESHOLDS = (10_000, 10, 10)
+"""The job child's collector thresholds (Python's are 700, 10, 10): a job lives for a fraction
+of a second, and a capture allocates young objects by the hundred thousand; collected a tenth
+as often, a ResNet-50 file's capture took 1-2 ms less (of ~55, alternating in forked
+children), the Llama-7B-width job's peak memory the same (271 MiB)."""
 EXIT_SETUP_FAILED = 70
 EXIT_INTERNAL = 71
 
@@ -111,6 +117,7 @@ def run_child(request: JobRequest, setup: sandbox.ChildSetup) -> NoReturn:
         writer.fd = sandbox.RESULT_FD
         writer.send({"type": "isolation", "layers": layers})
 
+        gc.set_threshold(*JOB_GC_THRESHOLDS)
         from fxls.worker.jobs import run_job
 
         def report_phase(phase: Phase, class_name: str | None) -> None:

@@ -569,15 +569,19 @@ def test_meta_builds_skip_initializers_and_masks_with_the_same_tensors() -> None
 
     with torch.device("meta"):
         plain = Masked()
-    with torch.device("meta"), _MetaBuild():
+    assert torch.get_default_device().type == "cpu"
+    with _MetaBuild():  # the meta device as the default device, as torch.device("meta")
+        assert torch.get_default_device().type == "meta"
         fast = Masked()
+        # a tensor made from values on the device it names is real: its values are written
+        data = torch.tensor([0.0, 0.0], device="cpu").fill_(1.0)
+        named = torch.zeros(2, device="cpu")
+    assert torch.get_default_device().type == "cpu"
     assert tensors(fast) == tensors(plain)
     assert all(t.is_meta for t in fast.parameters())
     assert type(fast.scale) is nn.Parameter
-    with _MetaBuild():  # outside the meta device: real values, as always
-        real = Masked()
-    assert torch.equal(real.causal, torch.tril(torch.ones(6, 6)).view(1, 1, 6, 6))
-    assert not real.fc.bias.detach().any() and real.fc.weight.detach().abs().sum() > 0
+    assert data.device.type == "cpu" and data.tolist() == [1.0, 1.0]
+    assert named.is_meta
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # torch on some of its layers

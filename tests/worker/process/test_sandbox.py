@@ -1518,6 +1518,15 @@ async def test_a_job_is_answered_when_its_result_comes_and_its_child_killed(
     assert (await worker.run(import_job("x = 1"))).kind == "ok"
 
 
+async def test_a_job_collects_garbage_less_often(worker: WorkerClient) -> None:
+    # a job lives for a fraction of a second: its collector runs a tenth as often
+    from fxls.worker.process.child import JOB_GC_THRESHOLDS
+
+    result = await worker.run(import_job("import gc\nprint(*gc.get_threshold())"))
+    assert result.kind == "ok", result
+    assert tuple(map(int, result.output_head.split())) == JOB_GC_THRESHOLDS != (700, 10, 10)
+
+
 async def test_cancel_kills_the_child(worker: WorkerClient) -> None:
     pid = worker.pid
     assert pid is not None

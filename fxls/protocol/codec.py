@@ -17,6 +17,8 @@ T = TypeVar("T")
 
 
 _SCALARS = (str, int, float, bool, type(None))
+_PLAIN = frozenset(_SCALARS)
+"""Exactly these types are returned as they are without a call (subclasses by ``_SCALARS``)."""
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
@@ -24,16 +26,25 @@ def to_dict(obj: Any) -> Any:
     """Dataclass tree -> JSON-ready dict (recursively).
 
     Results of large models hold tens of thousands of dataclasses, so field names are looked up
-    once per class and scalars return first.
+    once per class, and plain values (and lists) are taken without a call of their own.
     """
+    kind = type(obj)
+    if kind in _PLAIN:
+        return obj
+    names = _FIELD_NAMES.get(kind)
+    if names is not None:
+        out = {}
+        for name in names:
+            value = getattr(obj, name)
+            out[name] = value if type(value) in _PLAIN else to_dict(value)
+        return out
+    if kind is list:
+        return [v if type(v) in _PLAIN else to_dict(v) for v in obj]
     if isinstance(obj, _SCALARS):
         return obj
-    cls = type(obj)
-    names = _FIELD_NAMES.get(cls)
-    if names is None and dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(obj))
-    if names is not None:
-        return {name: to_dict(getattr(obj, name)) for name in names}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        _FIELD_NAMES[kind] = tuple(f.name for f in dataclasses.fields(obj))
+        return to_dict(obj)
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
@@ -115,6 +126,16 @@ def _any_value(value: Any) -> Any:
     return value
 
 
+def _item_error(item: Converter, value: list[Any]) -> _FieldError:
+    """The error of the first item of ``value`` that ``item`` refuses, with its place."""
+    for i, v in enumerate(value):
+        try:
+            item(v)
+        except _FieldError as exc:
+            return exc.at(f"[{i}]")
+    return _FieldError("an item was refused once and accepted again")
+
+
 def _build_converter(tp: Any) -> Converter:
     origin = typing.get_origin(tp)
     if tp is Any:
@@ -171,13 +192,10 @@ def _build_converter(tp: Any) -> Converter:
         def as_list(value: Any) -> Any:
             if not isinstance(value, list):
                 raise _FieldError(f"expected a list, got {type(value).__name__}")
-            out = []
-            for i, v in enumerate(value):
-                try:
-                    out.append(item(v))
-                except _FieldError as exc:
-                    raise exc.at(f"[{i}]") from None
-            return out
+            try:
+                return [item(v) for v in value]
+            except _FieldError:
+                raise _item_error(item, value) from None
 
         return as_list
     if origin is dict:
@@ -234,18 +252,18 @@ def _dataclass_converter(cls: type) -> Converter:
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             required.append(f.name)
     # Field converters are looked up lazily: dataclasses may refer to each other.
-    convs: dict[str, Converter] = {}
+    convs: list[tuple[str, Converter]] = []
 
     def convert(value: Any) -> Any:
         if not isinstance(value, dict):
             raise _FieldError(f"expected an object, got {type(value).__name__}")
         if not convs:
-            convs.update({name: _converter(hints[name]) for name, _ in fields})
+            convs.extend([(name, _converter(hints[name])) for name, _ in fields])
         kwargs = {}
-        for name, _ in fields:
+        for name, conv in convs:
             if name in value:
                 try:
-                    kwargs[name] = convs[name](value[name])
+                    kwargs[name] = conv(value[name])
                 except _FieldError as exc:
                     raise exc.at(f".{name}") from None
         for name in required:

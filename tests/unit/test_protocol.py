@@ -130,6 +130,11 @@ def test_result_kinds_match_the_literal() -> None:
             "isolation_missing",
         ),
         (CaptureResult, [], "expected an object"),
+        (
+            CaptureResult,
+            {"modules": [{"name": "A", "line": 1, "status": "traced"}, {"name": "B", "line": "2"}]},
+            "CaptureResult.modules[1].line",
+        ),
     ],
 )
 def test_from_dict_rejects_wrong_types(cls: type, data: object, where: str) -> None:

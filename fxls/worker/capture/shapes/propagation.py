@@ -280,14 +280,17 @@ class _Propagator(torch.fx.Interpreter):
             return super().run_node(n)
         with self._set_current_node(n):
             args, kwargs = self.fetch_args_kwargs_from_env(n)
-            key = self._memo_key(n, args, kwargs)
+            with _METADATA_ONLY():
+                key = self._memo_key(n, args, kwargs)
             if key is not None:
                 hit = self.memo.get(key)
                 if hit is not None:
                     return hit
             result = getattr(self, n.op)(n.target, args, kwargs)
-            if key is not None and _reusable(result):
-                self.memo[key] = result
+            if key is not None:
+                with _METADATA_ONLY():
+                    if _reusable(result):
+                        self.memo[key] = result
             return result
 
     def _memo_key(self, n: torch.fx.Node, args: Any, kwargs: Any) -> Any:
@@ -427,6 +430,14 @@ def _memo_safe(gm: torch.fx.GraphModule) -> bool:
             if name in _METADATA_MUTATORS:
                 return False
     return True
+
+
+_METADATA_ONLY = torch._C.DisableTorchFunction
+"""Around the propagator's own reading of tensors' metadata (shapes, strides, dtypes, devices:
+its memo keys and records), which a run makes inside ``with torch.device(...)`` so that the
+user's ``torch.zeros(n)`` lands on the run's device: without it, each property read went
+through that mode's Python handler (6 reads: 6.1 µs, 0.6 µs without; a ResNet-50's run read
+3,200). Nothing made of tensors is computed in it."""
 
 
 def _library_function(fn: Any) -> bool:
@@ -1061,7 +1072,8 @@ def _interpret_nodes(
             result = interp.run_node(node)
             env[node] = result
             prop.examples[node.name] = result
-            prop.values[node.name] = values_of(result, namer)
+            with _METADATA_ONLY():
+                prop.values[node.name] = values_of(result, namer)
         except Exception as exc:
             prop.error = shape_error(gm, node, exc, env, namer)
             break

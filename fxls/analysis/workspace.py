@@ -47,7 +47,11 @@ class CallSite:
 
 
 _LISTINGS: dict[str, tuple[float, list[str]]] = {}
-_FILES: dict[str, tuple[float, int, dict[str, list[tuple[str, int, frozenset[str]]]]]] = {}
+Stamp = tuple[int, int]
+"""A file's size and modification time in nanoseconds: what its kept findings are checked
+against (two numbers, not a whole ``os.stat_result``: one analysis looks at every file)."""
+
+_FILES: dict[str, tuple[Stamp, dict[str, list[tuple[str, int, frozenset[str]]]]]] = {}
 _SCAN = threading.Lock()
 """Held by :func:`prescan` (one scan of the workspace at a time) and :func:`call_sites`, which
 waits for a scan and reads its cache instead of parsing the same files again."""
@@ -114,7 +118,7 @@ def scan_files(paths: list[str]) -> dict[str, Any]:
         except OSError:
             continue
         calls = _parse_calls(path, stat.st_size)
-        out[path] = [stat.st_mtime, stat.st_size, {n: [[i, ln, sorted(ns)] for i, ln, ns in c]
+        out[path] = [stat.st_mtime_ns, stat.st_size, {n: [[i, ln, sorted(ns)] for i, ln, ns in c]
                                                    for n, c in calls.items()}]  # fmt: skip
     return out
 
@@ -147,47 +151,49 @@ def _scan_elsewhere(paths: list[str]) -> None:
         except (TypeError, ValueError):
             continue
         if path in wanted:
-            _FILES[path] = (float(mtime), int(size), parsed)
+            _FILES[path] = ((int(size), int(mtime)), parsed)
+
+
+def stamp(path: str) -> Stamp | None:
+    """``path``'s :data:`Stamp`, None when it cannot be read."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
 
 
 class Stats:
-    """The ``os.stat`` of each workspace file, taken once: one analysis of a document reads
+    """The :data:`Stamp` of each workspace file, taken once: one analysis of a document reads
     the files' sizes and times for its call sites and again for its cache key (two thousand
     files take milliseconds each time). Made per analysis, never kept: a file changed since
     is seen by the next one."""
 
     def __init__(self) -> None:
-        self._seen: dict[str, os.stat_result | None] = {}
+        self._seen: dict[str, Stamp | None] = {}
 
-    def of(self, path: str) -> os.stat_result | None:
-        """``os.stat(path)``, None when it fails."""
+    def of(self, path: str) -> Stamp | None:
+        """``path``'s stamp, None when it cannot be read."""
         if path not in self._seen:
-            try:
-                self._seen[path] = os.stat(path)
-            except OSError:
-                self._seen[path] = None
+            self._seen[path] = stamp(path)
         return self._seen[path]
 
-    def files(self, root: str) -> list[tuple[str, os.stat_result]]:
-        """The listed files of ``root`` (:func:`python_files`) that exist, with their stat."""
+    def files(self, root: str) -> list[tuple[str, Stamp]]:
+        """The listed files of ``root`` (:func:`python_files`) that exist, with their stamp."""
         found = ((path, self.of(path)) for path in _listing(root))
-        return [(path, stat) for path, stat in found if stat is not None]
+        return [(path, seen) for path, seen in found if seen is not None]
 
 
 def _fresh(path: str) -> bool:
-    try:
-        return _cached(path, os.stat(path)) is not None
-    except OSError:
-        return False
+    seen = stamp(path)
+    return seen is not None and _cached(path, seen) is not None
 
 
-def _cached(
-    path: str, stat: os.stat_result
-) -> dict[str, list[tuple[str, int, frozenset[str]]]] | None:
-    """The findings kept for ``path`` while the file is unchanged."""
+def _cached(path: str, seen: Stamp) -> dict[str, list[tuple[str, int, frozenset[str]]]] | None:
+    """The findings kept for ``path`` while the file is unchanged (its stamp ``seen``)."""
     cached = _FILES.get(path)
-    if cached is not None and cached[0] == stat.st_mtime and cached[1] == stat.st_size:
-        return cached[2]
+    if cached is not None and cached[0] == seen:
+        return cached[1]
     return None
 
 
@@ -220,30 +226,30 @@ def known_call_sites(
     if _SCAN.locked():  # a scan is running: do not wait for it
         return _sites(files, document, classes, defined, read=False), False
     with _LOOKUP:
-        unread = sum(1 for path, stat in files if _cached(path, stat) is None)
+        unread = sum(1 for path, seen in files if _cached(path, seen) is None)
         complete = unread <= INLINE_MAX
         return _sites(files, document, classes, defined, read=complete), complete
 
 
 def _sites(
-    files: list[tuple[str, os.stat_result]],
+    files: list[tuple[str, Stamp]],
     document: str,
     classes: list[str],
     defined: set[str],
     *,
     read: bool,
 ) -> dict[str, list[CallSite]]:
-    """Calls of ``classes`` in ``files`` (with their stat): every file (``read``), else only
+    """Calls of ``classes`` in ``files`` (with their stamps): every file (``read``), else only
     those whose findings are kept."""
     here = os.path.abspath(document)
     listing = []
-    for path, stat in files:
+    for path, seen in files:
         if path == here:
             continue
         if read:
-            listing.append((path, _calls_in(path, stat)))
+            listing.append((path, _calls_in(path, seen)))
             continue
-        kept = _cached(path, stat)
+        kept = _cached(path, seen)
         if kept is not None:
             listing.append((path, kept))
     wanted = set(classes)
@@ -309,20 +315,18 @@ def _listing(root: str) -> list[str]:
 
 
 def _calls_in(
-    path: str, stat: os.stat_result | None = None
+    path: str, seen: Stamp | None = None
 ) -> dict[str, list[tuple[str, int, frozenset[str]]]]:
     """Per called name: (argument text, line, names the arguments use), for calls whose
-    arguments are literals or plain names. ``stat``: the file's, when the caller has it."""
-    if stat is None:
-        try:
-            stat = os.stat(path)
-        except OSError:
-            return {}
-    cached = _cached(path, stat)
+    arguments are literals or plain names. ``seen``: the file's stamp, when the caller has it."""
+    seen = seen or stamp(path)
+    if seen is None:
+        return {}
+    cached = _cached(path, seen)
     if cached is not None:
         return cached
-    calls = _parse_calls(path, stat.st_size)
-    _FILES[path] = (stat.st_mtime, stat.st_size, calls)
+    calls = _parse_calls(path, seen[0])
+    _FILES[path] = (seen, calls)
     return calls
 
 

@@ -818,9 +818,9 @@ def workspace_digest(root: str | None, document: str, stats: workspace.Stats | N
     for folder in dict.fromkeys(p for p in (root, os.path.dirname(here)) if p):
         if not os.path.isdir(folder):
             continue
-        for path, stat in stats.files(folder):
+        for path, (size, mtime_ns) in stats.files(folder):
             if path != here:
-                files.append((path, stat.st_size, stat.st_mtime_ns))
+                files.append((path, size, mtime_ns))
     files.sort()
     return hashlib.sha256(json.dumps(files).encode("utf-8", "surrogatepass")).hexdigest()
 

@@ -180,7 +180,7 @@ class Stats:
 
     def files(self, root: str) -> list[tuple[str, Stamp]]:
         """The listed files of ``root`` (:func:`python_files`) that exist, with their stamp."""
-        found = ((path, self.of(path)) for path in _listing(root))
+        found = ((path, self.of(path)) for path in python_files(root))
         return [(path, seen) for path, seen in found if seen is not None]
 
 

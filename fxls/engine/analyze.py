@@ -816,8 +816,6 @@ def workspace_digest(root: str | None, document: str, stats: workspace.Stats | N
     stats = stats or workspace.Stats()
     files = []
     for folder in dict.fromkeys(p for p in (root, os.path.dirname(here)) if p):
-        if not os.path.isdir(folder):
-            continue
         for path, (size, mtime_ns) in stats.files(folder):
             if path != here:
                 files.append((path, size, mtime_ns))

@@ -956,26 +956,25 @@ def process_cpu(pid: int) -> float | None:
 def peak_memory_kb(pid: int) -> int | None:
     """Peak resident memory (KiB) of process ``pid`` so far; None once it is gone or has
     begun to exit (its memory released)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            status = f.read(4096)
-    except OSError:
-        return None
-    for line in status.split(b"\n"):
+    for line in _status_lines(str(pid)):
         if line.startswith(b"VmHWM:"):
             return int(line.split()[1])
     return None
 
 
-def _uid_and_threads(pid: str) -> tuple[int, int]:
-    """The real user id and the thread count of process ``pid``; (-1, 0) once it is gone."""
+def _status_lines(pid: str) -> list[bytes]:
+    """The lines of ``/proc/<pid>/status``; none once the process is gone."""
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
-            status = f.read(4096)
+            return f.read(4096).split(b"\n")
     except OSError:
-        return -1, 0
+        return []
+
+
+def _uid_and_threads(pid: str) -> tuple[int, int]:
+    """The real user id and the thread count of process ``pid``; (-1, 0) once it is gone."""
     real = -1
-    for line in status.split(b"\n"):
+    for line in _status_lines(pid):
         if line.startswith(b"Uid:"):
             real = int(line.split()[1])
         elif line.startswith(b"Threads:"):

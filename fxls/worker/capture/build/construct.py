@@ -31,6 +31,7 @@ import inspect
 import itertools
 import re
 import signal
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -262,18 +263,25 @@ def _parameters(cls: type) -> list[inspect.Parameter]:
 
 
 def _annotations(cls: type, namespace: dict[str, Any]) -> dict[str, Any]:
+    """The annotations of ``cls.__init__``, names resolved where ``__init__`` was written
+    (a class imported from a library that writes ``attn_layers: AttentionLayers`` under
+    ``from __future__ import annotations``), then in the document's ``namespace``; those that
+    do not resolve stay text."""
     init = getattr(cls, "__init__", None)
-    try:
-        return typing.get_type_hints(init, globalns=namespace)
-    except Exception:
-        raw = getattr(init, "__annotations__", {}) or {}
-        out = {}
-        for key, value in raw.items():
-            if isinstance(value, str):
-                with contextlib.suppress(Exception):
-                    value = eval(value, namespace)
-            out[key] = value
-        return out
+    own = getattr(inspect.unwrap(init), "__globals__", None) if callable(init) else None
+    scopes = [namespace] if own is None or own is namespace else [own, namespace]
+    for scope in scopes:
+        with contextlib.suppress(Exception):
+            return typing.get_type_hints(init, globalns=scope)
+    merged = {**namespace, **(own or {})}
+    raw = getattr(init, "__annotations__", {}) or {}
+    out = {}
+    for key, value in raw.items():
+        if isinstance(value, str):
+            with contextlib.suppress(Exception):
+                value = eval(value, merged)
+        out[key] = value
+    return out
 
 
 def _is_config_class(tp: Any) -> bool:
@@ -786,8 +794,7 @@ def _assumed(
             continue
         annotation = annotations.get(p.name, p.empty)
         if p.name in wrapped and _unwrap_optional(annotation) in (p.empty, nn.Module):
-            identity = _identity_text(doc)
-            options.append([(nn.Identity(), identity, identity)])
+            options.append(_wrapped_options(doc, cls, p.name))
             continue
         if _module_class(annotation):
             nested = _nested(doc, _unwrap_optional(annotation))
@@ -848,6 +855,93 @@ def _wrapped_modules(cls: type) -> set[str]:
             elif fn.name != "__init__" and isinstance(node, ast.Call):
                 called.update(_self_attributes([node.func]))
     return {param for param, attributes in kept.items() if attributes & called}
+
+
+def _wrapped_options(
+    doc: ExecutedDocument, cls: type, name: str
+) -> list[tuple[Any, str, str | None]]:
+    """What a module ``cls`` keeps and calls (:func:`_wrapped_modules`) is given:
+    ``nn.Identity()``, after an instance of a module class that has what ``__init__`` reads
+    of it when ``nn.Identity()`` has not (``AutoregressiveWrapper(net)`` reads
+    ``net.max_seq_len``: a ``TransformerWrapper`` of the document or of ``cls``'s package,
+    built by its own recipes)."""
+    identity = _identity_text(doc)
+    options: list[tuple[Any, str, str | None]] = []
+    wanted = {a for a in _attributes_read(cls, name) if not hasattr(nn.Identity(), a)}
+    if wanted:
+        for provider in _providers(doc, cls, wanted):
+            nested = _nested(doc, provider)
+            if nested is not None:
+                options.append((nested, nested.text, nested.init))
+    options.append((nn.Identity(), identity, identity))
+    return options
+
+
+MAX_PROVIDERS = 2
+"""Module classes tried for a kept module whose attributes ``__init__`` reads."""
+
+
+def _attributes_read(cls: type, name: str) -> set[str]:
+    """The attributes ``cls.__init__`` reads of its parameter ``name`` (``net.max_seq_len``,
+    ``net.attn_layers`` of ``net.attn_layers.dim``)."""
+    try:
+        tree = ast.parse(_dedent(inspect.getsource(inspect.unwrap(vars(cls)["__init__"]))))
+    except (KeyError, OSError, TypeError, SyntaxError, ValueError):
+        return set()
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == name
+        and isinstance(node.ctx, ast.Load)
+    }
+
+
+def _providers(doc: ExecutedDocument, cls: type, wanted: set[str]) -> list[type]:
+    """Module classes whose ``__init__`` (or a base's) names every attribute of ``wanted``:
+    the document's first, then those of ``cls``'s module and of the other loaded modules of
+    its package, each by name; at most ``MAX_PROVIDERS``."""
+    package = cls.__module__.split(".")[0]
+    scopes: list[dict[str, Any]] = [doc.namespace]
+    own = sys.modules.get(cls.__module__)
+    if own is not None:
+        scopes.append(vars(own))
+    scopes.extend(
+        vars(module)
+        for module_name, module in sorted(sys.modules.items())
+        if module is not None and module is not own
+        and (module_name == package or module_name.startswith(package + "."))
+    )  # fmt: skip
+    found: list[type] = []
+    for scope in scopes:
+        for value in sorted(
+            (v for v in list(scope.values()) if isinstance(v, type)), key=lambda v: v.__name__
+        ):
+            if value not in found and value is not cls and _names_all(value, wanted):
+                found.append(value)
+                if len(found) >= MAX_PROVIDERS:
+                    return found
+    return found
+
+
+def _names_all(kind: type, wanted: set[str]) -> bool:
+    """Whether ``kind`` is a module class whose ``__init__`` or a base's (below ``nn.Module``)
+    names every attribute of ``wanted`` (``self.max_seq_len = max_seq_len``)."""
+    names: set[str] = set()
+    try:
+        if not issubclass(kind, nn.Module) or str(kind.__module__).startswith("torch"):
+            return False
+        for base in kind.__mro__:
+            if base is nn.Module:
+                break
+            init = vars(base).get("__init__")
+            code = getattr(inspect.unwrap(init), "__code__", None) if callable(init) else None
+            if code is not None:
+                names.update(code.co_names)
+    except Exception:  # user classes: a metaclass may raise anywhere
+        return False
+    return wanted <= names
 
 
 def _identity_text(doc: ExecutedDocument) -> str:

@@ -107,17 +107,40 @@ def _contains(outer: Span, inner: Span) -> bool:
     )
 
 
-def _inside_a_block(node: torch.fx.Node, path: str, verdicts: dict[type, bool]) -> bool:
-    """Whether ``node`` was made inside a submodule whose ``forward`` is document code."""
-    for qualified, kind in module_stack(node):
-        if node.op == "call_module" and qualified == node.target:
-            continue
+def _outermost(node: torch.fx.Node) -> str | None:
+    """The submodule of the traced class that ``node`` was made inside, at its top (the first
+    entry of its module stack; a ``call_module`` node's own module counts), or None."""
+    for qualified, _ in module_stack(node):
+        return qualified
+    return None
+
+
+def _used_calls(graph: torch.fx.Graph) -> set[str]:
+    """The top submodules (:func:`_outermost`) some of whose nodes feed a node outside them:
+    the calls whose results the class uses."""
+    used: set[str] = set()
+    for node in graph.nodes:
+        top = _outermost(node)
+        if top is not None and top not in used and any(_outermost(u) != top for u in node.users):
+            used.add(top)
+    return used
+
+
+def _left_to_the_block(
+    node: torch.fx.Node, path: str, verdicts: dict[type, bool], used: set[str]
+) -> bool:
+    """Whether ``node``, unused, is for a block to answer for, not the traced class: it was made
+    inside a submodule whose ``forward`` is document code, or inside a submodule of other code
+    (a library's) whose call's result the class uses (what a library computes and leaves
+    unused is not the user's to remove, and its span is only the call site)."""
+    stack = [(q, k) for q, k in module_stack(node) if node.op != "call_module" or q != node.target]
+    for _, kind in stack:
         own = verdicts.get(kind)
         if own is None:
             own = verdicts[kind] = document_forward(kind, path)
         if own:
             return True
-    return False
+    return bool(stack) and _outermost(node) in used
 
 
 def unused(
@@ -129,13 +152,18 @@ def unused(
     A node made inside the ``forward`` of another class of the document (``path``), traced
     through, is left out: what a caller leaves unused of a block's results (a backbone that
     reads Swin's stages and not its final norm) is used by the block's other callers, and the
-    block's own capture reports what it never uses itself."""
+    block's own capture reports what it never uses itself. So is one made inside a library's
+    module whose call's result is used (:func:`_left_to_the_block`); a library call whose
+    result nothing uses is reported at the call."""
     spans: dict[tuple[int, int, int, int], tuple[Span, torch.fx.Node]] = {}
     verdicts: dict[type, bool] = {}
+    used: set[str] | None = None
     for node in unused_nodes(graph, live):
         if _is_bookkeeping(node) or works_in_place(node):
             continue  # an in-place call has no users, yet its tensor is the one used later
-        if _inside_a_block(node, path, verdicts):
+        if used is None:
+            used = _used_calls(graph)
+        if _left_to_the_block(node, path, verdicts, used):
             continue
         span = node.meta.get(SPAN_KEY)
         if span is not None:

@@ -1,0 +1,185 @@
+"""Classes of the document that hold modules of another package (a library's), through the
+real worker: the library's own annotations say what to build its modules with, a wrapper that
+reads attributes of the module it wraps gets a module of its package that has them, and what
+the library's modules compute and leave unused is not reported at the user's call.
+
+The library is a small package written by the test next to the document, imported by name as
+a model library is."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fxls.engine.analyze import AnalysisRequest, analyze
+from fxls.engine.workerclient import WorkerClient
+from fxls.protocol.model import ModuleResult
+
+pytestmark = pytest.mark.worker  # `worker`: the module's zygote (tests/worker/conftest.py)
+
+LIBRARY = textwrap.dedent(
+    """
+    from __future__ import annotations
+
+    from torch import nn
+
+
+    class Mixer(nn.Module):
+        def __init__(self, dim: int = 16) -> None:
+            super().__init__()
+            self.proj = nn.Linear(dim, dim)
+
+        def forward(self, x):
+            aux = x.mean(-1) * 2  # kept for a caller that asks for it; unused here
+            return self.proj(x)
+
+
+    class Backbone(nn.Module):
+        def __init__(self, vocab: int = 32, dim: int = 16) -> None:
+            super().__init__()
+            self.dim = dim
+            self.emb = nn.Embedding(vocab, dim)
+
+        def forward(self, tokens):
+            return self.emb(tokens)
+
+
+    class Stack(nn.Module):
+        def __init__(self, mixer: Mixer, depth: int = 2) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList([mixer for _ in range(depth)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+    """
+)
+
+WRAPPERS = textwrap.dedent(
+    """
+    from torch import nn
+
+
+    class Wrapper(nn.Module):
+        def __init__(self, net, heads=2) -> None:
+            super().__init__()
+            self.net = net
+            self.head = nn.Linear(net.dim, heads)
+
+        def forward(self, tokens):
+            return self.head(self.net(tokens))
+    """
+)
+
+DOCUMENT = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+    from vendorlib.blocks import Stack
+    from vendorlib.wrappers import Wrapper
+
+
+    class Model(nn.Module):
+        def __init__(self, stack: Stack) -> None:
+            super().__init__()
+            self.stack = stack
+
+        def forward(self, x):
+            return self.stack(x)
+
+
+    class Scorer(nn.Module):
+        def __init__(self, wrapper: Wrapper) -> None:
+            super().__init__()
+            self.wrapper = wrapper
+
+        def forward(self, tokens):
+            return self.wrapper(tokens).softmax(-1)
+
+
+    class Careless(nn.Module):
+        def __init__(self, stack: Stack) -> None:
+            super().__init__()
+            self.stack = stack
+
+        def forward(self, x):
+            self.stack(x)
+            return x * 2
+    """
+)
+
+
+@pytest.fixture
+def document(tmp_path: Path) -> Path:
+    package = tmp_path / "vendorlib"
+    package.mkdir()
+    (package / "__init__.py").write_text("from . import blocks, wrappers\n")
+    (package / "blocks.py").write_text(LIBRARY)
+    (package / "wrappers.py").write_text(WRAPPERS)
+    path = tmp_path / "model.py"
+    path.write_text(DOCUMENT)
+    return path
+
+
+async def _modules(worker: WorkerClient, path: Path) -> dict[str, ModuleResult]:
+    analysis = await analyze(
+        worker, AnalysisRequest(str(path), path.read_text(), root=str(path.parent))
+    )
+    return {m.name: m for m in analysis.modules}
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_library_class_is_built_from_its_own_annotations(
+    worker: WorkerClient, document: Path
+) -> None:
+    """``Stack(mixer: Mixer)`` is written under ``from __future__ import annotations`` in the
+    library, and the document imports only ``Stack``: ``Mixer`` is found where ``Stack`` was
+    written, so ``Model(stack)`` is built with a ``Stack`` of ``Mixer``s and traced (it could
+    not be built: nothing said what ``mixer`` is)."""
+    model = (await _modules(worker, document))["Model"]
+    assert model.status == "traced", (model.status, model.error, model.diagnostics)
+    built = [d.message for d in model.diagnostics if d.code == "FX408"]
+    assert built and "stack=Stack(mixer=Mixer(" in built[0], model.diagnostics
+    assert model.outputs[0].shape is not None and model.outputs[0].shape[-1] == 16, model.outputs
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_what_a_library_module_leaves_unused_is_not_the_callers(
+    worker: WorkerClient, document: Path
+) -> None:
+    """``Mixer`` computes ``aux`` and does not return it. ``Model`` uses what ``self.stack(x)``
+    returns: no FX302 says "`self.stack(x)` is computed but never used" at its line (the span
+    of the library's code is the call). ``Careless`` drops the whole result: that is reported,
+    at the call."""
+    modules = await _modules(worker, document)
+    hints = {
+        name: [d.message for d in mod.diagnostics if d.code == "FX302"]
+        for name, mod in modules.items()
+    }
+    assert modules["Careless"].status == "traced", modules["Careless"].diagnostics
+    assert hints == {
+        "Model": [],
+        "Scorer": [],
+        "Careless": ["`self.stack(x)` is computed but never used"],
+    }, hints
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_wrapper_gets_a_module_that_has_what_it_reads(
+    worker: WorkerClient, document: Path
+) -> None:
+    """``Wrapper(net)`` keeps and calls ``net`` and reads ``net.dim`` in ``__init__``, which
+    ``nn.Identity()`` lacks (it could not be built: "'Identity' object has no attribute
+    'dim'"). ``Backbone``, of the same package and not imported by ``wrappers.py``, sets
+    ``self.dim``: ``Scorer`` is built with ``Wrapper(net=Backbone())`` and traced, its tokens
+    found from ``Backbone``'s embedding."""
+    scorer = (await _modules(worker, document))["Scorer"]
+    assert scorer.status == "traced", (scorer.status, scorer.error, scorer.diagnostics)
+    built = [d.message for d in scorer.diagnostics if d.code == "FX408"]
+    assert built and "wrapper=Wrapper(net=Backbone()" in built[0], scorer.diagnostics
+    assert scorer.inputs[0].value.dtype == "int64", scorer.inputs
+    assert scorer.outputs[0].shape is not None and scorer.outputs[0].shape[-1] == 2, scorer.outputs

@@ -36,6 +36,11 @@ LIBRARY = textwrap.dedent(
             return self.proj(x)
 
 
+    def halve(x):
+        doubled = x * 2  # computed for nothing
+        return x / 2
+
+
     class Backbone(nn.Module):
         def __init__(self, vocab: int = 32, dim: int = 16) -> None:
             super().__init__()
@@ -79,7 +84,7 @@ DOCUMENT = textwrap.dedent(
     import torch
     from torch import nn
 
-    from vendorlib.blocks import Stack
+    from vendorlib.blocks import Stack, halve
     from vendorlib.wrappers import Wrapper
 
 
@@ -99,6 +104,15 @@ DOCUMENT = textwrap.dedent(
 
         def forward(self, tokens):
             return self.wrapper(tokens).softmax(-1)
+
+
+    class Halver(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(16, 16)
+
+        def forward(self, x):
+            return halve(self.proj(x))
 
 
     class Careless(nn.Module):
@@ -153,8 +167,9 @@ async def test_what_a_library_module_leaves_unused_is_not_the_callers(
 ) -> None:
     """``Mixer`` computes ``aux`` and does not return it. ``Model`` uses what ``self.stack(x)``
     returns: no FX302 says "`self.stack(x)` is computed but never used" at its line (the span
-    of the library's code is the call). ``Careless`` drops the whole result: that is reported,
-    at the call."""
+    of the library's code is the call). Nor for the library's function ``halve``, which computes
+    ``doubled`` for nothing, at ``halve(self.proj(x))`` in ``Halver``. ``Careless`` drops the
+    whole result of its call: that is reported, at the call."""
     modules = await _modules(worker, document)
     hints = {
         name: [d.message for d in mod.diagnostics if d.code == "FX302"]
@@ -164,6 +179,7 @@ async def test_what_a_library_module_leaves_unused_is_not_the_callers(
     assert hints == {
         "Model": [],
         "Scorer": [],
+        "Halver": [],
         "Careless": ["`self.stack(x)` is computed but never used"],
     }, hints
 

@@ -115,13 +115,15 @@ def _outermost(node: torch.fx.Node) -> str | None:
     return None
 
 
-def _used_calls(graph: torch.fx.Graph) -> set[str]:
-    """The top submodules (:func:`_outermost`) some of whose nodes feed a node outside them:
-    the calls whose results the class uses."""
+def _used_calls(graph: torch.fx.Graph, dead: Collection[torch.fx.Node]) -> set[str]:
+    """The top submodules (:func:`_outermost`) some of whose nodes feed a used node (not in
+    ``dead``) outside them: the calls whose results the class uses."""
     used: set[str] = set()
     for node in graph.nodes:
         top = _outermost(node)
-        if top is not None and top not in used and any(_outermost(u) != top for u in node.users):
+        if top is None or top in used or node in dead:
+            continue
+        if any(u not in dead and _outermost(u) != top for u in node.users):
             used.add(top)
     return used
 
@@ -143,6 +145,29 @@ def _left_to_the_block(
     return bool(stack) and _outermost(node) in used
 
 
+def _span_key(node: torch.fx.Node) -> tuple[int, int, int, int] | None:
+    span = node.meta.get(SPAN_KEY)
+    return None if span is None else (span.line, span.col, span.end_line, span.end_col)
+
+
+def _used_spans(
+    graph: torch.fx.Graph, dead: Collection[torch.fx.Node], live: Collection[str]
+) -> set[tuple[int, int, int, int]]:
+    """The spans some of whose nodes are used outside them (by a used node of another span,
+    the output, or as ``live``): expressions whose result the class uses. A call of a
+    library's function gives all its nodes the call's span; what it computes and does not
+    return is not for the caller to remove (``unpack(embed, ...)`` used for one of its three
+    parts)."""
+    used: set[tuple[int, int, int, int]] = set()
+    for node in graph.nodes:
+        key = _span_key(node)
+        if key is None or key in used or node in dead:
+            continue
+        if node.name in live or any(u not in dead and _span_key(u) != key for u in node.users):
+            used.add(key)
+    return used
+
+
 def unused(
     graph: torch.fx.Graph, source: SourceText, path: str, live: Collection[str] = frozenset()
 ) -> list[catalogue.Message]:
@@ -154,20 +179,23 @@ def unused(
     reads Swin's stages and not its final norm) is used by the block's other callers, and the
     block's own capture reports what it never uses itself. So is one made inside a library's
     module whose call's result is used (:func:`_left_to_the_block`); a library call whose
-    result nothing uses is reported at the call."""
+    result nothing uses is reported at the call; so is one of an expression whose result is
+    used (:func:`_used_spans`)."""
     spans: dict[tuple[int, int, int, int], tuple[Span, torch.fx.Node]] = {}
     verdicts: dict[type, bool] = {}
-    used: set[str] | None = None
-    for node in unused_nodes(graph, live):
+    used: tuple[set[str], set[tuple[int, int, int, int]]] | None = None
+    dead = unused_nodes(graph, live)
+    for node in dead:
         if _is_bookkeeping(node) or works_in_place(node):
             continue  # an in-place call has no users, yet its tensor is the one used later
         if used is None:
-            used = _used_calls(graph)
-        if _left_to_the_block(node, path, verdicts, used):
+            gone = set(dead)
+            used = _used_calls(graph, gone), _used_spans(graph, gone, live)
+        if _left_to_the_block(node, path, verdicts, used[0]):
             continue
-        span = node.meta.get(SPAN_KEY)
-        if span is not None:
-            spans.setdefault((span.line, span.col, span.end_line, span.end_col), (span, node))
+        span, key = node.meta.get(SPAN_KEY), _span_key(node)
+        if span is not None and key is not None and key not in used[1]:
+            spans.setdefault(key, (span, node))
     hints: list[catalogue.Message] = []
     for key, (span, node) in spans.items():
         if any(other != key and _contains(s, span) for other, (s, _) in spans.items()):

@@ -902,6 +902,36 @@ class LayerScale(Module):
     assert [d.code for d in scale.diagnostics if d.code.startswith("FX40")] == ["FX408", "FX402"]
 
 
+def test_a_kept_activation_annotated_callable_is_an_identity() -> None:
+    """``GLU(dim_in, dim_out, activation: Callable)`` (as in x-transformers) keeps
+    ``activation`` and calls it on the gate: any function or module will do for shapes, so it
+    is given ``nn.Identity()`` as a module annotated ``nn.Module`` is (the class failed with
+    "fxls found no way to call its constructor")."""
+    mods = _capture(
+        HEADER
+        + """
+from typing import Callable
+
+class GLU(nn.Module):
+    def __init__(self, dim_in, dim_out, activation: Callable):
+        super().__init__()
+        self.act = activation
+        self.proj = nn.Linear(dim_in, dim_out * 2)
+
+    def forward(self, x):
+        x, gate = self.proj(x).chunk(2, dim=-1)
+        return x * self.act(gate)
+""",
+        "GLU",
+    )
+    glu = mods["GLU"]
+    assert glu.status == "traced", (glu.status, glu.diagnostics)
+    assert glu.constructed is not None and glu.constructed.assumed == {
+        "dim_in": "64", "dim_out": "64", "activation": "nn.Identity()"
+    }, glu.constructed  # fmt: skip
+    assert [o.shape for o in glu.outputs] == [["B", 64]], glu.outputs
+
+
 ADA_NORM_BLOCK = """
 import torch
 import torch.nn.functional as F

@@ -793,7 +793,7 @@ def _assumed(
             options.append([(c.value, c.text, c.init_text) for c in configs])
             continue
         annotation = annotations.get(p.name, p.empty)
-        if p.name in wrapped and _unwrap_optional(annotation) in (p.empty, nn.Module):
+        if p.name in wrapped and _any_callable(annotation, p.empty):
             options.append(_wrapped_options(doc, cls, p.name))
             continue
         if _module_class(annotation):
@@ -855,6 +855,14 @@ def _wrapped_modules(cls: type) -> set[str]:
             elif fn.name != "__init__" and isinstance(node, ast.Call):
                 called.update(_self_attributes([node.func]))
     return {param for param, attributes in kept.items() if attributes & called}
+
+
+def _any_callable(annotation: Any, empty: Any) -> bool:
+    """Whether a kept and called parameter annotated ``annotation`` takes any module or
+    function: unannotated, ``nn.Module`` or ``Callable`` (``GLU(..., activation: Callable)``),
+    optional or not."""
+    tp = _unwrap_optional(annotation)
+    return tp in (empty, nn.Module, Callable) or typing.get_origin(tp) is Callable
 
 
 def _wrapped_options(

@@ -106,6 +106,16 @@ DOCUMENT = textwrap.dedent(
             return self.wrapper(tokens).softmax(-1)
 
 
+    class Probe(nn.Module):
+        def __init__(self, encoder, classes=3) -> None:
+            super().__init__()
+            self.encoder = encoder
+            self.head = nn.Linear(encoder.dim, classes)
+
+        def forward(self, tokens):
+            return self.head(self.encoder.emb(tokens))
+
+
     class Halver(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -180,6 +190,7 @@ async def test_what_a_library_module_leaves_unused_is_not_the_callers(
         "Model": [],
         "Scorer": [],
         "Halver": [],
+        "Probe": [],
         "Careless": ["`self.stack(x)` is computed but never used"],
     }, hints
 
@@ -199,3 +210,20 @@ async def test_a_wrapper_gets_a_module_that_has_what_it_reads(
     assert built and "wrapper=Wrapper(net=Backbone()" in built[0], scorer.diagnostics
     assert scorer.inputs[0].value.dtype == "int64", scorer.inputs
     assert scorer.outputs[0].shape is not None and scorer.outputs[0].shape[-1] == 2, scorer.outputs
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_module_argument_gets_a_module_that_has_what_is_read_of_it(
+    worker: WorkerClient, document: Path
+) -> None:
+    """``Probe(encoder, classes=3)`` reads ``encoder.dim`` in ``__init__`` and
+    ``self.encoder.emb`` in ``forward``; nothing says what ``encoder`` is, and a number (what
+    an unannotated parameter is guessed as) has neither (it could not be built: "'int' object
+    has no attribute 'dim'"). ``Backbone``, of the library module the document imports from,
+    sets both: ``Probe`` is built with it and traced."""
+    probe = (await _modules(worker, document))["Probe"]
+    assert probe.status == "traced", (probe.status, probe.error, probe.diagnostics)
+    built = [d.message for d in probe.diagnostics if d.code == "FX408"]
+    assert built and "encoder=Backbone()" in built[0], probe.diagnostics
+    assert probe.inputs[0].value.dtype == "int64", probe.inputs
+    assert probe.outputs[0].shape is not None and probe.outputs[0].shape[-1] == 3, probe.outputs

@@ -787,6 +787,7 @@ def _assumed(
     counts are multiples of ``groups`` (the group norm size the class defaults to)."""
     options: list[list[tuple[Any, str, str | None]]] = []
     wrapped = _wrapped_modules(cls)
+    reads = _attributes_read(cls)
     for p in required:
         configs = config_options.get(p.name) or []
         if configs:
@@ -794,7 +795,7 @@ def _assumed(
             continue
         annotation = annotations.get(p.name, p.empty)
         if p.name in wrapped and _any_callable(annotation, p.empty):
-            options.append(_wrapped_options(doc, cls, p.name))
+            options.append(_wrapped_options(doc, cls, reads.get(p.name, set())))
             continue
         if _module_class(annotation):
             nested = _nested(doc, _unwrap_optional(annotation))
@@ -802,10 +803,13 @@ def _assumed(
                 return
             options.append([(nested, nested.text, nested.init)])
             continue
+        provided = []
+        if annotation is p.empty and not _CONFIG_LIKE.search(p.name.lower()):
+            provided = _provided(doc, cls, reads.get(p.name, set()), 0)
         values = _values(doc, cls, p.name, annotation, groups)
-        if not values:
+        if not values and not provided:
             return
-        options.append([(v, _value_text(v), _value_text(v)) for v in values])
+        options.append([*provided, *((v, _value_text(v), _value_text(v)) for v in values)])
     for combo in _with_uniform_channels(
         _combinations(options, limit=MAX_RECIPES), required, options, groups
     ):
@@ -866,63 +870,76 @@ def _any_callable(annotation: Any, empty: Any) -> bool:
 
 
 def _wrapped_options(
-    doc: ExecutedDocument, cls: type, name: str
+    doc: ExecutedDocument, cls: type, reads: set[str]
 ) -> list[tuple[Any, str, str | None]]:
     """What a module ``cls`` keeps and calls (:func:`_wrapped_modules`) is given:
-    ``nn.Identity()``, after an instance of a module class that has what ``__init__`` reads
-    of it when ``nn.Identity()`` has not (``AutoregressiveWrapper(net)`` reads
-    ``net.max_seq_len``: a ``TransformerWrapper`` of the document or of ``cls``'s package,
-    built by its own recipes)."""
+    ``nn.Identity()``, after an instance of a module class that has what the class reads of
+    it when ``nn.Identity()`` has not (:func:`_provided`)."""
     identity = _identity_text(doc)
+    return [*_provided(doc, cls, reads, nn.Identity()), (nn.Identity(), identity, identity)]
+
+
+def _provided(
+    doc: ExecutedDocument, cls: type, reads: set[str], stand_in: Any
+) -> list[tuple[Any, str, str | None]]:
+    """Instances of module classes that have the attributes ``cls`` reads of a parameter
+    (``reads``, :func:`_attributes_read`) and ``stand_in`` lacks (``AutoregressiveWrapper(net)`` reads ``net.max_seq_len``,
+    ``MAE(encoder)`` ``encoder.pos_embedding``, ``Recorder(vit)`` ``self.vit.transformer``): a
+    ``TransformerWrapper`` or ``ViT`` of the document or of ``cls``'s package, built by its own
+    recipes (:func:`_nested`); [] when none."""
+    wanted = {a for a in reads if not hasattr(stand_in, a)}
     options: list[tuple[Any, str, str | None]] = []
-    wanted = {a for a in _attributes_read(cls, name) if not hasattr(nn.Identity(), a)}
     if wanted:
         for provider in _providers(doc, cls, wanted):
             nested = _nested(doc, provider)
             if nested is not None:
                 options.append((nested, nested.text, nested.init))
-    options.append((nn.Identity(), identity, identity))
     return options
 
 
 MAX_PROVIDERS = 2
-"""Module classes tried for a kept module whose attributes ``__init__`` reads."""
+"""Module classes tried for a kept module whose attributes the class reads."""
+_CONFIG_LIKE = re.compile(r"conf|cfg|args|opt|param|setting")
+"""Parameters never given a module for the attributes read of them (a configuration)."""
 
 
-def _attributes_read(cls: type, name: str) -> set[str]:
-    """The attributes ``cls.__init__`` reads of its parameter ``name`` (``net.max_seq_len``,
-    ``net.attn_layers`` of ``net.attn_layers.dim``)."""
+def _attributes_read(cls: type) -> dict[str, set[str]]:
+    """Per parameter of ``cls.__init__``, the attributes the class reads of it: in
+    ``__init__`` (``net.max_seq_len``, ``net.attn_layers`` of ``net.attn_layers.dim``), and in
+    any method through the attribute ``__init__`` keeps it as (``self.vit = vit``, then
+    ``self.vit.transformer``)."""
     try:
-        tree = ast.parse(_dedent(inspect.getsource(inspect.unwrap(vars(cls)["__init__"]))))
-    except (KeyError, OSError, TypeError, SyntaxError, ValueError):
-        return set()
-    return {
-        node.attr
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == name
-        and isinstance(node.ctx, ast.Load)
-    }
+        tree = ast.parse(_dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError, ValueError):
+        return {}
+    kept: dict[str, str] = {}  # attribute of self -> parameter
+    read: dict[str, set[str]] = {}
+    for fn in ast.walk(tree):
+        if not (isinstance(fn, ast.FunctionDef) and fn.name == "__init__"):
+            continue
+        params = {a.arg for a in [*fn.args.args, *fn.args.kwonlyargs]}
+        for node in ast.walk(fn):
+            value = node.value if isinstance(node, (ast.Assign, ast.Attribute)) else None
+            if not (isinstance(value, ast.Name) and value.id in params):
+                continue
+            if isinstance(node, ast.Assign):
+                kept.update(dict.fromkeys(_self_attributes(node.targets), value.id))
+            else:
+                read.setdefault(value.id, set()).add(typing.cast(ast.Attribute, node).attr)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            for attribute in _self_attributes([node.value]) & kept.keys():
+                read.setdefault(kept[attribute], set()).add(node.attr)
+    return read
 
 
 def _providers(doc: ExecutedDocument, cls: type, wanted: set[str]) -> list[type]:
     """Module classes whose ``__init__`` (or a base's) names every attribute of ``wanted``:
-    the document's first, then those of ``cls``'s module and of the other loaded modules of
+    the document's first, then those of ``cls``'s module, of the modules it imports classes
+    from (``mae.py`` imports from ``vit.py``: its ``ViT``), and of the other loaded modules of
     its package, each by name; at most ``MAX_PROVIDERS``."""
-    package = cls.__module__.split(".")[0]
-    scopes: list[dict[str, Any]] = [doc.namespace]
-    own = sys.modules.get(cls.__module__)
-    if own is not None:
-        scopes.append(vars(own))
-    scopes.extend(
-        vars(module)
-        for module_name, module in sorted(sys.modules.items())
-        if module is not None and module is not own
-        and (module_name == package or module_name.startswith(package + "."))
-    )  # fmt: skip
     found: list[type] = []
-    for scope in scopes:
+    for scope in _provider_scopes(doc, cls):
         for value in sorted(
             (v for v in list(scope.values()) if isinstance(v, type)), key=lambda v: v.__name__
         ):
@@ -931,6 +948,29 @@ def _providers(doc: ExecutedDocument, cls: type, wanted: set[str]) -> list[type]
                 if len(found) >= MAX_PROVIDERS:
                     return found
     return found
+
+
+def _provider_scopes(doc: ExecutedDocument, cls: type) -> list[dict[str, Any]]:
+    """Where :func:`_providers` looks, in order (see there)."""
+    package = str(cls.__module__).split(".")[0]
+
+    def ours(name: str) -> bool:
+        return name == package or name.startswith(package + ".")
+
+    own = sys.modules.get(cls.__module__)
+    owned = vars(own) if own is not None else {}
+    imported = sorted(
+        {str(getattr(v, "__module__", "")) for v in list(owned.values()) if isinstance(v, type)}
+    )
+    loaded = sorted(name for name, module in list(sys.modules.items()) if module and ours(name))
+    scopes = [doc.namespace, owned]
+    seen = {id(doc.namespace), id(owned)}
+    for name in [*imported, *loaded]:
+        module = sys.modules.get(name)
+        if module is not None and id(vars(module)) not in seen:
+            seen.add(id(vars(module)))
+            scopes.append(vars(module))
+    return scopes
 
 
 def _names_all(kind: type, wanted: set[str]) -> bool:

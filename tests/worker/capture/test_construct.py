@@ -932,6 +932,38 @@ class GLU(nn.Module):
     assert [o.shape for o in glu.outputs] == [["B", 64]], glu.outputs
 
 
+def test_a_count_the_constructor_wants_as_a_tuple_is_given_one_per_stage() -> None:
+    """``MaxViT(..., depth)`` asserts ``isinstance(depth, tuple)`` with "depth needs to be
+    tuple if integers indicating number of transformer blocks at that stage" (vit-pytorch's
+    MaxViT, PiT, SepViT): the guessed ``depth=2`` is tried again as one count per stage,
+    ``(2, 2)``, and the class is built and traced (it failed with the assertion)."""
+    mods = _capture(
+        HEADER
+        + """
+class Staged(nn.Module):
+    def __init__(self, dim, depth, num_classes):
+        super().__init__()
+        assert isinstance(depth, tuple), "depth needs to be tuple if integers indicating number of blocks at that stage"
+        self.stages = nn.ModuleList(
+            [nn.Sequential(*[nn.Linear(dim, dim) for _ in range(n)]) for n in depth]
+        )
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, x):
+        for stage in self.stages:
+            x = stage(x)
+        return self.head(x)
+""",
+        "Staged",
+    )
+    staged = mods["Staged"]
+    assert staged.status == "traced", (staged.status, staged.diagnostics)
+    assert staged.constructed is not None and staged.constructed.assumed == {
+        "dim": "64", "depth": "(2, 2)", "num_classes": "10"
+    }, staged.constructed  # fmt: skip
+    assert [o.shape for o in staged.outputs] == [["B", 10]], staged.outputs
+
+
 ADA_NORM_BLOCK = """
 import torch
 import torch.nn.functional as F

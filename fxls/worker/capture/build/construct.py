@@ -626,7 +626,9 @@ def repaired(
     failure names, or None: a parameter of a base class that ``cls`` passes its ``**kwargs``
     on to (x-transformers' ``Decoder(**kwargs)``: "AttentionLayers.__init__() missing 1
     required positional argument: 'dim'"), or one left at a ``None`` default that the
-    constructor refuses ("`depth` must be passed in")."""
+    constructor refuses ("`depth` must be passed in"), or a number guessed where the message
+    asks for a tuple ("depth needs to be tuple if integers indicating number of transformer
+    blocks at that stage": one count per stage, ``(2, 2)``)."""
     if recipe.source not in ("defaults", "assumed") or not set(recipe.assumed) <= set(
         recipe.kwargs
     ):
@@ -649,6 +651,8 @@ def repaired(
         if values:
             added[name] = values[0]
     if not added:
+        added = _sequences_asked_for(message, recipe)
+    if not added:
         return None
     kwargs.update(added)
     texts = {**recipe.assumed, **{k: _value_text(v) for k, v in added.items()}}
@@ -656,6 +660,23 @@ def repaired(
     init = parts if recipe.init is not None else None
     return Recipe("assumed", _bound(cls, kwargs), f"{cls.__name__}({parts})", init=init,
                   assumed=texts, kwargs=kwargs, notes=list(recipe.notes))  # fmt: skip
+
+
+_SEQUENCE_ASKED = re.compile(r"\b(tuple|list|sequence)\b", re.IGNORECASE)
+
+
+def _sequences_asked_for(message: str, recipe: Recipe) -> dict[str, Any]:
+    """Per-stage tuples for the numbers the recipe guessed whose names a failure message that
+    asks for a tuple or list names (``depth``): ``(2, 2)`` (widths ``(64, 64)``)."""
+    if not _SEQUENCE_ASKED.search(message):
+        return {}
+    return {
+        name: tuple(_per_stage(name.lower())[0])
+        for name, value in recipe.kwargs.items()
+        if name in recipe.assumed
+        and type(value) is int
+        and re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", message)
+    }
 
 
 def _inherited(cls: type, name: str) -> tuple[type, inspect.Parameter] | None:

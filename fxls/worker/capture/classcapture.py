@@ -1444,15 +1444,20 @@ def _batch_once(
     symbolic: bool,
 ) -> tuple[list[inputs.PlannedInput], fakerun.FakeRun]:
     """``fake_run`` of ``ordered``; when its output has the batch in two dimensions
-    (:func:`_batch_twice`), the first other form of an assumed input (``inputs.alternatives``:
+    (:func:`_batch_twice`), or it stopped on an assumed input of the wrong rank
+    (:func:`_rank_failure`: ``B, N, C = x.shape`` of ``x`` assumed ``[B, 64]`` from the
+    ``Linear`` it reaches), the first other form of an assumed input (``inputs.alternatives``:
     features as a sequence ``[B, T, F]``, ...) with which ``forward`` runs through without,
     else ``ordered`` and its run as they are."""
     run = fake_run(ordered, symbolic)
-    if run.error is not None or not _batch_twice(run, ordered):
+    if run.error is None and not _batch_twice(run, ordered):
         return ordered, run
+    if run.error is not None and not (_rank_failure(run.error) and any(p.assumed for p in ordered)):
+        return ordered, run
+    named = inputs.sizes_named_by(str(run.error)) if run.error is not None else []
     sequence = _unused_size(ordered)
     for index, planned in enumerate(ordered):
-        for alternative in inputs.alternatives(planned, (), sequence):
+        for alternative in inputs.alternatives(planned, named, sequence)[:MAX_FORMS_TRIED]:
             trial = [*ordered[:index], alternative, *ordered[index + 1 :]]
             try:
                 other = fake_run(trial, symbolic)
@@ -1461,6 +1466,23 @@ def _batch_once(
             if other.error is None and not _batch_twice(other, trial):
                 return trial, other
     return ordered, run
+
+
+MAX_FORMS_TRIED = 4
+"""Other forms of one assumed input a fake run is tried with (each runs ``forward`` again)."""
+
+
+def _rank_failure(exc: BaseException) -> bool:
+    """Whether a fake run stopped where an input of another rank would have gone on: a torch
+    operation refused the shapes (:func:`_shape_failure`), the input's shape unpacked into
+    more names than it has ("not enough values to unpack (expected 3, got 2)"), or an einops
+    pattern of another rank ("Expected 3 dimensions, got 2")."""
+    text = str(exc)[:2000]
+    return (
+        _shape_failure(exc)
+        or (isinstance(exc, ValueError) and "values to unpack" in text)
+        or ("Einops" in type(exc).__name__ and "dimensions" in text)
+    )
 
 
 def _fixed_note(fixed: dict[str, int], found: sizes.Generalized, static: str) -> str:

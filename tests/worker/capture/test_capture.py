@@ -752,6 +752,20 @@ def test_a_size_a_kernel_takes_as_a_number_still_follows_its_name() -> None:
         assert model(torch.randn(batch, length, 6)).shape == (batch, 4, length // 2)
 
 
+def test_an_assumed_input_of_too_few_dimensions_for_forward_is_tried_as_a_sequence() -> None:
+    # `x` was assumed [B, 64] from the `Linear` it reaches; `forward` unpacks its shape into
+    # three names, and running it on fake tensors (FX cannot trace the `map`) stopped with
+    # "not enough values to unpack": the class failed. As a sequence it runs through.
+    text = _text("unpacked_shape.py")
+    (attention,) = _capture("unpacked_shape.py", _request(text, "Attention")).modules
+    assert attention.status == "traced", (attention.status, attention.diagnostics)
+    assert [(i.name, i.value.shape) for i in attention.inputs] == [("x", ["B", "T", 64])]
+    assert [o.shape for o in attention.outputs] == [["B", "T", 64]], attention.outputs
+    model = _load("unpacked_shape.py").Attention()
+    for batch, length in ((2, 5), (3, 7)):
+        assert model(torch.randn(batch, length, 64)).shape == (batch, length, 64)
+
+
 def test_an_assumed_input_that_broadcasts_the_batch_against_itself_is_tried_as_a_sequence() -> None:
     # `x` was assumed [B, 64] and `condition` [B, 64] made [B, 1, 64]: the output was shown as
     # [B, B, 64], a batch broadcast against itself. As a sequence, x [B, T, 64], it is

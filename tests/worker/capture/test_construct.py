@@ -924,12 +924,15 @@ class GLU(nn.Module):
 """,
         "GLU",
     )
-    glu = mods["GLU"]
-    assert glu.status == "traced", (glu.status, glu.diagnostics)
-    assert glu.constructed is not None and glu.constructed.assumed == {
-        "dim_in": "64", "dim_out": "64", "activation": "nn.Identity()"
-    }, glu.constructed  # fmt: skip
-    assert [o.shape for o in glu.outputs] == [["B", 64]], glu.outputs
+    assumed = {"dim_in": "64", "dim_out": "64", "activation": "nn.Identity()"}
+    _assert_traced_as(mods["GLU"], assumed, [["B", 64]])
+
+
+def _assert_traced_as(mod: ModuleResult, assumed: dict[str, str], shapes: list[object]) -> None:
+    """``mod`` built with the ``assumed`` arguments, traced, its outputs of ``shapes``."""
+    assert mod.status == "traced", (mod.status, mod.diagnostics)
+    assert mod.constructed is not None and mod.constructed.assumed == assumed, mod.constructed
+    assert [o.shape for o in mod.outputs] == shapes, mod.outputs
 
 
 def test_a_count_the_constructor_wants_as_a_tuple_is_given_one_per_stage() -> None:
@@ -956,12 +959,8 @@ class Staged(nn.Module):
 """,
         "Staged",
     )
-    staged = mods["Staged"]
-    assert staged.status == "traced", (staged.status, staged.diagnostics)
-    assert staged.constructed is not None and staged.constructed.assumed == {
-        "dim": "64", "depth": "(2, 2)", "num_classes": "10"
-    }, staged.constructed  # fmt: skip
-    assert [o.shape for o in staged.outputs] == [["B", 10]], staged.outputs
+    assumed = {"dim": "64", "depth": "(2, 2)", "num_classes": "10"}
+    _assert_traced_as(mods["Staged"], assumed, [["B", 10]])
 
 
 ADA_NORM_BLOCK = """

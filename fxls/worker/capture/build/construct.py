@@ -268,7 +268,9 @@ def _annotations(cls: type, namespace: dict[str, Any]) -> dict[str, Any]:
     ``from __future__ import annotations``), then in the document's ``namespace``; those that
     do not resolve stay text."""
     init = getattr(cls, "__init__", None)
-    own = getattr(inspect.unwrap(init), "__globals__", None) if callable(init) else None
+    own = None
+    with contextlib.suppress(Exception):  # a wrapper chain that loops
+        own = getattr(inspect.unwrap(init), "__globals__", None) if callable(init) else None
     scopes = [namespace] if own is None or own is namespace else [own, namespace]
     for scope in scopes:
         with contextlib.suppress(Exception):
@@ -904,10 +906,10 @@ def _provided(
     doc: ExecutedDocument, cls: type, reads: set[str], stand_in: Any
 ) -> list[tuple[Any, str, str | None]]:
     """Instances of module classes that have the attributes ``cls`` reads of a parameter
-    (``reads``, :func:`_attributes_read`) and ``stand_in`` lacks (``AutoregressiveWrapper(net)`` reads ``net.max_seq_len``,
-    ``MAE(encoder)`` ``encoder.pos_embedding``, ``Recorder(vit)`` ``self.vit.transformer``): a
-    ``TransformerWrapper`` or ``ViT`` of the document or of ``cls``'s package, built by its own
-    recipes (:func:`_nested`); [] when none."""
+    (``reads``, :func:`_attributes_read`) and ``stand_in`` lacks: ``AutoregressiveWrapper(net)``
+    reads ``net.max_seq_len``, ``MAE(encoder)`` ``encoder.pos_embedding``, ``Recorder(vit)``
+    ``self.vit.transformer``; a ``TransformerWrapper`` or ``ViT`` found by :func:`_providers`,
+    built by its own recipes (:func:`_nested`); [] when none."""
     wanted = {a for a in reads if not hasattr(stand_in, a)}
     options: list[tuple[Any, str, str | None]] = []
     if wanted:
@@ -960,14 +962,17 @@ def _providers(doc: ExecutedDocument, cls: type, wanted: set[str]) -> list[type]
     from (``mae.py`` imports from ``vit.py``: its ``ViT``), and of the other loaded modules of
     its package, each by name; at most ``MAX_PROVIDERS``."""
     found: list[type] = []
-    for scope in _provider_scopes(doc, cls):
-        for value in sorted(
-            (v for v in list(scope.values()) if isinstance(v, type)), key=lambda v: v.__name__
-        ):
-            if value not in found and value is not cls and _names_all(value, wanted):
-                found.append(value)
-                if len(found) >= MAX_PROVIDERS:
-                    return found
+    try:
+        for scope in _provider_scopes(doc, cls):
+            for value in sorted(
+                (v for v in list(scope.values()) if isinstance(v, type)), key=lambda v: v.__name__
+            ):
+                if value not in found and value is not cls and _names_all(value, wanted):
+                    found.append(value)
+                    if len(found) >= MAX_PROVIDERS:
+                        return found
+    except Exception:  # user classes and modules: a name or a module that raises on reading
+        pass
     return found
 
 

@@ -177,10 +177,10 @@ def unused(
     A node made inside the ``forward`` of another class of the document (``path``), traced
     through, is left out: what a caller leaves unused of a block's results (a backbone that
     reads Swin's stages and not its final norm) is used by the block's other callers, and the
-    block's own capture reports what it never uses itself. So is one made inside a library's
-    module whose call's result is used (:func:`_left_to_the_block`); a library call whose
-    result nothing uses is reported at the call; so is one of an expression whose result is
-    used (:func:`_used_spans`)."""
+    block's own capture reports what it never uses itself. Left out as well: a node made
+    inside a library's module whose call's result is used (:func:`_left_to_the_block`), and
+    one of an expression part of whose result is used (:func:`_used_spans`). A library call
+    whose result nothing uses is reported at the call."""
     spans: dict[tuple[int, int, int, int], tuple[Span, torch.fx.Node]] = {}
     verdicts: dict[type, bool] = {}
     used: tuple[set[str], set[tuple[int, int, int, int]]] | None = None

@@ -404,17 +404,10 @@ def expand_block(block: BlockCopy, templates: list[NodeInfo]) -> list[NodeInfo]:
     templates (no ``NodeCopy`` values, no ``__init__`` calls; every copy of the run expands
     with the run's renames, which hold those of its node arguments): a GPT-48 result's
     1,900 copied records 7.0 -> 4.1 ms."""
-    renamed = dict(block.outer)
-    renamed.update(zip([t.name for t in templates], block.names))
-    old, new = block.template_path, block.path
     texts = set(block.texts)
     make = object.__new__
     out = []
-    for i, (template, name) in enumerate(zip(templates, block.names)):
-        target = template.target
-        if template.op in _PATH_OPS:
-            target = _moved_path(target, old, new) or target
-        inputs = [renamed.get(x, x) for x in template.inputs]
+    for i, template, name, target, path, inputs, renamed in _moved(block, templates):
         names = None
         if i in texts and len(template.inputs) == len(inputs):
             names = dict(zip(template.inputs, inputs))
@@ -435,8 +428,7 @@ def expand_block(block: BlockCopy, templates: list[NodeInfo]) -> list[NodeInfo]:
         record = make(NodeInfo)
         record.__dict__.update(
             template.__dict__, name=name, target=target, args=args,
-            outputs=list(template.outputs), module_path=_moved_path(template.module_path, old, new),
-            users=block.users[i], inputs=inputs,
+            outputs=list(template.outputs), module_path=path, users=block.users[i], inputs=inputs,
         )  # fmt: skip
         out.append(record)
     return out

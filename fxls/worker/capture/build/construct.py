@@ -809,16 +809,15 @@ def _assumed(
     """Guessed values for every required parameter (configs from their candidates); channel
     counts are multiples of ``groups`` (the group norm size the class defaults to)."""
     options: list[list[tuple[Any, str, str | None]]] = []
-    wrapped = _wrapped_modules(cls)
-    reads = _attributes_read(cls)
+    uses = _uses(cls)
     for p in required:
         configs = config_options.get(p.name) or []
         if configs:
             options.append([(c.value, c.text, c.init_text) for c in configs])
             continue
         annotation = annotations.get(p.name, p.empty)
-        if p.name in wrapped and _any_callable(annotation, p.empty):
-            options.append(_wrapped_options(doc, cls, reads.get(p.name, set())))
+        if p.name in uses.wrapped and _any_callable(annotation, p.empty):
+            options.append(_wrapped_options(doc, cls, uses.reads.get(p.name, set())))
             continue
         if _module_class(annotation):
             nested = _nested(doc, _unwrap_optional(annotation))
@@ -828,7 +827,7 @@ def _assumed(
             continue
         provided = []
         if annotation is p.empty and not _CONFIG_LIKE.search(p.name.lower()):
-            provided = _provided(doc, cls, reads.get(p.name, set()), 0)
+            provided = _provided(doc, cls, uses.reads.get(p.name, set()), 0)
         values = _values(doc, cls, p.name, annotation, groups)
         if not values and not provided:
             return
@@ -861,27 +860,18 @@ def _module_class(annotation: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, nn.Module) and tp is not nn.Module
 
 
-def _wrapped_modules(cls: type) -> set[str]:
-    """The parameters ``cls`` keeps as an attribute that another method calls (``self.fn = fn``
-    in ``__init__``, ``self.fn(self.norm(x)) + x`` in ``forward``): wrapped modules, as in
-    ``PreNorm(dim, fn)``, given ``nn.Identity()`` when nothing in the file says what they wrap
-    and their annotation, if any, is ``nn.Module`` (``LayerScale(fn: Module, dim)``)."""
-    try:
-        tree = ast.parse(_dedent(inspect.getsource(cls)))
-    except (OSError, TypeError, SyntaxError):
-        return set()
-    kept: dict[str, set[str]] = {}
-    called: set[str] = set()
-    for fn in ast.walk(tree):
-        if not isinstance(fn, ast.FunctionDef):
+def _init_uses(fn: ast.FunctionDef, kept: dict[str, str], reads: dict[str, set[str]]) -> None:
+    """Into ``kept`` (attribute of ``self`` -> parameter) and ``reads``: the parameters
+    ``__init__`` (``fn``) keeps (``self.vit = vit``) and the attributes it reads of them."""
+    params = {a.arg for a in [*fn.args.args, *fn.args.kwonlyargs]}
+    for node in ast.walk(fn):
+        value = node.value if isinstance(node, (ast.Assign, ast.Attribute)) else None
+        if not (isinstance(value, ast.Name) and value.id in params):
             continue
-        for node in ast.walk(fn):
-            if fn.name == "__init__" and isinstance(node, ast.Assign):
-                if isinstance(node.value, ast.Name):
-                    kept.setdefault(node.value.id, set()).update(_self_attributes(node.targets))
-            elif fn.name != "__init__" and isinstance(node, ast.Call):
-                called.update(_self_attributes([node.func]))
-    return {param for param, attributes in kept.items() if attributes & called}
+        if isinstance(node, ast.Assign):
+            kept.update(dict.fromkeys(_self_attributes(node.targets), value.id))
+        else:
+            reads.setdefault(value.id, set()).add(typing.cast(ast.Attribute, node).attr)
 
 
 def _any_callable(annotation: Any, empty: Any) -> bool:
@@ -895,7 +885,7 @@ def _any_callable(annotation: Any, empty: Any) -> bool:
 def _wrapped_options(
     doc: ExecutedDocument, cls: type, reads: set[str]
 ) -> list[tuple[Any, str, str | None]]:
-    """What a module ``cls`` keeps and calls (:func:`_wrapped_modules`) is given:
+    """What a module ``cls`` keeps and calls (``_Uses.wrapped``) is given:
     ``nn.Identity()``, after an instance of a module class that has what the class reads of
     it when ``nn.Identity()`` has not (:func:`_provided`)."""
     identity = _identity_text(doc)
@@ -906,7 +896,7 @@ def _provided(
     doc: ExecutedDocument, cls: type, reads: set[str], stand_in: Any
 ) -> list[tuple[Any, str, str | None]]:
     """Instances of module classes that have the attributes ``cls`` reads of a parameter
-    (``reads``, :func:`_attributes_read`) and ``stand_in`` lacks: ``AutoregressiveWrapper(net)``
+    (``reads``, ``_Uses.reads``) and ``stand_in`` lacks: ``AutoregressiveWrapper(net)``
     reads ``net.max_seq_len``, ``MAE(encoder)`` ``encoder.pos_embedding``, ``Recorder(vit)``
     ``self.vit.transformer``; a ``TransformerWrapper`` or ``ViT`` found by :func:`_providers`,
     built by its own recipes (:func:`_nested`); [] when none."""
@@ -926,34 +916,45 @@ _CONFIG_LIKE = re.compile(r"conf|cfg|args|opt|param|setting")
 """Parameters never given a module for the attributes read of them (a configuration)."""
 
 
-def _attributes_read(cls: type) -> dict[str, set[str]]:
-    """Per parameter of ``cls.__init__``, the attributes the class reads of it: in
-    ``__init__`` (``net.max_seq_len``, ``net.attn_layers`` of ``net.attn_layers.dim``), and in
-    any method through the attribute ``__init__`` keeps it as (``self.vit = vit``, then
+@dataclass
+class _Uses:
+    """What a class's source does with the parameters of its ``__init__``."""
+
+    wrapped: set[str]
+    """The parameters it keeps as an attribute that another method calls (``self.fn = fn`` in
+    ``__init__``, ``self.fn(self.norm(x)) + x`` in ``forward``): wrapped modules, as in
+    ``PreNorm(dim, fn)``, given ``nn.Identity()`` when nothing in the file says what they wrap
+    and their annotation, if any, is ``nn.Module`` (``LayerScale(fn: Module, dim)``)."""
+    reads: dict[str, set[str]]
+    """Per parameter, the attributes the class reads of it: in ``__init__``
+    (``net.max_seq_len``, ``net.attn_layers`` of ``net.attn_layers.dim``), and in any method
+    through the attribute ``__init__`` keeps it as (``self.vit = vit``, then
     ``self.vit.transformer``)."""
+
+
+def _uses(cls: type) -> _Uses:
+    """:class:`_Uses` of ``cls``, from one reading of its source (none when it has none)."""
     try:
         tree = ast.parse(_dedent(inspect.getsource(cls)))
     except (OSError, TypeError, SyntaxError, ValueError):
-        return {}
+        return _Uses(set(), {})
     kept: dict[str, str] = {}  # attribute of self -> parameter
-    read: dict[str, set[str]] = {}
+    called: set[str] = set()
+    reads: dict[str, set[str]] = {}
     for fn in ast.walk(tree):
-        if not (isinstance(fn, ast.FunctionDef) and fn.name == "__init__"):
+        if not isinstance(fn, ast.FunctionDef):
             continue
-        params = {a.arg for a in [*fn.args.args, *fn.args.kwonlyargs]}
-        for node in ast.walk(fn):
-            value = node.value if isinstance(node, (ast.Assign, ast.Attribute)) else None
-            if not (isinstance(value, ast.Name) and value.id in params):
-                continue
-            if isinstance(node, ast.Assign):
-                kept.update(dict.fromkeys(_self_attributes(node.targets), value.id))
-            else:
-                read.setdefault(value.id, set()).add(typing.cast(ast.Attribute, node).attr)
+        if fn.name != "__init__":
+            called.update(
+                _self_attributes([n.func for n in ast.walk(fn) if isinstance(n, ast.Call)])
+            )
+            continue
+        _init_uses(fn, kept, reads)
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             for attribute in _self_attributes([node.value]) & kept.keys():
-                read.setdefault(kept[attribute], set()).add(node.attr)
-    return read
+                reads.setdefault(kept[attribute], set()).add(node.attr)
+    return _Uses({kept[a] for a in called & kept.keys()}, reads)
 
 
 def _providers(doc: ExecutedDocument, cls: type, wanted: set[str]) -> list[type]:

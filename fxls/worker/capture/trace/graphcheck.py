@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import inspect
 import operator
-from collections.abc import Collection
+import typing
+from collections.abc import Callable, Collection
 
 import torch.fx
 
@@ -115,16 +116,25 @@ def _outermost(node: torch.fx.Node) -> str | None:
     return None
 
 
-def _used_calls(graph: torch.fx.Graph, dead: Collection[torch.fx.Node]) -> set[str]:
-    """The top submodules (:func:`_outermost`) some of whose nodes feed a used node (not in
-    ``dead``) outside them: the calls whose results the class uses."""
-    used: set[str] = set()
+_K = typing.TypeVar("_K")
+
+
+def _used_parts(
+    graph: torch.fx.Graph,
+    dead: Collection[torch.fx.Node],
+    part: Callable[[torch.fx.Node], _K | None],
+    live: Collection[str] = frozenset(),
+) -> set[_K]:
+    """The parts (``part`` of a node: the call it was made in, its span) some of whose nodes
+    feed a used node (not in ``dead``) of another part, the output, or are ``live``: the
+    calls and expressions whose results the class uses."""
+    used: set[_K] = set()
     for node in graph.nodes:
-        top = _outermost(node)
-        if top is None or top in used or node in dead:
+        key = part(node)
+        if key is None or key in used or node in dead:
             continue
-        if any(u not in dead and _outermost(u) != top for u in node.users):
-            used.add(top)
+        if node.name in live or any(u not in dead and part(u) != key for u in node.users):
+            used.add(key)
     return used
 
 
@@ -150,24 +160,6 @@ def _span_key(node: torch.fx.Node) -> tuple[int, int, int, int] | None:
     return None if span is None else (span.line, span.col, span.end_line, span.end_col)
 
 
-def _used_spans(
-    graph: torch.fx.Graph, dead: Collection[torch.fx.Node], live: Collection[str]
-) -> set[tuple[int, int, int, int]]:
-    """The spans some of whose nodes are used outside them (by a used node of another span,
-    the output, or as ``live``): expressions whose result the class uses. A call of a
-    library's function gives all its nodes the call's span; what it computes and does not
-    return is not for the caller to remove (``unpack(embed, ...)`` used for one of its three
-    parts)."""
-    used: set[tuple[int, int, int, int]] = set()
-    for node in graph.nodes:
-        key = _span_key(node)
-        if key is None or key in used or node in dead:
-            continue
-        if node.name in live or any(u not in dead and _span_key(u) != key for u in node.users):
-            used.add(key)
-    return used
-
-
 def unused(
     graph: torch.fx.Graph, source: SourceText, path: str, live: Collection[str] = frozenset()
 ) -> list[catalogue.Message]:
@@ -179,8 +171,8 @@ def unused(
     reads Swin's stages and not its final norm) is used by the block's other callers, and the
     block's own capture reports what it never uses itself. Left out as well: a node made
     inside a library's module whose call's result is used (:func:`_left_to_the_block`), and
-    one of an expression part of whose result is used (:func:`_used_spans`). A library call
-    whose result nothing uses is reported at the call."""
+    one of an expression part of whose result is used (:func:`_used_parts` by span). A
+    library call whose result nothing uses is reported at the call."""
     spans: dict[tuple[int, int, int, int], tuple[Span, torch.fx.Node]] = {}
     verdicts: dict[type, bool] = {}
     used: tuple[set[str], set[tuple[int, int, int, int]]] | None = None
@@ -190,12 +182,16 @@ def unused(
             continue  # an in-place call has no users, yet its tensor is the one used later
         if used is None:
             gone = set(dead)
-            used = _used_calls(graph, gone), _used_spans(graph, gone, live)
+            # calls: the top submodule a node was made in (:func:`_outermost`); spans: a
+            # library function's call gives all its nodes the call's span, and what it
+            # computes and does not return is not for the caller to remove (``unpack(embed,
+            # ...)`` used for one of its three parts)
+            used = _used_parts(graph, gone, _outermost), _used_parts(graph, gone, _span_key, live)
         if _left_to_the_block(node, path, verdicts, used[0]):
             continue
-        span, key = node.meta.get(SPAN_KEY), _span_key(node)
-        if span is not None and key is not None and key not in used[1]:
-            spans.setdefault(key, (span, node))
+        key = _span_key(node)
+        if key is not None and key not in used[1]:
+            spans.setdefault(key, (node.meta[SPAN_KEY], node))
     hints: list[catalogue.Message] = []
     for key, (span, node) in spans.items():
         if any(other != key and _contains(s, span) for other, (s, _) in spans.items()):

@@ -905,27 +905,29 @@ class ClassCapture:
         )  # fmt: skip
 
     def _fill_missing(
-        self, ordered: list[inputs.PlannedInput | None], names: list[str], spans: list[Span]
+        self,
+        ordered: list[inputs.PlannedInput | None],
+        names: list[str],
+        spans: list[Span],
+        symbols: inputs.Symbols,
     ) -> bool:
-        """Inputs nothing told: shaped like the first tensor input that is known (``memory``
-        like ``tgt``), else FX402. Returns whether every input is now planned."""
-        known = next((p for p in ordered if p is not None and p.kind == "tensor"), None)
+        """Inputs nothing told: shaped after the tensor inputs that are known (``memory``
+        like ``tgt``, a mask after a sequence: :func:`inputs.shaped_like`), else FX402. Returns whether every input is
+        now planned."""
+        known = [p for p in ordered if p is not None and p.kind == "tensor"]
         complete = True
         for index, planned in enumerate(ordered):
             if planned is not None:
                 continue
             name, at = names[index], spans[index]
-            if known is None:
+            if not known:
                 diag = catalogue.FX402(
                     at, arg=name, cls=self.req.name, example=catalogue.suggested_shape(name)
                 )
                 self.diagnose(diag.diagnostic({"arg": name}))
                 complete = False
                 continue
-            like = inputs.PlannedInput(
-                name, "tensor", list(known.dims), known.dtype, assumed=True,
-                reason=f"shaped like `{known.name}`",
-            )  # fmt: skip
+            like = inputs.shaped_like(name, known, symbols)
             ordered[index] = like
             self.assumed_inputs.append((like, at))
         return complete
@@ -1017,7 +1019,7 @@ class ClassCapture:
             if planned is None:
                 planned = self._inferred(gm, node, param_name, plan, span)
             found.append(planned)
-        complete = self._fill_missing(found, names, spans)
+        complete = self._fill_missing(found, names, spans, plan.symbols)
         ordered = [p for p in found if p is not None]
         self._set_inputs(ordered)
         return ordered if complete else None
@@ -1321,7 +1323,7 @@ class ClassCapture:
             found.append(planned)
             names.append(param.name)
             spans.append(span)
-        if not self._fill_missing(found, names, spans):
+        if not self._fill_missing(found, names, spans, plan.symbols):
             self._report_assumed([])
             return
         ordered = [p for p in found if p is not None]

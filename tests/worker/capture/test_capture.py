@@ -781,3 +781,71 @@ def test_an_assumed_input_that_broadcasts_the_batch_against_itself_is_tried_as_a
     for batch, length in ((2, 5), (3, 7)):
         out = model(torch.randn(batch, length, 64), condition=torch.randn(batch, 64))
         assert out.shape == (batch, length, 64)
+
+
+def test_an_input_named_like_a_sequence_that_is_one_vector_per_sample_is_tried_as_one() -> None:
+    # `image_embeds` was assumed [B, T, 24] by its name; `reshape(batch, 4, -1)` then made
+    # [B, 4, 16*T] and `torch.cat` failed: the class showed a shape error and no output.
+    # Tried last as one vector per sample, [B, 24], it runs through.
+    text = _text("named_inputs.py")
+    (tokens,) = _capture("named_inputs.py", _request(text, "ImageTokens")).modules
+    assert tokens.status == "traced", (tokens.status, tokens.diagnostics)
+    assert [(i.name, i.value.shape) for i in tokens.inputs] == [
+        ("text_embeds", ["B", "T", 32]),
+        ("image_embeds", ["B", 24]),
+    ]
+    assert [o.shape for o in tokens.outputs] == [["B", "T + 4", 16]], tokens.outputs
+    model = _load("named_inputs.py").ImageTokens()
+    for batch, length in ((2, 5), (3, 7)):
+        out = model(torch.randn(batch, length, 32), torch.randn(batch, 24))
+        assert out.shape == (batch, length + 4, 16)
+
+
+def test_inputs_nothing_told_are_shaped_after_a_known_one_by_their_names() -> None:
+    # Only `temb` [B, 32] is known (from the `Linear` it reaches); the two streams were made
+    # [B, 32] like it, and their concatenation [B, 64] failed the `LayerNorm`. Named as
+    # sequences, they are [B, T, 32]. A mask beside a sequence is one value per position.
+    text = _text("named_inputs.py")
+    block, conv = _capture(
+        "named_inputs.py", _request(text, "JointBlock"), _request(text, "MaskedConv")
+    ).modules
+    assert block.status == "traced", (block.status, block.diagnostics)
+    assert [(i.name, i.value.shape) for i in block.inputs] == [
+        ("hidden_states", ["B", "T", 32]),
+        ("encoder_hidden_states", ["B", "T", 32]),
+        ("temb", ["B", 32]),
+    ]
+    assert [o.shape for o in block.outputs] == [["B", "T", 32], ["B", "T", 32]], block.outputs
+    reasons = [d.message for d in block.diagnostics if d.code == "FX405"]
+    assert any("`temb`'s width, as a sequence" in r for r in reasons), reasons
+    assert conv.status == "traced", (conv.status, conv.diagnostics)
+    mask = next(i for i in conv.inputs if i.name == "input_mask")
+    assert (mask.value.shape, mask.value.dtype) == (["B", "T"], "int64")
+    assert [o.shape for o in conv.outputs] == [["B", "T", 32]], conv.outputs
+    fixture = _load("named_inputs.py")
+    for batch, length in ((2, 5), (3, 7)):
+        x = torch.randn(batch, length, 32)
+        context, rest = fixture.JointBlock()(
+            x, torch.randn(batch, length, 32), torch.randn(batch, 32)
+        )
+        assert context.shape == rest.shape == (batch, length, 32)
+        mask = torch.ones(batch, length, dtype=torch.int64)
+        assert fixture.MaskedConv()(x, x, mask).shape == (batch, length, 32)
+
+
+def test_a_size_named_with_an_offset_is_solved_for_the_assumed_dimension() -> None:
+    # "The size of tensor a (T + 1) must match the size of tensor b (17)": T was tried at 17
+    # (then T + 1 = 18) and the class stayed partial with the shape error. Solved, T = 16.
+    from fxls.worker.capture.build.inputs import sizes_named_by
+
+    error = "The size of tensor a (T + 1) must match the size of tensor b (17) at dimension 1"
+    assert sizes_named_by(error) == [16, 17]
+    text = _text("named_inputs.py")
+    (pool,) = _capture("named_inputs.py", _request(text, "ClassTokenPool")).modules
+    assert pool.status == "traced", (pool.status, pool.diagnostics)
+    assert [(i.name, i.value.shape) for i in pool.inputs] == [("hidden_states", ["B", "T", 32])]
+    assert [o.shape for o in pool.outputs] == [["B", 32]], pool.outputs
+    assert pool.example_sizes.get("T") == 16, (pool.example_sizes, pool.notes)
+    model = _load("named_inputs.py").ClassTokenPool()
+    for batch in (2, 3):
+        assert model(torch.randn(batch, 16, 32)).shape == (batch, 32)

@@ -521,6 +521,38 @@ def per_sample(name: str, symbols: Symbols) -> PlannedInput | None:
 _SEQUENCE_NAMES = re.compile(r"hidden_states$|_embeds$|^tokens$|^context$")
 """Names libraries give a sequence of vectors ``[B, T, D]``: a ``Linear`` takes it whole."""
 
+_MASK_NAMES = re.compile(r"mask$")
+
+
+def shaped_like(name: str, known: list[PlannedInput], symbols: Symbols) -> PlannedInput:
+    """An input nothing told, shaped after the tensor inputs that are (``known``, at least
+    one): a mask one per position of the first sequence among them (``input_mask`` beside
+    ``hidden_states [B, T, D]``: ``[B, T]``), a sequence of the first one's width for a name
+    libraries give sequences (``hidden_states`` beside ``temb [B, D]``: ``[B, T, D]``), else
+    the first one's shape."""
+    first = known[0]
+    dims, dtype = list(first.dims), first.dtype
+    reason = f"the shape of `{first.name}`"
+    sequences = [
+        p for p in known if len(p.dims) == 3 and _per_sample(p) and p.dims[1][0] == SEQUENCE
+    ]
+    if _MASK_NAMES.search(name) and sequences:
+        dims, dtype = sequences[0].dims[:2], torch.int64
+        reason = f"the positions of `{sequences[0].name}`"
+    elif (
+        _SEQUENCE_NAMES.search(name)
+        and len(dims) == 2
+        and _per_sample(first)
+        and dtype.is_floating_point
+    ):
+        dims = [dims[0], (SEQUENCE, symbols.size(SEQUENCE)), dims[1]]
+        reason = f"`{first.name}`'s width, as a sequence"
+    return PlannedInput(name, "tensor", dims, dtype, assumed=True, reason=reason)
+
+
+def _per_sample(planned: PlannedInput) -> bool:
+    return bool(planned.dims) and planned.dims[0][0] == BATCH
+
 
 def _ids(
     name: str, b: tuple[str | None, int], t: tuple[str | None, int], seq_first: bool
@@ -594,10 +626,18 @@ MAX_NAMED_SIZES = 3
 
 def sizes_named_by(error: str) -> list[int]:
     """The first sizes a shape error names in parentheses, in order (torch writes "The size of
-    tensor a (T) must match the size of tensor b (16)"): 16. At most ``MAX_NAMED_SIZES``."""
+    tensor a (T) must match the size of tensor b (16)"): 16; a name with an offset solved
+    first ("tensor a (S + 1) ... tensor b (257)": 256, then 257; a class token put before a
+    sequence). At most ``MAX_NAMED_SIZES``."""
     found: list[int] = []
-    for text in re.findall(r"\((\d{1,6})\)", error[:2000]):
-        size = int(text)
+    text = error[:2000]
+    numbers = [int(n) for n in re.findall(r"\((\d{1,6})\)", text)]
+    offsets = [
+        int(k) if sign == "+" else -int(k)
+        for sign, k in re.findall(r"\([A-Za-z_]\w{0,40} ([+-]) (\d{1,3})\)", text)
+    ]
+    solved = [n - k for k in offsets[:1] for n in numbers]
+    for size in [*solved, *numbers]:
         if size >= 2 and size not in found:
             found.append(size)
         if len(found) == MAX_NAMED_SIZES:
@@ -629,7 +669,17 @@ def alternatives(
         for size in sizes
         if size != current
     ]
-    return _forms(planned, like, sequence) + resized
+    return _forms(planned, like, sequence) + resized + _pooled(planned, like)
+
+
+def _pooled(planned: PlannedInput, like: Any) -> list[PlannedInput]:
+    """An assumed sequence ``[B, T, D]`` as one vector per sample ``[B, D]``, tried last:
+    libraries name pooled embeddings as they name sequences (diffusers' ``ImageProjection``
+    takes CLIP's ``image_embeds [B, 768]``)."""
+    dims = planned.dims
+    if len(dims) == 3 and dims[0][0] == BATCH and dims[1][0] == SEQUENCE:
+        return [like([dims[0], dims[2]])] if planned.dtype.is_floating_point else []
+    return []
 
 
 def _forms(planned: PlannedInput, like: Any, sequence: int | None) -> list[PlannedInput]:

@@ -268,10 +268,50 @@ def capture_class(
     wanted: dict[type, str] | None = None,
     from_parent: bool = True,
 ) -> ModuleResult:
+    """Build ``req``'s class and capture it (:func:`_capture_once`); when that does not run
+    through ``forward`` and a parameter left at its default ``None`` is data ``forward`` uses
+    without asking whether it was given (diffusers' ``timestep``, handed on to the blocks),
+    captured again with such parameters as inputs (:func:`inputs.needed_unasked`), kept if
+    that runs through."""
+    mod = _capture_once(doc, req, report_phase, wanted, _Way(from_parent))
+    capture = doc.captures.get(req.name)
+    if runs(mod) or capture is None or not capture.unasked_defaults():
+        return mod
+    report_phase("init", req.name)
+    records, built = dict(doc.records), dict(doc.built_by_parents)
+    again = _capture_once(doc, req, report_phase, wanted, _Way(from_parent, defaults_needed=True))
+    if runs(again):
+        return again
+    # what the discarded capture recorded of its children is not evidence either
+    doc.records.clear()
+    doc.records.update(records)
+    doc.built_by_parents.clear()
+    doc.built_by_parents.update(built)
+    doc.captures[req.name] = capture
+    return mod
+
+
+@dataclass(frozen=True)
+class _Way:
+    """How one capture of a class goes."""
+
+    from_parent: bool = True
+    """The instance and inputs a parent called it with come first."""
+    defaults_needed: bool = False
+    """Parameters defaulting to ``None`` that ``forward`` uses unasked are planned as inputs."""
+
+
+def _capture_once(
+    doc: ExecutedDocument,
+    req: ClassRequest,
+    report_phase: PhaseReporter,
+    wanted: dict[type, str] | None,
+    way: _Way,
+) -> ModuleResult:
     """Build ``req``'s class and capture it; builds with assumed arguments that do not run
     through ``forward`` give way to the next candidate. Instances of ``wanted`` classes that
     this class builds and calls are recorded into ``doc.records`` for their own capture.
-    The instance and inputs a parent called it with come first (unless ``from_parent`` is
+    The instance and inputs a parent called it with come first (unless ``way.from_parent`` is
     False); when they do not run and the parent passed ``None`` where ``forward`` requires
     a value (``CLIPVisionEmbeddings(pixel_values=None)`` under a parent that had no image),
     the class is captured on its own instead if that runs."""
@@ -287,7 +327,7 @@ def capture_class(
     report_phase("init", req.name)
     started = time.perf_counter()
     first: ModuleResult | None = None
-    recorded = doc.records.get(req.name) if not req.init and from_parent else None
+    recorded = doc.records.get(req.name) if not req.init and way.from_parent else None
     kept_records = {n: doc.records.get(n) for n in (wanted or {}).values()}
     options = (
         [_from_parent(recorded)]
@@ -301,6 +341,7 @@ def capture_class(
         build.record(mod, built, span)
         given = recorded.inputs if recorded is not None else {}
         capture = ClassCapture(doc, req, mod, given)
+        capture.defaults_needed = way.defaults_needed
         capture.within = _parent_run(recorded)
         if recorded is not None and recorded.left_out:
             capture.note(
@@ -508,6 +549,22 @@ class ClassCapture:
         self.plan: InputPlan | None = None
         self.traced: Traced | None = None
         self.specialized: list[Diagnostic] = []
+        self.defaults_needed = False
+        """Plan parameters defaulting to ``None`` that ``forward`` uses unasked as inputs
+        (:func:`inputs.needed_unasked`)."""
+
+    def unasked_defaults(self) -> bool:
+        """Whether a parameter left at its default ``None`` is data that ``forward`` uses
+        without asking whether it was given (a capture that did not run through is worth
+        running again with it as an input)."""
+        plan, module = self.plan, self.module
+        if self.defaults_needed or plan is None or module is None:
+            return False
+        return any(
+            inputs.needed_unasked(param, module)
+            for param in plan.positional()
+            if param.name not in plan.declared and param.name in plan.planned
+        )
 
     def note(self, text: str) -> None:
         self.mod.notes.append(text)
@@ -804,6 +861,7 @@ class ClassCapture:
                 inputs.from_build(param.name, self.arguments, plan.symbols)
                 or inputs.skip_sample(param.name, module, plan.symbols, self._spatial())
                 or inputs.cross_attention_states(param.name, module, self.arguments, plan.symbols)
+                or (self.defaults_needed and inputs.needed_unasked(param, module))
             )
             if inputs.keeps_default(param) and not sized:
                 planned = inputs.PlannedInput(
@@ -844,7 +902,7 @@ class ClassCapture:
         spatial = self.hints.get("spatial", inputs.SPATIAL)
         planned = _a_dtype(name, plan) or self._from_calls(plan).get(name)
         if planned is None:
-            planned = inputs.from_build(name, self.arguments, plan.symbols)
+            planned = self._from_build(graph_owner, node, name, plan, spatial)
         if planned is None and self.module is not None:
             planned = inputs.up_block_inputs(
                 name, self.module, self.arguments, plan.symbols, spatial
@@ -888,6 +946,24 @@ class ClassCapture:
         if planned is None and node is not None:
             planned = inputs.infer_downstream(graph_owner, node, plan.symbols, spatial)
         return planned
+
+    def _from_build(
+        self, graph_owner: Any, node: torch.fx.Node | None, name: str, plan: InputPlan, spatial: int
+    ) -> inputs.PlannedInput | None:
+        """What the build's sizes say of ``name`` (:func:`inputs.from_build`), unless the first
+        layer it reaches takes another width: that layer's (a model's ``caption_projection``
+        takes the text encoder's 2304 features, not its ``cross_attention_dim`` of 2240)."""
+        planned = inputs.from_build(name, self.arguments, plan.symbols)
+        if planned is None or node is None:
+            return planned
+        layer = inputs.infer(graph_owner, node, plan.symbols, spatial)
+        if layer is None or layer.kind != "tensor" or not layer.dims or not planned.dims:
+            return planned
+        if layer.dims[-1][1] == planned.dims[-1][1]:
+            return planned
+        if len(layer.dims) != len(planned.dims):
+            return layer
+        return replace(layer, dims=[*planned.dims[:-1], layer.dims[-1]])  # the build's length
 
     def _normalized(self, name: str, plan: InputPlan) -> inputs.PlannedInput | None:
         """``[B, T, width]`` for the first input of a normalization class of the library's

@@ -849,3 +849,42 @@ def test_a_size_named_with_an_offset_is_solved_for_the_assumed_dimension() -> No
     model = _load("named_inputs.py").ClassTokenPool()
     for batch in (2, 3):
         assert model(torch.randn(batch, 16, 32)).shape == (batch, 32)
+
+
+def test_a_parameter_defaulting_to_none_that_forward_needs_is_given_when_none_does_not_run() -> (
+    None
+):
+    # `timestep=None` is handed to the time embedding without asking whether it was given;
+    # captured with its default, the embedding raised "'NoneType' object has no attribute
+    # 'device'" and the class showed a shape error and no output. Captured again with it as
+    # an input, one diffusion timestep per sample, it runs through; `return_dict` stays.
+    text = _text("unasked_defaults.py")
+    (dit,) = _capture("unasked_defaults.py", _request(text, "TinyDiT")).modules
+    assert dit.status == "traced", (dit.status, dit.diagnostics)
+    shown = [(i.name, i.value.kind, i.value.shape) for i in dit.inputs]
+    assert shown[:2] == [("latents", "tensor", ["B", 4, 224, 224]), ("timestep", "tensor", ["B"])]
+    assert [(i.name, i.value.kind) for i in dit.inputs][2:] == [("return_dict", "bool")]
+    assert not any(d.code == "FX201" for d in dit.diagnostics), dit.diagnostics
+    assert [o.shape for o in dit.outputs] == [["B", 12544, 16]], dit.outputs
+    model = _load("unasked_defaults.py").TinyDiT()
+    for batch in (2, 3):
+        out = model(torch.randn(batch, 4, 224, 224), torch.randint(0, 1000, (batch,)))
+        assert out["sample"].shape == (batch, 12544, 16)
+
+
+def test_the_first_layer_an_input_reaches_sets_its_width_over_the_build() -> None:
+    # `encoder_hidden_states` was sized by the block's `cross_attention_dim` (32) though it
+    # first goes through `caption_projection`, Linear(48, 32): a shape error there and no
+    # output. The layer's width wins; the length stays the build's own `S`.
+    text = _text("named_inputs.py")
+    (block,) = _capture("named_inputs.py", _request(text, "CaptionedBlock")).modules
+    assert block.status == "traced", (block.status, block.diagnostics)
+    assert [(i.name, i.value.shape) for i in block.inputs] == [
+        ("hidden_states", ["B", "T", 32]),
+        ("encoder_hidden_states", ["B", "S", 48]),
+    ]
+    assert [o.shape for o in block.outputs] == [["B", "T", 32]], block.outputs
+    model = _load("named_inputs.py").CaptionedBlock()
+    for batch, length, source in ((2, 5, 3), (3, 7, 4)):
+        out = model(torch.randn(batch, length, 32), torch.randn(batch, source, 48))
+        assert out.shape == (batch, length, 32)

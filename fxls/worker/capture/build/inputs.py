@@ -254,6 +254,40 @@ def fed_to_a_layer(param: inspect.Parameter, module: nn.Module) -> bool:
     return fed
 
 
+_OPTIONS = re.compile(r"kwargs$|^return_dict$|^output_|^use_|_dtype$|^return_|^training$")
+"""Parameters defaulting to ``None`` that select behaviour rather than carry data."""
+
+
+def needed_unasked(param: inspect.Parameter, module: nn.Module) -> bool:
+    """Whether ``param`` (defaulting to ``None``) is data that ``forward`` uses without asking
+    whether it was given (``param is None``, ``if param``): tried as an input when ``forward``
+    does not run through with the default (diffusers' ``DiTTransformer2DModel`` hands
+    ``timestep`` and ``class_labels`` on to its blocks, which need them). Not options
+    (``*_kwargs``, ``return_dict``, ``output_*``, ``*_dtype``) nor parameters annotated as
+    plain values (``bool``, ``dict[str, Any]``)."""
+    if param.default is not None or _OPTIONS.search(param.name):
+        return False
+    if _plain_annotation(param.annotation):
+        return False
+    definition = forward_definition(type(module))
+    if definition is None:
+        return False
+    used = False
+    for node in ast.walk(definition):
+        if _asks(node, param.name):
+            return False
+        used = used or (isinstance(node, ast.Name) and node.id == param.name)
+    return used
+
+
+def _plain_annotation(annotation: Any) -> bool:
+    """An annotation naming no tensor: ``bool``, ``int``, ``dict[str, Any]``, ``str | None``."""
+    if annotation is inspect.Parameter.empty:
+        return False
+    text = annotation if isinstance(annotation, str) else repr(annotation)
+    return "Tensor" not in text and "tensor" not in text
+
+
 def _asks(node: ast.AST, name: str) -> bool:
     """Whether ``node`` asks whether ``name`` was given: ``name is (not) None``, ``if name``,
     ``name or ...``, ``not name``, ``isinstance(name, ...)``."""

@@ -552,14 +552,19 @@ class ClassCapture:
         self.defaults_needed = False
         """Plan parameters defaulting to ``None`` that ``forward`` uses unasked as inputs
         (:func:`inputs.needed_unasked`)."""
+        self.met_none = False
+        """Whether a run of ``forward`` with other forms of the inputs stopped on a ``None``."""
 
     def unasked_defaults(self) -> bool:
         """Whether a parameter left at its default ``None`` is data that ``forward`` uses
         without asking whether it was given (a capture that did not run through is worth
         running again with it as an input)."""
-        plan, module = self.plan, self.module
+        plan, module, mod = self.plan, self.module, self.mod
         if self.defaults_needed or plan is None or module is None:
             return False
+        said = [d.message for d in mod.diagnostics] + mod.notes
+        if not (self.met_none or any(_NONE in text for text in said)):
+            return False  # it stopped on something else: a second capture would cost as much
         return any(
             inputs.needed_unasked(param, module)
             for param in plan.positional()
@@ -1256,6 +1261,9 @@ class ClassCapture:
                 attempt = self._propagate(gm, trial, placeholders, symbolic=False)
                 if isinstance(attempt, shapes.Propagation) and attempt.error is None:
                     return trial, self._propagate(gm, trial, placeholders)
+                error = attempt.error if isinstance(attempt, shapes.Propagation) else None
+                said = f"{error.original} {error.message}" if error else str(attempt)
+                self.met_none = self.met_none or _NONE in said[:2000]
         return ordered, prop
 
     def _shapes(
@@ -1548,6 +1556,10 @@ def _batch_once(
 
 MAX_FORMS_TRIED = 4
 """Other forms of one assumed input a fake run is tried with (each runs ``forward`` again)."""
+
+
+_NONE = "'NoneType'"
+"""How Python's errors name a ``None`` it refused ("'NoneType' object has no attribute 'to'")."""
 
 
 def _rank_failure(exc: BaseException) -> bool:

@@ -567,7 +567,7 @@ def executions(
             or (outer is not None and current.outer is not None and outer != current.outer)
             or (
                 (mine or not outer)  # a submodule's runs are told apart by ``outer``
-                and _again(node, current.nodes[0], _direct(node, who, mine) and current.direct)
+                and _again(node, current.nodes[0], _direct(node, who, mine) and current.direct, who)
                 and not _unfinished(current, node, index, nodes, readers)
             )
         ):
@@ -617,10 +617,12 @@ def _unfinished(
 
 
 def _call_key(node: NodeInfo) -> tuple[str, str, tuple[int, int, int, int] | None]:
-    """What makes two nodes the same call of the code: operation, target and span."""
+    """What makes two nodes the same call of the code: operation, target and span; a layer
+    of another instance of a list is the same call (``blocks.1.norm`` repeats
+    ``blocks.0.norm``: the next iteration of a loop over ``blocks``)."""
     span = node.span
     where = (span.line, span.col, span.end_line, span.end_col) if span is not None else None
-    return node.op, node.target, where
+    return node.op, _INDEX.sub("#", node.target), where
 
 
 def _direct(node: NodeInfo, who: str, written: bool) -> bool:
@@ -640,7 +642,7 @@ def _outermost(path: str, called: Collection[str]) -> str:
     return path
 
 
-def _again(node: NodeInfo, first: NodeInfo, direct: bool) -> bool:
+def _again(node: NodeInfo, first: NodeInfo, direct: bool, who: str = "") -> bool:
     """Whether ``node`` starts another run of the code ``first`` started: the same call at
     the same place with the same arguments but for the values it reads (the next iteration
     of a loop, the second call of a helper); the items of one unpacking differ in their
@@ -648,14 +650,27 @@ def _again(node: NodeInfo, first: NodeInfo, direct: bool) -> bool:
     whatever its index (``for block in self.h: y = block(y)`` calls ``h.0``, then ``h.1``);
     the layers of a container it calls do not (``features.3.conv.0.0`` and ``...conv.1.0``
     are one call of ``conv``), nor those of a submodule's code (``layer1.0.conv1`` and
-    ``layer1.1.conv1`` are one call of ``layer1``)."""
+    ``layer1.1.conv1`` are one call of ``layer1``). A list the code loops over whose items
+    run no code of its own (``who``: ``layers``, of a library's layers) counts the same way:
+    ``layers.1.norm`` starts the run ``layers.0.norm`` started."""
     if (node.op, node.span) != (first.op, first.span):
         return False
     if node.target != first.target and (
-        not direct or _INDEX.sub("#", node.target) != _INDEX.sub("#", first.target)
+        _INDEX.sub("#", node.target) != _INDEX.sub("#", first.target)
+        if direct
+        else _item(node.target, who) != _item(first.target, who)
     ):
         return False
     return _constants(node) == _constants(first)
+
+
+def _item(target: str, who: str) -> str:
+    """``target`` with the index of the item of the list ``who`` it is in made general
+    (``layers.#.norm`` for ``layers.1.norm`` in ``layers``); else as it is."""
+    if not who or not target.startswith(who + "."):
+        return target
+    index, dot, rest = target[len(who) + 1 :].partition(".")
+    return f"{who}.#{dot}{rest}" if index.isdigit() else target
 
 
 def _constants(node: NodeInfo) -> list[tuple[str, str]]:

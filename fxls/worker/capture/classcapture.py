@@ -790,7 +790,7 @@ class ClassCapture:
             records.append(record)
         self.mod.nodes = [r for r in records if isinstance(r, NodeInfo)]
         self.mod.node_copies = [r for r in records if isinstance(r, NodeCopy)]
-        self.mod.containers = containers(gm, self.doc.path)
+        self.mod.containers = containers(gm, self.doc.path, self.module or gm)
         if copied_from:
             self.doc.copied_nodes[id(self.mod)] = (self.mod, copied_from)
         output = next((n for n in gm.graph.nodes if n.op == "output"), None)
@@ -1459,7 +1459,7 @@ class ClassCapture:
         mod.nodes = [
             node_info(gm, node, values, run.examples, rename=run.rename) for node in gm.graph.nodes
         ]
-        mod.containers = containers(gm, doc.path)
+        mod.containers = containers(gm, doc.path, module)
         mod.strategy = Strategy("fake-run")
         output = next((n for n in gm.graph.nodes if n.op == "output"), None)
         if run.error is None and output is not None:

@@ -51,6 +51,25 @@ LIBRARY = textwrap.dedent(
             return self.emb(tokens)
 
 
+    class Gate(nn.Module):
+        def forward(self, x):
+            value, gate = x.chunk(2, dim=-1)
+            return value * gate.sigmoid()
+
+
+    class Layer(nn.Module):
+        def __init__(self, dim: int = 16) -> None:
+            super().__init__()
+            self.norm = nn.LayerNorm(dim)
+            self.net = nn.ModuleList([nn.Linear(dim, 2 * dim), Gate(), nn.Linear(dim, dim)])
+
+        def forward(self, x):
+            h = self.norm(x)
+            for layer in self.net:
+                h = layer(h)
+            return x + h
+
+
     class Stack(nn.Module):
         def __init__(self, mixer: Mixer, depth: int = 2) -> None:
             super().__init__()
@@ -84,8 +103,21 @@ DOCUMENT = textwrap.dedent(
     import torch
     from torch import nn
 
-    from vendorlib.blocks import Stack, halve
+    from vendorlib.blocks import Layer, Stack, halve
     from vendorlib.wrappers import Wrapper
+
+
+    class Tower(nn.Module):
+        def __init__(self, depth=3) -> None:
+            super().__init__()
+            self.proj = nn.Linear(8, 16)
+            self.layers = nn.ModuleList(Layer() for _ in range(depth))
+
+        def forward(self, x):
+            x = self.proj(x)
+            for layer in self.layers:
+                x = layer(x)
+            return x
 
 
     class Model(nn.Module):
@@ -187,6 +219,7 @@ async def test_what_a_library_module_leaves_unused_is_not_the_callers(
     }
     assert modules["Careless"].status == "traced", modules["Careless"].diagnostics
     assert hints == {
+        "Tower": [],
         "Model": [],
         "Scorer": [],
         "Halver": [],
@@ -227,3 +260,23 @@ async def test_a_module_argument_gets_a_module_that_has_what_is_read_of_it(
     assert built and "encoder=Backbone()" in built[0], probe.diagnostics
     assert probe.inputs[0].value.dtype == "int64", probe.inputs
     assert probe.outputs[0].shape is not None and probe.outputs[0].shape[-1] == 3, probe.outputs
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_each_library_layer_a_loop_calls_is_one_run_of_the_line(
+    worker: WorkerClient, document: Path
+) -> None:
+    """``Tower`` calls three library ``Layer``s in a loop; each holds a list of layers that its
+    own ``forward`` loops over (``self.net``). The line ``x = layer(x)`` ran three times, one
+    run per layer (hovers and hints say "1 of 3 runs"): the runs were cut inside each layer,
+    where its list's ``Gate`` ran, and each one held the end of one layer and the start of the
+    next."""
+    from fxls.engine.render import executions
+
+    tower = (await _modules(worker, document))["Tower"]
+    assert tower.status == "traced", (tower.status, tower.diagnostics)
+    line = next(n.span.line for n in tower.nodes if n.target == "layers.0.norm" and n.span)
+    group = [n for n in tower.nodes if n.span is not None and n.span.line == line]
+    runs = executions(group, tower.containers, lambda n: n.span is not None, tower)
+    per_run = [{(n.module_path or "").split(".")[1] for n in run.nodes} for run in runs]
+    assert per_run == [{"0"}, {"1"}, {"2"}], per_run

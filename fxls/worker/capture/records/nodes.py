@@ -139,11 +139,12 @@ def _module_path(node: torch.fx.Node) -> str:
     return paths[-1] if paths else ""
 
 
-def containers(gm: torch.fx.GraphModule, path: str) -> list[str]:
+def containers(gm: torch.fx.GraphModule, path: str, root: torch.nn.Module) -> list[str]:
     """Module paths of the modules the graph's nodes were made inside whose ``forward`` is no
     code of the document (``path``): an ``nn.Sequential``, a subclass of a torch layer
     without a ``forward`` of its own, a library's module. A node made inside one has the span
-    of the document code that called it (``ModuleResult.containers``)."""
+    of the document code that called it (``ModuleResult.containers``). ``root``: the module
+    captured (the graph module keeps no ``nn.ModuleList`` of it)."""
     found: dict[str, None] = {}
     verdicts: dict[type, bool] = {}
     for node in gm.graph.nodes:
@@ -155,7 +156,27 @@ def containers(gm: torch.fx.GraphModule, path: str) -> list[str]:
                 foreign = verdicts[kind] = not document_forward(kind, path)
             if foreign and (node.op != "call_module" or qualified != node.target):
                 found[qualified] = None
-    return list(found)
+    return list(found) + _lists_inside(root, found)
+
+
+def _lists_inside(root: torch.nn.Module, found: Mapping[str, None]) -> list[str]:
+    """The ``nn.ModuleList``/``ModuleDict`` paths inside a container that hold containers
+    (a library block's ``ff.net``, whose layers its ``forward`` loops over): never called,
+    they are on no module stack, yet their layers' nodes belong to the block's code."""
+    lists: dict[str, None] = {}
+    for qualified in found:
+        parts = qualified.split(".")
+        for end in range(2, len(parts)):
+            prefix = ".".join(parts[:end])
+            if prefix in found or prefix in lists or ".".join(parts[: end - 1]) not in found:
+                continue
+            try:
+                held = root.get_submodule(prefix)
+            except AttributeError:
+                continue
+            if isinstance(held, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+                lists[prefix] = None
+    return list(lists)
 
 
 def node_info(

@@ -888,3 +888,25 @@ def test_the_first_layer_an_input_reaches_sets_its_width_over_the_build() -> Non
     for batch, length, source in ((2, 5, 3), (3, 7, 4)):
         out = model(torch.randn(batch, length, 32), torch.randn(batch, source, 48))
         assert out.shape == (batch, length, 32)
+
+
+def test_what_counts_as_a_parameter_forward_needs_though_it_defaults_to_none() -> None:
+    import inspect as _inspect
+
+    from fxls.worker.capture.build.inputs import needed_unasked
+
+    fixture = _load("unasked_defaults.py")
+
+    class Asking(torch.nn.Module):
+        def forward(self, x, mask=None, cond=None, scale=None, options_kwargs=None, flag: bool | None = None):  # fmt: skip
+            if callable(mask):  # a helper asks, as `if exists(mask)` does
+                x = x * mask
+            y = x if cond is None else x + cond
+            return y * scale, options_kwargs, flag
+
+    params = _inspect.signature(Asking.forward).parameters
+    needed = {name for name in params if name != "self" and needed_unasked(params[name], Asking())}
+    assert needed == {"scale"}, needed
+    dit = fixture.TinyDiT
+    timestep = _inspect.signature(dit.forward).parameters["timestep"]
+    assert needed_unasked(timestep, dit())

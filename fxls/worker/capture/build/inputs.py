@@ -274,10 +274,21 @@ def needed_unasked(param: inspect.Parameter, module: nn.Module) -> bool:
         return False
     used = False
     for node in ast.walk(definition):
-        if _asks(node, param.name):
+        if _asks(node, param.name) or _tested_by_call(node, param.name):
             return False
         used = used or (isinstance(node, ast.Name) and node.id == param.name)
     return used
+
+
+def _tested_by_call(node: ast.AST, name: str) -> bool:
+    """Whether ``node`` is a test that hands ``name`` to a function (``if exists(hiddens)``,
+    ``x if is_tensor(x) else ...``): a helper that asks whether it was given."""
+    if not isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+        return False
+    return any(
+        isinstance(call, ast.Call) and any(_is_name(arg, name) for arg in call.args)
+        for call in ast.walk(node.test)
+    )
 
 
 def _plain_annotation(annotation: Any) -> bool:

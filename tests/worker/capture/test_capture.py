@@ -62,6 +62,17 @@ def _capture(fixture: str, *requests: ClassRequest, **job_kwargs: object) -> Cap
     return result
 
 
+def _traced(fixture: str, name: str) -> ModuleResult:
+    """The fixture's class ``name``, captured alone, which must have traced."""
+    (mod,) = _capture(fixture, _request(_text(fixture), name)).modules
+    assert mod.status == "traced", (mod.status, mod.diagnostics)
+    return mod
+
+
+def _input_shapes(mod: ModuleResult) -> list[tuple[str, list[int | str] | None]]:
+    return [(i.name, i.value.shape) for i in mod.inputs]
+
+
 def _load(fixture: str) -> ModuleType:
     """Import the fixture for real, to run it eagerly."""
     name = f"fxls_fixture_{fixture.removesuffix('.py')}"
@@ -787,10 +798,8 @@ def test_an_input_named_like_a_sequence_that_is_one_vector_per_sample_is_tried_a
     # `image_embeds` was assumed [B, T, 24] by its name; `reshape(batch, 4, -1)` then made
     # [B, 4, 16*T] and `torch.cat` failed: the class showed a shape error and no output.
     # Tried last as one vector per sample, [B, 24], it runs through.
-    text = _text("named_inputs.py")
-    (tokens,) = _capture("named_inputs.py", _request(text, "ImageTokens")).modules
-    assert tokens.status == "traced", (tokens.status, tokens.diagnostics)
-    assert [(i.name, i.value.shape) for i in tokens.inputs] == [
+    tokens = _traced("named_inputs.py", "ImageTokens")
+    assert _input_shapes(tokens) == [
         ("text_embeds", ["B", "T", 32]),
         ("image_embeds", ["B", 24]),
     ]
@@ -829,8 +838,8 @@ def test_inputs_nothing_told_are_shaped_after_a_known_one_by_their_names() -> No
             x, torch.randn(batch, length, 32), torch.randn(batch, 32)
         )
         assert context.shape == rest.shape == (batch, length, 32)
-        mask = torch.ones(batch, length, dtype=torch.int64)
-        assert fixture.MaskedConv()(x, x, mask).shape == (batch, length, 32)
+        ones = torch.ones(batch, length, dtype=torch.int64)
+        assert fixture.MaskedConv()(x, x, ones).shape == (batch, length, 32)
 
 
 def test_a_size_named_with_an_offset_is_solved_for_the_assumed_dimension() -> None:
@@ -840,10 +849,8 @@ def test_a_size_named_with_an_offset_is_solved_for_the_assumed_dimension() -> No
 
     error = "The size of tensor a (T + 1) must match the size of tensor b (17) at dimension 1"
     assert sizes_named_by(error) == [16, 17]
-    text = _text("named_inputs.py")
-    (pool,) = _capture("named_inputs.py", _request(text, "ClassTokenPool")).modules
-    assert pool.status == "traced", (pool.status, pool.diagnostics)
-    assert [(i.name, i.value.shape) for i in pool.inputs] == [("hidden_states", ["B", "T", 32])]
+    pool = _traced("named_inputs.py", "ClassTokenPool")
+    assert _input_shapes(pool) == [("hidden_states", ["B", "T", 32])]
     assert [o.shape for o in pool.outputs] == [["B", 32]], pool.outputs
     assert pool.example_sizes.get("T") == 16, (pool.example_sizes, pool.notes)
     model = _load("named_inputs.py").ClassTokenPool()
@@ -858,9 +865,7 @@ def test_a_parameter_defaulting_to_none_that_forward_needs_is_given_when_none_do
     # captured with its default, the embedding raised "'NoneType' object has no attribute
     # 'device'" and the class showed a shape error and no output. Captured again with it as
     # an input, one diffusion timestep per sample, it runs through; `return_dict` stays.
-    text = _text("unasked_defaults.py")
-    (dit,) = _capture("unasked_defaults.py", _request(text, "TinyDiT")).modules
-    assert dit.status == "traced", (dit.status, dit.diagnostics)
+    dit = _traced("unasked_defaults.py", "TinyDiT")
     shown = [(i.name, i.value.kind, i.value.shape) for i in dit.inputs]
     assert shown[:2] == [("latents", "tensor", ["B", 4, 224, 224]), ("timestep", "tensor", ["B"])]
     assert [(i.name, i.value.kind) for i in dit.inputs][2:] == [("return_dict", "bool")]
@@ -876,10 +881,8 @@ def test_the_first_layer_an_input_reaches_sets_its_width_over_the_build() -> Non
     # `encoder_hidden_states` was sized by the block's `cross_attention_dim` (32) though it
     # first goes through `caption_projection`, Linear(48, 32): a shape error there and no
     # output. The layer's width wins; the length stays the build's own `S`.
-    text = _text("named_inputs.py")
-    (block,) = _capture("named_inputs.py", _request(text, "CaptionedBlock")).modules
-    assert block.status == "traced", (block.status, block.diagnostics)
-    assert [(i.name, i.value.shape) for i in block.inputs] == [
+    block = _traced("named_inputs.py", "CaptionedBlock")
+    assert _input_shapes(block) == [
         ("hidden_states", ["B", "T", 32]),
         ("encoder_hidden_states", ["B", "S", 48]),
     ]

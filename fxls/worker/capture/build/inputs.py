@@ -13,7 +13,7 @@ import ast
 import inspect
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -243,15 +243,24 @@ def fed_to_a_layer(param: inspect.Parameter, module: nn.Module) -> bool:
     ``AdaLayerNormZero(x, emb=None)``)."""
     if param.default is not None:
         return False
+    return _used_unasked(module, lambda node: _layer_call_of(node, param.name, module), param.name)
+
+
+def _used_unasked(
+    module: nn.Module, use: Callable[[ast.AST], bool], name: str, helpers: bool = False
+) -> bool:
+    """Whether ``forward`` of ``module`` has a node ``use`` accepts and none that asks
+    whether ``name`` was given (:func:`_asks`; with ``helpers``, nor a test that hands it to
+    a function, :func:`_tested_by_call`)."""
     definition = forward_definition(type(module))
     if definition is None:
         return False
-    fed = False
+    found = False
     for node in ast.walk(definition):
-        if _asks(node, param.name):
+        if _asks(node, name) or (helpers and _tested_by_call(node, name)):
             return False
-        fed = fed or _layer_call_of(node, param.name, module)
-    return fed
+        found = found or use(node)
+    return found
 
 
 _OPTIONS = re.compile(r"kwargs$|^return_dict$|^output_|^use_|_dtype$|^return_|^training$")
@@ -269,15 +278,8 @@ def needed_unasked(param: inspect.Parameter, module: nn.Module) -> bool:
         return False
     if _plain_annotation(param.annotation):
         return False
-    definition = forward_definition(type(module))
-    if definition is None:
-        return False
-    used = False
-    for node in ast.walk(definition):
-        if _asks(node, param.name) or _tested_by_call(node, param.name):
-            return False
-        used = used or (isinstance(node, ast.Name) and node.id == param.name)
-    return used
+    name = param.name
+    return _used_unasked(module, lambda node: _is_name(node, name), name, helpers=True)
 
 
 def _tested_by_call(node: ast.AST, name: str) -> bool:

@@ -993,8 +993,8 @@ class ClassCapture:
         symbols: inputs.Symbols,
     ) -> bool:
         """Inputs nothing told: shaped after the tensor inputs that are known (``memory``
-        like ``tgt``, a mask after a sequence: :func:`inputs.shaped_like`), else FX402. Returns whether every input is
-        now planned."""
+        like ``tgt``, a mask after a sequence: :func:`inputs.shaped_like`), else FX402.
+        Returns whether every input is now planned."""
         known = [p for p in ordered if p is not None and p.kind == "tensor"]
         complete = True
         for index, planned in enumerate(ordered):

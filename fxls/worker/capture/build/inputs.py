@@ -569,6 +569,7 @@ _SEQUENCE_NAMES = re.compile(r"hidden_states$|_embeds$|^tokens$|^context$")
 """Names libraries give a sequence of vectors ``[B, T, D]``: a ``Linear`` takes it whole."""
 
 _MASK_NAMES = re.compile(r"mask$")
+"""Names of masks: one value per position of a sequence (``input_mask``, ``caption_mask``)."""
 
 
 def shaped_like(name: str, known: list[PlannedInput], symbols: Symbols) -> PlannedInput:

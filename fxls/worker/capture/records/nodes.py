@@ -172,7 +172,7 @@ def _lists_inside(root: torch.nn.Module, found: Mapping[str, None]) -> list[str]
                 continue
             try:
                 held = root.get_submodule(prefix)
-            except AttributeError:
+            except Exception:  # a user module's own __getattr__: not a list then
                 continue
             if isinstance(held, (torch.nn.ModuleList, torch.nn.ModuleDict)):
                 lists[prefix] = None

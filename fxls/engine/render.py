@@ -606,23 +606,23 @@ def _unfinished(
     names = {n.name for n in run.nodes}
     if names.intersection(node.inputs):
         return False
-    calls = {_call_key(n) for n in run.nodes}
+    calls = {_call_key(n, run.owner) for n in run.nodes}
     for name in names:
         for later in readers.get(name, ()):
             if later <= index:
                 continue
-            if later >= index + len(run.nodes) or _call_key(nodes[later]) not in calls:
+            if later >= index + len(run.nodes) or _call_key(nodes[later], run.owner) not in calls:
                 return True
     return False
 
 
-def _call_key(node: NodeInfo) -> tuple[str, str, tuple[int, int, int, int] | None]:
+def _call_key(node: NodeInfo, who: str) -> tuple[str, str, tuple[int, int, int, int] | None]:
     """What makes two nodes the same call of the code: operation, target and span; a layer
-    of another instance of a list is the same call (``blocks.1.norm`` repeats
-    ``blocks.0.norm``: the next iteration of a loop over ``blocks``)."""
+    of another item of the list ``who`` is the same call (:func:`_item`: ``blocks.1.norm``
+    repeats ``blocks.0.norm``, the next iteration of a loop over ``blocks``)."""
     span = node.span
     where = (span.line, span.col, span.end_line, span.end_col) if span is not None else None
-    return node.op, _INDEX.sub("#", node.target), where
+    return node.op, _item(node.target, who), where
 
 
 def _direct(node: NodeInfo, who: str, written: bool) -> bool:

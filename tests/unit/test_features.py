@@ -970,6 +970,22 @@ def test_a_block_call_pairs_its_arguments_with_the_values_they_name() -> None:
     ], view.rows
 
 
+def test_a_block_call_names_its_keyword_arguments_and_gives_none_no_value() -> None:
+    """``resnet(hidden_states, emb=temb, mask=None)``: each keyword row is labelled with the
+    parameter it sets, and ``None`` takes no value entering the block (it read "input None"
+    with no name, and a literal could take a value left over)."""
+    module, _ = _library_block()
+    lines = ["", "        hidden_states = resnet(hidden_states, mask=None, emb=temb)"]
+    calls = [n for n in module.nodes if n.op != "placeholder"]
+    view = hover.group_view(calls, module, lines, Span(2, 24, 2, 66))
+    inputs = [row for row in view.rows if row[0] == "input"]
+    assert inputs == [
+        ("input", "hidden_states", "[B, 64, 8, 8] float32"),
+        ("input", "mask=None", ""),
+        ("input", "emb=temb", "[B, 64] float32"),
+    ], view.rows
+
+
 def test_runs_of_one_instance_are_told_apart_by_call_site_with_no_empty_label() -> None:
     """Three runs of one module's code, from two captured classes (so each label starts with
     the class), two of them in one class: one with a call site there and one without. The

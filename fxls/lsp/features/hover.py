@@ -254,26 +254,48 @@ def _entering(listed: Sequence[NodeInfo], inside: set[str], module: ModuleResult
 
 
 def _paired(
-    written: Sequence[str], entering: Sequence[NodeInfo], lines: Sequence[str]
+    written: Sequence[tuple[str, str]], entering: Sequence[NodeInfo], lines: Sequence[str]
 ) -> list[tuple[str, str]]:
-    """Each argument expression of a call with the shape of the value it passes: the entering
-    value that is a parameter of that name or a node written as that expression, else the
-    entering values left over in the order they are read (a block reads ``temb`` before
-    ``hidden_states`` when its first layer is a norm conditioned on ``temb``)."""
+    """Each argument of a call (its label and expression) with the shape of the value it
+    passes: the entering value that is a parameter of that name or a node written as that
+    expression, else the entering values left over in the order they are read (a block reads
+    ``temb`` before ``hidden_states`` when its first layer is a norm conditioned on ``temb``).
+    A constant (``mask=None``) passes no value, nor does an expression made from a value it
+    names (``device=idx.device`` reads ``idx`` but does not pass it)."""
     spelled = {_spelling(n, lines): n for n in reversed(entering)}
-    matched = {i: spelled.get(" ".join(e.split())) for i, e in enumerate(written)}
-    left = [n for n in entering if n not in matched.values()]
+    matched = {i: spelled.get(" ".join(e.split())) for i, (_, e) in enumerate(written)}
+    read = {name for _, e in written for name in _names_in(e)}
+    left = [n for n in entering if n not in matched.values() and _spelling(n, lines) not in read]
     out = []
-    for index, expr in enumerate(written):
+    for index, (label, expr) in enumerate(written):
         if expr.startswith("*"):  # ``*args``: the values it carries, each by its name
             out += [
                 (truncate(_spelling(n, lines) or n.name, 60), values_text(n.outputs)) for n in left
             ]
             left = []
             continue
-        source = matched[index] or (left.pop(0) if left else None)
-        out.append((expr, values_text(source.outputs) if source is not None else ""))
+        takes = left and not _constant(expr) and not _names_in(expr) & spelled.keys()
+        source = matched[index] or (left.pop(0) if takes else None)
+        out.append((label, values_text(source.outputs) if source is not None else ""))
     return out
+
+
+def _names_in(expr: str) -> set[str]:
+    """The plain names an expression reads, when it is more than one name (``idx.device``
+    reads ``idx``); none for a single name or what does not parse."""
+    tree = parse_expression(expr) if len(expr) <= 200 else None
+    if tree is None or isinstance(tree.body, ast.Name):
+        return set()
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+
+def _constant(expr: str) -> bool:
+    """``None``, ``True``, ``0.5``, ``"mean"``, ``(1, 2)``: an argument that carries no tensor."""
+    try:
+        ast.literal_eval(expr)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
 
 
 def _spelling(node: NodeInfo, lines: Sequence[str]) -> str:
@@ -303,7 +325,8 @@ def group_view(
         view.repeat = f"×{len(loops)}: {base} … {end}"
     elif base and base != view.callee.removeprefix("self."):
         view.summary = base
-    written = [*parts.positional, *parts.keywords.values()] if parts else []
+    written = [(e, e) for e in parts.positional] if parts else []
+    written += [(f"{k}={e}", e) for k, e in parts.keywords.items()] if parts else []
     # (a parameter placed at the call, as a pass-through wrapper's are, still enters it)
     entering = _entering(listed, {n.name for n in nodes if n.op != "placeholder"}, module)
     rows = [("input", expr, shape) for expr, shape in _paired(written, entering, lines)]

@@ -382,7 +382,7 @@ class FX402(Message):
     code = "FX402"
     severity = "warning"
     title = "Inputs unknown"
-    template = "fxls cannot tell what `{arg}` of `{cls}.forward` should be"
+    template = "fxls cannot tell what `{arg}` of `{cls}.forward` should be{reason}"
     fix = (
         "Declare it above the class: `# fxls: {arg} = {example}` (shape; names are "
         "symbolic dimensions, then a dtype when it is not float32)."
@@ -390,6 +390,7 @@ class FX402(Message):
 
     def __init__(self, span: Span, related: list[Related] | None = None, **kwargs: Any):
         kwargs.setdefault("example", suggested_shape(str(kwargs.get("arg", ""))))
+        kwargs.setdefault("reason", "")
         super().__init__(span, related, **kwargs)
 
 

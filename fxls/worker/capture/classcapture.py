@@ -1003,7 +1003,11 @@ class ClassCapture:
             name, at = names[index], spans[index]
             if not known:
                 diag = catalogue.FX402(
-                    at, arg=name, cls=self.req.name, example=catalogue.suggested_shape(name)
+                    at,
+                    arg=name,
+                    cls=self.req.name,
+                    example=catalogue.suggested_shape(name),
+                    reason="",
                 )
                 self.diagnose(diag.diagnostic({"arg": name}))
                 complete = False
@@ -1155,10 +1159,7 @@ class ClassCapture:
                 )
                 if repair is not None and repair.kind == "leaf" and auto_leaves >= MAX_AUTO_LEAVES:
                     repair = None
-                data: dict[str, Any] = {"exception": type(exc).__name__}
-                if repair is not None:
-                    data[repair.kind] = repair.target
-                diag = failure.message.diagnostic(data)
+                diag = self._trace_failure(exc, failure, text, repair, defaults)
                 key = (diag.code, diag.span.line, diag.span.col)
                 if key not in reported:
                     reported.add(key)
@@ -1193,6 +1194,34 @@ class ClassCapture:
             gm, gm.graph, leaves() + library_leaves, tracer.traced_params, segments,
             tracer.module_calls,
         )  # fmt: skip
+
+    def _trace_failure(
+        self,
+        exc: BaseException,
+        failure: failures.Failure,
+        text: str,
+        repair: strategies.Repair | None,
+        defaults: dict[str, Any],
+    ) -> Diagnostic:
+        """The diagnostic of a failed trace attempt, with the repair fxls tries next; when none
+        is left and the code stopped on a parameter left at its default ``None``
+        (``timestep.to(...)`` with no ``timestep``), FX402 naming it there: it says which input
+        to declare, where the error alone does not."""
+        data: dict[str, Any] = {"exception": type(exc).__name__}
+        if repair is not None:
+            data[repair.kind] = repair.target
+            return failure.message.diagnostic(data)
+        names = [name for name, value in defaults.items() if value is None]
+        named = failures.none_given(exc, text, names)
+        if named is None or failure.span is None:
+            return failure.message.diagnostic(data)
+        self.met_none = True
+        why = f": it is left at its default `None`, and `{short_source(text)}` needs a value"
+        example = catalogue.suggested_shape(named)
+        message = catalogue.FX402(
+            failure.span, arg=named, cls=self.req.name, example=example, reason=why
+        )
+        return message.diagnostic({**data, "arg": named})
 
     # -- shapes ----------------------------------------------------------------------------
 

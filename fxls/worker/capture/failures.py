@@ -164,10 +164,9 @@ def explain(
         fields = {"source": short_source(text), "where": where, "cls": cls, **kwargs}
         return Failure(kind(at, related, **fields), span, in_torch)
 
-    if in_torch:
-        module = torch_module or "a module it calls"
+    if in_torch and torch_module is not None:
         reason = next((words for cue, words in _TRACE_REASONS if cue in msg), first_line)
-        return build(catalogue.FX107, module=module, reason=reason, cls=torch_module or cls)
+        return build(catalogue.FX107, module=torch_module, reason=reason, cls=torch_module)
     if "cannot be used as inputs to control flow" in msg:
         name = _NAME.match(text)
         return build(catalogue.FX101, arg=name.group(1) if name else "flag")
@@ -186,6 +185,23 @@ def explain(
     ):
         return build(catalogue.FX104)
     return build(catalogue.FX199, error=first_line)
+
+
+def none_given(exc: BaseException, text: str, names: Collection[str]) -> str | None:
+    """The parameter a ``'NoneType'`` error is about: of ``names`` (parameters left at their
+    default ``None``), the one the failing code ``text`` reads, the one whose attribute the
+    error names first (``timestep.to(...)`` for "'NoneType' object has no attribute 'to'");
+    None when it is not such an error or the code reads none of them, or several alike."""
+    msg = str(exc)[:2000]
+    if "'NoneType'" not in msg or not text:
+        return None
+    read = [n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", text)]
+    attribute = re.search(r"has no attribute '(\w+)'", msg)
+    if attribute is not None:
+        for name in read:
+            if re.search(rf"(?<![\w.]){re.escape(name)}\s*\.\s*{attribute.group(1)}\b", text):
+                return name
+    return read[0] if len(read) == 1 else None
 
 
 _TRACE_REASONS = (

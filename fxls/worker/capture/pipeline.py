@@ -366,18 +366,35 @@ _TRACE_FAILURE_CODES = frozenset(
 )
 
 
+_REPAIRS = {
+    "leaf": "kept `{}` as a leaf",
+    "wrap": "wrapped `{}`",
+    "concrete": "fixed `{}` to the defaults",
+}
+"""What a trace failure's data names when fxls repaired it and traced again, in words."""
+
+
 def _soften_worked_around(mod: ModuleResult) -> None:
     """Trace failures are about torch.fx, not about the program: never errors.
 
     A failure that a fallback capture worked around (the module still has shapes) is
     information with what fxls used instead; one it could not work around is a warning. The
     code is still not traceable by torch.fx, which matters to FX-based tools, so it is said.
+    A failure a repair got past (a leaf, a wrapped helper, a default fixed) when the trace
+    failed later on something else is information too: the later stop is what to act on.
     """
     worked_around = mod.status in ("traced", "partial") and bool(mod.outputs)
     for diag in mod.diagnostics:
         if diag.code not in _TRACE_FAILURE_CODES or diag.severity not in ("error", "warning"):
             continue
-        if worked_around:
+        repaired = next((k for k in _REPAIRS if diag.data.get(k)), None)
+        if repaired is not None and mod.status == "failed":
+            diag.severity = "information"
+            target = str(diag.data[repaired])
+            how = _REPAIRS[repaired].format(target if len(target) <= 80 else target[:79] + "…")
+            note = f"fxls got past this ({how}); the capture stopped later, on another line."
+            diag.fix = f"{note} {diag.fix}" if diag.fix else note
+        elif worked_around:
             diag.severity = "information"
             used = strategy_label(mod.strategy)
             diag.data["worked_around"] = used

@@ -877,6 +877,30 @@ def test_a_parameter_defaulting_to_none_that_forward_needs_is_given_when_none_do
         assert out["sample"].shape == (batch, 12544, 16)
 
 
+def test_a_stop_on_a_parameter_left_none_names_the_input_to_declare() -> None:
+    # Flux's transformer: `timestep` is left at its default and `timestep.to(...)` raised
+    # "'NoneType' object has no attribute 'to'", shown as FX199 with a fix that said to mark a
+    # submodule as a leaf. It says which input to declare, where; the earlier failure that
+    # fxls got past (a traced `guidance` took the branch calling with one argument too many)
+    # is information, not a warning.
+    text = _text("unasked_defaults.py")
+    (dit,) = _capture("unasked_defaults.py", _request(text, "GuidedDiT")).modules
+    assert dit.status == "failed"
+    warnings = [d for d in dit.diagnostics if d.severity == "warning"]
+    assert [(d.code, d.data.get("arg"), d.span) for d in warnings] == [
+        ("FX402", "timestep", _span_of(text, "timestep.to", after="class GuidedDiT"))
+    ], dit.diagnostics
+    assert "left at its default `None`" in warnings[0].message
+    assert "# fxls: timestep = (B,) int64" in (warnings[0].fix or "")
+    (earlier,) = [d for d in dit.diagnostics if d.code == "FX199"]
+    assert earlier.severity == "information" and "fxls got past this" in (earlier.fix or "")
+    # declared, the next stop names the next input: the position ids
+    timestep = InputSpec("timestep", dims=[DimSpec(name="B")], dtype="int64")
+    (dit,) = _capture("unasked_defaults.py", _request(text, "GuidedDiT", inputs=[timestep])).modules
+    warnings = [d for d in dit.diagnostics if d.severity == "warning"]
+    assert [(d.code, d.data.get("arg")) for d in warnings] == [("FX402", "ids")], dit.diagnostics
+
+
 def test_the_first_layer_an_input_reaches_sets_its_width_over_the_build() -> None:
     # `encoder_hidden_states` was sized by the block's `cross_attention_dim` (32) though it
     # first goes through `caption_projection`, Linear(48, 32): a shape error there and no

@@ -291,3 +291,21 @@ def test_a_cause_in_one_line_has_no_memory_addresses() -> None:
     0x7f6c642717d0>)>``) would make ``fxls check`` print other text on every run."""
     exc = TypeError(f"{object()!r} is a built-in module")
     assert one_line(exc) == "TypeError: <object object> is a built-in module"
+
+
+def test_the_parameter_a_none_error_is_about() -> None:
+    from fxls.worker.capture.failures import none_given
+
+    to = AttributeError("'NoneType' object has no attribute 'to'")
+    names = ["guidance", "timestep", "ids"]
+    # the one whose attribute the error names, among several the code reads
+    assert none_given(to, "timestep.to(x.dtype) * guidance", names) == "timestep"
+    # one read, whatever the error's words
+    added = TypeError("unsupported operand type(s) for +: 'NoneType' and 'int'")
+    assert none_given(added, "ids + 1", names) == "ids"
+    # several read and none named by the error: not guessed
+    assert none_given(added, "ids + guidance", names) is None
+    # a name inside another, an attribute of something else, another error: none
+    assert none_given(to, "self.timestep.to(x)", names) is None
+    assert none_given(to, "timesteps.to(x)", names) is None
+    assert none_given(AttributeError("no attribute 'to'"), "timestep.to(x)", names) is None

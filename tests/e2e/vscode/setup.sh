@@ -28,6 +28,14 @@ export npm_config_audit=false npm_config_fund=false npm_config_update_notifier=f
 SECONDS=0
 step() { echo "fxls-e2e setup [${SECONDS}s]: $*" >&2; }
 
+# One run at a time: .ci/test starts one in the background while the other tests run, and the
+# test's own run waits here for it, then finds everything in place.
+mkdir -p "$CACHE"
+if command -v flock >/dev/null; then
+  exec 9>"$CACHE/.setup.lock"
+  flock 9
+fi
+
 need_apt=()
 for pkg in chromium ripgrep libkrb5-dev libxkbfile-dev libsecret-1-dev libx11-dev pkg-config; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")

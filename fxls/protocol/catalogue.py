@@ -359,7 +359,8 @@ class FX401(Message):
 
 def suggested_shape(arg: str) -> str:
     """A directive right-hand side that fits what an argument's name says it is: a mask is
-    ``(B, T, T) bool``, token ids ``(B, T) int64``, an image ``(B, 3, 224, 224)``."""
+    ``(B, T, T) bool``, token ids ``(B, T) int64``, an image ``(B, 3, 224, 224)``, a pooled
+    embedding ``(B, C)``."""
     name = arg.lower()
     if "mask" in name:
         return "(B, T, T) bool"
@@ -373,6 +374,8 @@ def suggested_shape(arg: str) -> str:
         return "(B, 3, 224, 224)"
     if name in ("t", "timestep", "timesteps", "step"):
         return "(B,) int64"
+    if "pooled" in name:  # one vector per sample (a pooled text embedding)
+        return "(B, C)"
     if name in ("x", "input", "inputs"):
         return "(B, 3, 224, 224)"
     return "(B, T, C)"

@@ -1211,17 +1211,23 @@ class ClassCapture:
         if repair is not None:
             data[repair.kind] = repair.target
             return failure.message.diagnostic(data)
+        left_none = self._left_none(exc, failure.span, text, defaults)
+        return left_none or failure.message.diagnostic(data)
+
+    def _left_none(
+        self, exc: BaseException, span: Span | None, text: str, defaults: dict[str, Any]
+    ) -> Diagnostic | None:
+        """FX402 at ``span`` for the parameter left at its default ``None`` (of ``defaults``)
+        that the code ``text`` stopped on with ``exc``, if it is one."""
         names = [name for name, value in defaults.items() if value is None]
         named = failures.none_given(exc, text, names)
-        if named is None or failure.span is None:
-            return failure.message.diagnostic(data)
+        if named is None or span is None:
+            return None
         self.met_none = True
         why = f": it is left at its default `None`, and `{short_source(text)}` needs a value"
         example = catalogue.suggested_shape(named)
-        message = catalogue.FX402(
-            failure.span, arg=named, cls=self.req.name, example=example, reason=why
-        )
-        return message.diagnostic({**data, "arg": named})
+        message = catalogue.FX402(span, arg=named, cls=self.req.name, example=example, reason=why)
+        return message.diagnostic({"exception": type(exc).__name__, "arg": named})
 
     # -- shapes ----------------------------------------------------------------------------
 
@@ -1532,6 +1538,12 @@ class ClassCapture:
             message = Namer(run.names).text(first[0] if first else type(run.error).__name__)
             base = {"node": run.error_target or "", "cause": message[:400]}
             self._shape_error(run.error_span, [], shown, message[:400], base)
+        elif run.error is not None and run.error_span is not None and self.plan is not None:
+            text = doc.source.text(run.error_span)
+            left_none = self._left_none(run.error, run.error_span, text, self.plan.defaults())
+            said = [(d.code, d.span) for d in mod.diagnostics]  # the trace stopped there too
+            if left_none is not None and (left_none.code, left_none.span) not in said:
+                self.diagnose(left_none)
         self.note(
             f"torch.fx could not trace `forward`, and running it on fake tensors stopped{where} "
             f"({error}); only the operations before that point are shown"

@@ -901,6 +901,19 @@ def test_a_stop_on_a_parameter_left_none_names_the_input_to_declare() -> None:
     assert [(d.code, d.data.get("arg")) for d in warnings] == [("FX402", "ids")], dit.diagnostics
 
 
+def test_a_run_on_fake_tensors_that_stops_on_a_parameter_left_none_names_it() -> None:
+    # torch.fx stops at `if x.ndim == 3`; the run on fake tensors then stopped at
+    # `pooled.std()` with `pooled` left at None, said only in a note ("'NoneType' object has
+    # no attribute 'std'"): FX402 names it there (Flux's `pooled_projections`). Given as an
+    # input, the class stops later anyway (ids sizing a table), so this is what is shown.
+    text = _text("unasked_defaults.py")
+    (dit,) = _capture("unasked_defaults.py", _request(text, "PooledDiT")).modules
+    (left,) = [d for d in dit.diagnostics if d.code == "FX402"]
+    assert left.severity == "warning" and left.data["arg"] == "pooled", dit.diagnostics
+    assert left.span == _span_of(text, "pooled.std", after="class PooledDiT")
+    assert "# fxls: pooled = (B, C)" in (left.fix or "")
+
+
 def test_the_first_layer_an_input_reaches_sets_its_width_over_the_build() -> None:
     # `encoder_hidden_states` was sized by the block's `cross_attention_dim` (32) though it
     # first goes through `caption_projection`, Linear(48, 32): a shape error there and no

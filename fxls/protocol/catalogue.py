@@ -359,8 +359,8 @@ class FX401(Message):
 
 def suggested_shape(arg: str) -> str:
     """A directive right-hand side that fits what an argument's name says it is: a mask is
-    ``(B, T, T) bool``, token ids ``(B, T) int64``, an image ``(B, 3, 224, 224)``, a pooled
-    embedding ``(B, C)``."""
+    ``(B, T, T) bool``, token ids ``(B, T) int64``, an image ``(B, 3, 224, 224)``, a pooled or
+    time embedding ``(B, C)``."""
     name = arg.lower()
     if "mask" in name:
         return "(B, T, T) bool"
@@ -374,8 +374,8 @@ def suggested_shape(arg: str) -> str:
         return "(B, 3, 224, 224)"
     if name in ("t", "timestep", "timesteps", "step"):
         return "(B,) int64"
-    if "pooled" in name:  # one vector per sample (a pooled text embedding)
-        return "(B, C)"
+    if "pooled" in name or name in ("temb", "emb") or name.endswith("_emb"):
+        return "(B, C)"  # one vector per sample: a pooled text embedding, a time embedding
     if name in ("x", "input", "inputs"):
         return "(B, 3, 224, 224)"
     return "(B, T, C)"

@@ -1125,7 +1125,7 @@ class ClassCapture:
         repairs = strategies.Repairs()
         defaults = plan.defaults()
         param_names = [p.name for p in plan.positional()]
-        reported: set[tuple[str, int, int]] = set()
+        reported: dict[tuple[str, int, int], Diagnostic] = {}
         auto_leaves = 0
 
         def leaves() -> list[str]:
@@ -1160,10 +1160,7 @@ class ClassCapture:
                 if repair is not None and repair.kind == "leaf" and auto_leaves >= MAX_AUTO_LEAVES:
                     repair = None
                 diag = self._trace_failure(exc, failure, text, repair, defaults)
-                key = (diag.code, diag.span.line, diag.span.col)
-                if key not in reported:
-                    reported.add(key)
-                    self.diagnose(diag)
+                self._report_attempt(reported, diag)
                 if repair is None:
                     mod.error = error_info("trace", exc)
                     mod.status = "failed"
@@ -1195,6 +1192,20 @@ class ClassCapture:
             tracer.module_calls,
         )  # fmt: skip
 
+    def _report_attempt(
+        self, reported: dict[tuple[str, int, int], Diagnostic], diag: Diagnostic
+    ) -> None:
+        """A failed trace attempt's diagnostic, once per code and place; the last attempt's
+        (no repair left) replaces an earlier one there, which names a repair fxls made."""
+        key = (diag.code, diag.span.line, diag.span.col)
+        earlier = reported.get(key)
+        reported[key] = diag
+        if earlier is None:
+            self.diagnose(diag)
+        elif not any(k in diag.data for k in ("leaf", "wrap", "concrete")):
+            found = self.mod.diagnostics
+            found[next(i for i, d in enumerate(found) if d is earlier)] = diag
+
     def _trace_failure(
         self,
         exc: BaseException,
@@ -1211,23 +1222,27 @@ class ClassCapture:
         if repair is not None:
             data[repair.kind] = repair.target
             return failure.message.diagnostic(data)
-        left_none = self._left_none(exc, failure.span, text, defaults)
+        error = safe_str(exc)
+        left_none = self._left_none(error, failure.span, text, defaults)
+        if left_none is None and failure.outer is not None:  # raised in a submodule's code
+            outer = self.doc.source.text(failure.outer)
+            left_none = self._left_none(error, failure.outer, outer, defaults)
         return left_none or failure.message.diagnostic(data)
 
     def _left_none(
-        self, exc: BaseException, span: Span | None, text: str, defaults: dict[str, Any]
+        self, error: str, span: Span | None, text: str, defaults: dict[str, Any]
     ) -> Diagnostic | None:
         """FX402 at ``span`` for the parameter left at its default ``None`` (of ``defaults``)
-        that the code ``text`` stopped on with ``exc``, if it is one."""
+        that the code ``text`` stopped on with ``error``, if it is one."""
         names = [name for name, value in defaults.items() if value is None]
-        named = failures.none_given(exc, text, names)
+        named = failures.none_given(error, text, names)
         if named is None or span is None:
             return None
         self.met_none = True
         why = f": it is left at its default `None`, and `{short_source(text)}` needs a value"
         example = catalogue.suggested_shape(named)
         message = catalogue.FX402(span, arg=named, cls=self.req.name, example=example, reason=why)
-        return message.diagnostic({"exception": type(exc).__name__, "arg": named})
+        return message.diagnostic({"arg": named})
 
     # -- shapes ----------------------------------------------------------------------------
 
@@ -1335,6 +1350,24 @@ class ClassCapture:
             self._shape_error(span or self.span, related, shown, message, base)
         return values, examples
 
+    def _none_shape_error(self, found: Diagnostic, message: str) -> bool:
+        """A shape error that a parameter left at its default ``None`` caused (``'NoneType'
+        object has no attribute 'to'`` where ``self.norm1(x, temb)`` passed no ``temb``):
+        FX402 naming it, and the error as a hint of it. Whether it was one."""
+        if self.plan is None:
+            return False
+        text = self.doc.source.text(found.span)
+        left_none = self._left_none(message, found.span, text, self.plan.defaults())
+        if left_none is None:
+            return False
+        self.diagnose(left_none)
+        arg = left_none.data["arg"]
+        found.severity = "hint"
+        found.data["left_none"] = arg
+        found.fix = f"This error happens with `{arg}` left at its default `None`; declare it."
+        self.diagnose(found)
+        return True
+
     def _shape_error(
         self, span: Span, related: list[Related], shown: str, message: str, base: dict[str, str]
     ) -> None:
@@ -1344,6 +1377,8 @@ class ClassCapture:
         ``pipeline._reported_where_it_happens``)."""
         mod = self.mod
         diag = catalogue.FX201(span, related, node=shown, error=message)
+        if self._none_shape_error(diag.diagnostic(base), message):
+            return
         assumed = [p for p in self.feeds_planned if p.assumed]
         upstream = next((p.upstream for p in self.feeds_planned if p.upstream), None)
         how = mod.constructed
@@ -1520,6 +1555,22 @@ class ClassCapture:
         self.feeds = [replace(p) for p in ordered]
         return self.feeds
 
+    def _fake_run_left_none(self, error: BaseException, defaults: dict[str, Any]) -> None:
+        """FX402 where a run on fake tensors stopped on a parameter left at its default
+        ``None``: at the innermost line of the document, or at the class's own line that
+        called the code which raised (``self.norm1(x, temb)``); not twice where the trace
+        stopped so too."""
+        spans, _, _ = failures.locate(error, self.doc.path, self.doc.source)
+        text = safe_str(error)
+        for span in spans[:1] + [s for s in spans[-1:] if s != spans[0]]:
+            found = self._left_none(text, span, self.doc.source.text(span), defaults)
+            if found is None:
+                continue
+            said = [(d.code, d.span) for d in self.mod.diagnostics]
+            if (found.code, found.span) not in said:
+                self.diagnose(found)
+            return
+
     def _fake_run_stopped(self, run: fakerun.FakeRun) -> None:
         """A fake run that ended before ``forward`` returned: the nodes before are shown, and
         a torch operation that refused the shapes is FX201 where it happens."""
@@ -1538,12 +1589,8 @@ class ClassCapture:
             message = Namer(run.names).text(first[0] if first else type(run.error).__name__)
             base = {"node": run.error_target or "", "cause": message[:400]}
             self._shape_error(run.error_span, [], shown, message[:400], base)
-        elif run.error is not None and run.error_span is not None and self.plan is not None:
-            text = doc.source.text(run.error_span)
-            left_none = self._left_none(run.error, run.error_span, text, self.plan.defaults())
-            said = [(d.code, d.span) for d in mod.diagnostics]  # the trace stopped there too
-            if left_none is not None and (left_none.code, left_none.span) not in said:
-                self.diagnose(left_none)
+        elif run.error is not None and self.plan is not None:
+            self._fake_run_left_none(run.error, self.plan.defaults())
         self.note(
             f"torch.fx could not trace `forward`, and running it on fake tensors stopped{where} "
             f"({error}); only the operations before that point are shown"

@@ -40,6 +40,9 @@ class Failure:
     span: Span | None
     """None when no frame of the document was involved (the class line is used instead)."""
     in_torch: bool = False
+    outer: Span | None = None
+    """The outermost line of the document in the traceback, when it is not ``span`` (the
+    captured class's own call of the submodule whose code raised)."""
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -162,7 +165,8 @@ def explain(
 
     def build(kind: type[catalogue.Message], **kwargs: str) -> Failure:
         fields = {"source": short_source(text), "where": where, "cls": cls, **kwargs}
-        return Failure(kind(at, related, **fields), span, in_torch)
+        outer = spans[-1] if len(spans) > 1 and spans[-1] != span else None
+        return Failure(kind(at, related, **fields), span, in_torch, outer)
 
     if in_torch and torch_module is not None:
         reason = next((words for cue, words in _TRACE_REASONS if cue in msg), first_line)
@@ -187,12 +191,12 @@ def explain(
     return build(catalogue.FX199, error=first_line)
 
 
-def none_given(exc: BaseException, text: str, names: Collection[str]) -> str | None:
+def none_given(error: str, text: str, names: Collection[str]) -> str | None:
     """The parameter a ``'NoneType'`` error is about: of ``names`` (parameters left at their
     default ``None``), the one the failing code ``text`` reads, the one whose attribute the
     error names first (``timestep.to(...)`` for "'NoneType' object has no attribute 'to'");
     None when it is not such an error or the code reads none of them, or several alike."""
-    msg = str(exc)[:2000]
+    msg = error[:2000]
     if "'NoneType'" not in msg or not text:
         return None
     read = [n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", text)]

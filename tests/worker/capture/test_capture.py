@@ -914,6 +914,25 @@ def test_a_run_on_fake_tensors_that_stops_on_a_parameter_left_none_names_it() ->
     assert "# fxls: pooled = (B, C)" in (left.fix or "")
 
 
+def test_a_parameter_left_none_that_a_submodule_stops_on_is_named_at_the_call() -> None:
+    # diffusers' `HunyuanDiTBlock`: `temb` left at None stops the run inside the norm
+    # (`emb.to(...)` in `ShiftNorm`), whose code does not name it: FX402 is at the block's
+    # own call `self.norm1(x, temb)`. The trace's last stop (`int(lengths.max())`), first
+    # met before fxls fixed `temb`, stays a warning: it is where torch.fx stops.
+    text = _text("unasked_defaults.py")
+    (block,) = _capture("unasked_defaults.py", _request(text, "NormedBlock")).modules
+    warnings = [(d.code, d.span) for d in block.diagnostics if d.severity == "warning"]
+    assert sorted(warnings, key=str) == sorted(
+        [
+            ("FX104", _span_of(text, "int(lengths.max())", after="class NormedBlock")),
+            ("FX402", _span_of(text, "self.norm1(x, temb)", after="class NormedBlock")),
+        ],
+        key=str,
+    ), block.diagnostics
+    (left,) = [d for d in block.diagnostics if d.code == "FX402"]
+    assert left.data["arg"] == "temb" and "# fxls: temb = (B, C)" in (left.fix or "")
+
+
 def test_the_first_layer_an_input_reaches_sets_its_width_over_the_build() -> None:
     # `encoder_hidden_states` was sized by the block's `cross_attention_dim` (32) though it
     # first goes through `caption_projection`, Linear(48, 32): a shape error there and no
@@ -938,10 +957,12 @@ def test_what_counts_as_a_parameter_forward_needs_though_it_defaults_to_none() -
     fixture = _load("unasked_defaults.py")
 
     class Asking(torch.nn.Module):
-        def forward(self, x, mask=None, cond=None, scale=None, options_kwargs=None, flag: bool | None = None):  # fmt: skip
+        def forward(self, x, mask=None, cond=None, scale=None, options_kwargs=None, flag: bool | None = None, rope=None):  # fmt: skip
             if callable(mask):  # a helper asks, as `if exists(mask)` does
                 x = x * mask
             y = x if cond is None else x + cond
+            # handed on by keyword: the callee may ask (diffusers' `image_rotary_emb`)
+            y = torch.nn.functional.dropout(y, p=0.0, training=rope)
             return y * scale, options_kwargs, flag
 
     params = _inspect.signature(Asking.forward).parameters

@@ -296,16 +296,16 @@ def test_a_cause_in_one_line_has_no_memory_addresses() -> None:
 def test_the_parameter_a_none_error_is_about() -> None:
     from fxls.worker.capture.failures import none_given
 
-    to = AttributeError("'NoneType' object has no attribute 'to'")
+    to = "'NoneType' object has no attribute 'to'"
     names = ["guidance", "timestep", "ids"]
     # the one whose attribute the error names, among several the code reads
     assert none_given(to, "timestep.to(x.dtype) * guidance", names) == "timestep"
     # one read, whatever the error's words
-    added = TypeError("unsupported operand type(s) for +: 'NoneType' and 'int'")
+    added = "unsupported operand type(s) for +: 'NoneType' and 'int'"
     assert none_given(added, "ids + 1", names) == "ids"
     # several read and none named by the error: not guessed
     assert none_given(added, "ids + guidance", names) is None
     # a name inside another, an attribute of something else, another error: none
     assert none_given(to, "self.timestep.to(x)", names) is None
     assert none_given(to, "timesteps.to(x)", names) is None
-    assert none_given(AttributeError("no attribute 'to'"), "timestep.to(x)", names) is None
+    assert none_given("'Tensor' object has no attribute 'to'", "timestep.to(x)", names) is None

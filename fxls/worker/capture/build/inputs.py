@@ -273,13 +273,24 @@ def needed_unasked(param: inspect.Parameter, module: nn.Module) -> bool:
     does not run through with the default (diffusers' ``DiTTransformer2DModel`` hands
     ``timestep`` and ``class_labels`` on to its blocks, which need them). Not options
     (``*_kwargs``, ``return_dict``, ``output_*``, ``*_dtype``) nor parameters annotated as
-    plain values (``bool``, ``dict[str, Any]``)."""
+    plain values (``bool``, ``dict[str, Any]``). Handing it on by keyword
+    (``self.attn(x, image_rotary_emb=image_rotary_emb)``) is no use: the callee may ask."""
     if param.default is not None or _OPTIONS.search(param.name):
         return False
     if _plain_annotation(param.annotation):
         return False
     name = param.name
-    return _used_unasked(module, lambda node: _is_name(node, name), name, helpers=True)
+    definition = forward_definition(type(module))
+    if definition is None:
+        return False
+    handed_on = {
+        id(node.value)
+        for node in ast.walk(definition)
+        if isinstance(node, ast.keyword) and _is_name(node.value, name)
+    }
+    return _used_unasked(
+        module, lambda node: _is_name(node, name) and id(node) not in handed_on, name, True
+    )
 
 
 def _tested_by_call(node: ast.AST, name: str) -> bool:

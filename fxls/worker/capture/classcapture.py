@@ -1202,7 +1202,7 @@ class ClassCapture:
         reported[key] = diag
         if earlier is None:
             self.diagnose(diag)
-        elif not any(k in diag.data for k in ("leaf", "wrap", "concrete")):
+        elif not any(k in diag.data for k in strategies.REPAIR_KINDS):
             found = self.mod.diagnostics
             found[next(i for i, d in enumerate(found) if d is earlier)] = diag
 

@@ -371,7 +371,8 @@ _REPAIRS = {
     "wrap": "wrapped `{}`",
     "concrete": "fixed `{}` to the defaults",
 }
-"""What a trace failure's data names when fxls repaired it and traced again, in words."""
+"""What a trace failure's data names when fxls repaired it and traced again, in words (a
+key for each of ``strategies.REPAIR_KINDS``)."""
 
 
 def _soften_worked_around(mod: ModuleResult) -> None:

@@ -93,9 +93,13 @@ def library_leaf_classes(root: torch.nn.Module) -> list[str]:
 # ---------------------------------------------------------------------------------------
 
 
+REPAIR_KINDS = ("leaf", "wrap", "concrete")
+"""The kinds of repair; a failed attempt's diagnostic names its repair under its kind."""
+
+
 @dataclass
 class Repair:
-    """One automatic repair: ``kind`` is ``leaf``, ``wrap`` or ``concrete``."""
+    """One automatic repair: ``kind`` is one of :data:`REPAIR_KINDS`."""
 
     kind: str
     target: str

@@ -957,33 +957,35 @@ def test_a_layer_inside_a_block_called_at_its_span_takes_no_text_from_that_call(
     assert render.inner_module_calls([nodes["hidden_states"], *own]) == set()
 
 
+def _block_call_inputs(line: str) -> list[tuple[str, str, str]]:
+    """The input rows of the hover of the ``resnet(...)`` call written as ``line`` (the
+    second line of the document), over the nodes of :func:`_library_block`."""
+    module, _ = _library_block()
+    calls = [n for n in module.nodes if n.op != "placeholder"]
+    start = line.index("resnet(")
+    view = hover.group_view(calls, module, ["", line], Span(2, start, 2, len(line)))
+    return [row for row in view.rows if row[0] == "input"]
+
+
 def test_a_block_call_pairs_its_arguments_with_the_values_they_name() -> None:
     """The hover of ``resnet(hidden_states, temb)``: ``hidden_states`` is the states, even
     though the block reads ``temb`` first."""
-    module, lines = _library_block()
-    calls = [n for n in module.nodes if n.op != "placeholder"]
-    view = hover.group_view(calls, module, lines, Span(2, 24, 2, 51))
-    inputs = [row for row in view.rows if row[0] == "input"]
-    assert inputs == [
+    assert _block_call_inputs("        hidden_states = resnet(hidden_states, temb)") == [
         ("input", "hidden_states", "[B, 64, 8, 8] float32"),
         ("input", "temb", "[B, 64] float32"),
-    ], view.rows
+    ]
 
 
 def test_a_block_call_names_its_keyword_arguments_and_gives_none_no_value() -> None:
     """``resnet(hidden_states, emb=temb, mask=None)``: each keyword row is labelled with the
     parameter it sets, and ``None`` takes no value entering the block (it read "input None"
     with no name, and a literal could take a value left over)."""
-    module, _ = _library_block()
-    lines = ["", "        hidden_states = resnet(hidden_states, mask=None, emb=temb)"]
-    calls = [n for n in module.nodes if n.op != "placeholder"]
-    view = hover.group_view(calls, module, lines, Span(2, 24, 2, 66))
-    inputs = [row for row in view.rows if row[0] == "input"]
-    assert inputs == [
+    line = "        hidden_states = resnet(hidden_states, mask=None, emb=temb)"
+    assert _block_call_inputs(line) == [
         ("input", "hidden_states", "[B, 64, 8, 8] float32"),
         ("input", "mask=None", ""),
         ("input", "emb=temb", "[B, 64] float32"),
-    ], view.rows
+    ]
 
 
 def test_runs_of_one_instance_are_told_apart_by_call_site_with_no_empty_label() -> None:

@@ -220,6 +220,12 @@ def _from_diagnostic(
             "directive", mod.name, f"Pin the assumed input `{arg}` {shape} with `# fxls: {arg} = ...`",
             what="input", arg=arg,
         )  # fmt: skip
+    elif code == "FX402" and data.get("arg") and data.get("declare"):
+        arg, shape = str(data["arg"]), str(data["declare"])
+        yield make(
+            "directive", mod.name, f"Declare `{_short(arg, 40)}` with `# fxls: {_short(arg, 40)} = {_short(shape, 40)}`",
+            what="declare", arg=arg, shape=shape,
+        )  # fmt: skip
     elif code == "FX408" and data.get("init"):
         yield make(
             "directive",

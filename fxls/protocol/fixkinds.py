@@ -37,8 +37,9 @@ FIX_KINDS: tuple[FixKindInfo, ...] = (
     FixKindInfo("dead-code", "remove an unused computation", ("FX302",), fix_all=True),
     FixKindInfo(
         "directive",
-        "pin assumed inputs or constructor arguments with a directive",
-        ("FX405", "FX408"),
+        "pin assumed inputs or constructor arguments, or declare an input left at `None`, "
+        "with a directive",
+        ("FX402", "FX405", "FX408"),
         fix_all=True,
         per_class=True,
         pins=True,

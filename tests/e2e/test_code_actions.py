@@ -285,6 +285,27 @@ async def test_directives_pinned_by_fix_all(client: LanguageClient) -> None:
     _close(client, uri)
 
 
+async def test_an_input_left_none_is_declared_by_a_quick_fix(client: LanguageClient) -> None:
+    """FX402 where ``timestep.to(...)`` stopped on ``timestep`` left at ``None``: the quick
+    fix declares it as suggested, and the next capture's FX402 names the next input."""
+    uri, text = _open(client, "declare_before.py")
+    diags = await _diagnostics(client, uri)
+    (left,) = [d for d in diags if d.code == "FX402" and "`None`" in d.message]
+    assert "`timestep` of `Denoiser.forward`" in left.message, left.message
+    actions = await _actions(client, uri, left.range, [left], only=["quickfix"])
+    titles = [a.title for a in actions]
+    declare = [a for a in actions if a.title.startswith("Declare `timestep`")]
+    assert len(declare) == 1, titles
+    done = await client.code_action_resolve_async(declare[0])
+    assert done.edit is not None, done.disabled
+    after = _apply(text, done.edit, uri, "utf-16")
+    assert after == (FIXTURES / "declare_after.py").read_text()
+    diags = await _diagnostics(client, uri, _change(client, uri, after))
+    (left,) = [d for d in diags if d.code == "FX402" and "`None`" in d.message]
+    assert "`ids` of `Denoiser.forward`" in left.message, left.message
+    _close(client, uri)
+
+
 async def test_stale_version_is_refused(client: LanguageClient) -> None:
     uri, text = _open(client, "dead_code_before.py")
     diags = await _diagnostics(client, uri)

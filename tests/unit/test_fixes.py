@@ -177,12 +177,25 @@ def test_candidates_need_their_evidence() -> None:
                 _diag("FX302", "Linear(dim, dim)"),  # not in forward
                 _diag("FX408", "Net", init=None),  # no pin
                 _diag("FX101", "len(x)"),  # not an assert, no repair named
+                _diag("FX402", "x):", arg="x"),  # an unknown input: no shape to declare
             ]
         ),
         SOURCE,
     )
     assert found == []
     assert candidates(_analysis([_diag("FX302", "self.fc(x).relu()")]), SOURCE + "(") == []
+
+
+def test_an_input_left_none_is_declared_as_suggested() -> None:
+    found = candidates(_analysis([_diag("FX402", "h.shape", arg="h", declare="(B, 4)")]), SOURCE)
+    assert [(c.kind, c.cls, c.title, c.params) for c in found] == [
+        (
+            "directive",
+            "Net",
+            "Declare `h` with `# fxls: h = (B, 4)`",
+            {"what": "declare", "arg": "h", "shape": "(B, 4)"},
+        )
+    ]
 
 
 def test_same_fix_from_two_modules_is_listed_once() -> None:

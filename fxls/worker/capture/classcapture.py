@@ -1242,7 +1242,7 @@ class ClassCapture:
         why = f": it is left at its default `None`, and `{short_source(text)}` needs a value"
         example = catalogue.suggested_shape(named)
         message = catalogue.FX402(span, arg=named, cls=self.req.name, example=example, reason=why)
-        return message.diagnostic({"arg": named})
+        return message.diagnostic({"arg": named, "declare": example})
 
     # -- shapes ----------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from fxls.protocol.model import (
     TextEdit,
 )
 from fxls.worker.capture.pipeline import capture_document
-from fxls.worker.rewrite.base import Original
+from fxls.worker.rewrite.base import Original, Unavailable
 from fxls.worker.rewrite.fixes import directive
 from fxls.worker.rewrite.run import run_rewrite
 from fxls.worker.rewrite.verify import Change, LineShift, randomize, verify
@@ -205,6 +205,38 @@ def test_directive_text_reads_back_as_the_same_request() -> None:
     body, spec = directive.value_directive("flag", (1, 2.5, None, "a"))
     parsed = parse_directive(body)
     assert parsed.input is not None and parsed.input.expr == spec.expr == "(1, 2.5, None, 'a')"
+
+
+def test_an_input_left_none_is_declared_with_the_suggested_shape() -> None:
+    """FX402 for ``timestep`` left at ``None`` (``GuidedDiT``, as Flux's transformer): the
+    fix declares it as suggested; verified by capturing again, where that FX402 is gone and
+    the next stop names the position ids."""
+    path = FIXTURES.parent / "capture" / "unasked_defaults.py"
+    job = _job("unasked_defaults.py", path.read_text())
+    left = _diagnostic(job, "GuidedDiT", "FX402")
+    assert (left.data["arg"], left.data["declare"]) == ("timestep", "(B,) int64")
+    fix = _fix("directive", "GuidedDiT", left.span, "FX402", what="declare", arg="timestep",
+               shape="(B,) int64")  # fmt: skip
+    outcome = _one(job, fix)
+    assert outcome.title == "Declare the input: `# fxls: timestep = (B,) int64`"
+    assert outcome.applicability == "safe", outcome.reason
+    new = apply_edits(job.source, outcome.edits)
+    assert "# fxls: timestep = (B,) int64\nclass GuidedDiT" in new
+    job = _job("unasked_defaults.py", new)
+    assert _diagnostic(job, "GuidedDiT", "FX402").data["arg"] == "ids"
+
+
+def test_a_declared_input_reads_back_as_the_same_request() -> None:
+    for arg, shape in (("timestep", "(B,) int64"), ("x", "(B, 3, 224, 224)"), ("m", "(B, T, T) bool")):  # fmt: skip
+        body, spec = directive.declared(arg, shape)
+        parsed = parse_directive(body)
+        assert parsed.input is not None
+        got = (parsed.input.name, parsed.input.kind, parsed.input.dims, parsed.input.dtype)
+        assert got == (spec.name, spec.kind, spec.dims, spec.dtype), body
+    # what the server passes on is checked: a name, a shape of names and sizes, a dtype
+    for arg, shape in (("x", "(B, T); import os"), ("x.y", "(B,)"), ("x", "(B,) os"), ("x", "()")):  # fmt: skip
+        with pytest.raises(Unavailable):
+            directive.declared(arg, shape)
 
 
 def test_name_every_argument_keeps_the_expressions() -> None:

@@ -1,15 +1,18 @@
-"""FX405 / FX408: pin what fxls assumed as ``# fxls:`` directives above the class.
+"""FX405 / FX408: pin what fxls assumed as ``# fxls:`` directives above the class; FX402:
+declare an input left at its default ``None`` that the code needs, with the suggested shape.
 
 ``init``: the constructor arguments of the build fxls chose (``Construction.pin``), as
 ``# fxls: init(...)``. ``input``: an assumed ``forward`` input with the sizes the capture ran
 with (``# fxls: x = (B=2, 3, 224, 224)``, a dtype when not float32), or a plain value
-(``# fxls: start_pos = 0``). Directives change only how fxls captures, never what the module
-computes, so they are verified by capturing the edited file: it must run as far with the
-same shapes, without the assumption.
+(``# fxls: start_pos = 0``). ``declare``: ``# fxls: timestep = (B,) int64``, the shape FX402
+suggested for a parameter left at ``None``. Directives change only how fxls captures, never
+what the module computes, so they are verified by capturing the edited file: it must run as
+far with the same shapes, without the assumption.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -39,10 +42,38 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
         def update(req: ClassRequest) -> None:
             req.inputs = [s for s in req.inputs if s.name != spec.name] + [spec]
 
+    elif what == "declare":
+        body, spec = declared(str(fix.params.get("arg", "")), str(fix.params.get("shape", "")))
+        title = f"Declare the input: `# fxls: {body}`"
+        gone = gone_of(fix, "FX402")
+
+        def update(req: ClassRequest) -> None:
+            req.inputs = [s for s in req.inputs if s.name != spec.name] + [spec]
+
     else:
         raise Unavailable(f"unknown directive {what!r}")
     edit = text.insert_directives(original.doc.source, original.tree, fix.cls, [body])
     return Proposal(title, [edit], check="capture", gone=gone, requests={fix.cls: update})
+
+
+_SHAPE = re.compile(r"\(([\w, ]{0,120})\)(?: (\w{1,20}))?")
+"""A suggested shape as FX402 words it: ``(B, T) int64``, ``(B,)``, ``(B, 3, 224, 224)``."""
+
+
+def declared(arg: str, shape: str) -> tuple[str, InputSpec]:
+    """``timestep = (B,) int64`` for the shape FX402 suggested, and the InputSpec the server's
+    directive parser reads from it."""
+    found = _SHAPE.fullmatch(shape)
+    if not arg.isidentifier() or found is None:
+        raise Unavailable(f"`{arg[:40]}` cannot be declared as {shape[:40]!r}")
+    names = [d.strip() for d in found.group(1).split(",") if d.strip()]
+    if not names or not all(d.isdigit() or d.isidentifier() for d in names):
+        raise Unavailable(f"`{arg}` cannot be declared as {shape[:40]!r}")
+    dims = [DimSpec(size=int(d)) if d.isdigit() else DimSpec(name=d) for d in names]
+    dtype = found.group(2)
+    if dtype is not None and not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise Unavailable(f"`{dtype}` is not a torch dtype")
+    return f"{arg} = {shape}", InputSpec(name=arg, kind="shape", dims=dims, dtype=dtype)
 
 
 def init_args(original: Original, cls: str) -> str:

@@ -110,6 +110,9 @@ def execute(doc: ExecutedDocument) -> None:
     ``__init__.py`` from disk, which may import the document itself, getting the editor's
     text), then the document, once, as Python would import it."""
     if doc.job.module:
+        # a text run before in this process as the same module (the original of a rewrite,
+        # then its edited text) would be the module imported: this text runs
+        sys.modules.pop(doc.job.module, None)
         try:
             importlib.import_module(doc.job.module)
         except Exception as exc:

@@ -226,6 +226,24 @@ def test_an_input_left_none_is_declared_with_the_suggested_shape() -> None:
     assert _diagnostic(job, "GuidedDiT", "FX402").data["arg"] == "ids"
 
 
+def test_a_fix_in_a_file_of_a_package_is_verified_on_its_edited_text(tmp_path: Path) -> None:
+    """A file of a package runs as its module; the edited text must run as that module too,
+    not the original's module imported before in the same process (every fix of diffusers'
+    ``transformer_flux.py`` was refused: "`FluxAttention` no longer builds")."""
+    package = tmp_path / "fxls_rewrite_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    text = (FIXTURES / "directives_before.py").read_text()
+    (package / "models.py").write_text(text)
+    classes = [c.request() for c in parse(text).classes]
+    job = CaptureJob(path=str(package / "models.py"), source=text, classes=classes,
+                     sys_path=[str(tmp_path)], module="fxls_rewrite_pkg.models")  # fmt: skip
+    x = _diagnostic(job, "Classifier", "FX405")
+    outcome = _one(job, _fix("directive", "Classifier", x.span, "FX405", what="input", arg="x"))
+    assert outcome.applicability == "safe", outcome.reason
+    assert "# fxls: x = (B=2, 64)\nclass Classifier" in apply_edits(text, outcome.edits)
+
+
 def test_a_declared_input_reads_back_as_the_same_request() -> None:
     for arg, shape in (("timestep", "(B,) int64"), ("x", "(B, 3, 224, 224)"), ("m", "(B, T, T) bool")):  # fmt: skip
         body, spec = directive.declared(arg, shape)

@@ -252,7 +252,8 @@ def test_a_declared_input_reads_back_as_the_same_request() -> None:
         got = (parsed.input.name, parsed.input.kind, parsed.input.dims, parsed.input.dtype)
         assert got == (spec.name, spec.kind, spec.dims, spec.dtype), body
     # what the server passes on is checked: a name, a shape of names and sizes, a dtype
-    for arg, shape in (("x", "(B, T); import os"), ("x.y", "(B,)"), ("x", "(B,) os"), ("x", "()")):  # fmt: skip
+    for arg, shape in (("x", "(B, T); import os"), ("x.y", "(B,)"), ("x", "(B,) os"), ("x", "()"),
+                       ("x", "(B, ²)"), ("x", "(B, \u0661)")):  # fmt: skip
         with pytest.raises(Unavailable):
             directive.declared(arg, shape)
 

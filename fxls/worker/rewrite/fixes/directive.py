@@ -56,7 +56,7 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
     return Proposal(title, [edit], check="capture", gone=gone, requests={fix.cls: update})
 
 
-_SHAPE = re.compile(r"\(([\w, ]{0,120})\)(?: (\w{1,20}))?")
+_SHAPE = re.compile(r"\(([\w, ]{0,120})\)(?: (\w{1,20}))?", re.ASCII)
 """A suggested shape as FX402 words it: ``(B, T) int64``, ``(B,)``, ``(B, 3, 224, 224)``."""
 
 
@@ -64,7 +64,7 @@ def declared(arg: str, shape: str) -> tuple[str, InputSpec]:
     """``timestep = (B,) int64`` for the shape FX402 suggested, and the InputSpec the server's
     directive parser reads from it."""
     found = _SHAPE.fullmatch(shape)
-    if not arg.isidentifier() or found is None:
+    if not (arg.isidentifier() and arg.isascii()) or len(arg) > 80 or found is None:
         raise Unavailable(f"`{arg[:40]}` cannot be declared as {shape[:40]!r}")
     names = [d.strip() for d in found.group(1).split(",") if d.strip()]
     if not names or not all(d.isdigit() or d.isidentifier() for d in names):

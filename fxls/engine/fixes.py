@@ -180,6 +180,29 @@ def _debug_call(diag: Diagnostic, index: _Index) -> list[str]:
     return [f"Remove the debug call `{_short(index.src.text(index.src.node_span(stmt)))}`"]
 
 
+def _directive(code: str, data: dict[str, Any]) -> tuple[str, dict[str, str]] | None:
+    """The title and parameters of the directive a diagnostic offers: FX405 pins an assumed
+    input, FX402 declares an input left at ``None`` as suggested, FX408 pins the build."""
+    if code == "FX405" and data.get("arg"):
+        arg, shape = str(data["arg"]), str(data.get("shape", ""))
+        return f"Pin the assumed input `{arg}` {shape} with `# fxls: {arg} = ...`", {
+            "what": "input",
+            "arg": arg,
+        }
+    if code == "FX402" and data.get("arg") and data.get("declare"):
+        arg, shape = str(data["arg"]), str(data["declare"])
+        shown = f"`# fxls: {_short(arg, 40)} = {_short(shape, 40)}`"
+        return f"Declare `{_short(arg, 40)}` with {shown}", {
+            "what": "declare",
+            "arg": arg,
+            "shape": shape,
+        }
+    if code == "FX408" and data.get("init"):
+        shown = _short(str(data["init"]), 60)
+        return f"Pin the constructor arguments: `# fxls: init({shown})`", {"what": "init"}
+    return None
+
+
 def _from_diagnostic(
     analysis: FileAnalysis,
     mod: ModuleResult,
@@ -213,26 +236,8 @@ def _from_diagnostic(
         if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr)):
             shown = _short(src.text(src.node_span(stmt)))
             yield make("dead-code", owner, f"Remove unused `{shown}`")
-    elif code == "FX405" and data.get("arg"):
-        arg = str(data["arg"])
-        shape = str(data.get("shape", ""))
-        yield make(
-            "directive", mod.name, f"Pin the assumed input `{arg}` {shape} with `# fxls: {arg} = ...`",
-            what="input", arg=arg,
-        )  # fmt: skip
-    elif code == "FX402" and data.get("arg") and data.get("declare"):
-        arg, shape = str(data["arg"]), str(data["declare"])
-        yield make(
-            "directive", mod.name, f"Declare `{_short(arg, 40)}` with `# fxls: {_short(arg, 40)} = {_short(shape, 40)}`",
-            what="declare", arg=arg, shape=shape,
-        )  # fmt: skip
-    elif code == "FX408" and data.get("init"):
-        yield make(
-            "directive",
-            mod.name,
-            f"Pin the constructor arguments: `# fxls: init({_short(str(data['init']), 60)})`",
-            what="init",
-        )
+    elif (directive := _directive(code, data)) is not None:
+        yield make("directive", mod.name, directive[0], **directive[1])
     if code in ("FX101", "FX107", "FX199") and data.get("leaf"):
         leaf = str(data["leaf"])
         yield make("leaf", mod.name, f"Keep `{leaf}` as a leaf: `# fxls: leaf {leaf}`", leaf=leaf)

@@ -957,12 +957,18 @@ def test_what_counts_as_a_parameter_forward_needs_though_it_defaults_to_none() -
     fixture = _load("unasked_defaults.py")
 
     class Asking(torch.nn.Module):
-        def forward(self, x, mask=None, cond=None, scale=None, options_kwargs=None, flag: bool | None = None, rope=None):  # fmt: skip
+        def __init__(self):
+            super().__init__()
+            self.skip_linear = None
+
+        def forward(self, x, mask=None, cond=None, scale=None, options_kwargs=None, flag: bool | None = None, rope=None, skip=None):  # fmt: skip
             if callable(mask):  # a helper asks, as `if exists(mask)` does
                 x = x * mask
             y = x if cond is None else x + cond
             # handed on by keyword: the callee may ask (diffusers' `image_rotary_emb`)
             y = torch.nn.functional.dropout(y, p=0.0, training=rope)
+            if self.skip_linear is not None:  # not run by this instance (HunyuanDiTBlock)
+                y = self.skip_linear(torch.cat([y, skip], dim=-1))
             return y * scale, options_kwargs, flag
 
     params = _inspect.signature(Asking.forward).parameters

@@ -256,11 +256,45 @@ def _used_unasked(
     if definition is None:
         return False
     found = False
-    for node in ast.walk(definition):
+    for node in _runs(definition, module):
         if _asks(node, name) or (helpers and _tested_by_call(node, name)):
             return False
         found = found or use(node)
     return found
+
+
+def _runs(definition: ast.AST, module: nn.Module) -> Iterator[ast.AST]:
+    """The nodes of ``definition`` (as ``ast.walk``) but the body of an ``if`` that this
+    instance does not run: ``if self.skip_linear is not None:`` where it is ``None``."""
+    todo = [definition]
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, ast.If) and _never_true(node.test, module):
+            todo.extend([node.test, *node.orelse])
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def _never_true(test: ast.expr, module: nn.Module) -> bool:
+    """``self.attr is not None`` where the instance's ``attr`` is ``None``."""
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.IsNot)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        return False
+    left = test.left
+    if not (isinstance(left, ast.Attribute) and isinstance(left.value, ast.Name)):
+        return False
+    if left.value.id != "self":
+        return False
+    try:
+        return getattr(module, left.attr) is None
+    except Exception:  # a user module's own __getattr__
+        return False
 
 
 _OPTIONS = re.compile(r"kwargs$|^return_dict$|^output_|^use_|_dtype$|^return_|^training$")

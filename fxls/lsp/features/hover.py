@@ -264,7 +264,8 @@ def _paired(
     names (``device=idx.device`` reads ``idx`` but does not pass it)."""
     spelled = {_spelling(n, lines): n for n in reversed(entering)}
     matched = {i: spelled.get(" ".join(e.split())) for i, (_, e) in enumerate(written)}
-    read = {name for _, e in written for name in _names_in(e)}
+    reads = [_names_in(e) for _, e in written]
+    read = set().union(*reads)
     left = [n for n in entering if n not in matched.values() and _spelling(n, lines) not in read]
     out = []
     for index, (label, expr) in enumerate(written):
@@ -274,7 +275,7 @@ def _paired(
             ]
             left = []
             continue
-        takes = left and not _constant(expr) and not _names_in(expr) & spelled.keys()
+        takes = left and not _constant(expr) and not reads[index] & spelled.keys()
         source = matched[index] or (left.pop(0) if takes else None)
         out.append((label, values_text(source.outputs) if source is not None else ""))
     return out

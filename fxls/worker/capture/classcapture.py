@@ -1561,9 +1561,9 @@ class ClassCapture:
         called the code which raised (``self.norm1(x, temb)``); not twice where the trace
         stopped so too."""
         spans, _, _ = failures.locate(error, self.doc.path, self.doc.source)
-        text = safe_str(error)
+        message = safe_str(error)
         for span in spans[:1] + [s for s in spans[-1:] if s != spans[0]]:
-            found = self._left_none(text, span, self.doc.source.text(span), defaults)
+            found = self._left_none(message, span, self.doc.source.text(span), defaults)
             if found is None:
                 continue
             said = [(d.code, d.span) for d in self.mod.diagnostics]

@@ -28,6 +28,10 @@ from fxls.worker.capture.pipeline import run_capture
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "capture"
 
 
+DECLARE = "../rewrites/declare_before.py"
+"""The code-action tests' model whose ``timestep`` is left at ``None`` (as Flux's)."""
+
+
 def _text(name: str) -> str:
     return (FIXTURES / name).read_text(encoding="utf-8")
 
@@ -878,17 +882,17 @@ def test_a_parameter_defaulting_to_none_that_forward_needs_is_given_when_none_do
 
 
 def test_a_stop_on_a_parameter_left_none_names_the_input_to_declare() -> None:
-    # Flux's transformer: `timestep` is left at its default and `timestep.to(...)` raised
+    # Flux's transformer (the code-action tests' `Denoiser`): `timestep` is left at its default and `timestep.to(...)` raised
     # "'NoneType' object has no attribute 'to'", shown as FX199 with a fix that said to mark a
     # submodule as a leaf. It says which input to declare, where; the earlier failure that
     # fxls got past (a traced `guidance` took the branch calling with one argument too many)
     # is information, not a warning.
-    text = _text("unasked_defaults.py")
-    (dit,) = _capture("unasked_defaults.py", _request(text, "GuidedDiT")).modules
+    text = _text(DECLARE)
+    (dit,) = _capture(DECLARE, _request(text, "Denoiser")).modules
     assert dit.status == "failed"
     warnings = [d for d in dit.diagnostics if d.severity == "warning"]
     assert [(d.code, d.data.get("arg"), d.span) for d in warnings] == [
-        ("FX402", "timestep", _span_of(text, "timestep.to", after="class GuidedDiT"))
+        ("FX402", "timestep", _span_of(text, "timestep.to", after="class Denoiser"))
     ], dit.diagnostics
     assert "left at its default `None`" in warnings[0].message
     assert "# fxls: timestep = (B,) int64" in (warnings[0].fix or "")
@@ -896,7 +900,7 @@ def test_a_stop_on_a_parameter_left_none_names_the_input_to_declare() -> None:
     assert earlier.severity == "information" and "fxls got past this" in (earlier.fix or "")
     # declared, the next stop names the next input: the position ids
     timestep = InputSpec("timestep", dims=[DimSpec(name="B")], dtype="int64")
-    (dit,) = _capture("unasked_defaults.py", _request(text, "GuidedDiT", inputs=[timestep])).modules
+    (dit,) = _capture(DECLARE, _request(text, "Denoiser", inputs=[timestep])).modules
     warnings = [d for d in dit.diagnostics if d.severity == "warning"]
     assert [(d.code, d.data.get("arg")) for d in warnings] == [("FX402", "ids")], dit.diagnostics
 

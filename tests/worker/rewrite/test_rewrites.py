@@ -208,22 +208,21 @@ def test_directive_text_reads_back_as_the_same_request() -> None:
 
 
 def test_an_input_left_none_is_declared_with_the_suggested_shape() -> None:
-    """FX402 for ``timestep`` left at ``None`` (``GuidedDiT``, as Flux's transformer): the
+    """FX402 for ``timestep`` left at ``None`` (``Denoiser``, as Flux's transformer): the
     fix declares it as suggested; verified by capturing again, where that FX402 is gone and
     the next stop names the position ids."""
-    path = FIXTURES.parent / "capture" / "unasked_defaults.py"
-    job = _job("unasked_defaults.py", path.read_text())
-    left = _diagnostic(job, "GuidedDiT", "FX402")
+    job = _job("declare_before.py")
+    left = _diagnostic(job, "Denoiser", "FX402")
     assert (left.data["arg"], left.data["declare"]) == ("timestep", "(B,) int64")
-    fix = _fix("directive", "GuidedDiT", left.span, "FX402", what="declare", arg="timestep",
+    fix = _fix("directive", "Denoiser", left.span, "FX402", what="declare", arg="timestep",
                shape="(B,) int64")  # fmt: skip
     outcome = _one(job, fix)
     assert outcome.title == "Declare the input: `# fxls: timestep = (B,) int64`"
     assert outcome.applicability == "safe", outcome.reason
     new = apply_edits(job.source, outcome.edits)
-    assert "# fxls: timestep = (B,) int64\nclass GuidedDiT" in new
-    job = _job("unasked_defaults.py", new)
-    assert _diagnostic(job, "GuidedDiT", "FX402").data["arg"] == "ids"
+    assert "# fxls: timestep = (B,) int64\nclass Denoiser" in new
+    job = _job("declare_before.py", new)
+    assert _diagnostic(job, "Denoiser", "FX402").data["arg"] == "ids"
 
 
 def test_a_fix_in_a_file_of_a_package_is_verified_on_its_edited_text(tmp_path: Path) -> None:

@@ -34,18 +34,14 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
         def update(req: ClassRequest) -> None:
             req.init, req.init_line = pin, None
 
-    elif what == "input":
-        body, spec = input_directive(original, fix.cls, str(fix.params.get("arg", "")))
-        title = f"Pin the assumed input: `# fxls: {body}`"
-        gone = gone_of(fix, "FX405")
-
-        def update(req: ClassRequest) -> None:
-            req.inputs = [s for s in req.inputs if s.name != spec.name] + [spec]
-
-    elif what == "declare":
-        body, spec = declared(str(fix.params.get("arg", "")), str(fix.params.get("shape", "")))
-        title = f"Declare the input: `# fxls: {body}`"
-        gone = gone_of(fix, "FX402")
+    elif what in ("input", "declare"):
+        arg = str(fix.params.get("arg", ""))
+        if what == "input":
+            body, spec = input_directive(original, fix.cls, arg)
+            title, gone = f"Pin the assumed input: `# fxls: {body}`", gone_of(fix, "FX405")
+        else:
+            body, spec = declared(arg, str(fix.params.get("shape", "")))
+            title, gone = f"Declare the input: `# fxls: {body}`", gone_of(fix, "FX402")
 
         def update(req: ClassRequest) -> None:
             req.inputs = [s for s in req.inputs if s.name != spec.name] + [spec]

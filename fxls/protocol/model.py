@@ -69,7 +69,7 @@ Severity = Literal["error", "warning", "information", "hint"]
 ModuleStatus = Literal["traced", "partial", "failed", "skipped"]
 InputOrigin = Literal["declared", "parent", "default", "assumed"]
 CaptureMethod = Literal["fx", "fake-run", "meta-run", "none"]
-RepairKind = Literal["leaf", "wrap", "concrete"]
+RepairKind = Literal["leaf", "wrap", "concrete", "decided"]
 NodeOp = Literal["placeholder", "get_attr", "call_function", "call_method", "call_module", "output"]
 ValueKind = Literal["tensor", "size", "int", "float", "bool", "none", "device", "dtype", "other"]
 ErrorKind = Literal["exception", "system_exit", "recursion"]
@@ -333,7 +333,8 @@ class Strategy:
     method: CaptureMethod = "none"
     repairs: list[RepairKind] = field(default_factory=list)
     """For ``fx``: ``leaf`` (submodules kept whole, declared or found), ``wrap`` (functions
-    recorded as one node), ``concrete`` (arguments fixed to their defaults), in that order."""
+    recorded as one node), ``concrete`` (arguments fixed to their defaults), ``decided`` (rank
+    and dtype checks answered from the inputs while tracing), in that order."""
 
 
 @dataclass

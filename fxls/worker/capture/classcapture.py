@@ -69,7 +69,7 @@ from fxls.worker.capture.spans import (
     find_function,
     short_source,
 )
-from fxls.worker.capture.trace import fakerun, graphcheck, reuse, strategies
+from fxls.worker.capture.trace import decided, fakerun, graphcheck, reuse, strategies
 from fxls.worker.capture.trace.tracer import SpanTracer, graph_module
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
@@ -536,6 +536,9 @@ class ClassCapture:
         """The traced graph's shapes with the inputs the capture ran with."""
         self.assumed_inputs: list[tuple[inputs.PlannedInput, Span]] = []
         """Inputs fxls inferred, with where to report them (FX405)."""
+        self.decided_inputs: set[str] = set()
+        """Inputs whose rank or dtype a check decided while tracing read: other forms of
+        them are not tried (the graph holds their branch)."""
         self.called_with: dict[str, inputs.PlannedInput] | None = None
         """Inputs found in the file's own calls of the class (computed once)."""
         self.hints: dict[str, int] = {}
@@ -1132,7 +1135,11 @@ class ClassCapture:
             return [*req.leaf, *repairs.leaves]
 
         tracer = SpanTracer(doc.path, doc.source)
+        decider = decided.Decider(module, {})
         for _attempt in range(strategies.MAX_ATTEMPTS):
+            concrete = plan.concrete()
+            concrete.update({name: defaults[name] for name in repairs.concrete})
+            decider = decided.Decider(module, _examples(plan, concrete))
             tracer = SpanTracer(
                 doc.path,
                 doc.source,
@@ -1142,12 +1149,12 @@ class ClassCapture:
                 leaf_predicate=strategies.is_library_leaf,
                 reuse_blocks=reuse.enabled(doc.job.reuse_blocks),
             )
-            concrete = plan.concrete()
-            concrete.update({name: defaults[name] for name in repairs.concrete})
+            tracer.decider = decider
             try:
                 # forward may store proxies on self while tracing
                 with state.kept(module.modules()):
                     graph = tracer.trace(module, concrete_args=concrete or None)
+                    decided.drop_checks(graph, decider.decisions)
                     gm = graph_module(tracer.root, graph, type(module).__name__)
                 _attributes_restored(gm, module)
             except BaseException as exc:
@@ -1157,6 +1164,11 @@ class ClassCapture:
                 repair = strategies.next_repair(
                     exc, module, doc.namespace, doc.path, repairs, leaves(), defaults, text
                 )
+                # a rank or dtype check on inputs not known yet: they are inferred as for a
+                # run on fake tensors, and the next attempt decides the check
+                unknown = decider.needs_inputs and not repairs.decided
+                if unknown and self._infer_for_checks(module, tracer.graph, plan):
+                    repair = strategies.Repair("decided", f"`{short_source(text)}`")
                 if repair is not None and repair.kind == "leaf" and auto_leaves >= MAX_AUTO_LEAVES:
                     repair = None
                 diag = self._trace_failure(exc, failure, text, repair, defaults)
@@ -1183,6 +1195,7 @@ class ClassCapture:
             return Traced(None, tracer.graph, [*req.leaf, *library_leaves], tracer.traced_params)
         if concrete:
             _drop_concrete_guards(gm)
+        self._report_decided(decider, repairs)
         mod.status = "traced"  # repairs are in the strategy (fx+leaf...); partial: shapes stop
         mod.strategy = repairs.strategy(declared_leaves=bool(req.leaf))
         mod.notes.extend(repairs.notes(defaults))
@@ -1191,6 +1204,58 @@ class ClassCapture:
             gm, gm.graph, leaves() + library_leaves, tracer.traced_params, segments,
             tracer.module_calls,
         )  # fmt: skip
+
+    def _infer_for_checks(self, module: nn.Module, graph: torch.fx.Graph, plan: InputPlan) -> bool:
+        """The inputs not known yet, inferred from what the trace recorded and the module (as
+        for a run on fake tensors) and planned; whether any was."""
+        assign_ast_spans(graph, self.forward_def, self.doc.source)
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        by_param = dict(zip(_placeholder_params(placeholders, plan.params), placeholders))
+        found = False
+        for name in list(plan.pending):
+            node = by_param.get(name)
+            span = node.meta.get(SPAN_KEY, self.span) if node is not None else self.span
+            planned = self._inferred(module, node, name, plan, span)
+            if planned is not None:
+                plan.planned[name] = planned
+                plan.pending.remove(name)
+                found = True
+        return found
+
+    def _report_decided(self, decider: decided.Decider, repairs: strategies.Repairs) -> None:
+        """Each check decided while tracing: FX101 at its line (once; worked around, so
+        information in the end), and the strategy says ``decided``."""
+        decisions = decider.decisions
+        self.decided_inputs = set(decider.read_inputs)
+        if not decisions:  # an earlier attempt's inferred inputs decided none in the end
+            repairs.applied = [r for r in repairs.applied if r.kind != "decided"]
+            return
+        said = {d.span.line: d for d in self.mod.diagnostics if d.code == "FX101"}
+        texts = []
+        for decision in decisions:
+            span = decision.span or self.span
+            text = short_source(self.doc.source.text(span)) if decision.span else "a check"
+            texts.append(text)
+            diag = said.get(span.line)
+            if diag is None:
+                name = failures.flag_name(text) or "flag"
+                diag = catalogue.FX101(span, source=text, where="", arg=name).diagnostic({})
+                said[span.line] = diag
+                self.diagnose(diag)
+            elif "value" in diag.data:
+                continue
+            diag.data.update(decided=f"`{text}`", value=decision.value)
+            how = (
+                f"fxls decided it while tracing from the ranks and dtypes of the inputs: "
+                f"`{decision.value}` for these inputs."
+            )
+            diag.fix = f"{how} {diag.fix}" if diag.fix else how
+        target = ", ".join(f"`{t}`" for t in dict.fromkeys(texts))
+        found = next((r for r in repairs.applied if r.kind == "decided"), None)
+        if found is None:
+            repairs.add(strategies.Repair("decided", target))
+        else:
+            found.target = target
 
     def _report_attempt(
         self, reported: dict[tuple[str, int, int], Diagnostic], diag: Diagnostic
@@ -1297,7 +1362,9 @@ class ClassCapture:
         sequence-first for an RNN; a sequence as long as the size the error named)."""
         prop = self._propagate(gm, ordered, placeholders)
         if isinstance(prop, shapes.Propagation) and prop.error is None:
-            return ordered, prop
+            if not _output_batch_twice(gm, prop.values, ordered):
+                return ordered, prop
+            return self._batch_once(gm, placeholders, ordered, prop)
         failed = prop.error if isinstance(prop, shapes.Propagation) else None
         named = inputs.sizes_named_by(failed.original) if failed is not None else []
         sequence = next(
@@ -1306,6 +1373,10 @@ class ClassCapture:
         )
         for index, planned in enumerate(ordered):
             for alternative in inputs.alternatives(planned, named, sequence):
+                if planned.name in self.decided_inputs and not _same_rank_and_dtype(
+                    planned, alternative
+                ):
+                    continue  # the graph holds the branch of this input's rank and dtype
                 trial = [*ordered[:index], alternative, *ordered[index + 1 :]]
                 # trials run with static sizes (cheap); only the one that fits runs symbolic
                 attempt = self._propagate(gm, trial, placeholders, symbolic=False)
@@ -1314,6 +1385,32 @@ class ClassCapture:
                 error = attempt.error if isinstance(attempt, shapes.Propagation) else None
                 said = f"{error.original} {error.message}" if error else str(attempt)
                 self.met_none = self.met_none or _NONE in said[:2000]
+        return ordered, prop
+
+    def _batch_once(
+        self,
+        gm: torch.fx.GraphModule,
+        placeholders: list[torch.fx.Node],
+        ordered: list[inputs.PlannedInput],
+        prop: shapes.Propagation,
+    ) -> tuple[list[inputs.PlannedInput], shapes.Propagation]:
+        """Shapes whose output had the batch twice (:func:`_batch_twice`): the first other
+        form of an assumed input with which it has it once, else ``prop`` as it is. A form
+        that changes the rank or dtype of an input a decided check read is not tried: the
+        graph holds the branch of the form it was traced with."""
+        kept = self.decided_inputs
+        for index, planned in enumerate(ordered):
+            for alternative in inputs.alternatives(planned, [], _unused_size(ordered)):
+                if planned.name in kept and not _same_rank_and_dtype(planned, alternative):
+                    continue
+                trial = [*ordered[:index], alternative, *ordered[index + 1 :]]
+                attempt = self._propagate(gm, trial, placeholders, symbolic=False)
+                if not isinstance(attempt, shapes.Propagation) or attempt.error is not None:
+                    continue
+                if not _output_batch_twice(gm, attempt.values, trial):
+                    again = self._propagate(gm, trial, placeholders)
+                    if isinstance(again, shapes.Propagation):
+                        return trial, again
         return ordered, prop
 
     def _shapes(
@@ -1602,14 +1699,26 @@ def _batch_twice(run: fakerun.FakeRun, ordered: list[inputs.PlannedInput]) -> bo
     a batch broadcast against itself, the mark of an assumed input of the wrong rank
     (x-transformers' ``AdaptiveRMSNorm``: ``x`` assumed ``[B, 64]`` and ``condition``
     ``[B, 64]`` made ``[B, 1, 64]`` gave ``[B, B, 64]``)."""
+    return _output_batch_twice(run.graph_module, run.values, ordered)
+
+
+def _same_rank_and_dtype(a: inputs.PlannedInput, b: inputs.PlannedInput) -> bool:
+    return a.kind == b.kind and len(a.dims) == len(b.dims) and a.dtype == b.dtype
+
+
+def _output_batch_twice(
+    gm: torch.fx.GraphModule | None,
+    values: Mapping[str, list[Value]],
+    ordered: list[inputs.PlannedInput],
+) -> bool:
+    """:func:`_batch_twice` of a graph's output values."""
     if not any(p.assumed for p in ordered):
         return False
     if any([n for n, _ in p.dims].count(inputs.BATCH) > 1 for p in ordered if p.kind == "tensor"):
         return False
-    gm = run.graph_module
     output = next((n for n in gm.graph.nodes if n.op == "output"), None) if gm else None
-    values = run.values.get(output.name, []) if output is not None else []
-    return any((v.shape or []).count(inputs.BATCH) > 1 for v in values if v.kind == "tensor")
+    found = values.get(output.name, []) if output is not None else []
+    return any((v.shape or []).count(inputs.BATCH) > 1 for v in found if v.kind == "tensor")
 
 
 def _batch_once(
@@ -1721,6 +1830,18 @@ def _value_text(value: Value) -> str:
     if value.kind == "tensor":
         return "[" + ", ".join(str(d) for d in value.shape or []) + "]"
     return value.text or value.kind
+
+
+def _examples(plan: InputPlan, concrete: Mapping[str, Any]) -> dict[str, Any]:
+    """The inputs known before tracing, by parameter name, as the decider runs them: tensors
+    on the meta device at their example sizes, plain values as they are."""
+    out: dict[str, Any] = dict(concrete)
+    for name, planned in plan.planned.items():
+        try:
+            out.setdefault(name, shapes.meta_feeds([replace(planned, name=name)])[name])
+        except Exception:  # a value that cannot be made meta: not known to the decider
+            continue
+    return out
 
 
 def _placeholder_params(

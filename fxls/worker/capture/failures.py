@@ -172,8 +172,7 @@ def explain(
         reason = next((words for cue, words in _TRACE_REASONS if cue in msg), first_line)
         return build(catalogue.FX107, module=torch_module, reason=reason, cls=torch_module)
     if "cannot be used as inputs to control flow" in msg:
-        name = _NAME.match(text)
-        return build(catalogue.FX101, arg=name.group(1) if name else "flag")
+        return build(catalogue.FX101, arg=flag_name(text) or "flag")
     if "'len' is not supported" in msg:
         inner = _LEN_CALL.match(text)
         return build(catalogue.FX102, arg=inner.group(1) if inner else "x")
@@ -189,6 +188,13 @@ def explain(
     ):
         return build(catalogue.FX104)
     return build(catalogue.FX199, error=first_line)
+
+
+def flag_name(text: str) -> str | None:
+    """The name a failing source text is, negated or not (``flag`` of ``not flag``): the
+    argument a flag directive would fix."""
+    found = _NAME.match(text)
+    return found.group(1) if found else None
 
 
 def none_given(error: str, text: str, names: Collection[str]) -> str | None:

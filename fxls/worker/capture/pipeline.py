@@ -370,6 +370,7 @@ _REPAIRS = {
     "leaf": "kept `{}` as a leaf",
     "wrap": "wrapped `{}`",
     "concrete": "fixed `{}` to the defaults",
+    "decided": "decided {} from the inputs' ranks and dtypes",
 }
 """What a trace failure's data names when fxls repaired it and traced again, in words (a
 key for each of ``strategies.REPAIR_KINDS``)."""

@@ -208,18 +208,17 @@ def test_untraceable_root_falls_back_to_a_fake_run() -> None:
     ]
     job = CaptureJob(path=str(FIXTURE), source=TEXT, classes=classes)
     asserts, factory, control = run_capture(job, lambda *_: None).modules
-    for mod, code in ((asserts, "FX101"), (factory, "FX105")):
-        # the failure is still reported; shapes come from running forward on fake tensors
+    for mod, code, used in ((asserts, "FX101", "fx+decided"), (factory, "FX105", "fake-run")):
+        # the failure is still reported; shapes come from running forward on fake tensors, or
+        # from the graph where the check is on the input's rank (`assert x.dim() == 2`)
         assert [d.code for d in mod.diagnostics if d.severity == "information"
                 and d.code in TRACE_FAILURES] == [code]  # fmt: skip
         assert not [d for d in mod.diagnostics if d.severity == "error"]
-        assert (
-            mod.status == "traced"
-            and strategy_label(mod.strategy) == "fake-run"
-            and mod.error is None
-        )
+        assert mod.status == "traced" and strategy_label(mod.strategy) == used and mod.error is None
         assert mod.inputs[0].value.shape == ["B", "T"]
         assert mod.outputs[0].shape == ["B", "T"]
+    (check,) = [d for d in asserts.diagnostics if d.code == "FX101"]
+    assert check.data["value"] is True and "`True` for these inputs" in (check.fix or "")
     # the fake run records the operations with their spans and shapes
     (zeros,) = [n for n in factory.nodes if n.target == "torch.zeros"]
     assert zeros.span == _span("torch.zeros(x.size(0), x.size(1))", "class Factory(")

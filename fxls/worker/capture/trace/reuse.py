@@ -322,6 +322,9 @@ class _Recording:
     calls_before: dict[str, int]
     fingerprint: Any
     frames: dict[torch.fx.Node, tuple[str | None, Frames]] = field(default_factory=dict)
+    decided: bool = False
+    """A rank or dtype check was decided inside the call: for these arguments' ranks and
+    dtypes, which the key does not hold."""
 
 
 _NOT_REPLAYABLE = object()
@@ -375,6 +378,12 @@ class Replayer:
         for rec in self.recordings:
             inner = frames[: len(frames) - rec.outer] if rec.outer else frames
             rec.frames[node] = (name, inner)
+
+    def note_decided(self) -> None:
+        """A check was decided from the ranks and dtypes of the values at hand: the calls
+        being recorded are not replayed (another call may pass other ranks)."""
+        for rec in self.recordings:
+            rec.decided = True
 
     def call_module(
         self,
@@ -485,8 +494,8 @@ class Replayer:
         kwargs: dict[str, Any],
         result: Any,
     ) -> Template | None:
-        if fingerprint(module) != rec.fingerprint:
-            return None  # forward changed the instance
+        if fingerprint(module) != rec.fingerprint or rec.decided:
+            return None  # forward changed the instance, or decided a check for these inputs
         nodes: list[_Recorded] = []
         node = rec.start.next
         while node is not self.tracer.graph._root:

@@ -93,7 +93,7 @@ def library_leaf_classes(root: torch.nn.Module) -> list[str]:
 # ---------------------------------------------------------------------------------------
 
 
-REPAIR_KINDS = ("leaf", "wrap", "concrete")
+REPAIR_KINDS = ("leaf", "wrap", "concrete", "decided")
 """The kinds of repair; a failed attempt's diagnostic names its repair under its kind."""
 
 
@@ -103,7 +103,8 @@ class Repair:
 
     kind: str
     target: str
-    """Class name (leaf), function name (wrap) or comma-separated argument names (concrete)."""
+    """Class name (leaf), function name (wrap), comma-separated argument names (concrete) or
+    the checks decided from ranks and dtypes (decided)."""
     function: Callable[..., Any] | None = None
     names: list[str] = field(default_factory=list)
 
@@ -116,6 +117,8 @@ class Repairs:
     wraps: list[Callable[..., Any]] = field(default_factory=list)
     concrete: list[str] = field(default_factory=list)
     applied: list[Repair] = field(default_factory=list)
+    decided: bool = False
+    """Checks were decided from the ranks and dtypes of the inputs (``decided``)."""
 
     def add(self, repair: Repair) -> None:
         self.applied.append(repair)
@@ -125,15 +128,17 @@ class Repairs:
             self.wraps.append(repair.function)
         elif repair.kind == "concrete":
             self.concrete.extend(n for n in repair.names if n not in self.concrete)
+        elif repair.kind == "decided":
+            self.decided = True
 
     def strategy(self, declared_leaves: bool = False) -> Strategy:
         """``fx`` with the repairs applied (``leaf`` too for declared leaves), in the order
-        leaf, wrap, concrete."""
+        leaf, wrap, concrete, decided."""
         kinds = {r.kind for r in self.applied}
         repairs: list[RepairKind] = []
         if declared_leaves or "leaf" in kinds:
             repairs.append("leaf")
-        repairs += [k for k in ("wrap", "concrete") if k in kinds]
+        repairs += [k for k in ("wrap", "concrete", "decided") if k in kinds]
         return Strategy("fx", repairs)
 
     def notes(self, defaults: Mapping[str, Any]) -> list[str]:
@@ -147,6 +152,11 @@ class Repairs:
                 out.append(
                     f"`{r.target}` could not be traced through; each call of it was recorded as "
                     "one node (auto-wrapped as with `torch.fx.wrap`)"
+                )
+            elif r.kind == "decided":
+                out.append(
+                    f"{r.target} decided while tracing from the ranks and dtypes of the inputs: "
+                    "the graph holds the branches these inputs take"
                 )
             else:
                 fixed = ", ".join(f"`{n}={defaults.get(n)!r}`" for n in r.names)

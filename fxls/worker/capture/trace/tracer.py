@@ -20,7 +20,7 @@ import torch.fx
 
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, call_site_frame, method_codes
-from fxls.worker.capture.trace import passthrough, reuse
+from fxls.worker.capture.trace import decided, passthrough, reuse
 
 
 def _stack(frame: FrameType | None) -> Iterable[tuple[CodeType, int]]:
@@ -75,6 +75,10 @@ class SpanTracer(torch.fx.Tracer):
         self.reuse_blocks = reuse_blocks
         self.replayer: reuse.Replayer | None = None
         """Set while tracing with ``reuse_blocks``: the calls replayed (``replayer.segments``)."""
+        self.decider: decided.Decider | None = None
+        """Answers rank and dtype checks on traced values (:mod:`.decided`); set by the capture."""
+        self.deciding = False
+        """While the decider runs the graph so far: module calls and attributes are plain."""
 
     def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> torch.fx.Graph:
         if isinstance(root, torch.nn.Module):
@@ -100,6 +104,8 @@ class SpanTracer(torch.fx.Tracer):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
+        if self.deciding:
+            return forward(*args, **kwargs)
         try:
             self.path_of_module(m)
         except NameError:
@@ -123,6 +129,8 @@ class SpanTracer(torch.fx.Tracer):
         )
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
+        if self.deciding:
+            return attr_val
         if self.replayer is not None:
             self.replayer.parameter_cache = parameter_proxy_cache
         return super().getattr(attr, attr_val, parameter_proxy_cache)
@@ -156,6 +164,27 @@ class SpanTracer(torch.fx.Tracer):
                 node.meta[CALL_SITE_KEY] = site or span
             self.note_params(frame)
         return node
+
+    def to_bool(self, obj: torch.fx.Proxy) -> bool:
+        """A rank or dtype check the decider answers (its line recorded); else torch.fx's
+        refusal of a traced value in control flow."""
+        decider = self.decider
+        if decider is None:
+            return super().to_bool(obj)
+        self.deciding = True  # the decider calls modules itself: not traced
+        try:
+            found = decider.decide(obj.node)
+        finally:
+            self.deciding = False
+        if found is None:
+            return super().to_bool(obj)
+        frame = sys._getframe(1)
+        first = next((f for f in _stack(frame) if f[0].co_filename == self.path), None)
+        span = self.source.code_span(*first) if first is not None else None
+        decider.decisions.append(decided.Decision(obj.node, found, span))
+        if self.replayer is not None:
+            self.replayer.note_decided()
+        return found
 
     def create_proxy(self, kind: str, target: Any, args: Any, *rest: Any, **more: Any) -> Any:
         kwargs = rest[0] if rest else more.get("kwargs")

@@ -1,0 +1,245 @@
+"""Rank and dtype checks on traced values, decided while tracing.
+
+``if input_ndim == 4:`` (diffusers' attention processors, after ``input_ndim =
+hidden_states.ndim``) or ``if x.dtype == torch.float16:`` stop torch.fx: a traced value is used
+where Python needs a ``bool``. Yet the answer follows from the inputs alone: a tensor's rank and
+dtype do not depend on the values of its sizes. :class:`Decider` answers such a check when the
+condition is made only of ranks and dtypes (``.ndim``, ``.dim()``, ``.dtype``,
+``.is_floating_point()``) of traced tensors, comparisons and boolean operators of them, and
+constants; it finds those tensors' ranks and dtypes by running the graph recorded so far on
+meta tensors of the inputs (at their example sizes). A check on sizes (``x.shape[1] == 3``) or
+on values is never decided: it would hold for the example only.
+
+The graph then holds the branch these inputs take; the strategy says so (``fx+decided``) and
+each decided check is FX101 information at its line. The check's own nodes, which nothing uses
+once it is decided, are removed after the trace (:func:`drop_checks`).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+from fxls.protocol.model import Span
+
+_OPERATORS = frozenset(
+    {
+        operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge,
+        operator.not_, operator.truth, operator.and_, operator.or_, operator.xor,
+        operator.contains,
+    }
+)  # fmt: skip
+"""Functions a decidable condition may apply to ranks, dtypes and constants."""
+
+_ATTRIBUTES = frozenset({"ndim", "dtype"})
+_METHODS = frozenset({"dim", "ndimension", "is_floating_point", "is_complex"})
+_CONSTANTS = (bool, int, float, str, torch.dtype, type(None))
+_MAX_DEPTH = 12
+
+_MISSING = object()
+"""A value that needs an input fxls does not know yet."""
+_BROKEN = object()
+"""A value running the graph on meta tensors could not give."""
+
+
+class _Undecidable(Exception):
+    pass
+
+
+@dataclass
+class Decision:
+    node: torch.fx.Node
+    """The condition's node."""
+    value: bool
+    span: Span | None
+    """Where the check is written (the innermost line of the document on the stack)."""
+
+
+class Decider:
+    """Decides rank and dtype checks for one trace of ``root``.
+
+    ``feeds``: placeholder name -> its example on the meta device, for the inputs known before
+    the trace; a check that reads a tensor made from another input is not decided, and
+    ``needs_inputs`` says that knowing the inputs would decide it.
+    """
+
+    def __init__(self, root: torch.nn.Module, feeds: Mapping[str, Any]) -> None:
+        self.root = root
+        self.feeds = dict(feeds)
+        self.decisions: list[Decision] = []
+        self.needs_inputs = False
+        self.read_inputs: set[str] = set()
+        """The inputs (placeholder names) the decided checks read the rank or dtype of."""
+        self._env: dict[torch.fx.Node, Any] = {}
+        self._inputs_of: dict[torch.fx.Node, frozenset[str]] = {}
+        self._last: torch.fx.Node | None = None
+
+    def decide(self, node: torch.fx.Node) -> bool | None:
+        """The value of the condition ``node``, or None when it is not a rank or dtype check
+        fxls can answer."""
+        try:
+            tensors = self._read(node, 0)
+        except _Undecidable:
+            return None
+        examples = {t: self._example(t) for t in tensors}
+        if any(e is _MISSING for e in examples.values()):
+            self.needs_inputs = True
+            return None
+        if any(not isinstance(e, torch.Tensor) for e in examples.values()):
+            return None
+        try:
+            value = self._value(node, examples, 0)
+        except Exception:  # an operator refused its operands: the check stays a trace failure
+            return None
+        if type(value) not in (bool, int):
+            return None
+        for tensor in tensors:
+            self.read_inputs |= self._inputs_of.get(tensor, frozenset())
+        return bool(value)
+
+    # -- the condition's form ------------------------------------------------------------
+
+    def _read(self, node: torch.fx.Node, depth: int) -> set[torch.fx.Node]:
+        """The tensor nodes whose rank or dtype the condition ``node`` reads; raises when
+        it reads anything else."""
+        if depth > _MAX_DEPTH:
+            raise _Undecidable
+        tensor = _metadata_of(node)
+        if tensor is not None:
+            return {tensor}
+        if node.op != "call_function" or node.target not in _OPERATORS or node.kwargs:
+            raise _Undecidable
+        found: set[torch.fx.Node] = set()
+        for arg in node.args:
+            found |= self._operand_reads(arg, depth + 1)
+        return found
+
+    def _operand_reads(self, arg: Any, depth: int) -> set[torch.fx.Node]:
+        if isinstance(arg, torch.fx.Node):
+            return self._read(arg, depth)
+        if isinstance(arg, _CONSTANTS):
+            return set()
+        if isinstance(arg, (tuple, list)) and depth <= _MAX_DEPTH and len(arg) <= 16:
+            found: set[torch.fx.Node] = set()
+            for item in arg:
+                found |= self._operand_reads(item, depth + 1)
+            return found
+        raise _Undecidable
+
+    def _value(self, node: torch.fx.Node, examples: dict[torch.fx.Node, Any], depth: int) -> Any:
+        tensor = _metadata_of(node)
+        if tensor is not None:
+            example = examples[tensor]
+            if node.op == "call_method":
+                return getattr(example, str(node.target))()
+            return getattr(example, str(node.args[1]))
+        args = [self._operand(a, examples, depth + 1) for a in node.args]
+        return node.target(*args)  # type: ignore[operator]
+
+    def _operand(self, arg: Any, examples: dict[torch.fx.Node, Any], depth: int) -> Any:
+        if isinstance(arg, torch.fx.Node):
+            return self._value(arg, examples, depth)
+        if isinstance(arg, (tuple, list)):
+            return type(arg)(self._operand(a, examples, depth + 1) for a in arg)
+        return arg
+
+    # -- the graph so far, on meta tensors -----------------------------------------------
+
+    def _example(self, target: torch.fx.Node) -> Any:
+        """``target``'s value from running the graph recorded so far on meta tensors (the
+        nodes after the last run only)."""
+        env = self._env
+        if target in env:
+            return env[target]
+        node = self._last.next if self._last is not None else target.graph._root.next
+        inputs_of = self._inputs_of
+        while node.op != "root":
+            env[node] = self._run(node)
+            if node.op == "placeholder":
+                inputs_of[node] = frozenset([str(node.target)])
+            else:
+                inputs_of[node] = frozenset().union(
+                    *(inputs_of.get(n, frozenset()) for n in node.all_input_nodes)
+                )
+            self._last = node
+            if node is target:
+                break
+            node = node.next
+        return env.get(target, _BROKEN)
+
+    def _run(self, node: torch.fx.Node) -> Any:
+        if node.op == "placeholder":
+            return self.feeds.get(str(node.target), _MISSING)
+        inputs = node.all_input_nodes
+        found = [self._env.get(n, _BROKEN) for n in inputs]
+        if any(v is _MISSING for v in found):
+            return _MISSING
+        if any(v is _BROKEN for v in found):
+            return _BROKEN
+        env = self._env
+        args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+        try:
+            with torch.device("meta"), torch.no_grad():
+                return _call(self.root, node, args, kwargs)
+        except Exception:  # data-dependent, or a kernel without a meta version
+            return _BROKEN
+
+
+def _call(root: torch.nn.Module, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+    target = node.target
+    if node.op == "get_attr":
+        value: Any = root
+        for part in str(target).split("."):
+            value = getattr(value, part)
+        return _to_meta(value)
+    if node.op == "call_module":
+        return root.get_submodule(str(target))(*args, **kwargs)
+    if node.op == "call_method":
+        return getattr(args[0], str(target))(*args[1:], **kwargs)
+    if node.op == "call_function":
+        return target(*args, **kwargs)  # type: ignore[operator]
+    return _BROKEN
+
+
+def _to_meta(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.device.type != "meta":
+        return torch.empty_like(value, device="meta")
+    return value
+
+
+def _metadata_of(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The tensor node whose rank or dtype ``node`` reads (``x.ndim``, ``x.dtype``,
+    ``x.dim()``), else None."""
+    args = node.args
+    if node.kwargs or not args or not isinstance(args[0], torch.fx.Node):
+        return None
+    if node.op == "call_function" and node.target is getattr and len(args) == 2:
+        return args[0] if args[1] in _ATTRIBUTES else None
+    if node.op == "call_method" and node.target in _METHODS and len(args) == 1:
+        return args[0]
+    return None
+
+
+def drop_checks(graph: torch.fx.Graph, decisions: list[Decision]) -> None:
+    """Remove each decided condition's nodes that nothing uses (the condition, then what it
+    read, while unused): a decided check leaves no trace in the graph."""
+    pending = [d.node for d in decisions]
+    while pending:
+        node = pending.pop()
+        if getattr(node, "_erased", False) or node.users or not _pure(node):
+            continue
+        inputs = node.all_input_nodes
+        graph.erase_node(node)
+        pending.extend(inputs)
+
+
+def _pure(node: torch.fx.Node) -> bool:
+    if _metadata_of(node) is not None:
+        return True
+    return node.op == "call_function" and node.target in _OPERATORS

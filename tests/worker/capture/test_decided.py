@@ -1,0 +1,85 @@
+"""Rank and dtype checks on traced values are decided while tracing; size and value checks
+are not (``fxls.worker.capture.trace.decided``)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+
+from fxls.protocol.labels import strategy_label
+from fxls.protocol.model import CaptureJob, ClassRequest, DimSpec, InputSpec, ModuleResult
+from fxls.worker.capture.pipeline import run_capture
+
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "capture" / "rank_checks.py"
+TEXT = FIXTURE.read_text(encoding="utf-8")
+LINES = TEXT.splitlines()
+
+
+def _line(needle: str) -> int:
+    return next(i for i, line in enumerate(LINES, start=1) if needle in line)
+
+
+def _capture(name: str, inputs: list[InputSpec] | None = None) -> ModuleResult:
+    request = ClassRequest(name, _line(f"class {name}("), inputs=inputs or [])
+    job = CaptureJob(path=str(FIXTURE), source=TEXT, classes=[request])
+    (mod,) = run_capture(job, lambda *_: None).modules
+    return mod
+
+
+def _fixture() -> object:
+    spec = importlib.util.spec_from_file_location("fxls_fixture_rank_checks", FIXTURE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rank_and_dtype_checks_of_assumed_inputs_are_decided_and_leave_no_node() -> None:
+    mod = _capture("Attention")
+    # torch.fx stops at `input_ndim == 4`; with the input inferred from `to_q`, the checks
+    # are answered from its rank and dtype and the module has an FX graph (it had a fake run)
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx+decided"
+    assert [(i.name, i.value.shape) for i in mod.inputs] == [("hidden_states", ["B", "T", 32])]
+    assert [o.shape for o in mod.outputs] == [["B", "T", 32]]
+    checks = {d.span.line: d for d in mod.diagnostics if d.code == "FX101"}
+    both = [i for i, line in enumerate(LINES, start=1) if "if input_ndim == 4" in line]
+    assert sorted(checks) == [*both, _line("if out.dtype")]
+    assert all(d.severity == "information" and d.data["value"] is False for d in checks.values())
+    # the checks' own nodes are gone: nothing reads a rank or dtype, nothing unused is hinted
+    assert not [n for n in mod.nodes if n.target in ("getattr", "eq", "dim")]
+    assert [n.target for n in mod.nodes if n.op == "call_module"] == ["to_q"]
+    assert not [d for d in mod.diagnostics if d.code == "FX301"]
+
+
+def test_a_declared_image_takes_the_other_branch() -> None:
+    image = InputSpec("hidden_states", dims=[DimSpec("B"), DimSpec(size=32), DimSpec("H"),
+                                             DimSpec("W")])  # fmt: skip
+    mod = _capture("Attention", [image])
+    assert strategy_label(mod.strategy) == "fx+decided"
+    assert [o.shape for o in mod.outputs] == [["B", 32, "H", "W"]]
+    checks = [d for d in mod.diagnostics if d.code == "FX101"]
+    assert [d.data["value"] for d in checks] == [True, True, False]
+    model = _fixture().Attention()  # type: ignore[attr-defined]
+    for size in (2, 3):
+        assert model(torch.randn(size, 32, 4, 5)).shape == (size, 32, 4, 5)
+
+
+def test_one_configuration_called_with_two_ranks_takes_each_its_branch() -> None:
+    # identical sub-blocks are traced once and replayed; a block whose trace decided a check
+    # is not replayed for another call, which may pass another rank
+    tokens = InputSpec("tokens", dims=[DimSpec("B"), DimSpec("T"), DimSpec(size=32)])
+    image = InputSpec("image", dims=[DimSpec("B"), DimSpec(size=32), DimSpec("H"), DimSpec("W")])
+    mod = _capture("TwoRanks", [tokens, image])
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx+decided"
+    assert [o.shape for o in mod.outputs] == [["B", "T", 32], ["B", 32, "H", "W"]]
+
+
+def test_size_and_value_checks_are_not_decided() -> None:
+    x = InputSpec("x", dims=[DimSpec("B"), DimSpec(size=3)])
+    for name, source in (("SizeCheck", "x.shape[1] == 3"), ("ValueCheck", "x.sum() > 0")):
+        mod = _capture(name, [x])
+        assert "decided" not in strategy_label(mod.strategy), name
+        (check,) = [d for d in mod.diagnostics if d.code == "FX101"]
+        assert source in check.message and "value" not in check.data

@@ -256,6 +256,24 @@ def test_attention_processors_are_skipped_as_called_through_call() -> None:
     assert not [t for t in messages if "missing the required" in t], messages
 
 
+def test_diffusers_attention_keeps_its_graph_past_the_processors_rank_check() -> None:
+    """diffusers' ``Attention`` as released: its processor branches on
+    ``input_ndim = hidden_states.ndim``; fxls decides the check from the input's rank while
+    tracing, so the class has an FX graph (it had a run on fake tensors) and the check is
+    information saying the value taken."""
+    documents = _check(PACKAGES["diffusers"] / "models/attention_processor.py")
+    modules = {m["class"]: m for d in documents for m in d["modules"]}
+    attention = modules["Attention"]
+    # the mask left at `None` (a proxy while tracing, which goes into the mask's code) is
+    # fixed to its default past the decided check
+    assert attention["capture"] == "fx+concrete+decided", attention["capture"]
+    assert attention["outputs"][0]["shape"] == ["B", "T", 64], attention["outputs"]
+    checks = [x for x in attention["diagnostics"] if x["code"] == "FX101"]
+    assert checks and all(x["severity"] == "information" for x in checks), checks
+    ranks = [x for x in checks if "input_ndim == 4" in x["message"]]
+    assert ranks and all("`False` for these inputs" in (x.get("fix") or "") for x in ranks), checks
+
+
 def test_no_unused_computation_is_reported_in_llama() -> None:
     """Every operation of Llama's blocks feeds the output: no FX302 hint. Running `forward` on
     fake tensors records a submodule's call and the operations inside it (the call gives back

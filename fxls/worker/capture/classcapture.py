@@ -536,6 +536,8 @@ class ClassCapture:
         """The traced graph's shapes with the inputs the capture ran with."""
         self.assumed_inputs: list[tuple[inputs.PlannedInput, Span]] = []
         """Inputs fxls inferred, with where to report them (FX405)."""
+        self.decided: decided.Decider | None = None
+        """The decider of the trace used when it decided checks."""
         self.decided_inputs: set[str] = set()
         """Inputs whose rank or dtype a check decided while tracing read: other forms of
         them are not tried (the graph holds their branch)."""
@@ -1169,6 +1171,11 @@ class ClassCapture:
                 unknown = decider.needs_inputs and not repairs.decided
                 if unknown and self._infer_for_checks(module, tracer.graph, plan):
                     repair = strategies.Repair("decided", f"`{short_source(text)}`")
+                elif repair is None and repairs.decided:
+                    # past a decided check, the trace went where a default (`mask=None`,
+                    # a proxy while tracing) took another branch: the defaults, as a run
+                    # on fake tensors has them
+                    repair = strategies.defaults_fixed(repairs, defaults)
                 if repair is not None and repair.kind == "leaf" and auto_leaves >= MAX_AUTO_LEAVES:
                     repair = None
                 diag = self._trace_failure(exc, failure, text, repair, defaults)
@@ -1227,6 +1234,7 @@ class ClassCapture:
         information in the end), and the strategy says ``decided``."""
         decisions = decider.decisions
         self.decided_inputs = set(decider.read_inputs)
+        self.decided = decider if decisions else None
         if not decisions:  # an earlier attempt's inferred inputs decided none in the end
             repairs.applied = [r for r in repairs.applied if r.kind != "decided"]
             return
@@ -1362,8 +1370,10 @@ class ClassCapture:
         sequence-first for an RNN; a sequence as long as the size the error named)."""
         prop = self._propagate(gm, ordered, placeholders)
         if isinstance(prop, shapes.Propagation) and prop.error is None:
-            if not _output_batch_twice(gm, prop.values, ordered):
+            if self.decided is None or not _output_batch_twice(gm, prop.values, ordered):
                 return ordered, prop
+            # the graph of decided checks stands in for a run on fake tensors, which tries
+            # the other forms of an assumed input then (`_batch_once`): so does it
             return self._batch_once(gm, placeholders, ordered, prop)
         failed = prop.error if isinstance(prop, shapes.Propagation) else None
         named = inputs.sizes_named_by(failed.original) if failed is not None else []

@@ -83,3 +83,13 @@ def test_size_and_value_checks_are_not_decided() -> None:
         assert "decided" not in strategy_label(mod.strategy), name
         (check,) = [d for d in mod.diagnostics if d.code == "FX101"]
         assert source in check.message and "value" not in check.data
+
+
+def test_a_dtype_read_off_a_weight_leaves_no_unused_node() -> None:
+    mod = _capture("Cast", [InputSpec("x", dims=[DimSpec("B"), DimSpec(size=8)])])
+    assert strategy_label(mod.strategy) == "fx+decided"
+    (check,) = [d for d in mod.diagnostics if d.code == "FX101"]
+    assert check.data["value"] is False
+    # the weight read for its dtype only is gone with the check: no FX302 hint about it
+    assert not [d for d in mod.diagnostics if d.code == "FX302"], mod.diagnostics
+    assert [n.op for n in mod.nodes] == ["placeholder", "call_module", "output"]

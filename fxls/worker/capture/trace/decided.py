@@ -240,6 +240,6 @@ def drop_checks(graph: torch.fx.Graph, decisions: list[Decision]) -> None:
 
 
 def _pure(node: torch.fx.Node) -> bool:
-    if _metadata_of(node) is not None:
+    if _metadata_of(node) is not None or node.op == "get_attr":  # `self.proj.weight.dtype`
         return True
     return node.op == "call_function" and node.target in _OPERATORS

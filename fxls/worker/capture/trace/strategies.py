@@ -238,6 +238,13 @@ def next_repair(
     return None
 
 
+def defaults_fixed(repairs: Repairs, candidates: Collection[str]) -> Repair | None:
+    """The plain-value arguments not fixed yet, all fixed to their defaults; None when none
+    is left."""
+    rest = [n for n in candidates if n not in repairs.concrete]
+    return Repair("concrete", ", ".join(rest), names=rest) if rest else None
+
+
 def _raised_by_root(exc: BaseException, root: torch.nn.Module, path: str) -> bool:
     """Whether ``exc`` was raised by a ``raise`` in the root module's own ``forward`` (its
     innermost frame), not by torch or a layer it called."""

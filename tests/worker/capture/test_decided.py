@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import CaptureJob, ClassRequest, DimSpec, InputSpec, ModuleResult
+from fxls.protocol.positions import SourceText
 from fxls.worker.capture.pipeline import run_capture
+from fxls.worker.capture.trace import decided
+from fxls.worker.capture.trace.tracer import SpanTracer
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "capture" / "rank_checks.py"
 TEXT = FIXTURE.read_text(encoding="utf-8")
@@ -28,7 +32,7 @@ def _capture(name: str, inputs: list[InputSpec] | None = None) -> ModuleResult:
     return mod
 
 
-def _fixture() -> object:
+def _fixture() -> Any:
     spec = importlib.util.spec_from_file_location("fxls_fixture_rank_checks", FIXTURE)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -61,7 +65,7 @@ def test_a_declared_image_takes_the_other_branch() -> None:
     assert [o.shape for o in mod.outputs] == [["B", 32, "H", "W"]]
     checks = [d for d in mod.diagnostics if d.code == "FX101"]
     assert [d.data["value"] for d in checks] == [True, True, False]
-    model = _fixture().Attention()  # type: ignore[attr-defined]
+    model = _fixture().Attention()
     for size in (2, 3):
         assert model(torch.randn(size, 32, 4, 5)).shape == (size, 32, 4, 5)
 
@@ -93,3 +97,34 @@ def test_a_dtype_read_off_a_weight_leaves_no_unused_node() -> None:
     # the weight read for its dtype only is gone with the check: no FX302 hint about it
     assert not [d for d in mod.diagnostics if d.code == "FX302"], mod.diagnostics
     assert [n.op for n in mod.nodes] == ["placeholder", "call_module", "output"]
+
+
+def _traced_with_reuse(module: torch.nn.Module, *examples: torch.Tensor) -> SpanTracer:
+    """A trace of ``module`` as the capture makes one: identical blocks replayed, checks
+    decided from the examples (on the meta device)."""
+    tracer = SpanTracer(str(FIXTURE), SourceText(TEXT), reuse_blocks=True)
+    names = [n for n in ("x", "tokens", "image") if n in module.forward.__code__.co_varnames]
+    feeds = {n: e.to("meta") for n, e in zip(names, examples, strict=True)}
+    tracer.decider = decided.Decider(module, feeds)
+    graph = tracer.trace(module)
+    decided.drop_checks(graph, tracer.decider.decisions)
+    tracer.graph_module = torch.fx.GraphModule(module, graph)  # type: ignore[attr-defined]
+    return tracer
+
+
+def test_identical_blocks_that_decide_a_check_are_replayed_for_the_same_ranks() -> None:
+    fixture = _fixture()
+    torch.manual_seed(0)
+    stack = fixture.Stack()
+    x = torch.randn(2, 5, 32)
+    tracer = _traced_with_reuse(stack, x)
+    assert tracer.replayer is not None and len(tracer.replayer.segments) == 2
+    assert torch.allclose(tracer.graph_module(x), stack(x))  # type: ignore[attr-defined]
+    # the same configuration called with a sequence, then an image: not replayed
+    two = fixture.TwoRanks()
+    image = torch.randn(2, 32, 3, 4)
+    tracer = _traced_with_reuse(two, x, image)
+    assert tracer.replayer is not None and tracer.replayer.segments == []
+    got = tracer.graph_module(x, image)  # type: ignore[attr-defined]
+    want = two(x, image)
+    assert all(torch.allclose(a, b) for a, b in zip(got, want, strict=True))

@@ -7,7 +7,7 @@ dtype do not depend on the values of its sizes. :class:`Decider` answers such a 
 condition is made only of ranks and dtypes (``.ndim``, ``.dim()``, ``.dtype``,
 ``.is_floating_point()``) of traced tensors, comparisons and boolean operators of them, and
 constants; it finds those tensors' ranks and dtypes by running the graph recorded so far on
-meta tensors of the inputs (at their example sizes). A check on sizes (``x.shape[1] == 3``) or
+tensors of the inputs' example sizes, on the module's device (meta, as fxls builds modules). A check on sizes (``x.shape[1] == 3``) or
 on values is never decided: it would hold for the example only.
 
 The graph then holds the branch these inputs take; the strategy says so (``fx+decided``) and
@@ -70,7 +70,10 @@ class Decider:
 
     def __init__(self, root: torch.nn.Module, feeds: Mapping[str, Any]) -> None:
         self.root = root
-        self.feeds = dict(feeds)
+        self.device = _device_of(root)
+        """Where the graph runs: the module's own device (meta, as fxls builds modules, or
+        the CPU where a module could not be built on meta), the inputs made there."""
+        self.feeds = {name: _moved(value, self.device) for name, value in feeds.items()}
         self.decisions: list[Decision] = []
         self.needs_inputs = False
         self.read_inputs: set[str] = set()
@@ -101,6 +104,16 @@ class Decider:
         for tensor in tensors:
             self.read_inputs |= self._inputs_of.get(tensor, frozenset())
         return bool(value)
+
+    def ranks_and_dtypes(self, nodes: list[torch.fx.Node]) -> tuple[Any, ...] | None:
+        """The rank and dtype of each node's value, None when one is not a known tensor."""
+        out = []
+        for node in nodes:
+            example = self._example(node)
+            if not isinstance(example, torch.Tensor):
+                return None
+            out.append((example.ndim, example.dtype))
+        return tuple(out)
 
     # -- the condition's form ------------------------------------------------------------
 
@@ -185,7 +198,7 @@ class Decider:
         args = torch.fx.node.map_arg(node.args, lambda n: env[n])
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
         try:
-            with torch.device("meta"), torch.no_grad():
+            with torch.device(self.device), torch.no_grad():
                 return _call(self.root, node, args, kwargs)
         except Exception:  # data-dependent, or a kernel without a meta version
             return _BROKEN
@@ -197,7 +210,7 @@ def _call(root: torch.nn.Module, node: torch.fx.Node, args: Any, kwargs: Any) ->
         value: Any = root
         for part in str(target).split("."):
             value = getattr(value, part)
-        return _to_meta(value)
+        return value
     if node.op == "call_module":
         return root.get_submodule(str(target))(*args, **kwargs)
     if node.op == "call_method":
@@ -207,9 +220,17 @@ def _call(root: torch.nn.Module, node: torch.fx.Node, args: Any, kwargs: Any) ->
     return _BROKEN
 
 
-def _to_meta(value: Any) -> Any:
-    if isinstance(value, torch.Tensor) and value.device.type != "meta":
-        return torch.empty_like(value, device="meta")
+def _device_of(root: torch.nn.Module) -> torch.device:
+    for tensor in [*root.parameters(), *root.buffers()]:
+        return tensor.device
+    return torch.device("meta")
+
+
+def _moved(value: Any, device: torch.device) -> Any:
+    """An input example on ``device``: zeros there (sizes and dtype kept) for a tensor on
+    another device."""
+    if isinstance(value, torch.Tensor) and value.device != device:
+        return torch.zeros_like(value, device=device)
     return value
 
 

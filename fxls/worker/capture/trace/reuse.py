@@ -298,6 +298,9 @@ class Template:
     inner_spans: list[tuple[Any, Any, Any]] = field(default_factory=list)
     """Per distinct inner frames: the innermost one's span, the call site when a root method's
     frame is among them (else ``_BY_OUTER``), the outermost one's span."""
+    decided_for: tuple[Any, ...] | None = None
+    """When the call decided a check from ranks and dtypes: its arguments' ranks and dtypes
+    (a call replays it only with the same)."""
 
 
 @dataclass
@@ -324,7 +327,7 @@ class _Recording:
     frames: dict[torch.fx.Node, tuple[str | None, Frames]] = field(default_factory=dict)
     decided: bool = False
     """A rank or dtype check was decided inside the call: for these arguments' ranks and
-    dtypes, which the key does not hold."""
+    dtypes, which the key does not hold (``Template.decided_for`` does)."""
 
 
 _NOT_REPLAYABLE = object()
@@ -355,6 +358,9 @@ class TracerHooks(Protocol):
     def note_params(self, frame: FrameType | None) -> None:
         """Record which parameters of each document frame on the stack are proxies."""
 
+    def ranks_and_dtypes(self, nodes: list[torch.fx.Node]) -> tuple[Any, ...] | None:
+        """The rank and dtype of each node's value, None when one is not known."""
+
 
 class Replayer:
     """Records templates and replays them for one trace (held by the tracer)."""
@@ -381,7 +387,7 @@ class Replayer:
 
     def note_decided(self) -> None:
         """A check was decided from the ranks and dtypes of the values at hand: the calls
-        being recorded are not replayed (another call may pass other ranks)."""
+        being recorded replay only for arguments of the same ranks and dtypes."""
         for rec in self.recordings:
             rec.decided = True
 
@@ -406,12 +412,22 @@ class Replayer:
         path = self.tracer.path_of_module(module)
         template = self.templates.get(key)
         if isinstance(template, Template):
-            if self._fresh(path, template):
+            if self._fresh(path, template) and self._same_decisions(template, args, kwargs):
                 return self._replay(path, template, args, kwargs)
             return call()
         if template is _NOT_REPLAYABLE or self.tracer.num_calls.get(path, 0):
             return call()
         return self._record(key, path, module, args, kwargs, call)
+
+    def _same_decisions(
+        self, template: Template, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> bool:
+        """Whether the checks the template's call decided go the same way for this call: it
+        decided none, or this call's arguments have the same ranks and dtypes."""
+        if template.decided_for is None:
+            return True
+        nodes = [v.node for v in [*args, *kwargs.values()] if type(v) is torch.fx.Proxy]
+        return self.tracer.ranks_and_dtypes(nodes) == template.decided_for
 
     def _in_tree(self, module: torch.nn.Module) -> bool:
         paths = self.tracer.submodule_paths
@@ -494,8 +510,8 @@ class Replayer:
         kwargs: dict[str, Any],
         result: Any,
     ) -> Template | None:
-        if fingerprint(module) != rec.fingerprint or rec.decided:
-            return None  # forward changed the instance, or decided a check for these inputs
+        if fingerprint(module) != rec.fingerprint:
+            return None  # forward changed the instance
         nodes: list[_Recorded] = []
         node = rec.start.next
         while node is not self.tracer.graph._root:
@@ -505,6 +521,9 @@ class Replayer:
             nodes.append(_Recorded(node, created[0], created[1]))
             node = node.next
         inputs = [v.node for v in [*args, *kwargs.values()] if type(v) is torch.fx.Proxy]
+        decided_for = self.tracer.ranks_and_dtypes(inputs) if rec.decided else None
+        if rec.decided and decided_for is None:
+            return None  # decided for arguments whose ranks and dtypes are not known
         inside = {r.node for r in nodes} | set(inputs)
         prefix = rec.path + "."
         for r in nodes:
@@ -532,7 +551,7 @@ class Replayer:
         cache = self.parameter_cache or {}
         template = Template(
             path=rec.path, inputs=inputs, nodes=nodes, output=output,
-            stack_depth=rec.stack_depth, calls=calls,
+            stack_depth=rec.stack_depth, calls=calls, decided_for=decided_for,
         )  # fmt: skip
         stacks: dict[tuple[tuple[str, str, Any], ...], int] = {}
         inner: dict[Frames, int] = {}

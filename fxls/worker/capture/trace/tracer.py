@@ -186,6 +186,18 @@ class SpanTracer(torch.fx.Tracer):
             self.replayer.note_decided()
         return found
 
+    def ranks_and_dtypes(self, nodes: list[torch.fx.Node]) -> tuple[Any, ...] | None:
+        """The rank and dtype of each node's value (for replaying a block whose call decided
+        a check); None when one is not known."""
+        decider = self.decider
+        if decider is None:
+            return None
+        self.deciding = True
+        try:
+            return decider.ranks_and_dtypes(nodes)
+        finally:
+            self.deciding = False
+
     def create_proxy(self, kind: str, target: Any, args: Any, *rest: Any, **more: Any) -> Any:
         kwargs = rest[0] if rest else more.get("kwargs")
         if kind == "call_method" and target == "__call__" and _called_after_callable(args, kwargs):

@@ -1241,9 +1241,12 @@ class ClassCapture:
         said = {d.span.line: d for d in self.mod.diagnostics if d.code == "FX101"}
         texts = []
         for decision in decisions:
-            span = decision.span or self.span
-            text = short_source(self.doc.source.text(span)) if decision.span else "a check"
-            texts.append(text)
+            span = decision.span
+            if span is None:  # in code of another file (a library's module)
+                texts.append("checks in code of other files")
+                continue
+            text = short_source(self.doc.source.text(span))
+            texts.append(f"`{text}`")
             diag = said.get(span.line)
             if diag is None:
                 name = failures.flag_name(text) or "flag"
@@ -1258,7 +1261,7 @@ class ClassCapture:
                 f"`{decision.value}` for these inputs."
             )
             diag.fix = f"{how} {diag.fix}" if diag.fix else how
-        target = ", ".join(f"`{t}`" for t in dict.fromkeys(texts))
+        target = ", ".join(dict.fromkeys(texts))
         found = next((r for r in repairs.applied if r.kind == "decided"), None)
         if found is None:
             repairs.add(strategies.Repair("decided", target))
@@ -1374,7 +1377,7 @@ class ClassCapture:
                 return ordered, prop
             # the graph of decided checks stands in for a run on fake tensors, which tries
             # the other forms of an assumed input then (`_batch_once`): so does it
-            return self._batch_once(gm, placeholders, ordered, prop)
+            return self._one_batch(gm, placeholders, ordered, prop)
         failed = prop.error if isinstance(prop, shapes.Propagation) else None
         named = inputs.sizes_named_by(failed.original) if failed is not None else []
         sequence = next(
@@ -1397,7 +1400,7 @@ class ClassCapture:
                 self.met_none = self.met_none or _NONE in said[:2000]
         return ordered, prop
 
-    def _batch_once(
+    def _one_batch(
         self,
         gm: torch.fx.GraphModule,
         placeholders: list[torch.fx.Node],

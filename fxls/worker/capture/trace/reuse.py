@@ -499,8 +499,16 @@ class Replayer:
             self.recordings.remove(rec)
         if key not in self.templates:  # a nested call of the same configuration may have
             template = self._template(rec, module, args, kwargs, result)
+            if template is not None and rec.decided:
+                template = self._decided_for(template)
             self.templates[key] = template if template is not None else _NOT_REPLAYABLE
         return result
+
+    def _decided_for(self, template: Template) -> Template | None:
+        """``template`` of a call that decided a check, with its arguments' ranks and
+        dtypes; None when they are not known (it is not replayed)."""
+        template.decided_for = self.tracer.ranks_and_dtypes(template.inputs)
+        return template if template.decided_for is not None else None
 
     def _template(
         self,
@@ -521,9 +529,6 @@ class Replayer:
             nodes.append(_Recorded(node, created[0], created[1]))
             node = node.next
         inputs = [v.node for v in [*args, *kwargs.values()] if type(v) is torch.fx.Proxy]
-        decided_for = self.tracer.ranks_and_dtypes(inputs) if rec.decided else None
-        if rec.decided and decided_for is None:
-            return None  # decided for arguments whose ranks and dtypes are not known
         inside = {r.node for r in nodes} | set(inputs)
         prefix = rec.path + "."
         for r in nodes:
@@ -551,7 +556,7 @@ class Replayer:
         cache = self.parameter_cache or {}
         template = Template(
             path=rec.path, inputs=inputs, nodes=nodes, output=output,
-            stack_depth=rec.stack_depth, calls=calls, decided_for=decided_for,
+            stack_depth=rec.stack_depth, calls=calls,
         )  # fmt: skip
         stacks: dict[tuple[tuple[str, str, Any], ...], int] = {}
         inner: dict[Frames, int] = {}

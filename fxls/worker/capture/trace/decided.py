@@ -17,6 +17,7 @@ once it is decided, are removed after the trace (:func:`drop_checks`).
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -221,9 +222,10 @@ def _call(root: torch.nn.Module, node: torch.fx.Node, args: Any, kwargs: Any) ->
 
 
 def _device_of(root: torch.nn.Module) -> torch.device:
-    for tensor in [*root.parameters(), *root.buffers()]:
-        return tensor.device
-    return torch.device("meta")
+    """The device of the module's first parameter or buffer (one lookup: the decider is
+    made for every trace)."""
+    first = next(itertools.chain(root.parameters(), root.buffers()), None)
+    return first.device if first is not None else torch.device("meta")
 
 
 def _moved(value: Any, device: torch.device) -> Any:

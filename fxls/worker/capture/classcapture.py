@@ -536,8 +536,8 @@ class ClassCapture:
         """The traced graph's shapes with the inputs the capture ran with."""
         self.assumed_inputs: list[tuple[inputs.PlannedInput, Span]] = []
         """Inputs fxls inferred, with where to report them (FX405)."""
-        self.decided: decided.Decider | None = None
-        """The decider of the trace used when it decided checks."""
+        self.checks_decided = False
+        """The trace used decided checks from ranks and dtypes (``fx+decided``)."""
         self.decided_inputs: set[str] = set()
         """Inputs whose rank or dtype a check decided while tracing read: other forms of
         them are not tried (the graph holds their branch)."""
@@ -1234,7 +1234,7 @@ class ClassCapture:
         information in the end), and the strategy says ``decided``."""
         decisions = decider.decisions
         self.decided_inputs = set(decider.read_inputs)
-        self.decided = decider if decisions else None
+        self.checks_decided = bool(decisions)
         if not decisions:  # an earlier attempt's inferred inputs decided none in the end
             repairs.applied = [r for r in repairs.applied if r.kind != "decided"]
             return
@@ -1373,7 +1373,7 @@ class ClassCapture:
         sequence-first for an RNN; a sequence as long as the size the error named)."""
         prop = self._propagate(gm, ordered, placeholders)
         if isinstance(prop, shapes.Propagation) and prop.error is None:
-            if self.decided is None or not _output_batch_twice(gm, prop.values, ordered):
+            if not self.checks_decided or not _output_batch_twice(gm, prop.values, ordered):
                 return ordered, prop
             # the graph of decided checks stands in for a run on fake tensors, which tries
             # the other forms of an assumed input then (`_batch_once`): so does it
@@ -1384,21 +1384,29 @@ class ClassCapture:
             (size for p in ordered for name, size in p.dims if name == inputs.SEQUENCE),
             _frames(ordered) or _unused_size(ordered),
         )
+        for trial in self._other_forms(ordered, named, sequence):
+            # trials run with static sizes (cheap); only the one that fits runs symbolic
+            attempt = self._propagate(gm, trial, placeholders, symbolic=False)
+            if isinstance(attempt, shapes.Propagation) and attempt.error is None:
+                return trial, self._propagate(gm, trial, placeholders)
+            error = attempt.error if isinstance(attempt, shapes.Propagation) else None
+            said = f"{error.original} {error.message}" if error else str(attempt)
+            self.met_none = self.met_none or _NONE in said[:2000]
+        return ordered, prop
+
+    def _other_forms(
+        self, ordered: list[inputs.PlannedInput], named: list[int], sequence: int | None
+    ) -> Iterator[list[inputs.PlannedInput]]:
+        """``ordered`` with one input in another form (``inputs.alternatives``), in order;
+        never one that changes the rank or dtype of an input a decided check read (the graph
+        holds the branch of the form it was traced with)."""
         for index, planned in enumerate(ordered):
             for alternative in inputs.alternatives(planned, named, sequence):
                 if planned.name in self.decided_inputs and not _same_rank_and_dtype(
                     planned, alternative
                 ):
-                    continue  # the graph holds the branch of this input's rank and dtype
-                trial = [*ordered[:index], alternative, *ordered[index + 1 :]]
-                # trials run with static sizes (cheap); only the one that fits runs symbolic
-                attempt = self._propagate(gm, trial, placeholders, symbolic=False)
-                if isinstance(attempt, shapes.Propagation) and attempt.error is None:
-                    return trial, self._propagate(gm, trial, placeholders)
-                error = attempt.error if isinstance(attempt, shapes.Propagation) else None
-                said = f"{error.original} {error.message}" if error else str(attempt)
-                self.met_none = self.met_none or _NONE in said[:2000]
-        return ordered, prop
+                    continue
+                yield [*ordered[:index], alternative, *ordered[index + 1 :]]
 
     def _one_batch(
         self,
@@ -1408,22 +1416,16 @@ class ClassCapture:
         prop: shapes.Propagation,
     ) -> tuple[list[inputs.PlannedInput], shapes.Propagation]:
         """Shapes whose output had the batch twice (:func:`_batch_twice`): the first other
-        form of an assumed input with which it has it once, else ``prop`` as it is. A form
-        that changes the rank or dtype of an input a decided check read is not tried: the
-        graph holds the branch of the form it was traced with."""
-        kept = self.decided_inputs
-        for index, planned in enumerate(ordered):
-            for alternative in inputs.alternatives(planned, [], _unused_size(ordered)):
-                if planned.name in kept and not _same_rank_and_dtype(planned, alternative):
-                    continue
-                trial = [*ordered[:index], alternative, *ordered[index + 1 :]]
-                attempt = self._propagate(gm, trial, placeholders, symbolic=False)
-                if not isinstance(attempt, shapes.Propagation) or attempt.error is not None:
-                    continue
-                if not _output_batch_twice(gm, attempt.values, trial):
-                    again = self._propagate(gm, trial, placeholders)
-                    if isinstance(again, shapes.Propagation):
-                        return trial, again
+        form of an assumed input (:meth:`_other_forms`) with which it has it once, else
+        ``prop`` as it is."""
+        for trial in self._other_forms(ordered, [], _unused_size(ordered)):
+            attempt = self._propagate(gm, trial, placeholders, symbolic=False)
+            if not isinstance(attempt, shapes.Propagation) or attempt.error is not None:
+                continue
+            if not _output_batch_twice(gm, attempt.values, trial):
+                again = self._propagate(gm, trial, placeholders)
+                if isinstance(again, shapes.Propagation):
+                    return trial, again
         return ordered, prop
 
     def _shapes(

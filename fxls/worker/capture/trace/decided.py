@@ -79,6 +79,7 @@ class Decider:
         self.needs_inputs = False
         self.read_inputs: set[str] = set()
         """The inputs (placeholder names) the decided checks read the rank or dtype of."""
+        self._interpreter: torch.fx.Interpreter | None = None
         self._env: dict[torch.fx.Node, Any] = {}
         self._inputs_of: dict[torch.fx.Node, frozenset[str]] = {}
         self._last: torch.fx.Node | None = None
@@ -97,7 +98,7 @@ class Decider:
         if any(not isinstance(e, torch.Tensor) for e in examples.values()):
             return None
         try:
-            value = self._value(node, examples, 0)
+            value = self._value(node, examples)
         except Exception:  # an operator refused its operands: the check stays a trace failure
             return None
         if type(value) not in (bool, int):
@@ -145,22 +146,16 @@ class Decider:
             return found
         raise _Undecidable
 
-    def _value(self, node: torch.fx.Node, examples: dict[torch.fx.Node, Any], depth: int) -> Any:
+    def _value(self, node: torch.fx.Node, examples: dict[torch.fx.Node, Any]) -> Any:
+        """The condition's value (its form checked by :meth:`_read`)."""
         tensor = _metadata_of(node)
         if tensor is not None:
             example = examples[tensor]
             if node.op == "call_method":
                 return getattr(example, str(node.target))()
             return getattr(example, str(node.args[1]))
-        args = [self._operand(a, examples, depth + 1) for a in node.args]
+        args = torch.fx.node.map_arg(node.args, lambda n: self._value(n, examples))
         return node.target(*args)  # type: ignore[operator]
-
-    def _operand(self, arg: Any, examples: dict[torch.fx.Node, Any], depth: int) -> Any:
-        if isinstance(arg, torch.fx.Node):
-            return self._value(arg, examples, depth)
-        if isinstance(arg, (tuple, list)):
-            return type(arg)(self._operand(a, examples, depth + 1) for a in arg)
-        return arg
 
     # -- the graph so far, on meta tensors -----------------------------------------------
 
@@ -195,30 +190,16 @@ class Decider:
             return _MISSING
         if any(v is _BROKEN for v in found):
             return _BROKEN
-        env = self._env
-        args = torch.fx.node.map_arg(node.args, lambda n: env[n])
-        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+        if self._interpreter is None:  # torch's own way to run a node, on this env
+            self._interpreter = torch.fx.Interpreter(
+                self.root, garbage_collect_values=False, graph=node.graph
+            )
+            self._interpreter.env = self._env
         try:
             with torch.device(self.device), torch.no_grad():
-                return _call(self.root, node, args, kwargs)
+                return self._interpreter.run_node(node)
         except Exception:  # data-dependent, or a kernel without a meta version
             return _BROKEN
-
-
-def _call(root: torch.nn.Module, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
-    target = node.target
-    if node.op == "get_attr":
-        value: Any = root
-        for part in str(target).split("."):
-            value = getattr(value, part)
-        return value
-    if node.op == "call_module":
-        return root.get_submodule(str(target))(*args, **kwargs)
-    if node.op == "call_method":
-        return getattr(args[0], str(target))(*args[1:], **kwargs)
-    if node.op == "call_function":
-        return target(*args, **kwargs)  # type: ignore[operator]
-    return _BROKEN
 
 
 def _device_of(root: torch.nn.Module) -> torch.device:

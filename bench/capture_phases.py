@@ -16,7 +16,8 @@ With ``--file`` it captures every class of a model file instead (what an edit in
 its classes captures when the classes form one unit: the edited class, its parents and its
 children), with the file's depth set by ``--depth`` (GPT ``n_layer``, ResNet ``layers``),
 and prints each class's steps and the whole capture's wall and CPU time; ``--profile N`` writes cProfile's top N functions of one
-such child (cumulative and own time) to stderr.
+such child (cumulative and own time) to stderr, and its whole profile to the file that
+``FXLS_PROFILE_DUMP`` names, if set (for ``pstats``: callers, callees).
 
 Usage: .venv/bin/python bench/capture_phases.py [--runs 3] [--models gpt48,llama7b,resnet50]
        .venv/bin/python bench/capture_phases.py --file gpt48 --depth 2 [--profile 40]
@@ -78,6 +79,8 @@ def file_child(path: Path, text: str, profile: int, out: int) -> None:
         stats = pstats.Stats(profiler, stream=sys.stderr)
         stats.sort_stats("cumulative").print_stats(profile)
         stats.sort_stats("tottime").print_stats(profile)
+        if os.environ.get("FXLS_PROFILE_DUMP"):
+            stats.dump_stats(os.environ["FXLS_PROFILE_DUMP"])
     for mod in result.modules:
         for step, seconds in mod.timings.items():
             spent[f"{mod.name}.{step}"] = seconds

@@ -362,7 +362,7 @@ def _renamed_text(text: str, names: dict[str, str]) -> str:
     return _NAME.sub(lambda m: names.get(m.group(), m.group()), text)
 
 
-def _moved_path(text: str | None, old: str, new: str) -> str | None:
+def moved_path(text: str | None, old: str, new: str) -> str | None:
     """``old`` (a module path prefix of ``text``) replaced by ``new``."""
     if text is None or not old:
         return text
@@ -392,8 +392,8 @@ def _moved(
     for i, (template, name) in enumerate(zip(templates, block.names)):
         target = template.target
         if template.op in _PATH_OPS:
-            target = _moved_path(target, old, new) or target
-        path = _moved_path(template.module_path, old, new)
+            target = moved_path(target, old, new) or target
+        path = moved_path(template.module_path, old, new)
         inputs = [renamed.get(x, x) for x in template.inputs]
         yield i, template, name, target, path, inputs, renamed
 

@@ -43,11 +43,9 @@ from fxls.worker.capture import cpulimit, failures
 from fxls.worker.capture.build import inputs, parents
 from fxls.worker.capture.build import instances as build
 from fxls.worker.capture.document import ExecutedDocument
-from fxls.worker.capture.records import arguments
+from fxls.worker.capture.records import blocks
 from fxls.worker.capture.records.nodes import (
     containers,
-    copied_node_info,
-    node_copy,
     node_info,
     output_values,
 )
@@ -763,41 +761,23 @@ class ClassCapture:
         examples: dict[str, Any],
         rename: Callable[[str], str] | None = None,
     ) -> None:
-        """The graph's nodes and outputs as wire data. A node copied from an identical
-        sub-block's template becomes a ``NodeCopy`` of the template's record in
+        """The graph's nodes and outputs as wire data. The nodes one replayed call of an
+        identical sub-block made become one ``BlockCopy`` of its template's records in
+        ``block_copies`` where that expands to their records (:func:`blocks.block_copy`);
+        another copied node becomes a ``NodeCopy`` of its template's record in
         ``node_copies`` when that expands to its record (:func:`node_copy`), else a record
         made from the template's named arguments (noted in ``doc.copied_nodes`` for
         :func:`reuse.compact`); ``capture_document`` expands the copies unless the result is
         sent."""
-        copied = reuse.copies(self.traced.segments) if self.traced and rename is None else {}
-        by_name: dict[str, torch.fx.Node] = {}
-        index: dict[str, int] = {}
-        copied_from: dict[int, int] = {}
-        records: list[NodeInfo | NodeCopy] = []
-        expanded: dict[int, NodeInfo] = {}  # templates that are copies themselves, expanded
-        chosen: dict[str, arguments.Choice] = {}  # the signature each call was named with
-        for n in gm.graph.nodes:
-            by_name[n.name] = n
-            at = len(records)
-            source = copied.get(n.name)
-            template = by_name.get(source[0]) if source is not None else None
-            record: NodeInfo | NodeCopy | None = None
-            if template is not None and template.name in index:
-                of = index[template.name]
-                base = reuse.whole_record(records, of, expanded)
-                record = node_copy(gm, n, template, base, values, at, of)
-                if record is None:
-                    record = copied_node_info(gm, n, template, base, values, examples, chosen)
-                    copied_from[at] = of
-            if record is None:
-                record = node_info(gm, n, values, examples, rename, chosen)
-            index[n.name] = at
-            records.append(record)
-        self.mod.nodes = [r for r in records if isinstance(r, NodeInfo)]
-        self.mod.node_copies = [r for r in records if isinstance(r, NodeCopy)]
+        segments = self.traced.segments if self.traced and rename is None else []
+        book = blocks.NodeRecords(gm, values, examples, rename)
+        book.record(list(gm.graph.nodes), segments)
+        self.mod.nodes = [r for r in book.records if isinstance(r, NodeInfo)]
+        self.mod.node_copies = [r for r in book.records if isinstance(r, NodeCopy)]
+        self.mod.block_copies = book.blocks
         self.mod.containers = containers(gm, self.doc.path, self.module or gm)
-        if copied_from:
-            self.doc.copied_nodes[id(self.mod)] = (self.mod, copied_from)
+        if book.copied_from:
+            self.doc.copied_nodes[id(self.mod)] = (self.mod, book.copied_from)
         output = next((n for n in gm.graph.nodes if n.op == "output"), None)
         if output is not None:
             self.mod.outputs = values.get(output.name) or output_values(output, values)

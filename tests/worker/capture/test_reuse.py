@@ -69,6 +69,8 @@ from fxls.protocol.model import (
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.build.repeats import COPY_ENV
 from fxls.worker.capture.pipeline import capture_document
+from fxls.worker.capture.records import blocks as block_records
+from fxls.worker.capture.records.blocks import BLOCK_RECORDS_ENV
 from fxls.worker.capture.shapes.propagation import (
     ELEMENTWISE_ENV,
     PARENT_SHAPES_ENV,
@@ -182,6 +184,7 @@ SWITCHES = {
     ZERO_ONE_ENV: "a symbolic run whose named dimensions are all 0 or 1 in a ShapeEnv",
     ELEMENTWISE_ENV: "every elementwise operator dispatched (no shapes.elementwise)",
     COPY_ENV: "every __init__ of a meta build run (no build.repeats)",
+    BLOCK_RECORDS_ENV: "every replayed node recorded on its own (no records.blocks)",
 }
 """The worker's speed-up switches compared here, and what the worker does with one at ``0``."""
 
@@ -750,11 +753,13 @@ def test_a_dimension_fixed_inside_the_template_is_fixed_in_the_copies(tmp_path: 
 def test_copies_name_their_arguments_with_the_templates_choice(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # a copy whose argument texts name nodes (`view(B, T, n_head, C // n_head)`) binds the
-    # signature chosen for its template to its own arguments: the records are the ones that
-    # naming every argument again gives
+    # recorded node by node (not as one block copy per replayed block, below), a copy whose
+    # argument texts name nodes (`view(B, T, n_head, C // n_head)`) binds the signature
+    # chosen for its template to its own arguments: the records are the ones that naming
+    # every argument again gives
     from fxls.worker.capture.records import arguments
 
+    monkeypatch.setenv(BLOCK_RECORDS_ENV, "0")
     path = ROOT / "bench" / "models" / "gpt48.py"
     text = path.read_text()
     job = capture_job(str(path), text, build_requests(parse(text).classes), EngineOptions())
@@ -776,6 +781,44 @@ def test_copies_name_their_arguments_with_the_templates_choice(
     assert len(bound) > 4 * 47  # the views of q, k, v and y in every copied block
     monkeypatch.setattr(arguments, "named_like", lambda *_: None)
     assert records() == fast
+
+
+@pytest.mark.parametrize(
+    ("file", "count"), [("gpt48.py", 47), ("llama7b.py", 31), ("resnet50.py", 8)]
+)
+def test_a_replayed_blocks_records_are_made_as_one_block_copy(
+    monkeypatch: pytest.MonkeyPatch, file: str, count: int
+) -> None:
+    # the nodes of a replayed call become one BlockCopy of the template's records without a
+    # record or a NodeCopy per node; expanded, they are the records made node by node
+    path = ROOT / "bench" / "models" / file
+    text = path.read_text()
+    job = capture_job(str(path), text, build_requests(parse(text).classes), EngineOptions())
+    one_by_one: list[str] = []
+    node_copy = block_records.node_copy
+
+    def counted(gm: Any, node: torch.fx.Node, *args: Any) -> Any:
+        one_by_one.append(node.name)
+        return node_copy(gm, node, *args)
+
+    monkeypatch.setattr(block_records, "node_copy", counted)
+
+    def captured() -> list[Any]:
+        one_by_one.clear()
+        _, result = capture_document(job, lambda *_: None, keep_copies=True)
+        return result.modules
+
+    made = captured()
+    root = made[-1]
+    assert len(root.block_copies) == count
+    assert len(one_by_one) <= 21  # the second RMSNorm of a Llama layer (another call site)
+    monkeypatch.setenv(BLOCK_RECORDS_ENV, "0")
+    per_node = captured()
+    assert len(one_by_one) >= sum(len(b.names) for b in root.block_copies)
+    for a, b in zip(made, per_node):
+        a_nodes = expand_copies(a.nodes, a.node_copies, a.block_copies)
+        b_nodes = expand_copies(b.nodes, b.node_copies, b.block_copies)
+        assert to_dict(a_nodes) == to_dict(b_nodes), a.name
 
 
 def test_a_templates_choice_is_not_used_for_other_constants_or_kinds() -> None:

@@ -111,7 +111,7 @@ def _attribute_summary(sub: torch.nn.Module) -> str:
     return ", ".join(parts)
 
 
-def _module_type(gm: torch.fx.GraphModule, target: str) -> str | None:
+def module_type(gm: torch.fx.GraphModule, target: str) -> str | None:
     try:
         sub = gm.get_submodule(target)
     except AttributeError:
@@ -131,7 +131,7 @@ def module_text(sub: torch.nn.Module) -> str:
     return text if len(text) <= 200 else text[:196] + "...)"
 
 
-def _module_path(node: torch.fx.Node) -> str:
+def module_path(node: torch.fx.Node) -> str:
     stack = node.meta.get("nn_module_stack") or {}
     paths = [path for path, _ in stack.values()]
     if node.op == "call_module" and paths and paths[-1] == node.target:
@@ -212,8 +212,8 @@ def _own_fields(
         "span": node.meta.get(SPAN_KEY),
         "call_site": node.meta.get(CALL_SITE_KEY),
         "outputs": list(values.get(node.name, [])),
-        "module_type": _module_type(gm, str(node.target)) if node.op == "call_module" else None,
-        "module_path": _module_path(node),
+        "module_type": module_type(gm, str(node.target)) if node.op == "call_module" else None,
+        "module_path": module_path(node),
         "users": len(node.users),
         "inputs": [n.name for n in node.all_input_nodes],
     }
@@ -261,14 +261,14 @@ def node_copy(
         or values.get(node.name, []) != info.outputs
     ):
         return None
-    if node.op == "call_module" and _module_type(gm, str(node.target)) != info.module_type:
+    if node.op == "call_module" and module_type(gm, str(node.target)) != info.module_type:
         return None
     renamed = _renamed_nodes(info, template, node)
     if renamed is None:
         return None
     return NodeCopy(
         at=at, of=of, name=node.name, target=readable_target(node),
-        module_path=_module_path(node), users=len(node.users),
+        module_path=module_path(node), users=len(node.users),
         inputs=[n.name for n in node.all_input_nodes], renamed=renamed,
     )  # fmt: skip
 

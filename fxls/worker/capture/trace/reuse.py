@@ -42,9 +42,10 @@ from typing import Any, Protocol
 import torch
 import torch.fx
 
-from fxls.protocol.copies import block_gives, expand_node, node_matches
+from fxls.protocol.copies import block_gives, node_matches
 from fxls.protocol.model import BlockCopy, NodeCopy, NodeInfo
 from fxls.protocol.positions import SourceText
+from fxls.worker.capture.records.blocks import whole_record
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, call_site_frame
 
 REUSE_ENV = "FXLS_REUSE_BLOCKS"
@@ -310,6 +311,10 @@ class Segment:
     inputs: list[str]
     """Names of the nodes passed to the call, in argument order."""
     template_inputs: list[str]
+    template_path: str = ""
+    """The template's instance (``h.0``)."""
+    path: str = ""
+    """The instance called (``h.7``)."""
     copies: dict[str, str] = field(default_factory=dict)
     """Copied node name -> template node name, in graph order."""
 
@@ -645,7 +650,9 @@ class Replayer:
             else:
                 site = outer_site if outer_root is not None else last_site
             spans.append((span, site or span) if span is not None else None)
-        segment = Segment([n.name for n in inputs], [n.name for n in template.inputs])
+        segment = Segment(
+            [n.name for n in inputs], [n.name for n in template.inputs], template.path, path
+        )
         cache = self.parameter_cache
         scopes = tracer.node_name_to_scope
         copies = segment.copies
@@ -866,14 +873,9 @@ def compact(modules: Iterable[Any], copied: dict[int, tuple[Any, dict[int, int]]
         listed = found[1] if found is not None and found[0] is mod else {}
         if not listed and not mod.node_copies:
             continue
-        total = len(mod.nodes) + len(mod.node_copies)
-        records: list[NodeInfo | NodeCopy | None] = [None] * total
-        for copy in mod.node_copies:
-            records[copy.at] = copy
-        whole = iter(mod.nodes)
-        for i in range(total):
-            if records[i] is None:
-                records[i] = next(whole)
+        made = mod.block_copies  # made from their runs already (``records.blocks``)
+        records = _placed(mod)
+        total = len(records)
         copies: list[NodeCopy] = list(mod.node_copies)
         for at, of in sorted(listed.items()):
             if not 0 <= of < at < total:
@@ -899,15 +901,32 @@ def compact(modules: Iterable[Any], copied: dict[int, tuple[Any, dict[int, int]]
         copies.sort(key=lambda c: c.at)
         for copy in copies:
             records[copy.at] = copy
-        placed = typing.cast(list[NodeInfo | NodeCopy], records)
+        placed = typing.cast(list[NodeInfo | NodeCopy | BlockCopy], records)
         singles, blocks = _blocks(copies, placed)
         mod.nodes = [r for r in placed if isinstance(r, NodeInfo)]
         mod.node_copies = singles
-        mod.block_copies = blocks
+        mod.block_copies = sorted([*made, *blocks], key=lambda b: b.at)
+
+
+def _placed(mod: Any) -> list[NodeInfo | NodeCopy | BlockCopy | None]:
+    """``mod``'s records in index order: each copy at its index, a block copy at each of its
+    copies' indexes, the whole records in the places left."""
+    made: list[BlockCopy] = mod.block_copies
+    total = len(mod.nodes) + len(mod.node_copies) + sum(len(b.names) for b in made)
+    records: list[NodeInfo | NodeCopy | BlockCopy | None] = [None] * total
+    for copy in mod.node_copies:
+        records[copy.at] = copy
+    for block in made:
+        records[block.at : block.at + len(block.names)] = [block] * len(block.names)
+    whole = iter(mod.nodes)
+    for i in range(total):
+        if records[i] is None:
+            records[i] = next(whole)
+    return records
 
 
 def _blocks(
-    copies: list[NodeCopy], nodes: list[NodeInfo | NodeCopy]
+    copies: list[NodeCopy], nodes: list[NodeInfo | NodeCopy | BlockCopy]
 ) -> tuple[list[NodeCopy], list[BlockCopy]]:
     """``copies`` (in index order) as runs (``BlockCopy``) where a run's copies are exactly
     what its ``BlockCopy`` gives, and single copies for the rest."""
@@ -932,11 +951,15 @@ def _blocks(
     return singles, blocks
 
 
-def _block(run: list[NodeCopy], nodes: list[NodeInfo | NodeCopy]) -> BlockCopy | None:
+def _block(run: list[NodeCopy], nodes: list[NodeInfo | NodeCopy | BlockCopy]) -> BlockCopy | None:
     first = run[0]
     if first.of + len(run) > first.at:
         return None  # a template inside the run
-    templates = [whole_record(nodes, i) for i in range(first.of, first.of + len(run))]
+    span = range(first.of, first.of + len(run))
+    if any(isinstance(nodes[i], BlockCopy) for i in span):
+        return None  # a template inside a block copy made already
+    records = typing.cast(list[NodeInfo | NodeCopy], nodes)
+    templates = [whole_record(records, i) for i in span]
     old = new = ""
     for copy, template in zip(run, templates):
         if copy.module_path and template.module_path and copy.module_path != template.module_path:
@@ -954,26 +977,6 @@ def _block(run: list[NodeCopy], nodes: list[NodeInfo | NodeCopy]) -> BlockCopy |
         texts=[i for i, c in enumerate(run) if c.texts],
     )  # fmt: skip
     return block if block_gives(block, templates, run) else None
-
-
-def whole_record(
-    nodes: list[NodeInfo | NodeCopy], index: int, expanded: dict[int, NodeInfo] | None = None
-) -> NodeInfo:
-    """The record at ``index`` of records in index order, a copy there expanded from its
-    template's (a chain of copies in turn); ``expanded`` keeps the expansions by index."""
-    found = nodes[index]
-    chain: list[NodeCopy] = []
-    while isinstance(found, NodeCopy):
-        if expanded is not None and found.at in expanded:
-            found = expanded[found.at]
-            break
-        chain.append(found)
-        found = nodes[found.of]
-    for copy in reversed(chain):
-        found = expand_node(copy, found)
-        if expanded is not None:
-            expanded[copy.at] = found
-    return found
 
 
 def _differing_prefix(old: str, new: str) -> tuple[str, str]:

@@ -38,7 +38,7 @@ from fxls.engine.analyze import (
 )
 from fxls.protocol import outputs
 from fxls.protocol.edits import apply_edits, common_ends, line_starts, span_of
-from fxls.protocol.fixkinds import FIX_ALL_KINDS, PER_CLASS_KINDS
+from fxls.protocol.fixkinds import FIX_ALL_KINDS, PER_CLASS_KINDS, length_as
 from fxls.protocol.model import (
     Diagnostic,
     FixKind,
@@ -259,11 +259,12 @@ def _from_diagnostic(
     if code == "FX102":
         call = index.calls.get(_key(span))
         if call is not None and len(call.args) == 1:
-            inner = src.text(src.node_span(call.args[0]))
+            receiver, method = length_as(call.args[0])
+            inner = src.text(src.node_span(receiver))
             yield make(
                 "length",
                 owner or mod.name,
-                f"Replace `{_short(src.text(span))}` with `{_short(inner)}.size(0)` (traceable)",
+                f"Replace `{_short(src.text(span))}` with `{_short(inner)}{method}` (traceable)",
             )
     if code == "FX103":
         call = index.calls.get(_key(span))

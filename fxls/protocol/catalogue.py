@@ -112,7 +112,7 @@ class FX102(Message):
     """Information instead when a fallback capture worked around it (pipeline)."""
     title = "len() of a traced value"
     template = "`len()` is not supported on traced values: `{source}`{where}"
-    fix = "Use `{arg}.size(0)` (or `.shape[0]`) instead of `len({arg})`."
+    fix = "Use `{use}` instead of `len({arg})`: {meaning}."
 
 
 class FX103(Message):

@@ -10,6 +10,7 @@ its name with ``-`` as ``_``.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 
@@ -61,7 +62,9 @@ FIX_KINDS: tuple[FixKindInfo, ...] = (
         pins=True,
     ),
     FixKindInfo("assertion", "`assert` as `torch._assert`", ("FX101",), fix_all=True),
-    FixKindInfo("length", "`len(x)` as `x.size(0)`", ("FX102",), fix_all=True),
+    FixKindInfo(
+        "length", "`len(x)` as `x.size(0)`, `len(x.shape)` as `x.dim()`", ("FX102",), fix_all=True
+    ),
     FixKindInfo("sizes", "pass unpacked sizes as one argument", ("FX103",), fix_all=True),
     FixKindInfo("new-tensor", "`torch.zeros(...)` as `x.new_zeros(...)`", ("FX105",), fix_all=True),
     FixKindInfo("name-args", "name every argument of a call (refactor)"),
@@ -75,3 +78,20 @@ BY_KIND: dict[str, FixKindInfo] = {k.kind: k for k in FIX_KINDS}
 FIX_ALL_KINDS: frozenset[str] = frozenset(k.kind for k in FIX_KINDS if k.fix_all)
 PIN_KINDS: frozenset[str] = frozenset(k.kind for k in FIX_KINDS if k.pins)
 PER_CLASS_KINDS: frozenset[str] = frozenset(k.kind for k in FIX_KINDS if k.per_class)
+
+
+def length_as(arg: ast.expr) -> tuple[ast.expr, str]:
+    """What the ``length`` fix writes for ``len(arg)``: the expression it calls a method of
+    and the call. ``len(x.shape)`` and ``len(x.size())`` are ``x``'s rank, ``x.dim()``;
+    ``len(x)`` of a tensor is its first size, ``x.size(0)``."""
+    if isinstance(arg, ast.Attribute) and arg.attr == "shape":
+        return arg.value, ".dim()"
+    if (
+        isinstance(arg, ast.Call)
+        and isinstance(arg.func, ast.Attribute)
+        and arg.func.attr == "size"
+        and not arg.args
+        and not arg.keywords
+    ):
+        return arg.func.value, ".dim()"
+    return arg, ".size(0)"

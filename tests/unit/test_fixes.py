@@ -111,6 +111,7 @@ class Net(nn.Module):
         n = len(x)
         h = torch.zeros(x.size(0), 4)
         print(h.shape)
+        r = len(h.shape)
         return self.fc(x)
 """
 
@@ -129,6 +130,13 @@ def _analysis(diagnostics: list[Diagnostic], nodes: list[NodeInfo] | None = None
 
 def _diag(code: str, needle: str, **data: object) -> Diagnostic:
     return Diagnostic(code, "hint", "m", _span(SOURCE, needle), data=dict(data))
+
+
+def test_the_length_fix_of_a_shape_is_the_rank() -> None:
+    found = candidates(_analysis([_diag("FX102", "len(h.shape)")]), SOURCE)
+    assert [(c.kind, c.title) for c in found] == [
+        ("length", "Replace `len(h.shape)` with `h.dim()` (traceable)")
+    ]
 
 
 def test_candidates_from_diagnostics() -> None:

@@ -20,6 +20,7 @@ from types import CodeType, TracebackType
 
 import fxls
 from fxls.protocol import catalogue
+from fxls.protocol.fixkinds import length_as
 from fxls.protocol.model import Related, Span
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.spans import short_source, user_spans
@@ -175,7 +176,10 @@ def explain(
         return build(catalogue.FX101, arg=flag_name(text) or "flag")
     if "'len' is not supported" in msg:
         inner = _LEN_CALL.match(text)
-        return build(catalogue.FX102, arg=inner.group(1) if inner else "x")
+        arg = inner.group(1) if inner else "x"
+        use = _length_as(arg)
+        meaning = "the number of dimensions" if use.endswith(".dim()") else "the size of dim 0"
+        return build(catalogue.FX102, arg=arg, use=use, meaning=meaning)
     if "cannot be iterated" in msg:
         return build(catalogue.FX103)
     if isinstance(exc, TypeError) and "slice indices must be integers" in msg:
@@ -263,3 +267,16 @@ def specialized_checks(
             found.append(catalogue.FX108(span, source=source.text(span), where=""))
     found.sort(key=lambda msg: (msg.span.line, msg.span.col))
     return found
+
+
+def _length_as(arg: str) -> str:
+    """What the ``length`` fix writes for ``len(arg)`` (``x.dim()`` for ``len(x.shape)``)."""
+    try:
+        tree = ast.parse(arg.strip(), mode="eval").body
+    except SyntaxError:
+        return f"{arg}.size(0)"
+    receiver, method = length_as(tree)
+    written = ast.unparse(receiver)
+    if not isinstance(receiver, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+        written = f"({written})"
+    return written + method

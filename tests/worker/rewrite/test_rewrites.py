@@ -521,6 +521,23 @@ def test_len_of_an_input_the_fake_run_fixed_verifies() -> None:
     assert apply_edits(job.source, outcome.edits) == (FIXTURES / "len_shapes_after.py").read_text()
 
 
+def test_len_of_a_shape_becomes_the_rank() -> None:
+    """``len(h.shape)`` is the rank of ``h``: the fix writes ``h.dim()`` and verifies where
+    plain torch.fx then traces; in a branch it does not, and the refusal says why."""
+    job = _job("len_rank_before.py")
+    diag = _diagnostic(job, "Softmaxed", "FX102")
+    assert diag.fix is not None
+    assert "Use `h.dim()` instead of `len(h.shape)`: the number of dimensions" in diag.fix
+    outcome = _one(job, _fix("length", "Softmaxed", diag.span, "FX102"))
+    assert outcome.applicability == "safe", outcome.reason
+    assert apply_edits(job.source, outcome.edits) == (FIXTURES / "len_rank_after.py").read_text()
+    branch = _diagnostic(job, "Pooled", "FX102")
+    refused = _one(job, _fix("length", "Pooled", branch.span, "FX102"))
+    assert refused.applicability == "unavailable"
+    assert "torch.fx still fails at the edit" in refused.reason
+    assert "control flow" in refused.reason
+
+
 def test_an_edit_that_fixes_a_size_the_original_kept_changes_the_shapes() -> None:
     """The reverse of the above is a change, said with both shapes."""
     original = _original("len_shapes_after.py")

@@ -1,13 +1,15 @@
-"""FX102: ``len(x)`` of a traced tensor -> ``x.size(0)``.
+"""FX102: ``len(x)`` of a traced tensor -> ``x.size(0)``; ``len(x.shape)`` -> ``x.dim()``.
 
 ``len`` must return a Python int, which a traced value cannot give; ``x.size(0)`` is recorded
-in the graph and is the same number in eager mode. Verified as a trace fix-it.
+in the graph and is the same number in eager mode, and ``x.dim()`` (the rank of ``x``, what
+``len`` of its shape is) is a check fxls decides while tracing. Verified as a trace fix-it.
 """
 
 from __future__ import annotations
 
 import ast
 
+from fxls.protocol.fixkinds import length_as
 from fxls.protocol.model import FixRequest
 from fxls.worker.rewrite import text
 from fxls.worker.rewrite.base import Original, Proposal, Unavailable, gone_of
@@ -29,8 +31,9 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
         raise Unavailable("`len` is redefined in this file")
     arg = call.args[0]
     inner = text.segment(source, arg)
-    receiver = f"({inner})" if text.needs_parentheses(arg) else inner
-    new = f"{receiver}.size(0)"
+    receiver, method = length_as(arg)  # len(x.shape): x.dim(), the rank of x
+    written = text.segment(source, receiver)
+    new = f"{f'({written})' if text.needs_parentheses(receiver) else written}{method}"
     return Proposal(
         f"Replace `len({inner})` with `{new}`",
         [text.replace(source, call, new)],

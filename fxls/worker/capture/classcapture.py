@@ -1147,9 +1147,10 @@ class ClassCapture:
                     exc, module, doc.namespace, doc.path, repairs, leaves(), defaults, text
                 )
                 # a rank or dtype check on inputs not known yet: they are inferred as for a
-                # run on fake tensors, and the next attempt decides the check
-                unknown = decider.needs_inputs and not repairs.decided
-                if unknown and self._infer_for_checks(module, tracer.graph, plan):
+                # run on fake tensors, and the next attempt decides the check (each attempt
+                # infers at least one more, so this ends)
+                unknown = decider.needs_inputs
+                if unknown and self._infer_for_checks(module, tracer.graph, plan, decider.missing):
                     repair = strategies.Repair("decided", f"`{short_source(text)}`")
                 elif repair is None and repairs.decided:
                     # past a decided check, the trace went where a default (`mask=None`,
@@ -1192,16 +1193,21 @@ class ClassCapture:
             tracer.module_calls,
         )  # fmt: skip
 
-    def _infer_for_checks(self, module: nn.Module, graph: torch.fx.Graph, plan: InputPlan) -> bool:
-        """The inputs not known yet, inferred from what the trace recorded and the module (as
-        for a run on fake tensors) and planned; whether any was."""
+    def _infer_for_checks(
+        self, module: nn.Module, graph: torch.fx.Graph, plan: InputPlan, wanted: set[str]
+    ) -> bool:
+        """The inputs not known yet that a check read (placeholder names ``wanted``), inferred
+        from what the trace recorded and the module (as for a run on fake tensors) and
+        planned; whether any was. The others are inferred from the whole trace, as always."""
         assign_ast_spans(graph, self.forward_def, self.doc.source)
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         by_param = dict(zip(_placeholder_params(placeholders, plan.params), placeholders))
         found = False
         for name in list(plan.pending):
             node = by_param.get(name)
-            span = node.meta.get(SPAN_KEY, self.span) if node is not None else self.span
+            if node is None or str(node.target) not in wanted:
+                continue
+            span = node.meta.get(SPAN_KEY, self.span)
             planned = self._inferred(module, node, name, plan, span)
             if planned is not None:
                 plan.planned[name] = planned
@@ -1218,7 +1224,7 @@ class ClassCapture:
         if not decisions:  # an earlier attempt's inferred inputs decided none in the end
             repairs.applied = [r for r in repairs.applied if r.kind != "decided"]
             return
-        said = {d.span.line: d for d in self.mod.diagnostics if d.code == "FX101"}
+        said = {(d.code, d.span.line): d for d in self.mod.diagnostics if d.code in _DECIDED_CODES}
         texts = []
         for decision in decisions:
             span = decision.span
@@ -1227,11 +1233,10 @@ class ClassCapture:
                 continue
             text = short_source(self.doc.source.text(span))
             texts.append(f"`{text}`")
-            diag = said.get(span.line)
+            key = ("FX102" if decision.kind == "rank" else "FX101", span.line)
+            diag = said.get(key)
             if diag is None:
-                name = failures.flag_name(text) or "flag"
-                diag = catalogue.FX101(span, source=text, where="", arg=name).diagnostic({})
-                said[span.line] = diag
+                diag = said[key] = _decided_diagnostic(decision, span, text)
                 self.diagnose(diag)
             elif "value" in diag.data:
                 continue
@@ -1860,3 +1865,17 @@ def _placeholder_params(
         else:
             out.append(target)
     return out
+
+
+_DECIDED_CODES = ("FX101", "FX102")
+
+
+def _decided_diagnostic(decision: decided.Decision, span: Span, text: str) -> Diagnostic:
+    """The diagnostic of a check decided while tracing where no failed attempt left one:
+    FX102 for ``len(x.shape)``, FX101 for a condition."""
+    if decision.kind == "rank":
+        arg, use, meaning = failures.length_fields(text)
+        found = catalogue.FX102(span, source=text, where="", arg=arg, use=use, meaning=meaning)
+        return found.diagnostic({})
+    name = failures.flag_name(text) or "flag"
+    return catalogue.FX101(span, source=text, where="", arg=name).diagnostic({})

@@ -175,10 +175,7 @@ def explain(
     if "cannot be used as inputs to control flow" in msg:
         return build(catalogue.FX101, arg=flag_name(text) or "flag")
     if "'len' is not supported" in msg:
-        inner = _LEN_CALL.match(text)
-        arg = inner.group(1) if inner else "x"
-        use = _length_as(arg)
-        meaning = "the number of dimensions" if use.endswith(".dim()") else "the size of dim 0"
+        arg, use, meaning = length_fields(text)
         return build(catalogue.FX102, arg=arg, use=use, meaning=meaning)
     if "cannot be iterated" in msg:
         return build(catalogue.FX103)
@@ -267,6 +264,17 @@ def specialized_checks(
             found.append(catalogue.FX108(span, source=source.text(span), where=""))
     found.sort(key=lambda msg: (msg.span.line, msg.span.col))
     return found
+
+
+def length_fields(text: str) -> tuple[str, str, str]:
+    """FX102's fields for the source ``text`` of a ``len(...)`` call: its argument, what to
+    write instead and what that is (``x.dim()``, the number of dimensions, for
+    ``len(x.shape)``)."""
+    inner = _LEN_CALL.match(text)
+    arg = inner.group(1) if inner else "x"
+    use = _length_as(arg)
+    meaning = "the number of dimensions" if use.endswith(".dim()") else "the size of dim 0"
+    return arg, use, meaning
 
 
 def _length_as(arg: str) -> str:

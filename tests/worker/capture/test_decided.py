@@ -89,6 +89,52 @@ def test_size_and_value_checks_are_not_decided() -> None:
         assert source in check.message and "value" not in check.data
 
 
+def test_len_of_a_shape_is_decided_as_the_rank() -> None:
+    # `len(timesteps.shape) == 0` (a UNet's time embedding), `assert len(timesteps.shape) ==
+    # 1` in a helper and `len(sample.size()) - 1` used as a number: torch.fx refuses `len`
+    # of a traced value; fxls answers it with the rank and traces on
+    sample = InputSpec("sample", dims=[DimSpec("B"), DimSpec(size=16)])
+    timesteps = InputSpec("timesteps", dims=[DimSpec("B")], dtype="int64")
+    mod = _capture("TimeEmbedding", [sample, timesteps])
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx+decided"
+    assert [o.shape for o in mod.outputs] == [["B", 16]]
+    found = {d.span.line: d for d in mod.diagnostics if d.code == "FX102"}
+    assert sorted(found) == [
+        _line("assert len(timesteps.shape)"),
+        _line("if len(timesteps.shape)"),
+        _line("len(sample.size())"),
+    ]
+    assert [found[line].data["value"] for line in sorted(found)] == [1, 1, 2]
+    assert all(d.severity == "information" for d in found.values())
+    assert "Use `timesteps.dim()` instead of `len(timesteps.shape)`" in str(
+        found[_line("if len(timesteps.shape)")].fix
+    )
+    # the `size()` read is gone with the decision; the graph computes what eager does
+    assert not [n for n in mod.nodes if n.target == "size"]
+    model = _fixture().TimeEmbedding()
+    for batch in (2, 3):
+        out = model(torch.randn(batch, 16), torch.arange(batch))
+        assert out.shape == (batch, 16)
+
+
+def test_only_the_inputs_a_check_reads_are_inferred_before_the_trace_ends() -> None:
+    # the check reads `timestep` only: `encoder_hidden_states` is inferred from the whole
+    # trace (its projection takes 24 features), not guessed before it
+    hidden = InputSpec("hidden_states", dims=[DimSpec("B"), DimSpec("T"), DimSpec(size=16)])
+    mod = _capture("CaptionedTime", [hidden])
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx+decided"
+    shapes = {i.name: i.value.shape for i in mod.inputs}
+    assert shapes["encoder_hidden_states"][-1] == 24, shapes
+    assert [o.shape for o in mod.outputs] == [["B", "T", 16]]
+
+
+def test_len_of_a_tensor_is_not_decided() -> None:
+    mod = _capture("Length", [InputSpec("x", dims=[DimSpec("B"), DimSpec(size=4)])])
+    assert "decided" not in strategy_label(mod.strategy)
+    (check,) = [d for d in mod.diagnostics if d.code == "FX102"]
+    assert "value" not in check.data and "Use `x.size(0)` instead of `len(x)`" in str(check.fix)
+
+
 def test_a_dtype_read_off_a_weight_leaves_no_unused_node() -> None:
     mod = _capture("Cast", [InputSpec("x", dims=[DimSpec("B"), DimSpec(size=8)])])
     assert strategy_label(mod.strategy) == "fx+decided"

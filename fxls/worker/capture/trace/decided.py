@@ -13,6 +13,11 @@ on values is never decided: it would hold for the example only.
 The graph then holds the branch these inputs take; the strategy says so (``fx+decided``) and
 each decided check is FX101 information at its line. The check's own nodes, which nothing uses
 once it is decided, are removed after the trace (:func:`drop_checks`).
+
+``len(x.shape)`` (``elif len(timesteps.shape) == 0:`` in diffusers' UNets) is a rank too, but
+torch.fx refuses ``len`` of a traced value before any check: the tracer's proxies
+(:class:`TracedProxy`) ask the decider for the rank there, and the trace goes on with the number
+(FX102 information at its line).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import itertools
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.fx
@@ -54,11 +59,13 @@ class _Undecidable(Exception):
 
 @dataclass
 class Decision:
-    node: torch.fx.Node
-    """The condition's node."""
-    value: bool
+    node: torch.fx.Node | None
+    """The condition's node (for a rank: the ``x.size()`` read, None for ``x.shape``)."""
+    value: bool | int
     span: Span | None
     """Where the check is written (the innermost line of the document on the stack)."""
+    kind: Literal["check", "rank"] = "check"
+    """A condition (FX101), or the rank ``len(x.shape)`` asked for (FX102)."""
 
 
 class Decider:
@@ -77,6 +84,8 @@ class Decider:
         self.feeds = {name: _moved(value, self.device) for name, value in feeds.items()}
         self.decisions: list[Decision] = []
         self.needs_inputs = False
+        self.missing: set[str] = set()
+        """The inputs (placeholder names) not known yet that a check left undecided read."""
         self.read_inputs: set[str] = set()
         """The inputs (placeholder names) the decided checks read the rank or dtype of."""
         self._interpreter: torch.fx.Interpreter | None = None
@@ -93,7 +102,7 @@ class Decider:
             return None
         examples = {t: self._example(t) for t in tensors}
         if any(e is _MISSING for e in examples.values()):
-            self.needs_inputs = True
+            self._needs([t for t, e in examples.items() if e is _MISSING])
             return None
         if any(not isinstance(e, torch.Tensor) for e in examples.values()):
             return None
@@ -106,6 +115,23 @@ class Decider:
         for tensor in tensors:
             self.read_inputs |= self._inputs_of.get(tensor, frozenset())
         return bool(value)
+
+    def rank(self, tensor: torch.fx.Node) -> int | None:
+        """The rank of ``tensor``'s value, or None when it is not a known tensor."""
+        example = self._example(tensor)
+        if example is _MISSING:
+            self._needs([tensor])
+            return None
+        if not isinstance(example, torch.Tensor):
+            return None
+        self.read_inputs |= self._inputs_of.get(tensor, frozenset())
+        return example.ndim
+
+    def _needs(self, tensors: list[torch.fx.Node]) -> None:
+        """A check read ``tensors``, made from inputs not known yet: note those inputs."""
+        self.needs_inputs = True
+        for tensor in tensors:
+            self.missing |= {n for n in self._inputs_of.get(tensor, ()) if n not in self.feeds}
 
     def ranks_and_dtypes(self, nodes: list[torch.fx.Node]) -> tuple[Any, ...] | None:
         """The rank and dtype of each node's value, None when one is not a known tensor."""
@@ -233,7 +259,7 @@ def _metadata_of(node: torch.fx.Node) -> torch.fx.Node | None:
 def drop_checks(graph: torch.fx.Graph, decisions: list[Decision]) -> None:
     """Remove each decided condition's nodes that nothing uses (the condition, then what it
     read, while unused): a decided check leaves no trace in the graph."""
-    pending = [d.node for d in decisions]
+    pending = [d.node for d in decisions if d.node is not None]
     while pending:
         node = pending.pop()
         if getattr(node, "_erased", False) or node.users or not _pure(node):
@@ -246,4 +272,56 @@ def drop_checks(graph: torch.fx.Graph, decisions: list[Decision]) -> None:
 def _pure(node: torch.fx.Node) -> bool:
     if _metadata_of(node) is not None or node.op == "get_attr":  # `self.proj.weight.dtype`
         return True
+    if _size_of(node) is not None:  # `len(x.size())`
+        return True
     return node.op == "call_function" and node.target in _OPERATORS
+
+
+def _size_of(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The tensor node whose whole size ``node`` reads (``x.size()``, ``x.shape``), else
+    None."""
+    args = node.args
+    if node.kwargs or len(args) not in (1, 2) or not isinstance(args[0], torch.fx.Node):
+        return None
+    if node.op == "call_method" and node.target == "size" and len(args) == 1:
+        return args[0]
+    if node.op == "call_function" and node.target is getattr and args[1:] == ("shape",):
+        return args[0]
+    return None
+
+
+class TracedProxy(torch.fx.Proxy):
+    """torch.fx's proxy, whose ``len`` of a size (``len(x.size())``, ``len(x.shape)``) the
+    tracer may answer with the rank (``SpanTracer.decide_rank``); torch.fx's refusal
+    otherwise."""
+
+    def __len__(self) -> int:
+        tensor = _size_of(self.node)
+        rank = _rank(self.tracer, tensor, self.node) if tensor is not None else None
+        return super().__len__() if rank is None else rank
+
+    def __getattr__(self, k: str) -> Any:
+        if k == "shape":
+            return _Shape(self, k)
+        return super().__getattr__(k)
+
+
+class _Shape(torch.fx.proxy.Attribute):
+    """``x.shape`` of a traced ``x``, not yet a node: ``len`` of it is ``x``'s rank."""
+
+    def __len__(self) -> int:
+        rank = _rank(self.tracer, self.root.node, None)
+        return super().__len__() if rank is None else rank
+
+
+TracedProxy.__name__ = TracedProxy.__qualname__ = "Proxy"
+"""Python's errors name a value's type (``int() argument must be ... not 'Proxy'``): they read
+as torch.fx's own, which users and FX104 know."""
+
+PROXIES = (torch.fx.Proxy, TracedProxy)
+"""The types of a traced value's proxy (an attribute's, ``x.shape``, is none of them)."""
+
+
+def _rank(tracer: Any, tensor: torch.fx.Node, read: torch.fx.Node | None) -> int | None:
+    decide = getattr(tracer, "decide_rank", None)
+    return decide(tensor, read) if decide is not None else None

@@ -47,6 +47,7 @@ from fxls.protocol.model import BlockCopy, NodeCopy, NodeInfo
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.records.blocks import whole_record
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, call_site_frame
+from fxls.worker.capture.trace.decided import PROXIES
 
 REUSE_ENV = "FXLS_REUSE_BLOCKS"
 """Set to ``0`` to trace every block (the job's ``reuse_blocks`` says the same)."""
@@ -431,7 +432,7 @@ class Replayer:
         decided none, or this call's arguments have the same ranks and dtypes."""
         if template.decided_for is None:
             return True
-        nodes = [v.node for v in [*args, *kwargs.values()] if type(v) is torch.fx.Proxy]
+        nodes = [v.node for v in [*args, *kwargs.values()] if type(v) in PROXIES]
         return self.tracer.ranks_and_dtypes(nodes) == template.decided_for
 
     def _in_tree(self, module: torch.nn.Module) -> bool:
@@ -459,7 +460,7 @@ class Replayer:
         seen: dict[int, int] = {}
         out = []
         for value in [*args, *kwargs.values()]:
-            if type(value) is torch.fx.Proxy:
+            if type(value) in PROXIES:
                 out.append(("proxy", seen.setdefault(id(value.node), len(seen))))
                 continue
             try:
@@ -533,7 +534,7 @@ class Replayer:
                 return None
             nodes.append(_Recorded(node, created[0], created[1]))
             node = node.next
-        inputs = [v.node for v in [*args, *kwargs.values()] if type(v) is torch.fx.Proxy]
+        inputs = [v.node for v in [*args, *kwargs.values()] if type(v) in PROXIES]
         inside = {r.node for r in nodes} | set(inputs)
         prefix = rec.path + "."
         for r in nodes:
@@ -622,7 +623,7 @@ class Replayer:
     ) -> Any:
         tracer = self.tracer
         graph = tracer.graph
-        inputs = [v.node for v in [*args, *kwargs.values()] if type(v) is torch.fx.Proxy]
+        inputs = [v.node for v in [*args, *kwargs.values()] if type(v) in PROXIES]
         env: dict[torch.fx.Node, torch.fx.Node] = dict(zip(template.inputs, inputs))
         outer = self.frames_of()
         stack = dict(tracer.module_stack)
@@ -820,7 +821,7 @@ def _moved(text: str, old: str, new: str) -> str:
 
 
 def _unproxy(value: Any, inside: set[torch.fx.Node], depth: int = 0) -> Any:
-    if type(value) is torch.fx.Proxy:
+    if type(value) in PROXIES:
         return value.node if value.node in inside else _NOT_REPLAYABLE
     if depth < 4 and type(value) in (tuple, list):
         items = [_unproxy(v, inside, depth + 1) for v in value]

@@ -121,6 +121,8 @@ class Repairs:
     """Checks were decided from the ranks and dtypes of the inputs (``decided``)."""
 
     def add(self, repair: Repair) -> None:
+        if repair.kind == "decided" and self.decided:
+            return  # one more input inferred for a check: the repair is there
         self.applied.append(repair)
         if repair.kind == "leaf":
             self.leaves.append(repair.target)

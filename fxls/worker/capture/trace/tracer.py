@@ -178,13 +178,38 @@ class SpanTracer(torch.fx.Tracer):
             self.deciding = False
         if found is None:
             return super().to_bool(obj)
-        frame = sys._getframe(1)
-        first = next((f for f in _stack(frame) if f[0].co_filename == self.path), None)
-        span = self.source.code_span(*first) if first is not None else None
-        decider.decisions.append(decided.Decision(obj.node, found, span))
+        decider.decisions.append(decided.Decision(obj.node, found, self._innermost_span()))
         if self.replayer is not None:
             self.replayer.note_decided()
         return found
+
+    def decide_rank(self, tensor: torch.fx.Node, read: torch.fx.Node | None) -> int | None:
+        """``len(x.shape)`` (or of ``x.size()``, the node ``read``): the rank of ``tensor``
+        the decider finds (its line recorded); None when it finds none."""
+        decider = self.decider
+        if decider is None:
+            return None
+        self.deciding = True
+        try:
+            rank = decider.rank(tensor)
+        finally:
+            self.deciding = False
+        if rank is None:
+            return None
+        span = self._innermost_span()
+        decider.decisions.append(decided.Decision(read, rank, span, kind="rank"))
+        if self.replayer is not None:
+            self.replayer.note_decided()
+        return rank
+
+    def _innermost_span(self) -> Any:
+        """The span of the document's innermost frame on the stack (where a check is)."""
+        frame = sys._getframe(2)
+        first = next((f for f in _stack(frame) if f[0].co_filename == self.path), None)
+        return self.source.code_span(*first) if first is not None else None
+
+    def proxy(self, node: torch.fx.Node) -> torch.fx.Proxy:
+        return decided.TracedProxy(node, self)
 
     def ranks_and_dtypes(self, nodes: list[torch.fx.Node]) -> tuple[Any, ...] | None:
         """The rank and dtype of each node's value (for replaying a block whose call decided

@@ -182,14 +182,15 @@ def _debug_call(diag: Diagnostic, index: _Index) -> list[str]:
 
 def _directive(code: str, data: dict[str, Any]) -> tuple[str, dict[str, str]] | None:
     """The title and parameters of the directive a diagnostic offers: FX405 pins an assumed
-    input, FX402 declares an input left at ``None`` as suggested, FX408 pins the build."""
+    input, FX402 declares an input left at ``None`` as suggested (FX101 one a rank check reads
+    that fxls could not infer), FX408 pins the build."""
     if code == "FX405" and data.get("arg"):
         arg, shape = str(data["arg"]), str(data.get("shape", ""))
         return f"Pin the assumed input `{arg}` {shape} with `# fxls: {arg} = ...`", {
             "what": "input",
             "arg": arg,
         }
-    if code == "FX402" and data.get("arg") and data.get("declare"):
+    if code in ("FX402", "FX101") and data.get("arg") and data.get("declare"):
         arg, shape = str(data["arg"]), str(data["declare"])
         shown = f"`# fxls: {_short(arg, 40)} = {_short(shape, 40)}`"
         return f"Declare `{_short(arg, 40)}` with {shown}", {

@@ -132,6 +132,15 @@ def _diag(code: str, needle: str, **data: object) -> Diagnostic:
     return Diagnostic(code, "hint", "m", _span(SOURCE, needle), data=dict(data))
 
 
+def test_a_check_on_an_input_to_declare_offers_the_declaration() -> None:
+    found = candidates(
+        _analysis([_diag("FX101", "x.dim() == 2", arg="x", declare="(B, 64)")]), SOURCE
+    )
+    assert [(c.kind, c.title) for c in found if c.kind == "directive"] == [
+        ("directive", "Declare `x` with `# fxls: x = (B, 64)`")
+    ]
+
+
 def test_the_length_fix_of_a_shape_is_the_rank() -> None:
     found = candidates(_analysis([_diag("FX102", "len(h.shape)")]), SOURCE)
     assert [(c.kind, c.title) for c in found] == [

@@ -539,6 +539,9 @@ class ClassCapture:
         self.decided_inputs: set[str] = set()
         """Inputs whose rank or dtype a check decided while tracing read: other forms of
         them are not tried (the graph holds their branch)."""
+        self.unknown_for_checks: list[str] = []
+        """Inputs (placeholder names) fxls could not infer that the last trace attempt's
+        undecided rank or dtype check read: what to declare (FX402)."""
         self.called_with: dict[str, inputs.PlannedInput] | None = None
         """Inputs found in the file's own calls of the class (computed once)."""
         self.hints: dict[str, int] = {}
@@ -1159,6 +1162,7 @@ class ClassCapture:
                     repair = strategies.defaults_fixed(repairs, defaults)
                 if repair is not None and repair.kind == "leaf" and auto_leaves >= MAX_AUTO_LEAVES:
                     repair = None
+                self.unknown_for_checks = sorted(decider.missing) if unknown else []
                 diag = self._trace_failure(exc, failure, text, repair, defaults)
                 self._report_attempt(reported, diag)
                 if repair is None:
@@ -1283,6 +1287,8 @@ class ClassCapture:
         if repair is not None:
             data[repair.kind] = repair.target
             return failure.message.diagnostic(data)
+        if self.unknown_for_checks:
+            return _undecided(failure.message.diagnostic(data), self.unknown_for_checks[0])
         error = safe_str(exc)
         left_none = self._left_none(error, failure.span, text, defaults)
         if left_none is None and failure.outer is not None:  # raised in a submodule's code
@@ -1879,3 +1885,16 @@ def _decided_diagnostic(decision: decided.Decision, span: Span, text: str) -> Di
         return found.diagnostic({})
     name = failures.flag_name(text) or "flag"
     return catalogue.FX101(span, source=text, where="", arg=name).diagnostic({})
+
+
+def _undecided(diag: Diagnostic, name: str) -> Diagnostic:
+    """``diag`` of a rank or dtype check that fxls would decide but for the input ``name``,
+    which it could not infer: its fix says that declaring it decides the check."""
+    example = catalogue.suggested_shape(name)
+    how = (
+        f"fxls decides this check while tracing once it knows `{name}`: declare it above the "
+        f"class (`# fxls: {name} = {example}`)."
+    )
+    diag.fix = f"{how} {diag.fix}" if diag.fix else how
+    diag.data.update(arg=name, declare=example)
+    return diag

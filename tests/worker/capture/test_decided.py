@@ -128,6 +128,22 @@ def test_only_the_inputs_a_check_reads_are_inferred_before_the_trace_ends() -> N
     assert [o.shape for o in mod.outputs] == [["B", "T", 16]]
 
 
+def test_a_check_on_an_input_fxls_cannot_infer_says_to_declare_it() -> None:
+    mod = _capture("Positions")
+    (check,) = [d for d in mod.diagnostics if d.code == "FX101"]
+    assert check.span.line == _line("if t.ndim == 1")
+    assert check.data["arg"] == "t" and check.data["declare"] == "(B,) int64"
+    assert str(check.fix).startswith(
+        "fxls decides this check while tracing once it knows `t`: declare it above the class "
+        "(`# fxls: t = (B,) int64`)."
+    )
+    # declared, the check is decided and the class traced
+    positions = InputSpec("t", dims=[DimSpec("B"), DimSpec("T")], dtype="int64")
+    mod = _capture("Positions", [positions])
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx+decided"
+    assert [o.shape for o in mod.outputs] == [["B", "T", 4]]
+
+
 def test_len_of_a_tensor_is_not_decided() -> None:
     mod = _capture("Length", [InputSpec("x", dims=[DimSpec("B"), DimSpec(size=4)])])
     assert "decided" not in strategy_label(mod.strategy)

@@ -1245,9 +1245,10 @@ class ClassCapture:
             elif "value" in diag.data:
                 continue
             diag.data.update(decided=f"`{text}`", value=decision.value)
+            taken = "the rank is " if decision.kind == "rank" else ""
             how = (
                 f"fxls decided it while tracing from the ranks and dtypes of the inputs: "
-                f"`{decision.value}` for these inputs."
+                f"{taken}`{decision.value}` for these inputs."
             )
             diag.fix = f"{how} {diag.fix}" if diag.fix else how
         target = ", ".join(dict.fromkeys(texts))

@@ -106,9 +106,9 @@ def test_len_of_a_shape_is_decided_as_the_rank() -> None:
     ]
     assert [found[line].data["value"] for line in sorted(found)] == [1, 1, 2]
     assert all(d.severity == "information" for d in found.values())
-    assert "Use `timesteps.dim()` instead of `len(timesteps.shape)`" in str(
-        found[_line("if len(timesteps.shape)")].fix
-    )
+    fix = str(found[_line("if len(timesteps.shape)")].fix)
+    assert "the rank is `1` for these inputs" in fix
+    assert "Use `timesteps.dim()` instead of `len(timesteps.shape)`" in fix
     # the `size()` read is gone with the decision; the graph computes what eager does
     assert not [n for n in mod.nodes if n.target == "size"]
     model = _fixture().TimeEmbedding()

@@ -143,9 +143,10 @@ def _arguments_copy(info: NodeInfo) -> bool | None:
     as identifiers), None when neither is exact (a node argument shown as another text, a
     node read by no argument, a text that renaming could change wrongly)."""
     inputs = set(info.inputs)
-    unnamed = inputs - {a.node for a in info.args if a.node is not None}
-    if len(inputs) - len(unnamed) != len({a.node for a in info.args if a.node is not None}):
+    named = {a.node for a in info.args if a.node is not None}
+    if not named <= inputs:
         return None  # a node argument that is no input
+    unnamed = inputs - named  # inputs only argument texts can name
     plain = True
     for arg in info.args:
         if arg.node is not None:

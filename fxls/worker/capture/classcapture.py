@@ -541,7 +541,7 @@ class ClassCapture:
         them are not tried (the graph holds their branch)."""
         self.unknown_for_checks: list[str] = []
         """Inputs (placeholder names) fxls could not infer that the last trace attempt's
-        undecided rank or dtype check read: what to declare (FX402)."""
+        undecided rank or dtype check read: what its diagnostic says to declare."""
         self.called_with: dict[str, inputs.PlannedInput] | None = None
         """Inputs found in the file's own calls of the class (computed once)."""
         self.hints: dict[str, int] = {}

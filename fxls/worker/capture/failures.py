@@ -281,7 +281,7 @@ def _length_as(arg: str) -> str:
     """What the ``length`` fix writes for ``len(arg)`` (``x.dim()`` for ``len(x.shape)``)."""
     try:
         tree = ast.parse(arg.strip(), mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError):  # a cut text, a null byte
         return f"{arg}.size(0)"
     receiver, method = length_as(tree)
     written = ast.unparse(receiver)

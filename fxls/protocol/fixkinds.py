@@ -11,6 +11,7 @@ its name with ``-`` as ``_``.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -95,3 +96,18 @@ def length_as(arg: ast.expr) -> tuple[ast.expr, str]:
     ):
         return arg.func.value, ".dim()"
     return arg, ".size(0)"
+
+
+def length_written(arg: ast.expr, segment: Callable[[ast.expr], str]) -> str:
+    """The text the ``length`` fix writes for ``len(arg)`` (:func:`length_as`), an
+    expression's own text given by ``segment``."""
+    receiver, method = length_as(arg)
+    written = segment(receiver)
+    return f"({written}){method}" if needs_parentheses(receiver) else written + method
+
+
+def needs_parentheses(node: ast.expr) -> bool:
+    """Whether ``node`` must be parenthesized before ``.attr`` (``(a + b).size(0)``)."""
+    return not isinstance(
+        node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant, ast.List, ast.Tuple)
+    ) or (isinstance(node, ast.Constant) and isinstance(node.value, (int, float)))

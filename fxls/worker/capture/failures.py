@@ -20,7 +20,7 @@ from types import CodeType, TracebackType
 
 import fxls
 from fxls.protocol import catalogue
-from fxls.protocol.fixkinds import length_as
+from fxls.protocol.fixkinds import length_written
 from fxls.protocol.model import Related, Span
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.spans import short_source, user_spans
@@ -283,8 +283,4 @@ def _length_as(arg: str) -> str:
         tree = ast.parse(arg.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError):  # a cut text, a null byte
         return f"{arg}.size(0)"
-    receiver, method = length_as(tree)
-    written = ast.unparse(receiver)
-    if not isinstance(receiver, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
-        written = f"({written})"
-    return written + method
+    return length_written(tree, ast.unparse)

@@ -141,13 +141,6 @@ def ordered(edits: list[TextEdit]) -> list[TextEdit]:
     )
 
 
-def needs_parentheses(node: ast.expr) -> bool:
-    """Whether ``node`` must be parenthesized before ``.attr`` (``(a + b).size(0)``)."""
-    return not isinstance(
-        node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant, ast.List, ast.Tuple)
-    ) or (isinstance(node, ast.Constant) and isinstance(node.value, (int, float)))
-
-
 def loaded_names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 

@@ -245,7 +245,9 @@ class NodeRecords:
         when they are not recorded so."""
         if [n.name for n in nodes] != list(segment.copies):
             return False
-        of = self.index.get(next(iter(segment.copies.values())), -1)
+        of = self.index.get(next(iter(segment.copies.values())))
+        if of is None:
+            return False
         templates = self.templates.get((of, len(nodes)))
         if templates is None:
             templates = self.templates[(of, len(nodes))] = self._run_of(of, segment)
@@ -253,9 +255,9 @@ class NodeRecords:
             return False
         outer = dict(zip(segment.template_inputs, segment.inputs))
         run = Run(
-            nodes, templates, len(self.records), of, segment.template_path, segment.path, outer
-        )
-        run.plain = self.plain
+            nodes, templates, len(self.records), of, segment.template_path, segment.path, outer,
+            plain=self.plain,
+        )  # fmt: skip
         block = block_copy(self.gm, run, self.values)
         if block is None:
             return False

@@ -13,7 +13,7 @@ import inspect
 import sys
 from collections.abc import Callable, Iterable
 from types import CodeType, FrameType, FunctionType, ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.fx
@@ -21,6 +21,8 @@ import torch.fx
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, call_site_frame, method_codes
 from fxls.worker.capture.trace import decided, passthrough, reuse
+
+_T = TypeVar("_T")
 
 
 def _stack(frame: FrameType | None) -> Iterable[tuple[CodeType, int]]:
@@ -168,60 +170,53 @@ class SpanTracer(torch.fx.Tracer):
     def to_bool(self, obj: torch.fx.Proxy) -> bool:
         """A rank or dtype check the decider answers (its line recorded); else torch.fx's
         refusal of a traced value in control flow."""
-        decider = self.decider
-        if decider is None:
-            return super().to_bool(obj)
-        self.deciding = True  # the decider calls modules itself: not traced
-        try:
-            found = decider.decide(obj.node)
-        finally:
-            self.deciding = False
+        found = self._ask(lambda decider: decider.decide(obj.node))
         if found is None:
             return super().to_bool(obj)
-        decider.decisions.append(decided.Decision(obj.node, found, self._innermost_span()))
-        if self.replayer is not None:
-            self.replayer.note_decided()
+        self._decided(decided.Decision(obj.node, found, self._innermost_span()))
         return found
 
     def decide_rank(self, tensor: torch.fx.Node, read: torch.fx.Node | None) -> int | None:
         """``len(x.shape)`` (or of ``x.size()``, the node ``read``): the rank of ``tensor``
         the decider finds (its line recorded); None when it finds none."""
+        rank = self._ask(lambda decider: decider.rank(tensor))
+        if rank is not None:
+            self._decided(decided.Decision(read, rank, self._innermost_span(), kind="rank"))
+        return rank
+
+    def ranks_and_dtypes(self, nodes: list[torch.fx.Node]) -> tuple[Any, ...] | None:
+        """The rank and dtype of each node's value (for replaying a block whose call decided
+        a check); None when one is not known."""
+        return self._ask(lambda decider: decider.ranks_and_dtypes(nodes))
+
+    def _ask(self, question: Callable[[decided.Decider], _T | None]) -> _T | None:
+        """``question``'s answer from the decider (None without one); module calls and
+        attributes are plain while it runs the graph so far."""
         decider = self.decider
         if decider is None:
             return None
         self.deciding = True
         try:
-            rank = decider.rank(tensor)
+            return question(decider)
         finally:
             self.deciding = False
-        if rank is None:
-            return None
-        span = self._innermost_span()
-        decider.decisions.append(decided.Decision(read, rank, span, kind="rank"))
+
+    def _decided(self, decision: decided.Decision) -> None:
+        """Keep ``decision``; the calls being recorded replay only for the same ranks and
+        dtypes."""
+        if self.decider is not None:  # it answered
+            self.decider.decisions.append(decision)
         if self.replayer is not None:
             self.replayer.note_decided()
-        return rank
 
     def _innermost_span(self) -> Any:
         """The span of the document's innermost frame on the stack (where a check is)."""
-        frame = sys._getframe(2)
+        frame = sys._getframe(1)
         first = next((f for f in _stack(frame) if f[0].co_filename == self.path), None)
         return self.source.code_span(*first) if first is not None else None
 
     def proxy(self, node: torch.fx.Node) -> torch.fx.Proxy:
         return decided.TracedProxy(node, self)
-
-    def ranks_and_dtypes(self, nodes: list[torch.fx.Node]) -> tuple[Any, ...] | None:
-        """The rank and dtype of each node's value (for replaying a block whose call decided
-        a check); None when one is not known."""
-        decider = self.decider
-        if decider is None:
-            return None
-        self.deciding = True
-        try:
-            return decider.ranks_and_dtypes(nodes)
-        finally:
-            self.deciding = False
 
     def create_proxy(self, kind: str, target: Any, args: Any, *rest: Any, **more: Any) -> Any:
         kwargs = rest[0] if rest else more.get("kwargs")

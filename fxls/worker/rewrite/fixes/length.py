@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from fxls.protocol.fixkinds import length_as
+from fxls.protocol.fixkinds import length_written
 from fxls.protocol.model import FixRequest
 from fxls.worker.rewrite import text
 from fxls.worker.rewrite.base import Original, Proposal, Unavailable, gone_of
@@ -31,9 +31,7 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
         raise Unavailable("`len` is redefined in this file")
     arg = call.args[0]
     inner = text.segment(source, arg)
-    receiver, method = length_as(arg)  # len(x.shape): x.dim(), the rank of x
-    written = text.segment(source, receiver)
-    new = f"{f'({written})' if text.needs_parentheses(receiver) else written}{method}"
+    new = length_written(arg, lambda node: text.segment(source, node))  # len(x.shape): x.dim()
     return Proposal(
         f"Replace `len({inner})` with `{new}`",
         [text.replace(source, call, new)],

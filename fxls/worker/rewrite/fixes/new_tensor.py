@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 
+from fxls.protocol.fixkinds import needs_parentheses
 from fxls.protocol.model import FixRequest, TextEdit
 from fxls.worker.rewrite import text
 from fxls.worker.rewrite.base import Original, Proposal, Unavailable, gone_of
@@ -70,7 +71,7 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
     if base is None:
         raise Unavailable("no size is read from a tensor (`x.size(0)`, `x.shape[0]`)")
     receiver = text.segment(source, base)
-    if text.needs_parentheses(base):
+    if needs_parentheses(base):
         receiver = f"({receiver})"
     if len(size_nodes) == 1:
         sizes = text.segment(source, size_nodes[0])

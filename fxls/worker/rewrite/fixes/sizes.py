@@ -16,6 +16,7 @@ import ast
 
 import torch
 
+from fxls.protocol.fixkinds import needs_parentheses
 from fxls.protocol.model import FixRequest, Span, TextEdit
 from fxls.worker.rewrite import text
 from fxls.worker.rewrite.base import Original, Proposal, Unavailable, gone_of
@@ -77,7 +78,7 @@ def propose(original: Original, fix: FixRequest) -> Proposal:
                 parts.append(_tuple(loose))
                 loose = []
             inner = text.segment(source, arg.value)
-            parts.append(f"({inner})" if text.needs_parentheses(arg.value) else inner)
+            parts.append(f"({inner})" if needs_parentheses(arg.value) else inner)
         else:
             loose.append(text.segment(source, arg))
     if loose:

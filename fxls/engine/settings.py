@@ -18,7 +18,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from fxls.protocol.model import Isolation, Limits
+from fxls.protocol.model import PRELOAD, Isolation, Limits
 
 SECTION = "fxls"
 
@@ -28,6 +28,11 @@ sandbox is: the worker's interpreter, the resource limits, the isolation layers.
 takes them from ``initializationOptions`` only (the editor's or the user's own configuration,
 which starts the server); in ``workspace/configuration`` and ``didChangeConfiguration``
 answers they may come from a repository's settings file, so there they are ignored."""
+
+
+MAX_NAMES = 64
+"""Entries a list setting may hold."""
+_PACKAGE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 
 
 def _setting(
@@ -74,9 +79,15 @@ class IsolationSettings:
 
     seccomp: bool = _setting(True, "Block network, process and ptrace system calls.")
     landlock: bool = _setting(True, "Restrict file writes to a scratch directory.")
+    preload: tuple[str, ...] = _setting(
+        PRELOAD,
+        "Installed packages (top-level names) the worker keeps imported between captures once "
+        "a capture used them, so the next ones do not import them again: imported outside the "
+        "sandbox, from site-packages only. Empty: none.",
+    )
 
     def to_protocol(self) -> Isolation:
-        return Isolation(seccomp=self.seccomp, landlock=self.landlock)
+        return Isolation(seccomp=self.seccomp, landlock=self.landlock, preload=list(self.preload))
 
 
 @dataclass
@@ -208,6 +219,10 @@ def _check_value(tp: Any, value: Any, minimum: float | None) -> tuple[bool, Any]
         value = float(value) if ok else value
     elif tp is str:
         return isinstance(value, str), value
+    elif tp == tuple[str, ...]:
+        names = value if isinstance(value, list) and len(value) <= MAX_NAMES else None
+        ok = names is not None and all(isinstance(n, str) and _PACKAGE.fullmatch(n) for n in names)
+        return ok, tuple(value) if ok else value
     else:
         return False, value
     if ok and minimum is not None and value < minimum:
@@ -238,6 +253,7 @@ def _parse(cls: type, data: dict[str, Any], prefix: str, problems: list[str]) ->
             kwargs[f.name] = converted
         else:
             expected = {bool: "true or false", int: "an integer", float: "a number"}
+            expected[tuple[str, ...]] = f"a list of at most {MAX_NAMES} package names"
             bound = f.metadata.get("min")
             extra = f" ≥ {bound:g}" if bound is not None and tp in (int, float) else ""
             problems.append(
@@ -294,7 +310,12 @@ def _walk(cls: type, prefix: str) -> typing.Iterator[tuple[str, dataclasses.Fiel
 
 def defaults_flat() -> dict[str, object]:
     """Every setting's dotted wire name (``fxls.limits.timeoutSeconds``) -> its default."""
-    return {name: f.default for name, f, _ in _walk(Settings, SECTION)}
+    return {name: _json(f.default) for name, f, _ in _walk(Settings, SECTION)}
+
+
+def _json(value: Any) -> Any:
+    """A default as the client sends it (a list for a tuple)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def describe() -> list[tuple[str, str, object, str]]:
@@ -312,7 +333,7 @@ def to_wire(settings: Settings) -> dict[str, Any]:
         return {
             _wire_name(f): convert(getattr(obj, f.name))
             if dataclasses.is_dataclass(getattr(obj, f.name))
-            else getattr(obj, f.name)
+            else _json(getattr(obj, f.name))
             for f in dataclasses.fields(obj)
         }
 

@@ -228,12 +228,31 @@ class Limits:
     nofile: int = 256
 
 
+PRELOAD = (
+    "transformers",
+    "diffusers",
+    "timm",
+    "einops",
+    "torchvision",
+    "torchaudio",
+    "accelerate",
+    "peft",
+    "x_transformers",
+)
+"""The packages ``Isolation.preload`` names by default: model libraries whose imports take
+most of a job that uses them."""
+
+
 @dataclass
 class Isolation:
     seccomp: bool = True
     landlock: bool = True
     netns: bool = False
     """Private network namespace (user+net); often unavailable to unprivileged users."""
+    preload: list[str] = field(default_factory=lambda: list(PRELOAD))
+    """Installed packages (top-level names) the worker may keep imported between jobs once a
+    job used them (``fxls.worker.process.preload``): imported outside the sandbox, from
+    ``site-packages`` only."""
 
 
 @dataclass
@@ -699,6 +718,10 @@ class CaptureResult:
     """Classes the job did not capture: it reached its CPU limit (soft) during the first of
     them, after others were done. ``modules`` holds the ones done; the server captures these
     in another job."""
+    imported: list[str] = field(default_factory=list)
+    """Modules of ``Isolation.preload``'s packages the job imported from ``site-packages``:
+    a hint for the worker, which imports them itself for the next jobs (never trusted as
+    more than names)."""
 
 
 @dataclass

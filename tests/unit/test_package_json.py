@@ -18,7 +18,13 @@ DOCS = ROOT / "docs" / "configuration.md"
 CLIENT_ONLY = {"fxls.server.command", "fxls.trace.server"}
 """Settings only the VS Code client reads (how to start the server, JSON-RPC tracing)."""
 
-JSON_TYPES = {bool: {"boolean"}, int: {"number", "integer"}, float: {"number"}, str: {"string"}}
+JSON_TYPES = {
+    bool: {"boolean"},
+    int: {"number", "integer"},
+    float: {"number"},
+    str: {"string"},
+    list: {"array"},
+}
 
 
 def _properties() -> dict[str, dict[str, Any]]:

@@ -36,6 +36,17 @@ CONTRACT = {
     "fxls.codeActions.rulesFile": "fxls_rules.py",
     "fxls.isolation.seccomp": True,
     "fxls.isolation.landlock": True,
+    "fxls.isolation.preload": [
+        "transformers",
+        "diffusers",
+        "timm",
+        "einops",
+        "torchvision",
+        "torchaudio",
+        "accelerate",
+        "peft",
+        "x_transformers",
+    ],
     "fxls.capture.metaInit": True,
     "fxls.capture.symbolic": True,
     "fxls.compileCheck.enabled": True,
@@ -146,6 +157,13 @@ def test_protected_keys_are_split_off_configuration_answers() -> None:
     # values equal to the settings in force (VS Code sends every key) are not worth a word
     _, same = split_protected({"limits": {"timeoutSeconds": 20}, "python": ""})
     assert protected_differences(same, Settings()) == []
+    # a list setting is sent as a list (its default is a tuple on the server)
+    _, preload = split_protected(
+        {"isolation": {"preload": defaults_flat()["fxls.isolation.preload"]}}
+    )
+    assert protected_differences(preload, Settings()) == []
+    _, other = split_protected({"isolation": {"preload": ["timm"]}})
+    assert protected_differences(other, Settings()) == ["fxls.isolation.preload"]
     assert split_protected(None) == (None, {})
 
 

@@ -29,7 +29,7 @@ from typing import NoReturn
 from fxls.protocol.codec import to_dict
 from fxls.protocol.frames import MAX_RESULT_BYTES, frame_bytes, write_all
 from fxls.protocol.model import CaptureResult, ErrorInfo, JobRequest, Phase
-from fxls.worker.process import sandbox
+from fxls.worker.process import preload, sandbox
 
 MAC_LEN = 32
 JOB_GC_THRESHOLDS = (10_000, 10, 10)
@@ -99,11 +99,23 @@ def _encode_result(result: CaptureResult) -> bytes:
         return _json_bytes({"type": "result", "payload": to_dict(failed)})
 
 
+def _imported(request: JobRequest, newest: str | None) -> list[str]:
+    """What the job imported that the zygote may keep imported (``preload``); nothing when
+    the job's code broke what that looks at (``sys.modules``, ``os.path``)."""
+    try:
+        return preload.imported_since(newest, request.isolation.preload, request.capture.module)
+    except Exception:
+        return []
+
+
 def run_child(request: JobRequest, setup: sandbox.ChildSetup) -> NoReturn:
     """Entry point in the forked child; never returns."""
     code = 0
     writer = _FrameWriter(setup.result_w, setup.frame_key)
     setup.frame_key = b""
+    if preload.LOADED:
+        preload.drop_unusable(request.capture.sys_path)
+    newest = preload.newest_module()
     try:
         try:
             layers = sandbox.setup_child(setup)
@@ -124,6 +136,8 @@ def run_child(request: JobRequest, setup: sandbox.ChildSetup) -> NoReturn:
             writer.send({"type": "phase", "phase": phase, "class": class_name})
 
         result = run_job(request, report_phase)
+        if request.kind == "capture":
+            result.imported = _imported(request, newest)
         _flush_all()
         report_phase("serialize", None)
         body = _encode_result(result)

@@ -57,7 +57,7 @@ from fxls.protocol.model import (
     ReadyInfo,
     ResultKind,
 )
-from fxls.worker.process import sandbox
+from fxls.worker.process import preload, sandbox
 from fxls.worker.process.child import MAC_LEN, frame_mac
 
 OUTPUT_HEAD_BYTES = 64 * 1024
@@ -570,6 +570,10 @@ class Zygote:
         self.stopping = False
         self.watch_until = 0.0
         self.stale_cgroups: list[str] = []
+        self.preloading: set[str] = set()
+        """Module names queued for :meth:`_preload`."""
+        self.preloaded: dict[str, float] = {}
+        """Top-level package -> seconds its modules took to import, since the last log."""
         os.set_blocking(ctl_in, False)
         self.sel.register(ctl_in, selectors.EVENT_READ, self._on_control)
         self.wake_r, wake_w = os.pipe()
@@ -808,6 +812,44 @@ class Zygote:
         job.usage = (cpu, job.peak_kb)
         job.answered = True
         self.send_result(_classified(job), job.payload_wire)
+        self._plan_preload(job)
+
+    def _plan_preload(self, job: Job) -> None:
+        """Queue the imports a capture reported (what :func:`preload.wanted` lets through) as
+        quiet work, one module per turn of the loop, then :meth:`_preloaded`."""
+        payload = job.payload
+        if payload is None or job.request.kind != "capture":
+            return
+        names = preload.wanted(payload.imported, job.request.isolation.preload)
+        names = [name for name in names if name not in self.preloading]
+        if not names:
+            return
+        self.preloading.update(names)
+        self.quiet.extend(functools.partial(self._preload, name) for name in names)
+        self.quiet.append(self._preloaded)
+
+    def _preload(self, name: str) -> None:
+        self.preloading.discard(name)
+        top = name.partition(".")[0]
+        refused_before = top in preload.REFUSED
+        started = time.monotonic()
+        why = preload.load(name)
+        if why is None:
+            self.preloaded[top] = self.preloaded.get(top, 0.0) + time.monotonic() - started
+        elif not refused_before:
+            self.log(f"not kept imported between jobs: {why}")
+
+    def _preloaded(self) -> None:
+        """After imports: the heap frozen (as after the warm-up), the child forked ahead
+        replaced by one that has them."""
+        if not self.preloaded:
+            return
+        gc.collect()
+        gc.freeze()
+        self.spawner.discard()
+        done = ", ".join(f"{top} {seconds:.2f} s" for top, seconds in self.preloaded.items())
+        self.preloaded.clear()
+        self.log(f"kept imported for the next jobs: {done}")
 
     def _parse_child_frames(self, job: Job) -> bool:
         """Consume complete frames; False when the job must be stopped."""
@@ -918,6 +960,7 @@ class Zygote:
             self.log(f"could not remove the job directory {job.job_dir}")
         if result is not None:
             self.send_result(result, job.payload_wire)
+            self._plan_preload(job)
         self.watch_until = time.monotonic() + ESCAPEE_WATCH_S
 
     def _check_deadlines(self) -> None:

@@ -58,7 +58,7 @@ from fxls.worker.capture.reporting import (
     safe_str,
 )
 from fxls.worker.capture.shapes import propagation as shapes
-from fxls.worker.capture.shapes import sizes, state
+from fxls.worker.capture.shapes import shortcuts, sizes, state
 from fxls.worker.capture.shapes.values import Namer, values_of
 from fxls.worker.capture.spans import (
     CALL_SITE_KEY,
@@ -688,7 +688,7 @@ class ClassCapture:
         leaves = {
             str(n.target)
             for n in traced.gm.graph.nodes
-            if n.op == "call_module" and not fakerun.is_builtin_leaf(_submodule(module, n.target))
+            if n.op == "call_module" and not shortcuts.is_builtin_leaf(_submodule(module, n.target))
         }
         for path, sub in module.named_modules():
             if type(sub) in watched:

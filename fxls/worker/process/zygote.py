@@ -830,6 +830,8 @@ class Zygote:
 
     def _preload(self, name: str) -> None:
         self.preloading.discard(name)
+        if name in sys.modules:  # imported with an earlier one
+            return
         top = name.partition(".")[0]
         refused_before = top in preload.REFUSED
         started = time.monotonic()

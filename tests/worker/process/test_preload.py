@@ -27,7 +27,6 @@ from fxls.protocol.model import (
     JobResult,
 )
 from fxls.worker.process import preload
-from tests.worker.conftest import LoggedClient
 
 pytestmark = pytest.mark.timeout(180)
 ASYNC = pytest.mark.asyncio(loop_scope="module")
@@ -66,7 +65,7 @@ def _modules(result: JobResult) -> Any:
     return out
 
 
-async def _kept(worker: LoggedClient, package: str, seconds: float = 60.0) -> None:
+async def _kept(worker: Any, package: str, seconds: float = 60.0) -> None:
     for _ in range(int(seconds * 10)):
         if any("kept imported" in line and package in line for line in worker.logs):
             return
@@ -76,7 +75,7 @@ async def _kept(worker: LoggedClient, package: str, seconds: float = 60.0) -> No
 
 @ASYNC
 async def test_a_library_a_job_imported_is_imported_once_for_the_next_jobs(
-    own_worker: LoggedClient,
+    own_worker: Any,
 ) -> None:
     job = _job(GELU_MODEL)
     first = await own_worker.run(job)
@@ -94,7 +93,7 @@ async def test_a_library_a_job_imported_is_imported_once_for_the_next_jobs(
 
 @ASYNC
 async def test_packages_the_settings_do_not_name_are_left_to_each_job(
-    own_worker: LoggedClient,
+    own_worker: Any,
 ) -> None:
     job = _job(GELU_MODEL)
     result = await own_worker.run(job, isolation=Isolation(preload=["einops"]))
@@ -105,7 +104,7 @@ async def test_packages_the_settings_do_not_name_are_left_to_each_job(
 
 @ASYNC
 async def test_a_workspace_copy_of_a_kept_package_is_what_its_job_imports(
-    own_worker: LoggedClient, tmp_path: Path
+    own_worker: Any, tmp_path: Path
 ) -> None:
     uses = "import torch\nfrom torch import nn\nimport einops\n\n\nclass M(nn.Module):\n"
     uses += "    def forward(self, x):\n        return einops.rearrange(x, 'b c -> c b')\n"

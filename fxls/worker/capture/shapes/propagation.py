@@ -49,7 +49,7 @@ import torch
 import torch.fx
 
 from fxls.protocol.model import Value
-from fxls.worker.capture.shapes import elementwise, kernels
+from fxls.worker.capture.shapes import elementwise, kernels, shortcuts
 from fxls.worker.capture.shapes import sizes as example_sizes
 from fxls.worker.capture.shapes import state as module_state
 from fxls.worker.capture.shapes.explain import NoExample, ShapeError, shape_error, target_name
@@ -349,7 +349,10 @@ class _Propagator(torch.fx.Interpreter):
             if fast is not None:
                 return fast
         self.kept.keep_leaf(module)
-        return super().call_module(target, args, kwargs)
+        # a kept submodule runs its Python code: its attention, matrix products and torch
+        # layers take the same shortcuts as graph nodes do
+        with shortcuts.builtin_shortcuts(), shortcuts.Shortcuts():
+            return super().call_module(target, args, kwargs)
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         if target in MATMULS and len(args) == 2 and not kwargs:

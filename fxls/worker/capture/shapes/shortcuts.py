@@ -4,12 +4,15 @@ dtype difference, broadcasting) runs the real operator, which also produces its 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 import torch.fx
+from torch.overrides import TorchFunctionMode
 
 from fxls.worker.capture.shapes.values import dtype_name
 
@@ -75,10 +78,11 @@ _SDPA_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def fast_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
-    """``F.scaled_dot_product_attention`` without a mask, dropout or grouped heads, where the
-    answer is certain: the output is laid out like the query (what torch's CPU kernel and its
-    fake implementation give); fake tensors otherwise run the attention's decomposition, the
-    most expensive operator of a transformer block. None leaves it to the operator."""
+    """``F.scaled_dot_product_attention`` without dropout or grouped heads, with a mask that
+    broadcasts to the scores or none, where the answer is certain: the output is laid out like
+    the query (what torch's CPU kernel and its fake implementation give); fake tensors
+    otherwise run the attention's decomposition, the most expensive operator of a transformer
+    block. None leaves it to the operator."""
     if len(args) > len(_SDPA_PARAMS) or not set(kwargs) <= set(_SDPA_PARAMS):
         return None
     bound = dict(zip(_SDPA_PARAMS, args))
@@ -95,26 +99,52 @@ def fast_sdpa(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | N
         bound.get("is_causal", False),
         bound.get("scale"),
     )
-    if bound.get("attn_mask") is not None or bound.get("enable_gqa", False) is not False:
+    if bound.get("enable_gqa", False) is not False:
         return None
     if type(dropout) not in (int, float) or dropout != 0 or type(causal) is not bool:
         return None
     if scale is not None and type(scale) not in (int, float):
         return None
+    if not _attention_fits(q, k, v):
+        return None
+    mask = bound.get("attn_mask")
+    if mask is not None and not _mask_fits(mask, q, k, causal):
+        return None
+    return torch.empty_like(q)
+
+
+def _attention_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Query, key and value of one dtype and device, with the same batch sizes, the key's
+    length the value's and the query's features the key's and the value's."""
     if not (q.dtype == k.dtype == v.dtype and q.dtype in _SDPA_DTYPES):
-        return None
+        return False
     if not (q.device == k.device == v.device and q.dim() == k.dim() == v.dim() >= 2):
-        return None
+        return False
     if not (all(same_size(a, b) for a, b in zip(q.shape[:-2], k.shape[:-2]))
             and all(same_size(a, b) for a, b in zip(k.shape[:-2], v.shape[:-2]))):  # fmt: skip
-        return None
-    if not (
+        return False
+    return bool(
         same_size(q.shape[-1], k.shape[-1])
         and same_size(q.shape[-1], v.shape[-1])
         and same_size(k.shape[-2], v.shape[-2])
-    ):
-        return None
-    return torch.empty_like(q)
+    )
+
+
+def _mask_fits(mask: Any, q: torch.Tensor, k: torch.Tensor, causal: bool) -> bool:
+    """An attention mask the kernel takes as it is, leaving the output as without one: boolean
+    or of the query's dtype, on its device, each size 1 or the scores' (``[..., L, S]``); not
+    beside ``is_causal`` (left to torch)."""
+    if causal or not isinstance(mask, torch.Tensor) or mask.device != q.device:
+        return False
+    if mask.dtype is not torch.bool and mask.dtype != q.dtype:
+        return False
+    scores = [*q.shape[:-1], k.shape[-2]]
+    if mask.dim() > len(scores):
+        return False
+    return all(
+        (type(m) is int and m == 1) or same_size(m, size)
+        for m, size in zip(reversed(mask.shape), reversed(scores))
+    )
 
 
 def fast_module(module: Any, x: torch.Tensor, rest: tuple[Any, ...]) -> Any:
@@ -308,3 +338,82 @@ def _layer_rule(kind: type) -> Any:
     if kind in _CONVS:
         return fast_conv
     return _embedding if kind is torch.nn.Embedding else None
+
+
+# -- the shortcuts inside a run of Python code (a fake run, a kept submodule) ----------------
+
+
+def is_builtin_leaf(module: torch.nn.Module, leaf_classes: Iterable[str] = ()) -> bool:
+    """Whether a submodule call is recorded as one ``call_module`` node (FX's leaf rule)."""
+    cls = type(module)
+    if cls.__name__ in set(leaf_classes):
+        return True
+    name = cls.__module__ or ""
+    builtin = name.startswith(("torch.nn", "torch.ao.nn"))
+    return builtin and not isinstance(module, torch.nn.Sequential)
+
+
+def _shortcut(fn: Callable[..., Any], *args: Any) -> Any:
+    """The output of a shape shortcut; None runs the real op."""
+    try:
+        return fn(*args)
+    except Exception:  # the real operator then runs and reports its own error
+        return None
+
+
+_MATMUL_FUNCTIONS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__}
+"""Shapes of these come from :func:`fast_matmul` when it is certain (much faster)."""
+
+
+def function_shortcut(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """The output of a matrix product or ``scaled_dot_product_attention`` from its shape
+    shortcut; None runs the real op."""
+    if func in _MATMUL_FUNCTIONS and len(args) == 2 and not kwargs:
+        return _shortcut(fast_matmul, args[0], args[1])
+    if func is SDPA:
+        return _shortcut(fast_sdpa, tuple(args), dict(kwargs))
+    return None
+
+
+def module_shortcut(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """The output of a torch layer called with one tensor, from its shape shortcut; None runs
+    the layer."""
+    if kwargs or len(args) != 1 or not isinstance(args[0], torch.Tensor):
+        return None
+    return _shortcut(fast_module, module, args[0], ())
+
+
+class Shortcuts(TorchFunctionMode):
+    """Matrix products and ``scaled_dot_product_attention`` take their output from the shape
+    shortcuts where those are certain, as graph nodes do in :mod:`propagation` (on meta and
+    fake tensors attention otherwise runs torch's Python decomposition)."""
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        out = function_shortcut(func, args, kwargs)
+        return func(*args, **kwargs) if out is None else out
+
+
+@contextlib.contextmanager
+def builtin_shortcuts() -> Iterator[None]:
+    """While it lasts, torch's layers called with one tensor take their output from the shape
+    shortcuts where those are certain, as they do in a recorded run and in
+    :func:`propagation.propagate` (a ``BatchNorm2d`` on meta tensors otherwise runs torch's
+    Python decomposition)."""
+    original = torch.nn.Module.__call__
+
+    def call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        out = module_shortcut(module, args, kwargs) if is_builtin_leaf(module) else None
+        return original(module, *args, **kwargs) if out is None else out
+
+    torch.nn.Module.__call__ = call  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.nn.Module.__call__ = original  # type: ignore[method-assign]

@@ -80,7 +80,6 @@ __all__ = [
     "fake_run",
     "fixed_sizes",
     "generalize",
-    "is_builtin_leaf",
     "meta_outputs",
 ]
 
@@ -163,16 +162,6 @@ class FakeRun:
     def rename(self, text: str) -> str:
         """Raw symbols in a text (``s26*s49`` in an argument) -> the user's names (``B*T``)."""
         return Namer(self.names).text(text)
-
-
-def is_builtin_leaf(module: torch.nn.Module, leaf_classes: Iterable[str] = ()) -> bool:
-    """Whether a submodule call is recorded as one ``call_module`` node (FX's leaf rule)."""
-    cls = type(module)
-    if cls.__name__ in set(leaf_classes):
-        return True
-    name = cls.__module__ or ""
-    builtin = name.startswith(("torch.nn", "torch.ao.nn"))
-    return builtin and not isinstance(module, torch.nn.Sequential)
 
 
 # ---------------------------------------------------------------------------------------
@@ -495,7 +484,7 @@ class _Mode(TorchFunctionMode):
         if rec.suppress:
             return func(*args, **kwargs)
         spans = rec.spans.of_stack(sys._getframe(1))
-        out = _function_shortcut(func, args, kwargs)
+        out = shortcuts.function_shortcut(func, args, kwargs)
         op, target, node_args = _describe_call(func, tuple(args))
         if out is None:
             try:
@@ -545,36 +534,6 @@ def _describe_call(func: Any, args: tuple[Any, ...]) -> tuple[str | None, Any, t
 builtins_getattr = getattr
 
 
-def _shortcut(fn: Callable[..., Any], *args: Any) -> Any:
-    """The output of a shape shortcut of :mod:`fxls.worker.capture.shapes.propagation`; None runs the real op."""
-    try:
-        return fn(*args)
-    except Exception:  # the real operator then runs and reports its own error
-        return None
-
-
-_MATMULS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__}
-"""Shapes of these come from ``shortcuts.fast_matmul`` when it is certain (much faster)."""
-
-
-def _function_shortcut(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-    """The output of a matrix product or ``scaled_dot_product_attention`` from its shape
-    shortcut; None runs the real op."""
-    if func in _MATMULS and len(args) == 2 and not kwargs:
-        return _shortcut(shortcuts.fast_matmul, args[0], args[1])
-    if func is shortcuts.SDPA:
-        return _shortcut(shortcuts.fast_sdpa, tuple(args), dict(kwargs))
-    return None
-
-
-def _module_shortcut(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-    """The output of a torch layer called with one tensor, from its shape shortcut; None runs
-    the layer."""
-    if kwargs or len(args) != 1 or not isinstance(args[0], torch.Tensor):
-        return None
-    return _shortcut(shortcuts.fast_module, module, args[0], ())
-
-
 # ---------------------------------------------------------------------------------------
 # Running
 # ---------------------------------------------------------------------------------------
@@ -590,10 +549,10 @@ def _patched_module_call(recorder: _Recorder) -> Iterator[None]:
             return original(module, *args, **kwargs)
         if recorder.watch is not None and recorder.watch(module, args, kwargs, recorder.namer):
             raise Enough()
-        if is_builtin_leaf(module, recorder.leaf_classes):
+        if shortcuts.is_builtin_leaf(module, recorder.leaf_classes):
             recorder.suppress += 1
             try:
-                out = _module_shortcut(module, args, kwargs)
+                out = shortcuts.module_shortcut(module, args, kwargs)
                 if out is None:
                     out = original(module, *args, **kwargs)
             except BaseException:
@@ -610,42 +569,6 @@ def _patched_module_call(recorder: _Recorder) -> Iterator[None]:
             return original(module, *args, **kwargs)
         finally:
             recorder.module_stack.pop()
-
-    torch.nn.Module.__call__ = call  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        torch.nn.Module.__call__ = original  # type: ignore[method-assign]
-
-
-class _Shortcuts(TorchFunctionMode):
-    """Matrix products and ``scaled_dot_product_attention`` take their output from the shape
-    shortcuts of :mod:`fxls.worker.capture.shapes.propagation` where those are certain, as in a recorded
-    run (on meta tensors attention otherwise runs torch's Python decomposition)."""
-
-    def __torch_function__(
-        self,
-        func: Any,
-        types: Any,
-        args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        kwargs = kwargs or {}
-        out = _function_shortcut(func, args, kwargs)
-        return func(*args, **kwargs) if out is None else out
-
-
-@contextlib.contextmanager
-def _builtin_shortcuts() -> Iterator[None]:
-    """While it lasts, torch's layers called with one tensor take their output from the shape
-    shortcuts of :mod:`fxls.worker.capture.shapes.propagation` where those are certain, as they do in a
-    recorded run and in :func:`shapes.propagate` (a ``BatchNorm2d`` on meta tensors otherwise
-    runs torch's Python decomposition)."""
-    original = torch.nn.Module.__call__
-
-    def call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        out = _module_shortcut(module, args, kwargs) if is_builtin_leaf(module) else None
-        return original(module, *args, **kwargs) if out is None else out
 
     torch.nn.Module.__call__ = call  # type: ignore[method-assign]
     try:
@@ -968,8 +891,8 @@ def meta_outputs(module: torch.nn.Module, inputs: Sequence[Any]) -> list[Value] 
             warnings.catch_warnings(),
             torch.device("meta"),
             torch.no_grad(),
-            _builtin_shortcuts(),
-            _Shortcuts(),
+            shortcuts.builtin_shortcuts(),
+            shortcuts.Shortcuts(),
         ):
             out = module(*args, **kwargs)
     except BaseException as exc:  # user code may raise anything

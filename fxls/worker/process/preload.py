@@ -4,7 +4,7 @@ A model file of a library (``transformers/models/gpt2/modeling_gpt2.py``) or a f
 one (``from diffusers.models.attention import Attention``) imports it in every job: each edit
 paid 0.7-2 s of imports before its first class was built. A job child reports the modules of
 the packages named in ``Isolation.preload`` that it imported (:func:`imported_since`); the
-zygote imports them itself once it is idle (:func:`load`, one module per step of its loop),
+zygote imports them itself between jobs (:func:`load`, a few at each step of its loop),
 and the children it forks afterwards find them in ``sys.modules``.
 
 What the zygote imports runs outside the sandbox, so the child's report is only a hint, and

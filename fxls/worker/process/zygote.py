@@ -520,6 +520,9 @@ SPARE_WARM_ENV = "FXLS_SPARE_WARM"
 capture that makes its memory its own first (``warmup.warm_spare``)."""
 
 IDLE_AFTER_S = 0.25
+PRELOAD_STEP_S = 0.05
+"""How long one step of the zygote's imports of installed libraries goes on (see
+``Zygote._preload_step``)."""
 """Idle work (the rest of the warm-up) runs while jobs run (their children work on the other
 core), or after this long without one: the first job, sent as soon as the zygote is ready,
 never waits behind it."""
@@ -571,7 +574,8 @@ class Zygote:
         self.watch_until = 0.0
         self.stale_cgroups: list[str] = []
         self.preloading: set[str] = set()
-        """Module names queued for :meth:`_preload`."""
+        self.to_preload: collections.deque[str] = collections.deque()
+        """Module names queued for :meth:`_preload_step` (``preloading``: the same, as a set)."""
         self.preloaded: dict[str, float] = {}
         """Top-level package -> seconds its modules took to import, since the last log."""
         os.set_blocking(ctl_in, False)
@@ -816,7 +820,9 @@ class Zygote:
 
     def _plan_preload(self, job: Job) -> None:
         """Queue the imports a capture reported (what :func:`preload.wanted` lets through) as
-        quiet work, one module per turn of the loop, then :meth:`_preloaded`."""
+        ``idle`` work (:meth:`_preload_step`): not while a job waits to be forked, but while
+        jobs run (``fxls check`` keeps one running; a result that comes meanwhile is read after
+        the step)."""
         payload = job.payload
         if payload is None or job.request.kind != "capture":
             return
@@ -824,14 +830,27 @@ class Zygote:
         names = [name for name in names if name not in self.preloading]
         if not names:
             return
+        if not self.to_preload:
+            self.idle.append(self._preload_step)
         self.preloading.update(names)
-        self.quiet.extend(functools.partial(self._preload, name) for name in names)
-        self.quiet.append(self._preloaded)
+        self.to_preload.extend(names)
+
+    def _preload_step(self) -> None:
+        """Imports for up to ``PRELOAD_STEP_S`` (one import may take longer), passing over the
+        modules an earlier one imported; the next step is queued while names are left, else
+        :meth:`_preloaded` runs. While jobs run, the loop takes a step every 0.1 s."""
+        started = time.monotonic()
+        while self.to_preload and time.monotonic() - started < PRELOAD_STEP_S:
+            name = self.to_preload.popleft()
+            self.preloading.discard(name)
+            if name not in sys.modules:  # else imported with an earlier one
+                self._preload(name)
+        if self.to_preload:
+            self.idle.append(self._preload_step)
+        else:
+            self._preloaded()
 
     def _preload(self, name: str) -> None:
-        self.preloading.discard(name)
-        if name in sys.modules:  # imported with an earlier one
-            return
         top = name.partition(".")[0]
         refused_before = top in preload.REFUSED
         started = time.monotonic()

@@ -92,6 +92,20 @@ async def test_a_library_a_job_imported_is_imported_once_for_the_next_jobs(
 
 
 @ASYNC
+async def test_the_imports_are_made_while_the_next_job_runs(own_worker: Any) -> None:
+    """``fxls check`` keeps a job running: the worker imports between reading results."""
+    first = await own_worker.run(_job(GELU_MODEL))
+    assert first.payload is not None and first.payload.imported
+    slow = "import time\ntime.sleep(4)\n" + GELU_MODEL.replace("from transformers", "# from")
+    slow = slow.replace("NewGELUActivation()", "nn.GELU()")
+    running = asyncio.ensure_future(own_worker.run(_job(slow)))
+    await _kept(own_worker, "transformers", seconds=30)
+    assert not running.done()  # kept while the second job was still running
+    second = await running
+    assert second.kind == "ok", second
+
+
+@ASYNC
 async def test_packages_the_settings_do_not_name_are_left_to_each_job(
     own_worker: Any,
 ) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fxls.protocol.files import Refused, read_source
+from fxls.protocol.files import Refused, Stamp, read_source, stamp
 
 MAX_FILES = 2000
 MAX_FILE_BYTES = 1_000_000
@@ -47,10 +47,6 @@ class CallSite:
 
 
 _LISTINGS: dict[str, tuple[float, list[str]]] = {}
-Stamp = tuple[int, int]
-"""A file's size and modification time in nanoseconds: what its kept findings are checked
-against (two numbers, not a whole ``os.stat_result``: one analysis looks at every file)."""
-
 _FILES: dict[str, tuple[Stamp, dict[str, list[tuple[str, int, frozenset[str]]]]]] = {}
 _SCAN = threading.Lock()
 """Held by :func:`prescan` (one scan of the workspace at a time) and :func:`call_sites`, which
@@ -152,15 +148,6 @@ def _scan_elsewhere(paths: list[str]) -> None:
             continue
         if path in wanted:
             _FILES[path] = ((int(size), int(mtime)), parsed)
-
-
-def stamp(path: str) -> Stamp | None:
-    """``path``'s :data:`Stamp`, None when it cannot be read."""
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return None
-    return stat.st_size, stat.st_mtime_ns
 
 
 class Stats:

@@ -139,3 +139,17 @@ def read_source(
     except UnicodeDecodeError as exc:
         return Refused("encoding", f"not UTF-8 text (byte {exc.start:,})")
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+Stamp = tuple[int, int]
+"""A file's size and modification time in nanoseconds: what is kept about a file is checked
+against it (two numbers, not a whole ``os.stat_result``: the callers look at many files)."""
+
+
+def stamp(path: str) -> Stamp | None:
+    """``path``'s :data:`Stamp`, None when it cannot be read."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_size, found.st_mtime_ns

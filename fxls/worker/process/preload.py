@@ -33,11 +33,11 @@ import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from fxls.protocol.files import Stamp, stamp
+
 MAX_NAMES = 2000
 """Module names one job's report may hold (the rest is left out)."""
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(?:\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,15}")
-
-Stamp = tuple[int, int]
 
 
 @dataclass
@@ -68,14 +68,6 @@ def site_folders() -> list[str]:
 def _inside(path: str, folders: list[str]) -> bool:
     real = os.path.realpath(path)
     return any(real.startswith(folder + os.sep) for folder in folders)
-
-
-def _stamp(path: str) -> Stamp | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
 
 
 # -- in the job child ---------------------------------------------------------------------
@@ -136,7 +128,7 @@ def _shadowed(top: str, package: Package, sys_path: list[str]) -> bool:
 
 
 def _changed(package: Package) -> bool:
-    return any(_stamp(path) != seen for path, seen in package.files.items())
+    return any(stamp(path) != seen for path, seen in package.files.items())
 
 
 # -- in the zygote ------------------------------------------------------------------------
@@ -204,7 +196,7 @@ def _note_files(top: str) -> None:
             continue
         path = getattr(module, "__file__", None)
         if isinstance(path, str) and path not in package.files:
-            seen = _stamp(path)
+            seen = stamp(path)
             if seen is not None:
                 package.files[path] = seen
 

@@ -573,9 +573,8 @@ class Zygote:
         self.stopping = False
         self.watch_until = 0.0
         self.stale_cgroups: list[str] = []
-        self.preloading: set[str] = set()
         self.to_preload: collections.deque[str] = collections.deque()
-        """Module names queued for :meth:`_preload_step` (``preloading``: the same, as a set)."""
+        """Module names queued for :meth:`_preload_step`."""
         self.preloaded: dict[str, float] = {}
         """Top-level package -> seconds its modules took to import, since the last log."""
         os.set_blocking(ctl_in, False)
@@ -827,12 +826,12 @@ class Zygote:
         if payload is None or job.request.kind != "capture":
             return
         names = preload.wanted(payload.imported, job.request.isolation.preload)
-        names = [name for name in names if name not in self.preloading]
+        queued = set(self.to_preload)
+        names = [name for name in names if name not in queued]
         if not names:
             return
         if not self.to_preload:
             self.idle.append(self._preload_step)
-        self.preloading.update(names)
         self.to_preload.extend(names)
 
     def _preload_step(self) -> None:
@@ -842,7 +841,6 @@ class Zygote:
         started = time.monotonic()
         while self.to_preload and time.monotonic() - started < PRELOAD_STEP_S:
             name = self.to_preload.popleft()
-            self.preloading.discard(name)
             if name not in sys.modules:  # else imported with an earlier one
                 self._preload(name)
         if self.to_preload:

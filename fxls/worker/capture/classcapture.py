@@ -83,6 +83,11 @@ fake tensors, which costs several times the shape propagation)."""
 _PLAIN_FX = Strategy("fx")
 """A plain FX trace: no leaf, wrap or concrete repair (compared with, never changed)."""
 
+_SEEN_THROUGH = {"leaf", "decided", "concrete"}
+"""Repairs after which a trace's calls and shapes are those of a run of ``forward`` (outside
+the submodules kept whole; arguments fixed to the values the run passes,
+:func:`_runs_as_traced`): a parent's children may be read off such a trace."""
+
 ForwardDef = ast.FunctionDef | ast.AsyncFunctionDef
 
 
@@ -149,6 +154,21 @@ class Traced:
     """Calls of identical sub-blocks whose nodes were copied from the first one's."""
     calls: parents.Calls = field(default_factory=dict)
     """The submodule calls the trace saw, by class (``SpanTracer.module_calls``)."""
+    concrete: dict[str, Any] = field(default_factory=dict)
+    """The ``concrete_args`` of the trace (declared plain values, parameters fixed to their
+    defaults)."""
+
+
+def _runs_as_traced(concrete: Mapping[str, Any], feeds: Sequence[shapes.ExampleInput]) -> bool:
+    """Whether a run of ``forward`` with ``feeds`` passes each argument the trace fixed
+    (``concrete``) as it was fixed: not at all (it keeps its default, the value a repair
+    fixes it to), or as that very value (a declared one)."""
+    fed = {feed.name: feed for feed in feeds}
+    for name, value in concrete.items():
+        feed = fed.get(name)
+        if feed is not None and not (feed.kind == "value" and feed.value is value):
+            return False
+    return True
 
 
 def _submodule(module: nn.Module, target: Any) -> nn.Module:
@@ -671,13 +691,19 @@ class ClassCapture:
         self, module: nn.Module, watched: dict[type, str], parent_expr: str | None
     ) -> dict[str, parents.Recorded] | None:
         """The children's calls as the trace saw them, when it saw all of them and the
-        traced graph's shapes are what running ``forward`` gives: a plain FX trace (no leaf,
-        wrap or concrete repair) whose propagation ran through symbolically as asked without
-        fixing a dimension. Else None (the parent's ``forward`` is run again for them)."""
+        traced graph's shapes are what running ``forward`` gives: an FX trace without a wrap
+        or concrete repair (a submodule kept whole runs its ``forward`` in the propagation; a
+        decided check takes the branch a run takes) whose propagation ran through
+        symbolically as asked without fixing a dimension, and no watched instance inside a
+        submodule kept whole. Else None (the parent's ``forward`` is run again for them)."""
         traced, prop, mod = self.traced, self.prop, self.mod
         if not self.doc.job.children_from_trace:
             return None
-        if traced is None or traced.gm is None or prop is None or mod.strategy != _PLAIN_FX:
+        if traced is None or traced.gm is None or prop is None:
+            return None
+        if mod.strategy.method != "fx" or not set(mod.strategy.repairs) <= _SEEN_THROUGH:
+            return None
+        if not _runs_as_traced(traced.concrete, self.feeds or []):
             return None
         expected = "symbolic" if self.doc.job.symbolic else "fake"
         if prop.error is not None or prop.notes or prop.namer is None or prop.mode != expected:
@@ -1194,7 +1220,7 @@ class ClassCapture:
         segments = tracer.replayer.segments if tracer.replayer is not None else []
         return Traced(
             gm, gm.graph, leaves() + library_leaves, tracer.traced_params, segments,
-            tracer.module_calls,
+            tracer.module_calls, concrete,
         )  # fmt: skip
 
     def _infer_for_checks(

@@ -24,6 +24,7 @@ from fxls.protocol.fixkinds import length_written
 from fxls.protocol.model import Related, Span
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.spans import short_source, user_spans
+from fxls.worker.capture.syntax import nodes_of
 
 _FACTORIES = (
     "zeros|ones|empty|full|rand|randn|randint|randperm|arange|eye|linspace|tensor|zeros_like"
@@ -227,7 +228,7 @@ _TRACE_REASONS = (
 
 def _narrow(span: Span, tree: ast.Module, source: SourceText) -> Span:
     """The condition of the statement a span starts, when it starts one."""
-    for node in ast.walk(tree):
+    for node in nodes_of(tree, ast.If, ast.While, ast.Assert, ast.IfExp):
         if (
             isinstance(node, (ast.If, ast.While, ast.Assert, ast.IfExp))
             and node.lineno == span.line

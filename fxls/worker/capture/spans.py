@@ -20,6 +20,7 @@ import torch.fx
 
 from fxls.protocol.model import Span
 from fxls.protocol.positions import SourceText
+from fxls.worker.capture.syntax import nodes_of
 
 SPAN_KEY = "fxls_span"
 CALL_SITE_KEY = "fxls_call_site"
@@ -116,7 +117,7 @@ def find_function(
     tree: ast.Module, code: CodeType
 ) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The ``def`` in ``tree`` whose compiled code object is ``code``."""
-    for node in ast.walk(tree):
+    for node in nodes_of(tree, ast.FunctionDef, ast.AsyncFunctionDef):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
             if first == code.co_firstlineno:

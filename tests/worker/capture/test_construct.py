@@ -447,33 +447,84 @@ def test_sub_blocks_are_recorded_from_the_parents_trace_or_by_running_it(
     assert block.inputs[0].value.shape == ["B", 16]  # Model's input is assumed [B, 16]
     assert block.inputs[1].value.text == "16"  # x.shape[1], as a second run would pass it
 
-    # the same file where the parent needs a repair to trace (a sub-block that branches on
-    # values becomes a leaf: the trace does not see inside it): forward runs again for the
-    # records, and they are the same
-    gate = """
-class Gate(nn.Module):
-    def forward(self, x):
-        if x.sum() > 0:
-            return x
-        return -x
-"""
-    repaired = (
-        (HEADER + gate + _PARENT)
-        .replace(
+    def with_gate(gate: str, first: bool = False) -> str:
+        """The same file with a ``Gate`` (which FX cannot trace: it is kept as a leaf) called
+        after the blocks, or ``first``."""
+        source = (HEADER + gate + _PARENT).replace(
             "        self.blocks = nn.ModuleList(",
             "        self.gate = Gate()\n        self.blocks = nn.ModuleList(",
         )
-        .replace(
-            "            x = block(x, scale=T)\n        return x",
-            "            x = block(x, scale=T)\n        return self.gate(x)",
-        )
+        if first:
+            return source.replace(
+                "        for block", "        x = self.gate(x)\n        for block"
+            )
+        return source.replace("        return x\n", "        return self.gate(x)\n")
+
+    def same_records(mods_again: dict[str, ModuleResult]) -> None:
+        assert strategy_label(mods_again["Model"].strategy) == "fx+leaf"
+        again = mods_again["Block"]
+        assert [(i.name, i.origin) for i in again.inputs] == [
+            (i.name, i.origin) for i in block.inputs
+        ]
+        assert [i.value.shape for i in again.inputs] == [i.value.shape for i in block.inputs]
+        assert again.inputs[1].value.text == block.inputs[1].value.text
+        assert again.constructed is not None and again.constructed.text == "Model.blocks.0"
+
+    # a sub-block kept whole (its `if` reads a size: FX cannot trace it) runs its forward in
+    # the parent's propagation: every other call is in the trace, whose shapes are a run's
+    branches_on_a_size = """
+class Gate(nn.Module):
+    def forward(self, x):
+        if x.shape[-1] > 4:
+            return x * 2
+        return -x
+"""
+    same_records(_capture(with_gate(branches_on_a_size), "Block", "Model"))
+    assert not runs
+
+    # a flag the trace fixes to its default (`concrete_args`): a run leaves it at its default
+    # too and takes the same branch
+    flagged = (HEADER + _PARENT).replace(
+        "    def forward(self, x):\n        T = x.shape[1]",
+        "    def forward(self, x, twice=False):\n        T = x.shape[1]\n        if twice:\n"
+        "            x = x * 2",
     )
-    mods_again = _capture(repaired, "Block", "Model")
-    assert runs == ["Model"] and strategy_label(mods_again["Model"].strategy) == "fx+leaf"
-    again = mods_again["Block"]
-    assert [(i.name, i.origin) for i in again.inputs] == [(i.name, i.origin) for i in block.inputs]
-    assert [i.value.shape for i in again.inputs] == [i.value.shape for i in block.inputs]
-    assert again.inputs[1].value.text == block.inputs[1].value.text
+    mods_flagged = _capture(flagged, "Block", "Model")
+    assert strategy_label(mods_flagged["Model"].strategy) == "fx+concrete"
+    assert not runs
+    assert mods_flagged["Block"].inputs == block.inputs
+
+    # the flag declared (`twice = True`): fixed to that value in the trace and passed as it
+    x = InputSpec("x", dims=[DimSpec("B", 2), DimSpec(None, 16)])
+    twice = InputSpec("twice", kind="expr", expr="True")
+    declared = _capture(flagged, "Block", "Model", inputs={"Model": [x, twice]})
+    assert not runs
+    assert declared["Block"].inputs == block.inputs
+
+    # a sub-block kept whole whose shapes depend on values: the parent's propagation stopped
+    # there, so forward runs again for the records, and they are the same
+    branches_on_values = branches_on_a_size.replace("x.shape[-1] > 4", "x.sum() > 0")
+    same_records(_capture(with_gate(branches_on_values), "Block", "Model"))
+    assert runs == ["Model"]
+
+    # a watched class inside the sub-block kept whole: the trace did not see that call
+    runs.clear()
+    holds = """
+class Gate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Block(16)
+
+    def forward(self, x):
+        if x.shape[-1] > 4:
+            return self.inner(x, scale=3.0)
+        return -x
+"""
+    mods = _capture(with_gate(holds, first=True), "Block", "Model")
+    assert runs == ["Model"] and strategy_label(mods["Model"].strategy) == "fx+leaf"
+    inner = mods["Block"]
+    assert inner.constructed is not None and inner.constructed.text == "Model.gate.inner"
+    assert inner.inputs[1].value.text == "3.0"
 
 
 def test_a_sub_block_called_inside_a_torch_module_is_recorded_where_a_run_sees_it_first(

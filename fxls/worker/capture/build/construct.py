@@ -44,6 +44,7 @@ from torch import nn
 from fxls.protocol.model import KnownCall
 from fxls.worker.capture import cpulimit
 from fxls.worker.capture.document import ExecutedDocument, resolvable
+from fxls.worker.capture.syntax import nodes_of
 
 Made = TypeVar("Made")
 
@@ -1183,7 +1184,7 @@ def _call_sites(doc: ExecutedDocument, cls: type) -> Iterator[Recipe]:
     if doc.tree is None:
         return
     seen: set[str] = set()
-    for node in ast.walk(doc.tree):
+    for node in nodes_of(doc.tree, ast.Call):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
             continue
         if node.func.id != cls.__name__ or not (node.args or node.keywords):

@@ -25,6 +25,7 @@ from fxls.protocol.model import DimSpec, InputOrigin, InputSpec, Value
 from fxls.worker.capture.document import resolvable
 from fxls.worker.capture.shapes.propagation import ExampleInput
 from fxls.worker.capture.spans import forward_definition
+from fxls.worker.capture.syntax import nodes_of
 from fxls.worker.capture.trace import passthrough
 
 BATCH = "B"
@@ -1186,12 +1187,12 @@ def from_calls(
         return {}
     instances = {
         t.id
-        for node in ast.walk(tree)
+        for node in nodes_of(tree, ast.Assign)
         if isinstance(node, ast.Assign) and _builds(node.value, cls.__name__)
         for t in node.targets
         if isinstance(t, ast.Name)
     }
-    for node in ast.walk(tree):
+    for node in nodes_of(tree, ast.Call):
         if not isinstance(node, ast.Call) or not node.args:
             continue
         func = node.func

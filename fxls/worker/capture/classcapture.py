@@ -11,10 +11,12 @@ from __future__ import annotations
 import ast
 import copy
 import inspect
+import os
 import re
 import textwrap
 import time
 import types
+import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -57,8 +59,8 @@ from fxls.worker.capture.reporting import (
     one_line,
     safe_str,
 )
+from fxls.worker.capture.shapes import keptruns, shortcuts, sizes, state
 from fxls.worker.capture.shapes import propagation as shapes
-from fxls.worker.capture.shapes import shortcuts, sizes, state
 from fxls.worker.capture.shapes.values import Namer, values_of
 from fxls.worker.capture.spans import (
     CALL_SITE_KEY,
@@ -1360,9 +1362,19 @@ class ClassCapture:
                 )
                 if inside is not None:
                     return inside
-            return shapes.propagate(gm, feeds, symbolic=symbolic, reuse=copies)
+            return shapes.propagate(
+                gm, feeds, symbolic=symbolic, reuse=copies, kept_runs=self._kept_runs()
+            )
         except Exception as exc:
             return exc
+
+    def _kept_runs(self) -> keptruns.KeptRuns | None:
+        """The job's outputs of submodules kept whole (``FXLS_KEPT_RUNS=0``: none)."""
+        if os.environ.get(keptruns.KEPT_RUNS_ENV) == "0":
+            return None
+        if self.doc.kept_runs is None:
+            self.doc.kept_runs = keptruns.KeptRuns(reuse.configured, reuse.described)
+        return typing.cast(keptruns.KeptRuns, self.doc.kept_runs)
 
     def _given_examples(
         self, ordered: list[inputs.PlannedInput], placeholders: list[torch.fx.Node]

@@ -43,6 +43,9 @@ class ExecutedDocument:
     """Why the ``__init__.py`` of the document's packages did not run: a module the
     interpreter lacks, or an installed package that raised while importing (the document ran
     without them, :func:`execute`; :func:`unimportable` names the module)."""
+    kept_runs: Any = None
+    """The ``shapes.keptruns.KeptRuns`` of the job's classes (made by the first that needs
+    it)."""
     copied_nodes: dict[int, tuple[Any, dict[int, int]]] = field(default_factory=dict)
     """``id`` of a ``ModuleResult`` -> (the result, node index -> index of the node it was copied
     from): what :func:`fxls.worker.capture.trace.reuse.compact` may send as copies."""

@@ -4,9 +4,10 @@ Every file of docs/examples, tests/corpus (with zeroconfig) and bench/models is 
 through the real sandboxed worker, with ``EngineOptions.reuse_blocks`` off and on (and, the
 same way, with torch's fake-tensor dispatch cache on and off: ``EngineOptions.fake_cache``,
 :func:`fxls.worker.capture.shapes.propagation.new_fake_mode`, with sub-blocks read off the parent's
-trace or not, with the eager comparison of FX109 on meta or fake tensors, and with a
+trace or not, with the eager comparison of FX109 on meta or fake tensors, with a
 sub-block's shapes computed inside its parent's run or on their own: ``FXLS_PARENT_SHAPES``,
-a second zygote); the results
+a second zygote, and with the runs of submodules kept whole shared by a job's classes or
+not: ``FXLS_KEPT_RUNS``); the results
 must agree on every node (names, spans, named arguments, shapes), every diagnostic, the hover
 at every node span and class name, the inlay hints and the class summaries (code lens titles
 and class hovers). The convolution shape rule is checked against the kernel on every
@@ -71,6 +72,7 @@ from fxls.worker.capture.build.repeats import COPY_ENV
 from fxls.worker.capture.pipeline import capture_document
 from fxls.worker.capture.records import blocks as block_records
 from fxls.worker.capture.records.blocks import BLOCK_RECORDS_ENV
+from fxls.worker.capture.shapes.keptruns import KEPT_RUNS_ENV
 from fxls.worker.capture.shapes.propagation import (
     ELEMENTWISE_ENV,
     PARENT_SHAPES_ENV,
@@ -185,6 +187,7 @@ SWITCHES = {
     ELEMENTWISE_ENV: "every elementwise operator dispatched (no shapes.elementwise)",
     COPY_ENV: "every __init__ of a meta build run (no build.repeats)",
     BLOCK_RECORDS_ENV: "every replayed node recorded on its own (no records.blocks)",
+    KEPT_RUNS_ENV: "every call of a submodule kept whole run (no shapes.keptruns)",
 }
 """The worker's speed-up switches compared here, and what the worker does with one at ``0``."""
 

@@ -49,7 +49,7 @@ import torch
 import torch.fx
 
 from fxls.protocol.model import Value
-from fxls.worker.capture.shapes import elementwise, kernels, shortcuts
+from fxls.worker.capture.shapes import elementwise, keptruns, kernels, shortcuts
 from fxls.worker.capture.shapes import sizes as example_sizes
 from fxls.worker.capture.shapes import state as module_state
 from fxls.worker.capture.shapes.explain import NoExample, ShapeError, shape_error, target_name
@@ -158,6 +158,8 @@ class Run:
     spoiled: bool = False
     """A run inside it failed or fixed a name: its ``ShapeEnv`` may now hold what the parent's
     run did not, so no other run is made inside it."""
+    kept_runs: keptruns.KeptRuns | None = None
+    """Outputs of submodules kept whole that the job's other classes ran already."""
 
 
 _QUIET_LOGGERS = (
@@ -254,6 +256,7 @@ class _Propagator(torch.fx.Interpreter):
         """Elementwise operators answered by :mod:`elementwise` (runs whose results the memo
         may share: its answers are tensors of the run, shared the same way)."""
         self.fake_mode = run.mode is not None
+        self.context = run
         self.kept = module_state.Keeper()
         """The state of the user's leaves this run called, put back when it ends."""
 
@@ -349,6 +352,21 @@ class _Propagator(torch.fx.Interpreter):
             if fast is not None:
                 return fast
         self.kept.keep_leaf(module)
+        context = self.context
+        runs = context.kept_runs
+        call = runs.key(module, args, kwargs, context.shape_env, context.mode) if runs else None
+        if call is None or runs is None:
+            return self._run_kept(target, args, kwargs)
+        out = runs.recall(call)
+        if out is not keptruns.MISSING:
+            return out
+        before = runs.state(call)
+        with runs.reading(call) as reads:
+            out = self._run_kept(target, args, kwargs)
+        runs.keep(call, before, reads, out)
+        return out
+
+    def _run_kept(self, target: Any, args: Any, kwargs: Any) -> Any:
         # a kept submodule runs its Python code: its attention, matrix products and torch
         # layers take the same shortcuts as graph nodes do
         with shortcuts.builtin_shortcuts(), shortcuts.Shortcuts():
@@ -571,6 +589,7 @@ def propagate(
     inputs: list[ExampleInput],
     symbolic: bool = True,
     reuse: Copies | None = None,
+    kept_runs: keptruns.KeptRuns | None = None,
 ) -> Propagation:
     """Shapes and dtypes of every node of ``gm``, computed without real memory.
 
@@ -581,6 +600,8 @@ def propagate(
         reuse: nodes copied from a template call of an identical sub-block
             (:mod:`fxls.worker.capture.trace.reuse`): when the copied call's inputs have the same
             metadata as the template's, its nodes take the template nodes' results.
+        kept_runs: outputs of submodules kept whole that other classes of the job ran, for
+            the symbolic run (:mod:`keptruns`).
 
     Returns:
         A :class:`Propagation`; ``error`` names the first failing node (values before it are
@@ -599,7 +620,7 @@ def propagate(
         if ones is not None:
             return ones
         started = time.perf_counter()
-        result = _run_fake(gm, inputs, device, symbolic=True, reuse=reuse)
+        result = _run_fake(gm, inputs, device, symbolic=True, reuse=reuse, kept_runs=kept_runs)
         took = time.perf_counter() - started
         if result.error is not None:
             # some kernels only take concrete sizes: when the static run gets further, use it
@@ -934,6 +955,7 @@ def _run_fake(
     device: torch.device,
     symbolic: bool,
     reuse: Copies | None = None,
+    kept_runs: keptruns.KeptRuns | None = None,
 ) -> Propagation:
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.fx.experimental.symbolic_shapes import (
@@ -973,7 +995,7 @@ def _run_fake(
             feeds[inp.name] = map_named_tensors(inp.value, inp.inner_dims, fake_of, to_fake)
         else:
             feeds[inp.name] = fake_of(inp.dims, inp.dtype)
-    run = Run(device, mode, shape_env, constant, None)
+    run = Run(device, mode, shape_env, constant, None, kept_runs=kept_runs)
     with mode, torch.device(device), torch.no_grad():
         kind = "symbolic" if symbolic else "fake"
         return _interpret(gm, feeds, Namer(names), kind, run=run, reuse=reuse)

@@ -131,8 +131,9 @@ def _tensor(t: torch.Tensor | None) -> Any:
 _ATOM_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes})
 
 
-def _own(module: torch.nn.Module) -> Any:
-    """The module's own configuration, without its children."""
+def _own(module: torch.nn.Module, other: Callable[[Any, int], Any] | None = None) -> Any:
+    """The module's own configuration, without its children (objects described by ``other``,
+    see :func:`plain`)."""
     attrs = []
     atoms = _ATOM_TYPES
     for name, value in module.__dict__.items():
@@ -146,7 +147,7 @@ def _own(module: torch.nn.Module) -> Any:
         elif kind is tuple and all(type(v) in atoms for v in value):
             attrs.append((name, ("tuple", tuple((type(v).__name__, v) for v in value))))
         else:
-            attrs.append((name, plain(value)))
+            attrs.append((name, plain(value, other=other)))
     params = tuple((n, _tensor(p)) for n, p in module._parameters.items())
     buffers = tuple((n, _tensor(b)) for n, b in module._buffers.items())
     return (type(module), tuple(attrs), params, buffers)
@@ -160,14 +161,80 @@ def fingerprint(module: torch.nn.Module) -> Any:
         return None
 
 
-def _fingerprint(module: torch.nn.Module, depth: int) -> Any:
+def configured(module: torch.nn.Module) -> tuple[Any, list[Any]] | None:
+    """:func:`fingerprint`, where an attribute that is a plain object (a library's
+    configuration, :func:`object_state`) is described by its class and the order in which
+    the walk first met it, and those objects in that order: what ``forward`` reads of them
+    is compared by whoever needs it. None when it cannot be said safely."""
+    objects: list[Any] = []
+    index: dict[int, int] = {}
+
+    def placed(value: Any, depth: int) -> Any:
+        _plain_object(value)
+        at = index.setdefault(id(value), len(objects))
+        if at == len(objects):
+            objects.append(value)
+        return ("object", type(value), at)
+
+    try:
+        return _fingerprint(module, 0, placed), objects
+    except (_Unfingerprintable, RecursionError):
+        return None
+
+
+def _plain_object(value: Any) -> dict[str, Any]:
+    """The attributes of an object of a plain class; ``_Unfingerprintable`` for anything
+    else (a module, a tensor, a container, a callable, an object with slots)."""
+    attributes = getattr(value, "__dict__", None)
+    kind = type(value)
+    if attributes is None or kind.__module__ == "builtins" or callable(value):
+        raise _Unfingerprintable(kind.__name__)
+    if isinstance(value, (torch.nn.Module, torch.Tensor)):
+        raise _Unfingerprintable(kind.__name__)
+    if any(getattr(c, "__slots__", ()) for c in kind.__mro__):  # ABCs declare empty ones
+        raise _Unfingerprintable(f"{kind.__name__} has slots")
+    return typing.cast(dict[str, Any], attributes)
+
+
+def described(value: Any, known: Callable[[Any], Any] | None = None) -> Any:
+    """:func:`plain`'s description of ``value``, objects of plain classes by their class and
+    attributes (:func:`object_state`), and any object ``known`` describes (not None) by
+    that; ``ValueError`` when it cannot be described."""
+
+    def other(obj: Any, depth: int) -> Any:
+        said = known(obj) if known is not None else None
+        return said if said is not None else object_state(obj, depth, other)
+
+    try:
+        return plain(value, other=other)
+    except (_Unfingerprintable, RecursionError) as exc:
+        raise ValueError(str(exc)) from None
+
+
+def object_state(value: Any, depth: int, other: Callable[[Any, int], Any] | None = None) -> Any:
+    """An object of a plain class (no module, tensor, container or callable) by its class
+    and the plain values of its attributes (objects in them described by ``other``, by
+    default this function), nested up to :func:`plain`'s limit: equal for two configuration
+    objects built alike."""
+    items = sorted(_plain_object(value).items())
+    inner = other or object_state
+    return (
+        "object",
+        type(value),
+        tuple((k, plain(v, depth + 1, other=inner)) for k, v in items),
+    )
+
+
+def _fingerprint(
+    module: torch.nn.Module, depth: int, other: Callable[[Any, int], Any] | None = None
+) -> Any:
     if depth > 32:
         raise _Unfingerprintable("depth")
     children = tuple(
-        (name, _fingerprint(child, depth + 1) if child is not None else None)
+        (name, _fingerprint(child, depth + 1, other) if child is not None else None)
         for name, child in module._modules.items()
     )
-    return (_own(module), children)
+    return (_own(module, other), children)
 
 
 def _owned_fingerprint(

@@ -1,0 +1,516 @@
+"""Runs of a submodule kept whole, shared by the class captures of one job.
+
+transformers' head models each keep the same base model whole (``GPT2Model`` in the five heads
+of ``modeling_gpt2.py``, ``BertModel`` in the eight of ``modeling_bert.py``) and run its
+``forward`` on fake tensors in their own propagation: 60–70 ms each for GPT-2, the same
+operators on the same sizes. :class:`KeptRuns` keeps the output of such a run; a later call
+of a module with the same configuration, on inputs with the same metadata, in a ``ShapeEnv``
+that knows nothing more about their sizes than their ranges and examples, takes new fake
+tensors of the same sizes, strides and dtypes (in its own fake mode) in a copy of that output
+instead of running ``forward`` again.
+
+Exact or not at all. A call is answered only when
+
+- the module has a configuration (the ``configured`` function given: its class, submodule
+  tree, parameter and buffer metadata and plain attributes, with its configuration objects
+  apart), and every attribute of a configuration object that the kept run read (or failed to
+  read) has the same value (or is missing) in this module's: the heads of one file build
+  their base model from configurations that differ in what the base model never reads
+  (``id2label``, ``pad_token_id``);
+- every argument (bound to ``forward``'s parameters, defaults filled in) is a fake tensor, a
+  plain value or a tuple, list or dict of them; the symbolic sizes of the tensors are
+  compared as expressions of their symbols, numbered in the order the arguments show them,
+  with each symbol's range and example;
+- no guard, replacement or deferred assertion of the ``ShapeEnv`` mentions those symbols;
+
+and a run is kept only when it added nothing to its ``ShapeEnv`` but guards on the
+arguments' sizes (no replacement, deferred assertion or new symbol; a later call's
+``ShapeEnv`` is asked those guards again, as the run asked them, and must then know the same
+ranges), and its output holds only fake tensors of its mode (none of them an argument, no
+size but of the arguments' symbols) inside tuples, lists, dicts and plain objects
+(``ModelOutput``, a ``DynamicCache``), which are copied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.fx.immutable_collections import immutable_dict, immutable_list
+
+if TYPE_CHECKING:  # imported when a job runs (the meta run of a preview never loads sympy)
+    import sympy
+
+KEPT_RUNS_ENV = "FXLS_KEPT_RUNS"
+"""Set to ``0`` to run every call of a submodule kept whole."""
+
+MISSING: Any = object()
+"""What :meth:`KeptRuns.recall` gives for a call it cannot answer."""
+
+MAX_DEPTH = 8
+MAX_ITEMS = 10_000
+"""Most objects one output may hold to be kept (a cache of 48 layers holds ~150)."""
+
+
+class _NotKept(Exception):
+    pass
+
+
+_ATOMS = (
+    type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout,
+    torch.memory_format,
+)  # fmt: skip
+
+
+_SEQUENCES = (tuple, list, immutable_list)
+_MAPPINGS = (dict, immutable_dict)
+"""Containers of arguments (FX hands a node's ``args`` and ``kwargs`` on as immutable ones)."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """What decides the output of one call: :meth:`KeptRuns.key` made it."""
+
+    key: Any
+    objects: list[Any]
+    """The module's configuration objects (``configured``'s order)."""
+    symbols: tuple[Any, ...]
+    """The ``ShapeEnv``'s symbols in the order of the canonical ones (``k0``, ``k1``…)."""
+    sizes: dict[Any, torch.SymInt]
+    """A ``SymInt`` of the arguments for each of their symbols."""
+    inputs: frozenset[int]
+    """``id`` of each tensor argument."""
+    shape_env: Any
+    mode: Any
+
+
+_ABSENT: Any = object()
+"""A configuration attribute the run failed to read."""
+
+
+@dataclass
+class _Stored:
+    output: Any
+    made: dict[int, tuple[Any, ...]]
+    """``id`` of each tensor of ``output`` -> (sizes, strides, dtype, device, requires_grad),
+    sizes and strides in the canonical symbols."""
+    reads: tuple[tuple[int, str, Any], ...]
+    """(configuration object, attribute, described value) of each attribute the run read."""
+    learned: tuple[Any, ...] = ()
+    """The guards the run added, on the arguments' symbols (canonical): BERT's position
+    embeddings make ``T <= 512``."""
+    ranges: tuple[str, ...] = ()
+    """The arguments' symbols' ranges after the run (canonical order)."""
+
+
+class KeptRuns:
+    """The outputs of runs of submodules kept whole (one job's classes share it)."""
+
+    def __init__(
+        self,
+        configured: Callable[[torch.nn.Module], tuple[Any, list[Any]] | None],
+        describe: Callable[[Any, Callable[[Any], Any]], Any],
+    ) -> None:
+        """``configured(module)``: the module's configuration and its configuration objects
+        (None: it has none that can be said); ``describe(value, known)``: a hashable
+        description of a plain value, equal for values that behave alike, with the objects
+        ``known`` describes (not None) described so (raises for anything else)."""
+        self._configured = configured
+        self._describe = describe
+        self._configurations: dict[int, tuple[torch.nn.Module, Any]] = {}
+        self._stored: dict[Any, list[_Stored]] = {}
+        self._signatures: dict[type, Any] = {}
+
+    def key(
+        self, module: torch.nn.Module, args: Any, kwargs: Any, shape_env: Any, mode: Any
+    ) -> Call | None:
+        """What decides the output of ``module(*args, **kwargs)`` in ``shape_env``; None when
+        it cannot be said (see the module's docstring)."""
+        if shape_env is None or mode is None:
+            return None
+        known = self._configurations.get(id(module))
+        if known is None or known[0] is not module:
+            known = (module, self._configured(module))
+            self._configurations[id(module)] = known
+        if known[1] is None:
+            return None
+        configuration, objects = known[1]
+        canon: dict[Any, sympy.Symbol] = {}
+        sizes: dict[Any, torch.SymInt] = {}
+        inputs: set[int] = set()
+        try:
+            described = _described(self._bound(module, args, kwargs), canon, sizes, inputs, mode, 0)
+            facts = _facts(shape_env, canon)
+        except _NotKept:
+            return None
+        if facts is None:
+            return None
+        key = (type(module), configuration, described, facts)
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return Call(key, objects, tuple(canon), sizes, frozenset(inputs), shape_env, mode)
+
+    def _bound(self, module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
+        """The call's arguments by ``forward`` parameter, defaults filled in: the heads of a
+        file pass their base model different keywords left at their defaults."""
+        kind = type(module)
+        signature = self._signatures.get(kind, MISSING)
+        if signature is MISSING:
+            try:
+                signature = inspect.signature(module.forward)
+            except (TypeError, ValueError):
+                signature = None
+            self._signatures[kind] = signature
+        if signature is None:
+            return (args, kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return (args, kwargs)
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def recall(self, call: Call) -> Any:
+        """The output of a kept run of ``call`` made again in its fake mode, or
+        :data:`MISSING`."""
+        stored = next((s for s in self._stored.get(call.key, ()) if self._reads(s, call)), None)
+        if stored is None:
+            return MISSING
+        back = {canonical: symbol for symbol, canonical in zip(call.symbols, _canonical(call))}
+        if stored.learned and not self._learn(stored, call, back):
+            return MISSING
+        memo: dict[int, Any] = {}
+        made: set[int] = set()
+        try:
+            for ident, (size, stride, dtype, device, grad) in stored.made.items():
+                tensor = torch.empty_strided(
+                    [_size(s, back, call) for s in size],
+                    [_size(s, back, call) for s in stride],
+                    dtype=dtype,
+                    device=device,
+                    requires_grad=grad,
+                )
+                memo[ident] = tensor
+                made.add(id(tensor))
+            output = copy.deepcopy(stored.output, memo)
+            found: dict[int, torch.Tensor] = {}
+            _tensors(output, found, [0], 0)
+        except Exception:  # an object that cannot be copied: the module runs
+            return MISSING
+        if set(found) - made:  # a tensor the copy did not take from ``memo``
+            return MISSING
+        return output
+
+    def _learn(self, stored: _Stored, call: Call, back: dict[sympy.Symbol, Any]) -> bool:
+        """Make ``call``'s ``ShapeEnv`` learn what the kept run's learned, as the run would
+        (each guard asked as a condition: ``bool`` of it); whether it then knows the same of
+        the arguments' sizes (else the module runs: what it learned holds for the run)."""
+        env = call.shape_env
+        start = self.state(call)
+        try:
+            for expr in stored.learned:
+                if not bool(env.create_symboolnode(expr.xreplace(back))):
+                    return False
+        except Exception:
+            return False
+        now = self.state(call)
+        return _changes(start, now) == (len(stored.learned), stored.ranges)
+
+    def _reads(self, stored: _Stored, call: Call) -> bool:
+        """Whether ``call``'s configuration objects give what the kept run read."""
+        known = _known(call.objects)
+        for at, name, value in stored.reads:
+            try:
+                now = getattr(call.objects[at], name, _ABSENT)
+                if (now is _ABSENT) != (value is _ABSENT):
+                    return False
+                if now is not _ABSENT and self._describe(now, known) != value:
+                    return False
+            except Exception:
+                return False
+        return True
+
+    @contextlib.contextmanager
+    def reading(self, call: Call) -> Iterator[dict[tuple[int, str], Any]]:
+        """While it lasts, the attributes read of ``call``'s configuration objects (the first
+        value read, or ``_ABSENT`` for a failed read), by (object, attribute)."""
+        reads: dict[tuple[int, str], Any] = {}
+        watched = {id(o): at for at, o in enumerate(call.objects)}
+        patched: list[tuple[type, bool, Any]] = []
+        for kind in dict.fromkeys(type(o) for o in call.objects):
+            original = kind.__getattribute__
+
+            def recording(obj: Any, name: str, original: Any = original) -> Any:
+                at = watched.get(id(obj))
+                if at is None:
+                    return original(obj, name)
+                try:
+                    value = original(obj, name)
+                except AttributeError:
+                    reads.setdefault((at, name), _ABSENT)
+                    raise
+                reads.setdefault((at, name), value)
+                return value
+
+            patched.append((kind, "__getattribute__" in vars(kind), original))
+            setattr(kind, "__getattribute__", recording)  # noqa: B010 (a method of the class)
+        try:
+            yield reads
+        finally:
+            for kind, own, original in reversed(patched):
+                if own:
+                    kind.__getattribute__ = original
+                else:
+                    del kind.__getattribute__
+
+    def state(self, call: Call) -> Any:
+        """What a run may change in the ``ShapeEnv`` for its output to be kept (guards on
+        the arguments' sizes, which narrow their ranges: :func:`_changes`)."""
+        env = call.shape_env
+        return (
+            len(env.guards),
+            len(env.replacements),
+            sum(len(v) for v in env.deferred_runtime_asserts.values()),
+            len(env.var_to_range),
+            len(_examples(env)),
+            tuple(str(env.var_to_range.get(s)) for s in call.symbols),
+            len(env.divisible),
+        )
+
+    def keep(self, call: Call, before: Any, reads: dict[tuple[int, str], Any], output: Any) -> None:
+        """Keep ``output`` of the run of ``call`` when the run changed nothing in its
+        ``ShapeEnv`` (``before``: :meth:`state` when it started) but guards on the arguments'
+        sizes, and its output can be made again; ``reads``: what it read of the
+        configuration objects (:meth:`reading`)."""
+        after = self.state(call)
+        changes = _changes(before, after)
+        if changes is None:
+            return
+        env = call.shape_env
+        canon = dict(zip(call.symbols, _canonical(call)))
+        learned = tuple(g.expr for g in env.guards[before[0] : after[0]])
+        if any(not expr.free_symbols <= set(canon) for expr in learned):
+            return
+        learned = tuple(expr.xreplace(canon) for expr in learned)
+        known = _known(call.objects)
+        try:
+            read = tuple(
+                (at, name, value if value is _ABSENT else self._describe(value, known))
+                for (at, name), value in reads.items()
+            )
+        except Exception:  # a method of the configuration, an object: not kept
+            return
+        found: dict[int, torch.Tensor] = {}
+        try:
+            _tensors(output, found, [0], 0)
+            made = {}
+            for ident, tensor in found.items():
+                if ident in call.inputs or getattr(tensor, "fake_mode", None) is not call.mode:
+                    return
+                if not _same(tensor.storage_offset(), 0):
+                    return
+                made[ident] = (
+                    tuple(_kept_size(s, canon) for s in tensor.shape),
+                    tuple(_kept_size(s, canon) for s in tensor.stride()),
+                    tensor.dtype,
+                    tensor.device,
+                    tensor.requires_grad,
+                )
+        except _NotKept:
+            return
+        stored = _Stored(output, made, read, learned, changes[1])
+        self._stored.setdefault(call.key, []).append(stored)
+
+
+def _changes(before: Any, after: Any) -> tuple[int, tuple[str, ...]] | None:
+    """Between two :meth:`KeptRuns.state`: the number of guards added and the arguments'
+    symbols' ranges after; None when anything else changed (a replacement, a deferred
+    assertion, a new symbol or range, a divisibility)."""
+    if after[1:5] != before[1:5] or after[6] != before[6] or after[0] < before[0]:
+        return None
+    return after[0] - before[0], after[5]
+
+
+def _known(objects: list[Any]) -> Callable[[Any], Any]:
+    """Descriptions of a call's configuration objects by their place, and of their bound
+    methods by place and function: what those read of the object is recorded as it is read
+    (a configuration's ``get_text_config()``, a view of it that a property makes)."""
+    places = {id(o): at for at, o in enumerate(objects)}
+
+    def known(obj: Any) -> Any:
+        at = places.get(id(obj))
+        if at is not None:
+            return ("configuration", at)
+        if isinstance(obj, types.MethodType) and id(obj.__self__) in places:
+            return ("method", places[id(obj.__self__)], obj.__func__)
+        return None
+
+    return known
+
+
+def _canonical(call: Call) -> list[sympy.Symbol]:
+    import sympy
+
+    return [sympy.Symbol(f"k{i}", integer=True) for i in range(len(call.symbols))]
+
+
+def _examples(env: Any) -> dict[Any, Any]:
+    examples = getattr(env, "backed_var_to_val", None)
+    return examples if examples is not None else env.var_to_val  # type: ignore[no-any-return]
+
+
+def _same(value: Any, number: int) -> bool:
+    return not isinstance(value, torch.SymInt) and value == number
+
+
+def _sym(value: Any, canon: dict[Any, sympy.Symbol], sizes: dict[Any, torch.SymInt]) -> Any:
+    """A size of an argument in the canonical symbols, adding its new symbols (by name, for
+    an order the same in every ``ShapeEnv`` that numbers its symbols alike)."""
+    if not isinstance(value, torch.SymInt):
+        if isinstance(value, (torch.SymFloat, torch.SymBool)):
+            raise _NotKept("a symbolic float or bool")
+        return value
+    import sympy
+
+    expr = value.node.expr
+    for symbol in sorted(expr.free_symbols, key=str):
+        if symbol not in canon:
+            canon[symbol] = sympy.Symbol(f"k{len(canon)}", integer=True)
+    if expr.is_Symbol:
+        sizes.setdefault(expr, value)
+    return ("sym", expr.xreplace(canon))
+
+
+def _described(
+    obj: Any,
+    canon: dict[Any, sympy.Symbol],
+    sizes: dict[Any, torch.SymInt],
+    inputs: set[int],
+    mode: Any,
+    depth: int,
+) -> Any:
+    """A hashable description of an argument (tensors by metadata, in canonical symbols)."""
+    if isinstance(obj, torch.Tensor):
+        if getattr(obj, "fake_mode", None) is not mode or obj.layout != torch.strided:
+            raise _NotKept("not a fake tensor of the run")
+        inputs.add(id(obj))
+        return (
+            "T",
+            obj.dtype,
+            obj.device,
+            obj.requires_grad,
+            tuple(_sym(d, canon, sizes) for d in obj.shape),
+            tuple(_sym(d, canon, sizes) for d in obj.stride()),
+            _sym(obj.storage_offset(), canon, sizes),
+        )
+    if isinstance(obj, _ATOMS):
+        return (type(obj).__name__, obj if not isinstance(obj, torch.dtype) else str(obj))
+    if isinstance(obj, torch.SymInt):
+        return _sym(obj, canon, sizes)
+    if depth > MAX_DEPTH:
+        raise _NotKept("too deep")
+    if type(obj) in _SEQUENCES:
+        return (
+            type(obj).__name__,
+            tuple(_described(v, canon, sizes, inputs, mode, depth + 1) for v in obj),
+        )
+    if type(obj) in _MAPPINGS:
+        return (
+            "dict",
+            tuple(
+                (k, _described(v, canon, sizes, inputs, mode, depth + 1)) for k, v in obj.items()
+            ),
+        )
+    raise _NotKept(type(obj).__name__)
+
+
+def _facts(shape_env: Any, canon: dict[Any, sympy.Symbol]) -> Any:
+    """Each symbol's range and example, in canonical order; None when a guard, replacement
+    or deferred assertion says more of one of them."""
+    if not canon:
+        return ()
+    symbols = set(canon)
+    if symbols & set(shape_env.replacements):
+        return None
+    for guard in shape_env.guards:
+        if symbols & guard.expr.free_symbols:
+            return None
+    for asserts in shape_env.deferred_runtime_asserts.values():
+        for ra in asserts:
+            if symbols & ra.expr.free_symbols:
+                return None
+    for divisible in shape_env.divisible:
+        if symbols & divisible.free_symbols:
+            return None
+    examples = _examples(shape_env)
+    return tuple((str(shape_env.var_to_range.get(s)), examples.get(s)) for s in canon)
+
+
+def _kept_size(value: Any, canon: dict[Any, sympy.Symbol]) -> Any:
+    if not isinstance(value, torch.SymInt):
+        return value
+    expr = value.node.expr
+    if not expr.free_symbols <= set(canon):
+        raise _NotKept("a size of a symbol the arguments do not have")
+    return expr.xreplace(canon)
+
+
+def _size(kept: Any, back: dict[sympy.Symbol, Any], call: Call) -> Any:
+    """A kept size in ``call``'s ``ShapeEnv``: the argument's own ``SymInt`` for a symbol,
+    a new one for an expression."""
+    import sympy
+
+    if not isinstance(kept, sympy.Expr):
+        return kept
+    expr = kept.xreplace(back)
+    if expr.is_Symbol and expr in call.sizes:
+        return call.sizes[expr]
+    if expr.is_Integer:
+        return int(expr)
+    examples = _examples(call.shape_env)
+    hint = expr.xreplace({s: examples[s] for s in expr.free_symbols})
+    return call.shape_env.create_symintnode(expr, hint=int(hint))
+
+
+def _tensors(obj: Any, found: dict[int, torch.Tensor], count: list[int], depth: int) -> None:
+    """Every tensor inside an output, by ``id``; ``_NotKept`` for anything a copy of it could
+    not be trusted to hold only copies of them."""
+    count[0] += 1
+    if count[0] > MAX_ITEMS or depth > MAX_DEPTH:
+        raise _NotKept("too large")
+    if isinstance(obj, torch.Tensor):
+        found[id(obj)] = obj
+        return
+    if isinstance(obj, (*_ATOMS, type, types.FunctionType)):
+        return
+    if isinstance(obj, (torch.nn.Module, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise _NotKept(type(obj).__name__)
+    if isinstance(obj, (tuple, list)):
+        for v in obj:
+            _tensors(v, found, count, depth + 1)
+        if type(obj) in (tuple, list):
+            return
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if not isinstance(k, _ATOMS):
+                raise _NotKept("a key that is not plain")
+            _tensors(v, found, count, depth + 1)
+        if type(obj) is dict:
+            return
+    attributes = getattr(obj, "__dict__", None)
+    if attributes is None or type(obj).__module__ == "builtins":
+        raise _NotKept(type(obj).__name__)
+    if hasattr(type(obj), "__deepcopy__") or any(
+        getattr(c, "__slots__", ()) for c in type(obj).__mro__
+    ):
+        raise _NotKept(f"{type(obj).__name__} copies itself")
+    for v in attributes.values():
+        _tensors(v, found, count, depth + 1)

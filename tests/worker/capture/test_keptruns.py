@@ -1,0 +1,205 @@
+"""A submodule kept whole is run once per job for every class that calls it alike.
+
+Each case runs the real capture (``run_capture``) of a small file whose head classes keep the
+same base model whole (its ``forward`` cannot be traced by FX) and compares what is shown
+with the same capture where every call runs (``FXLS_KEPT_RUNS=0``).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+import pytest
+
+from fxls.protocol.model import CaptureJob, ClassRequest, DimSpec, InputSpec, ModuleResult
+from fxls.worker.capture.pipeline import run_capture
+from fxls.worker.capture.shapes import keptruns
+
+HEADS = """\
+import torch
+from torch import nn
+
+
+class Config:
+    def __init__(self, width=16, labels=2, twice=False):
+        self.width = width
+        self.labels = labels
+        self.twice = twice
+
+
+class Base(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.proj = nn.Linear(config.width, config.width)
+
+    def forward(self, x, mask=None, scale=1.0):
+        if x.shape[-1] > 4:  # FX cannot trace this: Base is kept whole by its callers
+            x = self.proj(x) * scale
+        if self.config.twice:
+            x = torch.cat([x, x], dim=-1)
+        return x, {"hidden": x.sum(-1)}
+
+
+class HeadA(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.base = Base(Config(labels=2))
+        self.out = nn.Linear(16, 2)
+
+    def forward(self, x):
+        h, extra = self.base(x)
+        return self.out(h), extra["hidden"]
+
+
+class HeadB(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.base = Base(Config(labels=5))
+        self.out = nn.Linear(16, 5)
+
+    def forward(self, x):
+        h, extra = self.base(x, mask=None, scale=1.0)
+        return self.out(h), extra["hidden"]
+"""
+
+
+def _capture(text: str, *names: str) -> dict[str, ModuleResult]:
+    lines = text.splitlines()
+    x = InputSpec("x", dims=[DimSpec("B", 2), DimSpec("T", 7), DimSpec(None, 16)])
+    requests = [
+        ClassRequest(
+            name,
+            next(i for i, t in enumerate(lines, 1) if t.startswith(f"class {name}")),
+            inputs=[x],
+        )
+        for name in names
+    ]
+    job = CaptureJob(path="/virtual/heads.py", source=textwrap.dedent(text), classes=requests)
+    result = run_capture(job, lambda *_: None)
+    assert result.error is None, result.error
+    return {m.name: m for m in result.modules}
+
+
+def _shown(mods: dict[str, ModuleResult]) -> dict[str, Any]:
+    """What the editor shows of each class: status, strategy, notes, each node's shapes."""
+    return {
+        name: (
+            mod.status,
+            mod.strategy,
+            mod.notes,
+            [(n.name, n.target, [v.shape for v in n.outputs], n.module_type) for n in mod.nodes],
+            [(d.code, d.message) for d in mod.diagnostics],
+        )
+        for name, mod in mods.items()
+    }
+
+
+@pytest.fixture
+def answered(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The classes of the modules whose call was answered from another class's run."""
+    found: list[str] = []
+    recall = keptruns.KeptRuns.recall
+
+    def counted(self: keptruns.KeptRuns, call: keptruns.Call) -> Any:
+        out = recall(self, call)
+        if out is not keptruns.MISSING:
+            found.append(call.key[0].__name__)
+        return out
+
+    monkeypatch.setattr(keptruns.KeptRuns, "recall", counted)
+    return found
+
+
+def _without(monkeypatch: pytest.MonkeyPatch, text: str, *names: str) -> dict[str, Any]:
+    with monkeypatch.context() as patch:
+        patch.setenv(keptruns.KEPT_RUNS_ENV, "0")
+        return _shown(_capture(text, *names))
+
+
+def test_heads_share_the_run_of_their_base_model(
+    answered: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the configurations differ in what Base.forward never reads (labels); HeadB passes the
+    # keywords HeadA leaves at their defaults
+    mods = _capture(HEADS, "HeadA", "HeadB")
+    assert answered == ["Base"]
+    assert "leaf" in mods["HeadB"].strategy.repairs
+    base_call = next(n for n in mods["HeadB"].nodes if n.target == "base")
+    assert [v.shape for v in base_call.outputs][:1] == [["B", "T", 16]]
+    answered.clear()
+    assert _without(monkeypatch, HEADS, "HeadA", "HeadB") == _shown(mods)
+    assert answered == []
+
+
+def test_a_configuration_value_the_base_model_reads_is_compared(
+    answered: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # HeadB's base concatenates (config.twice): its output is [B, T, 32], not HeadA's
+    text = HEADS.replace("Base(Config(labels=5))", "Base(Config(labels=5, twice=True))").replace(
+        "nn.Linear(16, 5)", "nn.Linear(32, 5)"
+    )
+    mods = _capture(text, "HeadA", "HeadB")
+    assert answered == []
+    calls = {name: next(n for n in mod.nodes if n.target == "base") for name, mod in mods.items()}
+    assert calls["HeadA"].outputs[0].shape == ["B", "T", 16]
+    assert calls["HeadB"].outputs[0].shape == ["B", "T", 32]
+    assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)
+
+
+def test_arguments_of_other_sizes_or_values_run_again(answered: list[str]) -> None:
+    # another scale, then another size of the same symbols: a new run each
+    text = HEADS.replace("self.base(x, mask=None, scale=1.0)", "self.base(x, scale=2.0)")
+    _capture(text, "HeadA", "HeadB")
+    assert answered == []
+    text = HEADS.replace(
+        "h, extra = self.base(x, mask=None, scale=1.0)",
+        "h, extra = self.base(x[:, 1:], mask=None, scale=1.0)",
+    )
+    mods = _capture(text, "HeadA", "HeadB")
+    assert answered == []
+    call = next(n for n in mods["HeadB"].nodes if n.target == "base")
+    assert call.outputs[0].shape == ["B", "T - 1", 16]
+
+
+def test_what_a_run_learns_about_a_size_is_learned_again(
+    answered: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the base model branches on the batch size (B > 3: not at the example, B = 2), and keeps
+    # half of T as a number: its run adds the guards B <= 3 and int(T / 2) == 3, which the next
+    # class's ShapeEnv is asked again; the second is why each class computes its shapes again
+    # at another T and shows T//2 (without it, HeadB would show 3)
+    text = HEADS.replace(
+        "        if self.config.twice:",
+        "        if x.shape[0] > 3:\n            x = x + 1\n"
+        "        half = int(x.shape[1] * 0.5)\n        x = x[:, :half]\n"
+        "        if self.config.twice:",
+    )
+    mods = _capture(text, "HeadA", "HeadB")
+    assert answered == ["Base"]
+    call = next(n for n in mods["HeadB"].nodes if n.target == "base")
+    assert call.outputs[0].shape == ["B", "T//2", 16]
+    assert any("fixes T to 7" in note for note in mods["HeadB"].notes)
+    assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)
+
+
+def test_a_run_that_fixes_a_size_is_not_shared(
+    answered: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # B == 2 (the example) fixes B: a replacement in the ShapeEnv, not a guard
+    text = HEADS.replace(
+        "        if self.config.twice:",
+        "        if x.shape[0] == 2:\n            x = x + 1\n        if self.config.twice:",
+    )
+    mods = _capture(text, "HeadA", "HeadB")
+    assert answered == []
+    assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)
+
+
+def test_an_output_holding_an_argument_is_not_shared(answered: list[str]) -> None:
+    # the base model hands its input back: a copy would not be the caller's own tensor
+    text = HEADS.replace('return x, {"hidden": x.sum(-1)}', 'return x, {"hidden": x}')
+    text = text.replace("if x.shape[-1] > 4:", "if x.shape[-1] > 40:")
+    _capture(text, "HeadA", "HeadB")
+    assert answered == []

@@ -37,7 +37,7 @@ import contextlib
 import copy
 import inspect
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -141,12 +141,10 @@ class KeptRuns:
         if known[1] is None:
             return None
         configuration, objects = known[1]
-        canon: dict[Any, sympy.Symbol] = {}
-        sizes: dict[Any, torch.SymInt] = {}
-        inputs: set[int] = set()
+        reader = _Reader(mode)
         try:
-            described = _described(self._bound(module, args, kwargs), canon, sizes, inputs, mode, 0)
-            facts = _facts(shape_env, canon)
+            described = reader.described(self._bound(module, args, kwargs))
+            facts = _facts(shape_env, reader.canon)
         except _NotKept:
             return None
         if facts is None:
@@ -156,7 +154,8 @@ class KeptRuns:
             hash(key)
         except TypeError:
             return None
-        return Call(key, objects, tuple(canon), sizes, frozenset(inputs), shape_env, mode)
+        symbols = tuple(reader.canon)
+        return Call(key, objects, symbols, reader.sizes, frozenset(reader.inputs), shape_env, mode)
 
     def _bound(self, module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
         """The call's arguments by ``forward`` parameter, defaults filled in: the heads of a
@@ -371,65 +370,62 @@ def _same(value: Any, number: int) -> bool:
     return not isinstance(value, torch.SymInt) and value == number
 
 
-def _sym(value: Any, canon: dict[Any, sympy.Symbol], sizes: dict[Any, torch.SymInt]) -> Any:
-    """A size of an argument in the canonical symbols, adding its new symbols (by name, for
-    an order the same in every ``ShapeEnv`` that numbers its symbols alike)."""
-    if not isinstance(value, torch.SymInt):
-        if isinstance(value, (torch.SymFloat, torch.SymBool)):
-            raise _NotKept("a symbolic float or bool")
-        return value
-    import sympy
+class _Reader:
+    """Describes a call's arguments: tensors by metadata, their sizes in canonical symbols
+    (``k0``, ``k1``… in the order the arguments show them)."""
 
-    expr = value.node.expr
-    for symbol in sorted(expr.free_symbols, key=str):
-        if symbol not in canon:
-            canon[symbol] = sympy.Symbol(f"k{len(canon)}", integer=True)
-    if expr.is_Symbol:
-        sizes.setdefault(expr, value)
-    return ("sym", expr.xreplace(canon))
+    def __init__(self, mode: Any) -> None:
+        self.mode = mode
+        self.canon: dict[Any, sympy.Symbol] = {}
+        self.sizes: dict[Any, torch.SymInt] = {}
+        """A ``SymInt`` of the arguments for each of their symbols."""
+        self.inputs: set[int] = set()
+        """``id`` of each tensor argument."""
 
+    def size(self, value: Any) -> Any:
+        """A size in the canonical symbols, adding its new symbols (by name, for an order
+        the same in every ``ShapeEnv`` that numbers its symbols alike)."""
+        import sympy
 
-def _described(
-    obj: Any,
-    canon: dict[Any, sympy.Symbol],
-    sizes: dict[Any, torch.SymInt],
-    inputs: set[int],
-    mode: Any,
-    depth: int,
-) -> Any:
-    """A hashable description of an argument (tensors by metadata, in canonical symbols)."""
-    if isinstance(obj, torch.Tensor):
-        if getattr(obj, "fake_mode", None) is not mode or obj.layout != torch.strided:
-            raise _NotKept("not a fake tensor of the run")
-        inputs.add(id(obj))
-        return (
-            "T",
-            obj.dtype,
-            obj.device,
-            obj.requires_grad,
-            tuple(_sym(d, canon, sizes) for d in obj.shape),
-            tuple(_sym(d, canon, sizes) for d in obj.stride()),
-            _sym(obj.storage_offset(), canon, sizes),
-        )
-    if isinstance(obj, _ATOMS):
-        return (type(obj).__name__, obj if not isinstance(obj, torch.dtype) else str(obj))
-    if isinstance(obj, torch.SymInt):
-        return _sym(obj, canon, sizes)
-    if depth > MAX_DEPTH:
-        raise _NotKept("too deep")
-    if type(obj) in _SEQUENCES:
-        return (
-            type(obj).__name__,
-            tuple(_described(v, canon, sizes, inputs, mode, depth + 1) for v in obj),
-        )
-    if type(obj) in _MAPPINGS:
-        return (
-            "dict",
-            tuple(
-                (k, _described(v, canon, sizes, inputs, mode, depth + 1)) for k, v in obj.items()
-            ),
-        )
-    raise _NotKept(type(obj).__name__)
+        if not isinstance(value, torch.SymInt):
+            if isinstance(value, (torch.SymFloat, torch.SymBool)):
+                raise _NotKept("a symbolic float or bool")
+            return value
+        expr = value.node.expr
+        for symbol in sorted(expr.free_symbols, key=str):
+            if symbol not in self.canon:
+                self.canon[symbol] = sympy.Symbol(f"k{len(self.canon)}", integer=True)
+        if expr.is_Symbol:
+            self.sizes.setdefault(expr, value)
+        return ("sym", expr.xreplace(self.canon))
+
+    def described(self, obj: Any, depth: int = 0) -> Any:
+        """A hashable description of an argument; ``_NotKept`` for anything but fake tensors
+        of the run, plain values and tuples, lists and dicts of them."""
+        if isinstance(obj, torch.Tensor):
+            if getattr(obj, "fake_mode", None) is not self.mode or obj.layout != torch.strided:
+                raise _NotKept("not a fake tensor of the run")
+            self.inputs.add(id(obj))
+            return (
+                "T",
+                obj.dtype,
+                obj.device,
+                obj.requires_grad,
+                tuple(self.size(d) for d in obj.shape),
+                tuple(self.size(d) for d in obj.stride()),
+                self.size(obj.storage_offset()),
+            )
+        if isinstance(obj, _ATOMS):
+            return (type(obj).__name__, obj if not isinstance(obj, torch.dtype) else str(obj))
+        if isinstance(obj, torch.SymInt):
+            return self.size(obj)
+        if depth > MAX_DEPTH:
+            raise _NotKept("too deep")
+        if type(obj) in _SEQUENCES:
+            return (type(obj).__name__, tuple(self.described(v, depth + 1) for v in obj))
+        if type(obj) in _MAPPINGS:
+            return ("dict", tuple((k, self.described(v, depth + 1)) for k, v in obj.items()))
+        raise _NotKept(type(obj).__name__)
 
 
 def _facts(shape_env: Any, canon: dict[Any, sympy.Symbol]) -> Any:
@@ -493,24 +489,28 @@ def _tensors(obj: Any, found: dict[int, torch.Tensor], count: list[int], depth: 
         return
     if isinstance(obj, (torch.nn.Module, torch.SymInt, torch.SymFloat, torch.SymBool)):
         raise _NotKept(type(obj).__name__)
+    for value in _inside(obj):
+        _tensors(value, found, count, depth + 1)
+
+
+def _inside(obj: Any) -> Iterable[Any]:
+    """What a deep copy copies of a container or object: the items of a tuple or list, the
+    values of a dict (whose keys must be plain), and the attributes of any other object
+    (``ModelOutput``, a ``DynamicCache``); ``_NotKept`` for one that copies itself or keeps
+    slots."""
+    items: list[Any] = []
     if isinstance(obj, (tuple, list)):
-        for v in obj:
-            _tensors(v, found, count, depth + 1)
-        if type(obj) in (tuple, list):
-            return
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            if not isinstance(k, _ATOMS):
-                raise _NotKept("a key that is not plain")
-            _tensors(v, found, count, depth + 1)
-        if type(obj) is dict:
-            return
+        items = list(obj)
+    elif isinstance(obj, dict):
+        if not all(isinstance(k, _ATOMS) for k in obj):
+            raise _NotKept("a key that is not plain")
+        items = list(obj.values())
+    if type(obj) in (tuple, list, dict):
+        return items
     attributes = getattr(obj, "__dict__", None)
-    if attributes is None or type(obj).__module__ == "builtins":
-        raise _NotKept(type(obj).__name__)
-    if hasattr(type(obj), "__deepcopy__") or any(
-        getattr(c, "__slots__", ()) for c in type(obj).__mro__
-    ):
-        raise _NotKept(f"{type(obj).__name__} copies itself")
-    for v in attributes.values():
-        _tensors(v, found, count, depth + 1)
+    kind = type(obj)
+    if attributes is None or kind.__module__ == "builtins":
+        raise _NotKept(kind.__name__)
+    if hasattr(kind, "__deepcopy__") or any(getattr(c, "__slots__", ()) for c in kind.__mro__):
+        raise _NotKept(f"{kind.__name__} copies itself")
+    return items + list(attributes.values())

@@ -620,7 +620,7 @@ def propagate(
         if ones is not None:
             return ones
         started = time.perf_counter()
-        result = _run_fake(gm, inputs, device, symbolic=True, reuse=reuse, kept_runs=kept_runs)
+        result = _run_fake(gm, inputs, symbolic=True, reuse=reuse, kept_runs=kept_runs)
         took = time.perf_counter() - started
         if result.error is not None:
             # some kernels only take concrete sizes: when the static run gets further, use it
@@ -804,7 +804,7 @@ def _generalize(
             if static:
                 other = _run_static(gm, resized, device, reuse)
             else:
-                other = _run_fake(gm, resized, device, symbolic=True, reuse=reuse)
+                other = _run_fake(gm, resized, symbolic=True, reuse=reuse)
         except Exception as exc:
             return example_sizes.Rerun(sizes, error=type(exc).__name__)
         error = other.error.node if other.error is not None else None
@@ -862,10 +862,10 @@ def _run_static(
     reuse: Copies | None = None,
 ) -> Propagation:
     if device.type != "meta":
-        return _run_fake(gm, inputs, device, symbolic=False, reuse=reuse)
+        return _run_fake(gm, inputs, symbolic=False, reuse=reuse)
     result = _run_meta(gm, inputs, reuse)
     if result.error is not None and _missing_meta_kernel(result.error.exception):
-        fake = _run_fake(gm, inputs, device, symbolic=False, reuse=reuse)
+        fake = _run_fake(gm, inputs, symbolic=False, reuse=reuse)
         if _further(gm, fake, result):
             return fake
     return result
@@ -952,7 +952,6 @@ def new_fake_mode(shape_env: Any) -> Any:
 def _run_fake(
     gm: torch.fx.GraphModule,
     inputs: list[ExampleInput],
-    device: torch.device,
     symbolic: bool,
     reuse: Copies | None = None,
     kept_runs: keptruns.KeptRuns | None = None,
@@ -962,6 +961,7 @@ def _run_fake(
         ShapeEnv,
     )
 
+    device = _module_device(gm)
     shape_env = ShapeEnv() if symbolic else None
     mode = new_fake_mode(shape_env)
     names: dict[Any, str] = {}

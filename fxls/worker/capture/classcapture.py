@@ -1578,6 +1578,7 @@ class ClassCapture:
             tuple(traced.leaves),
             on_meta=doc.job.eager_on_meta,
             other_batch=bool(specialized) or mod.strategy != _PLAIN_FX,
+            kept_runs=self._kept_runs(),
         )
         try:
             found = strategies.eager_divergence(gm, module, feeds, doc.path, doc.job.source, how)

@@ -97,19 +97,25 @@ def _shown(mods: dict[str, ModuleResult]) -> dict[str, Any]:
 
 
 @pytest.fixture
-def answered(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The classes of the modules whose call was answered from another class's run."""
-    found: list[str] = []
+def recalled(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """(class, symbolic run or not) of each call answered from another class's run."""
+    found: list[tuple[str, bool]] = []
     recall = keptruns.KeptRuns.recall
 
     def counted(self: keptruns.KeptRuns, call: keptruns.Call) -> Any:
         out = recall(self, call)
         if out is not keptruns.MISSING:
-            found.append(call.key[0].__name__)
+            found.append((call.key[0].__name__, call.shape_env is not None))
         return out
 
     monkeypatch.setattr(keptruns.KeptRuns, "recall", counted)
     return found
+
+
+def _symbolic(recalled: list[tuple[str, bool]]) -> list[str]:
+    """The classes answered in symbolic runs (the runs at static sizes of the eager
+    comparison, at the example's batch and one more, are shared too)."""
+    return [name for name, symbolic in recalled if symbolic]
 
 
 def _without(monkeypatch: pytest.MonkeyPatch, text: str, *names: str) -> dict[str, Any]:
@@ -119,52 +125,55 @@ def _without(monkeypatch: pytest.MonkeyPatch, text: str, *names: str) -> dict[st
 
 
 def test_heads_share_the_run_of_their_base_model(
-    answered: list[str], monkeypatch: pytest.MonkeyPatch
+    recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the configurations differ in what Base.forward never reads (labels); HeadB passes the
     # keywords HeadA leaves at their defaults
     mods = _capture(HEADS, "HeadA", "HeadB")
-    assert answered == ["Base"]
+    assert _symbolic(recalled) == ["Base"]
+    # HeadB's graph at static sizes (the eager comparison of a repaired trace: the example's
+    # batch and one more) takes HeadA's runs too
+    assert [name for name, symbolic in recalled if not symbolic] == ["Base", "Base"]
     assert "leaf" in mods["HeadB"].strategy.repairs
     base_call = next(n for n in mods["HeadB"].nodes if n.target == "base")
     assert [v.shape for v in base_call.outputs][:1] == [["B", "T", 16]]
-    answered.clear()
+    recalled.clear()
     assert _without(monkeypatch, HEADS, "HeadA", "HeadB") == _shown(mods)
-    assert answered == []
+    assert recalled == []
 
 
 def test_a_configuration_value_the_base_model_reads_is_compared(
-    answered: list[str], monkeypatch: pytest.MonkeyPatch
+    recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # HeadB's base concatenates (config.twice): its output is [B, T, 32], not HeadA's
     text = HEADS.replace("Base(Config(labels=5))", "Base(Config(labels=5, twice=True))").replace(
         "nn.Linear(16, 5)", "nn.Linear(32, 5)"
     )
     mods = _capture(text, "HeadA", "HeadB")
-    assert answered == []
+    assert _symbolic(recalled) == []
     calls = {name: next(n for n in mod.nodes if n.target == "base") for name, mod in mods.items()}
     assert calls["HeadA"].outputs[0].shape == ["B", "T", 16]
     assert calls["HeadB"].outputs[0].shape == ["B", "T", 32]
     assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)
 
 
-def test_arguments_of_other_sizes_or_values_run_again(answered: list[str]) -> None:
+def test_arguments_of_other_sizes_or_values_run_again(recalled: list[tuple[str, bool]]) -> None:
     # another scale, then another size of the same symbols: a new run each
     text = HEADS.replace("self.base(x, mask=None, scale=1.0)", "self.base(x, scale=2.0)")
     _capture(text, "HeadA", "HeadB")
-    assert answered == []
+    assert _symbolic(recalled) == []
     text = HEADS.replace(
         "h, extra = self.base(x, mask=None, scale=1.0)",
         "h, extra = self.base(x[:, 1:], mask=None, scale=1.0)",
     )
     mods = _capture(text, "HeadA", "HeadB")
-    assert answered == []
+    assert _symbolic(recalled) == []
     call = next(n for n in mods["HeadB"].nodes if n.target == "base")
     assert call.outputs[0].shape == ["B", "T - 1", 16]
 
 
 def test_what_a_run_learns_about_a_size_is_learned_again(
-    answered: list[str], monkeypatch: pytest.MonkeyPatch
+    recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the base model branches on the batch size (B > 3: not at the example, B = 2), and keeps
     # half of T as a number: its run adds the guards B <= 3 and int(T / 2) == 3, which the next
@@ -177,7 +186,7 @@ def test_what_a_run_learns_about_a_size_is_learned_again(
         "        if self.config.twice:",
     )
     mods = _capture(text, "HeadA", "HeadB")
-    assert answered == ["Base"]
+    assert _symbolic(recalled) == ["Base"]
     call = next(n for n in mods["HeadB"].nodes if n.target == "base")
     assert call.outputs[0].shape == ["B", "T//2", 16]
     assert any("fixes T to 7" in note for note in mods["HeadB"].notes)
@@ -185,7 +194,7 @@ def test_what_a_run_learns_about_a_size_is_learned_again(
 
 
 def test_a_run_that_fixes_a_size_is_not_shared(
-    answered: list[str], monkeypatch: pytest.MonkeyPatch
+    recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # B == 2 (the example) fixes B: a replacement in the ShapeEnv, not a guard
     text = HEADS.replace(
@@ -193,13 +202,13 @@ def test_a_run_that_fixes_a_size_is_not_shared(
         "        if x.shape[0] == 2:\n            x = x + 1\n        if self.config.twice:",
     )
     mods = _capture(text, "HeadA", "HeadB")
-    assert answered == []
+    assert _symbolic(recalled) == []
     assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)
 
 
-def test_an_output_holding_an_argument_is_not_shared(answered: list[str]) -> None:
+def test_an_output_holding_an_argument_is_not_shared(recalled: list[tuple[str, bool]]) -> None:
     # the base model hands its input back: a copy would not be the caller's own tensor
     text = HEADS.replace('return x, {"hidden": x.sum(-1)}', 'return x, {"hidden": x}')
     text = text.replace("if x.shape[-1] > 4:", "if x.shape[-1] > 40:")
     _capture(text, "HeadA", "HeadB")
-    assert answered == []
+    assert _symbolic(recalled) == []

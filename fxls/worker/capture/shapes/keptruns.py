@@ -131,9 +131,8 @@ class KeptRuns:
         self, module: torch.nn.Module, args: Any, kwargs: Any, shape_env: Any, mode: Any
     ) -> Call | None:
         """What decides the output of ``module(*args, **kwargs)`` in ``shape_env``; None when
-        it cannot be said (see the module's docstring)."""
-        if shape_env is None or mode is None:
-            return None
+        it cannot be said (see the module's docstring). A run at static sizes has no
+        ``shape_env``; a run on meta tensors has no ``mode`` either."""
         known = self._configurations.get(id(module))
         if known is None or known[0] is not module:
             known = (module, self._configured(module))
@@ -144,12 +143,13 @@ class KeptRuns:
         reader = _Reader(mode)
         try:
             described = reader.described(self._bound(module, args, kwargs))
-            facts = _facts(shape_env, reader.canon)
+            facts = _facts(shape_env, reader.canon) if shape_env is not None else ()
         except _NotKept:
             return None
-        if facts is None:
+        if facts is None or (shape_env is None and reader.canon):
             return None
-        key = (type(module), configuration, described, facts)
+        run = (mode is not None, shape_env is not None)  # fake or meta, symbolic or static
+        key = (type(module), configuration, described, facts, run)
         try:
             hash(key)
         except TypeError:
@@ -274,6 +274,8 @@ class KeptRuns:
         """What a run may change in the ``ShapeEnv`` for its output to be kept (guards on
         the arguments' sizes, which narrow their ranges: :func:`_changes`)."""
         env = call.shape_env
+        if env is None:
+            return ()
         return (
             len(env.guards),
             len(env.replacements),
@@ -295,7 +297,7 @@ class KeptRuns:
             return
         env = call.shape_env
         canon = dict(zip(call.symbols, _canonical(call)))
-        learned = tuple(g.expr for g in env.guards[before[0] : after[0]])
+        learned = tuple(g.expr for g in env.guards[before[0] : after[0]]) if env else ()
         if any(not expr.free_symbols <= set(canon) for expr in learned):
             return
         learned = tuple(expr.xreplace(canon) for expr in learned)
@@ -312,7 +314,7 @@ class KeptRuns:
             _tensors(output, found, [0], 0)
             made = {}
             for ident, tensor in found.items():
-                if ident in call.inputs or getattr(tensor, "fake_mode", None) is not call.mode:
+                if ident in call.inputs or not _of_the_run(tensor, call.mode):
                     return
                 if not _same(tensor.storage_offset(), 0):
                     return
@@ -333,6 +335,8 @@ def _changes(before: Any, after: Any) -> tuple[int, tuple[str, ...]] | None:
     """Between two :meth:`KeptRuns.state`: the number of guards added and the arguments'
     symbols' ranges after; None when anything else changed (a replacement, a deferred
     assertion, a new symbol or range, a divisibility)."""
+    if not before:  # no ShapeEnv: nothing to learn
+        return 0, ()
     if after[1:5] != before[1:5] or after[6] != before[6] or after[0] < before[0]:
         return None
     return after[0] - before[0], after[5]
@@ -364,6 +368,13 @@ def _canonical(call: Call) -> list[sympy.Symbol]:
 def _examples(env: Any) -> dict[Any, Any]:
     examples = getattr(env, "backed_var_to_val", None)
     return examples if examples is not None else env.var_to_val  # type: ignore[no-any-return]
+
+
+def _of_the_run(tensor: torch.Tensor, mode: Any) -> bool:
+    """A fake tensor of ``mode``, or without a mode a meta tensor (a run on meta tensors)."""
+    if getattr(tensor, "fake_mode", None) is not mode:
+        return False
+    return mode is not None or (tensor.device.type == "meta" and type(tensor) is torch.Tensor)
 
 
 def _same(value: Any, number: int) -> bool:
@@ -403,8 +414,8 @@ class _Reader:
         """A hashable description of an argument; ``_NotKept`` for anything but fake tensors
         of the run, plain values and tuples, lists and dicts of them."""
         if isinstance(obj, torch.Tensor):
-            if getattr(obj, "fake_mode", None) is not self.mode or obj.layout != torch.strided:
-                raise _NotKept("not a fake tensor of the run")
+            if not _of_the_run(obj, self.mode) or obj.layout != torch.strided:
+                raise _NotKept("not a tensor of the run")
             self.inputs.add(id(obj))
             return (
                 "T",

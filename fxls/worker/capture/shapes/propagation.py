@@ -600,8 +600,8 @@ def propagate(
         reuse: nodes copied from a template call of an identical sub-block
             (:mod:`fxls.worker.capture.trace.reuse`): when the copied call's inputs have the same
             metadata as the template's, its nodes take the template nodes' results.
-        kept_runs: outputs of submodules kept whole that other classes of the job ran, for
-            the symbolic run (:mod:`keptruns`).
+        kept_runs: outputs of submodules kept whole that other classes of the job ran
+            (:mod:`keptruns`).
 
     Returns:
         A :class:`Propagation`; ``error`` names the first failing node (values before it are
@@ -615,7 +615,7 @@ def propagate(
     device = _module_device(gm)
     with quiet_loggers(), data_free_torch():
         if not (symbolic and _is_named(inputs)):
-            return _run_static(gm, inputs, device, reuse)
+            return _run_static(gm, inputs, device, reuse, kept_runs)
         ones = _zero_one_run(gm, inputs, device, reuse)
         if ones is not None:
             return ones
@@ -860,10 +860,11 @@ def _run_static(
     inputs: list[ExampleInput],
     device: torch.device,
     reuse: Copies | None = None,
+    kept_runs: keptruns.KeptRuns | None = None,
 ) -> Propagation:
     if device.type != "meta":
-        return _run_fake(gm, inputs, symbolic=False, reuse=reuse)
-    result = _run_meta(gm, inputs, reuse)
+        return _run_fake(gm, inputs, symbolic=False, reuse=reuse, kept_runs=kept_runs)
+    result = _run_meta(gm, inputs, reuse, kept_runs)
     if result.error is not None and _missing_meta_kernel(result.error.exception):
         fake = _run_fake(gm, inputs, symbolic=False, reuse=reuse)
         if _further(gm, fake, result):
@@ -907,10 +908,13 @@ def meta_feeds(inputs: Sequence[Any]) -> dict[str, Any]:
 
 
 def _run_meta(
-    gm: torch.fx.GraphModule, inputs: list[ExampleInput], reuse: Copies | None = None
+    gm: torch.fx.GraphModule,
+    inputs: list[ExampleInput],
+    reuse: Copies | None = None,
+    kept_runs: keptruns.KeptRuns | None = None,
 ) -> Propagation:
     feeds = meta_feeds(inputs)
-    run = Run(_META, None, None, to_meta, None)
+    run = Run(_META, None, None, to_meta, None, kept_runs=kept_runs)
     with torch.device(_META), torch.no_grad():
         return _interpret(gm, feeds, Namer(), "meta", run=run, reuse=reuse)
 

@@ -37,6 +37,7 @@ from fxls.protocol import catalogue
 from fxls.protocol.model import RepairKind, Strategy, Value
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture import failures
+from fxls.worker.capture.shapes import keptruns
 from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.spans import find_function
 from fxls.worker.capture.trace import fakerun
@@ -379,6 +380,8 @@ class Comparison:
     strategy other than plain FX, a check traced through) may have baked the example's
     batch into the graph. A plain FX trace holds every size as a node, so the graph and
     ``forward`` can differ at another batch only where they differ at the example's."""
+    kept_runs: keptruns.KeptRuns | None = None
+    """Outputs of submodules kept whole that the job's other classes ran (the graph's runs)."""
 
 
 def eager_divergence(
@@ -409,7 +412,7 @@ def eager_divergence(
     for batch in batches:
         feeds = _static(inputs, batch)
         try:
-            prop = shapes.propagate(gm, feeds, symbolic=False)
+            prop = shapes.propagate(gm, feeds, symbolic=False, kept_runs=how.kept_runs)
         except Exception:
             return None
         if prop.error is not None:

@@ -694,10 +694,11 @@ class ClassCapture:
     ) -> dict[str, parents.Recorded] | None:
         """The children's calls as the trace saw them, when it saw all of them and the
         traced graph's shapes are what running ``forward`` gives: an FX trace without a wrap
-        or concrete repair (a submodule kept whole runs its ``forward`` in the propagation; a
-        decided check takes the branch a run takes) whose propagation ran through
-        symbolically as asked without fixing a dimension, and no watched instance inside a
-        submodule kept whole. Else None (the parent's ``forward`` is run again for them)."""
+        repair (a submodule kept whole runs its ``forward`` in the propagation; a decided
+        check takes the branch a run takes; the arguments ``concrete_args`` fixed are those
+        a run passes) whose propagation ran through symbolically as asked without fixing a
+        dimension, and no watched instance inside a submodule kept whole. Else None (the
+        parent's ``forward`` is run again for them)."""
         traced, prop, mod = self.traced, self.prop, self.mod
         if not self.doc.job.children_from_trace:
             return None

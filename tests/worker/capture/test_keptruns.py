@@ -212,3 +212,21 @@ def test_an_output_holding_an_argument_is_not_shared(recalled: list[tuple[str, b
     text = text.replace("if x.shape[-1] > 4:", "if x.shape[-1] > 40:")
     _capture(text, "HeadA", "HeadB")
     assert _symbolic(recalled) == []
+
+
+def test_a_configuration_whose_class_cannot_be_watched_is_run_each_time(
+    recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # what Base reads of such a configuration cannot be recorded: every call runs, and the
+    # capture goes on as without sharing
+    text = HEADS.replace(
+        "class Config:",
+        "class Frozen(type):\n"
+        "    def __setattr__(cls, name, value):\n"
+        "        raise TypeError('frozen class')\n\n\n"
+        "class Config(metaclass=Frozen):",
+    )
+    mods = _capture(text, "HeadA", "HeadB")
+    assert _symbolic(recalled) == []
+    assert all(m.status == "traced" for m in mods.values())
+    assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)

@@ -132,7 +132,16 @@ class KeptRuns:
     ) -> Call | None:
         """What decides the output of ``module(*args, **kwargs)`` in ``shape_env``; None when
         it cannot be said (see the module's docstring). A run at static sizes has no
-        ``shape_env``; a run on meta tensors has no ``mode`` either."""
+        ``shape_env``; a run on meta tensors has no ``mode`` either. Never raises: what the
+        user's objects do when described only means the module runs."""
+        try:
+            return self._key(module, args, kwargs, shape_env, mode)
+        except Exception:
+            return None
+
+    def _key(
+        self, module: torch.nn.Module, args: Any, kwargs: Any, shape_env: Any, mode: Any
+    ) -> Call | None:
         known = self._configurations.get(id(module))
         if known is None or known[0] is not module:
             known = (module, self._configured(module))
@@ -238,9 +247,10 @@ class KeptRuns:
         return True
 
     @contextlib.contextmanager
-    def reading(self, call: Call) -> Iterator[dict[tuple[int, str], Any]]:
+    def reading(self, call: Call) -> Iterator[dict[tuple[int, str], Any] | None]:
         """While it lasts, the attributes read of ``call``'s configuration objects (the first
-        value read, or ``_ABSENT`` for a failed read), by (object, attribute)."""
+        value read, or ``_ABSENT`` for a failed read), by (object, attribute); None when
+        their classes cannot be watched (the run is then not kept)."""
         reads: dict[tuple[int, str], Any] = {}
         watched = {id(o): at for at, o in enumerate(call.objects)}
         patched: list[tuple[type, bool, Any]] = []
@@ -259,10 +269,15 @@ class KeptRuns:
                 reads.setdefault((at, name), value)
                 return value
 
-            patched.append((kind, "__getattribute__" in vars(kind), original))
-            setattr(kind, "__getattribute__", recording)  # noqa: B010 (a method of the class)
+            own = "__getattribute__" in vars(kind)
+            try:
+                setattr(kind, "__getattribute__", recording)  # noqa: B010 (a method of the class)
+            except Exception:  # a class that takes no new attribute (its metaclass refuses)
+                watched.clear()
+                break
+            patched.append((kind, own, original))
         try:
-            yield reads
+            yield reads if watched or not call.objects else None
         finally:
             for kind, own, original in reversed(patched):
                 if own:
@@ -286,11 +301,23 @@ class KeptRuns:
             len(env.divisible),
         )
 
-    def keep(self, call: Call, before: Any, reads: dict[tuple[int, str], Any], output: Any) -> None:
+    def keep(
+        self, call: Call, before: Any, reads: dict[tuple[int, str], Any] | None, output: Any
+    ) -> None:
         """Keep ``output`` of the run of ``call`` when the run changed nothing in its
         ``ShapeEnv`` (``before``: :meth:`state` when it started) but guards on the arguments'
         sizes, and its output can be made again; ``reads``: what it read of the
-        configuration objects (:meth:`reading`)."""
+        configuration objects (:meth:`reading`). Never raises."""
+        if reads is None:
+            return
+        try:
+            self._keep(call, before, reads, output)
+        except Exception:  # what the user's objects do when described: not kept
+            return
+
+    def _keep(
+        self, call: Call, before: Any, reads: dict[tuple[int, str], Any], output: Any
+    ) -> None:
         after = self.state(call)
         changes = _changes(before, after)
         if changes is None:

@@ -230,3 +230,22 @@ def test_a_configuration_whose_class_cannot_be_watched_is_run_each_time(
     assert _symbolic(recalled) == []
     assert all(m.status == "traced" for m in mods.values())
     assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)
+
+
+def test_an_output_that_holds_the_configuration_holds_the_callers(
+    recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Base hands its configuration on; each head keeps as many columns as its own has labels
+    # (HeadB 5, not HeadA's 2), which Base itself never reads
+    text = HEADS.replace(
+        'return x, {"hidden": x.sum(-1)}', 'return x, {"hidden": x.sum(-1), "config": self.config}'
+    ).replace(
+        '        return self.out(h), extra["hidden"]\n',
+        '        return self.out(h)[..., : extra["config"].labels], extra["hidden"]\n',
+    )
+    mods = _capture(text, "HeadA", "HeadB")
+    assert _symbolic(recalled) == ["Base"]
+    outputs = {name: next(n for n in mod.nodes if n.op == "output") for name, mod in mods.items()}
+    assert outputs["HeadA"].outputs[0].shape == ["B", "T", 2]
+    assert outputs["HeadB"].outputs[0].shape == ["B", "T", 5]
+    assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)

@@ -38,7 +38,7 @@ import copy
 import inspect
 import types
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -107,6 +107,9 @@ class _Stored:
     embeddings make ``T <= 512``."""
     ranges: tuple[str, ...] = ()
     """The arguments' symbols' ranges after the run (canonical order)."""
+    objects: list[Any] = field(default_factory=list)
+    """The configuration objects of the call that made it: an output that holds one of them
+    holds the later call's own in its copy."""
 
 
 class KeptRuns:
@@ -195,7 +198,7 @@ class KeptRuns:
         back = {canonical: symbol for symbol, canonical in zip(call.symbols, _canonical(call))}
         if stored.learned and not self._learn(stored, call, back):
             return MISSING
-        memo: dict[int, Any] = {}
+        memo: dict[int, Any] = {id(a): b for a, b in zip(stored.objects, call.objects)}
         made: set[int] = set()
         try:
             for ident, (size, stride, dtype, device, grad) in stored.made.items():
@@ -209,8 +212,9 @@ class KeptRuns:
                 memo[ident] = tensor
                 made.add(id(tensor))
             output = copy.deepcopy(stored.output, memo)
-            found: dict[int, torch.Tensor] = {}
-            _tensors(output, found, [0], 0)
+            walk = _Walk({id(o) for o in call.objects})
+            _tensors(output, walk, 0)
+            found = walk.found
         except Exception:  # an object that cannot be copied: the module runs
             return MISSING
         if set(found) - made:  # a tensor the copy did not take from ``memo``
@@ -336,9 +340,10 @@ class KeptRuns:
             )
         except Exception:  # a method of the configuration, an object: not kept
             return
-        found: dict[int, torch.Tensor] = {}
+        walk = _Walk({id(o) for o in call.objects})
+        found = walk.found
         try:
-            _tensors(output, found, [0], 0)
+            _tensors(output, walk, 0)
             made = {}
             for ident, tensor in found.items():
                 if ident in call.inputs or not _of_the_run(tensor, call.mode):
@@ -354,7 +359,7 @@ class KeptRuns:
                 )
         except _NotKept:
             return
-        stored = _Stored(output, made, read, learned, changes[1])
+        stored = _Stored(output, made, read, learned, changes[1], list(call.objects))
         self._stored.setdefault(call.key, []).append(stored)
 
 
@@ -514,21 +519,31 @@ def _size(kept: Any, back: dict[sympy.Symbol, Any], call: Call) -> Any:
     return call.shape_env.create_symintnode(expr, hint=int(hint))
 
 
-def _tensors(obj: Any, found: dict[int, torch.Tensor], count: list[int], depth: int) -> None:
-    """Every tensor inside an output, by ``id``; ``_NotKept`` for anything a copy of it could
-    not be trusted to hold only copies of them."""
-    count[0] += 1
-    if count[0] > MAX_ITEMS or depth > MAX_DEPTH:
+@dataclass
+class _Walk:
+    """A walk through an output: the configuration objects it passes over (a copy takes the
+    later call's own), the tensors found by ``id``, the objects seen."""
+
+    configurations: set[int]
+    found: dict[int, torch.Tensor] = field(default_factory=dict)
+    seen: int = 0
+
+
+def _tensors(obj: Any, walk: _Walk, depth: int) -> None:
+    """Every tensor inside an output, into ``walk.found``; ``_NotKept`` for anything a copy
+    of it could not be trusted to hold only copies of them."""
+    walk.seen += 1
+    if walk.seen > MAX_ITEMS or depth > MAX_DEPTH:
         raise _NotKept("too large")
     if isinstance(obj, torch.Tensor):
-        found[id(obj)] = obj
+        walk.found[id(obj)] = obj
         return
-    if isinstance(obj, (*_ATOMS, type, types.FunctionType)):
+    if isinstance(obj, (*_ATOMS, type, types.FunctionType)) or id(obj) in walk.configurations:
         return
     if isinstance(obj, (torch.nn.Module, torch.SymInt, torch.SymFloat, torch.SymBool)):
         raise _NotKept(type(obj).__name__)
     for value in _inside(obj):
-        _tensors(value, found, count, depth + 1)
+        _tensors(value, walk, depth + 1)
 
 
 def _inside(obj: Any) -> Iterable[Any]:

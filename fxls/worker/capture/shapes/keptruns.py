@@ -28,7 +28,8 @@ arguments' sizes (no replacement, deferred assertion or new symbol; a later call
 ``ShapeEnv`` is asked those guards again, as the run asked them, and must then know the same
 ranges), and its output holds only fake tensors of its mode (none of them an argument, no
 size but of the arguments' symbols) inside tuples, lists, dicts and plain objects
-(``ModelOutput``, a ``DynamicCache``), which are copied.
+(``ModelOutput``, a ``DynamicCache``), which are copied; where the output holds the module's
+configuration object, the copy holds the later caller's own.
 """
 
 from __future__ import annotations

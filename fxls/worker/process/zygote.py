@@ -520,12 +520,13 @@ SPARE_WARM_ENV = "FXLS_SPARE_WARM"
 capture that makes its memory its own first (``warmup.warm_spare``)."""
 
 IDLE_AFTER_S = 0.25
-PRELOAD_STEP_S = 0.05
-"""How long one step of the zygote's imports of installed libraries goes on (see
-``Zygote._preload_step``)."""
 """Idle work (the rest of the warm-up) runs while jobs run (their children work on the other
 core), or after this long without one: the first job, sent as soon as the zygote is ready,
 never waits behind it."""
+
+PRELOAD_STEP_S = 0.05
+"""How long one step of the zygote's imports of installed libraries goes on (see
+``Zygote._preload_step``)."""
 
 
 @dataclass

@@ -118,6 +118,13 @@ def _symbolic(recalled: list[tuple[str, bool]]) -> list[str]:
     return [name for name, symbolic in recalled if symbolic]
 
 
+def _in_base(code: str) -> str:
+    """``HEADS`` with ``code`` (unindented lines) run by ``Base.forward`` before its last
+    branch."""
+    lines = "".join(f"        {line}\n" for line in code.splitlines())
+    return HEADS.replace("        if self.config.twice:", lines + "        if self.config.twice:")
+
+
 def _without(monkeypatch: pytest.MonkeyPatch, text: str, *names: str) -> dict[str, Any]:
     with monkeypatch.context() as patch:
         patch.setenv(keptruns.KEPT_RUNS_ENV, "0")
@@ -179,11 +186,8 @@ def test_what_a_run_learns_about_a_size_is_learned_again(
     # half of T as a number: its run adds the guards B <= 3 and int(T / 2) == 3, which the next
     # class's ShapeEnv is asked again; the second is why each class computes its shapes again
     # at another T and shows T//2 (without it, HeadB would show 3)
-    text = HEADS.replace(
-        "        if self.config.twice:",
-        "        if x.shape[0] > 3:\n            x = x + 1\n"
-        "        half = int(x.shape[1] * 0.5)\n        x = x[:, :half]\n"
-        "        if self.config.twice:",
+    text = _in_base(
+        "if x.shape[0] > 3:\n    x = x + 1\nhalf = int(x.shape[1] * 0.5)\nx = x[:, :half]"
     )
     mods = _capture(text, "HeadA", "HeadB")
     assert _symbolic(recalled) == ["Base"]
@@ -197,10 +201,7 @@ def test_a_run_that_fixes_a_size_is_not_shared(
     recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # B == 2 (the example) fixes B: a replacement in the ShapeEnv, not a guard
-    text = HEADS.replace(
-        "        if self.config.twice:",
-        "        if x.shape[0] == 2:\n            x = x + 1\n        if self.config.twice:",
-    )
+    text = _in_base("if x.shape[0] == 2:\n    x = x + 1")
     mods = _capture(text, "HeadA", "HeadB")
     assert _symbolic(recalled) == []
     assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)

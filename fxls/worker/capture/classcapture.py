@@ -1369,13 +1369,17 @@ class ClassCapture:
         except Exception as exc:
             return exc
 
-    def _kept_runs(self) -> keptruns.KeptRuns | None:
-        """The job's outputs of submodules kept whole (``FXLS_KEPT_RUNS=0``: none)."""
+    def _kept_runs(self, eager: bool = False) -> keptruns.KeptRuns | None:
+        """The job's outputs of submodules kept whole (``FXLS_KEPT_RUNS=0``: none), of the
+        graphs' runs or (``eager``) of ``forward``'s runs in comparisons."""
         if os.environ.get(keptruns.KEPT_RUNS_ENV) == "0":
             return None
-        if self.doc.kept_runs is None:
-            self.doc.kept_runs = keptruns.KeptRuns(reuse.configured, reuse.described)
-        return typing.cast(keptruns.KeptRuns, self.doc.kept_runs)
+        runs = self.doc.kept_runs
+        if runs is None:
+            runs = self.doc.kept_runs = {}
+        if eager not in runs:
+            runs[eager] = keptruns.KeptRuns(reuse.configured, reuse.described)
+        return typing.cast(keptruns.KeptRuns, runs[eager])
 
     def _given_examples(
         self, ordered: list[inputs.PlannedInput], placeholders: list[torch.fx.Node]
@@ -1580,6 +1584,7 @@ class ClassCapture:
             on_meta=doc.job.eager_on_meta,
             other_batch=bool(specialized) or mod.strategy != _PLAIN_FX,
             kept_runs=self._kept_runs(),
+            eager_runs=self._kept_runs(eager=True),
         )
         try:
             found = strategies.eager_divergence(gm, module, feeds, doc.path, doc.job.source, how)

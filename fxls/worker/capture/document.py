@@ -45,7 +45,8 @@ class ExecutedDocument:
     without them, :func:`execute`; :func:`unimportable` names the module)."""
     kept_runs: Any = None
     """The ``shapes.keptruns.KeptRuns`` of the job's classes (made by the first that needs
-    it)."""
+    it), by whether they keep the graphs' runs (False) or the comparisons' runs of
+    ``forward`` (True)."""
     copied_nodes: dict[int, tuple[Any, dict[int, int]]] = field(default_factory=dict)
     """``id`` of a ``ModuleResult`` -> (the result, node index -> index of the node it was copied
     from): what :func:`fxls.worker.capture.trace.reuse.compact` may send as copies."""

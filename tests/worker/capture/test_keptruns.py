@@ -11,10 +11,12 @@ import textwrap
 from typing import Any
 
 import pytest
+import torch
 
 from fxls.protocol.model import CaptureJob, ClassRequest, DimSpec, InputSpec, ModuleResult
 from fxls.worker.capture.pipeline import run_capture
 from fxls.worker.capture.shapes import keptruns
+from fxls.worker.capture.trace import reuse
 
 HEADS = """\
 import torch
@@ -138,9 +140,9 @@ def test_heads_share_the_run_of_their_base_model(
     # keywords HeadA leaves at their defaults
     mods = _capture(HEADS, "HeadA", "HeadB")
     assert _symbolic(recalled) == ["Base"]
-    # HeadB's graph at static sizes (the eager comparison of a repaired trace: the example's
-    # batch and one more) takes HeadA's runs too
-    assert [name for name, symbolic in recalled if not symbolic] == ["Base", "Base"]
+    # at static sizes (the eager comparison of a repaired trace: the example's batch and one
+    # more) HeadB's graph takes HeadA's graph's runs, and HeadB's forward HeadA's forward's
+    assert [name for name, symbolic in recalled if not symbolic] == ["Base"] * 4
     assert "leaf" in mods["HeadB"].strategy.repairs
     base_call = next(n for n in mods["HeadB"].nodes if n.target == "base")
     assert [v.shape for v in base_call.outputs][:1] == [["B", "T", 16]]
@@ -250,3 +252,38 @@ def test_an_output_that_holds_the_configuration_holds_the_callers(
     assert outputs["HeadA"].outputs[0].shape == ["B", "T", 2]
     assert outputs["HeadB"].outputs[0].shape == ["B", "T", 5]
     assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)
+
+
+class _Counted(torch.nn.Module):
+    runs = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        type(self).runs += 1
+        return self.proj(x) * scale
+
+
+def test_answering_runs_a_call_once_and_puts_the_instance_back() -> None:
+    """What the eager side of a comparison wraps its submodules kept whole in: a second
+    instance of the same configuration called alike is answered from the first one's run,
+    another argument runs, and no instance keeps the ``forward`` it was given."""
+    runs = keptruns.KeptRuns(reuse.configured, reuse.described)
+    with torch.device("meta"):
+        first, second, own = _Counted(), _Counted(), _Counted()
+    own.forward = own.forward  # an instance with a forward of its own is left alone
+    x = torch.empty(2, 3, 4, device="meta")
+    _Counted.runs = 0
+    with torch.no_grad(), keptruns.answering(runs, [first, second, own]):
+        assert "forward" in vars(first) and "forward" in vars(second)
+        assert first(x).shape == (2, 3, 4)
+        out = second(x)
+        again = second(x, scale=2.0)
+        own(x)
+        own(x)
+    assert (out.shape, out.device, again.shape) == ((2, 3, 4), torch.device("meta"), (2, 3, 4))
+    assert _Counted.runs == 4  # first, second with another scale, own twice
+    assert "forward" not in vars(first) and "forward" not in vars(second)
+    assert vars(own)["forward"].__self__ is own

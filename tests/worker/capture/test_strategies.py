@@ -441,6 +441,33 @@ def test_eager_runs_on_meta_tensors_and_finds_what_fake_tensors_find(
     assert (found.traced, found.eager) == ("[2, 4]", "[2, 1, 4]")
 
 
+class _Labelled(torch.nn.Module):
+    """A head whose trace fixed ``labels`` (FX names its placeholder ``labels_1``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        return self.fc(x) if labels is None else self.fc(x) + labels
+
+
+def test_eager_side_passes_a_renamed_placeholder_to_its_parameter() -> None:
+    """An example input named as FX renames a placeholder (``labels_1``) is the parameter
+    ``labels``: ``forward`` takes no ``**kwargs`` for it, and runs on meta tensors."""
+    from fxls.worker.capture.shapes.propagation import ExampleInput
+    from fxls.worker.capture.trace import fakerun
+
+    with torch.device("meta"):
+        module = _Labelled().eval()
+    feeds = [
+        ExampleInput("x", "tensor", [("B", 2), (None, 6)]),
+        ExampleInput("labels_1", "value", value=None),
+    ]
+    found = fakerun.meta_outputs(module, feeds)
+    assert found is not None and [v.shape for v in found] == [[2, 3]]
+
+
 def test_eager_falls_back_to_fake_tensors_when_the_meta_run_raises() -> None:
     """``forward`` adding a CPU tensor cannot run on meta tensors: the fake run answers, the
     divergence is still found, and the tensor the run assigned to the module is put back."""

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import types
 from collections.abc import Callable, Iterable, Iterator
@@ -146,13 +147,10 @@ class KeptRuns:
     def _key(
         self, module: torch.nn.Module, args: Any, kwargs: Any, shape_env: Any, mode: Any
     ) -> Call | None:
-        known = self._configurations.get(id(module))
-        if known is None or known[0] is not module:
-            known = (module, self._configured(module))
-            self._configurations[id(module)] = known
-        if known[1] is None:
+        configured = self.configuration(module)
+        if configured is None:
             return None
-        configuration, objects = known[1]
+        configuration, objects = configured
         reader = _Reader(mode)
         try:
             described = reader.described(self._bound(module, args, kwargs))
@@ -169,6 +167,15 @@ class KeptRuns:
             return None
         symbols = tuple(reader.canon)
         return Call(key, objects, symbols, reader.sizes, frozenset(reader.inputs), shape_env, mode)
+
+    def configuration(self, module: torch.nn.Module) -> tuple[Any, list[Any]] | None:
+        """``module``'s configuration and configuration objects, worked out once per instance
+        (None when it has none that can be said)."""
+        known = self._configurations.get(id(module))
+        if known is None or known[0] is not module:
+            known = (module, self._configured(module))
+            self._configurations[id(module)] = known
+        return known[1]
 
     def _bound(self, module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
         """The call's arguments by ``forward`` parameter, defaults filled in: the heads of a
@@ -189,6 +196,20 @@ class KeptRuns:
             return (args, kwargs)
         bound.apply_defaults()
         return dict(bound.arguments)
+
+    def through(self, call: Call | None, run: Callable[[], Any]) -> Any:
+        """The output of ``call``: a copy of a kept run's, else what ``run()`` returns (kept
+        for later calls when it may be). ``call`` None (:meth:`key` could not say): ``run()``."""
+        if call is None:
+            return run()
+        out = self.recall(call)
+        if out is not MISSING:
+            return out
+        before = self.state(call)
+        with self.reading(call) as reads:
+            out = run()
+        self.keep(call, before, reads, out)
+        return out
 
     def recall(self, call: Call) -> Any:
         """The output of a kept run of ``call`` made again in its fake mode, or
@@ -362,6 +383,38 @@ class KeptRuns:
             return
         stored = _Stored(output, made, read, learned, changes[1], list(call.objects))
         self._stored.setdefault(call.key, []).append(stored)
+
+
+@contextlib.contextmanager
+def answering(runs: KeptRuns, modules: Iterable[torch.nn.Module]) -> Iterator[None]:
+    """While it lasts, a call of ``forward`` of one of ``modules`` on meta tensors at static
+    sizes is answered by ``runs`` (:meth:`KeptRuns.through`): an attribute ``forward`` of the
+    instance, in front of its class's, keyed by the arguments ``forward`` gets (after any
+    pre-hook). The eager side of a comparison runs a head's ``forward`` in which the base
+    model it keeps whole is called as in every other head. The instance's configuration is
+    worked out before (it holds its attributes); one that has a ``forward`` of its own is
+    left alone."""
+    placed: list[torch.nn.Module] = []
+    try:
+        for module in dict.fromkeys(modules):
+            if "forward" not in vars(module):
+                with contextlib.suppress(Exception):  # what the user's objects do: runs
+                    runs.configuration(module)
+                vars(module)["forward"] = _answered(runs, module, module.forward)
+                placed.append(module)
+        yield
+    finally:
+        for module in placed:
+            vars(module).pop("forward", None)
+
+
+def _answered(runs: KeptRuns, module: torch.nn.Module, forward: Callable[..., Any]) -> Any:
+    @functools.wraps(forward)  # its signature binds the arguments of the key
+    def answered(*args: Any, **kwargs: Any) -> Any:
+        call = runs.key(module, args, kwargs, None, None)
+        return runs.through(call, lambda: forward(*args, **kwargs))
+
+    return answered
 
 
 def _changes(before: Any, after: Any) -> tuple[int, tuple[str, ...]] | None:

@@ -354,17 +354,10 @@ class _Propagator(torch.fx.Interpreter):
         self.kept.keep_leaf(module)
         context = self.context
         runs = context.kept_runs
-        call = runs.key(module, args, kwargs, context.shape_env, context.mode) if runs else None
-        if call is None or runs is None:
+        if runs is None:
             return self._run_kept(target, args, kwargs)
-        out = runs.recall(call)
-        if out is not keptruns.MISSING:
-            return out
-        before = runs.state(call)
-        with runs.reading(call) as reads:
-            out = self._run_kept(target, args, kwargs)
-        runs.keep(call, before, reads, out)
-        return out
+        call = runs.key(module, args, kwargs, context.shape_env, context.mode)
+        return runs.through(call, lambda: self._run_kept(target, args, kwargs))
 
     def _run_kept(self, target: Any, args: Any, kwargs: Any) -> Any:
         # a kept submodule runs its Python code: its attention, matrix products and torch

@@ -626,17 +626,27 @@ class _Swap:
         self.saved.clear()
 
 
+_RENAMED = re.compile(r"_[0-9]+$")
+
+
 def _call_arguments(
     module: torch.nn.Module, feeds: list[tuple[str, Any]]
 ) -> tuple[list[Any], dict[str, Any]]:
     """Pass leading parameters without a default positionally and the rest by keyword, leaving
     out those that are their default (as callers of library models do: a decorated
-    ``forward`` may add ``use_cache`` itself, and then a positional one is given twice)."""
+    ``forward`` may add ``use_cache`` itself, and then a positional one is given twice). A
+    feed named as FX names a placeholder it made again (``labels_1`` for the ``labels`` that
+    ``concrete_args`` fixed) goes to its parameter, not to ``**kwargs``."""
     try:
         params = list(inspect.signature(module.forward).parameters.values())
     except (TypeError, ValueError):
         return [value for _, value in feeds], {}
+    names = {param.name for param in params}
     given = dict(feeds)
+    for name in list(given):
+        base = _RENAMED.sub("", name)
+        if name not in names and base in names and base not in given:
+            given[base] = given.pop(name)
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     positional = True
@@ -868,7 +878,11 @@ def _identities(run: FakeRun) -> dict[str, tuple[str, str]]:
     return {node.name: (node.op, str(node.target)) for node in gm.graph.nodes}
 
 
-def meta_outputs(module: torch.nn.Module, inputs: Sequence[Any]) -> list[Value] | None:
+def meta_outputs(
+    module: torch.nn.Module,
+    inputs: Sequence[Any],
+    within: contextlib.AbstractContextManager[None] | None = None,
+) -> list[Value] | None:
     """What ``module(*inputs)`` returns, run on meta tensors at static sizes without recording.
 
     For a module built on the meta device: its parameters and buffers are used as they are,
@@ -876,7 +890,8 @@ def meta_outputs(module: torch.nn.Module, inputs: Sequence[Any]) -> list[Value] 
     default to the meta device while ``forward`` runs (as :func:`shapes.propagate` runs a
     traced graph at static sizes). About a fifth of the cost of :func:`fake_run` on a
     transformer block, since nothing is recorded and no fake tensors are made. What the
-    run assigns to the module (tensors, settings) is put back afterwards.
+    run assigns to the module (tensors, settings) is put back afterwards. ``within``: a
+    context the call runs in (:func:`keptruns.answering` for the submodules kept whole).
 
     Returns:
         The output values, or None when ``forward`` raised (code that needs data, or a tensor
@@ -893,6 +908,7 @@ def meta_outputs(module: torch.nn.Module, inputs: Sequence[Any]) -> list[Value] 
             torch.no_grad(),
             shortcuts.builtin_shortcuts(),
             shortcuts.Shortcuts(),
+            within or contextlib.nullcontext(),
         ):
             out = module(*args, **kwargs)
     except BaseException as exc:  # user code may raise anything

@@ -37,7 +37,7 @@ from fxls.protocol import catalogue
 from fxls.protocol.model import RepairKind, Strategy, Value
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture import failures
-from fxls.worker.capture.shapes import keptruns
+from fxls.worker.capture.shapes import keptruns, shortcuts
 from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.spans import find_function
 from fxls.worker.capture.trace import fakerun
@@ -382,6 +382,9 @@ class Comparison:
     ``forward`` can differ at another batch only where they differ at the example's."""
     kept_runs: keptruns.KeptRuns | None = None
     """Outputs of submodules kept whole that the job's other classes ran (the graph's runs)."""
+    eager_runs: keptruns.KeptRuns | None = None
+    """The same for ``forward``'s runs on meta tensors (kept apart from the graph's): each
+    head of a file calls the base model it keeps whole with the same arguments."""
 
 
 def eager_divergence(
@@ -409,6 +412,7 @@ def eager_divergence(
     if first is not None and how.other_batch:
         batches.append(first.dims[0][1] + 1)
     leaves, on_meta = list(how.leaf_classes), how.on_meta
+    kept = _kept_whole(gm)
     for batch in batches:
         feeds = _static(inputs, batch)
         try:
@@ -424,7 +428,10 @@ def eager_divergence(
         # a dict-like result (a ModelOutput) holds only the fields that were set when forward
         # runs, and every field the trace could not tell apart from a value when traced
         fields = result_fields(gm, prop.examples.get(output.name)) is not None
-        eager = fakerun.meta_outputs(module, feeds) if on_meta and prop.mode == "meta" else None
+        shared = keptruns.answering(how.eager_runs, kept) if how.eager_runs and kept else None
+        eager = (
+            fakerun.meta_outputs(module, feeds, shared) if on_meta and prop.mode == "meta" else None
+        )
         if eager is None:
             run = fakerun.fake_run(
                 module, feeds, path, symbolic=False, leaf_classes=leaves, source=source
@@ -441,6 +448,21 @@ def eager_divergence(
             )
             return Divergence(_render(traced), _render(eager), sizes)
     return None
+
+
+def _kept_whole(gm: torch.fx.GraphModule) -> list[torch.nn.Module]:
+    """The submodules the graph calls whole (not torch's own layers): ``forward`` calls them
+    with the same code, and its calls of them may be answered by ``Comparison.eager_runs``."""
+    kept = []
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            try:
+                sub = gm.get_submodule(str(node.target))
+            except AttributeError:
+                continue
+            if not shortcuts.is_builtin_leaf(sub):
+                kept.append(sub)
+    return kept
 
 
 def result_fields(gm: torch.fx.GraphModule | None, result: Any) -> Mapping[str, Any] | None:

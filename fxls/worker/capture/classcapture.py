@@ -363,6 +363,7 @@ def _capture_once(
         capture = ClassCapture(doc, req, mod, given)
         capture.defaults_needed = way.defaults_needed
         capture.within = _parent_run(recorded)
+        capture.watching = frozenset(wanted or ())
         if recorded is not None and recorded.left_out:
             capture.note(
                 f"`{recorded.parent}` also passes {', '.join(recorded.left_out)}; captured "
@@ -414,6 +415,26 @@ def _own_if_it_runs(
     mod, capture = from_parent
     doc.captures[req.name] = capture
     return mod
+
+
+def _inside_kept(
+    module: nn.Module, gm: torch.fx.GraphModule, watched: dict[type, str]
+) -> dict[type, str]:
+    """The watched classes with an instance inside a submodule the trace keeps whole (a
+    library leaf; both keep torch's own modules whole): called where the trace does not
+    look, but where a run of ``forward`` goes."""
+    leaves = {
+        str(n.target)
+        for n in gm.graph.nodes
+        if n.op == "call_module" and not shortcuts.is_builtin_leaf(_submodule(module, n.target))
+    }
+    inside: dict[type, str] = {}
+    for path, sub in module.named_modules():
+        if type(sub) in watched:
+            parts = path.split(".")
+            if any(".".join(parts[:i]) in leaves for i in range(1, len(parts))):
+                inside[type(sub)] = watched[type(sub)]
+    return inside
 
 
 def _why_skipped(cls: Any, name: str) -> str | None:
@@ -582,6 +603,9 @@ class ClassCapture:
         (:func:`inputs.needed_unasked`)."""
         self.met_none = False
         """Whether a run of ``forward`` with other forms of the inputs stopped on a ``None``."""
+        self.watching: frozenset[type] = frozenset()
+        """Classes whose first call inside a submodule kept whole the propagation records
+        (``Propagation.inner_calls``): the children this capture records after it."""
 
     def unasked_defaults(self) -> bool:
         """Whether a parameter left at its default ``None`` is data that ``forward`` uses
@@ -697,8 +721,9 @@ class ClassCapture:
         repair (a submodule kept whole runs its ``forward`` in the propagation; a decided
         check takes the branch a run takes; the arguments ``concrete_args`` fixed are those
         a run passes) whose propagation ran through symbolically as asked without fixing a
-        dimension, and no watched instance inside a submodule kept whole. Else None (the
-        parent's ``forward`` is run again for them)."""
+        dimension. A watched class with instances inside a submodule kept whole is read off
+        the propagation's run of that submodule (``Propagation.inner_calls``) when the trace
+        does not call it too. Else None (the parent's ``forward`` is run again for them)."""
         traced, prop, mod = self.traced, self.prop, self.mod
         if not self.doc.job.children_from_trace:
             return None
@@ -711,20 +736,19 @@ class ClassCapture:
         expected = "symbolic" if self.doc.job.symbolic else "fake"
         if prop.error is not None or prop.notes or prop.namer is None or prop.mode != expected:
             return None
-        # a watched instance inside a module the trace keeps whole and a run of forward goes
-        # into (a library leaf; both keep torch's own modules whole) is called where the
-        # trace does not look
-        leaves = {
-            str(n.target)
-            for n in traced.gm.graph.nodes
-            if n.op == "call_module" and not shortcuts.is_builtin_leaf(_submodule(module, n.target))
-        }
-        for path, sub in module.named_modules():
-            if type(sub) in watched:
-                parts = path.split(".")
-                if any(".".join(parts[:i]) in leaves for i in range(1, len(parts))):
-                    return None
-        return parents.from_trace(module, traced.calls, prop, watched, parent_expr=parent_expr)
+        inside = _inside_kept(module, traced.gm, watched)
+        seen = {cls: name for cls, name in watched.items() if cls not in inside}
+        found = parents.from_trace(module, traced.calls, prop, seen, parent_expr=parent_expr)
+        if not inside or found is None:
+            return found
+        # the propagation ran those submodules' forward and recorded the calls there (the
+        # first of each class), unless the trace calls the class too (which call is first)
+        if any(cls in traced.calls for cls in inside):
+            return None
+        ran = parents.from_calls(
+            module, prop.inner_calls, prop.namer, inside, parent_expr=parent_expr
+        )
+        return None if ran is None else found | ran
 
     def _find_forward(self, module: nn.Module) -> ForwardDef | None:
         tree = self.doc.tree
@@ -1363,11 +1387,31 @@ class ClassCapture:
                 )
                 if inside is not None:
                     return inside
-            return shapes.propagate(
-                gm, feeds, symbolic=symbolic, reuse=copies, kept_runs=self._kept_runs()
-            )
+            return self._propagate_watching(gm, feeds, symbolic, copies)
         except Exception as exc:
             return exc
+
+    def _propagate_watching(
+        self,
+        gm: torch.fx.GraphModule,
+        feeds: list[shapes.ExampleInput],
+        symbolic: bool,
+        copies: Any,
+    ) -> shapes.Propagation:
+        """``shapes.propagate`` with the job's kept runs; the first call of each watched class
+        inside a submodule it runs whole is recorded in ``inner_calls``."""
+        runs = self._kept_runs()
+        inner = parents.InnerCalls(self.watching) if runs is not None and self.watching else None
+        if runs is not None and inner is not None:
+            runs.watch = inner.around
+        try:
+            prop = shapes.propagate(gm, feeds, symbolic=symbolic, reuse=copies, kept_runs=runs)
+        finally:
+            if runs is not None:
+                runs.watch = None
+        if inner is not None:
+            prop.inner_calls = inner.calls
+        return prop
 
     def _kept_runs(self, eager: bool = False) -> keptruns.KeptRuns | None:
         """The job's outputs of submodules kept whole (``FXLS_KEPT_RUNS=0``: none), of the

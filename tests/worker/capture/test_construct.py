@@ -15,6 +15,7 @@ from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import CaptureJob, ClassRequest, DimSpec, InputSpec, ModuleResult
 from fxls.worker.capture.build import parents
 from fxls.worker.capture.pipeline import run_capture
+from fxls.worker.capture.shapes import keptruns
 
 
 def _capture(
@@ -525,6 +526,63 @@ class Gate(nn.Module):
     inner = mods["Block"]
     assert inner.constructed is not None and inner.constructed.text == "Model.gate.inner"
     assert inner.inputs[1].value.text == "3.0"
+
+
+_INSIDE_A_LEAF = """
+class Inner(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.fc = nn.Linear(width, width * 2)
+
+    def forward(self, x, scale=1.0):
+        return self.fc(x) * scale
+
+class Gate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Inner(16)
+
+    def forward(self, x):
+        if x.shape[-1] > 4:  # FX cannot trace this: Model keeps Gate whole
+            return self.inner(x[:, 1:], scale=3.0)
+        return -x
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate = Gate()
+
+    def forward(self, x):
+        return self.gate(x).relu()
+"""
+
+
+def test_a_class_called_only_inside_a_sub_block_kept_whole_is_recorded_by_the_propagation(
+    runs: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the propagation of Model's graph runs Gate's forward, and records the first call of
+    # Inner there: what a second run of Model's forward records
+    source = HEADER + _INSIDE_A_LEAF
+    x = InputSpec("x", dims=[DimSpec("B", 2), DimSpec("T", 5), DimSpec(None, 16)])
+    names = ("Inner", "Gate", "Model")  # Gate, which builds Inner: Model is captured first
+    mods = _capture(source, *names, inputs={"Model": [x]})
+    assert not runs and strategy_label(mods["Model"].strategy) == "fx+leaf"
+    inner = mods["Inner"]
+    assert inner.constructed is not None and inner.constructed.text == "Model.gate.inner"
+    assert [(i.name, i.origin) for i in inner.inputs] == [("x", "parent"), ("scale", "parent")]
+    assert inner.inputs[0].value.shape == ["B", 4, 16]  # a size keeps a name, not a formula
+    assert inner.inputs[1].value.text == "3.0"
+
+    def shown(mod: ModuleResult) -> Any:
+        return (mod.inputs, [(n.name, [v.shape for v in n.outputs]) for n in mod.nodes])
+
+    ran = _capture(source, *names, inputs={"Model": [x]}, children_from_trace=False)
+    assert runs == ["Model"] and shown(ran["Inner"]) == shown(inner)
+    # without the job's kept runs nothing watches the propagation: forward runs again
+    runs.clear()
+    monkeypatch.setenv(keptruns.KEPT_RUNS_ENV, "0")
+    again = _capture(source, *names, inputs={"Model": [x]})
+    assert runs == ["Model"] and shown(again["Inner"]) == shown(inner)
 
 
 def test_a_sub_block_called_inside_a_torch_module_is_recorded_where_a_run_sees_it_first(

@@ -14,8 +14,9 @@ uses that instance and those inputs, so its hovers and hints agree with the pare
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,6 +231,58 @@ def from_trace(
                 break
         else:
             return None
+    return found
+
+
+class InnerCalls:
+    """The first call of each of ``classes`` inside the submodules a propagation runs whole
+    (a forward pre-hook on each of their instances while one runs): what :func:`record`
+    finds there, without a run of its own."""
+
+    def __init__(self, classes: Iterable[type]) -> None:
+        self.classes = frozenset(classes)
+        self.calls: dict[type, tuple[nn.Module, tuple[Any, ...], dict[str, Any]]] = {}
+
+    @contextlib.contextmanager
+    def around(self, module: nn.Module) -> Iterator[None]:
+        handles = []
+        try:
+            for sub in module.modules():
+                if type(sub) in self.classes and type(sub) not in self.calls:
+                    handles.append(sub.register_forward_pre_hook(self._called, with_kwargs=True))
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _called(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.calls.setdefault(type(module), (module, args, dict(kwargs)))
+
+
+def from_calls(
+    parent: nn.Module,
+    calls: dict[type, tuple[nn.Module, tuple[Any, ...], dict[str, Any]]],
+    namer: Any,
+    wanted: dict[type, str],
+    *,
+    parent_expr: str | None,
+) -> dict[str, Recorded] | None:
+    """What :func:`record` finds, from the first call of each ``wanted`` class that a
+    propagation of ``parent``'s graph made inside a submodule it ran whole
+    (:class:`InnerCalls`), in that run's dimension names (``namer``). None when a class was
+    not called there or with an argument that cannot be passed again."""
+    names = {id(m): n for n, m in parent.named_modules()}
+    found: dict[str, Recorded] = {}
+    for cls, cls_name in wanted.items():
+        if cls not in calls:
+            return None
+        module, args, kwargs = calls[cls]
+        got = _arguments(module, args, kwargs, namer)
+        if got is None:
+            return None
+        found[cls_name] = Recorded(
+            module, names.get(id(module), "?"), type(parent).__name__, parent_expr, *got
+        )
     return found
 
 

@@ -131,6 +131,11 @@ class KeptRuns:
         self._configurations: dict[int, tuple[torch.nn.Module, Any]] = {}
         self._stored: dict[Any, list[_Stored]] = {}
         self._signatures: dict[type, Any] = {}
+        self.watch: Callable[[torch.nn.Module], contextlib.AbstractContextManager[Any]] | None = (
+            None
+        )
+        """While one class's propagation runs: what each run of a submodule kept whole runs
+        in (the class's capture records the calls of the classes it watches inside it)."""
 
     def key(
         self, module: torch.nn.Module, args: Any, kwargs: Any, shape_env: Any, mode: Any

@@ -141,6 +141,9 @@ class Propagation:
     run: Run | None = None
     """What the run ran in (its fake mode, ``ShapeEnv``, results by input metadata), for the
     runs of the sub-blocks it called (:func:`propagate_within`)."""
+    inner_calls: dict[type, Any] = field(default_factory=dict)
+    """Class -> (instance, args, kwargs) of its first call inside a submodule the run kept
+    whole, for the classes a capture watched there (``KeptRuns.watch``)."""
 
 
 @dataclass
@@ -357,7 +360,8 @@ class _Propagator(torch.fx.Interpreter):
         if runs is None:
             return self._run_kept(target, args, kwargs)
         call = runs.key(module, args, kwargs, context.shape_env, context.mode)
-        return runs.through(call, lambda: self._run_kept(target, args, kwargs))
+        with runs.watch(module) if runs.watch is not None else contextlib.nullcontext():
+            return runs.through(call, lambda: self._run_kept(target, args, kwargs))
 
     def _run_kept(self, target: Any, args: Any, kwargs: Any) -> Any:
         # a kept submodule runs its Python code: its attention, matrix products and torch

@@ -737,13 +737,15 @@ class ClassCapture:
         if prop.error is not None or prop.notes or prop.namer is None or prop.mode != expected:
             return None
         inside = _inside_kept(module, traced.gm, watched)
-        seen = {cls: name for cls, name in watched.items() if cls not in inside}
+        # a class the trace saw no call of (its instances are the parent's, none inside a
+        # submodule kept whole) is not called by a run of forward either: nothing to record
+        seen = {cls: name for cls, name in watched.items() if cls in traced.calls}
         found = parents.from_trace(module, traced.calls, prop, seen, parent_expr=parent_expr)
         if not inside or found is None:
             return found
         # the propagation ran those submodules' forward and recorded the calls there (the
         # first of each class), unless the trace calls the class too (which call is first)
-        if any(cls in traced.calls for cls in inside):
+        if any(cls in seen for cls in inside):
             return None
         ran = parents.from_calls(
             module, prop.inner_calls, prop.namer, inside, parent_expr=parent_expr

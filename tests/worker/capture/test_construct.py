@@ -585,6 +585,33 @@ def test_a_class_called_only_inside_a_sub_block_kept_whole_is_recorded_by_the_pr
     assert runs == ["Model"] and shown(again["Inner"]) == shown(inner)
 
 
+def test_a_class_the_parent_builds_and_never_calls_needs_no_second_run(runs: list[str]) -> None:
+    # the trace saw no call of Spare (an instance of Model's, none inside a submodule kept
+    # whole): a run of Model's forward does not call it either
+    source = (
+        (HEADER + _PARENT)
+        .replace(
+            "class Model(nn.Module):",
+            "class Spare(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            "        self.fc = nn.Linear(16, 4)\n\n    def forward(self, x):\n"
+            "        return self.fc(x)\n\nclass Model(nn.Module):",
+        )
+        .replace(
+            "        self.blocks = nn.ModuleList(",
+            "        self.spare = Spare()\n        self.blocks = nn.ModuleList(",
+        )
+    )
+    mods = _capture(source, "Block", "Spare", "Model")
+    assert not runs
+    ran = _capture(source, "Block", "Spare", "Model", children_from_trace=False)
+    assert runs and set(runs) == {"Model"}
+    for name in ("Block", "Spare"):
+        assert mods[name].inputs == ran[name].inputs
+        assert mods[name].constructed == ran[name].constructed
+    assert mods["Block"].constructed is not None
+    assert mods["Block"].constructed.text == "Model.blocks.0"
+
+
 def test_a_sub_block_called_inside_a_torch_module_is_recorded_where_a_run_sees_it_first(
     runs: list[str],
 ) -> None:

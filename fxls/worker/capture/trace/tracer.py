@@ -113,7 +113,9 @@ class SpanTracer(torch.fx.Tracer):
         except NameError:
             # a module made while ``forward`` runs (``ACT2FN[self.conv_act](x)`` makes the
             # activation's module on each call): not one of the root's, so traced through,
-            # as torch.fx does with any module it does not keep whole
+            # as torch.fx does with any module it does not keep whole (its class is noted as
+            # called, with no call that can be recorded)
+            self.module_calls.setdefault(type(m), [])
             return forward(*args, **kwargs)
         self.module_calls.setdefault(type(m), []).append((m, args, kwargs))
         inner = _undecorated_forward(type(m))

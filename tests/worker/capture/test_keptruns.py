@@ -67,14 +67,14 @@ class HeadB(nn.Module):
 """
 
 
-def _capture(text: str, *names: str) -> dict[str, ModuleResult]:
+def _capture(text: str, *names: str, more: tuple[InputSpec, ...] = ()) -> dict[str, ModuleResult]:
     lines = text.splitlines()
     x = InputSpec("x", dims=[DimSpec("B", 2), DimSpec("T", 7), DimSpec(None, 16)])
     requests = [
         ClassRequest(
             name,
             next(i for i, t in enumerate(lines, 1) if t.startswith(f"class {name}")),
-            inputs=[x],
+            inputs=[x, *more],
         )
         for name in names
     ]
@@ -197,6 +197,24 @@ def test_what_a_run_learns_about_a_size_is_learned_again(
     assert call.outputs[0].shape == ["B", "T//2", 16]
     assert any("fixes T to 7" in note for note in mods["HeadB"].notes)
     assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)
+
+
+def test_sizes_the_caller_made_one_are_shared(
+    recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each head adds y, whose batch is a name of its own (N), to x: the ShapeEnv makes N the
+    # batch B (a replacement and the guard N == B), and the base model's argument has B alone
+    text = HEADS.replace("def forward(self, x):", "def forward(self, x, y):").replace(
+        "self.base(x", "self.base(x + y"
+    )
+    y = InputSpec("y", dims=[DimSpec("N", 2), DimSpec("T", 7), DimSpec(None, 16)])
+    mods = _capture(text, "HeadA", "HeadB", more=(y,))
+    assert _symbolic(recalled) == ["Base"]
+    call = next(n for n in mods["HeadB"].nodes if n.target == "base")
+    assert call.outputs[0].shape == ["B", "T", 16]
+    with monkeypatch.context() as patch:
+        patch.setenv(keptruns.KEPT_RUNS_ENV, "0")
+        assert _shown(_capture(text, "HeadA", "HeadB", more=(y,))) == _shown(mods)
 
 
 def test_a_run_that_fixes_a_size_is_not_shared(

@@ -539,7 +539,7 @@ def _facts(shape_env: Any, canon: dict[Any, sympy.Symbol]) -> Any:
     if symbols & set(shape_env.replacements):
         return None
     for guard in shape_env.guards:
-        if symbols & guard.expr.free_symbols:
+        if symbols & guard.expr.free_symbols and not _explained(shape_env, guard.expr):
             return None
     for asserts in shape_env.deferred_runtime_asserts.values():
         for ra in asserts:
@@ -550,6 +550,18 @@ def _facts(shape_env: Any, canon: dict[Any, sympy.Symbol]) -> Any:
             return None
     examples = _examples(shape_env)
     return tuple((str(shape_env.var_to_range.get(s)), examples.get(s)) for s in canon)
+
+
+def _explained(shape_env: Any, expr: Any) -> bool:
+    """Whether ``expr`` holds by the ``ShapeEnv``'s replacements alone: ``Eq(s93, s26)`` once
+    ``s93`` is replaced by ``s26`` (an encoder's batch and a decoder's, the same dimension),
+    which the arguments' description already says (both sizes are one canonical symbol)."""
+    import sympy
+
+    try:
+        return bool(shape_env.replace(expr) == sympy.true)
+    except Exception:  # an expression replacement cannot simplify
+        return False
 
 
 def _kept_size(value: Any, canon: dict[Any, sympy.Symbol]) -> Any:

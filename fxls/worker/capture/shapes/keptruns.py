@@ -21,7 +21,8 @@ Exact or not at all. A call is answered only when
   plain value or a tuple, list or dict of them; the symbolic sizes of the tensors are
   compared as expressions of their symbols, numbered in the order the arguments show them,
   with each symbol's range and example;
-- no guard, replacement or deferred assertion of the ``ShapeEnv`` mentions those symbols;
+- no guard, replacement or deferred assertion of the ``ShapeEnv`` mentions those symbols
+  (but a guard its replacements make true: two symbols made one are one canonical symbol);
 
 and a run is kept only when it added nothing to its ``ShapeEnv`` but guards on the
 arguments' sizes (no replacement, deferred assertion or new symbol; a later call's

@@ -43,6 +43,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fxls.protocol.labels import strategy_label
+
 ROOT = Path(__file__).resolve().parents[1]
 ZEROCONFIG = ROOT / "tests" / "corpus" / "zeroconfig"
 SHAPE = re.compile(r"\[[^\]]*\d[^\]]*\]|\[[A-Z]")
@@ -112,7 +114,7 @@ def class_rows(truth: ModuleType, name: str, analysis: Any) -> list[dict[str, An
         codes = sorted({d.code for d in mod.diagnostics if d.severity == "error"})
         row.update(
             status=mod.status,
-            strategy=mod.strategy,
+            strategy=strategy_label(mod.strategy),
             build=mod.build,
             has_shapes=verdict.has_shapes,
             correct=verdict.correct,

@@ -59,7 +59,7 @@ from fxls.worker.capture.reporting import (
     one_line,
     safe_str,
 )
-from fxls.worker.capture.shapes import keptruns, shortcuts, sizes, state
+from fxls.worker.capture.shapes import keptruns, sizes, state
 from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.shapes.values import Namer, values_of
 from fxls.worker.capture.spans import (
@@ -171,13 +171,6 @@ def _runs_as_traced(concrete: Mapping[str, Any], feeds: Sequence[shapes.ExampleI
         if feed is not None and not (feed.kind == "value" and feed.value is value):
             return False
     return True
-
-
-def _submodule(module: nn.Module, target: Any) -> nn.Module:
-    try:
-        return module.get_submodule(str(target))
-    except AttributeError:
-        return module  # not a builtin leaf: checked as a leaf the run may go into
 
 
 def _unused_in_run(
@@ -423,11 +416,7 @@ def _inside_kept(
     """The watched classes with an instance inside a submodule the trace keeps whole (a
     library leaf; both keep torch's own modules whole): called where the trace does not
     look, but where a run of ``forward`` goes."""
-    leaves = {
-        str(n.target)
-        for n in gm.graph.nodes
-        if n.op == "call_module" and not shortcuts.is_builtin_leaf(_submodule(module, n.target))
-    }
+    leaves = strategies.kept_whole(gm)
     inside: dict[type, str] = {}
     for path, sub in module.named_modules():
         if type(sub) in watched:

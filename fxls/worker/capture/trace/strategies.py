@@ -412,7 +412,7 @@ def eager_divergence(
     if first is not None and how.other_batch:
         batches.append(first.dims[0][1] + 1)
     leaves, on_meta = list(how.leaf_classes), how.on_meta
-    kept = _kept_whole(gm)
+    kept = [sub for sub in kept_whole(gm).values() if sub is not None]
     for batch in batches:
         feeds = _static(inputs, batch)
         try:
@@ -450,18 +450,21 @@ def eager_divergence(
     return None
 
 
-def _kept_whole(gm: torch.fx.GraphModule) -> list[torch.nn.Module]:
-    """The submodules the graph calls whole (not torch's own layers): ``forward`` calls them
+def kept_whole(gm: torch.fx.GraphModule) -> dict[str, torch.nn.Module | None]:
+    """The submodules the graph calls whole (not torch's own layers) by path; None for a
+    path the graph module lacks (taken as one: a run may go into it). ``forward`` calls them
     with the same code, and its calls of them may be answered by ``Comparison.eager_runs``."""
-    kept = []
+    kept: dict[str, torch.nn.Module | None] = {}
     for node in gm.graph.nodes:
         if node.op == "call_module":
+            path = str(node.target)
             try:
-                sub = gm.get_submodule(str(node.target))
+                sub = gm.get_submodule(path)
             except AttributeError:
+                kept[path] = None
                 continue
             if not shortcuts.is_builtin_leaf(sub):
-                kept.append(sub)
+                kept[path] = sub
     return kept
 
 

@@ -282,6 +282,62 @@ def dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     return out
 
 
+def merge_per_class(loose: list[Diagnostic], modules: list[ModuleResult]) -> list[Diagnostic]:
+    """``loose`` and the modules' diagnostics, where the ones several classes report the same
+    way at one place are one diagnostic naming the classes (each head model of a library file
+    runs its base model, and a plain trace of each stops at the same line of it). The same
+    means: code, severity and span, the message with the class's name, and the fix but for
+    which capture worked around the failure (:func:`catalogue.worked_around`). The modules
+    keep their own (hovers, code lenses and code actions read those)."""
+    out = list(loose)
+    groups: dict[tuple[object, ...], list[tuple[str, Diagnostic]]] = {}
+    for m in modules:
+        for d in m.diagnostics:
+            named = f"`{m.name}`"
+            if d.message.count(named) != 1:
+                out.append(d)
+                continue
+            key = (d.code, d.severity, *_where(d.span), d.message.replace(named, "\0"))
+            groups.setdefault((*key, _fix_but_capture(d)), []).append((m.name, d))
+    for members in groups.values():
+        found = list(dict.fromkeys(name for name, _ in members))
+        out.append(members[0][1] if len(found) < 2 else _merged(members, found))
+    return out
+
+
+def _fix_but_capture(d: Diagnostic) -> str | None:
+    used = d.data.get("worked_around")
+    note = catalogue.worked_around(str(used)) if used is not None else None
+    if d.fix is None or note is None or not d.fix.startswith(note):
+        return d.fix
+    return d.fix[len(note) :]
+
+
+def _merged(members: list[tuple[str, Diagnostic]], found: list[str]) -> Diagnostic:
+    name, first = members[0]
+    fix = first.fix
+    used: dict[str, list[str]] = {}
+    for cls, d in members:
+        used.setdefault(str(d.data.get("worked_around")), []).append(cls)
+    if len(used) > 1 and fix is not None:
+        fix = catalogue.worked_around_each(used) + (_fix_but_capture(first) or "")
+    related = {(*_where(r.span), r.message): r for _, d in members for r in d.related}
+    data = {**first.data, "classes": found}
+    if len(used) > 1:
+        data.pop("worked_around", None)
+    return dataclasses.replace(
+        first,
+        message=first.message.replace(f"`{name}`", catalogue.names(found)),
+        fix=fix,
+        related=list(related.values()),
+        data=data,
+    )
+
+
+def _where(span: Span) -> tuple[int, int, int, int]:
+    return (span.line, span.col, span.end_line, span.end_col)
+
+
 _TB_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
 
@@ -580,7 +636,7 @@ async def analyze(
             await _capture(run)
     if only is not None:
         result.modules = [m for m in result.modules if m.name in only]
-    result.diagnostics = dedupe(diagnostics + [d for m in result.modules for d in m.diagnostics])
+    result.diagnostics = dedupe(merge_per_class(diagnostics, result.modules))
     result.duration_s = time.monotonic() - started
     return result
 

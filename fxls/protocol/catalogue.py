@@ -92,6 +92,31 @@ def docs_url(code: str) -> str | None:
 # --- FX1xx tracing ---------------------------------------------------------------------
 
 
+def worked_around(used: str) -> str:
+    """The note a trace failure's fix starts with when a fallback capture (``used``, a
+    strategy label) still gave the module its shapes."""
+    return f"torch.fx.symbolic_trace fails here; fxls used `{used}` and still shows shapes."
+
+
+def worked_around_each(used: dict[str, list[str]]) -> str:
+    """:func:`worked_around` for one failure several classes reach (a base model's line each
+    head model runs), where they were captured differently: the classes by strategy label."""
+    each = "; ".join(f"`{label}` for {names(found)}" for label, found in used.items())
+    return f"torch.fx.symbolic_trace fails here; fxls used {each}, and still shows shapes."
+
+
+def names(found: list[str], shown: int = 4) -> str:
+    """``found`` as backquoted names in words: "`A`, `B` and `C`"; beyond ``shown`` names,
+    the rest counted ("`A`, `B`, `C` and 5 other classes")."""
+    quoted = [f"`{n}`" for n in found]
+    if len(quoted) > shown:
+        rest = len(quoted) - shown + 1
+        quoted = [*quoted[: shown - 1], f"{rest} other classes"]
+    if len(quoted) < 2:
+        return "".join(quoted)
+    return f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+
+
 class FX101(Message):
     code = "FX101"
     severity = "warning"

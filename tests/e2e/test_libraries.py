@@ -325,3 +325,20 @@ def test_one_class_of_a_file_is_captured_from_the_parents_that_build_it() -> Non
     # built and called by the vision tower ([B, 50, 768]: 50 patches) and the text tower
     # ([B, T, 512]): the call that names more dimensions is shown
     assert attention["outputs"][0]["shape"] == ["B", "T", 512], attention["outputs"]
+
+
+def test_a_base_models_failure_each_head_reaches_is_said_once() -> None:
+    """A plain trace of each Llama head stops at the same line of `LlamaModel.forward` (both
+    `input_ids` and `inputs_embeds` are proxies): the file shows one FX199 there naming the
+    heads (in `--json`, under `LlamaModel`, whose lines hold it), not one per head; each head
+    keeps its own (its hover and code lens show it)."""
+    [document] = _check(PACKAGES["transformers"] / "models/llama/modeling_llama.py")
+    modules = {m["class"]: m["diagnostics"] for m in document["modules"]}
+    found = [x for x in modules["LlamaModel"] if x["code"] == "FX199"]
+    assert len(found) == 1, modules["LlamaModel"]
+    line = found[0]["line"]
+    heads = [c for c, ds in modules.items()
+             if c != "LlamaModel" and any(x["code"] == "FX199" and x["line"] == line for x in ds)]  # fmt: skip
+    assert len(heads) >= 2, modules
+    assert all(f"`{h}`" in found[0]["message"] for h in heads[:3]), (found, heads)
+    assert "exactly one of input_ids or inputs_embeds" in found[0]["message"]

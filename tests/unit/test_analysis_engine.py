@@ -10,13 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from fxls.engine.analyze import AnalysisRequest, EngineOptions, analyze, dedupe, failure_diagnostic
+from fxls.engine.analyze import (
+    AnalysisRequest,
+    EngineOptions,
+    analyze,
+    dedupe,
+    failure_diagnostic,
+    merge_per_class,
+)
+from fxls.protocol import catalogue
 from fxls.protocol.model import (
     CaptureResult,
     Diagnostic,
     JobResult,
     Limits,
     ModuleResult,
+    Related,
     Span,
 )
 
@@ -55,6 +64,59 @@ def test_dedupe_sorts_and_drops_exact_duplicates() -> None:
     b = Diagnostic("FX101", "error", "m", Span(2, 0, 2, 1))
     c = Diagnostic("FX302", "hint", "m", Span(5, 2, 5, 4))
     assert dedupe([a, b, a, c, Diagnostic("FX201", "error", "m", Span(5, 2, 5, 4))]) == [b, a, c]
+
+
+def _failed_in_base(cls: str, used: str, span: Span = SPAN) -> Diagnostic:
+    message = catalogue.FX199(
+        span, [Related(Span(9, 4, 9, 20), f"called from `{cls}.forward` here")],
+        cls=cls, error="ValueError: give exactly one",
+    )  # fmt: skip
+    found = message.diagnostic({"worked_around": used}, severity="information")
+    found.fix = f"{catalogue.worked_around(used)} {found.fix}"
+    return found
+
+
+def test_one_failure_several_classes_reach_is_one_diagnostic_naming_them() -> None:
+    heads = ["CausalLM", "SeqCls", "TokenCls", "QA", "MultipleChoice"]
+    used = ["fx+leaf", "fake-run", "fx+leaf", "fake-run", "fake-run"]
+    modules = [ModuleResult(h, 20 + i, "traced") for i, h in enumerate(heads)]
+    for m, u in zip(modules, used):
+        m.diagnostics = [_failed_in_base(m.name, u)]
+    elsewhere = _failed_in_base("Other", "fake-run", Span(30, 0, 30, 5))
+    modules.append(ModuleResult("Other", 40, "traced", diagnostics=[elsewhere]))
+    loose = Diagnostic("FX404", "error", "m", Span(1, 0, 1, 1))
+
+    merged = dedupe(merge_per_class([loose], modules))
+
+    assert [d.code for d in merged] == ["FX404", "FX199", "FX199"]
+    one = merged[1]
+    assert one.message == (
+        "torch.fx could not trace `CausalLM`, `SeqCls`, `TokenCls` and 2 other classes: "
+        "ValueError: give exactly one"
+    )
+    assert one.fix is not None
+    assert one.fix.startswith(
+        "torch.fx.symbolic_trace fails here; fxls used `fx+leaf` for `CausalLM` and "
+        "`TokenCls`; `fake-run` for `SeqCls`, `QA` and `MultipleChoice`, and still shows shapes."
+    )
+    assert one.fix.endswith(catalogue.FX199.fix or "")
+    assert [r.message for r in one.related] == [f"called from `{h}.forward` here" for h in heads]
+    assert one.data["classes"] == heads and "worked_around" not in one.data
+    assert merged[2] is elsewhere  # another line: its own
+    assert [len(m.diagnostics) for m in modules] == [1] * 6  # the modules keep theirs
+
+
+def test_classes_captured_alike_keep_the_fix_and_other_messages_stay_apart() -> None:
+    a, b = ModuleResult("A", 1, "traced"), ModuleResult("B", 2, "traced")
+    a.diagnostics = [_failed_in_base("A", "fake-run")]
+    b.diagnostics = [_failed_in_base("B", "fake-run")]
+    [one] = merge_per_class([], [a, b])
+    assert one.message.startswith("torch.fx could not trace `A` and `B`: ")
+    assert one.fix == a.diagnostics[0].fix and one.data["worked_around"] == "fake-run"
+    b.diagnostics = [catalogue.FX199(SPAN, cls="B", error="TypeError: other").diagnostic()]
+    assert len(merge_per_class([], [a, b])) == 2  # another error at the same place
+    b.diagnostics = [Diagnostic("FX101", "warning", "not naming the class", SPAN)]
+    assert dedupe(merge_per_class([], [a, b])) == [b.diagnostics[0], a.diagnostics[0]]
 
 
 async def test_syntax_error_and_cancellation_need_no_worker() -> None:

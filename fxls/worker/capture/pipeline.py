@@ -400,7 +400,7 @@ def _soften_worked_around(mod: ModuleResult) -> None:
             diag.severity = "information"
             used = strategy_label(mod.strategy)
             diag.data["worked_around"] = used
-            note = f"torch.fx.symbolic_trace fails here; fxls used `{used}` and still shows shapes."
+            note = catalogue.worked_around(used)
             diag.fix = f"{note} {diag.fix}" if diag.fix else note
         else:
             diag.severity = "warning"

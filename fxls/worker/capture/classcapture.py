@@ -327,7 +327,8 @@ def _capture_once(
     The instance and inputs a parent called it with come first (unless ``way.from_parent`` is
     False); when they do not run and the parent passed ``None`` where ``forward`` requires
     a value (``CLIPVisionEmbeddings(pixel_values=None)`` under a parent that had no image),
-    the class is captured on its own instead if that runs."""
+    or passed inputs that follow from a guess (its own inputs fxls assumed), the class is
+    captured on its own instead if that runs."""
     failed = ModuleResult(name=req.name, line=req.line, status="failed")
     cls = doc.namespace.get(req.name)
     skipped = _why_skipped(cls, req.name)
@@ -385,7 +386,9 @@ def _capture_once(
         report_phase("init", req.name)
         started = time.perf_counter()
     if first is not None:
-        if recorded is not None and _none_where_required(cls, recorded):
+        if recorded is not None and (
+            _none_where_required(cls, recorded) or parents.guessed(recorded)
+        ):
             return _own_if_it_runs(doc, req, report_phase, wanted, (first, first_capture))
         doc.captures[req.name] = first_capture
         return first

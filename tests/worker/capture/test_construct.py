@@ -371,6 +371,46 @@ class FromCheckpoint(nn.Module):
     assert "init(state_dict=...)" in (fx401.fix or "")
 
 
+def test_a_block_a_guessing_parent_feeds_wrongly_is_captured_on_its_own() -> None:
+    """The parent's input is a guess (from its `LayerNorm`), and what it hands the block
+    does not fit the block's first layer: the block shows its own capture, with inputs from
+    that layer, instead of the parent's call that stops at a shape error (`[6, 16]` for a
+    `Conv2d`, a number where the parent's `B*T` was)."""
+    mods = _capture(
+        HEADER
+        + """
+class ConvLayer(nn.Module):
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+class Head(nn.Module):
+    def __init__(self, width: int = 16):
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.out = ConvLayer(width, 8)
+
+    def forward(self, features):
+        x = self.norm(features)
+        return self.out(x.flatten(0, 1))
+""",
+        "ConvLayer",
+        "Head",
+    )
+    head, layer = mods["Head"], mods["ConvLayer"]
+    assert head.inputs[0].assumed and head.status == "partial"
+    assert any(d.code == "FX201" for d in head.diagnostics)  # the parent's own stop stays
+    assert layer.status == "traced", layer.diagnostics
+    assert not any(d.code == "FX201" for d in layer.diagnostics), layer.diagnostics
+    [x] = layer.inputs
+    assert x.assumed and len(x.value.shape or []) == 4, x
+    assert layer.constructed is not None and layer.constructed.source != "parent"
+
+
 def test_a_call_in_another_file_of_the_workspace_builds_the_class() -> None:
     from fxls.protocol.model import KnownCall
 

@@ -76,15 +76,20 @@ def _tensors(planned: inputs.PlannedInput) -> list[list[tuple[str | None, int]]]
     return list(planned.inner_dims or [])
 
 
+def guessed(rec: Recorded) -> bool:
+    """Whether the inputs the parent called the class with follow from a guess: fxls assumed
+    them, or the parent's own inputs (or an ancestor's)."""
+    return any(p.assumed or p.upstream for p in rec.inputs.values())
+
+
 def generality(rec: Recorded) -> tuple[bool, bool, int]:
     """How much a record of a class says of it in general, compared between the records of two
     parents that build it: a call over a build alone, inputs that follow from what was declared
     over inputs that follow from a guess, then more of the user's dimension names (an encoder's
     ``[B, T, 64]`` from a language model over ``[B, 64, 64]`` from a vision wrapper's 64
     patches)."""
-    guessed = any(p.assumed or p.upstream for p in rec.inputs.values())
     named = sum(1 for p in rec.inputs.values() for dims in _tensors(p) for name, _ in dims if name)
-    return rec.called, not guessed, named
+    return rec.called, not guessed(rec), named
 
 
 def may_name_more(rec: Recorded) -> bool:

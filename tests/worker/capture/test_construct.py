@@ -730,6 +730,34 @@ def test_devices_the_code_names_are_meta_in_the_build() -> None:
     assert mod.outputs[0].shape == ["B", "T", 8]
 
 
+def test_a_drop_path_schedule_read_in_init_keeps_the_build_on_meta() -> None:
+    """``[x.item() for x in torch.linspace(0, rate, depth)]`` and ``.tolist()`` of its chunks
+    (Swin, ConvNeXt, DaViT): the ranges are made with their values and the rest stays on meta,
+    instead of a CPU build with real weights (Florence-2's ran out of the 2 GB job limit)."""
+    mod = _capture(
+        HEADER
+        + """
+class Stage(nn.Module):
+    def __init__(self, depths=(2, 2), drop_path_rate: float = 0.2, width: int = 64):
+        super().__init__()
+        rates = [x.item() for x in torch.linspace(0, drop_path_rate, sum(depths))]
+        per_stage = [c.tolist() for c in torch.linspace(0, 1, sum(depths), device="cpu").split(list(depths))]
+        self.rates = rates + [r for stage in per_stage for r in stage]
+        self.blocks = nn.ModuleList(nn.Linear(width, width) for _ in rates)
+        self.register_buffer("steps", torch.arange(len(rates)))
+
+    def forward(self, x):
+        for block, rate in zip(self.blocks, self.rates):
+            x = x + block(x) * (1 - rate)
+        return x * self.steps.numel()
+""",
+        "Stage",
+    )["Stage"]
+    assert mod.build == "meta", [d.message for d in mod.diagnostics]
+    assert not [d for d in mod.diagnostics if d.code == "FX406"]
+    assert mod.status == "traced" and mod.outputs[0].shape == ["B", 64]
+
+
 LSTM_MODEL = (
     HEADER
     + """

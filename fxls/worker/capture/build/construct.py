@@ -24,6 +24,7 @@ Instances that a parent builds (``Block(config)`` inside ``GPT``) are found by
 from __future__ import annotations
 
 import ast
+import collections.abc
 import contextlib
 import copy
 import dataclasses
@@ -290,6 +291,8 @@ def _annotations(cls: type, namespace: dict[str, Any]) -> dict[str, Any]:
 def _is_config_class(tp: Any) -> bool:
     if not isinstance(tp, type) or issubclass(tp, nn.Module) or tp.__module__ == "builtins":
         return False
+    if issubclass(tp, collections.abc.Mapping) or "Output" in tp.__name__:
+        return False  # what a model returns (transformers' ``ModelOutput`` dataclasses)
     if tp.__module__ in ("inspect", "typing", "torch") or tp.__module__.startswith("torch."):
         return False
     if dataclasses.is_dataclass(tp) or (issubclass(tp, tuple) and hasattr(tp, "_fields")):

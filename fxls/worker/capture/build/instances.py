@@ -151,6 +151,12 @@ _TRIANGLES = frozenset({torch.tril, torch.triu, torch.Tensor.tril, torch.Tensor.
 _PLAIN = (torch.Tensor, nn.Parameter)
 
 
+_SCHEDULES = frozenset({torch.linspace, torch.logspace, torch.arange})
+"""Ranges of numbers that ``__init__`` code reads back (``[x.item() for x in
+torch.linspace(0, drop_path_rate, depth)]``, the stochastic depth of Swin, ConvNeXt, DaViT):
+made on the CPU in a second meta build when the first read a value (:func:`_reads_values`)."""
+_VALUE_ERRORS = ("item() cannot be called on meta tensors", "Cannot copy out of meta tensor")
+
 _MOVES = frozenset({torch.Tensor.cpu, torch.Tensor.cuda})
 _FROM_DATA = frozenset(
     {torch.tensor, torch.as_tensor, torch.scalar_tensor, torch.Tensor.new_tensor}
@@ -210,6 +216,16 @@ class _MetaBuild(DeviceContext):
         return func(*args, **kwargs)
 
 
+class _ScheduleBuild(_MetaBuild):
+    """:class:`_MetaBuild`, with the ranges ``__init__`` reads back (:data:`_SCHEDULES`) made
+    on the CPU, with their values."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in _SCHEDULES:
+            return func(*args, **{**(kwargs or {}), "device": "cpu"})
+        return super().__torch_function__(func, types, args, kwargs)
+
+
 _RESETS = ("reset_parameters", "_reset_parameters")
 
 
@@ -262,22 +278,21 @@ def _build(
     meta_error: BaseException | None = None
     if doc.job.meta_init:
         try:
-            with (
-                _MetaBuild(),
-                _values_unwritten(),
-                repeats.copies_of_repeats(doc.namespace),
-            ):
-                module = make()
-            if isinstance(module, nn.Module):
-                return Built(_all_on_meta(module).eval(), "meta", how), None
-            return None, TypeError(f"the constructor returned {type(module).__name__}")
+            return _on_meta(doc, make, how, schedules=False)
         except SystemExit as exc:
             return None, exc
         except BaseException as exc:
             cpulimit.passed_on(exc)
             meta_error = exc
-            if not _may_need_real_memory(exc) and how.source not in ("directive", "defaults"):
+        if _reads_values(meta_error):
+            try:
+                return _on_meta(doc, make, how, schedules=True)
+            except SystemExit as exc:
                 return None, exc
+            except BaseException as exc:
+                cpulimit.passed_on(exc)
+        if not _may_need_real_memory(meta_error) and how.source not in ("directive", "defaults"):
+            return None, meta_error
     try:
         module = make()
     except BaseException as exc:
@@ -286,6 +301,27 @@ def _build(
     if not isinstance(module, nn.Module):
         return None, TypeError(f"the constructor returned {type(module).__name__}")
     return Built(module.eval(), "cpu", how, meta_error), None
+
+
+def _on_meta(
+    doc: ExecutedDocument, make: Callable[[], Any], how: Construction, schedules: bool
+) -> tuple[Built | None, BaseException | None]:
+    """A meta build (raises what ``__init__`` raised); with ``schedules``, the ranges it reads
+    back are made on the CPU (:data:`_SCHEDULES`), and what it keeps of them is moved to meta."""
+    with (
+        _ScheduleBuild() if schedules else _MetaBuild(),
+        _values_unwritten(),
+        repeats.copies_of_repeats(doc.namespace),
+    ):
+        module = make()
+    if isinstance(module, nn.Module):
+        return Built(_all_on_meta(module).eval(), "meta", how), None
+    return None, TypeError(f"the constructor returned {type(module).__name__}")
+
+
+def _reads_values(exc: BaseException) -> bool:
+    """Whether a meta build failed reading a value back (``.item()``, ``.tolist()``)."""
+    return any(hint in str(exc) for hint in _VALUE_ERRORS)
 
 
 def _all_on_meta(module: nn.Module) -> nn.Module:

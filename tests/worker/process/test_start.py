@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from fxls.protocol.model import PROTOCOL_VERSION
@@ -63,3 +68,25 @@ def test_the_warm_up_captures_trace_every_class() -> None:
         assert [m.constructed.source for m in result.modules[1:] if m.constructed] == ["parent"] * (
             len(result.modules) - 1
         )
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_torch_builds_structured_trace_records_only_when_they_are_written(
+    asked: bool, tmp_path: Path
+) -> None:
+    """Without ``TORCH_TRACE`` the warmed worker's trace log has no handler, so a ``ShapeEnv``
+    builds no record (stacks read from source files) for a handler that writes nothing; with
+    it, torch's handler stays and writes its traces."""
+    code = (
+        "from fxls.worker.process import warmup; warmup.warm_up(); "
+        "from torch._logging import _internal as i; "
+        "print(sum(isinstance(h, i.LazyTraceHandler) for h in i.trace_log.handlers))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_TRACE"}
+    if asked:
+        env["TORCH_TRACE"] = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ("1" if asked else "0")

@@ -43,8 +43,8 @@ def unheard_traces() -> None:
     """Take torch's structured-trace handler off its trace log unless ``TORCH_TRACE`` names a
     folder for the traces. Without one the handler writes nothing, but while the log has a
     handler every symbol and guard a ``ShapeEnv`` makes first builds its record: the user's
-    and torch's stacks, read from the source files (5 ms of a 4-block GPT's 60 ms capture, and
-    65% of a vision model's whose run makes thousands of unbacked floats)."""
+    and torch's stacks, read from the source files (2–3 ms of a 4-block GPT's 60 ms capture,
+    and 55% of a vision model's whose run makes thousands of unbacked floats)."""
     from torch._logging import _internal
 
     if os.environ.get("TORCH_TRACE"):

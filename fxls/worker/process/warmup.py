@@ -45,13 +45,17 @@ def unheard_traces() -> None:
     handler every symbol and guard a ``ShapeEnv`` makes first builds its record: the user's
     and torch's stacks, read from the source files (2–3 ms of a 4-block GPT's 60 ms capture,
     and 55% of a vision model's whose run makes thousands of unbacked floats)."""
-    from torch._logging import _internal
-
     if os.environ.get("TORCH_TRACE"):
         return
-    for handler in list(_internal.trace_log.handlers):
-        if isinstance(handler, _internal.LazyTraceHandler):
-            _internal.trace_log.removeHandler(handler)
+    try:  # torch's private logging module: another torch may lack it; then nothing changes
+        from torch._logging import _internal
+
+        log, kind = _internal.trace_log, _internal.LazyTraceHandler
+    except (ImportError, AttributeError):
+        return
+    for handler in list(log.handlers):
+        if isinstance(handler, kind):
+            log.removeHandler(handler)
 
 
 def _import_preview() -> None:

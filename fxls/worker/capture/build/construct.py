@@ -291,7 +291,7 @@ def _annotations(cls: type, namespace: dict[str, Any]) -> dict[str, Any]:
 def _is_config_class(tp: Any) -> bool:
     if not isinstance(tp, type) or issubclass(tp, nn.Module) or tp.__module__ == "builtins":
         return False
-    if issubclass(tp, collections.abc.Mapping) or "Output" in tp.__name__:
+    if issubclass(tp, collections.abc.Mapping):
         return False  # what a model returns (transformers' ``ModelOutput`` dataclasses)
     if tp.__module__ in ("inspect", "typing", "torch") or tp.__module__.startswith("torch."):
         return False

@@ -342,3 +342,20 @@ def test_a_base_models_failure_each_head_reaches_is_said_once() -> None:
     assert len(heads) >= 2, modules
     assert all(f"`{h}`" in found[0]["message"] for h in heads[:3]), (found, heads)
     assert "exactly one of input_ids or inputs_embeds" in found[0]["message"]
+
+
+def test_a_multimodal_file_leaves_cpu_time_for_every_class_after_its_vision_tower() -> None:
+    """GLM-Image's vision tower reads its `grid_thw` with `tolist()`. Assumed shaped like
+    the image (`[B, 3, 2048, 2048]` floats), that read made one unknown number per value
+    until the CPU limit, then again in each job that captured the rest: the file's budget
+    went to it, and 18 of its 20 classes ended in FX510. The grid is integers `(1, 3)` now,
+    and a read of thousands of values stops at once: every class is captured."""
+    path = PACKAGES["transformers"] / "models/glm_image/modeling_glm_image.py"
+    document = json.loads(_fxls_check("--json", "--no-compile-check", str(path), timeout=600))
+    modules = {m["class"]: m for m in document["modules"]}
+    assert not [c for c, m in modules.items() if m["status"] == "failed" and
+                any(x["code"] in ("FX506", "FX510") for x in m["diagnostics"])], modules  # fmt: skip
+    tower = modules["GlmImageVisionModel"]
+    grid = next(i for i in tower["inputs"] if i["name"] == "grid_thw")
+    assert (grid["shape"], grid["dtype"]) == ([1, 3], "int64"), grid
+    assert len([m for m in modules.values() if m["outputs"]]) >= 4, modules

@@ -60,7 +60,7 @@ from fxls.worker.capture.reporting import (
     outer_span,
     user_span,
 )
-from fxls.worker.capture.shapes import kernels
+from fxls.worker.capture.shapes import kernels, reads
 from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.trace import reuse
 
@@ -129,13 +129,14 @@ def capture_document(
         result.diagnostics.append(_package_skipped(doc.package_skipped, doc.source, job.module))
 
     results: dict[int, ModuleResult] = {}
-    with cpulimit.stop_at_cpu_limit() as watch:
-        try:
-            _capture_classes(doc, job, (report_phase, watch), results, result.error)
-        except cpulimit.OutOfCpu:
-            watch.stopped = True
-            result.unfinished = _unfinished(doc, job, results)
-    _adopt_parents(doc, job, results, report_phase)
+    with reads.bounded():
+        with cpulimit.stop_at_cpu_limit() as watch:
+            try:
+                _capture_classes(doc, job, (report_phase, watch), results, result.error)
+            except cpulimit.OutOfCpu:
+                watch.stopped = True
+                result.unfinished = _unfinished(doc, job, results)
+        _adopt_parents(doc, job, results, report_phase)
     result.modules = [results[i] for i in range(len(job.classes)) if i in results]
     _reported_where_it_happens(result.modules)
     if not keep_copies:

@@ -1340,3 +1340,57 @@ def test_a_parameter_naming_a_dtype_is_given_a_dtype() -> None:
     assert "float32" in str(kinds["hidden_dtype"][1]), kinds
     assert _shape(mod) == ["B", 64]
     assert not [d for d in mod.diagnostics if d.code == "FX201"]
+
+
+VISION_TOWER = """
+@dataclass
+class TowerConfig:
+    hidden_size: int = 32
+
+
+class VisionTower(nn.Module):
+    config_class = TowerConfig
+
+    def __init__(self, config):
+        super().__init__()
+        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states, grid_thw):
+        patches = grid_thw[:, 1] * grid_thw[:, 2]
+        return self.proj(hidden_states), patches
+
+
+@dataclass
+class WideConfig:
+    hidden_size: int = 512
+
+
+class PackedTower(nn.Module):
+    config_class = WideConfig
+
+    def __init__(self, config):
+        super().__init__()
+        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states, lengths):
+        starts = [0]
+        for length in lengths.tolist():
+            starts.append(starts[-1] + length)
+        return self.proj(hidden_states), len(starts)
+"""
+
+
+def test_a_vision_towers_grid_is_integers_and_a_large_read_of_values_stops_at_once() -> None:
+    """Qwen2-VL-style vision towers take ``grid_thw``, one ``(t, h, w)`` row of integers per
+    image: assumed ``(1, 3)`` int64 (it was shaped like ``hidden_states``, a float
+    ``[B, T, 32]``: the tower's ``tolist()`` of it made one unknown number per value, and
+    GLM-Image's took the file's whole CPU budget). An input assumed so large that reading its
+    values would make thousands of unknown numbers stops the fake run at that read and says
+    why, instead of running until the CPU limit."""
+    found = _capture(VISION_TOWER, "VisionTower", "PackedTower")
+    tower = found["VisionTower"]
+    grid = next(i.value for i in tower.inputs if i.name == "grid_thw")
+    assert (grid.shape, grid.dtype) == ([1, 3], "int64"), grid
+    assert [o.shape for o in tower.outputs] == [["B", "T", 32], [1]]
+    packed = found["PackedTower"]
+    assert any("`.tolist()` of a tensor of" in note for note in packed.notes), packed.notes

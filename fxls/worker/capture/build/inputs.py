@@ -1357,22 +1357,16 @@ def from_config(
     diffusion model's ``sample`` and ``timestep``, ``encoder_hidden_states`` ``(B, S, D)``,
     ``hidden_states`` ``(B, T, hidden_size)``. Marked assumed with the fields it read; None
     when the name is not one of these or the configuration lacks the sizes."""
-    configs = configurations(module, arguments)
     b: tuple[str | None, int] = (BATCH, symbols.size(BATCH))
 
     def planned(dims: list[tuple[str | None, int]], dtype: torch.dtype, why: str) -> PlannedInput:
         return PlannedInput(name, "tensor", dims, dtype, assumed=True, reason=why)
 
+    if name.endswith(GRID_SUFFIX):
+        return planned([(None, 1), (None, 3)], torch.int64, "one image's grid of patches (t, h, w)")
+    configs = configurations(module, arguments)
     if name in _TOKEN_IDS:
-        vocab = _field(configs, "vocab_size")
-        if vocab is None:
-            return None
-        t: tuple[str | None, int] = (SEQUENCE, symbols.size(SEQUENCE))
-        if name == "input_ids" and multiple_choice(module):
-            n: tuple[str | None, int] = (CHOICES, symbols.size(CHOICES))
-            why = f"token ids of each choice, {vocab[1]}"
-            return planned([b, n, t], torch.int64, why)
-        return planned([b, t], torch.int64, f"token ids, {vocab[1]}")
+        return _token_ids(name, module, configs, symbols)
     if name == "pixel_values":
         size = _field(configs, "image_size")
         if size is None:
@@ -1408,6 +1402,26 @@ def from_config(
         return planned(dims, torch.float32, width[1])
     return None
 
+
+def _token_ids(
+    name: str, module: nn.Module, configs: list[Any], symbols: Symbols
+) -> PlannedInput | None:
+    """Token ids ``(B, T)`` (per choice ``(B, N, T)``) into the configuration's vocabulary."""
+    vocab = _field(configs, "vocab_size")
+    if vocab is None:
+        return None
+    b: tuple[str | None, int] = (BATCH, symbols.size(BATCH))
+    t: tuple[str | None, int] = (SEQUENCE, symbols.size(SEQUENCE))
+    dims, why = [b, t], f"token ids, {vocab[1]}"
+    if name == "input_ids" and multiple_choice(module):
+        dims = [b, (CHOICES, symbols.size(CHOICES)), t]
+        why = f"token ids of each choice, {vocab[1]}"
+    return PlannedInput(name, "tensor", dims, torch.int64, assumed=True, reason=why)
+
+
+GRID_SUFFIX = "grid_thw"
+"""Vision towers of multimodal models (Qwen2-VL and its descendants) take each image's grid
+of patches as ``grid_thw`` ``(images, 3)`` integers (``image_grid_thw``, ``video_grid_thw``)."""
 
 CHOICES = "N"
 """The number of choices of a multiple-choice head (``input_ids`` ``(B, N, T)``)."""

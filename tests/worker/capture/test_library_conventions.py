@@ -1394,3 +1394,32 @@ def test_a_vision_towers_grid_is_integers_and_a_large_read_of_values_stops_at_on
     assert [o.shape for o in tower.outputs] == [["B", "T", 32], [1]]
     packed = found["PackedTower"]
     assert any("`.tolist()` of a tensor of" in note for note in packed.notes), packed.notes
+
+
+POPPING_HELPER = """
+def frame_rows(x, kwargs=None):
+    if kwargs is not None and (given := kwargs.pop("frame_rows", None)) is not None:
+        return given
+    return torch.stack([row * 2 for row in x])
+
+
+class Frames(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, hidden_states, **kwargs):
+        return frame_rows(self.proj(hidden_states), kwargs=kwargs)
+"""
+
+
+def test_a_helper_fx_calls_as_one_node_may_change_the_dict_it_is_given() -> None:
+    """Kimi-K2.5's `get_vision_frame_index(grid_thw, kwargs=kwargs)` pops a precomputed index
+    out of `kwargs`. FX cannot trace the helper (it iterates a tensor), so it is called as one
+    node, whose arguments FX keeps in immutable dicts and lists: the pop raised TypeError,
+    shown as a shape error (FX201, an error). An eager call gets a plain dict, and so does the
+    helper now: the class is traced, its output the input's shape."""
+    frames = _capture(POPPING_HELPER, "Frames")["Frames"]
+    assert frames.status == "traced", [(d.code, d.message) for d in frames.diagnostics]
+    assert _shape(frames) == ["B", "T", 8]
+    assert not [d for d in frames.diagnostics if d.code == "FX201"], frames.diagnostics

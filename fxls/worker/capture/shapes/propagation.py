@@ -47,6 +47,7 @@ from typing import Any, Literal
 
 import torch
 import torch.fx
+from torch.fx.immutable_collections import immutable_dict, immutable_list
 
 from fxls.protocol.model import Value
 from fxls.worker.capture.shapes import elementwise, keptruns, kernels, shortcuts
@@ -365,9 +366,9 @@ class _Propagator(torch.fx.Interpreter):
 
     def _run_kept(self, target: Any, args: Any, kwargs: Any) -> Any:
         # a kept submodule runs its Python code: its attention, matrix products and torch
-        # layers take the same shortcuts as graph nodes do
+        # layers take the same shortcuts as graph nodes do; it gets plain dicts and lists
         with shortcuts.builtin_shortcuts(), shortcuts.Shortcuts():
-            return super().call_module(target, args, kwargs)
+            return super().call_module(target, thawed(args), thawed(kwargs))
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         if target in MATMULS and len(args) == 2 and not kwargs:
@@ -382,6 +383,8 @@ class _Propagator(torch.fx.Interpreter):
             fast = self._own(elementwise.same_layout_function(target, tuple(args), dict(kwargs)))
             if fast is not None:
                 return fast
+        if not _library_function(target):  # a user's helper gets what an eager call passes
+            args, kwargs = thawed(args), thawed(kwargs)
         return super().call_function(kernels.for_target(target), args, kwargs)
 
     def call_method(self, target: Any, args: Any, kwargs: Any) -> Any:
@@ -456,6 +459,23 @@ its memo keys and records), which a run makes inside ``with torch.device(...)`` 
 user's ``torch.zeros(n)`` lands on the run's device: without it, each property read went
 through that mode's Python handler (6 reads: 6.1 µs, 0.6 µs without; a ResNet-50's run read
 3,200). Nothing made of tensors is computed in it."""
+
+
+def thawed(value: Any, depth: int = 0) -> Any:
+    """``value`` with the immutable lists and dicts FX keeps a node's arguments in made plain
+    ``list`` and ``dict`` again, inside tuples, lists and dicts too: a helper may change what
+    it is given (``kwargs.pop("frame_index", None)``), as it does in an eager run."""
+    kind = type(value)
+    if depth > 8 or kind not in _FROZEN:
+        return value
+    if kind is tuple:
+        return tuple(thawed(v, depth + 1) for v in value)
+    if kind in (list, immutable_list):
+        return [thawed(v, depth + 1) for v in value]
+    return {k: thawed(v, depth + 1) for k, v in value.items()}
+
+
+_FROZEN = frozenset({tuple, list, dict, immutable_list, immutable_dict})
 
 
 def _library_function(fn: Any) -> bool:

@@ -1423,3 +1423,76 @@ def test_a_helper_fx_calls_as_one_node_may_change_the_dict_it_is_given() -> None
     assert frames.status == "traced", [(d.code, d.message) for d in frames.diagnostics]
     assert _shape(frames) == ["B", "T", 8]
     assert not [d for d in frames.diagnostics if d.code == "FX201"], frames.diagnostics
+
+
+COMPOSITE = """
+@dataclass
+class TextConfig:
+    vocab_size: int = 50
+    hidden_size: int = 16
+    num_hidden_layers: int = 12
+    layer_types: list = None
+
+    def __post_init__(self):
+        if self.layer_types is None:
+            self.layer_types = ["full_attention"] * self.num_hidden_layers
+
+
+@dataclass
+class AudioConfig:
+    num_hidden_layers: int = 4
+    depths: tuple = (1, 1, 2, 2)
+
+    def __post_init__(self):
+        if len(self.depths) != self.num_hidden_layers:
+            raise ValueError("one depth per layer")
+
+
+class MultiConfig:
+    def __init__(self, text_config=None, audio_config=None, tie_word_embeddings=False):
+        self.text_config = TextConfig(**(text_config or {}))
+        self.audio_config = AudioConfig(**(audio_config or {}))
+        self.tie_word_embeddings = tie_word_embeddings
+
+
+class Layer(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+
+    def forward(self, hidden_states):
+        return hidden_states + self.fc(hidden_states)
+
+
+class Multi(nn.Module):
+    config_class = MultiConfig
+
+    def __init__(self, config):
+        super().__init__()
+        text = config.text_config
+        self.embed = nn.Embedding(text.vocab_size, text.hidden_size)
+        self.layers = nn.ModuleList(Layer(text.hidden_size) for _ in text.layer_types)
+
+    def forward(self, input_ids):
+        hidden_states = self.embed(input_ids)
+        for layer in self.layers:
+            hidden_states = layer(hidden_states)
+        return hidden_states
+"""
+
+
+def test_a_configuration_of_several_models_is_built_with_two_layers_per_sub_stack() -> None:
+    """A multimodal model's default configuration holds its towers' configurations
+    (`text_config` of 62 layers in MuseSpark: a fake run of them took 28 s and the file's CPU
+    budget, 15 classes ended in FX510). Each sub-configuration's stack is built with two
+    layers (`text_config={'num_hidden_layers': 2}`), its per-layer lists made again for the
+    count, when the result is the default but for the stack; one whose lists must match its
+    count (`audio_config`) keeps its layers. The notes say so."""
+    multi = _capture(COMPOSITE, "Multi")["Multi"]
+    assert _shape(multi) == ["B", "T", 16]
+    built = multi.constructed
+    assert built is not None and "text_config={'num_hidden_layers': 2}" in built.text, built
+    assert "audio_config" not in built.text, built.text
+    assert any("text_config.num_hidden_layers=12" in note for note in multi.notes), multi.notes
+    layers = {n.module_path for n in multi.nodes if (n.module_path or "").startswith("layers.")}
+    assert {p.split(".")[1] for p in layers} == {"0", "1"}, layers

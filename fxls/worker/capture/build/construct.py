@@ -370,18 +370,24 @@ _LAYER_COUNTS = re.compile(
 )
 
 
-def _fewer_layers(make: Callable[..., Any], config: Any, text: str) -> _ConfigCandidate | None:
-    """The default configuration again with at most ``MAX_DEFAULT_LAYERS`` of each stack of
-    identical layers (every other size as it is), labelled; None when it has no stack deeper
-    than that or does not build so."""
+def _deep_stacks(config: Any) -> dict[str, int]:
+    """The layer counts of ``config`` above ``MAX_DEFAULT_LAYERS`` (``num_hidden_layers``...)."""
     fields = _config_fields(config) or {}
-    counts = {
+    return {
         k: v
         for k, v in fields.items()
         if _LAYER_COUNTS.match(k) and type(v) is int and v > MAX_DEFAULT_LAYERS
     }
+
+
+def _fewer_layers(make: Callable[..., Any], config: Any, text: str) -> _ConfigCandidate | None:
+    """The default configuration again with at most ``MAX_DEFAULT_LAYERS`` of each stack of
+    identical layers (every other size as it is), labelled; None when it has no stack deeper
+    than that or does not build so. A configuration of several models (``text_config``,
+    ``vision_config``) has its sub-configurations' stacks made shorter instead."""
+    counts = _deep_stacks(config)
     if not counts:
-        return None
+        return _fewer_sub_layers(make, config, text)
     changes = dict.fromkeys(counts, MAX_DEFAULT_LAYERS)
     try:
         smaller = make(**changes)
@@ -389,10 +395,77 @@ def _fewer_layers(make: Callable[..., Any], config: Any, text: str) -> _ConfigCa
         return None
     if any(getattr(smaller, k, None) != MAX_DEFAULT_LAYERS for k in changes):
         return None
+    was = ", ".join(f"{k}={v}" for k, v in counts.items())
+    return _labelled(smaller, text, [f"{k}={v}" for k, v in changes.items()], was)
+
+
+def _fewer_sub_layers(make: Callable[..., Any], config: Any, text: str) -> _ConfigCandidate | None:
+    """``config`` built again with each sub-configuration's deep stacks (MuseSpark's
+    ``text_config`` has 62 layers) given as ``{"num_hidden_layers": 2}``, where the
+    sub-configuration it builds is the default's but for the stack (its per-layer lists
+    made again for the count) and nothing else of the configuration changes; None when no
+    sub-configuration is so."""
+    fields = _config_fields(config) or {}
+    changes: dict[str, dict[str, int]] = {}
+    was: list[str] = []
+    smaller = None
+    for key, sub in fields.items():
+        counts = _deep_stacks(sub) if key.endswith("_config") else {}
+        if not counts:
+            continue
+        trial = {**changes, key: dict.fromkeys(counts, MAX_DEFAULT_LAYERS)}
+        try:
+            built = make(**trial)
+        except Exception:  # a sub-configuration whose lists must match its count
+            continue
+        if not _alike_but_stacks(config, built, key, counts):
+            continue
+        changes, smaller = trial, built
+        was.extend(f"{key}.{k}={v}" for k, v in counts.items())
+    if smaller is None:
+        return None
+    return _labelled(smaller, text, [f"{k}={v!r}" for k, v in changes.items()], ", ".join(was))
+
+
+def _alike_but_stacks(config: Any, built: Any, key: str, counts: dict[str, int]) -> bool:
+    """Whether ``built`` is ``config`` but for ``key``'s stacks: the sub-configuration's other
+    fields equal (lists of one entry per layer aside), every other field equal."""
+    mine, theirs = _config_fields(config) or {}, _config_fields(built) or {}
+    if set(mine) != set(theirs):
+        return False
+    for name, value in mine.items():
+        if name != key and _plain(value) != _plain(theirs[name]):
+            return False
+    old, new = _config_fields(mine[key]) or {}, _config_fields(theirs[key]) or {}
+    if set(old) != set(new):
+        return False
+    for name, value in old.items():
+        if name in counts:
+            same = new[name] == MAX_DEFAULT_LAYERS
+        elif _per_layer(value, counts) and _per_layer(new[name], {name: MAX_DEFAULT_LAYERS}):
+            same = True  # one entry per layer, made again for the count
+        else:
+            same = value == new[name]
+        if not same:
+            return False
+    return True
+
+
+def _plain(value: Any) -> Any:
+    """A sub-configuration by its fields (configuration objects compare by identity)."""
+    fields = _config_fields(value) if hasattr(value, "__dict__") else None
+    return fields if fields is not None else value
+
+
+def _per_layer(value: Any, counts: dict[str, int]) -> bool:
+    return isinstance(value, list) and len(value) in counts.values()
+
+
+def _labelled(smaller: Any, text: str, changed: list[str], was: str) -> _ConfigCandidate:
+    """The candidate of ``smaller``, built from ``text`` with ``changed`` arguments added."""
     name, _, given = text.partition("(")
     given = given.removesuffix(")")
-    args = ", ".join([*([given] if given else []), *(f"{k}={v}" for k, v in changes.items())])
-    was = ", ".join(f"{k}={v}" for k, v in counts.items())
+    args = ", ".join([*([given] if given else []), *changed])
     smaller_text = f"{name}({args})"
     note = (
         f"built from `{smaller_text}`: the default `{text}` with {MAX_DEFAULT_LAYERS} layers "

@@ -1448,10 +1448,26 @@ class AudioConfig:
             raise ValueError("one depth per layer")
 
 
+@dataclass
+class HybridConfig:
+    num_hidden_layers: int = 8
+    layer_types: list = None
+
+    def __post_init__(self):
+        if self.layer_types is None:
+            self.layer_types = [
+                "full_attention" if (i + 1) % 4 == 0 else "linear_attention"
+                for i in range(self.num_hidden_layers)
+            ]
+
+
 class MultiConfig:
-    def __init__(self, text_config=None, audio_config=None, tie_word_embeddings=False):
+    def __init__(
+        self, text_config=None, audio_config=None, hybrid_config=None, tie_word_embeddings=False
+    ):
         self.text_config = TextConfig(**(text_config or {}))
         self.audio_config = AudioConfig(**(audio_config or {}))
+        self.hybrid_config = HybridConfig(**(hybrid_config or {}))
         self.tie_word_embeddings = tie_word_embeddings
 
 
@@ -1487,12 +1503,14 @@ def test_a_configuration_of_several_models_is_built_with_two_layers_per_sub_stac
     budget, 15 classes ended in FX510). Each sub-configuration's stack is built with two
     layers (`text_config={'num_hidden_layers': 2}`), its per-layer lists made again for the
     count, when the result is the default but for the stack; one whose lists must match its
-    count (`audio_config`) keeps its layers. The notes say so."""
+    count (`audio_config`) keeps its layers, and so does one whose two layers would lose a
+    kind of layer (`hybrid_config`: no full attention layer among two; Qwen3.5's cache code
+    then stops). The notes say so."""
     multi = _capture(COMPOSITE, "Multi")["Multi"]
     assert _shape(multi) == ["B", "T", 16]
     built = multi.constructed
     assert built is not None and "text_config={'num_hidden_layers': 2}" in built.text, built
-    assert "audio_config" not in built.text, built.text
+    assert "audio_config" not in built.text and "hybrid_config" not in built.text, built.text
     assert any("text_config.num_hidden_layers=12" in note for note in multi.notes), multi.notes
     layers = {n.module_path for n in multi.nodes if (n.module_path or "").startswith("layers.")}
     assert {p.split(".")[1] for p in layers} == {"0", "1"}, layers

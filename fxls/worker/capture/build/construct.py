@@ -418,7 +418,7 @@ def _fewer_sub_layers(make: Callable[..., Any], config: Any, text: str) -> _Conf
             built = make(**trial)
         except Exception:  # a sub-configuration whose lists must match its count
             continue
-        if not _alike_but_stacks(config, built, key, counts):
+        if not _alike_but_stacks(config, built, (key, *changes), counts):
             continue
         changes, smaller = trial, built
         was.extend(f"{key}.{k}={v}" for k, v in counts.items())
@@ -427,14 +427,19 @@ def _fewer_sub_layers(make: Callable[..., Any], config: Any, text: str) -> _Conf
     return _labelled(smaller, text, [f"{k}={v!r}" for k, v in changes.items()], ", ".join(was))
 
 
-def _alike_but_stacks(config: Any, built: Any, key: str, counts: dict[str, int]) -> bool:
-    """Whether ``built`` is ``config`` but for ``key``'s stacks: the sub-configuration's other
-    fields equal (lists of one entry per layer aside), every other field equal."""
+def _alike_but_stacks(
+    config: Any, built: Any, keys: tuple[str, ...], counts: dict[str, int]
+) -> bool:
+    """Whether ``built`` is ``config`` but for the stacks of ``keys[0]`` (``counts``) and of
+    the sub-configurations made shorter before (``keys[1:]``): the sub-configuration's other
+    fields equal (lists of one entry per layer aside, if they keep every kind of layer),
+    every other field equal."""
+    key = keys[0]
     mine, theirs = _config_fields(config) or {}, _config_fields(built) or {}
     if set(mine) != set(theirs):
         return False
     for name, value in mine.items():
-        if name != key and _plain(value) != _plain(theirs[name]):
+        if name not in keys and _plain(value) != _plain(theirs[name]):
             return False
     old, new = _config_fields(mine[key]) or {}, _config_fields(theirs[key]) or {}
     if set(old) != set(new):
@@ -443,7 +448,7 @@ def _alike_but_stacks(config: Any, built: Any, key: str, counts: dict[str, int])
         if name in counts:
             same = new[name] == MAX_DEFAULT_LAYERS
         elif _per_layer(value, counts) and _per_layer(new[name], {name: MAX_DEFAULT_LAYERS}):
-            same = True  # one entry per layer, made again for the count
+            same = _same_kinds(value, new[name])  # one entry per layer, made for the count
         else:
             same = value == new[name]
         if not same:
@@ -459,6 +464,15 @@ def _plain(value: Any) -> Any:
 
 def _per_layer(value: Any, counts: dict[str, int]) -> bool:
     return isinstance(value, list) and len(value) in counts.values()
+
+
+def _same_kinds(old: list[Any], new: list[Any]) -> bool:
+    """Whether the shorter stack keeps every kind of layer (Qwen3.5's `layer_types` of two
+    layers holds no full attention layer: its cache code then stops)."""
+    try:
+        return set(old) == set(new)
+    except TypeError:  # unhashable entries
+        return all(v in new for v in old) and all(v in old for v in new)
 
 
 def _labelled(smaller: Any, text: str, changed: list[str], was: str) -> _ConfigCandidate:
@@ -583,17 +597,24 @@ def _config_candidates(
                     candidate.notes.extend(notes)
                     found.append(candidate)
                 continue
-            smaller = _fewer_layers(make, config, text)
-            if smaller is not None:
-                found.append(smaller)
+            found.extend(_config_variants(make, config, text))
+            continue
         found.extend(_fill_config(config, text, text))
     return found
 
 
 def _config_variants(make: Callable[..., Any], config: Any, text: str) -> list[_ConfigCandidate]:
-    """The candidates of one default configuration: fewer layers first, then as it is."""
+    """The candidates of one default configuration: fewer layers first, then as it is, then
+    with unusable fields filled; not those for a configuration of several models whose
+    sub-configurations' stacks were made shorter (its unset fields are not sizes: each
+    variant would only push a later configuration past the combinations tried)."""
     smaller = _fewer_layers(make, config, text)
-    return ([smaller] if smaller is not None else []) + list(_fill_config(config, text, text))
+    variants = list(_fill_config(config, text, text))
+    if smaller is None:
+        return variants
+    if not _deep_stacks(config):
+        variants = variants[:1]
+    return [smaller, *variants]
 
 
 PAD_TOKEN_ID = 0

@@ -601,6 +601,9 @@ class ModuleResult:
     """How the instance was obtained (None when it was not built)."""
     params: int | None = None
     buffers: int | None = None
+    default_params: int | None = None
+    """When the instance was built with fewer layers than its default configuration's
+    (``LlamaConfig(num_hidden_layers=2)``): the parameters of the default one."""
     inputs: list[InputValue] = field(default_factory=list)
     """The ``forward`` arguments it was captured with, in order."""
     input_sizes: dict[str, int] = field(default_factory=dict)

@@ -18,8 +18,9 @@ from harness import EXAMPLES, ROOT, RunFxls, needs_worker
 import fxls
 
 DOC_KEYS = {"version", "file", "outcome", "torch_version", "modules", "diagnostics"}
-MODULE_KEYS = {"class", "line", "status", "capture", "build", "isolation", "params", "inputs",
-               "outputs", "holds_for", "nodes", "diagnostics", "passes", "compile"}  # fmt: skip
+MODULE_KEYS = {"class", "line", "status", "capture", "build", "isolation", "params",
+               "default_params", "inputs", "outputs", "holds_for", "nodes", "diagnostics",
+               "passes", "compile"}  # fmt: skip
 NODE_KEYS = {
     "name",
     "op",

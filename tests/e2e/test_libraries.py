@@ -359,3 +359,17 @@ def test_a_multimodal_file_leaves_cpu_time_for_every_class_after_its_vision_towe
     grid = next(i for i in tower["inputs"] if i["name"] == "grid_thw")
     assert (grid["shape"], grid["dtype"]) == ([1, 3], "int64"), grid
     assert len([m for m in modules.values() if m["outputs"]]) >= 4, modules
+
+
+def test_classes_built_with_fewer_layers_show_the_default_configurations_parameters() -> None:
+    """Llama's default configuration is built with 2 of its 32 layers: `LlamaForCausalLM` and
+    `LlamaModel` (captured as its submodule) report the parameters at the default's depth
+    (`default_params`: 6.74 B and 6.61 B, what `LlamaForCausalLM(LlamaConfig())` has) beside
+    those of the 2-layer instance; a decoder layer, alike at any depth, reports its own."""
+    [document] = _check(PACKAGES["transformers"] / "models/llama/modeling_llama.py")
+    modules = {m["class"]: m for m in document["modules"]}
+    head, model = modules["LlamaForCausalLM"], modules["LlamaModel"]
+    assert head["default_params"] == 6_738_415_616, head["default_params"]
+    assert model["default_params"] == 6_738_415_616 - 32000 * 4096, model["default_params"]
+    assert head["params"] < 1_000_000_000 and model["params"] < 1_000_000_000
+    assert modules["LlamaDecoderLayer"]["default_params"] is None

@@ -1039,3 +1039,23 @@ def test_a_call_passing_star_args_lists_the_values_they_carry_by_name() -> None:
         ("input", "input_ids", "[B, T] int64"),
         ("input", "attention_mask", "[B, T] int64"),
     ], view.rows
+
+
+def test_a_build_with_fewer_layers_shows_the_default_configurations_parameters() -> None:
+    """A library class built from its default configuration with 2 layers per stack: its code
+    lens gives the parameters of the default (a 2-layer Llama-7B showed "536 M params"), the
+    class hover both counts, the `fxls check` line both."""
+    from dataclasses import replace
+
+    from fxls.cli.report.text import format_text
+    from fxls.engine.analyze import FileAnalysis
+
+    shorter = replace(MODULE, params=535_842_816, default_params=6_738_415_616)
+    assert "6.7 B params" in code_lens.lens_title(shorter), code_lens.lens_title(shorter)
+    found = [v for k, v in hover.class_summary(shorter).rows if k == "parameters"]
+    assert found == [
+        "6.7 B (6,738,415,616) in the default configuration",
+        "535.8 M (535,842,816) as built, with fewer layers",
+    ], found
+    text = format_text(FileAnalysis(path="m.py", version=None, modules=[shorter]))
+    assert "6.7 B params (535.8 M params as built)" in text, text

@@ -100,6 +100,7 @@ def to_json(
                 "build": m.build,
                 "isolation": list(analysis.isolation),
                 "params": m.params,
+                "default_params": m.default_params,
                 "inputs": [
                     {
                         "name": i.name,

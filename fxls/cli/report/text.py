@@ -97,6 +97,15 @@ def _compile_lines(m: ModuleResult) -> list[str]:
     return ["  " + escape_text(f"torch.compile: {found}")]
 
 
+def _params_text(m: ModuleResult) -> str | None:
+    """``25.6 M params``; with the default configuration's first when the build has fewer
+    layers than it: ``6.7 B params (535.8 M params as built)``."""
+    params = render.params_text(m.params)
+    if m.default_params is None:
+        return params
+    return f"{render.params_text(m.default_params)} ({params} as built)"
+
+
 def format_text(
     analysis: FileAnalysis,
     extra_inputs: dict[str, list[InputSpec]] | None = None,
@@ -114,7 +123,7 @@ def format_text(
         parts = _status_parts(m)
         if m.nodes:
             parts.append(f"{len(m.nodes)} nodes")
-        params = render.params_text(m.params)
+        params = _params_text(m)
         if params:
             parts.append(params)
         specs = _input_specs(analysis, m.name, extra_inputs or {})

@@ -56,8 +56,9 @@ def _title(module: ModuleResult, diagnostics: Sequence[Diagnostic]) -> str:
         parts.append(f"partial ({strategy_label(module.strategy)})")
     if module.nodes:
         parts.append(plural(len(module.nodes), "node"))
-    if module.params is not None:
-        parts.append(f"{count_text(module.params)} params")
+    size = module.default_params if module.default_params is not None else module.params
+    if size is not None:  # a build with fewer layers: the class's size, not the build's
+        parts.append(f"{count_text(size)} params")
     if any(d.severity == "error" for d in diagnostics):
         parts.append(_failure(module, diagnostics))
     elif module.inputs or module.outputs:

@@ -541,6 +541,20 @@ def compile_rows(module: ModuleResult) -> list[tuple[str, str]]:
     return rows
 
 
+def _parameter_rows(module: ModuleResult) -> list[tuple[str, str]]:
+    """The parameters as built; first those of the default configuration when the build has
+    fewer layers than it."""
+    rows = []
+    if module.default_params is not None:
+        rows.append(("parameters", f"{count_text(module.default_params)} "
+                     f"({module.default_params:,}) in the default configuration"))  # fmt: skip
+    if module.params is not None:
+        exact = f" ({module.params:,})" if module.params >= 1_000 else ""
+        built = " as built, with fewer layers" if module.default_params is not None else ""
+        rows.append(("parameters", f"{count_text(module.params)}{exact}{built}"))
+    return rows
+
+
 def class_summary(
     module: ModuleResult, *, isolation: Sequence[str] = (), duration_s: float | None = None
 ) -> ClassSummary:
@@ -549,10 +563,7 @@ def class_summary(
     status: str = module.status
     if module.strategy.method != "none":
         status = f"{status} ({strategy_label(module.strategy)})"
-    rows: list[tuple[str, str]] = []
-    if module.params is not None:
-        exact = f" ({module.params:,})" if module.params >= 1_000 else ""
-        rows.append(("parameters", f"{count_text(module.params)}{exact}"))
+    rows: list[tuple[str, str]] = _parameter_rows(module)
     if module.buffers is not None:
         rows.append(("buffers", f"{module.buffers:,}"))
     if module.nodes:

@@ -82,6 +82,9 @@ def test_a_default_configuration_with_a_deep_stack_is_built_with_two_layers_and_
     assert mod.constructed.pin == "config=DeepConfig(num_hidden_layers=2)"
     assert any("num_hidden_layers=12" in n and "DeepConfig()" in n for n in mod.notes), mod.notes
     assert _shape(mod)[-1] == 48  # every other size is the default's
+    # its parameters as built (two layers) and at the default's twelve: 100 x 48 embedded,
+    # 48 x 48 + 48 per layer
+    assert (mod.params, mod.default_params) == (4800 + 2 * 2352, 4800 + 12 * 2352)
 
 
 def test_token_ids_are_sized_from_the_configuration_when_no_layer_tells() -> None:
@@ -1505,7 +1508,8 @@ def test_a_configuration_of_several_models_is_built_with_two_layers_per_sub_stac
     count, when the result is the default but for the stack; one whose lists must match its
     count (`audio_config`) keeps its layers, and so does one whose two layers would lose a
     kind of layer (`hybrid_config`: no full attention layer among two; Qwen3.5's cache code
-    then stops). The notes say so."""
+    then stops). The notes say so; the parameters are counted at the default's depth too
+    (a code lens showed CLIPModel's 48.9 M of two layers per tower for its 151 M)."""
     multi = _capture(COMPOSITE, "Multi")["Multi"]
     assert _shape(multi) == ["B", "T", 16]
     built = multi.constructed
@@ -1514,3 +1518,13 @@ def test_a_configuration_of_several_models_is_built_with_two_layers_per_sub_stac
     assert any("text_config.num_hidden_layers=12" in note for note in multi.notes), multi.notes
     layers = {n.module_path for n in multi.nodes if (n.module_path or "").startswith("layers.")}
     assert {p.split(".")[1] for p in layers} == {"0", "1"}, layers
+    # parameters as built and of the default: 50 x 16 embedded, 16 x 16 + 16 per layer
+    assert (multi.params, multi.default_params) == (50 * 16 + 2 * 272, 50 * 16 + 12 * 272)
+
+
+def test_a_single_layer_of_a_build_with_fewer_layers_shows_its_own_parameters_only() -> None:
+    """A layer is the same at any depth: only its own parameters, no second count."""
+    found = _capture(DEEP, "Layer", "Backbone")
+    backbone, layer = found["Backbone"], found["Layer"]
+    assert backbone.default_params == 4800 + 12 * 2352, backbone.default_params
+    assert layer.params == 2352 and layer.default_params is None, layer

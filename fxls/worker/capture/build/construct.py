@@ -81,6 +81,9 @@ class Recipe:
     """The constructor arguments, when known (defaults not included)."""
     notes: list[str] = field(default_factory=list)
     """What the class hover should say about this build (a configuration made smaller)."""
+    default_make: Callable[[], Any] | None = None
+    """For a build with fewer layers than the default configuration's: builds the default
+    (its parameters are counted, nothing else)."""
 
     def expr(self, cls_name: str) -> str | None:
         """A Python expression that rebuilds the instance, when expressible."""
@@ -359,6 +362,8 @@ class _ConfigCandidate:
     init_text: str | None
     assumed: dict[str, str]
     notes: list[str] = field(default_factory=list)
+    default: Any = None
+    """For a configuration built with fewer layers: the default it stands for."""
 
 
 MAX_DEFAULT_LAYERS = 2
@@ -396,7 +401,7 @@ def _fewer_layers(make: Callable[..., Any], config: Any, text: str) -> _ConfigCa
     if any(getattr(smaller, k, None) != MAX_DEFAULT_LAYERS for k in changes):
         return None
     was = ", ".join(f"{k}={v}" for k, v in counts.items())
-    return _labelled(smaller, text, [f"{k}={v}" for k, v in changes.items()], was)
+    return _labelled((smaller, config), text, [f"{k}={v}" for k, v in changes.items()], was)
 
 
 def _fewer_sub_layers(make: Callable[..., Any], config: Any, text: str) -> _ConfigCandidate | None:
@@ -424,7 +429,8 @@ def _fewer_sub_layers(make: Callable[..., Any], config: Any, text: str) -> _Conf
         was.extend(f"{key}.{k}={v}" for k, v in counts.items())
     if smaller is None:
         return None
-    return _labelled(smaller, text, [f"{k}={v!r}" for k, v in changes.items()], ", ".join(was))
+    changed = [f"{k}={v!r}" for k, v in changes.items()]
+    return _labelled((smaller, config), text, changed, ", ".join(was))
 
 
 def _alike_but_stacks(
@@ -475,8 +481,12 @@ def _same_kinds(old: list[Any], new: list[Any]) -> bool:
         return all(v in new for v in old) and all(v in old for v in new)
 
 
-def _labelled(smaller: Any, text: str, changed: list[str], was: str) -> _ConfigCandidate:
-    """The candidate of ``smaller``, built from ``text`` with ``changed`` arguments added."""
+def _labelled(
+    configs: tuple[Any, Any], text: str, changed: list[str], was: str
+) -> _ConfigCandidate:
+    """The candidate of ``configs[0]``, the default ``configs[1]`` (built from ``text``)
+    with ``changed`` arguments added."""
+    smaller, default = configs
     name, _, given = text.partition("(")
     given = given.removesuffix(")")
     args = ", ".join([*([given] if given else []), *changed])
@@ -487,7 +497,7 @@ def _labelled(smaller: Any, text: str, changed: list[str], was: str) -> _ConfigC
         f"stack are alike, so the shapes are the default configuration's. Pin another with "
         f"`# fxls: init(config={text})`."
     )
-    return _ConfigCandidate(smaller, smaller_text, smaller_text, {}, [note])
+    return _ConfigCandidate(smaller, smaller_text, smaller_text, {}, [note], default)
 
 
 def _fill_config(config: Any, cls_name: str, init_text: str | None) -> Iterator[_ConfigCandidate]:
@@ -695,6 +705,7 @@ def recipes(
                 assumed=assumed,
                 kwargs=kwargs,
                 notes=[n for c in combo for n in c.notes],
+                default_make=_at_default(cls, config_params, combo),
             )
 
     yield from factories(doc, cls)
@@ -708,6 +719,17 @@ def recipes(
 
     if required:
         yield from _assumed(doc, cls, required, annotations, config_options, _group_size(params))
+
+
+def _at_default(
+    cls: type, params: list[inspect.Parameter], combo: Sequence[_ConfigCandidate]
+) -> Callable[[], Any] | None:
+    """What builds ``cls`` from the defaults ``combo``'s shorter configurations stand for;
+    None when none of them is shorter."""
+    if all(c.default is None for c in combo):
+        return None
+    kwargs = {p.name: c.value if c.default is None else c.default for p, c in zip(params, combo)}
+    return _bound(cls, kwargs)
 
 
 MAX_REPAIRS = 3

@@ -51,6 +51,10 @@ class Built:
     """Constructor arguments by name, when known (for sizes the build names)."""
     notes: list[str] = field(default_factory=list)
     """What the recipe says about the build (a smaller configuration), for the hover."""
+    default_module: nn.Module | None = None
+    """The instance at the default configuration's depth, on meta, when the build has fewer
+    layers than it: only its parameters are counted (its submodules' too, for the classes
+    captured as its submodules)."""
 
 
 def candidates(
@@ -138,7 +142,34 @@ def _from_recipe(
     if built is not None:
         built.arguments = {**_defaults(cls), **recipe.kwargs}
         built.notes = list(recipe.notes)
+        if recipe.default_make is not None and built.device == "meta":
+            built.default_module = _at_default_depth(doc, recipe.default_make, how)
     return built, error
+
+
+def _at_default_depth(
+    doc: ExecutedDocument, make: Callable[[], Any], how: Construction
+) -> nn.Module | None:
+    """The instance ``make`` builds at the default configuration's depth, on the meta device
+    (the third identical layer on is a copy); None when that build fails there."""
+    try:
+        built, _ = _on_meta(doc, make, how, schedules=False)
+    except BaseException as exc:  # user code may raise anything
+        cpulimit.passed_on(exc)
+        return None
+    return built.module if built is not None else None
+
+
+def parameters(module: nn.Module | None, path: str = "") -> int | None:
+    """The parameters of ``module``'s submodule at ``path`` (itself for ``""``); None when
+    there is none."""
+    if module is None:
+        return None
+    try:
+        inside = module.get_submodule(path)
+    except AttributeError:
+        return None
+    return sum(p.numel() for p in inside.parameters())
 
 
 _FILLS = frozenset(

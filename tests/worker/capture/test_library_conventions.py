@@ -1506,15 +1506,16 @@ def test_a_configuration_of_several_models_is_built_with_two_layers_per_sub_stac
     budget, 15 classes ended in FX510). Each sub-configuration's stack is built with two
     layers (`text_config={'num_hidden_layers': 2}`), its per-layer lists made again for the
     count, when the result is the default but for the stack; one whose lists must match its
-    count (`audio_config`) keeps its layers, and so does one whose two layers would lose a
-    kind of layer (`hybrid_config`: no full attention layer among two; Qwen3.5's cache code
-    then stops). The notes say so; the parameters are counted at the default's depth too
+    count (`audio_config`) keeps its layers; one whose two layers would lose a kind of layer
+    gets the fewest that keep every kind (`hybrid_config`, full attention every fourth layer:
+    4; with two, Qwen3.5's cache code stopped). The notes say so; the parameters are counted at the default's depth too
     (a code lens showed CLIPModel's 48.9 M of two layers per tower for its 151 M)."""
     multi = _capture(COMPOSITE, "Multi")["Multi"]
     assert _shape(multi) == ["B", "T", 16]
     built = multi.constructed
     assert built is not None and "text_config={'num_hidden_layers': 2}" in built.text, built
-    assert "audio_config" not in built.text and "hybrid_config" not in built.text, built.text
+    assert "audio_config" not in built.text, built.text
+    assert "hybrid_config={'num_hidden_layers': 4}" in built.text, built.text
     assert any("text_config.num_hidden_layers=12" in note for note in multi.notes), multi.notes
     layers = {n.module_path for n in multi.nodes if (n.module_path or "").startswith("layers.")}
     assert {p.split(".")[1] for p in layers} == {"0", "1"}, layers

@@ -387,60 +387,87 @@ def _deep_stacks(config: Any) -> dict[str, int]:
 
 def _fewer_layers(make: Callable[..., Any], config: Any, text: str) -> _ConfigCandidate | None:
     """The default configuration again with at most ``MAX_DEFAULT_LAYERS`` of each stack of
-    identical layers (every other size as it is), labelled; None when it has no stack deeper
+    identical layers (every other size as it is), labelled; more, up to
+    ``MAX_KINDS_LAYERS``, when fewer would lose a kind of layer its per-layer lists name
+    (Qwen3.5's full attention every fourth layer: 4); None when it has no stack deeper
     than that or does not build so. A configuration of several models (``text_config``,
     ``vision_config``) has its sub-configurations' stacks made shorter instead."""
     counts = _deep_stacks(config)
     if not counts:
         return _fewer_sub_layers(make, config, text)
-    changes = dict.fromkeys(counts, MAX_DEFAULT_LAYERS)
-    try:
-        smaller = make(**changes)
-    except Exception:  # a config that checks per-layer lists against the count
-        return None
-    if any(getattr(smaller, k, None) != MAX_DEFAULT_LAYERS for k in changes):
-        return None
-    was = ", ".join(f"{k}={v}" for k, v in counts.items())
-    return _labelled((smaller, config), text, [f"{k}={v}" for k, v in changes.items()], was)
+    for depth in _depths(counts):
+        changes = dict.fromkeys(counts, depth)
+        try:
+            smaller = make(**changes)
+        except Exception:  # a config that checks per-layer lists against the count
+            return None
+        if any(getattr(smaller, k, None) != depth for k in changes):
+            return None
+        if _keeps_kinds(config, smaller, counts, depth):
+            was = ", ".join(f"{k}={v}" for k, v in counts.items())
+            changed = [f"{k}={v}" for k, v in changes.items()]
+            return _labelled((smaller, config), text, changed, (was, depth))
+    return None
+
+
+MAX_KINDS_LAYERS = 8
+"""The most layers per stack fxls builds to keep every kind of layer of a default
+configuration (hybrid stacks: attention every fourth or eighth layer)."""
+
+
+def _depths(counts: dict[str, int]) -> range:
+    """The depths tried for stacks of ``counts`` layers, fewest first (none without stacks)."""
+    shallowest = min(counts.values(), default=MAX_DEFAULT_LAYERS)
+    return range(MAX_DEFAULT_LAYERS, min(MAX_KINDS_LAYERS, shallowest - 1) + 1)
+
+
+def _keeps_kinds(config: Any, smaller: Any, counts: dict[str, int], depth: int) -> bool:
+    """Whether each list of one entry per layer of ``config`` (``layer_types``) has every
+    kind of entry it had in ``smaller``, where it has ``depth`` entries."""
+    old, new = _config_fields(config) or {}, _config_fields(smaller) or {}
+    return all(
+        _same_kinds(value, new[name])
+        for name, value in old.items()
+        if _per_layer(value, counts) and _per_layer(new.get(name), {name: depth})
+    )
 
 
 def _fewer_sub_layers(make: Callable[..., Any], config: Any, text: str) -> _ConfigCandidate | None:
     """``config`` built again with each sub-configuration's deep stacks (MuseSpark's
-    ``text_config`` has 62 layers) given as ``{"num_hidden_layers": 2}``, where the
-    sub-configuration it builds is the default's but for the stack (its per-layer lists
-    made again for the count) and nothing else of the configuration changes; None when no
-    sub-configuration is so."""
+    ``text_config`` has 62 layers) given as ``{"num_hidden_layers": 2}`` (more when two
+    would lose a kind of layer, :func:`_fewer_layers`), where the sub-configuration it builds
+    is the default's but for the stack (its per-layer lists made again for the count) and
+    nothing else of the configuration changes; None when no sub-configuration is so."""
     fields = _config_fields(config) or {}
     changes: dict[str, dict[str, int]] = {}
     was: list[str] = []
-    smaller = None
+    smaller, deepest = None, MAX_DEFAULT_LAYERS
     for key, sub in fields.items():
         counts = _deep_stacks(sub) if key.endswith("_config") else {}
-        if not counts:
-            continue
-        trial = {**changes, key: dict.fromkeys(counts, MAX_DEFAULT_LAYERS)}
-        try:
-            built = make(**trial)
-        except Exception:  # a sub-configuration whose lists must match its count
-            continue
-        if not _alike_but_stacks(config, built, (key, *changes), counts):
-            continue
-        changes, smaller = trial, built
-        was.extend(f"{key}.{k}={v}" for k, v in counts.items())
+        for depth in _depths(counts):
+            trial = {**changes, key: dict.fromkeys(counts, depth)}
+            try:
+                built = make(**trial)
+            except Exception:  # a sub-configuration whose lists must match its count
+                break
+            if _alike_but_stacks(config, built, (key, *changes), (counts, depth)):
+                changes, smaller, deepest = trial, built, max(deepest, depth)
+                was.extend(f"{key}.{k}={v}" for k, v in counts.items())
+                break
     if smaller is None:
         return None
     changed = [f"{k}={v!r}" for k, v in changes.items()]
-    return _labelled((smaller, config), text, changed, ", ".join(was))
+    return _labelled((smaller, config), text, changed, (", ".join(was), deepest))
 
 
 def _alike_but_stacks(
-    config: Any, built: Any, keys: tuple[str, ...], counts: dict[str, int]
+    config: Any, built: Any, keys: tuple[str, ...], stacks: tuple[dict[str, int], int]
 ) -> bool:
-    """Whether ``built`` is ``config`` but for the stacks of ``keys[0]`` (``counts``) and of
-    the sub-configurations made shorter before (``keys[1:]``): the sub-configuration's other
-    fields equal (lists of one entry per layer aside, if they keep every kind of layer),
-    every other field equal."""
-    key = keys[0]
+    """Whether ``built`` is ``config`` but for the stacks of ``keys[0]`` (their counts, made
+    the depth ``stacks`` gives) and of the sub-configurations made shorter before
+    (``keys[1:]``): the sub-configuration's other fields equal (lists of one entry per layer
+    aside, if they keep every kind of layer), every other field equal."""
+    key, (counts, depth) = keys[0], stacks
     mine, theirs = _config_fields(config) or {}, _config_fields(built) or {}
     if set(mine) != set(theirs):
         return False
@@ -452,8 +479,8 @@ def _alike_but_stacks(
         return False
     for name, value in old.items():
         if name in counts:
-            same = new[name] == MAX_DEFAULT_LAYERS
-        elif _per_layer(value, counts) and _per_layer(new[name], {name: MAX_DEFAULT_LAYERS}):
+            same = new[name] == depth
+        elif _per_layer(value, counts) and _per_layer(new[name], {name: depth}):
             same = _same_kinds(value, new[name])  # one entry per layer, made for the count
         else:
             same = value == new[name]
@@ -482,19 +509,21 @@ def _same_kinds(old: list[Any], new: list[Any]) -> bool:
 
 
 def _labelled(
-    configs: tuple[Any, Any], text: str, changed: list[str], was: str
+    configs: tuple[Any, Any], text: str, changed: list[str], stacks: tuple[str, int]
 ) -> _ConfigCandidate:
     """The candidate of ``configs[0]``, the default ``configs[1]`` (built from ``text``)
-    with ``changed`` arguments added."""
+    with ``changed`` arguments added: its stacks (``stacks[0]``, the default's counts) made
+    ``stacks[1]`` layers deep."""
     smaller, default = configs
+    was, depth = stacks
     name, _, given = text.partition("(")
     given = given.removesuffix(")")
     args = ", ".join([*([given] if given else []), *changed])
     smaller_text = f"{name}({args})"
     note = (
-        f"built from `{smaller_text}`: the default `{text}` with {MAX_DEFAULT_LAYERS} layers "
-        f"per stack instead of {was}; every other size is the default's, and layers of a "
-        f"stack are alike, so the shapes are the default configuration's. Pin another with "
+        f"built from `{smaller_text}`: the default `{text}` with at most {depth} layers "
+        f"per stack instead of {was}; every other size is the default's and every kind of "
+        f"layer is kept, so the shapes are the default configuration's. Pin another with "
         f"`# fxls: init(config={text})`."
     )
     return _ConfigCandidate(smaller, smaller_text, smaller_text, {}, [note], default)

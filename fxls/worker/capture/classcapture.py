@@ -364,8 +364,8 @@ def _capture_once(
                 "without them (their defaults)"
             )
         capture.run(built.module, report_phase, built.arguments)
-        capture.default_module = built.default_module
-        default = _default_params(doc, built, recorded)
+        capture.default_module = build.at_default_depth(doc, built)  # the build taken only
+        default = _default_params(doc, capture, recorded)
         mod.default_params = default if default != mod.params else None
         if wanted:
             # what the parent called before any failure is evidence for the children even if
@@ -502,14 +502,16 @@ def _parent_run(
 
 
 def _default_params(
-    doc: ExecutedDocument, built: build.Built, recorded: parents.Recorded | None
+    doc: ExecutedDocument, capture: ClassCapture, recorded: parents.Recorded | None
 ) -> int | None:
     """The parameters at the default configuration's depth of an instance built with fewer
     layers than it, or taken from a parent that was (the same submodule of the parent's
     instance at that depth); None otherwise."""
-    if built.default_module is not None:
-        return build.parameters(built.default_module)
-    if recorded is None or built.construction.source != "parent":
+    if capture.default_module is not None:
+        return build.parameters(capture.default_module)
+    if recorded is None or capture.mod.constructed is None:
+        return None
+    if capture.mod.constructed.source != "parent":
         return None
     parent = doc.captures.get(recorded.parent)
     default = parent.default_module if parent is not None else None
@@ -614,11 +616,11 @@ class ClassCapture:
         self.met_none = False
         """Whether a run of ``forward`` with other forms of the inputs stopped on a ``None``."""
         self.watching: frozenset[type] = frozenset()
-        self.default_module: nn.Module | None = None
-        """The instance at the default configuration's depth, when it was built with fewer
-        layers (``instances.Built.default_module``)."""
         """Classes whose first call inside a submodule kept whole the propagation records
         (``Propagation.inner_calls``): the children this capture records after it."""
+        self.default_module: nn.Module | None = None
+        """The instance at the default configuration's depth, when it was built with fewer
+        layers (``instances.at_default_depth``)."""
 
     def unasked_defaults(self) -> bool:
         """Whether a parameter left at its default ``None`` is data that ``forward`` uses

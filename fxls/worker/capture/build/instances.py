@@ -51,10 +51,9 @@ class Built:
     """Constructor arguments by name, when known (for sizes the build names)."""
     notes: list[str] = field(default_factory=list)
     """What the recipe says about the build (a smaller configuration), for the hover."""
-    default_module: nn.Module | None = None
-    """The instance at the default configuration's depth, on meta, when the build has fewer
-    layers than it: only its parameters are counted (its submodules' too, for the classes
-    captured as its submodules)."""
+    default_make: Callable[[], Any] | None = None
+    """For a meta build with fewer layers than the default configuration's: what builds the
+    default (:func:`at_default_depth`)."""
 
 
 def candidates(
@@ -142,22 +141,24 @@ def _from_recipe(
     if built is not None:
         built.arguments = {**_defaults(cls), **recipe.kwargs}
         built.notes = list(recipe.notes)
-        if recipe.default_make is not None and built.device == "meta":
-            built.default_module = _at_default_depth(doc, recipe.default_make, how)
+        if built.device == "meta":
+            built.default_make = recipe.default_make
     return built, error
 
 
-def _at_default_depth(
-    doc: ExecutedDocument, make: Callable[[], Any], how: Construction
-) -> nn.Module | None:
-    """The instance ``make`` builds at the default configuration's depth, on the meta device
-    (the third identical layer on is a copy); None when that build fails there."""
+def at_default_depth(doc: ExecutedDocument, built: Built) -> nn.Module | None:
+    """``built``'s class at its default configuration's depth, on the meta device (the third
+    identical layer on is a copy): only its parameters are counted (its submodules' too, for
+    the classes captured as its submodules); None without ``default_make`` or when that build
+    fails there."""
+    if built.default_make is None:
+        return None
     try:
-        built, _ = _on_meta(doc, make, how, schedules=False)
+        default, _ = _on_meta(doc, built.default_make, built.construction, schedules=False)
     except BaseException as exc:  # user code may raise anything
         cpulimit.passed_on(exc)
         return None
-    return built.module if built is not None else None
+    return default.module if default is not None else None
 
 
 def parameters(module: nn.Module | None, path: str = "") -> int | None:

@@ -672,6 +672,19 @@ class FX510(Message):
     )
 
 
+class FX511(Message):
+    code = "FX511"
+    severity = "warning"
+    """fxls's own code failed on the class: nothing is known about the model from it."""
+    title = "Capture stopped unexpectedly"
+    template = "capturing `{cls}` stopped on an unexpected error: {error} (raised in {where})"
+    fix = (
+        "The class shows nothing until this is fixed. When `{where}` is a file of fxls, this "
+        "is a bug in fxls: please report it with this message (`fxls check --json` holds "
+        "the traceback)."
+    )
+
+
 # --- FX6xx torch.compile -----------------------------------------------------------------
 
 

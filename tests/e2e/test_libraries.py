@@ -373,3 +373,19 @@ def test_classes_built_with_fewer_layers_show_the_default_configurations_paramet
     assert model["default_params"] == 6_738_415_616 - 32000 * 4096, model["default_params"]
     assert head["params"] < 1_000_000_000 and model["params"] < 1_000_000_000
     assert modules["LlamaDecoderLayer"]["default_params"] is None
+
+
+def test_a_trace_failing_again_where_a_repair_was_named_keeps_its_diagnostic() -> None:
+    """BigBird-Pegasus's encoder layer fails to trace at one line in several attempts; an
+    attempt whose diagnostic named a repair was kept as the one shown but never shown, and
+    the next attempt there raised inside fxls: the class was `failed` with nothing said (now
+    FX511 would say it). It runs on fake tensors and shows what it reached."""
+    path = PACKAGES["transformers"] / "models/bigbird_pegasus/modeling_bigbird_pegasus.py"
+    cls = "BigBirdPegasusEncoderLayer"
+    document = json.loads(
+        _fxls_check("--json", "--no-compile-check", "--class", cls, str(path), timeout=600)
+    )
+    [layer] = [m for m in document["modules"] if m["class"] == cls]
+    codes = {d["code"] for d in layer["diagnostics"]}
+    assert layer["status"] == "partial" and "FX511" not in codes, layer["diagnostics"]
+    assert "FX101" in codes and layer["nodes"], layer["diagnostics"]

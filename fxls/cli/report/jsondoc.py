@@ -17,7 +17,14 @@ from fxls.cli.report.escape import escape_tree
 from fxls.engine import render
 from fxls.engine.analyze import FileAnalysis, diagnostic_key
 from fxls.protocol.labels import strategy_label
-from fxls.protocol.model import CompileCheck, Diagnostic, InputSpec, PassResult, Value
+from fxls.protocol.model import (
+    CompileCheck,
+    Diagnostic,
+    ErrorInfo,
+    InputSpec,
+    PassResult,
+    Value,
+)
 
 JSON_VERSION = 1
 PATH_KEYS = frozenset({"file"})
@@ -116,6 +123,7 @@ def to_json(
                 "diagnostics": [_json_diag(d) for d in sorted(own, key=_pos)],
                 "passes": [_json_pass(p) for p in m.passes],
                 "compile": _json_compile(m.compile),
+                "error": _json_error(m.error),
             }
         )
     rest = [d for i, d in enumerate(analysis.diagnostics) if i not in claimed]
@@ -166,6 +174,19 @@ def in_cells(tree: Any, notebook: NotebookModule) -> None:
     for value in tree.values():
         if isinstance(value, (list, dict)):
             in_cells(value, notebook)
+
+
+def _json_error(error: ErrorInfo | None) -> dict[str, Any] | None:
+    """What a class's capture raised that stopped it (its build, or fxls's own code: FX511):
+    where, what, and the traceback; null when nothing did."""
+    if error is None:
+        return None
+    return {
+        "phase": error.phase,
+        "type": error.type,
+        "message": error.message,
+        "traceback": error.traceback or None,
+    }
 
 
 def _json_compile(check: CompileCheck | None) -> dict[str, Any] | None:

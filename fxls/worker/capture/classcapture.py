@@ -1335,12 +1335,14 @@ class ClassCapture:
         (no repair left) replaces an earlier one there, which names a repair fxls made."""
         key = (diag.code, diag.span.line, diag.span.col)
         earlier = reported.get(key)
-        reported[key] = diag
         if earlier is None:
+            reported[key] = diag
             self.diagnose(diag)
         elif not any(k in diag.data for k in strategies.REPAIR_KINDS):
+            # ``reported`` holds the one shown there (a later one naming a repair is not)
             found = self.mod.diagnostics
             found[next(i for i, d in enumerate(found) if d is earlier)] = diag
+            reported[key] = diag
 
     def _trace_failure(
         self,

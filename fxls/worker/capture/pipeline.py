@@ -54,10 +54,12 @@ from fxls.worker.capture.document import (
 )
 from fxls.worker.capture.records import nodes
 from fxls.worker.capture.reporting import (
+    class_span,
     error_info,
     line_span,
     one_line,
     outer_span,
+    raised_in,
     user_span,
 )
 from fxls.worker.capture.shapes import kernels, reads
@@ -195,12 +197,29 @@ def _capture_classes(
             except cpulimit.OutOfCpu:
                 raise
             except BaseException as exc:
-                mod = ModuleResult(name=req.name, line=req.line, status="failed")
-                mod.error = error_info("trace", exc)
+                mod = _stopped(doc, req, exc)
             _soften_worked_around(mod)
         watch.check()
         done.setdefault(req.name, mod)
         results[index] = mod
+
+
+MAX_ERROR_CHARS = 300
+"""An unexpected error's message is cut to this many characters in its diagnostic."""
+
+
+def _stopped(doc: ExecutedDocument, req: ClassRequest, exc: BaseException) -> ModuleResult:
+    """The result of a class whose capture raised past every strategy (fxls's own code, as a
+    rule): failed, with FX511 saying what was raised where, and the traceback in ``error``."""
+    mod = ModuleResult(name=req.name, line=req.line, status="failed")
+    mod.error = error_info("trace", exc)
+    text = one_line(exc)
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 1] + "…"
+    span = class_span(doc.source, req.line, req.name)
+    found = catalogue.FX511(span, cls=req.name, error=text, where=raised_in(exc))
+    mod.diagnostics.append(found.diagnostic())
+    return mod
 
 
 def _reported_where_it_happens(modules: list[ModuleResult]) -> None:

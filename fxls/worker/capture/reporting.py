@@ -52,6 +52,20 @@ def one_line(exc: BaseException) -> str:
     return f"{name}: {first}" if first and not first.startswith(name) else (first or name)
 
 
+def raised_in(exc: BaseException) -> str:
+    """Where ``exc`` was raised: ``fxls/worker/capture/build/inputs.py:1497`` for fxls's own
+    code, else the file's name and line (``modeling_llama.py:204``)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return "an unknown place"
+    path = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+    at = path.rfind("/fxls/")
+    where = path[at + 1 :] if at >= 0 else path.rsplit("/", 1)[-1]
+    return f"{where[-120:]}:{tb.tb_lineno}"
+
+
 def line_span(source: SourceText, line: int) -> Span:
     """The stripped text of a whole line."""
     return source.line_span(line)

@@ -308,3 +308,63 @@ def test_the_parameter_a_none_error_is_about() -> None:
     assert none_given(to, "self.timestep.to(x)", names) is None
     assert none_given(to, "timesteps.to(x)", names) is None
     assert none_given("'Tensor' object has no attribute 'to'", "timestep.to(x)", names) is None
+
+
+TWO_CLASSES = """
+import torch.nn as nn
+
+
+class Fine(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class Unlucky(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+
+def test_a_capture_stopped_by_an_unexpected_error_says_what_and_where(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An exception no strategy handles (a bug in fxls's own code, injected here) leaves the
+    class failed with FX511 naming the exception and where it was raised, on the ``class``
+    line, and the traceback in ``error``; the other classes are captured as usual."""
+    import fxls.worker.capture.pipeline as pipeline
+
+    real = pipeline.capture_class
+
+    def capture_class(doc, req, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if req.name == "Unlucky":
+            raise TypeError("first argument must be string or compiled pattern")
+        return real(doc, req, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "capture_class", capture_class)
+    lines = TWO_CLASSES.splitlines()
+    requests = [
+        ClassRequest(name, next(i for i, t in enumerate(lines, 1) if t.startswith(f"class {name}")))
+        for name in ("Fine", "Unlucky")
+    ]
+    job = CaptureJob(path="/virtual/two.py", source=TWO_CLASSES, classes=requests)
+    result = run_capture(job, lambda phase, name: None)
+    fine, unlucky = result.modules
+
+    assert fine.status == "traced" and fine.outputs[0].shape == ["B", 4]
+    assert unlucky.status == "failed"
+    [found] = unlucky.diagnostics
+    assert found.code == "FX511" and found.severity == "warning"
+    assert found.message.startswith(
+        "capturing `Unlucky` stopped on an unexpected error: TypeError: first argument must "
+        "be string or compiled pattern (raised in test_failures.py:"
+    ), found.message
+    assert found.span.line == requests[1].line
+    assert unlucky.error is not None and "capture_class" in unlucky.error.traceback

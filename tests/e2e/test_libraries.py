@@ -375,6 +375,22 @@ def test_classes_built_with_fewer_layers_show_the_default_configurations_paramet
     assert modules["LlamaDecoderLayer"]["default_params"] is None
 
 
+def test_a_multimodal_head_whose_image_path_stops_shows_its_text_path() -> None:
+    """`Qwen2_5_VLForConditionalGeneration` passes `pixel_values` on to its model without
+    asking, so fxls gives it an image; the vision tower then stops (it needs its grid's
+    values) and the head showed nothing. It is captured with its token ids alone, says so,
+    and shows its logits."""
+    path = PACKAGES["transformers"] / "models/qwen2_5_vl/modeling_qwen2_5_vl.py"
+    cls = "Qwen2_5_VLForConditionalGeneration"
+    document = json.loads(
+        _fxls_check("--json", "--no-compile-check", "--class", cls, str(path), timeout=600)
+    )
+    [head] = [m for m in document["modules"] if m["class"] == cls]
+    assert head["status"] == "traced", head["diagnostics"]
+    assert [i["name"] for i in head["inputs"] if i["kind"] == "tensor"] == ["input_ids"]
+    assert head["outputs"][0]["shape"] == ["B", "T", 152064]
+
+
 def test_a_trace_failing_again_where_a_repair_was_named_keeps_its_diagnostic() -> None:
     """BigBird-Pegasus's encoder layer fails to trace at one line in several attempts; an
     attempt whose diagnostic named a repair was kept as the one shown but never shown, and

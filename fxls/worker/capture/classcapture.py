@@ -281,27 +281,57 @@ def capture_class(
     wanted: dict[type, str] | None = None,
     from_parent: bool = True,
 ) -> ModuleResult:
-    """Build ``req``'s class and capture it (:func:`_capture_once`); when that does not run
-    through ``forward`` and a parameter left at its default ``None`` is data ``forward`` uses
-    without asking whether it was given (diffusers' ``timestep``, handed on to the blocks),
-    captured again with such parameters as inputs (:func:`inputs.needed_unasked`), kept if
-    that runs through."""
+    """Build ``req``'s class and capture it (:func:`_capture_once`). When that does not run
+    through ``forward``, it is captured again, kept if that runs through: a model of several
+    modalities given the inputs of the others (an image) with its main input alone, and one
+    with a parameter left at its default ``None`` that is data ``forward`` uses without
+    asking whether it was given (diffusers' ``timestep``, handed on to the blocks) with such
+    parameters as inputs (:func:`inputs.needed_unasked`)."""
     mod = _capture_once(doc, req, report_phase, wanted, _Way(from_parent))
     capture = doc.captures.get(req.name)
-    if runs(mod) or capture is None or not capture.unasked_defaults():
+    if runs(mod) or capture is None:
         return mod
+    if capture.other_inputs:
+        # the path through an assumed image stopped (a vision tower needing its grid's
+        # values): what the first capture recorded of the towers it called stays their
+        # evidence
+        others = ", ".join(f"`{name}`" for name in capture.other_inputs)
+        way = _Way(from_parent, one_modality=True)
+        alone = _again_if_it_runs(doc, req, report_phase, wanted, way)
+        if alone is not None:
+            alone.notes.append(
+                f"captured with its main input alone: with {others} as well (assumed) it did "
+                "not run through"
+            )
+            return alone
+    if capture.unasked_defaults():
+        way = _Way(from_parent, defaults_needed=True)
+        found = _again_if_it_runs(doc, req, report_phase, wanted, way)
+        if found is not None:
+            return found
+    doc.captures[req.name] = capture
+    return mod
+
+
+def _again_if_it_runs(
+    doc: ExecutedDocument,
+    req: ClassRequest,
+    report_phase: PhaseReporter,
+    wanted: dict[type, str] | None,
+    way: _Way,
+) -> ModuleResult | None:
+    """The class captured again the ``way`` given, when that runs through ``forward``; else
+    None, and what it recorded of its children is discarded (it is not evidence either)."""
     report_phase("init", req.name)
     records, built = dict(doc.records), dict(doc.built_by_parents)
-    again = _capture_once(doc, req, report_phase, wanted, _Way(from_parent, defaults_needed=True))
+    again = _capture_once(doc, req, report_phase, wanted, way)
     if runs(again):
         return again
-    # what the discarded capture recorded of its children is not evidence either
     doc.records.clear()
     doc.records.update(records)
     doc.built_by_parents.clear()
     doc.built_by_parents.update(built)
-    doc.captures[req.name] = capture
-    return mod
+    return None
 
 
 @dataclass(frozen=True)
@@ -312,6 +342,9 @@ class _Way:
     """The instance and inputs a parent called it with come first."""
     defaults_needed: bool = False
     """Parameters defaulting to ``None`` that ``forward`` uses unasked are planned as inputs."""
+    one_modality: bool = False
+    """A model of several modalities gets its main input only (``inputs.other_modalities``
+    are left at their defaults)."""
 
 
 def _capture_once(
@@ -356,6 +389,7 @@ def _capture_once(
         given = recorded.inputs if recorded is not None else {}
         capture = ClassCapture(doc, req, mod, given)
         capture.defaults_needed = way.defaults_needed
+        capture.one_modality = way.one_modality
         capture.within = _parent_run(recorded)
         capture.watching = frozenset(wanted or ())
         if recorded is not None and recorded.left_out:
@@ -615,6 +649,10 @@ class ClassCapture:
         (:func:`inputs.needed_unasked`)."""
         self.met_none = False
         """Whether a run of ``forward`` with other forms of the inputs stopped on a ``None``."""
+        self.one_modality = False
+        """Leave the inputs of a model's other modalities at their defaults."""
+        self.other_inputs: list[str] = []
+        """The inputs of other modalities the plan added beside the main one."""
         self.watching: frozenset[type] = frozenset()
         """Classes whose first call inside a submodule kept whole the propagation records
         (``Propagation.inner_calls``): the children this capture records after it."""
@@ -939,7 +977,12 @@ class ClassCapture:
             # called with none of them computes nothing; its main input is inferred instead
             del plan.planned[primary.name]
             plan.pending.append(primary.name)
-            others = inputs.other_modalities(module, plan.positional(), primary)
+            others = (
+                []
+                if self.one_modality
+                else inputs.other_modalities(module, plan.positional(), primary)
+            )
+            self.other_inputs = [n for n in others if n not in plan.declared]
             for name in [*inputs.decoder_inputs(plan.positional(), primary), *others]:
                 if name not in plan.declared:
                     del plan.planned[name]

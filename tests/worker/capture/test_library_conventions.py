@@ -856,11 +856,44 @@ class Captioner(nn.Module):
         if pixel_values is not None:
             text = text + self.vision(pixel_values)[:, None]
         return text
+
+
+class Listener(nn.Module):
+    config_class = DualConfig
+    input_modalities = ("audio", "text")
+
+    def __init__(self, config):
+        super().__init__()
+        self.tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.audio = nn.Linear(8, config.hidden_size)
+
+    def forward(self, input_ids=None, input_features=None, features_embeds=None):
+        if (input_features is None) ^ (features_embeds is not None):
+            raise ValueError("You must specify exactly one of input_features or features_embeds")
+        if input_features is not None:
+            features_embeds = self.audio(input_features)
+        return self.tokens(input_ids) + features_embeds.mean()
+
+
+class ListenerForGeneration(nn.Module):
+    config_class = DualConfig
+    input_modalities = ("audio", "text")
+
+    def __init__(self, config):
+        super().__init__()
+        self.model = Listener(config)
+        self.head = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, input_ids=None, input_features=None):
+        return self.head(self.model(input_ids=input_ids, input_features=input_features))
 """
 
 
 def test_a_model_of_two_modalities_gets_an_input_of_each_and_its_towers_theirs() -> None:
-    mods = _capture(DUAL, "PatchEmbeddings", "VisionTower", "DualEncoder", "Captioner")
+    mods = _capture(
+        DUAL, "PatchEmbeddings", "VisionTower", "DualEncoder", "Captioner", "Listener",
+        "ListenerForGeneration",
+    )  # fmt: skip
 
     dual = mods["DualEncoder"]
     given = {i.name: i.value.shape for i in dual.inputs if i.value.kind == "tensor"}
@@ -873,6 +906,78 @@ def test_a_model_of_two_modalities_gets_an_input_of_each_and_its_towers_theirs()
     captioner = mods["Captioner"]
     assert [i.name for i in captioner.inputs if i.value.kind == "tensor"] == ["input_ids"]
     assert _shape(captioner) == ["B", "T", 32]
+    # asking is not enough when forward raises without it ("exactly one of ..."): a model
+    # that needs its audio or their embeddings gets the audio, and so does its head
+    for name in ("Listener", "ListenerForGeneration"):
+        given = [i.name for i in mods[name].inputs if i.value.kind == "tensor"]
+        assert given == ["input_ids", "input_features"], (name, given)
+    assert _shape(mods["ListenerForGeneration"]) == ["B", "T", 100]
+
+
+GRID = """
+@dataclass
+class GridConfig:
+    vocab_size: int = 100
+    hidden_size: int = 32
+    image_size: int = 16
+    patch_size: int = 4
+    num_channels: int = 3
+
+
+class Tower(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.proj = nn.Conv2d(config.num_channels, config.hidden_size, config.patch_size,
+                              stride=config.patch_size)
+
+    def forward(self, pixel_values, grid=None):
+        # the grid's own size: a tower given no grid (None) stops
+        return self.proj(pixel_values).flatten(2).mean(2) * grid.shape[0]
+
+
+class Counter(nn.Module):
+    config_class = GridConfig
+    input_modalities = ("image", "text")
+
+    def __init__(self, config):
+        super().__init__()
+        self.tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.vision = Tower(config)
+
+    def forward(self, input_ids=None, pixel_values=None, image_grid=None):
+        text = self.tokens(input_ids)
+        if pixel_values is not None:
+            text = text + self.vision(pixel_values, image_grid)[:, None]
+        return text
+
+
+class CounterForGeneration(nn.Module):
+    config_class = GridConfig
+    input_modalities = ("image", "text")
+
+    def __init__(self, config):
+        super().__init__()
+        self.model = Counter(config)
+        self.head = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, input_ids=None, pixel_values=None, image_grid=None):
+        states = self.model(input_ids=input_ids, pixel_values=pixel_values, image_grid=image_grid)
+        return self.head(states)
+"""
+
+
+def test_a_model_whose_path_through_an_assumed_image_stops_is_shown_with_its_text() -> None:
+    """A head that passes an image on (transformers' ``*ForConditionalGeneration``) is
+    given one; when the image's path stops (a vision tower given no grid: Qwen2.5-VL's), the
+    head is captured with its main input alone and says so."""
+    mods = _capture(GRID, "Tower", "Counter", "CounterForGeneration")
+
+    head = mods["CounterForGeneration"]
+    assert [i.name for i in head.inputs if i.value.kind == "tensor"] == ["input_ids"]
+    assert _shape(head) == ["B", "T", 100]
+    assert any("with `pixel_values` as well (assumed)" in note for note in head.notes)
+    # the model asks whether it was given an image: its main input alone, as before
+    assert [i.name for i in mods["Counter"].inputs if i.value.kind == "tensor"] == ["input_ids"]
 
 
 NONE_FROM_PARENT = """

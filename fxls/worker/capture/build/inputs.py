@@ -13,6 +13,7 @@ import ast
 import inspect
 import re
 import sys
+import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -1473,7 +1474,7 @@ def other_modalities(
     ``input_modalities = ("image", "text")``: ``CLIPModel`` embeds an image and a text in one
     ``forward``), beside its main one, when ``forward`` reads each of them without asking
     whether it was given (``if pixel_values is not None``: a captioning model that also runs
-    on text alone keeps it ``None``)."""
+    on text alone keeps it ``None``; one that asks but raises without it needs it)."""
     modalities = getattr(type(module), "input_modalities", None)
     if isinstance(modalities, str) or not isinstance(modalities, (tuple, list)):
         return []
@@ -1489,7 +1490,37 @@ def other_modalities(
     source = _forward_source(module)
     if source is None:
         return []
-    return [n for n in found if not re.search(rf"\b{n}\s+is\s+not\s+None\b", source)]
+    return [n for n in found if not _source_asks(source, n)]
+
+
+def _source_asks(source: str, name: str) -> bool:
+    """Whether ``forward``'s source asks whether ``name`` was given, and does not raise
+    when it was not (``if (input_features is None) ^ (inputs_embeds is not None): raise``:
+    one of the two is needed)."""
+    if re.search(rf"\b{name}\s+is\s+not\s+None\b", source) is None:
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except (SyntaxError, ValueError, RecursionError):
+        return True
+    return not any(
+        isinstance(node, ast.If)
+        and _tests_none(node.test, name)
+        and any(isinstance(s, ast.Raise) for s in node.body)
+        for node in ast.walk(tree)
+    )
+
+
+def _tests_none(test: ast.expr, name: str) -> bool:
+    """Whether ``test`` holds ``name is None``."""
+    return any(
+        isinstance(node, ast.Compare)
+        and _is_name(node.left, name)
+        and isinstance(node.ops[0], ast.Is)
+        and isinstance(node.comparators[0], ast.Constant)
+        and node.comparators[0].value is None
+        for node in ast.walk(test)
+    )
 
 
 def _forward_source(module: nn.Module) -> str | None:

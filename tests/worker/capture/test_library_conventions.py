@@ -914,14 +914,9 @@ def test_a_model_of_two_modalities_gets_an_input_of_each_and_its_towers_theirs()
     assert _shape(mods["ListenerForGeneration"]) == ["B", "T", 100]
 
 
-GRID = """
-@dataclass
-class GridConfig:
-    vocab_size: int = 100
-    hidden_size: int = 32
-    image_size: int = 16
-    patch_size: int = 4
-    num_channels: int = 3
+GRID = (
+    DUAL
+    + """
 
 
 class Tower(nn.Module):
@@ -936,7 +931,7 @@ class Tower(nn.Module):
 
 
 class Counter(nn.Module):
-    config_class = GridConfig
+    config_class = DualConfig
     input_modalities = ("image", "text")
 
     def __init__(self, config):
@@ -952,7 +947,7 @@ class Counter(nn.Module):
 
 
 class CounterForGeneration(nn.Module):
-    config_class = GridConfig
+    config_class = DualConfig
     input_modalities = ("image", "text")
 
     def __init__(self, config):
@@ -964,6 +959,7 @@ class CounterForGeneration(nn.Module):
         states = self.model(input_ids=input_ids, pixel_values=pixel_values, image_grid=image_grid)
         return self.head(states)
 """
+)
 
 
 def test_a_model_whose_path_through_an_assumed_image_stops_is_shown_with_its_text() -> None:

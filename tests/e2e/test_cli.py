@@ -20,7 +20,7 @@ import fxls
 DOC_KEYS = {"version", "file", "outcome", "torch_version", "modules", "diagnostics"}
 MODULE_KEYS = {"class", "line", "status", "capture", "build", "isolation", "params",
                "default_params", "inputs", "outputs", "holds_for", "nodes", "diagnostics",
-               "passes", "compile", "error"}  # fmt: skip
+               "passes", "compile", "notes", "error"}  # fmt: skip
 NODE_KEYS = {
     "name",
     "op",

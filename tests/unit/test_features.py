@@ -275,6 +275,16 @@ def test_hover_class_construction_and_grammar() -> None:
     assert "assumed: dim=64, heads=4 — pin with # fxls: init(dim=64, heads=4)" in md
 
 
+def test_a_class_hover_says_how_many_notes_it_leaves_out() -> None:
+    notes = [f"note number {i}" for i in range(1, 9)]
+    module = ModuleResult(name="Net", line=5, status="traced", notes=notes)
+    md = hover.class_markdown(module, style="block")
+    assert all(f"note number {i}" in md for i in range(1, 7)), md
+    assert "note number 7" not in md and "2 more notes" in md
+    module.notes = notes[:6]
+    assert "more note" not in hover.class_markdown(module, style="block")
+
+
 def test_format_helpers() -> None:
     assert count_text(25_557_032) == "25.6 M"
     assert count_text(950) == "950"

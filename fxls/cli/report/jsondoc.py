@@ -123,6 +123,7 @@ def to_json(
                 "diagnostics": [_json_diag(d) for d in sorted(own, key=_pos)],
                 "passes": [_json_pass(p) for p in m.passes],
                 "compile": _json_compile(m.compile),
+                "notes": list(m.notes),
                 "error": _json_error(m.error),
             }
         )

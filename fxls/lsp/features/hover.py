@@ -72,6 +72,8 @@ Style = Literal["table", "block"]
 and hides ``_`` inside words)."""
 
 MAX_ROWS = 8
+MAX_NOTES = 6
+"""Notes a class hover shows; it says how many more there are."""
 """Most argument or layer rows of a call hover before a "… N more" line (the whole hover
 stays within about 12 lines)."""
 _PLUMBING_METHODS = {
@@ -555,6 +557,15 @@ def _parameter_rows(module: ModuleResult) -> list[tuple[str, str]]:
     return rows
 
 
+def _notes_shown(notes: Sequence[str]) -> list[str]:
+    """The first :data:`MAX_NOTES` notes, and how many more there are."""
+    shown = list(notes[:MAX_NOTES])
+    if len(notes) > MAX_NOTES:
+        left = len(notes) - MAX_NOTES
+        shown.append(f"{plural(left, 'more note')} (`fxls check --json` lists them)")
+    return shown
+
+
 def class_summary(
     module: ModuleResult, *, isolation: Sequence[str] = (), duration_s: float | None = None
 ) -> ClassSummary:
@@ -585,8 +596,7 @@ def class_summary(
     if module.build:
         capture += f", built on {module.build}"
     rows.append(("capture", capture))
-    for note in module.notes[:4]:
-        rows.append(("note", note))
+    rows.extend(("note", note) for note in _notes_shown(module.notes))
     rows.extend(compile_rows(module))
     if isolation:
         rows.append(("isolation", ", ".join(isolation)))

@@ -679,9 +679,9 @@ class FX511(Message):
     title = "Capture stopped unexpectedly"
     template = "capturing `{cls}` stopped on an unexpected error: {error} (raised in {where})"
     fix = (
-        "The class shows nothing until this is fixed. When `{where}` is a file of fxls, this "
-        "is a bug in fxls: please report it with this message (`fxls check --json` holds "
-        "the traceback)."
+        "The class shows nothing until this is fixed. When the place names a file of fxls, "
+        "this is a bug in fxls: please report it with this message (`fxls check --json` "
+        "holds the traceback)."
     )
 
 

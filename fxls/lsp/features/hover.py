@@ -72,10 +72,10 @@ Style = Literal["table", "block"]
 and hides ``_`` inside words)."""
 
 MAX_ROWS = 8
-MAX_NOTES = 6
-"""Notes a class hover shows; it says how many more there are."""
 """Most argument or layer rows of a call hover before a "… N more" line (the whole hover
 stays within about 12 lines)."""
+MAX_NOTES = 6
+"""Notes a class hover shows; it says how many more there are."""
 _PLUMBING_METHODS = {
     "size", "dim", "contiguous", "view", "reshape", "transpose", "permute", "split", "chunk",
     "unsqueeze", "squeeze", "flatten", "expand", "to", "type", "float", "type_as", "numel",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import traceback
 from typing import Any
@@ -52,18 +53,38 @@ def one_line(exc: BaseException) -> str:
     return f"{name}: {first}" if first and not first.startswith(name) else (first or name)
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+"""The folder of the ``fxls`` package (this module is ``fxls/worker/capture/reporting.py``)."""
+
+
 def raised_in(exc: BaseException) -> str:
-    """Where ``exc`` was raised: ``fxls/worker/capture/build/inputs.py:1497`` for fxls's own
-    code, else the file's name and line (``modeling_llama.py:204``)."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is None:
+    """Where ``exc`` was raised (``modeling_llama.py:204``), and the innermost place in
+    fxls's own code it came from when that is another (``re/__init__.py:176, from
+    fxls/worker/capture/build/inputs.py:1497``)."""
+    places = [
+        (frame.f_code.co_filename, line) for frame, line in traceback.walk_tb(exc.__traceback__)
+    ]
+    if not places:
         return "an unknown place"
-    path = tb.tb_frame.f_code.co_filename.replace("\\", "/")
-    at = path.rfind("/fxls/")
-    where = path[at + 1 :] if at >= 0 else path.rsplit("/", 1)[-1]
-    return f"{where[-120:]}:{tb.tb_lineno}"
+    text = _place(*places[-1])
+    ours = [place for place in places if _in_fxls(place[0])]
+    if ours and ours[-1] != places[-1]:
+        text += f", from {_place(*ours[-1])}"
+    return text
+
+
+def _in_fxls(path: str) -> bool:
+    return os.path.abspath(path).startswith(_PACKAGE + os.sep)
+
+
+def _place(path: str, line: int) -> str:
+    """``fxls/...`` for fxls's own files, else the file's name and the parent folder's."""
+    full = os.path.abspath(path)
+    if _in_fxls(full):
+        where = "fxls/" + os.path.relpath(full, _PACKAGE).replace(os.sep, "/")
+    else:
+        where = "/".join(full.replace(os.sep, "/").split("/")[-2:])
+    return f"{where[-120:]}:{line}"
 
 
 def line_span(source: SourceText, line: int) -> Span:

@@ -364,7 +364,8 @@ def test_a_capture_stopped_by_an_unexpected_error_says_what_and_where(
     assert found.code == "FX511" and found.severity == "warning"
     assert found.message.startswith(
         "capturing `Unlucky` stopped on an unexpected error: TypeError: first argument must "
-        "be string or compiled pattern (raised in test_failures.py:"
+        "be string or compiled pattern (raised in capture/test_failures.py:"
     ), found.message
+    assert ", from fxls/worker/capture/pipeline.py:" in found.message, found.message
     assert found.span.line == requests[1].line
     assert unlucky.error is not None and "capture_class" in unlucky.error.traceback

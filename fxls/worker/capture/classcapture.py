@@ -1150,6 +1150,13 @@ class ClassCapture:
                 name, "value", value=1, assumed=True, reason="its annotation `int`, a count"
             )
         module = self.module
+        size_use = inputs.used_as_size(module, name, self.doc.tree) if module else None
+        if size_use is not None:
+            # a length (``torch.arange(seq_len)``): the sequence's example size
+            return inputs.PlannedInput(
+                name, "value", value=plan.symbols.size(inputs.SEQUENCE), assumed=True,
+                reason=f"its use as a size, `{size_use}`",
+            )  # fmt: skip
         if module is not None and _STATE.match(name):
             for method in ("init_hidden", "init_hidden_state", "init_state", "initial_state",
                            "begin_state"):  # fmt: skip

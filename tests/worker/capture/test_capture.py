@@ -981,3 +981,34 @@ def test_what_counts_as_a_parameter_forward_needs_though_it_defaults_to_none() -
     dit = fixture.TinyDiT
     timestep = _inspect.signature(dit.forward).parameters["timestep"]
     assert needed_unasked(timestep, dit())
+
+
+def test_a_helper_given_a_length_is_given_a_number() -> None:
+    # A rotary helper's `forward(self, seq_len)` and an ALiBi bias's `forward(self, i, j)`
+    # take lengths: `torch.arange(seq_len)`. fxls had nothing to go on (FX402, no shapes); a
+    # parameter used only as a size is now the sequence's example size, assumed and said so.
+    # `Positions` also uses its `t` as a tensor (`t.float()`), so it is still asked for.
+    text = _text("length_inputs.py")
+    result = _capture(
+        "length_inputs.py",
+        _request(text, "Rotary"),
+        _request(text, "AlibiBias"),
+        _request(text, "Positions"),
+    )
+    rotary, alibi, positions = result.modules
+    module = _load("length_inputs.py")
+    assert rotary.status == "traced", rotary.diagnostics
+    (given,) = rotary.inputs
+    assert (given.name, given.value.kind, given.assumed) == ("seq_len", "int", True), given
+    assert given.value.text is not None
+    n = int(given.value.text)
+    (fx405,) = [d for d in rotary.diagnostics if d.code == "FX405"]
+    assert "torch.arange(seq_len" in fx405.message, fx405.message
+    cos, sin = module.Rotary()(n)
+    assert [o.shape for o in rotary.outputs] == [list(cos.shape), list(sin.shape)]
+    assert alibi.status == "traced", alibi.diagnostics
+    sizes = {i.name: int(i.value.text or "0") for i in alibi.inputs}
+    assert set(sizes) == {"i", "j"} and all(i.assumed for i in alibi.inputs), alibi.inputs
+    eager = module.AlibiBias()(sizes["i"], sizes["j"])
+    assert [o.shape for o in alibi.outputs] == [list(eager.shape)], alibi.outputs
+    assert [d.code for d in positions.diagnostics if d.code in ("FX402", "FX405")] == ["FX402"]

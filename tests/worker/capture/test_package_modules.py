@@ -7,10 +7,12 @@ The package is ``tests/fixtures/packages/tinylib``, laid out like the model libr
 from __future__ import annotations
 
 import shutil
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from fxls.engine.analyze import AnalysisRequest, analyze
 from fxls.engine.workerclient import WorkerClient
@@ -167,3 +169,39 @@ async def test_a_package_that_cannot_be_imported_is_a_warning_naming_the_module(
         i for i, line in enumerate(text.splitlines(), 1) if line.startswith("from ... import")
     )
     assert missing.span.line == package_import
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_wrapper_input_is_read_off_the_model_it_wraps_in_another_file(
+    worker: WorkerClient, tmp_path: Path
+) -> None:
+    """``NextToken`` (``arlib/wrapper.py``) passes its ``x`` to ``TokenLM`` of ``arlib/lm.py``
+    after ``inp, target = x, x[:, 1:]`` and ``torch.where(inp == ignore_index, ...)``. The
+    search for the layer an input reaches read ``TokenLM.forward`` in the wrapper's own file
+    (not there), lost ``x`` at the tuple assignment and stopped at the comparison: FX402, no
+    shapes. Now ``x`` is token ids for ``net.token_emb``, and the loss is a scalar, as eager
+    at two sizes."""
+    shutil.copytree(FIXTURES / "arlib", tmp_path / "arlib")
+    path = tmp_path / "arlib" / "wrapper.py"
+    analysis = await analyze(
+        worker, AnalysisRequest(str(path), path.read_text(), root=str(tmp_path))
+    )
+    (wrapper,) = analysis.modules
+    assert wrapper.status == "traced", wrapper.diagnostics
+    assert [(i.name, i.value.shape, i.value.dtype) for i in wrapper.inputs] == [
+        ("x", ["B", "T"], "int64")
+    ], wrapper.inputs
+    (fx405,) = [d for d in wrapper.diagnostics if d.code == "FX405"]
+    assert "net.token_emb" in fx405.message, fx405.message
+    assert [o.shape for o in wrapper.outputs] == [[]], wrapper.outputs
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from arlib.wrapper import NextToken  # type: ignore[import-not-found]
+
+        for batch, length in ((2, 5), (3, 7)):
+            loss = NextToken()(torch.randint(0, 256, (batch, length)))
+            assert loss.shape == ()
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [n for n in sys.modules if n == "arlib" or n.startswith("arlib.")]:
+            del sys.modules[name]

@@ -25,7 +25,7 @@ from torch import nn
 from fxls.protocol.model import DimSpec, InputOrigin, InputSpec, Value
 from fxls.worker.capture.document import resolvable
 from fxls.worker.capture.shapes.propagation import ExampleInput
-from fxls.worker.capture.spans import forward_definition
+from fxls.worker.capture.spans import forward_definition, short_source
 from fxls.worker.capture.syntax import nodes_of
 from fxls.worker.capture.trace import passthrough
 
@@ -828,6 +828,54 @@ def infer_from_source(
     return layer_input(param, target, layer, symbols, spatial)
 
 
+_SIZE_FUNCTIONS = frozenset(
+    {"arange", "range", "zeros", "ones", "empty", "full", "rand", "randn", "eye"}
+)
+"""Functions whose positional arguments are sizes (``torch.arange(seq_len)``, ``range(n)``,
+``torch.ones(n, n)``), called as ``torch.arange``, ``arange`` or ``range``."""
+
+
+def used_as_size(module: nn.Module, name: str, tree: ast.Module | None) -> str | None:
+    """The call in ``forward`` that takes ``name`` as a size (``torch.arange(seq_len)``,
+    ``torch.arange(j - i, j)``), quoted, when ``forward`` never uses ``name`` as anything but
+    a number: no attribute, method, item or ``len`` of it (a rotary or bias helper given a
+    length). None otherwise. ``tree`` is the document's; another file's class is read in its
+    own file."""
+    cls = type(module)
+    fn = _method_def(tree, cls, "forward") if tree is not None else None
+    if fn is None:
+        inner = module_tree(cls)
+        fn = _method_def(inner, cls, "forward") if inner is not None else None
+    if fn is None:
+        return None
+    found: ast.Call | None = None
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and _is_name(node.value, name):
+            return None  # a tensor, a sequence, an object
+        if not isinstance(node, ast.Call):
+            continue
+        callee = node.func.attr if isinstance(node.func, ast.Attribute) else None
+        callee = node.func.id if isinstance(node.func, ast.Name) else callee
+        sizes = node.args[:1] if callee == "full" else node.args  # ``full(size, value)``
+        counted = any(_counts(arg, name) for arg in sizes)
+        if callee == "len" and counted:
+            return None
+        if found is None and callee in _SIZE_FUNCTIONS and counted:
+            found = node
+    return short_source(ast.unparse(found)) if found is not None else None
+
+
+def _counts(node: ast.expr, name: str) -> bool:
+    """``name`` itself, in arithmetic (``j - i``, ``n * 2``, ``-n``) or in a tuple of sizes."""
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return any(_counts(e, name) for e in node.elts)
+    if isinstance(node, ast.BinOp):
+        return _counts(node.left, name) or _counts(node.right, name)
+    if isinstance(node, ast.UnaryOp):
+        return _counts(node.operand, name)
+    return _is_name(node, name)
+
+
 def _class_def(tree: ast.Module, cls: type) -> ast.ClassDef | None:
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
@@ -872,15 +920,33 @@ class _Scope:
 
 
 def _aliases(fn: ast.FunctionDef, param: str) -> set[str]:
-    """``param`` and the names it is assigned to unchanged (``hidden_states = input_tensor``)."""
+    """``param`` and the names it is assigned to unchanged (``hidden_states = input_tensor``,
+    ``inp, target = x, x[:, 1:]``)."""
     aliases = {param}
     for node in sorted(
-        (n for n in ast.walk(fn) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)),
+        (n for n in ast.walk(fn) if isinstance(n, ast.Assign)),
         key=lambda n: (n.lineno, n.col_offset),
     ):
-        if isinstance(node.value, ast.Name) and node.value.id in aliases:
-            aliases.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        for target, value in _pairs(node):
+            if isinstance(value, ast.Name) and value.id in aliases:
+                aliases.add(target)
     return aliases
+
+
+def _pairs(node: ast.Assign) -> Iterator[tuple[str, ast.expr]]:
+    """The names an assignment gives a value and the values, pairwise where a tuple is
+    assigned to a tuple of names (``a, b = x, y``)."""
+    for target in node.targets:
+        if isinstance(target, ast.Name):
+            yield target.id, node.value
+        elif (
+            isinstance(target, ast.Tuple)
+            and isinstance(node.value, ast.Tuple)
+            and len(target.elts) == len(node.value.elts)
+        ):
+            for name, value in zip(target.elts, node.value.elts, strict=True):
+                if isinstance(name, ast.Name):
+                    yield name.id, value
 
 
 def _carries(node: ast.expr, aliases: set[str], scope: _Scope) -> bool:
@@ -946,7 +1012,7 @@ def _first_in_function(
 
 def _derived(value: ast.expr, aliases: set[str], scope: _Scope) -> bool:
     """The input reshaped or combined (``x.reshape(b, f, t, c)``, ``x + self.pe[:n]``,
-    ``x[:, 0]``, ``rearrange(x, "b n d -> b d n")``): fxls goes on reading its later layers
+    ``x[:, 0]``, ``x == pad``, ``rearrange(x, "b n d -> b d n")``): fxls goes on reading its later layers
     for what the input is, but not past a module it was given to (``self.emb(x) * scale``) or
     a function that takes it after something else (``embed(self.table, x)``)."""
     if isinstance(value, ast.Name):
@@ -964,6 +1030,8 @@ def _derived(value: ast.expr, aliases: set[str], scope: _Scope) -> bool:
         return _derived(value.value, aliases, scope)
     if isinstance(value, ast.UnaryOp):
         return _derived(value.operand, aliases, scope)
+    if isinstance(value, ast.Compare):
+        return any(_derived(v, aliases, scope) for v in (value.left, *value.comparators))
     return False
 
 
@@ -1114,7 +1182,8 @@ def _into_module(
         return None
     if not params:
         return None
-    return _first_in_source(obj, "forward", params[0], f"{path}.", tree, depth + 1)
+    inner = module_tree(type(obj)) or tree  # a class of another file is read in its file
+    return _first_in_source(obj, "forward", params[0], f"{path}.", inner, depth + 1)
 
 
 def _resolve(

@@ -1900,9 +1900,12 @@ def _batch_once(
     run = fake_run(ordered, symbolic)
     if run.error is None and not _batch_twice(run, ordered):
         return ordered, run
-    if run.error is not None and not (_rank_failure(run.error) and any(p.assumed for p in ordered)):
+    asserted = inputs.asserted_sizes(run.error) if run.error is not None else []
+    stopped_by_sizes = run.error is not None and (_rank_failure(run.error) or asserted)
+    if run.error is not None and not (stopped_by_sizes and any(p.assumed for p in ordered)):
         return ordered, run
     named = inputs.sizes_named_by(str(run.error)) if run.error is not None else []
+    named += [size for size in asserted if size not in named]
     sequence = _unused_size(ordered)
     for index, planned in enumerate(ordered):
         for alternative in inputs.alternatives(planned, named, sequence)[:MAX_FORMS_TRIED]:

@@ -1012,3 +1012,19 @@ def test_a_helper_given_a_length_is_given_a_number() -> None:
     eager = module.AlibiBias()(sizes["i"], sizes["j"])
     assert [o.shape for o in alibi.outputs] == [list(eager.shape)], alibi.outputs
     assert [d.code for d in positions.diagnostics if d.code in ("FX402", "FX405")] == ["FX402"]
+
+
+def test_an_assert_on_a_length_gives_the_length_to_try() -> None:
+    # `b, n, device = *x.shape, x.device` stops torch.fx; the run on fake tensors then stopped
+    # at `assert n == self.max_seq_len` with the assumed `T`, and the class showed nothing. The
+    # numbers a failed `assert` compares with are tried as sizes of the assumed input, as
+    # those a shape error names are: `T` = 16, said in the output's sizes.
+    text = _text("length_inputs.py")
+    (fixed,) = _capture("length_inputs.py", _request(text, "FixedLength")).modules
+    assert fixed.status == "traced", fixed.diagnostics
+    assert [(i.value.shape, i.value.dtype) for i in fixed.inputs] == [(["B", "T"], "int64")]
+    assert [o.shape for o in fixed.outputs] == [["B", 16, 32]], fixed.outputs
+    assert fixed.example_sizes == {"T": 16}, fixed.example_sizes
+    model = _load("length_inputs.py").FixedLength()
+    for batch in (2, 3):
+        assert model(torch.randint(0, 256, (batch, 16))).shape == (batch, 16, 32)

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
 import re
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import torch
@@ -740,6 +742,50 @@ def sizes_named_by(error: str) -> list[int]:
     return found
 
 
+def asserted_sizes(exc: BaseException) -> list[int]:
+    """The numbers a failed ``assert`` compared with (``assert n == self.max_seq_len`` after
+    ``b, n = x.shape``: 16), read in the frame it failed in: the operands of its comparison
+    written as names, attributes, subscripts and constants that hold ints of at least 2. Empty
+    for any other error, or an ``assert`` not written on one line. At most
+    ``MAX_NAMED_SIZES``."""
+    if not isinstance(exc, AssertionError):
+        return []
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return []
+    frame = tb.tb_frame
+    line = linecache.getline(frame.f_code.co_filename, tb.tb_lineno).strip()
+    try:
+        statement = ast.parse(line).body[0] if line.startswith("assert ") else None
+    except (SyntaxError, ValueError, IndexError):
+        return []
+    test = statement.test if isinstance(statement, ast.Assert) else None
+    if not isinstance(test, ast.Compare):
+        return []
+    found: list[int] = []
+    for operand in (test.left, *test.comparators):
+        value = _read(operand, frame)
+        if type(value) is int and 2 <= value < 2**20 and value not in found:
+            found.append(value)
+    return found[:MAX_NAMED_SIZES]
+
+
+_READABLE = (ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Load)
+
+
+def _read(operand: ast.expr, frame: FrameType) -> Any:
+    """``operand`` evaluated in ``frame`` when it only reads (no call, no arithmetic)."""
+    if not all(isinstance(n, _READABLE) for n in ast.walk(operand)):
+        return None
+    try:
+        code = compile(ast.Expression(operand), "<assert>", "eval")
+        return eval(code, frame.f_globals, dict(frame.f_locals))
+    except Exception:  # user code: a property that raises
+        return None
+
+
 def alternatives(
     planned: PlannedInput, sizes: list[int] | tuple[int, ...] = (), sequence: int | None = None
 ) -> list[PlannedInput]:
@@ -919,16 +965,17 @@ class _Scope:
         return _resolve(self.module, func, self.selves)
 
 
-def _aliases(fn: ast.FunctionDef, param: str) -> set[str]:
+def _aliases(fn: ast.FunctionDef, param: str, scope: _Scope) -> set[str]:
     """``param`` and the names it is assigned to unchanged (``hidden_states = input_tensor``,
-    ``inp, target = x, x[:, 1:]``)."""
+    ``inp, target = x, x[:, 1:]``) or with its shape kept (``masked = torch.where(mask, id,
+    x)``, :func:`_carries`)."""
     aliases = {param}
     for node in sorted(
         (n for n in ast.walk(fn) if isinstance(n, ast.Assign)),
         key=lambda n: (n.lineno, n.col_offset),
     ):
         for target, value in _pairs(node):
-            if isinstance(value, ast.Name) and value.id in aliases:
+            if _carries(value, aliases, scope):
                 aliases.add(target)
     return aliases
 
@@ -958,9 +1005,21 @@ def _carries(node: ast.expr, aliases: set[str], scope: _Scope) -> bool:
         return False
     if isinstance(node.func, ast.Attribute) and node.func.attr in _SAME_SHAPE_METHODS:
         return _carries(node.func.value, aliases, scope)
+    if _is_torch(node.func, "where") and len(node.args) == 3:
+        return any(_carries(a, aliases, scope) for a in node.args[1:])
     found = scope.resolve(node.func) if node.args else None
     kept = found is not None and isinstance(found[1], _KEEPS_CHANNELS)
     return kept and _carries(node.args[0], aliases, scope)
+
+
+def _is_torch(func: ast.expr, name: str) -> bool:
+    """``torch.name``."""
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == name
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "torch"
+    )
 
 
 def _passed_as(call: ast.Call, aliases: set[str], scope: _Scope) -> tuple[int, str | None] | None:
@@ -988,7 +1047,7 @@ def _first_in_function(
         for n in ast.walk(fn)
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
     }
-    aliases = _aliases(fn, param)
+    aliases = _aliases(fn, param, scope)
     rebound = _rebound(fn, aliases, scope)
     for call in calls:
         if (call.lineno, call.col_offset) > rebound:

@@ -405,3 +405,20 @@ def test_a_trace_failing_again_where_a_repair_was_named_keeps_its_diagnostic() -
     codes = {d["code"] for d in layer["diagnostics"]}
     assert layer["status"] == "partial" and "FX511" not in codes, layer["diagnostics"]
     assert "FX101" in codes and layer["nodes"], layer["diagnostics"]
+
+
+def test_a_configuration_that_refuses_a_field_read_still_builds_its_classes() -> None:
+    """NeoMME's configuration raises on reading a per-layer field as one value
+    (`AmbiguousGlobalPerLayerAttributeError`); fxls read every field of it while looking for
+    deep stacks to build shorter, and each of the file's 12 classes stopped there (FX511,
+    nothing shown). A field that refuses its read is left out, and the embeddings show
+    theirs."""
+    path = PACKAGES["transformers"] / "models/neomme/modeling_neomme.py"
+    cls = "NeoMMEEmbeddings"
+    document = json.loads(
+        _fxls_check("--json", "--no-compile-check", "--class", cls, str(path), timeout=600)
+    )
+    [embeddings] = [m for m in document["modules"] if m["class"] == cls]
+    codes = {d["code"] for d in embeddings["diagnostics"]}
+    assert embeddings["status"] == "traced" and "FX511" not in codes, embeddings["diagnostics"]
+    assert embeddings["outputs"][0]["shape"] == ["B", "T", 1024], embeddings["outputs"]

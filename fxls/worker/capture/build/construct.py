@@ -570,8 +570,17 @@ def _fill_config(config: Any, cls_name: str, init_text: str | None) -> Iterator[
 
 
 def _config_fields(config: Any) -> dict[str, Any] | None:
+    """The fields of a configuration and their values; a field whose read raises is left out
+    (transformers' configurations of layers that differ refuse a per-layer value read as one:
+    ``AmbiguousGlobalPerLayerAttributeError``)."""
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        fields: dict[str, Any] = {}
+        for f in dataclasses.fields(config):
+            try:
+                fields[f.name] = getattr(config, f.name)
+            except Exception:  # library code refusing the read
+                continue
+        return fields
     if isinstance(config, tuple) and hasattr(config, "_asdict"):
         return dict(config._asdict())
     try:

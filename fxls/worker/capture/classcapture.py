@@ -1661,16 +1661,13 @@ class ClassCapture:
                 f"`class {upstream}` with `# fxls: NAME = (...)`."
             )
             self.diagnose(found)
-        elif self.plan is not None and self.plan.params and not self.plan.positional():
-            # ``forward(self, *args, **kwargs)`` (a wrapper passing everything on): fxls
-            # called it with nothing, which says nothing about the code
+        elif self.plan is not None and self._called_with_nothing(self.plan):
+            # ``forward(self, *args, **kwargs)`` (a wrapper passing everything on), or every
+            # parameter at its default ``None``: fxls called it with nothing, which says
+            # nothing about the code
             found = diag.diagnostic({**base, "no_arguments": True})
             found.severity = "hint"
-            found.fix = (
-                f"`{mod.name}.forward` takes only `*args`/`**kwargs`, and fxls called it "
-                "with none; capture the class that calls it, or describe its inputs "
-                "with `# fxls: init(...)` and input directives."
-            )
+            found.fix = self._nothing_given_fix(self.plan)
             self.diagnose(found)
         elif how is not None and how.source == "assumed":
             found = diag.diagnostic({**base, "assumed_init": True})
@@ -1682,6 +1679,39 @@ class ClassCapture:
             self.diagnose(found)
         else:
             self.diagnose(diag.diagnostic(dict(base)))
+
+    @staticmethod
+    def _called_with_nothing(plan: InputPlan) -> bool:
+        """Whether fxls called ``forward`` with no value of its own choosing: it takes only
+        ``*args``/``**kwargs``, or every parameter was left at its default ``None`` (none is
+        named like a main input, ``inputs.PRIMARY_INPUTS``) and none declared."""
+        if not plan.params:
+            return False
+        if not plan.positional():
+            return True
+        return (
+            not plan.declared
+            and all(
+                p.origin == "default" and p.kind == "value" and p.value is None
+                for p in plan.planned.values()
+            )
+            and len(plan.planned) == len(plan.positional())
+        )
+
+    def _nothing_given_fix(self, plan: InputPlan) -> str:
+        name = self.mod.name
+        if not plan.positional():
+            return (
+                f"`{name}.forward` takes only `*args`/`**kwargs`, and fxls called it with "
+                "none; capture the class that calls it, or describe its inputs with "
+                "`# fxls: init(...)` and input directives."
+            )
+        first = plan.positional()[0].name
+        return (
+            f"Every input of `{name}.forward` defaults to `None`, and fxls called it with "
+            f"none (it could not tell which is the main one); declare it above the class: "
+            f"`# fxls: {first} = (...)`."
+        )
 
     def _compare_with_eager(
         self,

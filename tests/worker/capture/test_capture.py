@@ -1028,3 +1028,16 @@ def test_an_assert_on_a_length_gives_the_length_to_try() -> None:
     model = _load("length_inputs.py").FixedLength()
     for batch in (2, 3):
         assert model(torch.randint(0, 256, (batch, 16))).shape == (batch, 16, 32)
+
+
+def test_a_shape_error_of_a_call_with_every_input_left_at_none_is_a_hint() -> None:
+    # fxls cannot tell which input of `forward(self, patches=None, mask=None)` is the main
+    # one, so it calls it with none; the block it calls then refuses `None`. That said
+    # nothing about the code, yet it was an error (transformers' Pix2Struct showed one on
+    # released code); now a hint saying which input to declare.
+    text = _text("no_main_input.py")
+    (model,) = _capture("no_main_input.py", _request(text, "NoMainInput")).modules
+    (fx201,) = [d for d in model.diagnostics if d.code == "FX201"]
+    assert fx201.severity == "hint", fx201
+    assert fx201.fix is not None and "# fxls: patches = (...)" in fx201.fix, fx201.fix
+    assert not [d for d in model.diagnostics if d.severity == "error"], model.diagnostics

@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import diffusers
 import pytest
@@ -69,6 +70,16 @@ def _check(path: Path) -> list[dict]:
 def _one_class(path: Path, cls: str, *options: str) -> str:
     """What ``fxls check --class cls`` prints for ``path`` (no compile check)."""
     return _fxls_check("--no-compile-check", "--class", cls, *options, str(path), timeout=600)
+
+
+def _class_entry(path: Path, cls: str) -> dict[str, Any]:
+    """The ``--json`` entry of class ``cls`` of ``path``, checked alone (no compile check)."""
+    document = json.loads(
+        _fxls_check("--json", "--no-compile-check", "--class", cls, str(path), timeout=600)
+    )
+    entries: list[dict[str, Any]] = [m for m in document["modules"] if m["class"] == cls]
+    [entry] = entries
+    return entry
 
 
 def _fxls_check(*args: str, timeout: float) -> str:
@@ -382,10 +393,7 @@ def test_a_multimodal_head_whose_image_path_stops_shows_its_text_path() -> None:
     and shows its logits."""
     path = PACKAGES["transformers"] / "models/qwen2_5_vl/modeling_qwen2_5_vl.py"
     cls = "Qwen2_5_VLForConditionalGeneration"
-    document = json.loads(
-        _fxls_check("--json", "--no-compile-check", "--class", cls, str(path), timeout=600)
-    )
-    [head] = [m for m in document["modules"] if m["class"] == cls]
+    head = _class_entry(path, cls)
     assert head["status"] == "traced", head["diagnostics"]
     assert [i["name"] for i in head["inputs"] if i["kind"] == "tensor"] == ["input_ids"]
     assert head["outputs"][0]["shape"] == ["B", "T", 152064]
@@ -398,10 +406,7 @@ def test_a_trace_failing_again_where_a_repair_was_named_keeps_its_diagnostic() -
     FX511 would say it). It runs on fake tensors and shows what it reached."""
     path = PACKAGES["transformers"] / "models/bigbird_pegasus/modeling_bigbird_pegasus.py"
     cls = "BigBirdPegasusEncoderLayer"
-    document = json.loads(
-        _fxls_check("--json", "--no-compile-check", "--class", cls, str(path), timeout=600)
-    )
-    [layer] = [m for m in document["modules"] if m["class"] == cls]
+    layer = _class_entry(path, cls)
     codes = {d["code"] for d in layer["diagnostics"]}
     assert layer["status"] == "partial" and "FX511" not in codes, layer["diagnostics"]
     assert "FX101" in codes and layer["nodes"], layer["diagnostics"]
@@ -415,10 +420,7 @@ def test_a_configuration_that_refuses_a_field_read_still_builds_its_classes() ->
     theirs."""
     path = PACKAGES["transformers"] / "models/neomme/modeling_neomme.py"
     cls = "NeoMMEEmbeddings"
-    document = json.loads(
-        _fxls_check("--json", "--no-compile-check", "--class", cls, str(path), timeout=600)
-    )
-    [embeddings] = [m for m in document["modules"] if m["class"] == cls]
+    embeddings = _class_entry(path, cls)
     codes = {d["code"] for d in embeddings["diagnostics"]}
     assert embeddings["status"] == "traced" and "FX511" not in codes, embeddings["diagnostics"]
     assert embeddings["outputs"][0]["shape"] == ["B", "T", 1024], embeddings["outputs"]

@@ -679,6 +679,25 @@ def test_inlay_hints_unpacking_a_tuple_of_calls_and_a_shape() -> None:
     assert labels == {2: "▸ a: [B, 8], b: [B, 4]", 3: "▸ _b=B, t=T"}
 
 
+def test_no_unpacking_hint_from_a_size_a_library_call_reads_inside() -> None:
+    # `out, cache = self.net(x)` where `net` is a library's module run through: every node
+    # it makes has the call's span, the first of them `x.shape`. That size was taken for
+    # the value unpacked: `▸ out=B, cache=T` was shown for the logits and the cache.
+    source = "def f(self, x):\n    out, cache = self.net(x)\n"
+    call = Span(2, 17, 2, 28)
+    shape = NodeInfo(
+        name="getattr_1", op="call_function", target="getattr", span=call,
+        outputs=[Value(kind="size", shape=["B", "T"], text="[B, T]")],
+    )  # fmt: skip
+    logits = NodeInfo(
+        name="linear", op="call_module", target="net.to_logits", span=call,
+        outputs=[t("B", "T", 256)],
+    )  # fmt: skip
+    module = ModuleResult(name="Net", line=1, status="traced", nodes=[shape, logits])
+    labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
+    assert labels == {2: "▸ [B, T, 256]"}, labels  # the value the call computes last
+
+
 # -- one run of the code at a time -----------------------------------------------------------
 
 BLOCK_SOURCE = textwrap.dedent(

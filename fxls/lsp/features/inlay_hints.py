@@ -180,7 +180,7 @@ def _unpacking_hints(
     for module in modules:
         by_name = {n.name: n for n in module.nodes}
         by_span: dict[tuple[int, int, int, int], NodeInfo] = {}
-        sizes: dict[tuple[int, int, int, int], NodeInfo] = {}
+        made: dict[tuple[int, int, int, int], NodeInfo] = {}
         found: dict[tuple[int, int], list[NodeInfo]] = {}
         for node in module.nodes:
             span = node.span
@@ -192,16 +192,18 @@ def _unpacking_hints(
                 continue
             key = (span.line, span.col, span.end_line, span.end_col)
             by_span[key] = node  # the last
-            if node.outputs[0].kind == "size":
-                sizes.setdefault(key, node)
+            if not node.target.endswith("getitem"):
+                made[key] = node  # the last that is not an item of another
         for unpack in targets.values():
             if unpack.end in out:
                 continue
             values: Sequence[Value | list[Value]] | None
             values = _unpacked_values(unpack, found.get((unpack.line, unpack.col), []), by_name)
-            size = sizes.get(unpack.value) if unpack.value is not None else None
-            if values is None and size is not None:  # `_b, t, _h, d = x.shape`
-                values = _dims(size.outputs[0], len(unpack.names))
+            # `_b, t, _h, d = x.shape`: the value is a size (not one a call of a library's
+            # module makes inside it, which has the call's span too)
+            last = made.get(unpack.value) if unpack.value is not None else None
+            if values is None and last is not None:
+                values = _dims(last.outputs[0], len(unpack.names))
             if values is None and unpack.values is not None:
                 nodes = [by_span.get(span) for span in unpack.values]
                 if all(n is not None for n in nodes):

@@ -655,6 +655,8 @@ def _again(node: NodeInfo, first: NodeInfo, direct: bool, who: str = "") -> bool
     ``layers.1.norm`` starts the run ``layers.0.norm`` started."""
     if (node.op, node.span) != (first.op, first.span):
         return False
+    if _INDEX.sub("#", node.module_path or "") != _INDEX.sub("#", first.module_path or ""):
+        return False  # made inside another submodule a library's call runs (`x.shape` twice)
     if node.target != first.target and (
         _INDEX.sub("#", node.target) != _INDEX.sub("#", first.target)
         if direct

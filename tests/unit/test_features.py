@@ -887,6 +887,32 @@ def test_a_call_made_twice_by_a_library_is_one_run_a_loop_is_two() -> None:
     assert shown is not None and "×2" in shown.markdown, shown
 
 
+def test_a_library_model_reading_a_shape_in_two_of_its_submodules_is_one_run() -> None:
+    """``logits = self.net(x)`` where ``net`` is a library's model run through: every node it
+    makes has the call's span; its positional embedding reads ``x.shape``, then its layers
+    read the shape of the embeddings. The second read was taken for a second run of the
+    line (a loop), and the hover said "1 of 2 runs · 1 other differs" for one call."""
+    source = "def f(self, x):\n    logits = self.net(x)\n"
+    at = Span(2, 13, 2, 24)
+    size = Value(kind="size", shape=["B", "T"], text="[B, T]")
+    read = made("getattr", "getattr", at, size, ("x",))
+    read.module_path = "net.pos_emb"
+    emb = made("emb", "torch.embedding", at, t("B", "T", 64), ("x",))
+    emb.module_path = "net.token_emb"
+    again = made("getattr_1", "getattr", at, size, ("emb",))
+    again.module_path = "net.layers"
+    head = made("linear", "torch.nn.functional.linear", at, t("B", "T", 256), ("emb",))
+    head.module_path = "net.to_logits"
+    module = ModuleResult(
+        name="Net", line=1, status="traced", nodes=[read, emb, again, head],
+        containers=["net", "net.pos_emb", "net.token_emb", "net.layers", "net.to_logits"],
+    )  # fmt: skip
+    shown = hover.hover_text([module], source.split("\n"), 2, 18)
+    assert shown is not None and "runs" not in shown.markdown, shown
+    labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
+    assert labels == {2: "▸ [B, T, 256]"}, labels
+
+
 def test_no_hint_names_none_or_an_unused_size() -> None:
     """``return Output(states=out.hidden_states)``: the ``None`` the layer's output holds is
     not the statement's value; ``mask = make_mask(x)``, whose library code read ``x.shape``

@@ -70,6 +70,20 @@ LIBRARY = textwrap.dedent(
             return x + h
 
 
+    class Nested(nn.Module):
+        def __init__(self, dim: int = 16, depth: int = 2) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList(
+                nn.ModuleList([nn.ModuleList([nn.LayerNorm(dim)]), Mixer(dim)])
+                for _ in range(depth)
+            )
+
+        def forward(self, x):
+            for (norms, mixer) in self.layers:
+                x = x + mixer(norms[0](x))
+            return x
+
+
     class Stack(nn.Module):
         def __init__(self, mixer: Mixer, depth: int = 2) -> None:
             super().__init__()
@@ -103,7 +117,7 @@ DOCUMENT = textwrap.dedent(
     import torch
     from torch import nn
 
-    from vendorlib.blocks import Layer, Stack, halve
+    from vendorlib.blocks import Layer, Nested, Stack, halve
     from vendorlib.wrappers import Wrapper
 
 
@@ -118,6 +132,16 @@ DOCUMENT = textwrap.dedent(
             for layer in self.layers:
                 x = layer(x)
             return x
+
+
+    class Deep(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(8, 16)
+            self.nested = Nested()
+
+        def forward(self, x):
+            return self.nested(self.proj(x))
 
 
     class Model(nn.Module):
@@ -220,6 +244,7 @@ async def test_what_a_library_module_leaves_unused_is_not_the_callers(
     assert modules["Careless"].status == "traced", modules["Careless"].diagnostics
     assert hints == {
         "Tower": [],
+        "Deep": [],
         "Model": [],
         "Scorer": [],
         "Halver": [],
@@ -280,3 +305,22 @@ async def test_each_library_layer_a_loop_calls_is_one_run_of_the_line(
     runs = executions(group, tower.containers, lambda n: n.span is not None, tower)
     per_run = [{(n.module_path or "").split(".")[1] for n in run.nodes} for run in runs]
     assert per_run == [{"0"}, {"1"}, {"2"}], per_run
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_library_module_with_lists_in_lists_is_one_run_of_its_call(
+    worker: WorkerClient, document: Path
+) -> None:
+    """``Deep`` calls the library's ``Nested`` once; ``Nested`` keeps its layers in lists
+    inside a list (``layers.0.0``, as x-transformers' ``AttentionLayers``). Only the outer
+    list was known to hold the library's code, so each inner list's layers were told apart
+    as another instance: the hover of the call said "1 of 6 runs"."""
+    from fxls.engine.render import executions
+
+    deep = (await _modules(worker, document))["Deep"]
+    assert deep.status == "traced", (deep.status, deep.diagnostics)
+    line = next(n.span.line for n in deep.nodes if n.target.startswith("nested.") and n.span)
+    group = [n for n in deep.nodes if n.span is not None and n.span.line == line]
+    group = [n for n in group if (n.module_path or "").startswith("nested")]
+    runs = executions(group, deep.containers, lambda n: n.span is not None, deep)
+    assert len(runs) == 1, [(r.label, [n.target for n in r.nodes]) for r in runs]

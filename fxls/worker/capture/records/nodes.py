@@ -161,15 +161,17 @@ def containers(gm: torch.fx.GraphModule, path: str, root: torch.nn.Module) -> li
 
 def _lists_inside(root: torch.nn.Module, found: Mapping[str, None]) -> list[str]:
     """The ``nn.ModuleList``/``ModuleDict`` paths inside a container that hold containers
-    (a library block's ``ff.net``, whose layers its ``forward`` loops over): never called,
+    (a library block's ``ff.net``, whose layers its ``forward`` loops over; lists in such
+    lists, as x-transformers' ``layers.0.0`` of norms in ``layers``): never called,
     they are on no module stack, yet their layers' nodes belong to the block's code."""
     lists: dict[str, None] = {}
     for qualified in found:
         parts = qualified.split(".")
         for end in range(2, len(parts)):
             prefix = ".".join(parts[:end])
-            if prefix in found or prefix in lists or ".".join(parts[: end - 1]) not in found:
-                continue
+            parent = ".".join(parts[: end - 1])
+            if prefix in found or prefix in lists or (parent not in found and parent not in lists):
+                continue  # (a list in a list: x-transformers' ``layers.0.0``)
             try:
                 held = root.get_submodule(prefix)
             except Exception:  # a user module's own __getattr__: not a list then

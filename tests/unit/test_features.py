@@ -679,6 +679,19 @@ def test_inlay_hints_unpacking_a_tuple_of_calls_and_a_shape() -> None:
     assert labels == {2: "▸ a: [B, 8], b: [B, 4]", 3: "▸ _b=B, t=T"}
 
 
+def test_an_unpacking_hint_names_the_values_made_on_its_line() -> None:
+    # `inp, target = x, x[:, 1:]`: `inp` is `x` as it is (no node there), `target` is made
+    # there. The line showed `▸ [B, T - 1] int64`, which could be either name's.
+    source = "def f(self, x):\n    inp, target = x, x[:, 1:]\n"
+    item = NodeInfo(
+        name="getitem", op="call_function", target="operator.getitem", span=Span(2, 21, 2, 29),
+        outputs=[Value(kind="tensor", shape=["B", "T - 1"], dtype="int64")], users=1,
+    )  # fmt: skip
+    module = ModuleResult(name="Net", line=1, status="traced", nodes=[item])
+    labels = {h.line: h.label for h in inlay_hints.shape_hints([module], source)}
+    assert labels == {2: "▸ target: [B, T - 1] int64"}, labels
+
+
 def test_no_unpacking_hint_from_a_size_a_library_call_reads_inside() -> None:
     # `out, cache = self.net(x)` where `net` is a library's module run through: every node
     # it makes has the call's span, the first of them `x.shape`. That size was taken for

@@ -204,12 +204,19 @@ def _unpacking_hints(
             last = made.get(unpack.value) if unpack.value is not None else None
             if values is None and last is not None:
                 values = _dims(last.outputs[0], len(unpack.names))
+            names = unpack.names
             if values is None and unpack.values is not None:
-                nodes = [by_span.get(span) for span in unpack.values]
-                if all(n is not None for n in nodes):
-                    values = [n.outputs[0] for n in nodes if n is not None]
+                # `a, b = self.p(x), self.q(x)`; `inp, target = x, x[:, 1:]`: the names given
+                # a value made there (`inp` is given `x` as it is)
+                made_here = [
+                    (name, there)
+                    for name, span in zip(unpack.names, unpack.values)
+                    if (there := by_span.get(span)) is not None
+                ]
+                names = [name for name, _ in made_here]
+                values = [there.outputs[0] for _, there in made_here] or None
             if values is not None:
-                out[unpack.end] = unpacked_text(unpack.names, values, default_dtype="float32")
+                out[unpack.end] = unpacked_text(names, values, default_dtype="float32")
     return out
 
 

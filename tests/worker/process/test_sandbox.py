@@ -1150,7 +1150,10 @@ async def test_71_a_deep_tree_is_removed(worker: WorkerClient) -> None:
     assert result.kind == "file_size_limit", result
     assert "deeper than" in result.message
     job_dir = result.output_head.splitlines()[0]
-    assert job_dir and await wait_until(lambda: not os.path.exists(job_dir), 10)
+    # the job makes up to 3,000 nested folders before it is stopped; removing them took over
+    # 10 s on a machine busy with two other test processes and a sweep (a fresh-clone CI
+    # failed so): the point is that the tree is removed, not how fast
+    assert job_dir and await wait_until(lambda: not os.path.exists(job_dir), 60)
     assert worker.pid == pid
 
 

@@ -1150,7 +1150,7 @@ class ClassCapture:
                 name, "value", value=1, assumed=True, reason="its annotation `int`, a count"
             )
         module = self.module
-        size_use = inputs.used_as_size(module, name, self.doc.tree) if module else None
+        size_use = inputs.used_as_size(module, name) if module else None
         if size_use is not None:
             # a length (``torch.arange(seq_len)``): the sequence's example size
             return inputs.PlannedInput(

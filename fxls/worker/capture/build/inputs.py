@@ -881,17 +881,12 @@ _SIZE_FUNCTIONS = frozenset(
 ``torch.ones(n, n)``), called as ``torch.arange``, ``arange`` or ``range``."""
 
 
-def used_as_size(module: nn.Module, name: str, tree: ast.Module | None) -> str | None:
+def used_as_size(module: nn.Module, name: str) -> str | None:
     """The call in ``forward`` that takes ``name`` as a size (``torch.arange(seq_len)``,
     ``torch.arange(j - i, j)``), quoted, when ``forward`` never uses ``name`` as anything but
     a number: no attribute, method, item or ``len`` of it (a rotary or bias helper given a
-    length). None otherwise. ``tree`` is the document's; another file's class is read in its
-    own file."""
-    cls = type(module)
-    fn = _method_def(tree, cls, "forward") if tree is not None else None
-    if fn is None:
-        inner = module_tree(cls)
-        fn = _method_def(inner, cls, "forward") if inner is not None else None
+    length). None otherwise."""
+    fn = forward_definition(type(module))
     if fn is None:
         return None
     found: ast.Call | None = None

@@ -119,6 +119,9 @@ class Unpacking:
     """For ``a, b = f(x), g(x)``: the span of each right-hand element (code points)."""
     value: tuple[int, int, int, int] | None = None
     """The span of the right-hand side (code points)."""
+    iterated: bool = False
+    """The right-hand side makes each value in turn: ``map(f, pieces)``, ``(f(t) for t in
+    pieces)``, a list comprehension."""
 
 
 def unpackings(tree: ast.Module | None, lines: list[str]) -> dict[tuple[int, int], Unpacking]:
@@ -144,6 +147,9 @@ def unpackings(tree: ast.Module | None, lines: list[str]) -> dict[tuple[int, int
             _column(lines, rhs.lineno, rhs.col_offset),
             rhs.end_lineno or rhs.lineno,
             _column(lines, rhs.end_lineno or rhs.lineno, rhs.end_col_offset or 0),
+        )
+        unpack.iterated = isinstance(rhs, (ast.GeneratorExp, ast.ListComp)) or (
+            isinstance(rhs, ast.Call) and isinstance(rhs.func, ast.Name) and rhs.func.id == "map"
         )
         if isinstance(stmt.value, ast.Tuple) and len(stmt.value.elts) == len(names):
             unpack.values = [
@@ -178,46 +184,87 @@ def _unpacking_hints(
     targets = unpackings(tree, lines)
     out: dict[int, str] = {}
     for module in modules:
-        by_name = {n.name: n for n in module.nodes}
-        by_span: dict[tuple[int, int, int, int], NodeInfo] = {}
-        made: dict[tuple[int, int, int, int], NodeInfo] = {}
-        found: dict[tuple[int, int], list[NodeInfo]] = {}
-        for node in module.nodes:
-            span = node.span
-            if span is None or not node.outputs:
-                continue
-            if node.target.endswith("getitem") and (span.line, span.col) in targets:
-                found.setdefault((span.line, span.col), []).append(node)
-            if len(node.outputs) != 1:
-                continue
-            key = (span.line, span.col, span.end_line, span.end_col)
-            by_span[key] = node  # the last
-            if not node.target.endswith("getitem"):
-                made[key] = node  # the last that is not an item of another
+        index = _index(module, targets)
         for unpack in targets.values():
             if unpack.end in out:
                 continue
-            values: Sequence[Value | list[Value]] | None
-            values = _unpacked_values(unpack, found.get((unpack.line, unpack.col), []), by_name)
-            # `_b, t, _h, d = x.shape`: the value is a size (not one a call of a library's
-            # module makes inside it, which has the call's span too)
-            last = made.get(unpack.value) if unpack.value is not None else None
-            if values is None and last is not None:
-                values = _dims(last.outputs[0], len(unpack.names))
-            names = unpack.names
-            if values is None and unpack.values is not None:
-                # `a, b = self.p(x), self.q(x)`; `inp, target = x, x[:, 1:]`: the names given
-                # a value made there (`inp` is given `x` as it is)
-                made_here = [
-                    (name, there)
-                    for name, span in zip(unpack.names, unpack.values)
-                    if (there := by_span.get(span)) is not None
-                ]
-                names = [name for name, _ in made_here]
-                values = [there.outputs[0] for _, there in made_here] or None
-            if values is not None:
-                out[unpack.end] = unpacked_text(names, values, default_dtype="float32")
+            text = _unpacked(unpack, module, index)
+            if text is not None:
+                out[unpack.end] = text
     return out
+
+
+@dataclass
+class _Index:
+    """A module's nodes by name, by span (the last; the last that is no item of another),
+    and its getitem nodes written at an unpacking's target."""
+
+    by_name: dict[str, NodeInfo]
+    by_span: dict[tuple[int, int, int, int], NodeInfo]
+    made: dict[tuple[int, int, int, int], NodeInfo]
+    found: dict[tuple[int, int], list[NodeInfo]]
+
+
+def _index(module: ModuleResult, targets: dict[tuple[int, int], Unpacking]) -> _Index:
+    index = _Index({n.name: n for n in module.nodes}, {}, {}, {})
+    for node in module.nodes:
+        span = node.span
+        if span is None or not node.outputs:
+            continue
+        if node.target.endswith("getitem") and (span.line, span.col) in targets:
+            index.found.setdefault((span.line, span.col), []).append(node)
+        if len(node.outputs) != 1:
+            continue
+        key = (span.line, span.col, span.end_line, span.end_col)
+        index.by_span[key] = node  # the last
+        if not node.target.endswith("getitem"):
+            index.made[key] = node  # the last that is not an item of another
+    return index
+
+
+def _unpacked(unpack: Unpacking, module: ModuleResult, index: _Index) -> str | None:
+    """The hint of one unpacking line, or None."""
+    values: Sequence[Value | list[Value]] | None
+    getitems = index.found.get((unpack.line, unpack.col), [])
+    values = _unpacked_values(unpack, getitems, index.by_name)
+    # `_b, t, _h, d = x.shape`: the value is a size (not one a call of a library's
+    # module makes inside it, which has the call's span too)
+    last = index.made.get(unpack.value) if unpack.value is not None else None
+    if values is None and last is not None:
+        values = _dims(last.outputs[0], len(unpack.names))
+    if values is None and unpack.iterated and unpack.value is not None:
+        values = _made_in_turn(module.nodes, unpack.value, len(unpack.names))
+    names = unpack.names
+    if values is None and unpack.values is not None:
+        # `a, b = self.p(x), self.q(x)`; `inp, target = x, x[:, 1:]`: the names given
+        # a value made there (`inp` is given `x` as it is)
+        made_here = [
+            (name, there)
+            for name, span in zip(unpack.names, unpack.values)
+            if (there := index.by_span.get(span)) is not None
+        ]
+        names = [name for name, _ in made_here]
+        values = [there.outputs[0] for _, there in made_here] or None
+    if values is None:
+        return None
+    return unpacked_text(names, values, default_dtype="float32")
+
+
+def _made_in_turn(
+    nodes: Sequence[NodeInfo], value: tuple[int, int, int, int], count: int
+) -> list[Value] | None:
+    """``q, k, v = map(f, qkv)``: the values written inside the right-hand side that are used
+    after it, one per name in graph order, when there are as many as names."""
+    start, end = value[:2], value[2:]
+    inside = [
+        n
+        for n in nodes
+        if n.span is not None
+        and (n.span.line, n.span.col) >= start
+        and (n.span.end_line, n.span.end_col) <= end
+    ]
+    made = [n for n in escaping(inside) if len(n.outputs) == 1]
+    return [n.outputs[0] for n in made] if len(made) == count else None
 
 
 def _unpacked_values(
@@ -255,10 +302,11 @@ def shape_hints(modules: Sequence[ModuleResult], source: str) -> list[ShapeHint]
     per_line: dict[int, list[tuple[ModuleResult, list[Run]]]] = {}
     for module in modules:
         attached: dict[int, list[tuple[NodeInfo, bool]]] = {}
+        pieces = _pieces_at_their_split(module.nodes)
         for node in module.nodes:
             if node.op in _SKIP_OPS or node.span is None or not node.outputs:
                 continue
-            if _is_meta_value(node):
+            if _is_meta_value(node) or id(node) in pieces:
                 continue
             own = ends.get(node.span.end_line, node.span.end_line)
             attached.setdefault(own, []).append((node, True))
@@ -284,6 +332,25 @@ def shape_hints(modules: Sequence[ModuleResult], source: str) -> list[ShapeHint]
         text, name = chosen[line]
         hints.append(ShapeHint(line=line, label=md.plain(f"▸ {text}", md.MAX_LABEL), node=name))
     return hints
+
+
+def _pieces_at_their_split(nodes: Sequence[NodeInfo]) -> set[int]:
+    """The items written where the value they index is (the pieces of ``qkv.chunk(3)`` that
+    ``map(f, qkv)`` takes on a later line): the statement's value is the split's, all of
+    them, not its last piece."""
+    splits = {n.name: n.span for n in nodes if n.target.rsplit(".", 1)[-1] in _SPLITS}
+    return {
+        id(n)
+        for n in nodes
+        if n.target.endswith("getitem")
+        and n.args
+        and n.args[0].node in splits
+        and n.span is not None
+        and splits[n.args[0].node] == n.span
+    }
+
+
+_SPLITS = frozenset({"chunk", "split", "tensor_split", "split_with_sizes"})
 
 
 def _runs(pairs: list[tuple[NodeInfo, bool]], module: ModuleResult) -> list[Run]:

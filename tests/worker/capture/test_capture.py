@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from fxls.lsp.features.hover import class_markdown
+from fxls.lsp.features.inlay_hints import shape_hints
 from fxls.protocol.codec import from_dict, to_dict
 from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import (
@@ -1041,3 +1042,73 @@ def test_a_shape_error_of_a_call_with_every_input_left_at_none_is_a_hint() -> No
     assert fx201.severity == "hint", fx201
     assert fx201.fix is not None and "# fxls: patches = (...)" in fx201.fix, fx201.fix
     assert not [d for d in model.diagnostics if d.severity == "error"], model.diagnostics
+
+
+def test_pieces_of_a_split_with_a_fixed_count_are_iterated_in_the_graph() -> None:
+    """``map(f, qkv.chunk(3))``, a generator over ``split([..])``, ``(q, *kv.chunk(2))`` and
+    a loop over ``tensor_split(2)`` take as many pieces as the split makes: one FX graph
+    (torch.fx refuses to iterate a traced value), shapes as eager. A loop over the rows of a
+    traced value, whose count is a size, is still FX103."""
+    source = (
+        "import torch\nimport torch.nn as nn\n\n"
+        "class Pieces(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.q = nn.Linear(8, 8)\n        self.kv = nn.Linear(8, 16)\n\n"
+        "    def forward(self, x):\n"
+        "        qkv = (self.q(x), *self.kv(x).chunk(2, dim=-1))\n"
+        "        q, k, v = map(lambda t: t.transpose(1, 2), qkv)\n"
+        "        a, b = (t * 2 for t in q.split([3, 5], dim=1))\n"
+        "        total = k\n"
+        "        for half in v.tensor_split(2, dim=1):\n"
+        "            total = total + half.sum(dim=1, keepdim=True)\n"
+        "        return a, b, total\n\n"
+        "class Rows(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return torch.stack([r * 2 for r in x])\n"
+    )
+    spec = InputSpec("x", dims=[DimSpec("B"), DimSpec("T"), DimSpec(None, 8)])
+    job = CaptureJob(
+        path="/virtual/pieces.py",
+        source=source,
+        classes=[ClassRequest("Pieces", 4, inputs=[spec]), ClassRequest("Rows", 14, inputs=[spec])],
+    )
+    pieces, rows = run_capture(job, lambda *_: None).modules
+    assert pieces.status == "traced" and strategy_label(pieces.strategy) == "fx", pieces.diagnostics
+    assert "FX103" not in _codes(pieces)
+    assert [o.shape for o in pieces.outputs] == [["B", 3, "T"], ["B", 5, "T"], ["B", 8, "T"]]
+    getitems = [n for n in pieces.nodes if "getitem" in n.target]
+    assert len(getitems) == 2 + 2 + 2, [
+        n.target for n in pieces.nodes
+    ]  # chunk, split, tensor_split
+    namespace: dict[str, object] = {}
+    exec(compile(source, "/virtual/pieces.py", "exec"), namespace)
+    eager = namespace["Pieces"]()(torch.randn(2, 5, 8))  # type: ignore[operator]
+    assert [list(t.shape) for t in eager] == [[2, 3, 5], [2, 5, 5], [2, 8, 5]]
+    assert "FX103" in _codes(rows)
+
+
+def test_hints_of_pieces_taken_in_turn_name_the_values_made_from_them() -> None:
+    """``qkv = x.chunk(3)`` shows the three pieces; ``q, k, v = map(f, qkv)`` and a generator
+    name what ``f`` made of each piece (the pieces are written where the split is, not read
+    as the values assigned)."""
+    source = (
+        "import torch\nimport torch.nn as nn\n\n"
+        "class Heads(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.qkv = nn.Linear(8, 24)\n\n"
+        "    def forward(self, x):\n"
+        "        qkv = self.qkv(x).chunk(3, dim=-1)\n"
+        "        q, k, v = map(lambda t: t.transpose(1, 2), qkv)\n"
+        "        a, b = (t.sum(-1) for t in q.split([3, 5], dim=1))\n"
+        "        return q @ k.transpose(1, 2) @ v, a, b\n"
+    )
+    spec = InputSpec("x", dims=[DimSpec("B"), DimSpec("T"), DimSpec(None, 8)])
+    job = CaptureJob(
+        path="/virtual/heads.py", source=source, classes=[ClassRequest("Heads", 4, inputs=[spec])]
+    )
+    (mod,) = run_capture(job, lambda *_: None).modules
+    assert strategy_label(mod.strategy) == "fx", mod.diagnostics
+    hints = {h.line: h.label for h in shape_hints([mod], source)}
+    assert hints[10] == "▸ ([B, T, 8], [B, T, 8], [B, T, 8])"
+    assert hints[11] == "▸ q: [B, 8, T], k: [B, 8, T], v: [B, 8, T]"
+    assert hints[12] == "▸ a: [B, 3], b: [B, 5]"

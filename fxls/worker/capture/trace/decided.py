@@ -296,6 +296,9 @@ class TracedProxy(torch.fx.Proxy):
     otherwise."""
 
     def __len__(self) -> int:
+        pieces = fixed_length(self.node)
+        if pieces is not None:  # ``(q, *kv.chunk(2))``: a list extended by it asks first
+            return pieces
         tensor = _size_of(self.node)
         rank = _rank(self.tracer, tensor, self.node) if tensor is not None else None
         return super().__len__() if rank is None else rank
@@ -320,6 +323,53 @@ as torch.fx's own, which users and FX104 know."""
 
 PROXIES = (torch.fx.Proxy, TracedProxy)
 """The types of a traced value's proxy (an attribute's, ``x.shape``, is none of them)."""
+
+
+_SPLITTERS = frozenset({"chunk", "tensor_split", "split", "split_with_sizes"})
+_COUNT_KEYWORDS = (
+    "chunks", "sections", "indices", "indices_or_sections", "split_size_or_sections",
+    "split_size", "split_sizes",
+)  # fmt: skip
+
+
+def _split_name(node: torch.fx.Node) -> str | None:
+    """``chunk``, ``split``... when ``node`` calls one of torch's splits, else None."""
+    name: Any
+    if node.op == "call_method":
+        name = node.target
+    elif node.op == "call_function" and getattr(node.target, "__module__", None) in _TORCH:
+        name = getattr(node.target, "__name__", None)
+    else:
+        return None
+    return name if isinstance(name, str) and name in _SPLITTERS else None
+
+
+_TORCH = ("torch", "torch.functional")
+
+
+def is_split(node: torch.fx.Node) -> bool:
+    """Whether ``node`` calls one of the splits :func:`fixed_length` reads."""
+    return _split_name(node) is not None
+
+
+def fixed_length(node: torch.fx.Node) -> int | None:
+    """How many tensors ``node`` gives when its operation fixes it whatever the sizes:
+    ``chunk`` and ``tensor_split`` into a number of pieces, ``split`` into a list of sizes.
+    None otherwise (``split`` by a size, ``unbind``, a size: the count is a size)."""
+    name = _split_name(node)
+    if name is None:
+        return None
+    given: Any = node.args[1] if len(node.args) > 1 else None
+    for keyword in _COUNT_KEYWORDS:
+        if given is None:
+            given = node.kwargs.get(keyword)
+    if type(given) is int:
+        return given if given > 0 and name in ("chunk", "tensor_split") else None
+    if not isinstance(given, (list, tuple)) or not all(type(i) is int for i in given):
+        return None
+    if name == "tensor_split":
+        return len(given) + 1  # the indices it splits at
+    return len(given) if name != "chunk" else None
 
 
 def _rank(tracer: Any, tensor: torch.fx.Node, read: torch.fx.Node | None) -> int | None:

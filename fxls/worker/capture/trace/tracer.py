@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import CodeType, FrameType, FunctionType, ModuleType
 from typing import Any, TypeVar
 
@@ -81,12 +81,17 @@ class SpanTracer(torch.fx.Tracer):
         """Answers rank and dtype checks on traced values (:mod:`.decided`); set by the capture."""
         self.deciding = False
         """While the decider runs the graph so far: module calls and attributes are plain."""
+        self.split_frames: dict[torch.fx.Node, list[tuple[CodeType, int]]] = {}
+        """The document's frames where each split (``chunk``, ``split``...) was made."""
+        self.placed: list[tuple[CodeType, int]] | None = None
+        """Set while the pieces of a split are taken: the frames their nodes are written at."""
 
     def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> torch.fx.Graph:
         if isinstance(root, torch.nn.Module):
             self.root_codes = method_codes(type(root), self.path)
         self.replayer = None
         self.module_calls = {}
+        self.split_frames = {}
         if self.reuse_blocks and isinstance(root, torch.nn.Module):
             self.replayer = reuse.Replayer(self, self.path, reuse.document_frames(self.path))
         undecorated = passthrough.traced_class(root) or _undecorated_class(root)
@@ -157,7 +162,9 @@ class SpanTracer(torch.fx.Tracer):
     ) -> torch.fx.Node:
         node = super().create_node(kind, target, args, kwargs, name, type_expr)
         frame = sys._getframe(1)
-        frames = [(code, lasti) for code, lasti in _stack(frame) if code.co_filename == self.path]
+        frames = self.placed if self.placed is not None else self._document_frames(frame)
+        if decided.is_split(node):
+            self.split_frames[node] = frames
         if self.replayer is not None and self.replayer.recordings:
             self.replayer.note_created(node, name, tuple(frames))
         if frames:
@@ -177,6 +184,41 @@ class SpanTracer(torch.fx.Tracer):
             return super().to_bool(obj)
         self._decided(decided.Decision(obj.node, found, self._innermost_span()))
         return found
+
+    def iter(self, obj: torch.fx.Proxy) -> Iterator[torch.fx.Proxy]:
+        """The pieces of a traced value whose count its operation fixes (``chunk(3)``,
+        ``tensor_split(2)``, ``split([a, b])``), one ``getitem`` node each as they are taken:
+        what ``q, k, v = map(f, qkv.chunk(3, dim=-1))``, a generator over it or
+        ``(q, *kv.chunk(2))`` iterate. Else torch.fx's refusal (a count that depends on a
+        size is not known while tracing)."""
+        count = decided.fixed_length(obj.node)
+        if count is None:
+            return super().iter(obj)
+        return self._pieces(obj, count)
+
+    def _pieces(self, obj: torch.fx.Proxy, count: int) -> Iterator[torch.fx.Proxy]:
+        """``obj[0]`` ... ``obj[count - 1]``, written where the split was when it was made in
+        the same call of the same function: a piece is the split's value, as when it is
+        unpacked on its own line (``q, k, v = qkv.chunk(3)``), not one of the values made
+        where it is iterated (the hint of ``q, k, v = map(f, qkv)`` names ``f``'s)."""
+        made = self.split_frames.get(obj.node)
+        here = self._document_frames(sys._getframe(1))
+        if here and here[0][0].co_name in _COMPREHENSIONS:
+            here = here[1:]  # ``(f(t) for t in x.chunk(2))``: taken in the function that has it
+        place = None
+        if made and here and here[0][0] is made[0][0] and here[1:] == made[1:]:
+            place = made
+        items: Any = obj  # torch.fx makes ``Proxy.__getitem__`` at import
+        for i in range(count):
+            self.placed = place
+            try:
+                piece = items[i]
+            finally:
+                self.placed = None
+            yield piece
+
+    def _document_frames(self, frame: FrameType | None) -> list[tuple[CodeType, int]]:
+        return [(code, lasti) for code, lasti in _stack(frame) if code.co_filename == self.path]
 
     def decide_rank(self, tensor: torch.fx.Node, read: torch.fx.Node | None) -> int | None:
         """``len(x.shape)`` (or of ``x.size()``, the node ``read``): the rank of ``tensor``
@@ -239,6 +281,8 @@ class SpanTracer(torch.fx.Tracer):
                 }
             frame = frame.f_back
 
+
+_COMPREHENSIONS = frozenset({"<genexpr>", "<listcomp>", "<setcomp>", "<dictcomp>"})
 
 _FX_FOLDER = torch.fx.__file__.rsplit("/", 1)[0]
 

@@ -180,7 +180,7 @@ class WorkerClient:
         python: interpreter that runs the worker (needs torch); default ``sys.executable``.
         env: environment for the worker; default the allow-listed part of the server's
             (``worker_environment``). ``PYTHONPATH`` gets the folder of this ``fxls`` package
-            prepended.
+            prepended, and ``PYTHONHASHSEED`` is 0 unless it is set.
         log: receives the zygote's log lines and stderr; default the ``fxls.worker`` logger.
         scratch_dir: folder for per-job directories; default a private temporary folder that
             ``close()`` removes.
@@ -201,6 +201,9 @@ class WorkerClient:
         root = _package_root()
         existing = self._env.get("PYTHONPATH")
         self._env["PYTHONPATH"] = root + (os.pathsep + existing if existing else "")
+        # one file, one result, in every run: a model that iterates a set of strings (a
+        # configuration's ``set(layer_types)``) takes them in the same order each time
+        self._env.setdefault("PYTHONHASHSEED", "0")
         self._log = log or _logger.info
         self._own_scratch = scratch_dir is None
         self._scratch = scratch_dir

@@ -6,7 +6,9 @@ Shapes are compared with eager execution of the same models (real torch, real te
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -194,6 +196,34 @@ def test_a_hanging_class_does_not_hide_the_others(run_fxls: RunFxls, tmp_path: P
     assert "3 s" in limit["message"]
     assert fine["status"] == "traced"
     assert fine["outputs"][0]["shape"] == ["B", 3]
+
+
+@needs_worker
+def test_a_model_that_hashes_strings_gives_one_result_in_every_run(tmp_path: Path) -> None:
+    """The worker hashes strings with one seed (``PYTHONHASHSEED=0`` unless set): a model
+    whose sizes follow the order of a set of strings (transformers' ``set(layer_types)``)
+    shows the same shapes in every run of ``fxls check``, not one of them at random."""
+    model = tmp_path / "hashed.py"
+    model.write_text(
+        "from torch import nn\n\n"
+        "# fxls: x = (B=2, 4)\n"
+        "class Hashed(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x.new_zeros(hash('fxls') % 1000 + 1)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    seeded = subprocess.run(
+        [sys.executable, "-c", "print(hash('fxls') % 1000 + 1)"],
+        env={**env, "PYTHONHASHSEED": "0"}, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-m", "fxls", "check", "--json", "--no-compile-check", str(model)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        (mod,) = json.loads(proc.stdout)["modules"]  # one file: its report
+        assert mod["outputs"][0]["shape"] == [int(seeded.stdout)], mod
 
 
 @needs_worker

@@ -119,6 +119,9 @@ class Unpacking:
     """For ``a, b = f(x), g(x)``: the span of each right-hand element (code points)."""
     value: tuple[int, int, int, int] | None = None
     """The span of the right-hand side (code points)."""
+    starred: tuple[int, int, int, int] | None = None
+    """``b, n, _, h = *x.shape, self.heads``: where the starred value is written (line and
+    code-point column of its ``*``), the names before it and after it."""
     iterated: bool = False
     """The right-hand side makes each value in turn: ``map(f, pieces)``, ``(f(t) for t in
     pieces)``, a list comprehension."""
@@ -151,6 +154,7 @@ def unpackings(tree: ast.Module | None, lines: list[str]) -> dict[tuple[int, int
         unpack.iterated = isinstance(rhs, (ast.GeneratorExp, ast.ListComp)) or (
             isinstance(rhs, ast.Call) and isinstance(rhs.func, ast.Name) and rhs.func.id == "map"
         )
+        unpack.starred = _starred(rhs, lines)
         if isinstance(stmt.value, ast.Tuple) and len(stmt.value.elts) == len(names):
             unpack.values = [
                 (
@@ -163,6 +167,18 @@ def unpackings(tree: ast.Module | None, lines: list[str]) -> dict[tuple[int, int
             ]
         out[(target.lineno, col)] = unpack
     return out
+
+
+def _starred(rhs: ast.expr, lines: list[str]) -> tuple[int, int, int, int] | None:
+    """:attr:`Unpacking.starred` of a right-hand tuple with one starred value."""
+    if not isinstance(rhs, ast.Tuple):
+        return None
+    starred = [i for i, e in enumerate(rhs.elts) if isinstance(e, ast.Starred)]
+    if len(starred) != 1:
+        return None
+    at = rhs.elts[starred[0]]
+    col = _column(lines, at.lineno, at.col_offset)
+    return at.lineno, col, starred[0], len(rhs.elts) - starred[0] - 1
 
 
 def _column(lines: list[str], line: int, byte_col: int) -> int:
@@ -207,11 +223,12 @@ class _Index:
 
 def _index(module: ModuleResult, targets: dict[tuple[int, int], Unpacking]) -> _Index:
     index = _Index({n.name: n for n in module.nodes}, {}, {}, {})
+    places = set(targets) | {u.starred[:2] for u in targets.values() if u.starred is not None}
     for node in module.nodes:
         span = node.span
         if span is None or not node.outputs:
             continue
-        if node.target.endswith("getitem") and (span.line, span.col) in targets:
+        if node.target.endswith("getitem") and (span.line, span.col) in places:
             index.found.setdefault((span.line, span.col), []).append(node)
         if len(node.outputs) != 1:
             continue
@@ -235,6 +252,14 @@ def _unpacked(unpack: Unpacking, module: ModuleResult, index: _Index) -> str | N
     if values is None and unpack.iterated and unpack.value is not None:
         values = _made_in_turn(module.nodes, unpack.value, len(unpack.names))
     names = unpack.names
+    if values is None and unpack.starred is not None:
+        # `b, n, _, h = *x.shape, self.heads`: the names the starred value's items are given
+        line, col, first, after = unpack.starred
+        count = len(names) - first - after
+        items = index.found.get((line, col), [])
+        if count > 0 and len(items) >= count:
+            names = names[first : first + count]
+            values = [n.outputs[0] if len(n.outputs) == 1 else n.outputs for n in items[:count]]
     if values is None and unpack.values is not None:
         # `a, b = self.p(x), self.q(x)`; `inp, target = x, x[:, 1:]`: the names given
         # a value made there (`inp` is given `x` as it is)

@@ -101,6 +101,15 @@ def _codes(mod: ModuleResult) -> list[str]:
     return [d.code for d in mod.diagnostics]
 
 
+def _of_source(name: str, source: str, *requests: ClassRequest) -> list[ModuleResult]:
+    """The modules of ``requests`` captured from ``source`` (a file ``/virtual/{name}``)."""
+    job = CaptureJob(path=f"/virtual/{name}", source=source, classes=list(requests))
+    return run_capture(job, lambda *_: None).modules
+
+
+_BTC8 = InputSpec("x", dims=[DimSpec("B"), DimSpec("T"), DimSpec(None, 8)])
+
+
 # ---------------------------------------------------------------------------------------
 
 
@@ -1066,13 +1075,8 @@ def test_pieces_of_a_split_with_a_fixed_count_are_iterated_in_the_graph() -> Non
         "    def forward(self, x):\n"
         "        return torch.stack([r * 2 for r in x])\n"
     )
-    spec = InputSpec("x", dims=[DimSpec("B"), DimSpec("T"), DimSpec(None, 8)])
-    job = CaptureJob(
-        path="/virtual/pieces.py",
-        source=source,
-        classes=[ClassRequest("Pieces", 4, inputs=[spec]), ClassRequest("Rows", 14, inputs=[spec])],
-    )
-    pieces, rows = run_capture(job, lambda *_: None).modules
+    requests = [ClassRequest("Pieces", 4, inputs=[_BTC8]), ClassRequest("Rows", 14, inputs=[_BTC8])]
+    pieces, rows = _of_source("pieces.py", source, *requests)
     assert pieces.status == "traced" and strategy_label(pieces.strategy) == "fx", pieces.diagnostics
     assert "FX103" not in _codes(pieces)
     assert [o.shape for o in pieces.outputs] == [["B", 3, "T"], ["B", 5, "T"], ["B", 8, "T"]]
@@ -1102,13 +1106,37 @@ def test_hints_of_pieces_taken_in_turn_name_the_values_made_from_them() -> None:
         "        a, b = (t.sum(-1) for t in q.split([3, 5], dim=1))\n"
         "        return q @ k.transpose(1, 2) @ v, a, b\n"
     )
-    spec = InputSpec("x", dims=[DimSpec("B"), DimSpec("T"), DimSpec(None, 8)])
-    job = CaptureJob(
-        path="/virtual/heads.py", source=source, classes=[ClassRequest("Heads", 4, inputs=[spec])]
-    )
-    (mod,) = run_capture(job, lambda *_: None).modules
+    (mod,) = _of_source("heads.py", source, ClassRequest("Heads", 4, inputs=[_BTC8]))
     assert strategy_label(mod.strategy) == "fx", mod.diagnostics
     hints = {h.line: h.label for h in shape_hints([mod], source)}
     assert hints[10] == "▸ ([B, T, 8], [B, T, 8], [B, T, 8])"
     assert hints[11] == "▸ q: [B, 8, T], k: [B, 8, T], v: [B, 8, T]"
     assert hints[12] == "▸ a: [B, 3], b: [B, 5]"
+
+
+def test_a_starred_shape_unpacked_with_other_values_traces_at_the_rank_it_needs() -> None:
+    """``b, n, _, h = *x.shape, self.heads`` needs three sizes of ``x``: the graph takes them
+    (torch.fx refuses the starred shape, FX103), and the input assumed ``[B, 64]`` from the
+    first layer is tried at the rank the code needs, ``[B, T, 64]``, as a run on fake tensors
+    does after "not enough values to unpack"; the rank is not decided from the assumed input
+    when the list asks the shape's length. The hint names the sizes the shape gives."""
+    source = (
+        "import torch.nn as nn\n\n"
+        "class Attention(nn.Module):\n"
+        "    def __init__(self, dim=64, heads=4):\n"
+        "        super().__init__()\n"
+        "        self.heads = heads\n"
+        "        self.to_qkv = nn.Linear(dim, dim * 3, bias=False)\n\n"
+        "    def forward(self, x):\n"
+        "        b, n, _, h = *x.shape, self.heads\n"
+        "        q, k, v = self.to_qkv(x).chunk(3, dim=-1)\n"
+        "        q, k = (t.reshape(b, n, h, -1).transpose(1, 2) for t in (q, k))\n"
+        "        return (q @ k.transpose(-1, -2)).softmax(-1)\n"
+    )
+    (mod,) = _of_source("star.py", source, ClassRequest("Attention", 3))
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx", mod.diagnostics
+    assert not {"FX102", "FX103"} & set(_codes(mod))
+    assert _input_shapes(mod) == [("x", ["B", "T", 64])]
+    assert mod.outputs[0].shape == ["B", 4, "T", "T"]
+    hints = {h.line: h.label for h in shape_hints([mod], source)}
+    assert hints[10] == "▸ b=B, n=T, _=64"  # the names the shape's sizes are given

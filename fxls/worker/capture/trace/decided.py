@@ -24,14 +24,17 @@ from __future__ import annotations
 
 import itertools
 import operator
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, Literal
 
 import torch
 import torch.fx
 
 from fxls.protocol.model import Span
+from fxls.worker.capture.trace import unpacked
 
 _OPERATORS = frozenset(
     {
@@ -299,6 +302,7 @@ class TracedProxy(torch.fx.Proxy):
         pieces = fixed_length(self.node)
         if pieces is not None:  # ``(q, *kv.chunk(2))``: a list extended by it asks first
             return pieces
+        _only_a_hint(sys._getframe(1))
         tensor = _size_of(self.node)
         rank = _rank(self.tracer, tensor, self.node) if tensor is not None else None
         return super().__len__() if rank is None else rank
@@ -313,8 +317,18 @@ class _Shape(torch.fx.proxy.Attribute):
     """``x.shape`` of a traced ``x``, not yet a node: ``len`` of it is ``x``'s rank."""
 
     def __len__(self) -> int:
+        _only_a_hint(sys._getframe(1))
         rank = _rank(self.tracer, self.root.node, None)
         return super().__len__() if rank is None else rank
+
+
+def _only_a_hint(caller: FrameType) -> None:
+    """Raise ``TypeError`` when ``caller`` extends a list by the value (``[*x.shape, h]``):
+    Python asks its ``len`` only as a hint of the list's size and goes on without one, to
+    iterate it (``SpanTracer.iter``), where the code says how many values it gives. The rank
+    a decided check would give here is an assumed input's, which the code may not take."""
+    if unpacked.extends_a_list(caller.f_code, caller.f_lasti):
+        raise TypeError("no length hint while tracing")
 
 
 TracedProxy.__name__ = TracedProxy.__qualname__ = "Proxy"

@@ -20,7 +20,7 @@ import torch.fx
 
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY, call_site_frame, method_codes
-from fxls.worker.capture.trace import decided, passthrough, reuse
+from fxls.worker.capture.trace import decided, passthrough, reuse, unpacked
 
 _T = TypeVar("_T")
 
@@ -189,9 +189,14 @@ class SpanTracer(torch.fx.Tracer):
         """The pieces of a traced value whose count its operation fixes (``chunk(3)``,
         ``tensor_split(2)``, ``split([a, b])``), one ``getitem`` node each as they are taken:
         what ``q, k, v = map(f, qkv.chunk(3, dim=-1))``, a generator over it or
-        ``(q, *kv.chunk(2))`` iterate. Else torch.fx's refusal (a count that depends on a
-        size is not known while tracing)."""
+        ``(q, *kv.chunk(2))`` iterate; as many values as the code that unpacks a starred
+        value asks of it (``b, n, _, h = *x.shape, self.heads``: three, :mod:`.unpacked`).
+        Else torch.fx's refusal (a count that depends on a size is not known while
+        tracing)."""
         count = decided.fixed_length(obj.node)
+        if count is None:
+            caller = sys._getframe(2)  # the code that iterates: Proxy.__iter__'s caller
+            count = unpacked.starred_count(caller.f_code, caller.f_lasti)
         if count is None:
             return super().iter(obj)
         return self._pieces(obj, count)

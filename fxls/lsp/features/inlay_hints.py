@@ -20,6 +20,7 @@ from fxls.engine.render import (
 )
 from fxls.lsp.features import markdown as md
 from fxls.lsp.features.convert import Encoding, LineMapper, units
+from fxls.protocol.labels import SPLITS
 from fxls.protocol.model import ModuleResult, NodeInfo, Value
 
 _SKIP_OPS = {"placeholder", "output", "get_attr"}
@@ -259,7 +260,7 @@ def _unpacked(unpack: Unpacking, module: ModuleResult, index: _Index) -> str | N
         items = index.found.get((line, col), [])
         if count > 0 and len(items) >= count:
             names = names[first : first + count]
-            values = [n.outputs[0] if len(n.outputs) == 1 else n.outputs for n in items[:count]]
+            values = _item_values(items[:count])
     if values is None and unpack.values is not None:
         # `a, b = self.p(x), self.q(x)`; `inp, target = x, x[:, 1:]`: the names given
         # a value made there (`inp` is given `x` as it is)
@@ -298,13 +299,18 @@ def _unpacked_values(
     """The value of each name: the getitem nodes at the target, or (when the graph has only
     the items it uses, ``_b, t, _h, d = x.shape``) the dimensions of the size unpacked."""
     if len(getitems) >= len(unpack.names):
-        return [n.outputs[0] if len(n.outputs) == 1 else n.outputs for n in getitems]
+        return _item_values(getitems)
     if not getitems or not getitems[0].args or getitems[0].args[0].node is None:
         return None
     source = by_name.get(getitems[0].args[0].node)
     if source is None or len(source.outputs) != 1:
         return None
     return _dims(source.outputs[0], len(unpack.names))
+
+
+def _item_values(items: Sequence[NodeInfo]) -> list[Value | list[Value]]:
+    """The value of each item node (a tuple's values when it is one)."""
+    return [n.outputs[0] if len(n.outputs) == 1 else n.outputs for n in items]
 
 
 def _dims(size: Value, count: int) -> list[Value] | None:
@@ -363,7 +369,7 @@ def _pieces_at_their_split(nodes: Sequence[NodeInfo]) -> set[int]:
     """The items written where the value they index is (the pieces of ``qkv.chunk(3)`` that
     ``map(f, qkv)`` takes on a later line): the statement's value is the split's, all of
     them, not its last piece."""
-    splits = {n.name: n.span for n in nodes if n.target.rsplit(".", 1)[-1] in _SPLITS}
+    splits = {n.name: n.span for n in nodes if n.target.rsplit(".", 1)[-1] in SPLITS}
     return {
         id(n)
         for n in nodes
@@ -373,9 +379,6 @@ def _pieces_at_their_split(nodes: Sequence[NodeInfo]) -> set[int]:
         and n.span is not None
         and splits[n.args[0].node] == n.span
     }
-
-
-_SPLITS = frozenset({"chunk", "split", "tensor_split", "split_with_sizes"})
 
 
 def _runs(pairs: list[tuple[NodeInfo, bool]], module: ModuleResult) -> list[Run]:

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import torch
 import torch.fx
 
+from fxls.protocol.labels import SPLITS
 from fxls.protocol.model import Span
 from fxls.worker.capture.trace import unpacked
 
@@ -339,7 +340,6 @@ PROXIES = (torch.fx.Proxy, TracedProxy)
 """The types of a traced value's proxy (an attribute's, ``x.shape``, is none of them)."""
 
 
-_SPLITTERS = frozenset({"chunk", "tensor_split", "split", "split_with_sizes"})
 _COUNT_KEYWORDS = (
     "chunks", "sections", "indices", "indices_or_sections", "split_size_or_sections",
     "split_size", "split_sizes",
@@ -355,7 +355,7 @@ def _split_name(node: torch.fx.Node) -> str | None:
         name = getattr(node.target, "__name__", None)
     else:
         return None
-    return name if isinstance(name, str) and name in _SPLITTERS else None
+    return name if isinstance(name, str) and name in SPLITS else None
 
 
 _TORCH = ("torch", "torch.functional")
@@ -374,9 +374,8 @@ def fixed_length(node: torch.fx.Node) -> int | None:
     if name is None:
         return None
     given: Any = node.args[1] if len(node.args) > 1 else None
-    for keyword in _COUNT_KEYWORDS:
-        if given is None:
-            given = node.kwargs.get(keyword)
+    if given is None:
+        given = next((node.kwargs[k] for k in _COUNT_KEYWORDS if k in node.kwargs), None)
     if type(given) is int:
         return given if given > 0 and name in ("chunk", "tensor_split") else None
     if not isinstance(given, (list, tuple)) or not all(type(i) is int for i in given):

@@ -1167,6 +1167,81 @@ class Staged(nn.Module):
     _assert_traced_as(mods["Staged"], assumed, [["B", 10]])
 
 
+def test_guessed_numbers_a_constructor_needs_as_sequences_are_given_as_long_as_it_wants() -> None:
+    """MobileViT-style: ``len(dims)``, ``ih, iw = image_size`` and ``init, *_, last =
+    channels`` stop a build with guessed ints ("object of type 'int' has no len()", "cannot
+    unpack non-iterable int object"). Each is tried again as a sequence of the guess, as long
+    as ``__init__`` asserts (``assert len(dims) == 3``) or indexes it (``channels[4]``: five),
+    and the class is built and traced (it failed with FX401). Only the value the failing
+    call read changes: ``len(tokens_per_depth)`` in ``assert len(tokens_per_depth) == depth``
+    (ats_vit) leaves ``depth`` a count."""
+    mods = _capture(
+        HEADER
+        + """
+class Staged(nn.Module):
+    def __init__(self, image_size, dims, channels, num_classes, depth, tokens_per_depth):
+        super().__init__()
+        assert len(dims) == 3, "dims must be a tuple of 3"
+        assert len(tokens_per_depth) == depth, "one count per layer"
+        ih, iw = image_size
+        first, *_, last = channels
+        self.stem = nn.Conv2d(3, first, 3, padding=1)
+        self.mid = nn.Conv2d(channels[0], channels[4], 1)
+        self.proj = nn.Linear(channels[4], dims[2])
+        self.head = nn.Linear(dims[2], num_classes)
+        self.size = ih * iw
+
+    def forward(self, x):
+        x = self.mid(self.stem(x)).mean(dim=(2, 3))
+        return self.head(self.proj(x))
+""",
+        "Staged",
+    )
+    assumed = {"image_size": "(32, 32)", "dims": "(64, 64, 64)",
+               "channels": "(64, 64, 64, 64, 64)", "num_classes": "10", "depth": "2",
+               "tokens_per_depth": "(2, 2)"}  # fmt: skip
+    _assert_traced_as(mods["Staged"], assumed, [["B", 10]])
+
+
+def test_a_none_default_the_failing_statement_reads_is_given_a_guess() -> None:
+    """``float(drop_prob)`` with ``drop_prob=None`` (vit-pytorch's ``DropPath``), and an
+    ``assert`` of ``exists(depth) and exists(heads)`` with both ``None`` (``T2TViT``), here
+    stopped at its last condition, ``pos == "none"`` (``cct_3d``'s ``TransformerClassifier``):
+    the parameters the failing statement reads as ``None`` are guessed, and the classes build
+    (both failed with FX401)."""
+    mods = _capture(
+        HEADER
+        + """
+def exists(v):
+    return v is not None
+
+
+class Drop(nn.Module):
+    def __init__(self, drop_prob=None):
+        super().__init__()
+        self.drop_prob = float(drop_prob)
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.proj(x) * (1 - self.drop_prob)
+
+
+class Deep(nn.Module):
+    def __init__(self, dim=32, depth=None, heads=None, pos="sine"):
+        super().__init__()
+        assert (exists(depth) and exists(heads)) or pos == "none", "depth and heads, or no pos"
+        self.layers = nn.Sequential(*[nn.Linear(dim, dim) for _ in range(depth)])
+
+    def forward(self, x):
+        return self.layers(x)
+""",
+        "Drop",
+        "Deep",
+    )
+    _assert_traced_as(mods["Drop"], {"drop_prob": "0.0"}, [["B", 16]])
+    _assert_traced_as(mods["Deep"], {"depth": "2", "heads": "4"}, [["B", 32]])
+
+
 ADA_NORM_BLOCK = """
 import torch
 import torch.nn.functional as F

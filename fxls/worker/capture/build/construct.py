@@ -44,6 +44,7 @@ from torch import nn
 
 from fxls.protocol.model import KnownCall
 from fxls.worker.capture import cpulimit
+from fxls.worker.capture.build import failedstatement
 from fxls.worker.capture.document import ExecutedDocument, resolvable
 from fxls.worker.capture.syntax import nodes_of
 
@@ -770,7 +771,7 @@ def _at_default(
     return _bound(cls, kwargs)
 
 
-MAX_REPAIRS = 3
+MAX_REPAIRS = 5
 """Times one recipe is tried again with guesses for the parameters its failure names."""
 
 _MISSING = re.compile(
@@ -805,13 +806,13 @@ def repaired(
         owner, param = found
         if missing is None and param.default is not None and param.default is not param.empty:
             continue  # named in the message, but its default is a value, not a gap
-        values = _values(
-            doc, owner, name, _annotations(owner, doc.namespace).get(name, param.empty), 1
-        )
+        values = _guesses_for(doc, owner, param)
         if values:
             added[name] = values[0]
     if not added:
         added = _sequences_asked_for(message, recipe)
+    if not added:
+        added = _from_failed_statement(doc, cls, recipe, error)
     if not added:
         return None
     kwargs.update(added)
@@ -820,6 +821,36 @@ def repaired(
     init = parts if recipe.init is not None else None
     return Recipe("assumed", _bound(cls, kwargs), f"{cls.__name__}({parts})", init=init,
                   assumed=texts, kwargs=kwargs, notes=list(recipe.notes))  # fmt: skip
+
+
+def _guesses_for(doc: ExecutedDocument, owner: type, param: inspect.Parameter) -> list[Any]:
+    """Guessed values of ``owner``'s constructor parameter ``param``."""
+    annotation = _annotations(owner, doc.namespace).get(param.name, param.empty)
+    return _values(doc, owner, param.name, annotation, 1)
+
+
+def _from_failed_statement(
+    doc: ExecutedDocument, cls: type, recipe: Recipe, error: BaseException
+) -> dict[str, Any]:
+    """What the statement the build failed at shows was wanted (:mod:`.failedstatement`):
+    sequences for the ints fxls guessed that it needs as sequences (``ih, iw =
+    image_size``: ``(32, 32)``), else guesses for the parameters left at a ``None`` default
+    that it reads (``float(drop_prob)``, ``assert exists(depth)``)."""
+    failed = failedstatement.failed_statement(error)
+    if failed is None:
+        return {}
+    guessed = {k: v for k, v in recipe.kwargs.items() if k in recipe.assumed}
+    added: dict[str, Any] = dict(failedstatement.sequences_wanted(failed, error, guessed))
+    if added:
+        return added
+    for name in failedstatement.nones_read(failed):
+        found = None if name in recipe.kwargs else _inherited(cls, name)
+        if found is None or found[1].default is not None:
+            continue
+        values = [v for v in _guesses_for(doc, found[0], found[1]) if v is not None]
+        if values:
+            added[name] = values[0]
+    return added
 
 
 _SEQUENCE_ASKED = re.compile(r"\b(tuple|list|sequence)\b", re.IGNORECASE)

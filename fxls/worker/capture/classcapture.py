@@ -1125,8 +1125,10 @@ class ClassCapture:
             self.called_with = {}
             if module is not None:
                 names = [p.name for p in plan.positional()]
+                built = self.mod.constructed
+                built_by = built.text if built is not None and built.source == "call site" else None
                 self.called_with = inputs.from_calls(
-                    self.doc.tree, self.doc.namespace, type(module), names, plan.symbols
+                    self.doc, type(module), names, plan.symbols, built_by
                 )
         return {k: copy.copy(v) for k, v in self.called_with.items()}
 

@@ -326,7 +326,7 @@ def plan_inputs(
         else:
             if calls is None:
                 names = [p.name for p in params]
-                calls = inputs.from_calls(doc.tree, doc.namespace, type(module), names, symbols)
+                calls = inputs.from_calls(doc, type(module), names, symbols)
             found = calls.get(param.name) or inputs.infer_from_source(
                 module, param.name, doc.tree, symbols
             )

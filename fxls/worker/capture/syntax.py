@@ -24,3 +24,19 @@ def nodes_of(tree: ast.AST, *kinds: type[ast.AST]) -> list[ast.AST]:
     found = [i for t, at in by_type.items() if issubclass(t, kinds) for i in at]
     found.sort()
     return [every[i] for i in found]
+
+
+def arguments_text(call: ast.Call) -> str | None:
+    """The arguments of ``call`` as written again (``256, dim=64``), as fxls names a build
+    from a call in the file; None when one is unpacked (``*args``, ``**kwargs``)."""
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    if any(k.arg is None for k in call.keywords):
+        return None
+    try:
+        return ", ".join(
+            [ast.unparse(a) for a in call.args]
+            + [f"{k.arg}={ast.unparse(k.value)}" for k in call.keywords]
+        )
+    except Exception:  # a tree ast.unparse cannot write back
+        return None

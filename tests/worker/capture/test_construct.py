@@ -309,6 +309,66 @@ def wide_net():
     assert wide.outputs[0].shape == ["B", 16, 224, 224]
 
 
+def test_inputs_of_the_files_demo_are_read_from_the_names_it_assigns() -> None:
+    """vit-pytorch's ``simple_vit_1d.py`` ends with a demo that does not run when fxls runs
+    the file: ``v = SimpleViT(...)``, ``time_series = torch.randn(4, 3, 256)``, ``logits =
+    v(time_series)``. The input is the demo's tensor, with its batch named (``[B, 3, 256]``:
+    the first layer alone, a ``Rearrange`` of ``(n p)``, says nothing, FX402), and the value
+    the name holds is the one assigned last before the call. Only for an instance built as
+    the demo builds it: x-transformers' ``NextLatentWrapper(model, ...)`` demo passes ids of
+    its model's ``max_seq_len`` (1024), longer than the one fxls builds takes."""
+    mods = _capture(
+        HEADER
+        + """
+class Series(nn.Module):
+    def __init__(self, seq_len, patch_size, dim):
+        super().__init__()
+        self.patch_size = patch_size
+        self.proj = nn.Linear(3 * patch_size, dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, series):
+        b, c, n = series.shape
+        x = series.reshape(b, c, n // self.patch_size, self.patch_size)
+        x = x.permute(0, 2, 3, 1).flatten(2)
+        return self.head(self.proj(x).mean(1))
+
+class Embed(nn.Module):
+    def __init__(self, max_len=16):
+        super().__init__()
+        self.tok = nn.Embedding(256, 32)
+        self.pos = nn.Parameter(torch.zeros(max_len, 32))
+
+    def forward(self, ids):
+        return self.tok(ids) + self.pos[: ids.shape[1]]
+
+if __name__ == "__main__":
+    v = Series(seq_len=256, patch_size=16, dim=32)
+    time_series = torch.randn(2, 3, 64)
+    time_series = torch.randn(4, 3, 256)
+    logits = v(time_series)
+    time_series = torch.randn(4, 3, 512)
+    size = 1024
+    e = Embed(max_len=size)
+    ids = torch.randint(0, 256, (2, 1024))
+    e(ids)
+""",
+        "Series",
+        "Embed",
+    )
+    series = mods["Series"]
+    assert series.status == "traced", series.diagnostics
+    assert series.inputs[0].value.shape == ["B", 3, 256]
+    assert series.outputs[0].shape == ["B", 10]
+    (fx405,) = [d for d in series.diagnostics if d.code == "FX405"]
+    assert "the call at line 32" in fx405.message
+    # the demo's Embed has max_len=1024, fxls's the default 16: its [2, 1024] ids do not fit
+    embed = mods["Embed"]
+    assert embed.status == "traced", embed.diagnostics
+    assert embed.inputs[0].value.shape == ["B", "T"]
+    assert embed.outputs[0].shape == ["B", "T", 32]
+
+
 def test_input_size_that_runs_through_and_inputs_the_file_passes() -> None:
     mods = _capture(
         HEADER
@@ -1240,6 +1300,29 @@ class Deep(nn.Module):
     )
     _assert_traced_as(mods["Drop"], {"drop_prob": "0.0"}, [["B", 16]])
     _assert_traced_as(mods["Deep"], {"depth": "2", "heads": "4"}, [["B", 32]])
+
+
+def test_a_count_of_levels_is_guessed_small() -> None:
+    """NesT's ``num_hierarchies`` and ``block_repeats`` are counts: guessed as a depth is
+    (2), not as a width (64, which made ``2 ** 63`` blocks: "Storage size calculation
+    overflowed", FX401)."""
+    mods = _capture(
+        HEADER
+        + """
+class Levels(nn.Module):
+    def __init__(self, dim, num_hierarchies, block_repeats):
+        super().__init__()
+        blocks = 2 ** (num_hierarchies - 1)
+        self.pool = nn.Parameter(torch.zeros(blocks, dim))
+        self.layers = nn.Sequential(*[nn.Linear(dim, dim) for _ in range(block_repeats)])
+
+    def forward(self, x):
+        return self.layers(x) + self.pool.sum(0)
+""",
+        "Levels",
+    )
+    assumed = {"dim": "64", "num_hierarchies": "2", "block_repeats": "2"}
+    _assert_traced_as(mods["Levels"], assumed, [["B", 64]])
 
 
 ADA_NORM_BLOCK = """

@@ -46,7 +46,7 @@ from fxls.protocol.model import KnownCall
 from fxls.worker.capture import cpulimit
 from fxls.worker.capture.build import failedstatement
 from fxls.worker.capture.document import ExecutedDocument, resolvable
-from fxls.worker.capture.syntax import nodes_of
+from fxls.worker.capture.syntax import arguments_text, nodes_of
 
 Made = TypeVar("Made")
 
@@ -104,7 +104,10 @@ _INT_GUESSES: tuple[tuple[re.Pattern[str], tuple[int, ...]], ...] = tuple(
         (r"num_classes|n_classes|nclass|classes|num_labels|n_out|output_dim|out_dim", (10, 16)),
         (r"kv_heads", (2, 1, 4)),
         (r"heads?$|n_head|nhead|num_head|head$", (4, 2, 1, 8)),
-        (r"layers?$|depth|n_layer|nlayers|num_blocks|n_blocks|blocks$|stages", (2, 1, 3, 4)),
+        (
+            r"layers?$|depth|n_layer|nlayers|num_blocks|n_blocks|blocks$|stages|hierarch|levels?$|repeats?$",
+            (2, 1, 3, 4),
+        ),
         (r"patch", (4, 8, 2)),
         (r"resolution|image_size|img_size|imsize|im_size", (32, 64, 224)),
         (r"context|seq_len|max_len|block_size|max_seq|n_ctx|positions|max_position", (16, 32)),
@@ -1377,20 +1380,10 @@ def _call_sites(doc: ExecutedDocument, cls: type) -> Iterator[Recipe]:
             continue
         if node.func.id != cls.__name__ or not (node.args or node.keywords):
             continue
-        if any(isinstance(a, ast.Starred) for a in node.args) or any(
-            k.arg is None for k in node.keywords
-        ):
-            continue
         if not all(resolvable(a, doc.namespace) for a in [*node.args, *node.keywords]):
             continue
-        try:
-            args_text = ", ".join(
-                [ast.unparse(a) for a in node.args]
-                + [f"{k.arg}={ast.unparse(k.value)}" for k in node.keywords]
-            )
-        except Exception:
-            continue
-        if args_text in seen:
+        args_text = arguments_text(node)
+        if args_text is None or args_text in seen:
             continue
         seen.add(args_text)
         bound: dict[str, Any] = {}

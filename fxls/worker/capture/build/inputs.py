@@ -25,10 +25,10 @@ import torch.fx
 from torch import nn
 
 from fxls.protocol.model import DimSpec, InputOrigin, InputSpec, Value
-from fxls.worker.capture.document import resolvable
+from fxls.worker.capture.document import ExecutedDocument, resolvable
 from fxls.worker.capture.shapes.propagation import ExampleInput
 from fxls.worker.capture.spans import forward_definition, short_source
-from fxls.worker.capture.syntax import nodes_of
+from fxls.worker.capture.syntax import arguments_text, nodes_of
 from fxls.worker.capture.trace import passthrough
 
 BATCH = "B"
@@ -1297,20 +1297,26 @@ def size_hints(module: nn.Module, arguments: dict[str, Any]) -> dict[str, int]:
 
 
 def from_calls(
-    tree: ast.Module | None,
-    namespace: dict[str, Any],
+    doc: ExecutedDocument,
     cls: type,
     params: list[str],
     symbols: Symbols,
+    built_by: str | None = None,
 ) -> dict[str, PlannedInput]:
     """Inputs of ``cls`` from calls in the file whose arguments are computable from the file's
     names alone: ``Net()(torch.randn(1, 1, 28, 28))``, or ``model = Net()`` then ``model(x)``
-    with ``x = torch.zeros(2, 16, dtype=torch.long)`` at module level. The first dimension of a
+    with ``x = torch.zeros(2, 16, dtype=torch.long)`` at module level. A tensor the file's
+    ``if __name__ == "__main__":`` demo assigns (``time_series = torch.randn(4, 3, 256)``,
+    then ``logits = v(time_series)``; the demo does not run) counts for an instance built as
+    the capture's was, ``built_by`` (``SimpleViT(seq_len=256, ...)``, from that call): sizes
+    made for the demo's model need not fit one fxls built otherwise. The first dimension of a
     tensor is the batch ``B``."""
+    tree, namespace = doc.tree, doc.namespace
     if tree is None:
         return {}
+    assigned = _top_level_assignments(tree)
     instances = {
-        t.id
+        t.id: node.value
         for node in nodes_of(tree, ast.Assign)
         if isinstance(node, ast.Assign) and _builds(node.value, cls.__name__)
         for t in node.targets
@@ -1320,12 +1326,16 @@ def from_calls(
         if not isinstance(node, ast.Call) or not node.args:
             continue
         func = node.func
-        if not (
-            (isinstance(func, ast.Name) and func.id in instances) or _builds(func, cls.__name__)
-        ):
+        built = instances.get(func.id) if isinstance(func, ast.Name) else None
+        if built is None and _builds(func, cls.__name__):
+            built = func
+        if not isinstance(built, ast.Call):
             continue
+        same = built_by is not None and f"{cls.__name__}({arguments_text(built)})" == built_by
         found: dict[str, PlannedInput] = {}
         for name, arg in zip(params, node.args):
+            if same and isinstance(arg, ast.Name) and arg.id not in namespace:
+                arg = _last_before(assigned.get(arg.id, []), node.lineno) or arg
             value = _evaluate(arg, namespace)
             if not isinstance(value, torch.Tensor) or value.dim() == 0:
                 break
@@ -1338,6 +1348,28 @@ def from_calls(
         if found:
             return found
     return {}
+
+
+def _top_level_assignments(tree: ast.Module) -> dict[str, list[ast.Assign]]:
+    """Assignments of one name at the file's top level, also inside its ``if``, ``with`` and
+    ``try`` blocks (a ``__main__`` demo), by name, in the order written."""
+    found: dict[str, list[ast.Assign]] = {}
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        stmt = todo.pop(0)
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target = stmt.targets[0]
+            if isinstance(target, ast.Name):
+                found.setdefault(target.id, []).append(stmt)
+        elif isinstance(stmt, (ast.If, ast.With, ast.Try)):
+            todo.extend(getattr(stmt, "body", []) + getattr(stmt, "orelse", []))
+    return found
+
+
+def _last_before(assignments: list[ast.Assign], line: int) -> ast.expr | None:
+    """The value of the last of ``assignments`` written before ``line``."""
+    earlier = [a for a in assignments if a.lineno < line]
+    return earlier[-1].value if earlier else None
 
 
 def _builds(node: ast.AST, name: str) -> bool:

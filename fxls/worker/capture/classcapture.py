@@ -1350,7 +1350,8 @@ class ClassCapture:
         if not decisions:  # an earlier attempt's inferred inputs decided none in the end
             repairs.applied = [r for r in repairs.applied if r.kind != "decided"]
             return
-        said = {(d.code, d.span.line): d for d in self.mod.diagnostics if d.code in _DECIDED_CODES}
+        codes = set(_DECIDED_CODES.values())
+        said = {(d.code, d.span.line): d for d in self.mod.diagnostics if d.code in codes}
         texts = []
         for decision in decisions:
             span = decision.span
@@ -1359,7 +1360,7 @@ class ClassCapture:
                 continue
             text = short_source(self.doc.source.text(span))
             texts.append(f"`{text}`")
-            key = ("FX102" if decision.kind == "rank" else "FX101", span.line)
+            key = (_DECIDED_CODES[decision.kind], span.line)
             diag = said.get(key)
             if diag is None:
                 diag = said[key] = _decided_diagnostic(decision, span, text)
@@ -1367,7 +1368,7 @@ class ClassCapture:
             elif "value" in diag.data:
                 continue
             diag.data.update(decided=f"`{text}`", value=decision.value)
-            taken = "the rank is " if decision.kind == "rank" else ""
+            taken = "the rank is " if decision.kind != "check" else ""
             how = (
                 f"fxls decided it while tracing from the ranks and dtypes of the inputs: "
                 f"{taken}`{decision.value}` for these inputs."
@@ -2067,12 +2068,16 @@ def _placeholder_params(
     return out
 
 
-_DECIDED_CODES = ("FX101", "FX102")
+_DECIDED_CODES = {"check": "FX101", "rank": "FX102", "unpacked": "FX103"}
+"""The code of a decided check, by its kind."""
 
 
 def _decided_diagnostic(decision: decided.Decision, span: Span, text: str) -> Diagnostic:
     """The diagnostic of a check decided while tracing where no failed attempt left one:
-    FX102 for ``len(x.shape)``, FX101 for a condition."""
+    FX102 for ``len(x.shape)``, FX103 for a shape unpacked into a starred name, FX101 for a
+    condition."""
+    if decision.kind == "unpacked":
+        return catalogue.FX103(span, source=text, where="").diagnostic({})
     if decision.kind == "rank":
         arg, use, meaning = failures.length_fields(text)
         found = catalogue.FX102(span, source=text, where="", arg=arg, use=use, meaning=meaning)

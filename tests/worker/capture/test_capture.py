@@ -1114,6 +1114,52 @@ def test_hints_of_pieces_taken_in_turn_name_the_values_made_from_them() -> None:
     assert hints[12] == "▸ a: [B, 3], b: [B, 5]"
 
 
+def test_a_shape_unpacked_into_a_starred_name_takes_the_rank_of_the_input() -> None:
+    """``*_, n, dtype = *x.shape, x.dtype`` (vit-pytorch's ``SimpleViT`` for series) and
+    ``b, *_ = x.shape`` unpack any rank of at least one: fxls takes the rank of the input
+    while tracing (a decided unpacking, FX103 as information saying the rank taken) and the
+    class traces into one FX graph (torch.fx refuses the starred unpacking: a run on fake
+    tensors without a graph). A rank the statement cannot take stays FX103."""
+    source = (
+        "import torch.nn as nn\n\n"
+        "class Series(nn.Module):\n"
+        "    def __init__(self, dim=64):\n"
+        "        super().__init__()\n"
+        "        self.proj = nn.Linear(dim, dim)\n\n"
+        "    def forward(self, x):\n"
+        "        *_, n, dtype = *x.shape, x.dtype\n"
+        "        b, *_ = x.shape\n"
+        "        return self.proj(x).to(dtype).reshape(b, -1, n)\n\n"
+        "class Deep(nn.Module):\n"
+        "    def __init__(self, dim=64):\n"
+        "        super().__init__()\n"
+        "        self.proj = nn.Linear(dim, dim)\n\n"
+        "    def forward(self, x):\n"
+        "        b, n, d, *_ = x.shape\n"
+        "        return self.proj(x).reshape(b, n * d)\n"
+    )
+    x = InputSpec("x", dims=[DimSpec("B"), DimSpec("T"), DimSpec(None, 64)])
+    flat = InputSpec("x", dims=[DimSpec("B"), DimSpec(None, 64)])
+    series, deep = _of_source(
+        "unpack_ex.py", source, ClassRequest("Series", 3, inputs=[x]),
+        ClassRequest("Deep", 12, inputs=[flat]),
+    )  # fmt: skip
+    assert series.status == "traced", series.diagnostics
+    assert strategy_label(series.strategy) == "fx+decided"
+    assert series.outputs[0].shape == ["B", "T", 64]
+    found = {d.span.line: d for d in series.diagnostics if d.code == "FX103"}
+    assert set(found) == {9, 10}
+    assert all(d.severity == "information" and d.data["value"] == 3 for d in found.values())
+    # three sizes and more of a declared rank-2 input: as eager, no count works
+    assert "FX103" in _codes(deep) and deep.status != "traced"
+    # an input fxls assumes, [B, 64] from the Linear, too short for the statement: its rank
+    # is not taken (the trace would stop at the unpacking, FX199), and the run on fake
+    # tensors tries the rank the statement needs
+    (assumed,) = _of_source("unpack_ex.py", source, ClassRequest("Deep", 12))
+    assert assumed.status == "traced" and "FX199" not in _codes(assumed), assumed.diagnostics
+    assert _input_shapes(assumed) == [("x", ["B", "T", 64])]
+
+
 def test_a_starred_shape_unpacked_with_other_values_traces_at_the_rank_it_needs() -> None:
     """``b, n, _, h = *x.shape, self.heads`` needs three sizes of ``x``: the graph takes them
     (torch.fx refuses the starred shape, FX103), and the input assumed ``[B, 64]`` from the

@@ -68,8 +68,9 @@ class Decision:
     value: bool | int
     span: Span | None
     """Where the check is written (the innermost line of the document on the stack)."""
-    kind: Literal["check", "rank"] = "check"
-    """A condition (FX101), or the rank ``len(x.shape)`` asked for (FX102)."""
+    kind: Literal["check", "rank", "unpacked"] = "check"
+    """A condition (FX101), the rank ``len(x.shape)`` asked for (FX102), or the rank as the
+    count of sizes unpacked into a starred name (``*_, h, w = x.shape``, FX103)."""
 
 
 class Decider:
@@ -279,6 +280,12 @@ def _pure(node: torch.fx.Node) -> bool:
     if _size_of(node) is not None:  # `len(x.size())`
         return True
     return node.op == "call_function" and node.target in _OPERATORS
+
+
+def size_read(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The tensor node whose whole size ``node`` reads (``x.size()``, ``x.shape``), else
+    None."""
+    return _size_of(node)
 
 
 def _size_of(node: torch.fx.Node) -> torch.fx.Node | None:

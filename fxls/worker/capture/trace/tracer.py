@@ -197,9 +197,27 @@ class SpanTracer(torch.fx.Tracer):
         if count is None:
             caller = sys._getframe(2)  # the code that iterates: Proxy.__iter__'s caller
             count = unpacked.starred_count(caller.f_code, caller.f_lasti)
+            if count is None:
+                count = self._rank_unpacked(
+                    obj, unpacked.least_count(caller.f_code, caller.f_lasti)
+                )
         if count is None:
             return super().iter(obj)
         return self._pieces(obj, count)
+
+    def _rank_unpacked(self, obj: torch.fx.Proxy, least: int | None) -> int | None:
+        """For ``x.shape`` (or ``x.size()``) unpacked into a starred name, which takes any
+        count of at least ``least`` values (``batch, n, *_ = x.shape``, ``*_, n, dtype =
+        *x.shape, x.dtype``): the rank of ``x`` the decider finds, its line recorded as a
+        decided unpacking; None when it finds none or a rank the statement cannot take."""
+        tensor = decided.size_read(obj.node) if least is not None else None
+        if tensor is None or least is None:
+            return None
+        rank = self._ask(lambda decider: decider.rank(tensor))
+        if rank is None or rank < least:
+            return None
+        self._decided(decided.Decision(obj.node, rank, self._innermost_span(), kind="unpacked"))
+        return rank
 
     def _pieces(self, obj: torch.fx.Proxy, count: int) -> Iterator[torch.fx.Proxy]:
         """``obj[0]`` ... ``obj[count - 1]``, written where the split was when it was made in

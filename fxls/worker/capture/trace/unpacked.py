@@ -54,11 +54,36 @@ def starred_count(code: CodeType, lasti: int) -> int | None:
         return None
     insts = _instructions(code)
     before = _put_before(insts, at)
-    after = _put_after(insts, at)
+    after = _put_after(insts, at, "UNPACK_SEQUENCE")
     if before is None or after is None:
         return None
     count = after[1] - before - after[0]
     return count if count >= 0 else None
+
+
+def least_count(code: CodeType, lasti: int) -> int | None:
+    """At an unpacking into a starred name, the fewest values the iterated value must give
+    for it to run (more go to the starred name), else None: ``batch, n, *_ = x.shape`` (the
+    ``UNPACK_EX`` at ``lasti``): two; ``*_, n, dtype = *x.shape, x.dtype`` (the
+    ``LIST_EXTEND`` at ``lasti`` of the list that is unpacked): one."""
+    insts = _instructions(code)
+    at = next((i for i, ins in enumerate(insts) if ins.offset == lasti), None)
+    if at is None:
+        return None
+    if insts[at].opname == "UNPACK_EX":
+        return _named(insts[at].arg or 0)
+    if _at(code, lasti) is None:
+        return None
+    before = _put_before(insts, at)
+    after = _put_after(insts, at, "UNPACK_EX")
+    if before is None or after is None:
+        return None
+    return max(_named(after[1]) - before - after[0], 0)
+
+
+def _named(arg: int) -> int:
+    """The names an ``UNPACK_EX`` with ``arg`` binds besides the starred one."""
+    return (arg & 0xFF) + (arg >> 8)
 
 
 def _effect(ins: dis.Instruction) -> int | None:
@@ -85,16 +110,18 @@ def _put_before(insts: tuple[dis.Instruction, ...], at: int) -> int | None:
     return None
 
 
-def _put_after(insts: tuple[dis.Instruction, ...], at: int) -> tuple[int, int] | None:
-    """(values appended to the list after ``at``, the count of the ``UNPACK_SEQUENCE`` of the
-    tuple made of it)."""
+def _put_after(
+    insts: tuple[dis.Instruction, ...], at: int, unpacking: str
+) -> tuple[int, int] | None:
+    """(values appended to the list after ``at``, the argument of the ``unpacking``
+    instruction, ``UNPACK_SEQUENCE`` or ``UNPACK_EX``, of the tuple made of it)."""
     height = 0  # over the stack after ``at``: the list on top
     appended = 0
     for i in range(at + 1, len(insts)):
         ins = insts[i]
         if height == 0 and ins.opname == "LIST_TO_TUPLE":
-            following = insts[i + 1] if i + 1 < len(insts) else None
-            if following is None or following.opname != "UNPACK_SEQUENCE":
+            following = next((n for n in insts[i + 1 :] if n.opname != "EXTENDED_ARG"), None)
+            if following is None or following.opname != unpacking:
                 return None
             return appended, following.arg or 0
         effect = _effect(ins)

@@ -126,6 +126,9 @@ class Unpacking:
     iterated: bool = False
     """The right-hand side makes each value in turn: ``map(f, pieces)``, ``(f(t) for t in
     pieces)``, a list comprehension."""
+    star: int | None = None
+    """The index in ``names`` of a starred name (``b, n, *_ = x.shape``), which takes the
+    values the others leave."""
 
 
 def unpackings(tree: ast.Module | None, lines: list[str]) -> dict[tuple[int, int], Unpacking]:
@@ -139,12 +142,14 @@ def unpackings(tree: ast.Module | None, lines: list[str]) -> dict[tuple[int, int
         target = stmt.targets[0]
         if not isinstance(target, (ast.Tuple, ast.List)) or len(target.elts) < 2:
             continue
-        if not all(isinstance(e, ast.Name) for e in target.elts):
+        stars = [i for i, e in enumerate(target.elts) if isinstance(e, ast.Starred)]
+        elts = [e.value if isinstance(e, ast.Starred) else e for e in target.elts]
+        if len(stars) > 1 or not all(isinstance(e, ast.Name) for e in elts):
             continue
         col = _column(lines, target.lineno, target.col_offset)
-        names = [e.id for e in target.elts]  # type: ignore[attr-defined]
+        names = [e.id for e in elts]  # type: ignore[attr-defined]
         end = stmt.end_lineno or stmt.lineno
-        unpack = Unpacking(names, target.lineno, col, end)
+        unpack = Unpacking(names, target.lineno, col, end, star=stars[0] if stars else None)
         rhs = stmt.value
         unpack.value = (
             rhs.lineno,
@@ -242,6 +247,8 @@ def _index(module: ModuleResult, targets: dict[tuple[int, int], Unpacking]) -> _
 
 def _unpacked(unpack: Unpacking, module: ModuleResult, index: _Index) -> str | None:
     """The hint of one unpacking line, or None."""
+    if unpack.star is not None:
+        return _beside_the_star(unpack, index)
     values: Sequence[Value | list[Value]] | None
     getitems = index.found.get((unpack.line, unpack.col), [])
     values = _unpacked_values(unpack, getitems, index.by_name)
@@ -274,6 +281,30 @@ def _unpacked(unpack: Unpacking, module: ModuleResult, index: _Index) -> str | N
     if values is None:
         return None
     return unpacked_text(names, values, default_dtype="float32")
+
+
+def _beside_the_star(unpack: Unpacking, index: _Index) -> str | None:
+    """``b, n, *_ = x.shape``, ``*_, n, dtype = *x.shape, x.dtype``: the names beside the
+    starred one given the values they take, from the graph's items of what is unpacked (at
+    the target, or at the starred value the right-hand side starts with; values it appends
+    after it are no items, and their names get none)."""
+    star = unpack.star
+    items = index.found.get((unpack.line, unpack.col), [])
+    appended = 0
+    if not items and unpack.starred is not None and unpack.starred[2] == 0:
+        items = index.found.get(unpack.starred[:2], [])
+        appended = unpack.starred[3]
+    if star is None or not items:
+        return None
+    values: list[Value | list[Value] | None] = [*_item_values(items), *[None] * appended]
+    before, after = unpack.names[:star], unpack.names[star + 1 :]
+    if len(values) < len(before) + len(after):
+        return None
+    pairs = [*zip(before, values), *zip(after, values[len(values) - len(after) :])]
+    given = [(name, value) for name, value in pairs if value is not None]
+    if not given:
+        return None
+    return unpacked_text([n for n, _ in given], [v for _, v in given], default_dtype="float32")
 
 
 def _made_in_turn(

@@ -591,6 +591,16 @@ def _image_like(name: str) -> bool:
     return name.lower() in ("x", "img", "image", "images", "imgs", "pixel_values", "input", "inp")
 
 
+def _video_like(name: str, hints: dict[str, int]) -> bool:
+    """A clip of frames: named so, or an image-like name where the build names frames."""
+    lowered = name.lower()
+    if "frames" not in hints:
+        return False
+    return lowered in ("video", "videos", "clip", "clips", "pixel_values_videos") or _image_like(
+        name
+    )
+
+
 def runs(mod: ModuleResult) -> bool:
     """Whether a capture went all the way through ``forward`` with shapes."""
     if not mod.outputs or mod.status == "failed":
@@ -1040,12 +1050,14 @@ class ClassCapture:
         """An image of the build's size for an image-like name, a plain value, or the first
         layer the input reaches through shape-keeping calls."""
         spatial = self.hints.get("spatial", inputs.SPATIAL)
-        if "spatial" in self.hints and _image_like(name):
+        if "spatial" in self.hints and (_image_like(name) or _video_like(name, self.hints)):
             b = (inputs.BATCH, plan.symbols.size(inputs.BATCH))
             dims = [b, (None, self.hints.get("channels", 3)), (None, spatial), (None, spatial)]
-            return inputs.PlannedInput(
-                name, "tensor", dims, assumed=True, reason=f"image size {spatial} of the build"
-            )
+            reason = f"image size {spatial} of the build"
+            if _video_like(name, self.hints):  # (B, C, F, H, W), as Conv3d takes it
+                dims.insert(2, (None, self.hints["frames"]))
+                reason = f"{self.hints['frames']} frames of image size {spatial} of the build"
+            return inputs.PlannedInput(name, "tensor", dims, assumed=True, reason=reason)
         planned = self._plain_value(name, plan) or inputs.per_sample(name, plan.symbols)
         if planned is None:
             planned = self._normalized(name, plan)

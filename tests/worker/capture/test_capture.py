@@ -1150,6 +1150,9 @@ def test_a_shape_unpacked_into_a_starred_name_takes_the_rank_of_the_input() -> N
     found = {d.span.line: d for d in series.diagnostics if d.code == "FX103"}
     assert set(found) == {9, 10}
     assert all(d.severity == "information" and d.data["value"] == 3 for d in found.values())
+    hints = {h.line: h.label for h in shape_hints([series], source)}
+    assert hints[9] == "▸ n=64"  # the names beside the star: `dtype` is no size of `x`
+    assert hints[10] == "▸ b=B"
     # three sizes and more of a declared rank-2 input: as eager, no count works
     assert "FX103" in _codes(deep) and deep.status != "traced"
     # an input fxls assumes, [B, 64] from the Linear, too short for the statement: its rank

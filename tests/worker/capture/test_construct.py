@@ -1302,6 +1302,35 @@ class Deep(nn.Module):
     _assert_traced_as(mods["Deep"], {"depth": "2", "heads": "4"}, [["B", 32]])
 
 
+def test_a_video_input_is_a_clip_of_the_frames_and_image_size_the_build_names() -> None:
+    """vit-pytorch's ``ViT`` for video (``vit_3d.py``): ``forward(self, video)`` starts with
+    ``Rearrange('b c (f pf) (h p1) (w p2) -> ...')``, which says nothing of the input
+    (FX402). The build names ``image_size`` and ``frames`` (guessed 32 and 16): the input is a
+    clip of them, ``(B, 3, 16, 32, 32)``, channels before frames as ``Conv3d`` takes it."""
+    mods = _capture(
+        HEADER
+        + """
+class Video(nn.Module):
+    def __init__(self, *, image_size, frames, channels=3, dim=32):
+        super().__init__()
+        self.patch = nn.Conv3d(channels, dim, kernel_size=(2, 8, 8), stride=(2, 8, 8))
+        self.pos = nn.Parameter(torch.zeros(1, dim, frames // 2, image_size // 8, image_size // 8))
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, video):
+        x = video.reshape(video.shape[0], video.shape[1], video.shape[2], -1)
+        x = x.reshape(video.shape)
+        return self.head((self.patch(x) + self.pos).flatten(2).mean(-1))
+""",
+        "Video",
+    )
+    video = mods["Video"]
+    _assert_traced_as(video, {"image_size": "32", "frames": "16"}, [["B", 10]])
+    assert video.inputs[0].value.shape == ["B", 3, 16, 32, 32]
+    (fx405,) = [d for d in video.diagnostics if d.code == "FX405"]
+    assert "16 frames of image size 32 of the build" in fx405.message
+
+
 def test_a_count_of_levels_is_guessed_small() -> None:
     """NesT's ``num_hierarchies`` and ``block_repeats`` are counts: guessed as a depth is
     (2), not as a width (64, which made ``2 ** 63`` blocks: "Storage size calculation

@@ -109,6 +109,7 @@ _INT_GUESSES: tuple[tuple[re.Pattern[str], tuple[int, ...]], ...] = tuple(
             (2, 1, 3, 4),
         ),
         (r"patch", (4, 8, 2)),
+        (r"frames$", (16, 8)),
         (r"resolution|image_size|img_size|imsize|im_size", (32, 64, 224)),
         (r"context|seq_len|max_len|block_size|max_seq|n_ctx|positions|max_position", (16, 32)),
         (r"in_ch|in_chans|input_channels|channels_in|n_channels|nc$|num_channels", (3, 1)),

@@ -1288,6 +1288,8 @@ def size_hints(module: nn.Module, arguments: dict[str, Any]) -> dict[str, int]:
                 found.setdefault("spatial", value)
             elif re.search(r"^channels$|in_chans|in_channels|input_channels|num_channels", lowered):
                 found.setdefault("channels", value)
+            elif re.search(r"^(num_)?frames$|^n_frames$|video_frames", lowered):
+                found.setdefault("frames", value)
     return found
 
 

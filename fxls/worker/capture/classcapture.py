@@ -1050,11 +1050,12 @@ class ClassCapture:
         """An image of the build's size for an image-like name, a plain value, or the first
         layer the input reaches through shape-keeping calls."""
         spatial = self.hints.get("spatial", inputs.SPATIAL)
-        if "spatial" in self.hints and (_image_like(name) or _video_like(name, self.hints)):
+        video = _video_like(name, self.hints)
+        if "spatial" in self.hints and (video or _image_like(name)):
             b = (inputs.BATCH, plan.symbols.size(inputs.BATCH))
             dims = [b, (None, self.hints.get("channels", 3)), (None, spatial), (None, spatial)]
             reason = f"image size {spatial} of the build"
-            if _video_like(name, self.hints):  # (B, C, F, H, W), as Conv3d takes it
+            if video:  # (B, C, F, H, W), as Conv3d takes it
                 dims.insert(2, (None, self.hints["frames"]))
                 reason = f"{self.hints['frames']} frames of image size {spatial} of the build"
             return inputs.PlannedInput(name, "tensor", dims, assumed=True, reason=reason)

@@ -277,18 +277,12 @@ def drop_checks(graph: torch.fx.Graph, decisions: list[Decision]) -> None:
 def _pure(node: torch.fx.Node) -> bool:
     if _metadata_of(node) is not None or node.op == "get_attr":  # `self.proj.weight.dtype`
         return True
-    if _size_of(node) is not None:  # `len(x.size())`
+    if size_read(node) is not None:  # `len(x.size())`
         return True
     return node.op == "call_function" and node.target in _OPERATORS
 
 
 def size_read(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The tensor node whose whole size ``node`` reads (``x.size()``, ``x.shape``), else
-    None."""
-    return _size_of(node)
-
-
-def _size_of(node: torch.fx.Node) -> torch.fx.Node | None:
     """The tensor node whose whole size ``node`` reads (``x.size()``, ``x.shape``), else
     None."""
     args = node.args
@@ -311,7 +305,7 @@ class TracedProxy(torch.fx.Proxy):
         if pieces is not None:  # ``(q, *kv.chunk(2))``: a list extended by it asks first
             return pieces
         _only_a_hint(sys._getframe(1))
-        tensor = _size_of(self.node)
+        tensor = size_read(self.node)
         rank = _rank(self.tracer, tensor, self.node) if tensor is not None else None
         return super().__len__() if rank is None else rank
 

@@ -210,8 +210,10 @@ class SpanTracer(torch.fx.Tracer):
         count of at least ``least`` values (``batch, n, *_ = x.shape``, ``*_, n, dtype =
         *x.shape, x.dtype``): the rank of ``x`` the decider finds, its line recorded as a
         decided unpacking; None when it finds none or a rank the statement cannot take."""
-        tensor = decided.size_read(obj.node) if least is not None else None
-        if tensor is None or least is None:
+        if least is None:
+            return None
+        tensor = decided.size_read(obj.node)
+        if tensor is None:
             return None
         rank = self._ask(lambda decider: decider.rank(tensor))
         if rank is None or rank < least:

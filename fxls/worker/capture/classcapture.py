@@ -535,6 +535,16 @@ def _parent_run(
     return recorded.within, recorded.examples
 
 
+def _failing_text(
+    doc: ExecutedDocument, failure: failures.Failure, exc: BaseException, module: nn.Module
+) -> str:
+    """The code a trace failed at: its span in the document, or for a ``forward`` inherited
+    from a library, the call that ``forward`` failed in."""
+    if failure.span is not None:
+        return doc.source.text(failure.span)
+    return failures.inherited_call(exc, module)
+
+
 def _default_params(
     doc: ExecutedDocument, capture: ClassCapture, recorded: parents.Recorded | None
 ) -> int | None:
@@ -1280,7 +1290,7 @@ class ClassCapture:
             except BaseException as exc:
                 cpulimit.passed_on(exc)
                 failure = failures.explain(exc, doc.path, doc.source, req.name, self.span, doc.tree)
-                text = doc.source.text(failure.span) if failure.span is not None else ""
+                text = _failing_text(doc, failure, exc, module)
                 repair = strategies.next_repair(
                     exc, module, doc.namespace, doc.path, repairs, leaves(), defaults, text
                 )

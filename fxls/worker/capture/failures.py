@@ -128,6 +128,40 @@ def elsewhere(exc: BaseException) -> tuple[str, str] | None:
     return None
 
 
+MAX_CALL_LINES = 40
+"""Longest call (in lines) :func:`inherited_call` quotes."""
+
+
+def inherited_call(exc: BaseException, root: object) -> str:
+    """For a failure of a class whose ``forward`` is inherited from a library (transformers'
+    ``LlamaForSequenceClassification`` runs ``GenericForSequenceClassification.forward``): the
+    call that ``forward`` was making when it failed (``self.loss_function(logits=logits,
+    labels=labels, ...)``), as written; empty when no frame of ``root``'s ``forward`` is in
+    the traceback."""
+    for e in _chain(exc):
+        for code, lasti, tb in _frames(e.__traceback__):
+            if code.co_name == "forward" and tb.tb_frame.f_locals.get("self") is root:
+                return _source_at(code, lasti)
+    return ""
+
+
+def _source_at(code: CodeType, lasti: int) -> str:
+    """The source of the instruction at byte offset ``lasti`` of ``code`` ("" when unknown)."""
+    positions = list(code.co_positions())
+    index = lasti // 2
+    if not 0 <= index < len(positions):
+        return ""
+    line, end_line, col, end_col = positions[index]
+    if line is None or end_line is None or col is None or end_col is None:
+        return ""
+    if not 0 <= end_line - line < MAX_CALL_LINES:
+        return ""
+    lines = [linecache.getline(code.co_filename, n).encode() for n in range(line, end_line + 1)]
+    if len(lines) == 1:
+        return lines[0][col:end_col].decode(errors="replace")
+    return b"".join([lines[0][col:], *lines[1:-1], lines[-1][:end_col]]).decode(errors="replace")
+
+
 def _quoted(exc: BaseException, source: SourceText, span: Span | None) -> tuple[str, str]:
     """The code a message quotes and where it is (empty: the span, in the document)."""
     if span is not None:

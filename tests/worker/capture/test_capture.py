@@ -609,6 +609,50 @@ def test_meta_builds_skip_initializers_and_masks_with_the_same_tensors() -> None
     assert named.is_meta
 
 
+def test_meta_builds_answer_the_initializers_that_hand_themselves_to_the_mode() -> None:
+    # nn.init.normal_/uniform_/constant_ pass themselves to a torch function mode; inside its
+    # handler the mode is off, so writing the values would run the meta kernels (the slow
+    # part of a transformers head's build): _MetaBuild answers them with their tensor
+    from torch import nn
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from fxls.worker.capture.build.instances import _MetaBuild
+
+    class Counting(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    class Inited(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.empty(16, 8))
+            self.b = nn.Parameter(torch.empty(16))
+            self.g = nn.Parameter(torch.empty(4, 4))
+            self.same = nn.init.normal_(self.w, std=0.02) is self.w
+            nn.init.uniform_(self.g, -0.1, 0.1)
+            nn.init.constant_(self.b, 1.0)
+
+    with torch.device("meta"):
+        plain = Inited()
+    with Counting() as counting, _MetaBuild():
+        fast = Inited()
+    written = [op for op in counting.ops if op.split(".")[1].rstrip("_") in
+               ("normal", "uniform", "fill")]  # fmt: skip
+    assert written == []
+    assert fast.same
+    assert [(n, p.shape, p.dtype, p.device.type) for n, p in fast.named_parameters()] == [
+        (n, p.shape, p.dtype, p.device.type) for n, p in plain.named_parameters()
+    ]
+    with Counting() as counting, torch.device("meta"):  # torch's own path runs the kernels
+        Inited()
+    assert any("normal" in op for op in counting.ops)
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")  # torch on some of its layers
 def test_meta_builds_skip_torch_layer_resets_with_the_same_tensors() -> None:
     # build._values_unwritten skips reset_parameters of torch's own layers on the meta

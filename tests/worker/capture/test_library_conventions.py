@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import textwrap
 
+from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import CaptureJob, ClassRequest, ModuleResult
 from fxls.worker.capture.pipeline import run_capture
 
@@ -1630,3 +1631,27 @@ def test_a_single_layer_of_a_build_with_fewer_layers_shows_its_own_parameters_on
     backbone, layer = found["Backbone"], found["Layer"]
     assert backbone.default_params == 4800 + 12 * 2352, backbone.default_params
     assert layer.params == 2352 and layer.default_params is None, layer
+
+
+INHERITED = """
+from transformers import LlamaConfig
+from transformers.modeling_layers import GenericForSequenceClassification
+from transformers.models.llama.modeling_llama import LlamaPreTrainedModel
+
+
+class TinyForSequenceClassification(GenericForSequenceClassification, LlamaPreTrainedModel):
+    pass
+"""
+
+
+def test_a_forward_inherited_from_a_library_is_traced_with_the_arguments_it_failed_on_fixed() -> (
+    None
+):
+    """transformers' ``GenericForSequenceClassification.forward`` (another file) reaches its
+    loss with ``labels`` a proxy; the call it failed in names ``labels``, so the trace is
+    made again with the optional arguments at their defaults: an FX graph with the base
+    model kept whole, not a run on fake tensors."""
+    mod = _capture(INHERITED, "TinyForSequenceClassification")["TinyForSequenceClassification"]
+    assert strategy_label(mod.strategy) == "fx+leaf+concrete", (mod.strategy, mod.notes)
+    assert any("`labels=None`" in n for n in mod.notes), mod.notes
+    assert _shape(mod) == ["B", 2]

@@ -1498,12 +1498,12 @@ class ClassCapture:
         runs = self._kept_runs()
         inner = parents.InnerCalls(self.watching) if runs is not None and self.watching else None
         if runs is not None and inner is not None:
-            runs.watch = inner.around
+            runs.watch, runs.replay = inner.around, inner.replayed
         try:
             prop = shapes.propagate(gm, feeds, symbolic=symbolic, reuse=copies, kept_runs=runs)
         finally:
             if runs is not None:
-                runs.watch = None
+                runs.watch = runs.replay = None
         if inner is not None:
             prop.inner_calls = inner.calls
         return prop

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from fxls.protocol.model import CaptureJob, ClassRequest, DimSpec, InputSpec, ModuleResult
+from fxls.worker.capture.build import parents
 from fxls.worker.capture.pipeline import run_capture
 from fxls.worker.capture.shapes import keptruns
 from fxls.worker.capture.trace import reuse
@@ -67,14 +68,17 @@ class HeadB(nn.Module):
 """
 
 
-def _capture(text: str, *names: str, more: tuple[InputSpec, ...] = ()) -> dict[str, ModuleResult]:
+def _capture(
+    text: str, *names: str, more: tuple[InputSpec, ...] = (), undeclared: tuple[str, ...] = ()
+) -> dict[str, ModuleResult]:
+    """Capture ``names`` (those in ``undeclared`` without declared inputs)."""
     lines = text.splitlines()
     x = InputSpec("x", dims=[DimSpec("B", 2), DimSpec("T", 7), DimSpec(None, 16)])
     requests = [
         ClassRequest(
             name,
             next(i for i, t in enumerate(lines, 1) if t.startswith(f"class {name}")),
-            inputs=[x, *more],
+            inputs=[] if name in undeclared else [x, *more],
         )
         for name in names
     ]
@@ -104,8 +108,8 @@ def recalled(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
     found: list[tuple[str, bool]] = []
     recall = keptruns.KeptRuns.recall
 
-    def counted(self: keptruns.KeptRuns, call: keptruns.Call) -> Any:
-        out = recall(self, call)
+    def counted(self: keptruns.KeptRuns, call: keptruns.Call, **kwargs: Any) -> Any:
+        out = recall(self, call, **kwargs)
         if out is not keptruns.MISSING:
             found.append((call.key[0].__name__, call.shape_env is not None))
         return out
@@ -127,10 +131,12 @@ def _in_base(code: str) -> str:
     return HEADS.replace("        if self.config.twice:", lines + "        if self.config.twice:")
 
 
-def _without(monkeypatch: pytest.MonkeyPatch, text: str, *names: str) -> dict[str, Any]:
+def _without(
+    monkeypatch: pytest.MonkeyPatch, text: str, *names: str, undeclared: tuple[str, ...] = ()
+) -> dict[str, Any]:
     with monkeypatch.context() as patch:
         patch.setenv(keptruns.KEPT_RUNS_ENV, "0")
-        return _shown(_capture(text, *names))
+        return _shown(_capture(text, *names, undeclared=undeclared))
 
 
 def test_heads_share_the_run_of_their_base_model(
@@ -270,6 +276,53 @@ def test_an_output_that_holds_the_configuration_holds_the_callers(
     assert outputs["HeadA"].outputs[0].shape == ["B", "T", 2]
     assert outputs["HeadB"].outputs[0].shape == ["B", "T", 5]
     assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)
+
+
+def test_a_shared_run_gives_the_calls_made_inside_it_to_the_next_head(
+    recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Inner, a class of the file, is called inside Base with an unnamed 1 before its last
+    # dimension: each top-level head may name more of it, so each looks for its first call
+    # in its own run. HeadB's Base is answered from HeadA's run, which hands on the calls
+    # made inside it: HeadB's forward does not run again for them
+    text = (
+        HEADS.replace(
+            "        self.proj = nn.Linear(config.width, config.width)\n",
+            "        self.proj = nn.Linear(config.width, config.width)\n"
+            "        self.inner = Inner(config.width)\n",
+        )
+        .replace(
+            "        if self.config.twice:",
+            "        x = self.inner(x.unsqueeze(1)).squeeze(1)\n        if self.config.twice:",
+        )
+        .replace(
+            "class Base(nn.Module):",
+            "class Inner(nn.Module):\n"
+            "    def __init__(self, width):\n"
+            "        super().__init__()\n"
+            "        self.fc = nn.Linear(width, width)\n\n"
+            "    def forward(self, x):\n"
+            "        return self.fc(x)\n\n\n"
+            "class Base(nn.Module):",
+        )
+    )
+    runs: list[str] = []
+    record = parents.record
+
+    def counted(parent: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        runs.append(type(parent).__name__)
+        return record(parent, *args, **kwargs)
+
+    monkeypatch.setattr(parents, "record", counted)
+    mods = _capture(text, "HeadA", "HeadB", "Inner", undeclared=("Inner",))
+    assert _symbolic(recalled) == ["Base"]
+    assert runs == []
+    assert mods["Inner"].inputs[0].value.shape == ["B", 1, "T", 16]
+    assert mods["Inner"].inputs[0].origin == "parent"
+    assert _without(monkeypatch, text, "HeadA", "HeadB", "Inner", undeclared=("Inner",)) == (
+        _shown(mods)
+    )
+    assert runs == ["HeadA", "HeadB"]  # without kept runs, each head runs forward again
 
 
 class _Counted(torch.nn.Module):

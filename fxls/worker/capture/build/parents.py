@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -249,19 +250,41 @@ class InnerCalls:
         self.calls: dict[type, tuple[nn.Module, tuple[Any, ...], dict[str, Any]]] = {}
 
     @contextlib.contextmanager
-    def around(self, module: nn.Module) -> Iterator[None]:
+    def around(self, module: nn.Module) -> Iterator[list[tuple[type, str, Any, Any]]]:
+        """While ``module`` runs: the first calls of the classes not seen yet inside it; the
+        list given fills with them as (class, path inside ``module``, arguments, keyword
+        arguments)."""
         handles = []
+        seen: list[tuple[type, str, Any, Any]] = []
         try:
-            for sub in module.modules():
+            for path, sub in module.named_modules():
                 if type(sub) in self.classes and type(sub) not in self.calls:
-                    handles.append(sub.register_forward_pre_hook(self._called, with_kwargs=True))
-            yield
+                    called = functools.partial(self._called, seen, path)
+                    handles.append(sub.register_forward_pre_hook(called, with_kwargs=True))
+            yield seen
         finally:
             for handle in handles:
                 handle.remove()
 
-    def _called(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.calls.setdefault(type(module), (module, args, dict(kwargs)))
+    def _called(
+        self,
+        seen: list[tuple[type, str, Any, Any]],
+        path: str,
+        module: nn.Module,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        if type(module) not in self.calls:
+            self.calls[type(module)] = (module, args, dict(kwargs))
+            seen.append((type(module), path, args, dict(kwargs)))
+
+    def replayed(self, module: nn.Module, calls: list[tuple[type, str, Any, Any]]) -> None:
+        """The first calls of a run of ``module`` that was not run again (its output came
+        from a kept run of an identical module on the same kind of inputs): (class, path
+        inside ``module``, arguments, keyword arguments), in the order they were made."""
+        for kind, path, args, kwargs in calls:
+            if kind in self.classes and kind not in self.calls:
+                self.calls[kind] = (module.get_submodule(path), args, kwargs)
 
 
 def from_calls(

@@ -91,6 +91,8 @@ class Call:
     """``id`` of each tensor argument."""
     shape_env: Any
     mode: Any
+    tensors: tuple[torch.Tensor, ...] = ()
+    """The tensor arguments in the order the description met them."""
 
 
 _ABSENT: Any = object()
@@ -113,6 +115,12 @@ class _Stored:
     objects: list[Any] = field(default_factory=list)
     """The configuration objects of the call that made it: an output that holds one of them
     holds the later call's own in its copy."""
+    calls: list[tuple[type, str, Any, Any]] | None = None
+    """The calls inside the module the watch of the run recorded (class, path inside the
+    module, arguments, keyword arguments), copied with the output; None when there was no
+    watch or they hold what a copy could not make."""
+    arguments: dict[int, int] = field(default_factory=dict)
+    """``id`` of each tensor argument of the run -> its place in ``Call.tensors``."""
 
 
 class KeptRuns:
@@ -137,6 +145,12 @@ class KeptRuns:
         )
         """While one class's propagation runs: what each run of a submodule kept whole runs
         in (the class's capture records the calls of the classes it watches inside it)."""
+        self.replay: Callable[[torch.nn.Module, list[tuple[type, str, Any, Any]]], None] | None = (
+            None
+        )
+        """Set with ``watch``: given the calls the watch of a kept run recorded inside its
+        module, copied in the later call's terms, when that call is answered without running
+        ``forward``."""
 
     def key(
         self, module: torch.nn.Module, args: Any, kwargs: Any, shape_env: Any, mode: Any
@@ -172,7 +186,10 @@ class KeptRuns:
         except TypeError:
             return None
         symbols = tuple(reader.canon)
-        return Call(key, objects, symbols, reader.sizes, frozenset(reader.inputs), shape_env, mode)
+        inputs = frozenset(id(t) for t in reader.inputs)
+        return Call(
+            key, objects, symbols, reader.sizes, inputs, shape_env, mode, tuple(reader.inputs)
+        )
 
     def configuration(self, module: torch.nn.Module) -> tuple[Any, list[Any]] | None:
         """``module``'s configuration and configuration objects, worked out once per instance
@@ -203,23 +220,38 @@ class KeptRuns:
         bound.apply_defaults()
         return dict(bound.arguments)
 
-    def through(self, call: Call | None, run: Callable[[], Any]) -> Any:
+    def through(
+        self,
+        call: Call | None,
+        run: Callable[[], Any],
+        module: torch.nn.Module | None = None,
+        seen: list[tuple[type, str, Any, Any]] | None = None,
+    ) -> Any:
         """The output of ``call``: a copy of a kept run's, else what ``run()`` returns (kept
-        for later calls when it may be). ``call`` None (:meth:`key` could not say): ``run()``."""
+        for later calls when it may be). ``call`` None (:meth:`key` could not say): ``run()``.
+        ``seen`` fills, while ``run()`` runs, with the calls inside ``module`` that ``watch``
+        records (kept with the output); a copy hands its own to ``replay``."""
         if call is None:
             return run()
-        out = self.recall(call)
+        replay = self.replay if module is not None else None
+        out = self.recall(call, want_calls=replay is not None)
         if out is not MISSING:
+            if replay is None:
+                return out
+            out, calls = out
+            if calls is not None and module is not None:
+                replay(module, calls)
             return out
         before = self.state(call)
         with self.reading(call) as reads:
             out = run()
-        self.keep(call, before, reads, out)
+        self.keep(call, before, reads, out, seen)
         return out
 
-    def recall(self, call: Call) -> Any:
+    def recall(self, call: Call, want_calls: bool = False) -> Any:
         """The output of a kept run of ``call`` made again in its fake mode, or
-        :data:`MISSING`."""
+        :data:`MISSING`; with ``want_calls``, the pair (output, the run's first calls inside
+        the module made again as well, or None)."""
         stored = next((s for s in self._stored.get(call.key, ()) if self._reads(s, call)), None)
         if stored is None:
             return MISSING
@@ -228,6 +260,11 @@ class KeptRuns:
             return MISSING
         memo: dict[int, Any] = {id(a): b for a, b in zip(stored.objects, call.objects)}
         made: set[int] = set()
+        calls = stored.calls if want_calls else None
+        if calls is not None:  # the arguments the calls hold are this call's (same places)
+            for ident, at in stored.arguments.items():
+                memo[ident] = call.tensors[at]
+                made.add(id(call.tensors[at]))
         try:
             for ident, (size, stride, dtype, device, grad) in stored.made.items():
                 tensor = torch.empty_strided(
@@ -239,15 +276,15 @@ class KeptRuns:
                 )
                 memo[ident] = tensor
                 made.add(id(tensor))
-            output = copy.deepcopy(stored.output, memo)
+            output, calls = copy.deepcopy((stored.output, calls), memo)
             walk = _Walk({id(o) for o in call.objects})
-            _tensors(output, walk, 0)
+            _tensors((output, calls), walk, 0)
             found = walk.found
         except Exception:  # an object that cannot be copied: the module runs
             return MISSING
         if set(found) - made:  # a tensor the copy did not take from ``memo``
             return MISSING
-        return output
+        return (output, calls) if want_calls else output
 
     def _learn(self, stored: _Stored, call: Call, back: dict[sympy.Symbol, Any]) -> bool:
         """Make ``call``'s ``ShapeEnv`` learn what the kept run's learned, as the run would
@@ -334,31 +371,66 @@ class KeptRuns:
         )
 
     def keep(
-        self, call: Call, before: Any, reads: dict[tuple[int, str], Any] | None, output: Any
+        self,
+        call: Call,
+        before: Any,
+        reads: dict[tuple[int, str], Any] | None,
+        output: Any,
+        calls: list[tuple[type, str, Any, Any]] | None = None,
     ) -> None:
         """Keep ``output`` of the run of ``call`` when the run changed nothing in its
         ``ShapeEnv`` (``before``: :meth:`state` when it started) but guards on the arguments'
         sizes, and its output can be made again; ``reads``: what it read of the
-        configuration objects (:meth:`reading`). Never raises."""
+        configuration objects (:meth:`reading`); ``calls``: the first call of each class
+        inside the module (kept with it when they can be made again too). Never raises."""
         if reads is None:
             return
         try:
-            self._keep(call, before, reads, output)
+            stored = self._kept(call, before, reads, output)
         except Exception:  # what the user's objects do when described: not kept
             return
+        if stored is None:
+            return
+        if calls is not None:
+            with contextlib.suppress(Exception):  # kept without them
+                self._keep_calls(call, stored, calls)
+        self._stored.setdefault(call.key, []).append(stored)
 
-    def _keep(
-        self, call: Call, before: Any, reads: dict[tuple[int, str], Any], output: Any
+    def _keep_calls(
+        self, call: Call, stored: _Stored, calls: list[tuple[type, str, Any, Any]]
     ) -> None:
+        """``calls`` into ``stored`` when every tensor they hold is an argument of ``call``
+        or one the run made that a copy can make again."""
+        canon = dict(zip(call.symbols, _canonical(call)))
+        walk = _Walk({id(o) for o in call.objects})
+        try:
+            _tensors(calls, walk, 0)
+            places = {id(t): at for at, t in enumerate(call.tensors)}
+            made = {}
+            for ident, tensor in walk.found.items():
+                if ident in places:
+                    continue
+                if ident in stored.made:
+                    continue
+                made[ident] = _made(tensor, call, canon)
+        except _NotKept:
+            return
+        stored.made.update(made)
+        stored.arguments = {i: places[i] for i in walk.found if i in places}
+        stored.calls = calls
+
+    def _kept(
+        self, call: Call, before: Any, reads: dict[tuple[int, str], Any], output: Any
+    ) -> _Stored | None:
         after = self.state(call)
         changes = _changes(before, after)
         if changes is None:
-            return
+            return None
         env = call.shape_env
         canon = dict(zip(call.symbols, _canonical(call)))
         learned = tuple(g.expr for g in env.guards[before[0] : after[0]]) if env else ()
         if any(not expr.free_symbols <= set(canon) for expr in learned):
-            return
+            return None
         learned = tuple(expr.xreplace(canon) for expr in learned)
         known = _known(call.objects)
         try:
@@ -367,28 +439,18 @@ class KeptRuns:
                 for (at, name), value in reads.items()
             )
         except Exception:  # a method of the configuration, an object: not kept
-            return
+            return None
         walk = _Walk({id(o) for o in call.objects})
-        found = walk.found
         try:
             _tensors(output, walk, 0)
             made = {}
-            for ident, tensor in found.items():
-                if ident in call.inputs or not _of_the_run(tensor, call.mode):
-                    return
-                if not _same(tensor.storage_offset(), 0):
-                    return
-                made[ident] = (
-                    tuple(_kept_size(s, canon) for s in tensor.shape),
-                    tuple(_kept_size(s, canon) for s in tensor.stride()),
-                    tensor.dtype,
-                    tensor.device,
-                    tensor.requires_grad,
-                )
+            for ident, tensor in walk.found.items():
+                if ident in call.inputs:
+                    return None
+                made[ident] = _made(tensor, call, canon)
         except _NotKept:
-            return
-        stored = _Stored(output, made, read, learned, changes[1], list(call.objects))
-        self._stored.setdefault(call.key, []).append(stored)
+            return None
+        return _Stored(output, made, read, learned, changes[1], list(call.objects))
 
 
 @contextlib.contextmanager
@@ -421,6 +483,21 @@ def _answered(runs: KeptRuns, module: torch.nn.Module, forward: Callable[..., An
         return runs.through(call, lambda: forward(*args, **kwargs))
 
     return answered
+
+
+def _made(tensor: torch.Tensor, call: Call, canon: dict[Any, sympy.Symbol]) -> tuple[Any, ...]:
+    """What makes ``tensor`` (a tensor a run of ``call`` made) again: sizes and strides in
+    the canonical symbols, dtype, device, ``requires_grad``; ``_NotKept`` for another mode's
+    tensor or a view into another tensor's storage."""
+    if not _of_the_run(tensor, call.mode) or not _same(tensor.storage_offset(), 0):
+        raise _NotKept("not a whole tensor of the run")
+    return (
+        tuple(_kept_size(s, canon) for s in tensor.shape),
+        tuple(_kept_size(s, canon) for s in tensor.stride()),
+        tensor.dtype,
+        tensor.device,
+        tensor.requires_grad,
+    )
 
 
 def _changes(before: Any, after: Any) -> tuple[int, tuple[str, ...]] | None:
@@ -482,8 +559,8 @@ class _Reader:
         self.canon: dict[Any, sympy.Symbol] = {}
         self.sizes: dict[Any, torch.SymInt] = {}
         """A ``SymInt`` of the arguments for each of their symbols."""
-        self.inputs: set[int] = set()
-        """``id`` of each tensor argument."""
+        self.inputs: list[torch.Tensor] = []
+        """Each tensor argument, in the order met."""
 
     def size(self, value: Any) -> Any:
         """A size in the canonical symbols, adding its new symbols (by name, for an order
@@ -508,7 +585,7 @@ class _Reader:
         if isinstance(obj, torch.Tensor):
             if not _of_the_run(obj, self.mode) or obj.layout != torch.strided:
                 raise _NotKept("not a tensor of the run")
-            self.inputs.add(id(obj))
+            self.inputs.append(obj)
             return (
                 "T",
                 obj.dtype,

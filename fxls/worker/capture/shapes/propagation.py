@@ -361,8 +361,8 @@ class _Propagator(torch.fx.Interpreter):
         if runs is None:
             return self._run_kept(target, args, kwargs)
         call = runs.key(module, args, kwargs, context.shape_env, context.mode)
-        with runs.watch(module) if runs.watch is not None else contextlib.nullcontext():
-            return runs.through(call, lambda: self._run_kept(target, args, kwargs))
+        with runs.watch(module) if runs.watch is not None else contextlib.nullcontext() as seen:
+            return runs.through(call, lambda: self._run_kept(target, args, kwargs), module, seen)
 
     def _run_kept(self, target: Any, args: Any, kwargs: Any) -> Any:
         # a kept submodule runs its Python code: its attention, matrix products and torch

@@ -147,19 +147,11 @@ def inherited_call(exc: BaseException, root: object) -> str:
 
 def _source_at(code: CodeType, lasti: int) -> str:
     """The source of the instruction at byte offset ``lasti`` of ``code`` ("" when unknown)."""
-    positions = list(code.co_positions())
-    index = lasti // 2
-    if not 0 <= index < len(positions):
+    source = SourceText("".join(linecache.getlines(code.co_filename)))
+    span = source.code_span(code, lasti)
+    if span is None or not 0 <= span.end_line - span.line < MAX_CALL_LINES:
         return ""
-    line, end_line, col, end_col = positions[index]
-    if line is None or end_line is None or col is None or end_col is None:
-        return ""
-    if not 0 <= end_line - line < MAX_CALL_LINES:
-        return ""
-    lines = [linecache.getline(code.co_filename, n).encode() for n in range(line, end_line + 1)]
-    if len(lines) == 1:
-        return lines[0][col:end_col].decode(errors="replace")
-    return b"".join([lines[0][col:], *lines[1:-1], lines[-1][:end_col]]).decode(errors="replace")
+    return source.text(span)
 
 
 def _quoted(exc: BaseException, source: SourceText, span: Span | None) -> tuple[str, str]:

@@ -87,12 +87,10 @@ class Call:
     """The ``ShapeEnv``'s symbols in the order of the canonical ones (``k0``, ``k1``…)."""
     sizes: dict[Any, torch.SymInt]
     """A ``SymInt`` of the arguments for each of their symbols."""
-    inputs: frozenset[int]
-    """``id`` of each tensor argument."""
+    tensors: tuple[torch.Tensor, ...]
+    """The tensor arguments in the order the description met them."""
     shape_env: Any
     mode: Any
-    tensors: tuple[torch.Tensor, ...] = ()
-    """The tensor arguments in the order the description met them."""
 
 
 _ABSENT: Any = object()
@@ -120,7 +118,11 @@ class _Stored:
     module, arguments, keyword arguments), copied with the output; None when there was no
     watch or they hold what a copy could not make."""
     arguments: dict[int, int] = field(default_factory=dict)
-    """``id`` of each tensor argument of the run -> its place in ``Call.tensors``."""
+    """``id`` of each tensor argument of the run ``calls`` hold -> its place in
+    ``Call.tensors``."""
+    calls_made: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    """As ``made``, for the tensors the run made that only ``calls`` hold (made again only
+    for a copy that hands them on)."""
 
 
 class KeptRuns:
@@ -186,10 +188,7 @@ class KeptRuns:
         except TypeError:
             return None
         symbols = tuple(reader.canon)
-        inputs = frozenset(id(t) for t in reader.inputs)
-        return Call(
-            key, objects, symbols, reader.sizes, inputs, shape_env, mode, tuple(reader.inputs)
-        )
+        return Call(key, objects, symbols, reader.sizes, tuple(reader.inputs), shape_env, mode)
 
     def configuration(self, module: torch.nn.Module) -> tuple[Any, list[Any]] | None:
         """``module``'s configuration and configuration objects, worked out once per instance
@@ -261,12 +260,14 @@ class KeptRuns:
         memo: dict[int, Any] = {id(a): b for a, b in zip(stored.objects, call.objects)}
         made: set[int] = set()
         calls = stored.calls if want_calls else None
+        kept = stored.made
         if calls is not None:  # the arguments the calls hold are this call's (same places)
             for ident, at in stored.arguments.items():
                 memo[ident] = call.tensors[at]
                 made.add(id(call.tensors[at]))
+            kept = {**kept, **stored.calls_made}
         try:
-            for ident, (size, stride, dtype, device, grad) in stored.made.items():
+            for ident, (size, stride, dtype, device, grad) in kept.items():
                 tensor = torch.empty_strided(
                     [_size(s, back, call) for s in size],
                     [_size(s, back, call) for s in stride],
@@ -408,14 +409,11 @@ class KeptRuns:
             places = {id(t): at for at, t in enumerate(call.tensors)}
             made = {}
             for ident, tensor in walk.found.items():
-                if ident in places:
-                    continue
-                if ident in stored.made:
-                    continue
-                made[ident] = _made(tensor, call, canon)
+                if ident not in places and ident not in stored.made:
+                    made[ident] = _made(tensor, call, canon)
         except _NotKept:
             return
-        stored.made.update(made)
+        stored.calls_made = made
         stored.arguments = {i: places[i] for i in walk.found if i in places}
         stored.calls = calls
 
@@ -444,8 +442,9 @@ class KeptRuns:
         try:
             _tensors(output, walk, 0)
             made = {}
+            inputs = {id(t) for t in call.tensors}
             for ident, tensor in walk.found.items():
-                if ident in call.inputs:
+                if ident in inputs:
                     return None
                 made[ident] = _made(tensor, call, canon)
         except _NotKept:

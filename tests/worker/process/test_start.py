@@ -90,3 +90,48 @@ def test_torch_builds_structured_trace_records_only_when_they_are_written(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ("1" if asked else "0")
+
+
+_IMPORTS_OF_A_CAPTURE = """\
+import sys
+from fxls.worker.process import warmup
+warmup.warm_all()
+before = set(sys.modules)
+result = warmup._capture(SOURCE, [warmup.ClassRequest("Choice", line=8, inputs=[INPUT])])
+assert result.modules[0].status == "traced", result.modules[0]
+print(result.modules[0].outputs[0].shape)
+print(sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("torch", "sympy")))
+"""
+_CHOICE = """\
+import torch
+from torch import nn
+
+
+# a multiple-choice head: [B, C, T] token ids flattened to [B*C, T]
+
+
+class Choice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(16, 8)
+
+    def forward(self, ids):
+        return self.emb(ids.view(-1, ids.size(-1)))
+"""
+
+
+def test_a_capture_after_the_warm_up_imports_no_torch_or_sympy_module() -> None:
+    # what a job child imports itself it imports on every edit: a view dividing a product of
+    # named sizes simplifies the quotient, and sympy's first simplify imported sympy.physics
+    # (a quarter of a second of each BERT edit) until the warm-up did it once
+    code = (
+        f"SOURCE = {_CHOICE!r}\n"
+        "from fxls.protocol.model import InputSpec, DimSpec\n"
+        "INPUT = InputSpec('ids', dims=[DimSpec('B', 2), DimSpec('C', 4), DimSpec('T', 5)], "
+        "dtype='int64')\n" + _IMPORTS_OF_A_CAPTURE
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    shape, imported = done.stdout.strip().splitlines()
+    assert shape == "['B*C', 'T', 8]"
+    assert imported == "[]"

@@ -1200,3 +1200,15 @@ def warm_up() -> None:
     gm = torch.fx.symbolic_trace(module)
     for named in (None, "B"):
         propagate(gm, [ExampleInput("input", "tensor", [(named, 2), (None, 3), (None, 4)])])
+    # a view that divides a product of named sizes by one of them (``x.view(-1, T)`` of a
+    # ``[B, C, T]`` input: a multiple-choice head) simplifies the quotient with
+    # ``sympy.simplify``, whose first call imports ``sympy.physics`` (~0.25 s in each child)
+    flat = torch.fx.symbolic_trace(_Flatten())
+    propagate(flat, [ExampleInput("x", "tensor", [("B", 2), ("C", 3), ("T", 5)])])
+
+
+class _Flatten(torch.nn.Module):
+    """``[B, C, T]`` to ``[B*C, T]`` (:func:`warm_up`)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(-1, x.size(-1))

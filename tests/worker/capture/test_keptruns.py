@@ -172,6 +172,39 @@ def test_a_configuration_value_the_base_model_reads_is_compared(
     assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)
 
 
+def _copying(twice: bool) -> str:
+    """``HEADS`` where ``Base.forward`` reads ``twice`` of a deep copy of its configuration
+    (transformers' ``DynamicCache(config=...)`` deep-copies it in ``get_text_config``), both
+    heads with two labels, HeadB's base with ``twice``."""
+    text = "import copy\n" + HEADS.replace(
+        "if self.config.twice:", "if copy.deepcopy(self.config).twice:"
+    )
+    text = text.replace("Base(Config(labels=5))", f"Base(Config(labels=2, twice={twice}))")
+    return text.replace("nn.Linear(16, 5)", f"nn.Linear({32 if twice else 16}, 5)")
+
+
+def test_a_run_that_copies_its_configuration_is_shared_when_it_holds_the_same_values(
+    recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # copying reads the object's state (``__reduce_ex__``, a new bound method at each read):
+    # what the run read is every attribute, and the two configurations hold the same
+    mods = _capture(_copying(twice=False), "HeadA", "HeadB")
+    assert _symbolic(recalled) == ["Base"]
+    assert _without(monkeypatch, _copying(twice=False), "HeadA", "HeadB") == _shown(mods)
+
+
+def test_a_value_read_of_a_copy_of_the_configuration_is_compared(
+    recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ``twice`` is read of the copy only: HeadB's base concatenates, its output is not HeadA's
+    mods = _capture(_copying(twice=True), "HeadA", "HeadB")
+    assert _symbolic(recalled) == []
+    calls = {name: next(n for n in mod.nodes if n.target == "base") for name, mod in mods.items()}
+    assert calls["HeadA"].outputs[0].shape == ["B", "T", 16]
+    assert calls["HeadB"].outputs[0].shape == ["B", "T", 32]
+    assert _without(monkeypatch, _copying(twice=True), "HeadA", "HeadB") == _shown(mods)
+
+
 def test_arguments_of_other_sizes_or_values_run_again(recalled: list[tuple[str, bool]]) -> None:
     # another scale, then another size of the same symbols: a new run each
     text = HEADS.replace("self.base(x, mask=None, scale=1.0)", "self.base(x, scale=2.0)")

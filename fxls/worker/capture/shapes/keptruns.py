@@ -96,6 +96,21 @@ class Call:
 _ABSENT: Any = object()
 """A configuration attribute the run failed to read."""
 
+_WHOLE_READS = frozenset({"__reduce_ex__", "__reduce__", "__getstate__", "__copy__"})
+"""What ``copy.copy``, ``copy.deepcopy`` and ``pickle`` read of an object they copy with its
+state: a run that copies a configuration (transformers' ``get_text_config`` deep-copies it
+for each ``DynamicCache`` a T5 decoder makes) read every attribute the object holds, not a
+bound method (a new object at each read, which no later call's would equal)."""
+
+
+def _instance_state(obj: Any, getattribute: Callable[[Any, str], Any]) -> dict[str, Any]:
+    """The attributes ``obj`` holds itself (its ``__dict__``; empty when it has none)."""
+    try:
+        state = getattribute(obj, "__dict__")
+    except AttributeError:
+        return {}
+    return dict(state) if isinstance(state, dict) else {}
+
 
 @dataclass
 class _Stored:
@@ -336,7 +351,11 @@ class KeptRuns:
                 except AttributeError:
                     reads.setdefault((at, name), _ABSENT)
                     raise
-                reads.setdefault((at, name), value)
+                if name in _WHOLE_READS:
+                    for attribute, item in _instance_state(obj, original).items():
+                        reads.setdefault((at, attribute), item)
+                else:
+                    reads.setdefault((at, name), value)
                 return value
 
             own = "__getattribute__" in vars(kind)

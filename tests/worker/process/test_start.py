@@ -94,10 +94,13 @@ def test_torch_builds_structured_trace_records_only_when_they_are_written(
 
 _IMPORTS_OF_A_CAPTURE = """\
 import sys
+from fxls.protocol.model import CaptureJob, ClassRequest
+from fxls.worker.capture.pipeline import run_capture
 from fxls.worker.process import warmup
 warmup.warm_all()
 before = set(sys.modules)
-result = warmup._capture(SOURCE, [warmup.ClassRequest("Choice", line=8, inputs=[INPUT])])
+job = CaptureJob("/virtual/choice.py", SOURCE, [ClassRequest("Choice", line=8, inputs=[INPUT])])
+result = run_capture(job, lambda *_: None)
 assert result.modules[0].status == "traced", result.modules[0]
 print(result.modules[0].outputs[0].shape)
 print(sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("torch", "sympy")))

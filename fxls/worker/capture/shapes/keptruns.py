@@ -96,7 +96,9 @@ class Call:
 _ABSENT: Any = object()
 """A configuration attribute the run failed to read."""
 
-_WHOLE_READS = frozenset({"__reduce_ex__", "__reduce__", "__getstate__", "__copy__"})
+_WHOLE_READS = frozenset(
+    {"__reduce_ex__", "__reduce__", "__getstate__", "__copy__", "__deepcopy__"}
+)
 """What ``copy.copy``, ``copy.deepcopy`` and ``pickle`` read of an object they copy with its
 state: a run that copies a configuration (transformers' ``get_text_config`` deep-copies it
 for each ``DynamicCache`` a T5 decoder makes) read every attribute the object holds, not a

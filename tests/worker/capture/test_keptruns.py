@@ -205,6 +205,48 @@ def test_a_value_read_of_a_copy_of_the_configuration_is_compared(
     assert _without(monkeypatch, _copying(twice=True), "HeadA", "HeadB") == _shown(mods)
 
 
+def _with_attributes(read: bool) -> str:
+    """``HEADS`` where ``Base`` keeps values of its configuration in public attributes of its
+    own and of a token embedding (``padding_idx``, which only the embedding's gradients
+    use), and its ``forward`` reads ``twice`` from its own attribute (``read``) or from the
+    configuration."""
+    text = HEADS.replace(
+        "        self.proj = nn.Linear(config.width, config.width)\n",
+        "        self.proj = nn.Linear(config.width, config.width)\n"
+        "        self.pad = config.labels\n"
+        "        self.double = config.twice\n"
+        "        self.tokens = nn.Embedding(10, config.width, padding_idx=config.labels)\n",
+    )
+    if read:
+        text = text.replace("if self.config.twice:", "if self.double:")
+    return text
+
+
+def test_public_attributes_of_the_base_model_that_forward_never_reads_do_not_keep_heads_apart(
+    recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the heads' bases hold other labels in ``pad`` and in their embedding's padding_idx
+    # (transformers' ``LlamaModel.padding_idx``, set from a head's pad_token_id)
+    mods = _capture(_with_attributes(read=False), "HeadA", "HeadB")
+    assert _symbolic(recalled) == ["Base"]
+    assert _without(monkeypatch, _with_attributes(read=False), "HeadA", "HeadB") == _shown(mods)
+
+
+def test_a_public_attribute_forward_reads_is_compared(
+    recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = _with_attributes(read=True).replace(
+        "Base(Config(labels=5))", "Base(Config(labels=5, twice=True))"
+    )
+    text = text.replace("nn.Linear(16, 5)", "nn.Linear(32, 5)")
+    mods = _capture(text, "HeadA", "HeadB")
+    assert _symbolic(recalled) == []
+    calls = {name: next(n for n in mod.nodes if n.target == "base") for name, mod in mods.items()}
+    assert calls["HeadA"].outputs[0].shape == ["B", "T", 16]
+    assert calls["HeadB"].outputs[0].shape == ["B", "T", 32]
+    assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)
+
+
 def test_arguments_of_other_sizes_or_values_run_again(recalled: list[tuple[str, bool]]) -> None:
     # another scale, then another size of the same symbols: a new run each
     text = HEADS.replace("self.base(x, mask=None, scale=1.0)", "self.base(x, scale=2.0)")

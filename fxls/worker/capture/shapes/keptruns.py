@@ -13,8 +13,9 @@ Exact or not at all. A call is answered only when
 
 - the module has a configuration (the ``configured`` function given: its class, submodule
   tree, parameter and buffer metadata and plain attributes, with its configuration objects
-  apart), and every attribute of a configuration object that the kept run read (or failed to
-  read) has the same value (or is missing) in this module's: the heads of one file build
+  apart, the module itself the first of them: its public attributes are compared by the
+  reads of the run), and every attribute of a configuration object that the kept run read
+  (or failed to read) has the same value (or is missing) in this module's: the heads of one file build
   their base model from configurations that differ in what the base model never reads
   (``id2label``, ``pad_token_id``); a run that copies such an object (``copy.deepcopy``)
   read every attribute it holds;
@@ -104,6 +105,49 @@ _WHOLE_READS = frozenset(
 state: a run that copies a configuration (transformers' ``get_text_config`` deep-copies it
 for each ``DynamicCache`` a T5 decoder makes) read every attribute the object holds, not a
 bound method (a new object at each read, which no later call's would equal)."""
+
+
+def _recording(
+    watched: dict[int, int], reads: dict[tuple[int, str], Any], original: Callable[[Any, str], Any]
+) -> Callable[[Any, str], Any]:
+    """A ``__getattribute__`` for a class of a call's objects (:meth:`KeptRuns.reading`):
+    ``original``'s answer, each read of a ``watched`` object recorded into ``reads`` (its
+    first value, ``_ABSENT`` for a failed read; every attribute for a read that copies it)."""
+
+    def recording(obj: Any, name: str) -> Any:
+        at = watched.get(id(obj))
+        if at is None:
+            return original(obj, name)
+        if issubclass(type(obj), torch.nn.Module) and not _compared(obj, name, original):
+            return original(obj, name)
+        try:
+            value = original(obj, name)
+        except AttributeError:
+            reads.setdefault((at, name), _ABSENT)
+            raise
+        if name in _WHOLE_READS:
+            for attribute, item in _instance_state(obj, original).items():
+                reads.setdefault((at, attribute), item)
+        else:
+            reads.setdefault((at, name), value)
+        return value
+
+    return recording
+
+
+def _compared(module: torch.nn.Module, name: str, getattribute: Callable[[Any, str], Any]) -> bool:
+    """Whether a read of ``name`` of a module among a call's objects (the called module
+    itself: ``configured`` leaves its public attributes out of its description) is compared:
+    a public attribute, or a public name it does not have (not its submodules, parameters
+    and buffers, which the description holds, nor its private state)."""
+    if name.startswith("_"):
+        return False
+    if name in getattribute(module, "__dict__"):
+        return True
+    return not any(name in getattribute(module, store) for store in _MODULE_STORES)
+
+
+_MODULE_STORES = ("_modules", "_parameters", "_buffers")
 
 
 def _instance_state(obj: Any, getattribute: Callable[[Any, str], Any]) -> dict[str, Any]:
@@ -343,24 +387,8 @@ class KeptRuns:
         watched = {id(o): at for at, o in enumerate(call.objects)}
         patched: list[tuple[type, bool, Any]] = []
         for kind in dict.fromkeys(type(o) for o in call.objects):
-            original = kind.__getattribute__
-
-            def recording(obj: Any, name: str, original: Any = original) -> Any:
-                at = watched.get(id(obj))
-                if at is None:
-                    return original(obj, name)
-                try:
-                    value = original(obj, name)
-                except AttributeError:
-                    reads.setdefault((at, name), _ABSENT)
-                    raise
-                if name in _WHOLE_READS:
-                    for attribute, item in _instance_state(obj, original).items():
-                        reads.setdefault((at, attribute), item)
-                else:
-                    reads.setdefault((at, name), value)
-                return value
-
+            original: Any = kind.__getattribute__
+            recording = _recording(watched, reads, original)
             own = "__getattribute__" in vars(kind)
             try:
                 setattr(kind, "__getattribute__", recording)  # noqa: B010 (a method of the class)

@@ -131,15 +131,37 @@ def _tensor(t: torch.Tensor | None) -> Any:
 _ATOM_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes})
 
 
-def _own(module: torch.nn.Module, other: Callable[[Any, int], Any] | None = None) -> Any:
+_VALUES_ONLY: dict[type, frozenset[str]] = {
+    torch.nn.Embedding: frozenset(
+        {"padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"}
+    ),
+}
+"""Attributes of torch layers that change only the values of their output (or its
+gradients), never its sizes, strides or dtype: a head's configuration gives the base model's
+token embedding its ``pad_token_id``, another head's none."""
+
+
+def _own(
+    module: torch.nn.Module,
+    other: Callable[[Any, int], Any] | None = None,
+    public: bool = True,
+    shapes_only: bool = False,
+) -> Any:
     """The module's own configuration, without its children (objects described by ``other``,
-    see :func:`plain`)."""
+    see :func:`plain`); without its public attributes unless ``public``, and, for what
+    decides the output's metadata alone (``shapes_only``), without the attributes of a torch
+    layer that change only values (:data:`_VALUES_ONLY`)."""
     attrs = []
     atoms = _ATOM_TYPES
+    values_only = _VALUES_ONLY.get(type(module), frozenset()) if shapes_only else frozenset()
     for name, value in module.__dict__.items():
-        if name in _IGNORED:
+        if name in _IGNORED or name in values_only:
             if name in _HOOK_FREE and value:
                 raise _Unfingerprintable("hook")
+            continue
+        if not public and not name.startswith("_"):
+            if other is not None and type(value) not in atoms:
+                plain(value, other=other)  # the objects it holds are placed all the same
             continue
         kind = type(value)
         if kind in atoms:  # what plain gives, without the call
@@ -165,9 +187,12 @@ def configured(module: torch.nn.Module) -> tuple[Any, list[Any]] | None:
     """:func:`fingerprint`, where an attribute that is a plain object (a library's
     configuration, :func:`object_state`) is described by its class and the order in which
     the walk first met it, and those objects in that order: what ``forward`` reads of them
-    is compared by whoever needs it. None when it cannot be said safely."""
-    objects: list[Any] = []
-    index: dict[int, int] = {}
+    is compared by whoever needs it. The module itself is the first object, its public
+    attributes (:func:`public_attribute`) left out of the description: what ``forward``
+    reads of them is compared too (``LlamaModel.padding_idx``, which a head's configuration
+    sets and ``forward`` never reads). None when it cannot be said safely."""
+    objects: list[Any] = [module]
+    index: dict[int, int] = {id(module): 0}
 
     def placed(value: Any, depth: int) -> Any:
         _plain_object(value)
@@ -177,9 +202,20 @@ def configured(module: torch.nn.Module) -> tuple[Any, list[Any]] | None:
         return ("object", type(value), at)
 
     try:
-        return _fingerprint(module, 0, placed), objects
+        children = tuple(
+            (name, _fingerprint(child, 1, placed, shapes_only=True) if child is not None else None)
+            for name, child in module._modules.items()
+        )
+        return (_own(module, placed, public=False, shapes_only=True), children), objects
     except (_Unfingerprintable, RecursionError):
         return None
+
+
+def public_attribute(module: torch.nn.Module, name: str) -> bool:
+    """Whether ``name`` is a public attribute ``module`` holds itself (in its ``__dict__``,
+    not a submodule, parameter or buffer, no leading underscore): what :func:`configured`
+    leaves out of a module's description for the reads of ``forward`` to decide."""
+    return not name.startswith("_") and name in module.__dict__
 
 
 def _plain_object(value: Any) -> dict[str, Any]:
@@ -226,15 +262,18 @@ def object_state(value: Any, depth: int, other: Callable[[Any, int], Any] | None
 
 
 def _fingerprint(
-    module: torch.nn.Module, depth: int, other: Callable[[Any, int], Any] | None = None
+    module: torch.nn.Module,
+    depth: int,
+    other: Callable[[Any, int], Any] | None = None,
+    shapes_only: bool = False,
 ) -> Any:
     if depth > 32:
         raise _Unfingerprintable("depth")
     children = tuple(
-        (name, _fingerprint(child, depth + 1, other) if child is not None else None)
+        (name, _fingerprint(child, depth + 1, other, shapes_only) if child is not None else None)
         for name, child in module._modules.items()
     )
-    return (_own(module, other), children)
+    return (_own(module, other, shapes_only=shapes_only), children)
 
 
 def _owned_fingerprint(

@@ -139,6 +139,19 @@ def _without(
         return _shown(_capture(text, *names, undeclared=undeclared))
 
 
+def _kept_apart(
+    recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """HeadB's base (configured with ``twice``) concatenates: its run is not HeadA's, and each
+    head shows its own base's output, as with every call run."""
+    mods = _capture(text, "HeadA", "HeadB")
+    assert _symbolic(recalled) == []
+    calls = {name: next(n for n in mod.nodes if n.target == "base") for name, mod in mods.items()}
+    assert calls["HeadA"].outputs[0].shape == ["B", "T", 16]
+    assert calls["HeadB"].outputs[0].shape == ["B", "T", 32]
+    assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)
+
+
 def test_heads_share_the_run_of_their_base_model(
     recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -164,12 +177,7 @@ def test_a_configuration_value_the_base_model_reads_is_compared(
     text = HEADS.replace("Base(Config(labels=5))", "Base(Config(labels=5, twice=True))").replace(
         "nn.Linear(16, 5)", "nn.Linear(32, 5)"
     )
-    mods = _capture(text, "HeadA", "HeadB")
-    assert _symbolic(recalled) == []
-    calls = {name: next(n for n in mod.nodes if n.target == "base") for name, mod in mods.items()}
-    assert calls["HeadA"].outputs[0].shape == ["B", "T", 16]
-    assert calls["HeadB"].outputs[0].shape == ["B", "T", 32]
-    assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)
+    _kept_apart(recalled, monkeypatch, text)
 
 
 def _copying(twice: bool) -> str:
@@ -197,12 +205,7 @@ def test_a_value_read_of_a_copy_of_the_configuration_is_compared(
     recalled: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # ``twice`` is read of the copy only: HeadB's base concatenates, its output is not HeadA's
-    mods = _capture(_copying(twice=True), "HeadA", "HeadB")
-    assert _symbolic(recalled) == []
-    calls = {name: next(n for n in mod.nodes if n.target == "base") for name, mod in mods.items()}
-    assert calls["HeadA"].outputs[0].shape == ["B", "T", 16]
-    assert calls["HeadB"].outputs[0].shape == ["B", "T", 32]
-    assert _without(monkeypatch, _copying(twice=True), "HeadA", "HeadB") == _shown(mods)
+    _kept_apart(recalled, monkeypatch, _copying(twice=True))
 
 
 def _with_attributes(read: bool) -> str:
@@ -239,12 +242,7 @@ def test_a_public_attribute_forward_reads_is_compared(
         "Base(Config(labels=5))", "Base(Config(labels=5, twice=True))"
     )
     text = text.replace("nn.Linear(16, 5)", "nn.Linear(32, 5)")
-    mods = _capture(text, "HeadA", "HeadB")
-    assert _symbolic(recalled) == []
-    calls = {name: next(n for n in mod.nodes if n.target == "base") for name, mod in mods.items()}
-    assert calls["HeadA"].outputs[0].shape == ["B", "T", 16]
-    assert calls["HeadB"].outputs[0].shape == ["B", "T", 32]
-    assert _without(monkeypatch, text, "HeadA", "HeadB") == _shown(mods)
+    _kept_apart(recalled, monkeypatch, text)
 
 
 def test_arguments_of_other_sizes_or_values_run_again(recalled: list[tuple[str, bool]]) -> None:

@@ -188,9 +188,10 @@ def configured(module: torch.nn.Module) -> tuple[Any, list[Any]] | None:
     configuration, :func:`object_state`) is described by its class and the order in which
     the walk first met it, and those objects in that order: what ``forward`` reads of them
     is compared by whoever needs it. The module itself is the first object, its public
-    attributes (:func:`public_attribute`) left out of the description: what ``forward``
-    reads of them is compared too (``LlamaModel.padding_idx``, which a head's configuration
-    sets and ``forward`` never reads). None when it cannot be said safely."""
+    attributes (no leading underscore, in its ``__dict__``) left out of the description:
+    what ``forward`` reads of them is compared too (``LlamaModel.padding_idx``, which a
+    head's configuration sets and ``forward`` never reads). None when it cannot be said
+    safely."""
     objects: list[Any] = [module]
     index: dict[int, int] = {id(module): 0}
 
@@ -209,13 +210,6 @@ def configured(module: torch.nn.Module) -> tuple[Any, list[Any]] | None:
         return (_own(module, placed, public=False, shapes_only=True), children), objects
     except (_Unfingerprintable, RecursionError):
         return None
-
-
-def public_attribute(module: torch.nn.Module, name: str) -> bool:
-    """Whether ``name`` is a public attribute ``module`` holds itself (in its ``__dict__``,
-    not a submodule, parameter or buffer, no leading underscore): what :func:`configured`
-    leaves out of a module's description for the reads of ``forward`` to decide."""
-    return not name.startswith("_") and name in module.__dict__
 
 
 def _plain_object(value: Any) -> dict[str, Any]:

@@ -15,10 +15,10 @@ Exact or not at all. A call is answered only when
   tree, parameter and buffer metadata and plain attributes, with its configuration objects
   apart, the module itself the first of them: its public attributes are compared by the
   reads of the run), and every attribute of a configuration object that the kept run read
-  (or failed to read) has the same value (or is missing) in this module's: the heads of one file build
-  their base model from configurations that differ in what the base model never reads
-  (``id2label``, ``pad_token_id``); a run that copies such an object (``copy.deepcopy``)
-  read every attribute it holds;
+  (or failed to read) has the same value (or is missing) in this module's: the heads of one
+  file build their base model from configurations that differ in what the base model never
+  reads (``id2label``, ``pad_token_id``); a run that copies such an object
+  (``copy.deepcopy``) read every attribute it holds;
 - every argument (bound to ``forward``'s parameters, defaults filled in) is a fake tensor, a
   plain value or a tuple, list or dict of them; the symbolic sizes of the tensors are
   compared as expressions of their symbols, numbered in the order the arguments show them,

@@ -203,11 +203,7 @@ def configured(module: torch.nn.Module) -> tuple[Any, list[Any]] | None:
         return ("object", type(value), at)
 
     try:
-        children = tuple(
-            (name, _fingerprint(child, 1, placed, shapes_only=True) if child is not None else None)
-            for name, child in module._modules.items()
-        )
-        return (_own(module, placed, public=False, shapes_only=True), children), objects
+        return _fingerprint(module, 0, placed, shapes_only=True, public=False), objects
     except (_Unfingerprintable, RecursionError):
         return None
 
@@ -260,14 +256,17 @@ def _fingerprint(
     depth: int,
     other: Callable[[Any, int], Any] | None = None,
     shapes_only: bool = False,
+    public: bool = True,
 ) -> Any:
+    """``module``'s :func:`_own` description and its children's (theirs always with their
+    public attributes: ``public`` is the module's own)."""
     if depth > 32:
         raise _Unfingerprintable("depth")
     children = tuple(
         (name, _fingerprint(child, depth + 1, other, shapes_only) if child is not None else None)
         for name, child in module._modules.items()
     )
-    return (_own(module, other, shapes_only=shapes_only), children)
+    return (_own(module, other, public, shapes_only), children)
 
 
 def _owned_fingerprint(

@@ -676,6 +676,10 @@ class ClassCapture:
         self.watching: frozenset[type] = frozenset()
         """Classes whose first call inside a submodule kept whole the propagation records
         (``Propagation.inner_calls``): the children this capture records after it."""
+        self.children_ran: tuple[parents.FirstCalls, dict[str, int]] | None = None
+        """When ``forward`` ran on fake tensors for its shapes (strategy ``fake-run``): the
+        watched classes' first calls in the run that was kept, and the named dimensions it
+        fixed; :meth:`record_children` takes them instead of running ``forward`` again."""
         self.default_module: nn.Module | None = None
         """The instance at the default configuration's depth, when it was built with fewer
         layers (``instances.at_default_depth``)."""
@@ -754,15 +758,9 @@ class ClassCapture:
         watched = {cls: wanted[cls] for cls in inside}
         found = self._recorded_in_trace(module, watched, parent_expr)
         if found is None:
-            found = parents.record(
-                module,
-                feeds,
-                watched,
-                path=self.doc.path,
-                source=self.doc.job.source,
-                symbolic=self.doc.job.symbolic,
-                parent_expr=parent_expr,
-            )
+            job = self.doc.job
+            how = parents.RunSettings(self.doc.path, job.source, job.symbolic, parent_expr)
+            found = parents.record(module, feeds, watched, how, self._children_ran(watched))
         if any(p.assumed or p.upstream for p in self.feeds_planned):
             # a child's inputs follow from inputs fxls assumed for this module: a shape error
             # in the child may be that guess, not the code (a hint there, as here)
@@ -1799,15 +1797,20 @@ class ClassCapture:
             self._report_assumed([])
             return
         ordered = [p for p in found if p is not None]
+        watches = parents.Watches(module, self._children_watched(module, traced))
 
         def fake_run(feeds: Sequence[shapes.ExampleInput], symbolic: bool) -> fakerun.FakeRun:
-            return fakerun.fake_run(
-                module,
-                [replace(p) for p in feeds],
-                doc.path,
-                symbolic=symbolic,
-                leaf_classes=traced.leaves,
-                source=doc.job.source,
+            return watches.run(
+                symbolic,
+                lambda watch: fakerun.fake_run(
+                    module,
+                    [replace(p) for p in feeds],
+                    doc.path,
+                    symbolic=symbolic,
+                    leaf_classes=traced.leaves,
+                    source=doc.job.source,
+                    watch=watch,
+                ),
             )
 
         static_note = ""
@@ -1826,6 +1829,7 @@ class ClassCapture:
             self.note(f"running forward on fake tensors failed: {one_line(exc)}")
             return
         feeds = self._use_inputs(ordered)
+        self.children_ran = watches.of(run, doc.job.symbolic)
         gm = run.graph_module
         if gm is None:
             self.note("running forward on fake tensors recorded no usable graph")
@@ -1864,6 +1868,21 @@ class ClassCapture:
             )
             return
         self._fake_run_stopped(run)
+
+    def _children_ran(
+        self, watched: dict[type, str]
+    ) -> tuple[parents.FirstCalls, dict[str, int]] | None:
+        """:attr:`children_ran` when its run watched every class of ``watched``."""
+        ran = self.children_ran
+        return ran if ran is not None and set(watched) <= ran[0].wanted else None
+
+    def _children_watched(self, module: nn.Module, traced: Traced) -> frozenset[type]:
+        """The watched classes a fake run of ``module`` can record the first calls of on the
+        way, as :func:`parents.record` would: those among its submodules, when no class is
+        kept whole by name (``parents.record`` runs without leaf classes)."""
+        if traced.leaves:
+            return frozenset()
+        return frozenset({type(m) for m in module.modules()} & self.watching)
 
     def _use_inputs(self, ordered: list[inputs.PlannedInput]) -> list[shapes.ExampleInput]:
         """The inputs ``forward`` ran with, shown and reported (FX405); its feeds."""

@@ -14,8 +14,10 @@ import pytest
 from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import CaptureJob, ClassRequest, DimSpec, InputSpec, ModuleResult
 from fxls.worker.capture.build import parents
+from fxls.worker.capture.classcapture import ClassCapture
 from fxls.worker.capture.pipeline import run_capture
 from fxls.worker.capture.shapes import keptruns
+from fxls.worker.capture.trace import fakerun
 
 
 def _capture(
@@ -626,6 +628,53 @@ class Gate(nn.Module):
     inner = mods["Block"]
     assert inner.constructed is not None and inner.constructed.text == "Model.gate.inner"
     assert inner.inputs[1].value.text == "3.0"
+
+
+@pytest.fixture
+def fake_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The class names of the modules each run on fake tensors was made of, in order."""
+    found: list[str] = []
+    fake_run = fakerun.fake_run
+
+    def counted(module: Any, *args: Any, **kwargs: Any) -> Any:
+        found.append(type(module).__name__)
+        return fake_run(module, *args, **kwargs)
+
+    monkeypatch.setattr(fakerun, "fake_run", counted)
+    return found
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "if x.shape[-1] > 4:  # FX cannot trace this; a run on fake tensors can",
+        "for _ in range(x.shape[0]):  # the run fixes B: the children's inputs are named again",
+    ],
+    ids=["branch", "fixes-B"],
+)
+def test_children_of_a_class_run_on_fake_tensors_are_recorded_in_that_run(
+    line: str, fake_runs: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parent FX cannot trace ran on fake tensors for its shapes: the children's calls
+    are read off that run, as a second run of its ``forward`` records them."""
+    source = (HEADER + _PARENT).replace(
+        "            x = block(x, scale=T)",
+        f"            x = block(x, scale=T)\n            {line}\n                x = x + 1",
+    )
+    mods = _capture(source, "Block", "Model")
+    assert mods["Model"].strategy.method == "fake-run" and mods["Model"].status == "traced"
+    once = fake_runs.count("Model")
+    block = mods["Block"]
+    assert block.constructed is not None and block.constructed.text == "Model.blocks.0"
+    assert block.inputs[0].value.shape == ["B", 16]
+
+    fake_runs.clear()
+    monkeypatch.setattr(ClassCapture, "_children_ran", lambda self, watched: None)
+    again = _capture(source, "Block", "Model")
+    assert fake_runs.count("Model") == once + 1  # forward ran again for the records
+    assert again["Block"].inputs == block.inputs
+    assert again["Block"].constructed == block.constructed
+    assert again["Block"].nodes == block.nodes
 
 
 _INSIDE_A_LEAF = """

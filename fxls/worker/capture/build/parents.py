@@ -105,47 +105,113 @@ def may_name_more(rec: Recorded) -> bool:
     )
 
 
+class FirstCalls:
+    """A ``fakerun`` watch: the first call of each of ``wanted``'s classes in a run of
+    ``parent``'s forward, with its arguments (``found``, by class). With ``stop`` the run ends
+    at the next call of a watched class once every one was seen; without, the run goes on
+    (a run made for its own shapes that records the children on the way)."""
+
+    def __init__(self, parent: nn.Module, wanted: Iterable[type], *, stop: bool) -> None:
+        self.wanted = frozenset(wanted)
+        self.stop = stop
+        self.names = {id(m): n for n, m in parent.named_modules()}
+        self.found: dict[type, tuple[nn.Module, str, Any]] = {}
+
+    def __call__(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], namer: Any
+    ) -> bool:
+        cls = type(module)
+        if cls in self.wanted and cls not in self.found:
+            got = _arguments(module, args, kwargs, namer)
+            if got is not None:
+                self.found[cls] = (module, self.names.get(id(module), "?"), got)
+            return False
+        return self.stop and len(self.found) == len(self.wanted) and cls in self.wanted
+
+    def recorded(
+        self, wanted: dict[type, str], parent: nn.Module, parent_expr: str | None
+    ) -> dict[str, Recorded]:
+        """What was found of ``wanted``'s classes (class -> name), by name."""
+        return {
+            wanted[cls]: Recorded(module, path, type(parent).__name__, parent_expr, *got)
+            for cls, (module, path, got) in self.found.items()
+            if cls in wanted
+        }
+
+
+@dataclass
+class Watches:
+    """The runs of a parent's ``forward`` on fake tensors made for its own shapes, each
+    watched for the first calls of ``wanted``'s classes (:class:`FirstCalls`): the run kept
+    gives its children's records without a run of its own (:meth:`of`)."""
+
+    parent: nn.Module
+    wanted: frozenset[type]
+    made: list[tuple[fakerun.FakeRun, FirstCalls, bool]] = field(default_factory=list)
+
+    def run(
+        self, symbolic: bool, run: Callable[[fakerun.Watch | None], fakerun.FakeRun]
+    ) -> fakerun.FakeRun:
+        """``run(watch)``, the run on fake tensors ``symbolic`` says, watched."""
+        if not self.wanted:
+            return run(None)
+        watch = FirstCalls(self.parent, self.wanted, stop=False)
+        made = run(watch)
+        self.made.append((made, watch, symbolic))
+        return made
+
+    def of(self, kept: fakerun.FakeRun, symbolic: bool) -> tuple[FirstCalls, dict[str, int]] | None:
+        """The watch of ``kept`` and the named dimensions it fixed, when it ran as
+        :func:`record` runs (``symbolic`` as asked)."""
+        return next(
+            (
+                (w, made.specialized)
+                for made, w, was in self.made
+                if made is kept and was == symbolic
+            ),
+            None,
+        )
+
+
+@dataclass
+class RunSettings:
+    """How :func:`record` runs a parent's ``forward``: the document (its path and text), and
+    whether named dimensions stay symbolic; ``parent_expr`` rebuilds the parent, when known."""
+
+    path: str
+    source: str
+    symbolic: bool
+    parent_expr: str | None
+
+
 def record(
     parent: nn.Module,
     feeds: Sequence[shapes.ExampleInput],
     wanted: dict[type, str],
-    *,
-    path: str,
-    source: str,
-    symbolic: bool,
-    parent_expr: str | None,
+    how: RunSettings,
+    ran: tuple[FirstCalls, dict[str, int]] | None = None,
 ) -> dict[str, Recorded]:
     """Run ``parent``'s forward on fake tensors; the first called instance of each class in
-    ``wanted`` (class -> name) with its arguments. Never raises for user code problems."""
-    names = {id(m): n for n, m in parent.named_modules()}
+    ``wanted`` (class -> name) with its arguments. ``ran``: what a run of the same
+    ``forward`` with the same ``feeds`` as ``how`` runs it found already (its watch, and the
+    named dimensions it fixed), in place of the first run (:meth:`Watches.of`). Never raises
+    for user code problems."""
+    parent_expr = how.parent_expr
 
     def run(feeds: list[shapes.ExampleInput]) -> tuple[dict[str, Recorded], dict[str, int]]:
-        found: dict[str, Recorded] = {}
-
-        def watch(
-            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], namer: Any
-        ) -> bool:
-            cls_name = wanted.get(type(module))
-            if cls_name is not None and cls_name not in found:
-                got = _arguments(module, args, kwargs, namer)
-                if got is not None:
-                    found[cls_name] = Recorded(
-                        module, names.get(id(module), "?"), type(parent).__name__,
-                        parent_expr, *got,
-                    )  # fmt: skip
-                return False
-            # stop at the next watched call once every class was seen
-            return len(found) == len(wanted) and type(module) in wanted
-
+        watch = FirstCalls(parent, wanted, stop=True)
         try:
             made = fakerun.fake_run(
-                parent, feeds, path, symbolic=symbolic, source=source, watch=watch
+                parent, feeds, how.path, symbolic=how.symbolic, source=how.source, watch=watch
             )
         except Exception:  # recording is a bonus: the classes fall back to their own recipes
-            return found, {}
-        return found, made.specialized
+            return watch.recorded(wanted, parent, parent_expr), {}
+        return watch.recorded(wanted, parent, parent_expr), made.specialized
 
-    found, fixed = run(list(feeds))
+    if ran is not None:
+        found, fixed = ran[0].recorded(wanted, parent, parent_expr), ran[1]
+    else:
+        found, fixed = run(list(feeds))
     if fixed and found:
         _renamed(found, fixed, run, list(feeds))
     return found

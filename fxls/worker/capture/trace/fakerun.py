@@ -77,6 +77,7 @@ from fxls.worker.capture.spans import (
 __all__ = [
     "NOT_AGAIN",
     "FakeRun",
+    "Watch",
     "fake_run",
     "fixed_sizes",
     "generalize",

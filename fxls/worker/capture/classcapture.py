@@ -818,9 +818,7 @@ class ClassCapture:
         # first of each class), unless the trace calls the class too (which call is first)
         if any(cls in seen for cls in inside):
             return None
-        ran = parents.from_calls(
-            module, prop.inner_calls, prop.namer, inside, parent_expr=parent_expr
-        )
+        ran = parents.from_calls(module, prop, inside, parent_expr=parent_expr)
         return None if ran is None else found | ran
 
     def _find_forward(self, module: nn.Module) -> ForwardDef | None:
@@ -1503,7 +1501,7 @@ class ClassCapture:
             if runs is not None:
                 runs.watch = runs.replay = None
         if inner is not None:
-            prop.inner_calls = inner.calls
+            prop.inner_calls, prop.inner_blind = inner.calls, inner.blind
         return prop
 
     def _kept_runs(self, eager: bool = False) -> keptruns.KeptRuns | None:

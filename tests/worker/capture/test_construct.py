@@ -524,12 +524,14 @@ class Model(nn.Module):
 
 @pytest.fixture
 def runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The class names of the parents whose ``forward`` ran again to record their children."""
+    """The class names of the parents whose ``forward`` ran again to record their children
+    (not those whose run for their own shapes recorded them: ``ran``)."""
     found: list[str] = []
     record = parents.record
 
     def counted(parent: Any, *args: Any, **kwargs: Any) -> Any:
-        found.append(type(parent).__name__)
+        if (args[3] if len(args) > 3 else kwargs.get("ran")) is None:
+            found.append(type(parent).__name__)
         return record(parent, *args, **kwargs)
 
     monkeypatch.setattr(parents, "record", counted)
@@ -759,6 +761,63 @@ def test_a_class_the_parent_builds_and_never_calls_needs_no_second_run(runs: lis
         assert mods[name].constructed == ran[name].constructed
     assert mods["Block"].constructed is not None
     assert mods["Block"].constructed.text == "Model.blocks.0"
+
+
+def test_a_class_a_sub_block_kept_whole_holds_and_never_calls_needs_no_second_run(
+    runs: list[str],
+) -> None:
+    # Gate (kept whole) takes the branch without Inner at these sizes: the propagation ran
+    # Gate's forward watching Inner and saw no call, so a run of Model's forward makes none
+    source = HEADER + _INSIDE_A_LEAF.replace("x.shape[-1] > 4", "x.shape[-1] > 64")
+    x = InputSpec("x", dims=[DimSpec("B", 2), DimSpec("T", 5), DimSpec(None, 16)])
+    names = ("Inner", "Gate", "Model")
+    mods = _capture(source, *names, inputs={"Model": [x]})
+    assert not runs and strategy_label(mods["Model"].strategy) == "fx+leaf"
+    ran = _capture(source, *names, inputs={"Model": [x]}, children_from_trace=False)
+    assert runs and set(runs) == {"Model"}
+    for name in names:
+        assert mods[name].inputs == ran[name].inputs
+        assert mods[name].constructed == ran[name].constructed
+        assert mods[name].nodes == ran[name].nodes
+
+    # Gate calls an Inner that is not one of its submodules (Model's own, handed to it): the
+    # watch on Gate's submodules does not see that call, so Model's forward runs again
+    runs.clear()
+    handed = (
+        (HEADER + _INSIDE_A_LEAF)
+        .replace("    def __init__(self):\n        super().__init__()\n        self.inner", (
+            "    def __init__(self, other):\n        super().__init__()\n"
+            "        object.__setattr__(self, 'other', other)\n        self.inner"
+        ))
+        .replace("self.inner(x[:, 1:], scale=3.0)", "self.other(x[:, 1:], scale=3.0)")
+        .replace("        self.gate = Gate()", "        self.shared = Inner(16)\n        self.gate = Gate(self.shared)")
+    )  # fmt: skip
+    mods = _capture(handed, *names, inputs={"Model": [x]})
+    assert runs and set(runs) == {"Model"}
+    assert strategy_label(mods["Model"].strategy) == "fx+leaf"
+    inner = mods["Inner"]
+    assert inner.constructed is not None and inner.constructed.text == "Model.shared"
+    assert inner.inputs[0].value.shape == ["B", 4, 16]
+
+
+def test_the_watch_inside_a_submodule_kept_whole_knows_when_it_saw_every_call() -> None:
+    import torch
+    from torch import nn
+
+    gate = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2)))
+    watch = parents.InnerCalls({nn.Linear, nn.ReLU})
+    with watch.around(gate):
+        gate(torch.zeros(1, 2))
+    assert set(watch.calls) == {nn.Linear} and not watch.blind  # no ReLU was called
+    assert watch.calls[nn.Linear][0] is gate[0]
+    with watch.around(gate):
+        pass  # its output copied from a kept run: forward did not run
+    assert watch.blind
+    handed = parents.InnerCalls({nn.ReLU})
+    outside = nn.ReLU()
+    with handed.around(gate):
+        outside(torch.zeros(1))  # an instance that is no submodule of the one running
+    assert handed.blind
 
 
 def test_a_sub_block_called_inside_a_torch_module_is_recorded_where_a_run_sees_it_first(

@@ -314,6 +314,11 @@ class InnerCalls:
     def __init__(self, classes: Iterable[type]) -> None:
         self.classes = frozenset(classes)
         self.calls: dict[type, tuple[nn.Module, tuple[Any, ...], dict[str, Any]]] = {}
+        self.blind = False
+        """Whether a class may have been called where this did not see it: a submodule
+        kept whole whose output came without running its ``forward`` (a kept run's copy),
+        or an instance of a watched class that is no submodule of the module running (made
+        in ``forward``). Until then, a class not in ``calls`` was not called."""
 
     @contextlib.contextmanager
     def around(self, module: nn.Module) -> Iterator[list[tuple[type, str, Any, Any]]]:
@@ -322,15 +327,30 @@ class InnerCalls:
         arguments)."""
         handles = []
         seen: list[tuple[type, str, Any, Any]] = []
+        ran: list[bool] = []
+        inside = {id(module)}
         try:
             for path, sub in module.named_modules():
+                inside.add(id(sub))
                 if type(sub) in self.classes and type(sub) not in self.calls:
                     called = functools.partial(self._called, seen, path)
                     handles.append(sub.register_forward_pre_hook(called, with_kwargs=True))
+            handles.append(module.register_forward_pre_hook(lambda *_: ran.append(True)))
+            handles.append(
+                torch.nn.modules.module.register_module_forward_pre_hook(
+                    functools.partial(self._any_call, inside)
+                )
+            )
             yield seen
         finally:
             for handle in handles:
                 handle.remove()
+        if not ran:
+            self.blind = True  # answered by a copy of a kept run: its calls are not known
+
+    def _any_call(self, inside: set[int], module: nn.Module, args: Any) -> None:
+        if type(module) in self.classes and id(module) not in inside:
+            self.blind = True
 
     def _called(
         self,
@@ -354,24 +374,24 @@ class InnerCalls:
 
 
 def from_calls(
-    parent: nn.Module,
-    calls: dict[type, tuple[nn.Module, tuple[Any, ...], dict[str, Any]]],
-    namer: Any,
-    wanted: dict[type, str],
-    *,
-    parent_expr: str | None,
+    parent: nn.Module, prop: Any, wanted: dict[type, str], *, parent_expr: str | None
 ) -> dict[str, Recorded] | None:
-    """What :func:`record` finds, from the first call of each ``wanted`` class that a
-    propagation of ``parent``'s graph made inside a submodule it ran whole
-    (:class:`InnerCalls`), in that run's dimension names (``namer``). None when a class was
-    not called there or with an argument that cannot be passed again."""
+    """What :func:`record` finds, from the first call of each ``wanted`` class that the
+    propagation ``prop`` of ``parent``'s graph made inside a submodule it ran whole
+    (``inner_calls``, :class:`InnerCalls`), in that run's dimension names. A class not
+    called there was not called by the run, unless the watch was blind (``inner_blind``).
+    None when a class was called with an argument that cannot be passed again, or may have
+    been called unseen."""
     names = {id(m): n for n, m in parent.named_modules()}
     found: dict[str, Recorded] = {}
+    calls = prop.inner_calls
     for cls, cls_name in wanted.items():
         if cls not in calls:
-            return None
+            if prop.inner_blind:
+                return None
+            continue
         module, args, kwargs = calls[cls]
-        got = _arguments(module, args, kwargs, namer)
+        got = _arguments(module, args, kwargs, prop.namer)
         if got is None:
             return None
         found[cls_name] = Recorded(

@@ -145,6 +145,9 @@ class Propagation:
     inner_calls: dict[type, Any] = field(default_factory=dict)
     """Class -> (instance, args, kwargs) of its first call inside a submodule the run kept
     whole, for the classes a capture watched there (``KeptRuns.watch``)."""
+    inner_blind: bool = True
+    """Whether a watched class may have been called inside a submodule kept whole without
+    ``inner_calls`` holding it (nothing was watched, or ``InnerCalls.blind``)."""
 
 
 @dataclass

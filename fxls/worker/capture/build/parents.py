@@ -317,8 +317,9 @@ class InnerCalls:
         self.blind = False
         """Whether a class may have been called where this did not see it: a submodule
         kept whole whose output came without running its ``forward`` (a kept run's copy),
-        or an instance of a watched class that is no submodule of the module running (made
-        in ``forward``). Until then, a class not in ``calls`` was not called."""
+        or an instance of a watched class that is no submodule of the module running (one
+        made in ``forward``, or handed to it). Until then, a class not in ``calls`` was not
+        called."""
 
     @contextlib.contextmanager
     def around(self, module: nn.Module) -> Iterator[list[tuple[type, str, Any, Any]]]:

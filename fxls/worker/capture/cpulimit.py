@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import threading
 from collections.abc import Iterator
@@ -69,6 +70,12 @@ def stop_at_cpu_limit() -> Iterator[Watch]:
     finally:
         watch.stopped = True
         signal.signal(signal.SIGXCPU, signal.SIG_IGN if watch.fired else previous)
+
+
+def soft_limit_s() -> float | None:
+    """This process's soft CPU limit in seconds (a job child's), None without one."""
+    soft = resource.getrlimit(resource.RLIMIT_CPU)[0]
+    return None if soft == resource.RLIM_INFINITY else float(soft)
 
 
 def die_of_cpu_limit() -> None:

@@ -969,16 +969,25 @@ def test_what_a_leaf_assigns_to_its_module_does_not_reach_the_next_run() -> None
     assert net.windowed.window == 8
 
 
+class _Fixed(nn.Module):
+    """``F.interpolate``'s fake kernel fixes the batch; ``extra`` additions follow."""
+
+    def __init__(self, extra: int = 0) -> None:
+        super().__init__()
+        self.extra = extra
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.extra):
+            x = x + 1
+        return F.interpolate(x, scale_factor=2).flatten(1)
+
+
 def test_a_large_run_is_not_computed_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past the time budget, the shapes after the fixing node are not computed again: they
+    """Past the node budget, the shapes after the fixing node are not computed again: they
     are listed as holding for the example size, never shown as if they held for any."""
     import fxls.worker.capture.shapes.propagation as propagation
 
-    class Fixed(nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return F.interpolate(x, scale_factor=2).flatten(1)
-
-    monkeypatch.setattr(propagation, "RERUN_BUDGET_S", 0.0)
+    Fixed = _Fixed
     monkeypatch.setattr(propagation, "RERUN_NODES", 0)
     prop = propagate(trace(Fixed()), [tensor("x", ("B", 2), (None, 3), (None, 4), (None, 4))])
     assert shape(prop, "flatten") == [2, 192]
@@ -988,6 +997,29 @@ def test_a_large_run_is_not_computed_again(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.undo()
     prop = propagate(trace(Fixed()), [tensor("x", ("B", 2), (None, 3), (None, 4), (None, 4))])
     assert shape(prop, "flatten") == ["B", 192] and prop.example_nodes == []
+
+
+def test_whether_a_run_is_computed_again_does_not_depend_on_the_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A graph of 600 nodes whose run looks 5 s long is computed again all the same (a file
+    shows the same shapes on a slow machine as on a fast one); only a job whose CPU limit
+    two more such runs would pass keeps the example size."""
+    import fxls.worker.capture.shapes.propagation as propagation
+
+    clock = iter(range(0, 10**6, 5))
+    monkeypatch.setattr(propagation.time, "process_time", lambda: float(next(clock)))
+    monkeypatch.setattr(propagation.time, "perf_counter", lambda: float(next(clock)))
+    gm = trace(_Fixed(extra=600))
+    assert 400 < len(gm.graph.nodes) <= propagation.RERUN_NODES
+    x = [tensor("x", ("B", 2), (None, 3), (None, 4), (None, 4))]
+    prop = propagate(gm, x)
+    assert shape(prop, "flatten") == ["B", 192] and prop.example_nodes == []
+    monkeypatch.setattr(propagation.cpulimit, "soft_limit_s", lambda: 30.0)
+    prop = propagate(gm, x)
+    assert shape(prop, "flatten") == [2, 192] and "not computed again" in prop.notes[0]
+    monkeypatch.setattr(propagation.cpulimit, "soft_limit_s", lambda: 10**7)
+    assert shape(propagate(gm, x), "flatten") == ["B", 192]
 
 
 def test_python_errors_between_torch_calls_are_said_in_words() -> None:

@@ -50,6 +50,7 @@ import torch.fx
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 
 from fxls.protocol.model import Value
+from fxls.worker.capture import cpulimit
 from fxls.worker.capture.shapes import elementwise, keptruns, kernels, shortcuts
 from fxls.worker.capture.shapes import sizes as example_sizes
 from fxls.worker.capture.shapes import state as module_state
@@ -69,7 +70,7 @@ from fxls.worker.capture.shapes.values import MISSING, Namer, values_of
 __all__ = [
     "ELEMENTWISE_ENV",
     "PARENT_SHAPES_ENV",
-    "RERUN_BUDGET_S",
+    "RERUN_CPU_SHARE",
     "RERUN_NODES",
     "ZERO_ONE_ENV",
     "DtypeMismatch",
@@ -639,9 +640,9 @@ def propagate(
         ones = _zero_one_run(gm, inputs, device, reuse)
         if ones is not None:
             return ones
-        started = time.perf_counter()
+        started = time.process_time()
         result = _run_fake(gm, inputs, symbolic=True, reuse=reuse, kept_runs=kept_runs)
-        took = time.perf_counter() - started
+        took = time.process_time() - started
         if result.error is not None:
             # some kernels only take concrete sizes: when the static run gets further, use it
             static = _run_static(gm, inputs, device, reuse)
@@ -784,17 +785,26 @@ def _fed_as(value: Any, inp: ExampleInput, namer: Namer) -> bool:
     return True
 
 
-RERUN_BUDGET_S = 2.0
-"""A run that fixed a named dimension is computed again at other sizes when it took at most
-this long or its graph is small (``RERUN_NODES``): a rerun costs as much, and there may be
-two. Otherwise the shapes after the fixing node are said to hold for the example sizes only."""
-RERUN_NODES = 400
+RERUN_NODES = 2500
+"""A run that fixed a named dimension is computed again at other sizes (one more run, a second
+to confirm) unless its graph has more nodes than this: a run on fake tensors costs about a
+millisecond a node on a laptop core, and three runs of a larger graph would take most of a
+job's CPU limit. The decision reads no clock, so a file shows the same shapes on a fast
+machine and a slow one; only a job near its CPU limit (:func:`rerun_allowed`) decides by
+time, where the alternative is the job being stopped."""
+RERUN_CPU_SHARE = 0.8
+"""The share of the job's CPU limit that the runs made so far and two more as long as the
+first may use."""
 
 
 def rerun_allowed(took: float, nodes: int) -> bool:
-    """Whether a run that took ``took`` seconds over ``nodes`` nodes may be made again (the
-    first run in a process pays for imports: a small graph is always made again)."""
-    return took <= RERUN_BUDGET_S or nodes <= RERUN_NODES
+    """Whether a run over ``nodes`` nodes that took ``took`` seconds of CPU may be made again:
+    its graph is at most ``RERUN_NODES`` long, and two more runs fit in what the job's CPU limit
+    leaves (always, without a limit)."""
+    if nodes > RERUN_NODES:
+        return False
+    limit = cpulimit.soft_limit_s()
+    return limit is None or time.process_time() + 2 * took <= RERUN_CPU_SHARE * limit
 
 
 def _named_sizes(inputs: list[ExampleInput]) -> dict[str, int]:

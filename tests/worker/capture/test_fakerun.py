@@ -394,6 +394,20 @@ class Elements(nn.Module):
 """
 
 
+UNLISTED_METHODS_MODEL = """
+class Heads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(64, 64)
+
+    def forward(self, x):
+        q = self.q(x).unflatten(-1, (-1, 16))
+        pad = x.new_zeros(x.shape[0], 1, 64)
+        step = q.stride()[0]  # 64 * T
+        return torch.cat([pad, x], dim=1), q * step
+"""
+
+
 # ---------------------------------------------------------------------------------------
 # Tests
 # ---------------------------------------------------------------------------------------
@@ -684,3 +698,31 @@ def test_elements_of_a_size_are_where_they_are_indexed(doc: Callable[[str], Doc]
     at_split = nodes_at(run, d.span("self.fc(h).split(4, dim=-1)"))
     assert [n.target for n in at_split] == ["split", operator.getitem, operator.getitem]
     check_against_eager(d, "Elements", inputs)
+
+
+def test_tensor_methods_torch_does_not_list_are_methods(doc: Callable[[str], Doc]) -> None:
+    """``x.unflatten``, ``x.new_zeros`` and ``x.stride`` reach the torch function mode as
+    functions torch's list of ``Tensor`` methods leaves out: they are recorded as the methods
+    they are, so their receiver is ``self`` and each argument has its own name (as a function,
+    ``unflatten(self=-1, dim=(-1, 16), ...)`` named every argument one place off)."""
+    d = doc(UNLISTED_METHODS_MODEL)
+    inputs = [tensor("x", ("B", 2), ("T", 5), (None, 64))]
+    run = fake_run(d.meta("Heads"), inputs, d.path)
+    assert run.error is None, run.error
+    gm = run.graph_module
+    assert gm is not None
+    (unflatten,) = [n for n in calls(run) if n.target == "unflatten"]
+    (new_zeros,) = nodes_at(run, d.span("x.new_zeros(x.shape[0], 1, 64)"))
+    (stride,) = [n for n in calls(run) if n.target == "stride"]
+    named = {}
+    for node in (unflatten, new_zeros, stride):
+        assert node.op == "call_method", node.target
+        args, _ = named_arguments(gm, node, run.examples)
+        named[node.target] = [(a.name, a.value) for a in args]
+    (q,) = [n for n in calls(run) if n.target == "q"]
+    assert named["unflatten"] == [("self", q.name), ("dim", "-1"), ("sizes", "(-1, 16)")]
+    assert [name for name, _ in named["new_zeros"]][:2] == ["self", "size"]
+    assert named["new_zeros"][0] == ("self", "x")
+    assert named["stride"][0] == ("self", unflatten.name)
+    assert run.values[unflatten.name][0].shape == ["B", "T", 4, 16]
+    check_against_eager(d, "Heads", inputs)

@@ -520,7 +520,7 @@ def _describe_call(func: Any, args: tuple[Any, ...]) -> tuple[str | None, Any, t
     if name == "__get__" and owner is not None and hasattr(owner, "__name__"):
         # a Tensor property such as x.T or x.shape
         return "call_function", builtins_getattr, (args[0], owner.__name__)
-    if torch.overrides.is_tensor_method_or_property(func):
+    if torch.overrides.is_tensor_method_or_property(func) or _unlisted_method(func, name):
         if name in _DUNDER_OPERATORS:
             fn, reflected = _DUNDER_OPERATORS[name]
             if reflected and len(args) == 2:
@@ -531,6 +531,15 @@ def _describe_call(func: Any, args: tuple[Any, ...]) -> tuple[str | None, Any, t
         return "call_method", name, args
     return "call_function", func, args
 
+
+def _unlisted_method(func: Any, name: str) -> bool:
+    """A method of ``Tensor`` that torch's list of methods leaves out (``unflatten``,
+    ``new_zeros`` and the other ``new_*``, ``stride``): its receiver is the first argument,
+    as for any method (recorded as a function, its arguments would be named one place off)."""
+    return bool(name) and any(getattr(c, name, None) is func for c in _TENSOR_CLASSES)
+
+
+_TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
 
 builtins_getattr = getattr
 

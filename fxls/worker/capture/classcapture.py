@@ -1132,7 +1132,10 @@ class ClassCapture:
                 self.diagnose(diag.diagnostic({"arg": name}))
                 complete = False
                 continue
-            like = inputs.shaped_like(name, known, symbols)
+            like = None
+            if self.module is not None:
+                like = inputs.position_ids(name, known, self.module, self.arguments)
+            like = like or inputs.shaped_like(name, known, symbols)
             ordered[index] = like
             self.assumed_inputs.append((like, at))
         return complete

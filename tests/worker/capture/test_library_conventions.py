@@ -1655,3 +1655,77 @@ def test_a_forward_inherited_from_a_library_is_traced_with_the_arguments_it_fail
     assert strategy_label(mod.strategy) == "fx+leaf+concrete", (mod.strategy, mod.notes)
     assert any("`labels=None`" in n for n in mod.notes), mod.notes
     assert _shape(mod) == ["B", 2]
+
+
+FLUX_LIKE = """
+class FrozenDict(OrderedDict):
+    def __getattr__(self, name):
+        return self[name]
+
+
+class ConfigMixin:
+    def register(self, **kwargs):
+        self.config = FrozenDict(kwargs)
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, hidden_states, rotary):
+        return hidden_states + self.fc(hidden_states) * rotary.sum()
+
+
+class FluxLike(nn.Module, ConfigMixin):
+    def __init__(self, in_channels=16, inner_dim=32, num_layers=6, num_single_layers=9,
+                 pooled_projection_dim=24, axes_dims_rope=(4, 6, 6)):
+        super().__init__()
+        self.register(in_channels=in_channels, axes_dims_rope=axes_dims_rope)
+        self.axes = axes_dims_rope
+        self.x_embedder = nn.Linear(in_channels, inner_dim)
+        self.context_embedder = nn.Linear(40, inner_dim)
+        self.time = nn.Linear(1, inner_dim)
+        self.pooled = nn.Linear(pooled_projection_dim, inner_dim)
+        self.blocks = nn.ModuleList([Block(inner_dim) for _ in range(num_layers)])
+        self.single = nn.ModuleList([Block(inner_dim) for _ in range(num_single_layers)])
+        self.proj_out = nn.Linear(inner_dim, in_channels)
+
+    def forward(self, hidden_states, encoder_hidden_states=None, pooled_projections=None,
+                timestep=None, img_ids=None, txt_ids=None):
+        hidden_states = self.x_embedder(hidden_states)
+        temb = self.time(timestep.to(hidden_states.dtype)[:, None]) + self.pooled(pooled_projections)
+        context = self.context_embedder(encoder_hidden_states)
+        ids = torch.cat((txt_ids, img_ids), dim=0)
+        rotary = torch.cat([ids[:, i : i + 1].float() * n for i, n in enumerate(self.axes)], -1)
+        assert ids.shape[-1] == len(self.axes), "one position per rotary axis"
+        x = torch.cat([context, hidden_states], dim=1) + temb[:, None]
+        for block in self.blocks:
+            x = block(x, rotary)
+        for block in self.single:
+            x = block(x, rotary)
+        return self.proj_out(x[:, context.shape[1]:])
+"""
+
+
+def test_a_flux_style_model_gets_position_ids_and_is_built_with_fewer_layers() -> None:
+    """A diffusers-style model (its constructor's keyword defaults are its configuration,
+    ``ConfigMixin``) stacking 6 and 9 blocks, whose ``forward`` takes ``timestep``,
+    ``pooled_projections`` and the position ids ``img_ids`` / ``txt_ids`` (one row per token
+    of ``hidden_states`` / ``encoder_hidden_states``, one column per rotary axis), each left
+    at ``None`` by default. It is built with 2 blocks per stack, says so, reports the
+    parameters of its defaults, and runs with the ids shaped ``[T, 3]`` (they reach no layer:
+    before, each was shaped like ``hidden_states`` and the class stopped). Its configuration
+    is a dict whose ``__getattr__`` raises ``KeyError`` for a missing field, as attribute
+    dicts of research code do: looking for sub-configurations stopped the capture (FX511)."""
+    model = _capture(FLUX_LIKE, "FluxLike")["FluxLike"]
+    shapes = {i.name: i.value.shape for i in model.inputs if i.value.kind == "tensor"}
+    assert shapes["img_ids"] == [shapes["hidden_states"][1], 3], shapes
+    assert shapes["txt_ids"] == [shapes["encoder_hidden_states"][1], 3], shapes
+    assert model.status == "traced" and _shape(model)[-1] == 16, model.diagnostics
+    block = 32 * 32 + 32  # built with 2 + 2 blocks of the default's 6 + 9
+    assert model.default_params is not None and model.params is not None
+    assert model.default_params - model.params == 11 * block
+    [note] = [n for n in model.notes if "layers per stack" in n]
+    assert "FluxLike(num_layers=2, num_single_layers=2)" in note
+    assert "num_layers=6, num_single_layers=9" in note

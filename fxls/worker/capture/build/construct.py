@@ -723,6 +723,9 @@ def recipes(
     annotations = _annotations(cls, doc.namespace)
     name = cls.__name__
     if not required:
+        shorter = _fewer_keyword_layers(cls, params)
+        if shorter is not None:
+            yield shorter
         yield Recipe("defaults", cls, f"{name}()", init="")
 
     config_options = {
@@ -762,6 +765,43 @@ def recipes(
 
     if required:
         yield from _assumed(doc, cls, required, annotations, config_options, _group_size(params))
+
+
+_KEYWORD_LAYER_COUNTS = re.compile(r"^num_(\w+_)?layers$")
+"""Layer counts among a configuration's keyword defaults (``num_layers``,
+``num_single_layers``)."""
+
+
+def _fewer_keyword_layers(cls: type, params: list[inspect.Parameter]) -> Recipe | None:
+    """For a class whose constructor's keyword defaults are its configuration (diffusers'
+    ``ConfigMixin`` models) and stack more than ``MAX_DEFAULT_LAYERS`` layers (Flux:
+    ``num_layers=19, num_single_layers=38``): the build with that many per stack, labelled as
+    the default configuration's, which ``default_make`` builds for its parameter count. None
+    for other classes, or when a default is a list of one entry per layer (fewer layers could
+    lose a kind of layer)."""
+    if not any(base.__name__ == "ConfigMixin" for base in cls.__mro__):
+        return None
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+    counts = {
+        k: v
+        for k, v in defaults.items()
+        if _KEYWORD_LAYER_COUNTS.match(k) and type(v) is int and v > MAX_DEFAULT_LAYERS
+    }
+    if not counts or any(_per_layer(v, counts) for v in defaults.values()):
+        return None
+    changes = dict.fromkeys(counts, MAX_DEFAULT_LAYERS)
+    init = ", ".join(f"{k}={v}" for k, v in changes.items())
+    was = ", ".join(f"{k}={v}" for k, v in counts.items())
+    text = f"{cls.__name__}({init})"
+    note = (
+        f"built as `{text}`: the defaults with at most {MAX_DEFAULT_LAYERS} layers per stack "
+        f"instead of {was}; every other size is the default's, so the shapes are the default "
+        f"configuration's. Pin another with `# fxls: init({was})`."
+    )
+    return Recipe(
+        "config", _bound(cls, changes), text, init=init, kwargs=changes, notes=[note],
+        default_make=_bound(cls, {}),
+    )  # fmt: skip
 
 
 def _at_default(

@@ -647,6 +647,33 @@ def shaped_like(name: str, known: list[PlannedInput], symbols: Symbols) -> Plann
     return PlannedInput(name, "tensor", dims, dtype, assumed=True, reason=reason)
 
 
+POSITION_IDS = {"img_ids": "hidden_states", "txt_ids": "encoder_hidden_states"}
+"""Position ids of the image and text tokens of Flux-style diffusion transformers (Flux,
+Chroma, HiDream, Bria): one row per token of the sequence named beside it, one column per
+axis of the rotary embedding (the configuration's ``axes_dims_rope``). They reach no layer,
+so nothing else tells their shape."""
+
+
+def position_ids(
+    name: str, known: list[PlannedInput], module: nn.Module, arguments: dict[str, Any]
+) -> PlannedInput | None:
+    """``[T, axes]`` for ``img_ids`` / ``txt_ids`` beside a known ``[B, T, D]`` sequence
+    (:data:`POSITION_IDS`), ``axes`` the length of the configuration's ``axes_dims_rope``;
+    else None."""
+    sequence = POSITION_IDS.get(name)
+    of = next((p for p in known if p.name == sequence and len(p.dims) == 3), None)
+    if of is None:
+        return None
+    for config in configurations(module, arguments):
+        axes = _config_value(config, "axes_dims_rope")
+        if isinstance(axes, (tuple, list)) and axes:
+            why = f"a position per token of `{of.name}`, one per rotary axis of "
+            why += f"{type(config).__name__}.axes_dims_rope={tuple(axes)}"
+            dims = [of.dims[1], (None, len(axes))]
+            return PlannedInput(name, "tensor", dims, torch.float32, assumed=True, reason=why)
+    return None
+
+
 def _per_sample(planned: PlannedInput) -> bool:
     return bool(planned.dims) and planned.dims[0][0] == BATCH
 
@@ -1441,7 +1468,7 @@ def configurations(module: nn.Module, arguments: dict[str, Any]) -> list[Any]:
             found.append(value)
     for config in list(found):
         for name in _SUB_CONFIGS:
-            sub = getattr(config, name, None)
+            sub = _config_value(config, name)
             if sub is not None and _config_like(sub) and all(sub is not f for f in found):
                 found.append(sub)
     return found
@@ -1454,14 +1481,20 @@ def _config_like(value: Any) -> bool:
     return name.endswith(("Config", "Configuration")) or hasattr(value, "to_dict")
 
 
+def _config_value(config: Any, name: str) -> Any:
+    """``config.name``, None when it has none or its lookup raises (a property, or a dict
+    whose ``__getattr__`` is ``dict.__getitem__`` and raises ``KeyError``)."""
+    try:
+        return getattr(config, name, None)
+    except Exception:
+        return None
+
+
 def _field(configs: list[Any], *names: str) -> tuple[int, str] | None:
     """The first positive int field among ``names`` in ``configs``, with its name and owner."""
     for config in configs:
         for name in names:
-            try:
-                value = getattr(config, name, None)
-            except Exception:  # a config's property may raise
-                continue
+            value = _config_value(config, name)
             if type(value) is int and value > 0:
                 return value, f"{type(config).__name__}.{name}={value}"
     return None
@@ -1476,8 +1509,8 @@ def _waveform_config(configs: list[Any]) -> str | None:
     """``Wav2Vec2Config.conv_kernel=(10, 3, ...)`` for a configuration whose model reads raw
     audio through a stack of 1-D convolutions (wav2vec 2.0, HuBERT, WavLM), else None."""
     for config in configs:
-        kernel = getattr(config, "conv_kernel", None)
-        stride = getattr(config, "conv_stride", None)
+        kernel = _config_value(config, "conv_kernel")
+        stride = _config_value(config, "conv_stride")
         if not (isinstance(kernel, (tuple, list)) and isinstance(stride, (tuple, list))):
             continue
         if kernel and all(type(k) is int and k > 0 for k in (*kernel, *stride)):

@@ -649,7 +649,7 @@ def shaped_like(name: str, known: list[PlannedInput], symbols: Symbols) -> Plann
 
 POSITION_IDS = {"img_ids": "hidden_states", "txt_ids": "encoder_hidden_states"}
 """Position ids of the image and text tokens of Flux-style diffusion transformers (Flux,
-Chroma, HiDream, Bria): one row per token of the sequence named beside it, one column per
+Bria, LongCat-Image, Ovis-Image): one row per token of the sequence named beside it, one column per
 axis of the rotary embedding (the configuration's ``axes_dims_rope``). They reach no layer,
 so nothing else tells their shape."""
 

@@ -1018,8 +1018,9 @@ def test_what_counts_as_a_parameter_forward_needs_though_it_defaults_to_none() -
         def __init__(self):
             super().__init__()
             self.skip_linear = None
+            self.gradient_checkpointing = False
 
-        def forward(self, x, mask=None, cond=None, scale=None, options_kwargs=None, flag: bool | None = None, rope=None, skip=None):  # fmt: skip
+        def forward(self, x, mask=None, cond=None, scale=None, options_kwargs=None, flag: bool | None = None, rope=None, skip=None, held=None):  # fmt: skip
             if callable(mask):  # a helper asks, as `if exists(mask)` does
                 x = x * mask
             y = x if cond is None else x + cond
@@ -1027,6 +1028,8 @@ def test_what_counts_as_a_parameter_forward_needs_though_it_defaults_to_none() -
             y = torch.nn.functional.dropout(y, p=0.0, training=rope)
             if self.skip_linear is not None:  # not run by this instance (HunyuanDiTBlock)
                 y = self.skip_linear(torch.cat([y, skip], dim=-1))
+            if torch.is_grad_enabled() and self.gradient_checkpointing:  # not run either
+                y = torch.utils.checkpoint.checkpoint(torch.add, y, held)  # (diffusers' blocks)
             return y * scale, options_kwargs, flag
 
     params = _inspect.signature(Asking.forward).parameters

@@ -281,7 +281,17 @@ def _runs(definition: ast.AST, module: nn.Module) -> Iterator[ast.AST]:
 
 
 def _never_true(test: ast.expr, module: nn.Module) -> bool:
-    """``self.attr is not None`` where the instance's ``attr`` is ``None``."""
+    """``self.attr is not None`` where the instance's ``attr`` is ``None``; ``self.attr``
+    where it is ``False``; an ``and`` of which one is so (``torch.is_grad_enabled() and
+    self.gradient_checkpointing``: diffusers' checkpointed branch)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_never_true(value, module) for value in test.values)
+    if _own_attribute(test):
+        assert isinstance(test, ast.Attribute)
+        try:
+            return getattr(module, test.attr) is False
+        except Exception:  # a user module's own __getattr__
+            return False
     if not (
         isinstance(test, ast.Compare)
         and len(test.ops) == 1
@@ -291,14 +301,22 @@ def _never_true(test: ast.expr, module: nn.Module) -> bool:
     ):
         return False
     left = test.left
-    if not (isinstance(left, ast.Attribute) and isinstance(left.value, ast.Name)):
+    if not _own_attribute(left):
         return False
-    if left.value.id != "self":
-        return False
+    assert isinstance(left, ast.Attribute)
     try:
         return getattr(module, left.attr) is None
     except Exception:  # a user module's own __getattr__
         return False
+
+
+def _own_attribute(node: ast.expr) -> bool:
+    """``self.attr``."""
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    )
 
 
 _OPTIONS = re.compile(r"kwargs$|^return_dict$|^output_|^use_|_dtype$|^return_|^training$")

@@ -297,8 +297,8 @@ def capture_class(
         # evidence
         others = ", ".join(f"`{name}`" for name in capture.other_inputs)
         way = _Way(from_parent, one_modality=True)
-        alone = _again_if_it_runs(doc, req, report_phase, wanted, way)
-        if alone is not None:
+        alone = _captured_again(doc, req, report_phase, wanted, way)
+        if runs(alone):
             alone.notes.append(
                 f"captured with its main input alone: with {others} as well (assumed) it did "
                 "not run through"
@@ -306,22 +306,49 @@ def capture_class(
             return alone
     if capture.unasked_defaults():
         way = _Way(from_parent, defaults_needed=True)
-        found = _again_if_it_runs(doc, req, report_phase, wanted, way)
-        if found is not None:
+        found = _captured_again(doc, req, report_phase, wanted, way)
+        if runs(found):
             return found
+        said = _given_and_stopped(mod, found)
+        if said is not None:
+            mod.notes.append(said)
     doc.captures[req.name] = capture
     return mod
 
 
-def _again_if_it_runs(
+def _given_and_stopped(mod: ModuleResult, again: ModuleResult) -> str | None:
+    """What the capture made again with the parameters left at ``None`` given as inputs
+    (``again``) says of them: which it gave and where it stopped too. Declaring the one the
+    first capture's FX402 names is then not enough, and the note says so."""
+    first = {i.name for i in mod.inputs if i.value is not None and i.value.kind != "none"}
+    given = [
+        i.name
+        for i in again.inputs
+        if i.value is not None and i.value.kind != "none" and i.name not in first
+    ]
+    if not given:
+        return None
+    stop = next((d.message for d in again.diagnostics if d.code in ("FX402", "FX201")), None)
+    stopped = next((n for n in again.notes if " stopped at " in n), None)
+    if stop is None and stopped is not None:
+        stop = stopped[stopped.index(" stopped at ") + 1 :]
+    if stop is None and again.error is not None:
+        stop = f"{again.error.type}: {again.error.message}"
+    names = ", ".join(f"`{name}`" for name in given)
+    said = f"captured again with {names} given as well (shapes assumed), it did not run through"
+    return f"{said} either: {' '.join(stop.split())[:300]}" if stop else said
+
+
+def _captured_again(
     doc: ExecutedDocument,
     req: ClassRequest,
     report_phase: PhaseReporter,
     wanted: dict[type, str] | None,
     way: _Way,
-) -> ModuleResult | None:
-    """The class captured again the ``way`` given, when that runs through ``forward``; else
-    None, and what it recorded of its children is discarded (it is not evidence either)."""
+) -> ModuleResult:
+    """The class captured again the ``way`` given; when that does not run through
+    ``forward``, what it recorded of its children is discarded (it is not evidence
+    either)."""
     report_phase("init", req.name)
     records, built = dict(doc.records), dict(doc.built_by_parents)
     again = _capture_once(doc, req, report_phase, wanted, way)
@@ -331,7 +358,7 @@ def _again_if_it_runs(
     doc.records.update(records)
     doc.built_by_parents.clear()
     doc.built_by_parents.update(built)
-    return None
+    return again
 
 
 @dataclass(frozen=True)

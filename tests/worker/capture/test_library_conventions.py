@@ -1729,3 +1729,28 @@ def test_a_flux_style_model_gets_position_ids_and_is_built_with_fewer_layers() -
     [note] = [n for n in model.notes if "layers per stack" in n]
     assert "FluxLike(num_layers=2, num_single_layers=2)" in note
     assert "num_layers=6, num_single_layers=9" in note
+
+
+STOPS_TWICE = """
+class StopsTwice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.wide = nn.Linear(8, 16)
+
+    def forward(self, hidden_states, timestep=None):
+        scale = timestep.to(hidden_states.dtype)[:, None, None]
+        return self.fc(hidden_states) * scale + self.wide(hidden_states)
+"""
+
+
+def test_a_class_that_stops_again_with_its_none_defaults_given_says_where() -> None:
+    """The first capture stops on ``timestep`` left at ``None`` (FX402 names it); captured
+    again with it given, the class stops on a shape error. Declaring ``timestep`` would not be
+    enough, and the class's notes say so: what was given and where it stopped then (before,
+    nothing of the second capture was said)."""
+    model = _capture(STOPS_TWICE, "StopsTwice")["StopsTwice"]
+    assert [d.code for d in model.diagnostics if d.code == "FX402"] == ["FX402"]
+    [note] = [n for n in model.notes if n.startswith("captured again")]
+    assert note.startswith("captured again with `timestep` given as well"), note
+    assert "did not run through either: shape error" in note, note

@@ -320,12 +320,8 @@ def _given_and_stopped(mod: ModuleResult, again: ModuleResult) -> str | None:
     """What the capture made again with the parameters left at ``None`` given as inputs
     (``again``) says of them: which it gave and where it stopped too. Declaring the one the
     first capture's FX402 names is then not enough, and the note says so."""
-    first = {i.name for i in mod.inputs if i.value is not None and i.value.kind != "none"}
-    given = [
-        i.name
-        for i in again.inputs
-        if i.value is not None and i.value.kind != "none" and i.name not in first
-    ]
+    first = {i.name for i in mod.inputs if i.value.kind != "none"}
+    given = [i.name for i in again.inputs if i.value.kind != "none" and i.name not in first]
     if not given:
         return None
     stop = next((d.message for d in again.diagnostics if d.code in ("FX402", "FX201")), None)

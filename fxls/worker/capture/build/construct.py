@@ -800,7 +800,7 @@ def _fewer_keyword_layers(cls: type, params: list[inspect.Parameter]) -> Recipe 
     )
     return Recipe(
         "config", _bound(cls, changes), text, init=init, kwargs=changes, notes=[note],
-        default_make=_bound(cls, {}),
+        default_make=cls,
     )  # fmt: skip
 
 

@@ -465,7 +465,8 @@ def classify(job: Job) -> JobResult:
             return done("oom", f"memory limit of {limits.memory_mb} MiB reached")
         if signum == signal.SIGKILL:
             return done("killed", "killed by SIGKILL from outside fxls")
-        return done("signal", f"killed by signal {signum} ({signal.Signals(signum).name})")
+        said = last_words(result.output_head)
+        return done("signal", f"killed by signal {signum} ({signal.Signals(signum).name}){said}")
     if job.payload is None or code != 0:
         return done("exit", f"exited with code {code} without a result")
     result.payload = job.payload
@@ -476,6 +477,31 @@ def classify(job: Job) -> JobResult:
     result.phase = error.phase
     summary = f"{error.type}: {error.message}"[:500]
     return done("oom", f"memory limit of {limits.memory_mb} MiB reached ({summary})")
+
+
+LAST_WORDS_CHARS = 160
+"""The most characters of a crashed child's last line of output a crash message quotes."""
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e]+")
+
+
+_TELLING = ("what():", "Fatal Python error", "terminate called", "Assertion")
+"""Lines of a crash's output that say what happened, best first (C++'s uncaught exception,
+Python's fatal error handler, a failed C assertion)."""
+
+
+def last_words(output: str) -> str:
+    """``; it wrote: "…"``: what a crashed child wrote that says why (C++'s ``what():`` line
+    before a SIGABRT, "Fatal Python error: …"), else its last line; printable ASCII only,
+    quotes and backticks made plain, at most ``LAST_WORDS_CHARS``; empty when it wrote
+    nothing."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    told = (line for marker in _TELLING for line in lines if marker in line)
+    text = _UNPRINTABLE.sub(" ", next(told, lines[-1])).replace("`", "'").replace('"', "'")
+    if len(text) > LAST_WORDS_CHARS:
+        text = text[: LAST_WORDS_CHARS - 1] + "…"
+    return f'; it wrote: "{text}"'
 
 
 def _phase(job: Job, message: dict[str, Any]) -> str | None:

@@ -1573,3 +1573,27 @@ def test_a_job_out_of_cpu_time_leaves_a_class_with_the_parent_it_is_captured_fro
     for name in ("Net", "Inner"):
         assert again[name].outputs == at_once[name].outputs, name
         assert again[name].inputs == at_once[name].inputs, name
+
+
+def test_a_layer_index_is_guessed_as_the_first_layer() -> None:
+    """``layer_idx`` says which layer of a stack a block is: fxls builds the first (``0``),
+    not a 64th of a stack of two (which FX408 then showed as ``layer_idx=64``)."""
+    mods = _capture(
+        HEADER
+        + """
+class Layer(nn.Module):
+    def __init__(self, dim, layer_idx):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return self.fc(x)
+""",
+        "Layer",
+    )
+    layer = mods["Layer"]
+    assert layer.constructed is not None
+    assert layer.constructed.assumed == {"dim": "64", "layer_idx": "0"}
+    (fx408,) = [d for d in layer.diagnostics if d.code == "FX408"]
+    assert "layer_idx=0" in fx408.message

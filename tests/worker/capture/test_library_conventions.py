@@ -1754,3 +1754,73 @@ def test_a_class_that_stops_again_with_its_none_defaults_given_says_where() -> N
     [note] = [n for n in model.notes if n.startswith("captured again")]
     assert note.startswith("captured again with `timestep` given as well"), note
     assert "did not run through either: shape error" in note, note
+
+
+UNSET = """
+@dataclass
+class UnsetConfig:
+    transformers_version: str | None = None
+    architectures: list[str] | None = None
+    hidden_size: int = 48
+    num_attention_heads: int = 4
+    head_dim: int | None = None
+
+
+class Attention(nn.Module):
+    config_class = UnsetConfig
+
+    def __init__(self, config):
+        super().__init__()
+        self.scaling = config.head_dim**-0.5  # the default's unset size cannot work
+        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states):
+        return self.proj(hidden_states) * self.scaling
+"""
+
+
+def test_only_the_unset_fields_that_may_hold_a_size_are_filled() -> None:
+    """A configuration whose unset ``head_dim`` stops the build is built with a size for it,
+    and only for it: its unset version string and list of names are left as they are, not
+    given ``64`` (and not shown as given). The width of a head is the one the configuration
+    implies: ``hidden_size // num_attention_heads``."""
+    mod = _capture(UNSET, "Attention")["Attention"]
+    assert mod.constructed is not None and mod.constructed.source == "assumed"
+    assert mod.constructed.assumed == {"head_dim": "12"}, mod.constructed
+    (fx408,) = [d for d in mod.diagnostics if d.code == "FX408"]
+    assert "head_dim=12" in fx408.message
+    assert "transformers_version" not in fx408.message and "architectures" not in fx408.message
+    assert _shape(mod)[-1] == 48
+
+
+def test_a_default_with_an_unset_size_and_a_deep_stack_is_built_filled_and_shorter() -> None:
+    """The default's stack is made shorter for the configuration with its unset size filled
+    too (the default as it is does not build): not twelve layers of it."""
+    mod = _capture(
+        UNSET
+        + """
+@dataclass
+class DeepUnsetConfig(UnsetConfig):
+    num_hidden_layers: int = 12
+
+
+class Stack(nn.Module):
+    config_class = DeepUnsetConfig
+
+    def __init__(self, config):
+        super().__init__()
+        self.layers = nn.ModuleList(Attention(config) for _ in range(config.num_hidden_layers))
+
+    def forward(self, hidden_states):
+        for layer in self.layers:
+            hidden_states = layer(hidden_states)
+        return hidden_states
+""",
+        "Stack",
+    )["Stack"]
+    assert mod.constructed is not None
+    assert mod.constructed.text == "Stack(DeepUnsetConfig(head_dim=12, num_hidden_layers=2))"
+    assert mod.constructed.assumed == {"head_dim": "12"}
+    assert any("num_hidden_layers=12" in n for n in mod.notes), mod.notes
+    assert len([n for n in mod.nodes if n.op == "call_module"]) == 2  # one `proj` a layer
+    assert mod.default_params == 12 * (48 * 48 + 48)

@@ -319,6 +319,24 @@ async def test_16_segfault_with_faulthandler_traceback(worker: WorkerClient) -> 
 async def test_17_abort(worker: WorkerClient) -> None:
     result = await worker.run(import_job("import os\nos.abort()"))
     assert (result.kind, result.signal) == ("signal", signal.SIGABRT), result
+    # the message quotes what says why: Python's fatal error handler here
+    assert result.message.endswith('; it wrote: "Fatal Python error: Aborted"'), result.message
+
+
+async def test_17b_abort_after_an_uncaught_cpp_exception_says_what(worker: WorkerClient) -> None:
+    """A C++ exception nothing caught (``std::terminate``): the crash message quotes its
+    ``what()`` line, hostile characters made plain and cut to length."""
+    code = (
+        "import os, sys\n"
+        "sys.stderr.write(\"terminate called after throwing an instance of 'c10::Error'\\n\")\n"
+        "sys.stderr.write('  what():  boom `x` \\x1b[31m' + 'y' * 400 + '\\n')\n"
+        "sys.stderr.flush()\n"
+        "os.abort()\n"
+    )
+    result = await worker.run(import_job(code))
+    assert (result.kind, result.signal) == ("signal", signal.SIGABRT), result
+    assert "; it wrote: \"what():  boom 'x'  [31myyy" in result.message, result.message
+    assert "\x1b" not in result.message and len(result.message) < 250
 
 
 async def test_18_sigterm_self(worker: WorkerClient) -> None:

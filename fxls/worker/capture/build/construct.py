@@ -101,6 +101,7 @@ _INT_GUESSES: tuple[tuple[re.Pattern[str], tuple[int, ...]], ...] = tuple(
     (re.compile(pattern), values)
     for pattern, values in (
         (r"vocab|ntoken|n_token|num_tokens|num_embeddings", (256, 1000)),
+        (r"(^|_)(idx|index|id)$", (0, 1)),  # which layer of a stack this is: the first
         (r"num_classes|n_classes|nclass|classes|num_labels|n_out|output_dim|out_dim", (10, 16)),
         (r"kv_heads", (2, 1, 4)),
         (r"heads?$|n_head|nhead|num_head|head$", (4, 2, 1, 8)),
@@ -369,6 +370,8 @@ class _ConfigCandidate:
     notes: list[str] = field(default_factory=list)
     default: Any = None
     """For a configuration built with fewer layers: the default it stands for."""
+    fills: dict[str, Any] = field(default_factory=dict)
+    """The fields given values fxls chose (``assumed``'s values, not their texts)."""
 
 
 MAX_DEFAULT_LAYERS = 2
@@ -543,7 +546,8 @@ def _fill_config(config: Any, cls_name: str, init_text: str | None) -> Iterator[
     negative = [
         k for k, v in fields.items() if isinstance(v, int) and not isinstance(v, bool) and v < 0
     ]
-    missing = [k for k, v in fields.items() if v is None]
+    sized = _may_hold_numbers(config)
+    missing = [k for k, v in fields.items() if v is None and sized(k)]
     strings = [k for k, v in fields.items() if isinstance(v, str)]
     if not negative and not missing and not strings:
         return
@@ -551,7 +555,7 @@ def _fill_config(config: Any, cls_name: str, init_text: str | None) -> Iterator[
     def filled(keys: list[str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key in keys:
-            options = guesses(key, int, [])
+            options = [_per_head(fields)] if key == "head_dim" else guesses(key, int, [])
             if options and options[0] is not None:
                 out[key] = options[0]
         return out
@@ -571,7 +575,7 @@ def _fill_config(config: Any, cls_name: str, init_text: str | None) -> Iterator[
         assumed = {k: _text(v) for k, v in variant.items()}
         text = _config_text(config, variant, init_text)
         yield _ConfigCandidate(filled, text, text if dataclasses.is_dataclass(config) else None,
-                               assumed)  # fmt: skip
+                               assumed, fills=variant)  # fmt: skip
 
 
 def _config_fields(config: Any) -> dict[str, Any] | None:
@@ -592,6 +596,45 @@ def _config_fields(config: Any) -> dict[str, Any] | None:
         return dict(vars(config))
     except TypeError:
         return None
+
+
+def _per_head(fields: dict[str, Any]) -> int | None:
+    """The width of one attention head a configuration implies (``hidden_size //
+    num_attention_heads``, the convention of the transformers models whose configuration
+    leaves ``head_dim`` unset), or 64 when it names no such sizes."""
+    width, heads = fields.get("hidden_size"), fields.get("num_attention_heads")
+    if isinstance(width, int) and isinstance(heads, int) and heads > 0 and width % heads == 0:
+        return width // heads
+    return 64
+
+
+_NUMBER_WORD = re.compile(r"\b(int|float|Any)\b")
+
+
+def _may_hold_numbers(config: Any) -> Callable[[str], bool]:
+    """Whether a field of ``config`` that is unset (``None``) may take a number: not when its
+    declared type names neither ``int`` nor ``float`` (transformers' configurations leave
+    ``transformers_version: str | None``, ``architectures: list[str] | None`` and ``dtype``
+    unset; a size guessed for them is no size and reads as nonsense where the build is
+    described). A field without a declared type may."""
+    declared: dict[str, Any] = {}
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        declared = {f.name: f.type for f in dataclasses.fields(config)}
+
+    def numeric(name: str) -> bool:
+        kind = declared.get(name)
+        if kind is None:
+            return True
+        text = (
+            kind
+            if isinstance(kind, str)
+            else kind.__name__
+            if isinstance(kind, type)
+            else repr(kind)
+        )
+        return bool(_NUMBER_WORD.search(text))
+
+    return numeric
 
 
 def _with_fields(config: Any, changes: dict[str, Any]) -> Any:
@@ -666,8 +709,28 @@ def _config_variants(make: Callable[..., Any], config: Any, text: str) -> list[_
     if smaller is None:
         return variants
     if not _deep_stacks(config):
-        variants = variants[:1]
-    return [smaller, *variants]
+        return [smaller, variants[0]]
+    return [smaller, *_fewer_layers_filled(make, variants[1:]), *variants]
+
+
+def _fewer_layers_filled(
+    make: Callable[..., Any], variants: list[_ConfigCandidate]
+) -> Iterator[_ConfigCandidate]:
+    """``variants`` (a default configuration with unset sizes filled) with fewer layers each,
+    labelled and saying which values fxls chose: HunYuan's default leaves ``head_dim`` unset,
+    and without these its 32 layers of width 4096 ran on fake tensors."""
+    for variant in variants:
+        fills = variant.fills
+        if not fills:
+            continue
+
+        def made(fills: dict[str, Any] = fills, **changes: Any) -> Any:
+            return make(**{**fills, **changes})
+
+        smaller = _fewer_layers(made, variant.value, variant.text)
+        if smaller is not None:
+            smaller.assumed, smaller.fills = variant.assumed, fills
+            yield smaller
 
 
 PAD_TOKEN_ID = 0

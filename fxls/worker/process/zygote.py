@@ -480,10 +480,8 @@ def classify(job: Job) -> JobResult:
 
 
 LAST_WORDS_CHARS = 160
-"""The most characters of a crashed child's last line of output a crash message quotes."""
+"""The most characters of a crashed child's output a crash message quotes."""
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e]+")
-
-
 _TELLING = ("what():", "Fatal Python error", "terminate called", "Assertion")
 """Lines of a crash's output that say what happened, best first (C++'s uncaught exception,
 Python's fatal error handler, a failed C assertion)."""

@@ -101,7 +101,7 @@ _INT_GUESSES: tuple[tuple[re.Pattern[str], tuple[int, ...]], ...] = tuple(
     (re.compile(pattern), values)
     for pattern, values in (
         (r"vocab|ntoken|n_token|num_tokens|num_embeddings", (256, 1000)),
-        (r"(^|_)(idx|index|id)$", (0, 1)),  # which layer of a stack this is: the first
+        (r"(^|_)(idx|index|id)$", (0, 1)),  # a layer index (the first layer), a token id
         (r"num_classes|n_classes|nclass|classes|num_labels|n_out|output_dim|out_dim", (10, 16)),
         (r"kv_heads", (2, 1, 4)),
         (r"heads?$|n_head|nhead|num_head|head$", (4, 2, 1, 8)),
@@ -598,7 +598,7 @@ def _config_fields(config: Any) -> dict[str, Any] | None:
         return None
 
 
-def _per_head(fields: dict[str, Any]) -> int | None:
+def _per_head(fields: dict[str, Any]) -> int:
     """The width of one attention head a configuration implies (``hidden_size //
     num_attention_heads``, the convention of the transformers models whose configuration
     leaves ``head_dim`` unset), or 64 when it names no such sizes."""

@@ -28,6 +28,7 @@ import collections.abc
 import contextlib
 import copy
 import dataclasses
+import functools
 import inspect
 import itertools
 import re
@@ -366,12 +367,16 @@ class _ConfigCandidate:
     value: Any
     text: str
     init_text: str | None
-    assumed: dict[str, str]
     notes: list[str] = field(default_factory=list)
     default: Any = None
     """For a configuration built with fewer layers: the default it stands for."""
     fills: dict[str, Any] = field(default_factory=dict)
-    """The fields given values fxls chose (``assumed``'s values, not their texts)."""
+    """The fields given values fxls chose."""
+
+    @property
+    def assumed(self) -> dict[str, str]:
+        """``fills`` as the texts FX408 shows."""
+        return {k: _text(v) for k, v in self.fills.items()}
 
 
 MAX_DEFAULT_LAYERS = 2
@@ -534,20 +539,20 @@ def _labelled(
         f"layer is kept, so the shapes are the default configuration's. Pin another with "
         f"`# fxls: init(config={text})`."
     )
-    return _ConfigCandidate(smaller, smaller_text, smaller_text, {}, [note], default)
+    return _ConfigCandidate(smaller, smaller_text, smaller_text, [note], default)
 
 
 def _fill_config(config: Any, cls_name: str, init_text: str | None) -> Iterator[_ConfigCandidate]:
     """The config as is, then with fields whose defaults cannot work (None, -1) filled."""
-    yield _ConfigCandidate(config, init_text or cls_name, init_text, {})
+    yield _ConfigCandidate(config, init_text or cls_name, init_text)
     fields = _config_fields(config)
     if fields is None:
         return
     negative = [
         k for k, v in fields.items() if isinstance(v, int) and not isinstance(v, bool) and v < 0
     ]
-    sized = _may_hold_numbers(config)
-    missing = [k for k, v in fields.items() if v is None and sized(k)]
+    words = _not_numbers(config)
+    missing = [k for k, v in fields.items() if v is None and k not in words]
     strings = [k for k, v in fields.items() if isinstance(v, str)]
     if not negative and not missing and not strings:
         return
@@ -572,10 +577,9 @@ def _fill_config(config: Any, cls_name: str, init_text: str | None) -> Iterator[
         filled = _with_fields(config, variant)
         if filled is None:
             continue
-        assumed = {k: _text(v) for k, v in variant.items()}
         text = _config_text(config, variant, init_text)
-        yield _ConfigCandidate(filled, text, text if dataclasses.is_dataclass(config) else None,
-                               assumed, fills=variant)  # fmt: skip
+        init = text if dataclasses.is_dataclass(config) else None
+        yield _ConfigCandidate(filled, text, init, fills=variant)
 
 
 def _config_fields(config: Any) -> dict[str, Any] | None:
@@ -611,30 +615,18 @@ def _per_head(fields: dict[str, Any]) -> int:
 _NUMBER_WORD = re.compile(r"\b(int|float|Any)\b")
 
 
-def _may_hold_numbers(config: Any) -> Callable[[str], bool]:
-    """Whether a field of ``config`` that is unset (``None``) may take a number: not when its
-    declared type names neither ``int`` nor ``float`` (transformers' configurations leave
+def _not_numbers(config: Any) -> set[str]:
+    """The fields of a dataclass ``config`` whose declared type admits no number: left unset
+    (``None``), they are not filled with a guessed size (transformers' configurations leave
     ``transformers_version: str | None``, ``architectures: list[str] | None`` and ``dtype``
-    unset; a size guessed for them is no size and reads as nonsense where the build is
-    described). A field without a declared type may."""
-    declared: dict[str, Any] = {}
-    if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        declared = {f.name: f.type for f in dataclasses.fields(config)}
-
-    def numeric(name: str) -> bool:
-        kind = declared.get(name)
-        if kind is None:
-            return True
-        text = (
-            kind
-            if isinstance(kind, str)
-            else kind.__name__
-            if isinstance(kind, type)
-            else repr(kind)
-        )
-        return bool(_NUMBER_WORD.search(text))
-
-    return numeric
+    unset; a size for them is no size and reads as nonsense where the build is described)."""
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        return set()
+    return {
+        f.name
+        for f in dataclasses.fields(config)
+        if not _NUMBER_WORD.search(f.type if isinstance(f.type, str) else repr(f.type))
+    }
 
 
 def _with_fields(config: Any, changes: dict[str, Any]) -> Any:
@@ -720,16 +712,13 @@ def _fewer_layers_filled(
     labelled and saying which values fxls chose: HunYuan's default leaves ``head_dim`` unset,
     and without these its 32 layers of width 4096 ran on fake tensors."""
     for variant in variants:
-        fills = variant.fills
-        if not fills:
+        if not variant.fills:
             continue
-
-        def made(fills: dict[str, Any] = fills, **changes: Any) -> Any:
-            return make(**{**fills, **changes})
-
-        smaller = _fewer_layers(made, variant.value, variant.text)
+        smaller = _fewer_layers(
+            functools.partial(make, **variant.fills), variant.value, variant.text
+        )
         if smaller is not None:
-            smaller.assumed, smaller.fills = variant.assumed, fills
+            smaller.fills = variant.fills
             yield smaller
 
 

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fxls.protocol.codec import to_dict
-from fxls.protocol.copies import expanded
 from fxls.protocol.model import ClassRequest, ModuleResult
 from fxls.protocol.positions import tokens
 
@@ -191,15 +190,15 @@ def store(
     modules: list[ModuleResult], unit: Unit, isolation: list[str], torch_version: str | None
 ) -> Entry:
     """The cache entry for the fresh captures of ``unit``, as the worker sent them (copied
-    records as the copies they came as: a tenth of the bytes for a 48-block GPT, expanded by
-    :func:`relocate`)."""
+    records as the copies they came as: a tenth of the bytes for a 48-block GPT; the
+    analysis expands them)."""
     data = pickle.dumps(modules, protocol=pickle.HIGHEST_PROTOCOL)
     return Entry(data, tuple(unit.lines), tuple(isolation), torch_version)
 
 
 def relocate(entry: Entry, unit: Unit) -> list[ModuleResult] | None:
     """The cached ModuleResults of ``entry`` on the lines of ``unit`` (same key), their copied
-    records expanded (``fxls.protocol.copies.expanded``), or None when
+    records as they came (``fxls.protocol.copies.expanded`` expands them), or None when
     a result cannot be moved exactly (a line outside the keyed lines, or a message that names
     a line number while lines moved)."""
     if len(entry.lines) != len(unit.lines):
@@ -217,7 +216,7 @@ def relocate(entry: Entry, unit: Unit) -> list[ModuleResult] | None:
                 _move(module, mapping)  # copies have no lines: they take their templates'
         except KeyError:
             return None
-    return [expanded(module) for module in modules]
+    return modules
 
 
 _LINE_FIELDS = frozenset({"line", "end_line", "init_line"})

@@ -430,7 +430,8 @@ class Session:
         else:
             doc.syntax = None
             doc.set_result(done)
-        self.publish(doc)
+        self.publish(doc)  # written before the records are expanded: they wait for no await
+        analysis.expand()
         self.refresh_views()
         self._freeze_heap()
         if not analysis.evidence_complete and self._refine_later():
@@ -573,7 +574,9 @@ class Session:
             self._note_refused_rules()
             result = await engine.analyze(
                 worker,
-                engine.AnalysisRequest(doc.path, text, version=version, root=self.root),
+                engine.AnalysisRequest(
+                    doc.path, text, version=version, root=self.root, copies_kept=True
+                ),
                 options=options,
                 cache=self.cache,
                 worker=self.worker_identity,

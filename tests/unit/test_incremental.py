@@ -167,8 +167,9 @@ def test_relocate_moves_spans_and_refuses_line_numbers_in_words() -> None:
 
 
 def test_copied_records_are_cached_as_they_came_and_come_back_whole() -> None:
-    # a result decoded as sent is pickled as the copies (incremental.store) and expanded,
-    # with the lines moved, by relocate: the same records as expanding the decoded result
+    # a result decoded as sent is pickled as the copies (incremental.store) and comes back
+    # as them, with the lines moved, from relocate: expanded, the same records as expanding
+    # the decoded result
     unit = units(BASE)["B"]
     line = unit.lines[3]
     template = NodeInfo(
@@ -191,11 +192,13 @@ def test_copied_records_are_cached_as_they_came_and_come_back_whole() -> None:
     pickled = pickle.dumps([whole], protocol=pickle.HIGHEST_PROTOCOL)
     assert b"h.1.fc" in pickled and b"h.1.fc" not in entry.modules  # the copy, not its record
     same = incremental.relocate(entry, unit)
-    assert same is not None and same[0].nodes == whole.nodes and not same[0].block_copies
+    assert same is not None and same[0].block_copies == decoded.block_copies
+    assert expanded(same[0]).nodes == whole.nodes
     shifted = incremental.Unit(unit.classes, unit.key, [n + 2 for n in unit.lines])
     moved = incremental.relocate(entry, shifted)
     assert moved is not None
-    assert [n.span for n in moved[0].nodes[1:]] == [Span(line + 2, 8, line + 2, 13)] * 2
+    spans = [n.span for n in expanded(moved[0]).nodes[1:]]
+    assert spans == [Span(line + 2, 8, line + 2, 13)] * 2
     assert to_dict(decoded) == to_dict(from_dict(ModuleResult, sent)), "the decoded one kept"
 
 

@@ -509,6 +509,30 @@ def test_copied_records_travel_as_copies_and_arrive_whole() -> None:
     assert all(not m.node_copies and not m.block_copies for m in whole_again)
 
 
+@pytest.mark.asyncio(loop_scope="module")
+async def test_an_analysis_that_keeps_the_copies_publishes_the_same_and_expands_to_the_same(
+    worker,
+) -> None:  # type: ignore[no-untyped-def]
+    # the server's analysis: diagnostics from the records as sent, expanded after publishing
+    path = ROOT / "bench" / "models" / "gpt48.py"
+    text = path.read_text().replace("n_layer: int = 48", "n_layer: int = 6")
+    options = EngineOptions(limits=LIMITS)
+    whole = await analyze(worker, AnalysisRequest(str(path), text), options=options)
+    kept = await analyze(
+        worker, AnalysisRequest(str(path), text, copies_kept=True), options=options
+    )
+    gpt = kept.module("GPT48")
+    assert gpt is not None and {b.path for b in gpt.block_copies} == {f"h.{i}" for i in range(1, 6)}
+    assert [to_dict(d) for d in kept.diagnostics] == [to_dict(d) for d in whole.diagnostics]
+    kept.expand()
+
+    def shown(module: ModuleResult) -> dict[str, Any]:
+        return {k: v for k, v in to_dict(module).items() if k != "timings"}
+
+    assert [shown(m) for m in kept.modules] == [shown(m) for m in whole.modules]
+    assert not any(m.block_copies or m.node_copies for m in kept.modules)
+
+
 def test_a_block_copy_expands_as_its_node_copies_do() -> None:
     # expand_block makes the records without the NodeCopy values; they must be the same
     path = ROOT / "bench" / "models" / "gpt48.py"

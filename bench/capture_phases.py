@@ -8,8 +8,9 @@ repeated in one process runs several times faster: fake tensor and sympy caches 
 Per model (bench/models/, the root class only, as engine_bench.py captures it), with identical
 sub-blocks traced once and without, it prints the median over the runs of each step the
 capture times itself (build, trace, shapes, compare, record), of making the node records, of
-encoding the result (to_dict + json.dumps, in the child) and of decoding it as the server
-does (json.loads + from_dict, which expands copied nodes), with the result's size as sent
+encoding the result (to_dict + json.dumps, in the child), of decoding it as the server
+does (json.loads + from_dict + the check of its copies) and of expanding its copied records
+(which the server does after publishing the diagnostics), with the result's size as sent
 (copied sub-blocks as copies of their template's records, as the worker sends them).
 
 With ``--file`` it captures every class of a model file instead (what an edit inside one of
@@ -153,14 +154,21 @@ def child(path: Path, cls: str, reuse: bool, out: int) -> None:
 
 def measure(path: Path, cls: str, reuse: bool) -> dict[str, float]:
     from fxls.protocol.codec import from_dict
+    from fxls.protocol.copies import check_received, expanded
     from fxls.protocol.model import CaptureResult
 
     data = in_child(lambda out: child(path, cls, reuse, out))
     spent: dict[str, float] = data["spent"]
+    body = data["body"]
     started = time.perf_counter()
-    from_dict(CaptureResult, json.loads(data["body"]))
+    result = from_dict(CaptureResult, json.loads(body))
+    check_received(result.modules, len(body))
     spent["decode"] = time.perf_counter() - started
-    spent["bytes"] = len(data["body"])
+    started = time.perf_counter()
+    for module in result.modules:
+        expanded(module)
+    spent["expand"] = time.perf_counter() - started
+    spent["bytes"] = len(body)
     return spent
 
 
@@ -186,7 +194,7 @@ def main() -> None:
         whole_file(args.file, args.depth, args.runs, args.profile)
         return
     keys = ["build", "trace", "shapes", "compare", "record", "records", "capture", "encode",
-            "decode"]  # fmt: skip
+            "decode", "expand"]  # fmt: skip
     print(f"1-minute load average {os.getloadavg()[0]:.1f}; medians of {args.runs} runs, ms")
     print("| model | reuse | " + " | ".join(keys) + " | nodes | result bytes |")
     print("| --- | --- |" + " ---: |" * (len(keys) + 2))

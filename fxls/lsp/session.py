@@ -430,8 +430,10 @@ class Session:
         else:
             doc.syntax = None
             doc.set_result(done)
-        self.publish(doc)  # written before the records are expanded: they wait for no await
-        analysis.expand()
+        try:
+            self.publish(doc)  # written before the records are expanded, with no await between
+        finally:
+            analysis.expand()
         self.refresh_views()
         self._freeze_heap()
         if not analysis.evidence_complete and self._refine_later():

@@ -70,7 +70,7 @@ from fxls.worker.capture.spans import (
     short_source,
 )
 from fxls.worker.capture.trace import decided, fakerun, graphcheck, reuse, strategies
-from fxls.worker.capture.trace.tracer import SpanTracer, graph_module
+from fxls.worker.capture.trace.tracer import SpanTracer, as_called, graph_module
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
 
@@ -109,7 +109,7 @@ class InputPlan:
     def concrete(self) -> dict[str, Any]:
         """Declared plain values (``# fxls: flag = True``): always passed as concrete_args."""
         return {
-            name: p.value
+            name: as_called(p.value)
             for name, p in self.planned.items()
             if p.kind == "value" and name in self.declared and not _has_tensor(p.value)
         }
@@ -117,7 +117,7 @@ class InputPlan:
     def defaults(self) -> dict[str, Any]:
         """Plain-value defaults not declared: placeholders unless a repair fixes them."""
         return {
-            name: p.value
+            name: as_called(p.value)
             for name, p in self.planned.items()
             if p.kind == "value" and name not in self.declared
         }

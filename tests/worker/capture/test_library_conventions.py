@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 import textwrap
 
+import pytest
+
 from fxls.protocol.labels import strategy_label
 from fxls.protocol.model import CaptureJob, ClassRequest, ModuleResult
 from fxls.worker.capture.pipeline import run_capture
@@ -228,6 +230,67 @@ class Model(nn.Module):
     assert attn.constructed is not None and attn.constructed.source == "parent", attn.constructed
     assert _shape(attn) == ["B", "T", 24]
     assert any("`past_key_values` (Cache)" in n and "`use_cache`" in n for n in attn.notes)
+
+
+SHARED_KV = """
+from collections import UserDict
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, layer_type):
+        super().__init__()
+        self.layer_type = layer_type
+        self.k = nn.Linear(dim, dim)
+        self.o = nn.Linear(dim, dim)
+
+    def forward(self, hidden_states, shared_kv_states=None):
+        # LOOP
+        if self.layer_type in shared_kv_states:
+            key = shared_kv_states[self.layer_type]
+        else:
+            key = self.k(hidden_states)
+            shared_kv_states[self.layer_type] = key
+        return self.o(key + hidden_states)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 24)
+        self.layers = nn.ModuleList([Attention(24, "full"), Attention(24, "full")])
+
+    def forward(self, input_ids):
+        shared = UserDict()
+        hidden_states = self.embed(input_ids)
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, shared_kv_states=shared)
+        return hidden_states
+"""
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        "pass",  # traced by torch.fx
+        "for _ in range(hidden_states.shape[-1] // 24):\n"  # torch.fx cannot: a fake run
+        "            hidden_states = hidden_states * 1.0",
+    ],
+    ids=["fx", "fake-run"],
+)
+def test_a_mapping_the_parent_passes_for_its_blocks_to_fill_is_passed_again(loop: str) -> None:
+    """Gemma 4's layers share keys and values through a ``UserDict`` the model makes and each
+    attention writes into: the block is given that mapping as it was when the parent called
+    it (empty), not the parameter's default ``None``, which it cannot write into; each run of
+    the block gets its own (what the trace or a run writes is not read by the runs after it)."""
+    mods = _capture(SHARED_KV.replace("# LOOP", loop), "Model", "Attention")
+    attn = mods["Attention"]
+    assert attn.constructed is not None and attn.constructed.source == "parent", attn.constructed
+    assert attn.status == "traced", [d.message for d in attn.diagnostics]
+    assert (attn.strategy.method == "fake-run") == (loop != "pass"), attn.strategy
+    assert _shape(attn) == ["B", "T", 24]
+    shared = next(i for i in attn.inputs if i.name == "shared_kv_states")
+    assert shared.origin == "parent" and shared.value.text == "{}", shared  # empty when called
+    assert not any("shared_kv_states" in n for n in attn.notes), attn.notes
 
 
 BLOCKS = """

@@ -14,6 +14,7 @@ uses that instance and those inputs, so its hovers and hints agree with the pare
 from __future__ import annotations
 
 import ast
+import collections
 import contextlib
 import functools
 import inspect
@@ -31,6 +32,7 @@ from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.shapes import sizes
 from fxls.worker.capture.shapes.values import Namer
 from fxls.worker.capture.trace import fakerun
+from fxls.worker.capture.trace.tracer import call_as_made
 
 MAX_VALUE_DEPTH = 3
 
@@ -362,7 +364,8 @@ class InnerCalls:
         kwargs: dict[str, Any],
     ) -> None:
         if type(module) not in self.calls:
-            self.calls[type(module)] = (module, args, dict(kwargs))
+            args, kwargs = call_as_made(args, kwargs)
+            self.calls[type(module)] = (module, args, kwargs)
             seen.append((type(module), path, args, dict(kwargs)))
 
     def replayed(self, module: nn.Module, calls: list[tuple[type, str, Any, Any]]) -> None:
@@ -416,8 +419,8 @@ def _examples(value: Any, examples: dict[str, Any], depth: int) -> Any:
         raise LookupError("too deep")
     if type(value) in (tuple, list):
         return type(value)(_examples(v, examples, depth + 1) for v in value)
-    if type(value) is dict:
-        return {k: _examples(v, examples, depth + 1) for k, v in value.items()}
+    if type(value) in (dict, collections.OrderedDict, collections.UserDict):
+        return type(value)({k: _examples(v, examples, depth + 1) for k, v in value.items()})
     if isinstance(value, (tuple, list, dict)):
         raise LookupError("a container fxls does not rebuild")
     return value
@@ -513,7 +516,29 @@ def _portable(value: Any, depth: int) -> Any:
         if any(v is _UNPORTABLE for v in items):
             return _UNPORTABLE
         return type(value)(items) if isinstance(value, list) else tuple(items)
+    if depth < MAX_VALUE_DEPTH and type(value) in _MAPPINGS:
+        return _portable_mapping(value, depth)
     return _UNPORTABLE
+
+
+_MAPPINGS = (dict, collections.OrderedDict, collections.UserDict)
+"""Mappings passed again as a mapping of the same type: a model's ``UserDict`` that its
+layers share keys and values through (Gemma 4's ``shared_kv_states``), written by the block
+called with it."""
+_KEYS = (str, int, bool, type(None))
+
+
+def _portable_mapping(value: Any, depth: int) -> Any:
+    """A dict, OrderedDict or UserDict of plain keys, its values portable (the mapping as it
+    was when the block was called: recorded calls copy it then, ``call_as_made``)."""
+    items = {}
+    for key, item in value.items():
+        if type(key) not in _KEYS:
+            return _UNPORTABLE
+        items[key] = _portable(item, depth + 1)
+        if items[key] is _UNPORTABLE:
+            return _UNPORTABLE
+    return type(value)(items)
 
 
 def _mentions(names: Sequence[str], tree: ast.Module) -> dict[str, set[str]]:

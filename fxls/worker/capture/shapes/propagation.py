@@ -34,6 +34,7 @@ Speed:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import operator
@@ -582,7 +583,7 @@ def map_named_tensors(
 
 
 def map_tensors(obj: Any, fn: Any, depth: int = 0) -> Any:
-    """Apply ``fn`` to every tensor inside nested tuples/lists/dicts."""
+    """Apply ``fn`` to every tensor inside nested tuples/lists/dicts (and UserDicts)."""
     if isinstance(obj, torch.Tensor):
         return fn(obj)
     if depth > 8:
@@ -594,6 +595,8 @@ def map_tensors(obj: Any, fn: Any, depth: int = 0) -> Any:
         return [map_tensors(v, fn, depth + 1) for v in obj]
     if isinstance(obj, dict):
         return {k: map_tensors(v, fn, depth + 1) for k, v in obj.items()}
+    if type(obj) is collections.UserDict:  # each run its own (a block may write into it)
+        return collections.UserDict({k: map_tensors(v, fn, depth + 1) for k, v in obj.items()})
     return obj
 
 

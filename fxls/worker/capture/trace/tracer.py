@@ -9,6 +9,8 @@ written (``node.meta["fxls_span"]``); the outermost is where the root ``forward`
 
 from __future__ import annotations
 
+import collections
+import copy
 import inspect
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -122,7 +124,7 @@ class SpanTracer(torch.fx.Tracer):
             # called, with no call that can be recorded)
             self.module_calls.setdefault(type(m), [])
             return forward(*args, **kwargs)
-        self.module_calls.setdefault(type(m), []).append((m, args, kwargs))
+        self.module_calls.setdefault(type(m), []).append((m, *call_as_made(args, kwargs)))
         inner = _undecorated_forward(type(m))
         if inner is not None and getattr(forward, "__func__", None) is type(m).forward:
             forward = inner.__get__(m)  # the submodule's own forward, as for the root
@@ -402,3 +404,21 @@ def trace(
     graph = tracer.trace(root, concrete_args=concrete_args)
     name = type(root).__name__
     return graph_module(tracer.root, graph, name)
+
+
+_MAPPINGS = (dict, collections.OrderedDict, collections.UserDict)
+
+
+def as_called(value: _T) -> _T:
+    """``value`` as it is now: a mapping (a dict, an OrderedDict, a UserDict) copied, anything
+    else itself. What a call writes into a mapping it was given (Gemma 4's layers share keys
+    and values through one) is then neither in a recorded earlier call nor in the next run
+    given the same value."""
+    return copy.copy(value) if type(value) in _MAPPINGS else value
+
+
+def call_as_made(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A call's arguments as they are when it is made (:func:`as_called` each)."""
+    return tuple(as_called(a) for a in args), {k: as_called(v) for k, v in kwargs.items()}

@@ -97,7 +97,8 @@ def make_input(value: Value, sizes: dict[str, int]) -> tuple[bool, Any]:
 
 def structured(text: str, sizes: dict[str, int]) -> tuple[bool, Any]:
     """A value fxls shows as text made of tensors (``([1, T, 128], [1, T, 128])``: a list of
-    sizes is a float32 tensor, a tuple stays a tuple, names and numbers are sizes)."""
+    sizes is a float32 tensor, a tuple stays a tuple, names and numbers are sizes; a quoted
+    string is itself, ``{}`` an empty dict)."""
     import ast
 
     def build(node: ast.AST) -> Any:
@@ -110,6 +111,10 @@ def structured(text: str, sizes: dict[str, int]) -> tuple[bool, Any]:
             return torch.zeros(shape, device="meta")
         if isinstance(node, ast.List):
             return [build(e) for e in node.elts]
+        if isinstance(node, ast.Dict) and not node.keys:
+            return {}  # an empty mapping the block writes into (Gemma 4's shared_kv_states)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
         number = size_value(ast.unparse(node), sizes)
         if number is None:
             raise ValueError("not a size")

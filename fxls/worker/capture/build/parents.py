@@ -14,7 +14,6 @@ uses that instance and those inputs, so its hovers and hints agree with the pare
 from __future__ import annotations
 
 import ast
-import collections
 import contextlib
 import functools
 import inspect
@@ -32,7 +31,7 @@ from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.shapes import sizes
 from fxls.worker.capture.shapes.values import Namer
 from fxls.worker.capture.trace import fakerun
-from fxls.worker.capture.trace.tracer import call_as_made
+from fxls.worker.capture.trace.tracer import MAPPINGS, call_as_made
 
 MAX_VALUE_DEPTH = 3
 
@@ -419,7 +418,7 @@ def _examples(value: Any, examples: dict[str, Any], depth: int) -> Any:
         raise LookupError("too deep")
     if type(value) in (tuple, list):
         return type(value)(_examples(v, examples, depth + 1) for v in value)
-    if type(value) in (dict, collections.OrderedDict, collections.UserDict):
+    if type(value) in MAPPINGS:
         return type(value)({k: _examples(v, examples, depth + 1) for k, v in value.items()})
     if isinstance(value, (tuple, list, dict)):
         raise LookupError("a container fxls does not rebuild")
@@ -516,15 +515,11 @@ def _portable(value: Any, depth: int) -> Any:
         if any(v is _UNPORTABLE for v in items):
             return _UNPORTABLE
         return type(value)(items) if isinstance(value, list) else tuple(items)
-    if depth < MAX_VALUE_DEPTH and type(value) in _MAPPINGS:
+    if depth < MAX_VALUE_DEPTH and type(value) in MAPPINGS:
         return _portable_mapping(value, depth)
     return _UNPORTABLE
 
 
-_MAPPINGS = (dict, collections.OrderedDict, collections.UserDict)
-"""Mappings passed again as a mapping of the same type: a model's ``UserDict`` that its
-layers share keys and values through (Gemma 4's ``shared_kv_states``), written by the block
-called with it."""
 _KEYS = (str, int, bool, type(None))
 
 

@@ -406,7 +406,10 @@ def trace(
     return graph_module(tracer.root, graph, name)
 
 
-_MAPPINGS = (dict, collections.OrderedDict, collections.UserDict)
+MAPPINGS = (dict, collections.OrderedDict, collections.UserDict)
+"""The mappings a call's arguments are copied of (:func:`as_called`) and a parent's call passes
+again (``build.parents``): a model's ``UserDict`` that its layers share keys and values
+through (Gemma 4's ``shared_kv_states``)."""
 
 
 def as_called(value: _T) -> _T:
@@ -414,7 +417,7 @@ def as_called(value: _T) -> _T:
     else itself. What a call writes into a mapping it was given (Gemma 4's layers share keys
     and values through one) is then neither in a recorded earlier call nor in the next run
     given the same value."""
-    return copy.copy(value) if type(value) in _MAPPINGS else value
+    return copy.copy(value) if type(value) in MAPPINGS else value
 
 
 def call_as_made(

@@ -430,14 +430,16 @@ def test_flux_is_built_with_two_blocks_per_stack_and_gets_its_position_ids() -> 
     """Flux's transformer stopped at `timestep.to(...)`; given its `timestep` it stopped again
     on its position ids, and its 19 + 38 blocks at width 3072 ran past the job's CPU limit. It
     is built with 2 blocks per stack (its parameters those of its defaults: 11.9 B), gets
-    `img_ids` / `txt_ids` one row per token and one column per rotary axis, and shows
-    `[B, T, 64]` as an eager run does (`bench/eager_check.py`, two sizes)."""
+    `img_ids` / `txt_ids` one row per token and one column per rotary axis, the text's
+    tokens `S` apart from the image's `T` (both were `T`, and the blocks showed `2*T`), and
+    shows `[B, T, 64]` as an eager run does (`bench/eager_check.py`, two sizes)."""
     path = PACKAGES["diffusers"] / "models/transformers/transformer_flux.py"
     model = _class_entry(path, "FluxTransformer2DModel")
     assert model["status"] == "traced", model["diagnostics"]
     assert model["outputs"][0]["shape"] == ["B", "T", 64]
     shapes = {i["name"]: i["shape"] for i in model["inputs"] if i["kind"] == "tensor"}
-    assert shapes["img_ids"] == ["T", 3] and shapes["txt_ids"] == ["T", 3], shapes
+    assert shapes["img_ids"] == ["T", 3] and shapes["txt_ids"] == ["S", 3], shapes
+    assert shapes["encoder_hidden_states"] == ["B", "S", 4096], shapes
     assert shapes["timestep"] == ["B"] and shapes["pooled_projections"] == ["B", 768], shapes
     assert (model["params"], model["default_params"]) == (1_016_741_440, 11_891_178_560)
     assert any("num_layers=19, num_single_layers=38" in n for n in model["notes"]), model

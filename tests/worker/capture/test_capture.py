@@ -871,7 +871,8 @@ def test_an_input_named_like_a_sequence_that_is_one_vector_per_sample_is_tried_a
 def test_inputs_nothing_told_are_shaped_after_a_known_one_by_their_names() -> None:
     # Only `temb` [B, 32] is known (from the `Linear` it reaches); the two streams were made
     # [B, 32] like it, and their concatenation [B, 64] failed the `LayerNorm`. Named as
-    # sequences, they are [B, T, 32]. A mask beside a sequence is one value per position.
+    # sequences, they are [B, T, 32] and, the encoder's, [B, S, 32]: two lengths (both were
+    # T). A mask beside a sequence is one value per position.
     text = _text("named_inputs.py")
     block, conv = _capture(
         "named_inputs.py", _request(text, "JointBlock"), _request(text, "MaskedConv")
@@ -879,10 +880,10 @@ def test_inputs_nothing_told_are_shaped_after_a_known_one_by_their_names() -> No
     assert block.status == "traced", (block.status, block.diagnostics)
     assert [(i.name, i.value.shape) for i in block.inputs] == [
         ("hidden_states", ["B", "T", 32]),
-        ("encoder_hidden_states", ["B", "T", 32]),
+        ("encoder_hidden_states", ["B", "S", 32]),
         ("temb", ["B", 32]),
     ]
-    assert [o.shape for o in block.outputs] == [["B", "T", 32], ["B", "T", 32]], block.outputs
+    assert [o.shape for o in block.outputs] == [["B", "S", 32], ["B", "T", 32]], block.outputs
     reasons = [d.message for d in block.diagnostics if d.code == "FX405"]
     assert any("`temb`'s width, as a sequence" in r for r in reasons), reasons
     assert conv.status == "traced", (conv.status, conv.diagnostics)
@@ -890,12 +891,12 @@ def test_inputs_nothing_told_are_shaped_after_a_known_one_by_their_names() -> No
     assert (mask.value.shape, mask.value.dtype) == (["B", "T"], "int64")
     assert [o.shape for o in conv.outputs] == [["B", "T", 32]], conv.outputs
     fixture = _load("named_inputs.py")
-    for batch, length in ((2, 5), (3, 7)):
+    for batch, length, source in ((2, 5, 3), (3, 7, 11)):
         x = torch.randn(batch, length, 32)
         context, rest = fixture.JointBlock()(
-            x, torch.randn(batch, length, 32), torch.randn(batch, 32)
+            x, torch.randn(batch, source, 32), torch.randn(batch, 32)
         )
-        assert context.shape == rest.shape == (batch, length, 32)
+        assert context.shape == (batch, source, 32) and rest.shape == (batch, length, 32)
         ones = torch.ones(batch, length, dtype=torch.int64)
         assert fixture.MaskedConv()(x, x, ones).shape == (batch, length, 32)
 

@@ -1777,14 +1777,22 @@ def test_a_flux_style_model_gets_position_ids_and_is_built_with_fewer_layers() -
     ``pooled_projections`` and the position ids ``img_ids`` / ``txt_ids`` (one row per token
     of ``hidden_states`` / ``encoder_hidden_states``, one column per rotary axis), each left
     at ``None`` by default. It is built with 2 blocks per stack, says so, reports the
-    parameters of its defaults, and runs with the ids shaped ``[T, 3]`` (they reach no layer:
-    before, each was shaped like ``hidden_states`` and the class stopped). Its configuration
+    parameters of its defaults, and runs with the ids shaped ``[T, 3]`` and ``[S, 3]`` (they
+    reach no layer: before, each was shaped like ``hidden_states`` and the class stopped): the
+    text's length is its own, ``S``, not the image's ``T`` (both were ``T``, and the sequence
+    the blocks see showed as ``2*T``); a block captured from the parent's call gets that
+    sequence as ``S + T`` (a sum of names was made a number before). Its configuration
     is a dict whose ``__getattr__`` raises ``KeyError`` for a missing field, as attribute
     dicts of research code do: looking for sub-configurations stopped the capture (FX511)."""
-    model = _capture(FLUX_LIKE, "FluxLike")["FluxLike"]
+    captured = _capture(FLUX_LIKE, "FluxLike", "Block")
+    model = captured["FluxLike"]
     shapes = {i.name: i.value.shape for i in model.inputs if i.value.kind == "tensor"}
-    assert shapes["img_ids"] == [shapes["hidden_states"][1], 3], shapes
-    assert shapes["txt_ids"] == [shapes["encoder_hidden_states"][1], 3], shapes
+    assert shapes["img_ids"] == ["T", 3] and shapes["hidden_states"] == ["B", "T", 16], shapes
+    assert shapes["txt_ids"] == ["S", 3] and shapes["encoder_hidden_states"] == ["B", "S", 40]
+    # the blocks get the joined sequence from the parent as its sum, not a number
+    block = {i.name: i.value.shape for i in captured["Block"].inputs}
+    assert block == {"hidden_states": ["B", "S + T", 32], "rotary": ["S + T", 3]}, block
+    assert _shape(captured["Block"]) == ["B", "S + T", 32]
     assert model.status == "traced" and _shape(model)[-1] == 16, model.diagnostics
     block = 32 * 32 + 32  # built with 2 + 2 blocks of the default's 6 + 9
     assert model.default_params is not None and model.params is not None

@@ -33,6 +33,8 @@ from fxls.worker.capture.trace import passthrough
 
 BATCH = "B"
 SEQUENCE = "T"
+SOURCE = "S"
+"""The length of an encoder's sequence a decoder attends to (``encoder_hidden_states``)."""
 
 
 @dataclass
@@ -638,6 +640,18 @@ _SEQUENCE_NAMES = re.compile(r"hidden_states$|_embeds$|^tokens$|^context$")
 _MASK_NAMES = re.compile(r"mask$")
 """Names of masks: one value per position of a sequence (``input_mask``, ``caption_mask``)."""
 
+_ENCODER_NAMES = re.compile(r"^encoder_")
+"""Inputs of the sequence an encoder gave, which a decoder or a diffusion model attends to
+(``encoder_hidden_states``, ``encoder_attention_mask``): its length is its own (``S``), not
+the length of the sequence the model makes (``T``)."""
+
+
+def sequence_dim(name: str, symbols: Symbols) -> tuple[str, int]:
+    """The sequence dimension of input ``name``: ``S`` for an encoder's sequence
+    (:data:`_ENCODER_NAMES`), else ``T``."""
+    symbol = SOURCE if _ENCODER_NAMES.search(name) else SEQUENCE
+    return (symbol, symbols.size(symbol))
+
 
 def shaped_like(name: str, known: list[PlannedInput], symbols: Symbols) -> PlannedInput:
     """An input nothing told, shaped after the tensor inputs that are (``known``, at least
@@ -648,9 +662,8 @@ def shaped_like(name: str, known: list[PlannedInput], symbols: Symbols) -> Plann
     first = known[0]
     dims, dtype = list(first.dims), first.dtype
     reason = f"the shape of `{first.name}`"
-    sequences = [
-        p for p in known if len(p.dims) == 3 and _per_sample(p) and p.dims[1][0] == SEQUENCE
-    ]
+    own = sequence_dim(name, symbols)[0]
+    sequences = [p for p in known if len(p.dims) == 3 and _per_sample(p) and p.dims[1][0] == own]
     if _MASK_NAMES.search(name) and sequences:
         dims, dtype = sequences[0].dims[:2], torch.int64
         reason = f"the positions of `{sequences[0].name}`"
@@ -660,7 +673,7 @@ def shaped_like(name: str, known: list[PlannedInput], symbols: Symbols) -> Plann
         and _per_sample(first)
         and dtype.is_floating_point
     ):
-        dims = [dims[0], (SEQUENCE, symbols.size(SEQUENCE)), dims[1]]
+        dims = [dims[0], sequence_dim(name, symbols), dims[1]]
         reason = f"`{first.name}`'s width, as a sequence"
     return PlannedInput(name, "tensor", dims, dtype, assumed=True, reason=reason)
 
@@ -725,15 +738,15 @@ def layer_input(
         sizes = {1: (128,), 2: (spatial, spatial), 3: (16, 112, 112)}[len(m.kernel_size)]
         dims = [b, *fixed(m.in_channels, *sizes)]
     elif isinstance(m, nn.Linear):
-        sequence = [(SEQUENCE, symbols.size(SEQUENCE))] if _SEQUENCE_NAMES.search(name) else []
+        sequence = [sequence_dim(name, symbols)] if _SEQUENCE_NAMES.search(name) else []
         dims = [b, *sequence, *fixed(m.in_features)]
     elif isinstance(m, nn.Embedding):
         dims = _ids(name, b, (SEQUENCE, symbols.size(SEQUENCE)), seq_first)
         dtype = torch.int64
     elif isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
-        dims = [b, (SEQUENCE, symbols.size(SEQUENCE)), *fixed(*m.normalized_shape)]
+        dims = [b, sequence_dim(name, symbols), *fixed(*m.normalized_shape)]
     elif norm_width(m) is not None:
-        dims = [b, (SEQUENCE, symbols.size(SEQUENCE)), *fixed(norm_width(m) or 1)]
+        dims = [b, sequence_dim(name, symbols), *fixed(norm_width(m) or 1)]
     elif isinstance(m, nn.BatchNorm1d):
         dims = [b, *fixed(m.num_features)]
     elif isinstance(m, nn.BatchNorm2d):
@@ -1438,9 +1451,6 @@ def _evaluate(node: ast.expr, namespace: dict[str, Any]) -> Any:
 # ---------------------------------------------------------------------------------------
 # Inputs of library models, by their conventional names and the model's configuration
 # ---------------------------------------------------------------------------------------
-
-SOURCE = "S"
-"""The length of an encoder's sequence a decoder attends to (``encoder_hidden_states``)."""
 
 CONFIG_FIRST = frozenset(
     {"hidden_states", "encoder_hidden_states", "input_features", "pixel_values"}

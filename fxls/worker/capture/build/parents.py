@@ -484,11 +484,17 @@ def _dim(d: Any, namer: Any) -> tuple[str | None, int]:
 
 
 def _of_names(shown: str, names: Iterable[str]) -> bool:
-    """Whether a dimension shown as ``shown`` is one of ``names`` or a product of them and
+    """Whether a dimension shown as ``shown`` is one of ``names``, a product of them and
     whole numbers (``B*T``: the tokens of a batch of sequences flattened before a block is
-    called; ``64*B``: the windows of a batch of images)."""
+    called; ``64*B``: the windows of a batch of images), or a sum of such products (``S + T``:
+    a text's and an image's tokens joined before a block is called)."""
     known = set(names)
-    parts = shown.split("*")
+    terms = shown.split(" + ")
+    return all(_product_of_names(term, known) for term in terms)
+
+
+def _product_of_names(term: str, known: set[str]) -> bool:
+    parts = term.split("*")
     return any(p in known for p in parts) and all(
         (p.isidentifier() and p in known) or (p.isdecimal() and len(p) < 7) for p in parts
     )

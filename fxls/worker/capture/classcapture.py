@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import copy
 import inspect
+import operator
 import os
 import re
 import textwrap
@@ -1569,10 +1570,13 @@ class ClassCapture:
         sequence-first for an RNN; a sequence as long as the size the error named)."""
         prop = self._propagate(gm, ordered, placeholders)
         if isinstance(prop, shapes.Propagation) and prop.error is None:
-            if not self.checks_decided or not _output_batch_twice(gm, prop.values, ordered):
+            if not _output_batch_twice(gm, prop.values, ordered):
                 return ordered, prop
+            if not (self.checks_decided or _broadcast_against_itself(gm, prop.values)):
+                return ordered, prop  # the batch twice as a product makes it (`a @ b.T`)
             # the graph of decided checks stands in for a run on fake tensors, which tries
-            # the other forms of an assumed input then (`_batch_once`): so does it
+            # the other forms of an assumed input then (`_batch_once`): so does it, and a
+            # graph whose arithmetic put the batch against itself
             return self._one_batch(gm, placeholders, ordered, prop)
         failed = prop.error if isinstance(prop, shapes.Propagation) else None
         named = inputs.sizes_named_by(failed.original) if failed is not None else []
@@ -1983,6 +1987,34 @@ def _output_batch_twice(
     output = next((n for n in gm.graph.nodes if n.op == "output"), None) if gm else None
     found = values.get(output.name, []) if output is not None else []
     return any((v.shape or []).count(inputs.BATCH) > 1 for v in found if v.kind == "tensor")
+
+
+_BROADCASTING = frozenset(
+    {operator.add, operator.sub, operator.mul, operator.truediv, torch.add, torch.sub,
+     torch.mul, torch.div, torch.where}
+)  # fmt: skip
+_BROADCASTING_METHODS = frozenset({"add", "sub", "mul", "div", "add_", "sub_", "mul_", "div_"})
+
+
+def _broadcast_against_itself(gm: torch.fx.GraphModule, values: Mapping[str, list[Value]]) -> bool:
+    """Whether an elementwise operator of the graph gave the batch in two dimensions though
+    none of its operands has it twice: ``x * scale[:, None, :]`` with ``x`` ``[B, 64]`` and
+    ``scale`` ``[B, 64]`` is ``[B, B, 64]``, a batch broadcast against itself (a product such
+    as ``a @ b.T`` makes ``[B, B]`` on purpose: a similarity of every pair)."""
+
+    def twice(name: str) -> bool:
+        found = values.get(name) or []
+        return any((v.shape or []).count(inputs.BATCH) > 1 for v in found if v.kind == "tensor")
+
+    for node in gm.graph.nodes:
+        if not (
+            (node.op == "call_function" and node.target in _BROADCASTING)
+            or (node.op == "call_method" and node.target in _BROADCASTING_METHODS)
+        ):
+            continue
+        if twice(node.name) and not any(twice(a.name) for a in node.all_input_nodes):
+            return True
+    return False
 
 
 def _batch_once(

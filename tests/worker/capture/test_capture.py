@@ -852,6 +852,27 @@ def test_an_assumed_input_that_broadcasts_the_batch_against_itself_is_tried_as_a
         assert out.shape == (batch, length, 64)
 
 
+def test_a_plain_graph_whose_arithmetic_broadcasts_the_batch_against_itself_is_tried_again() -> (
+    None
+):
+    # diffusers' `AuraFlowPreFinalBlock`: no layer tells `x`'s shape, it was assumed [B, 64]
+    # like the condition, and `x * (1 + scale)[:, None, :]` showed [B, B, 64] as the output of
+    # a graph FX traced without deciding a check (only such graphs were tried again). As a
+    # sequence, x [B, T, 64], it is [B, T, 64], as the code means.
+    text = _text("adaptive_norm.py")
+    (block,) = _capture("adaptive_norm.py", _request(text, "PreFinalModulation")).modules
+    assert block.strategy.method == "fx" and not block.strategy.repairs, block.strategy
+    assert [(i.name, i.value.shape) for i in block.inputs] == [
+        ("x", ["B", "T", 64]),
+        ("conditioning_embedding", ["B", 64]),
+    ], block.inputs
+    assert [o.shape for o in block.outputs] == [["B", "T", 64]], block.outputs
+    model = _load("adaptive_norm.py").PreFinalModulation()
+    for batch, length in ((2, 5), (3, 7)):
+        out = model(torch.randn(batch, length, 64), torch.randn(batch, 64))
+        assert out.shape == (batch, length, 64)
+
+
 def test_an_input_named_like_a_sequence_that_is_one_vector_per_sample_is_tried_as_one() -> None:
     # `image_embeds` was assumed [B, T, 24] by its name; `reshape(batch, 4, -1)` then made
     # [B, 4, 16*T] and `torch.cat` failed: the class showed a shape error and no output.

@@ -1137,8 +1137,10 @@ class ClassCapture:
         symbols: inputs.Symbols,
     ) -> bool:
         """Inputs nothing told: shaped after the tensor inputs that are known (``memory``
-        like ``tgt``, a mask after a sequence: :func:`inputs.shaped_like`), else FX402.
-        Returns whether every input is now planned."""
+        like ``tgt``, a mask after a sequence: :func:`inputs.shaped_like`; those shaped so
+        before it too: Mochi's ``encoder_attention_mask`` after ``encoder_hidden_states``
+        made a sequence of ``temb``'s width), else FX402. Returns whether every input is now
+        planned."""
         known = [p for p in ordered if p is not None and p.kind == "tensor"]
         complete = True
         for index, planned in enumerate(ordered):
@@ -1162,6 +1164,8 @@ class ClassCapture:
             like = like or inputs.shaped_like(name, known, symbols)
             ordered[index] = like
             self.assumed_inputs.append((like, at))
+            if like.kind == "tensor":
+                known.append(like)
         return complete
 
     def _from_calls(self, plan: InputPlan) -> dict[str, inputs.PlannedInput]:

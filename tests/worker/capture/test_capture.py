@@ -873,6 +873,51 @@ def test_a_plain_graph_whose_arithmetic_broadcasts_the_batch_against_itself_is_t
         assert out.shape == (batch, length, 64)
 
 
+def test_a_norm_of_any_width_says_nothing_and_masks_follow_their_shaped_sequences() -> None:
+    # A norm built for any width (`dim` (0,), no weight) was taken for the first layer of
+    # both streams, which became [B, T, 1] (width 0 made 1) and broadcast against the
+    # modulation. The streams are sequences of `temb`'s width now, the text's of its own
+    # length, and each mask follows its stream, shaped in the same pass ([B, 32] like
+    # `temb` before).
+    block = _traced("named_inputs.py", "ModulatedJointBlock")
+    assert _input_shapes(block) == [
+        ("hidden_states", ["B", "T", 32]),
+        ("encoder_hidden_states", ["B", "S", 32]),
+        ("temb", ["B", 32]),
+        ("attention_mask", ["B", "T"]),
+        ("encoder_attention_mask", ["B", "S"]),
+    ]
+    assert [o.shape for o in block.outputs] == [["B", "T", 32], ["B", "S", 32]], block.outputs
+    model = _load("named_inputs.py").ModulatedJointBlock()
+    for batch, length, source in ((2, 5, 3), (3, 7, 11)):
+        x, context = model(
+            torch.randn(batch, length, 32),
+            torch.randn(batch, source, 32),
+            torch.randn(batch, 32),
+            torch.ones(batch, length, dtype=torch.int64),
+            torch.ones(batch, source, dtype=torch.int64),
+        )
+        assert x.shape == (batch, length, 32) and context.shape == (batch, source, 32)
+
+
+def test_an_encoders_sequence_nothing_told_has_its_own_length() -> None:
+    # Shaped after `hidden_states` [B, T, 32], the text was [B, T, 32] and its mask, shaped
+    # before it, [B, T, 32] like `hidden_states` too: the text is [B, S, 32] and its mask its
+    # positions, [B, S].
+    block = _traced("named_inputs.py", "PooledContext")
+    assert _input_shapes(block) == [
+        ("hidden_states", ["B", "T", 32]),
+        ("encoder_attention_mask", ["B", "S"]),
+        ("encoder_hidden_states", ["B", "S", 32]),
+    ]
+    assert [o.shape for o in block.outputs] == [["B", "T", 32]], block.outputs
+    model = _load("named_inputs.py").PooledContext()
+    for batch, length, source in ((2, 5, 3), (3, 7, 11)):
+        mask = torch.ones(batch, source, dtype=torch.int64)
+        out = model(torch.randn(batch, length, 32), mask, torch.randn(batch, source, 32))
+        assert out.shape == (batch, length, 32)
+
+
 def test_an_input_named_like_a_sequence_that_is_one_vector_per_sample_is_tried_as_one() -> None:
     # `image_embeds` was assumed [B, T, 24] by its name; `reshape(batch, 4, -1)` then made
     # [B, 4, 16*T] and `torch.cat` failed: the class showed a shape error and no output.

@@ -658,23 +658,31 @@ def shaped_like(name: str, known: list[PlannedInput], symbols: Symbols) -> Plann
     one): a mask one per position of the first sequence among them (``input_mask`` beside
     ``hidden_states [B, T, D]``: ``[B, T]``), a sequence of the first one's width for a name
     libraries give sequences (``hidden_states`` beside ``temb [B, D]``: ``[B, T, D]``), else
-    the first one's shape."""
+    the first one's shape. An encoder's sequence has its own length (:func:`sequence_dim`):
+    ``encoder_hidden_states`` beside ``hidden_states [B, T, D]`` is ``[B, S, D]``, and
+    ``encoder_attention_mask`` is ``[B, S]`` with no ``S`` sequence known."""
     first = known[0]
     dims, dtype = list(first.dims), first.dtype
     reason = f"the shape of `{first.name}`"
-    own = sequence_dim(name, symbols)[0]
-    sequences = [p for p in known if len(p.dims) == 3 and _per_sample(p) and p.dims[1][0] == own]
+    own = sequence_dim(name, symbols)
+    sequences = [p for p in known if len(p.dims) == 3 and _per_sample(p) and p.dims[1][0] == own[0]]
     if _MASK_NAMES.search(name) and sequences:
         dims, dtype = sequences[0].dims[:2], torch.int64
         reason = f"the positions of `{sequences[0].name}`"
+    elif _MASK_NAMES.search(name) and own[0] == SOURCE and _per_sample(first):
+        dims, dtype = [first.dims[0], own], torch.int64
+        reason = "a position of the encoder's sequence each"
     elif (
         _SEQUENCE_NAMES.search(name)
         and len(dims) == 2
         and _per_sample(first)
         and dtype.is_floating_point
     ):
-        dims = [dims[0], sequence_dim(name, symbols), dims[1]]
+        dims = [dims[0], own, dims[1]]
         reason = f"`{first.name}`'s width, as a sequence"
+    elif own[0] == SOURCE and len(dims) == 3 and _per_sample(first) and dims[1][0] == SEQUENCE:
+        dims = [dims[0], own, dims[2]]
+        reason = f"`{first.name}`'s width, as the encoder's sequence"
     return PlannedInput(name, "tensor", dims, dtype, assumed=True, reason=reason)
 
 
@@ -1263,15 +1271,16 @@ _LAYERS = (
 def norm_width(m: nn.Module) -> int | None:
     """The width a library's own normalization layer normalizes (an ``RMSNorm`` written in
     the model's file, ``T5LayerNorm``): its 1-D ``weight``, else its ``dim``; None for other
-    modules."""
+    modules, and for a norm built for any width (diffusers' ``RMSNorm(0, eps, False)`` in
+    Mochi's blocks: ``dim`` ``(0,)``, no weight), which tells nothing."""
     if "Norm" not in type(m).__name__ or type(m).__module__.startswith("torch."):
         return None
     weight = getattr(m, "weight", None)
     if isinstance(weight, torch.Tensor) and weight.dim() == 1:
-        return int(weight.shape[0])
+        return int(weight.shape[0]) or None
     dim = getattr(m, "dim", None)
-    if isinstance(dim, tuple) and len(dim) == 1 and isinstance(dim[0], int):
-        return dim[0]
+    if isinstance(dim, tuple) and len(dim) == 1:
+        dim = dim[0]
     return dim if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0 else None
 
 

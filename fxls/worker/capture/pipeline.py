@@ -421,9 +421,23 @@ def _soften_worked_around(mod: ModuleResult) -> None:
             used = strategy_label(mod.strategy)
             diag.data["worked_around"] = used
             note = catalogue.worked_around(used)
-            diag.fix = f"{note} {diag.fix}" if diag.fix else note
+            rest = _done_already(diag, repaired)
+            diag.fix = f"{note} {rest}" if rest else note
         else:
             diag.severity = "warning"
+
+
+def _done_already(diag: Diagnostic, repaired: str | None) -> str | None:
+    """The fix of a trace failure fxls got past, after what it used: with what it did to get
+    past it when a repair did (FX199's own advice is to mark a leaf, which it did: Llama's
+    heads kept `LlamaModel` whole, and is replaced); else the code's own fix."""
+    if repaired is None:
+        return diag.fix
+    target = str(diag.data[repaired])
+    how = _REPAIRS[repaired].format(target if len(target) <= 80 else target[:79] + "…")
+    if diag.code == "FX199" and diag.fix == catalogue.FX199.fix:
+        return f"Here fxls {how}; a torch.fx trace of your own can do the same."
+    return f"{diag.fix} Here fxls {how}." if diag.fix else f"Here fxls {how}."
 
 
 def _first_import_span(source: SourceText) -> Span | None:

@@ -113,6 +113,42 @@ class Head(nn.Module):
     assert head.inputs[0].name == "input_ids" and head.inputs[0].value.dtype == "int64", head.inputs
     assert head.inputs[0].value.shape == ["B", "T"] and head.inputs[0].assumed
     assert _shape(head) == ["B", "T", 100]
+    # the plain trace stopped inside the backbone, which fxls kept whole: the fix says so
+    (failed,) = [d for d in head.diagnostics if d.code == "FX101"]
+    assert failed.severity == "information" and failed.fix is not None, failed
+    assert failed.fix.endswith("Here fxls kept `Backbone` as a leaf."), failed.fix
+
+
+def test_a_failure_a_leaf_got_past_says_what_fxls_did_not_what_to_declare() -> None:
+    """A head passing both ``input_ids`` and ``inputs_embeds`` stops a plain trace at the
+    backbone's "exactly one of" (FX199, as in Llama's heads); fxls keeps the backbone whole
+    and shows shapes. The fix said to mark the failing submodule as a leaf or to skip the
+    class: it says fxls kept it as a leaf."""
+    mods = _capture(
+        DEEP
+        + """
+class Head(nn.Module):
+    config_class = DeepConfig
+
+    def __init__(self, config):
+        super().__init__()
+        self.model = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, input_ids=None, inputs_embeds=None):
+        return self.lm_head(self.model(input_ids=input_ids, inputs_embeds=inputs_embeds))
+""",
+        "Head",
+    )
+    head = mods["Head"]
+    assert _shape(head) == ["B", "T", 100]
+    (failed,) = [d for d in head.diagnostics if d.code == "FX199"]
+    assert "exactly one of input_ids or inputs_embeds" in failed.message, failed
+    assert failed.severity == "information" and failed.fix is not None, failed
+    assert failed.fix.endswith(
+        "Here fxls kept `Backbone` as a leaf; a torch.fx trace of your own can do the same."
+    ), failed.fix
+    assert "skip" not in failed.fix
 
 
 def test_a_dict_like_result_shows_its_tensor_fields() -> None:

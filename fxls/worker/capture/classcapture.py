@@ -1604,8 +1604,9 @@ class ClassCapture:
         """``ordered`` with one input in another form (``inputs.alternatives``), in order;
         never one that changes the rank or dtype of an input a decided check read (the graph
         holds the branch of the form it was traced with)."""
+        length = _size_named(ordered, inputs.SEQUENCE)
         for index, planned in enumerate(ordered):
-            for alternative in inputs.alternatives(planned, named, sequence):
+            for alternative in inputs.alternatives(planned, named, sequence, length):
                 if planned.name in self.decided_inputs and not _same_rank_and_dtype(
                     planned, alternative
                 ):
@@ -2042,8 +2043,10 @@ def _batch_once(
     named = inputs.sizes_named_by(str(run.error)) if run.error is not None else []
     named += [size for size in asserted if size not in named]
     sequence = _unused_size(ordered)
+    length = _size_named(ordered, inputs.SEQUENCE)
     for index, planned in enumerate(ordered):
-        for alternative in inputs.alternatives(planned, named, sequence)[:MAX_FORMS_TRIED]:
+        found = inputs.alternatives(planned, named, sequence, length)
+        for alternative in found[:MAX_FORMS_TRIED]:
             trial = [*ordered[:index], alternative, *ordered[index + 1 :]]
             try:
                 other = fake_run(trial, symbolic)
@@ -2060,6 +2063,11 @@ MAX_FORMS_TRIED = 4
 
 _NONE = "'NoneType'"
 """How Python's errors name a ``None`` it refused ("'NoneType' object has no attribute 'to'")."""
+
+
+def _size_named(ordered: list[inputs.PlannedInput], name: str) -> int | None:
+    """The example size of the dimension ``name`` in the first input that has one."""
+    return next((size for p in ordered for n, size in p.dims if n == name), None)
 
 
 def _rank_failure(exc: BaseException) -> bool:

@@ -918,6 +918,21 @@ def test_an_encoders_sequence_nothing_told_has_its_own_length() -> None:
         assert out.shape == (batch, length, 32)
 
 
+def test_an_encoders_sequence_that_must_be_as_long_as_the_models_is_tried_so() -> None:
+    # The text has its own length S; added position by position to `hidden_states` [B, T, 32]
+    # it stopped the class (a shape error, T against S). As long as the sequence, it runs.
+    block = _traced("named_inputs.py", "AddedContext")
+    assert _input_shapes(block) == [
+        ("hidden_states", ["B", "T", 32]),
+        ("encoder_hidden_states", ["B", "T", 32]),
+    ]
+    assert [o.shape for o in block.outputs] == [["B", "T", 32]], block.outputs
+    model = _load("named_inputs.py").AddedContext()
+    for batch, length in ((2, 5), (3, 7)):
+        out = model(torch.randn(batch, length, 32), torch.randn(batch, length, 32))
+        assert out.shape == (batch, length, 32)
+
+
 def test_an_input_named_like_a_sequence_that_is_one_vector_per_sample_is_tried_as_one() -> None:
     # `image_embeds` was assumed [B, T, 24] by its name; `reshape(batch, 4, -1)` then made
     # [B, 4, 16*T] and `torch.cat` failed: the class showed a shape error and no output.

@@ -640,10 +640,11 @@ _SEQUENCE_NAMES = re.compile(r"hidden_states$|_embeds$|^tokens$|^context$")
 _MASK_NAMES = re.compile(r"mask$")
 """Names of masks: one value per position of a sequence (``input_mask``, ``caption_mask``)."""
 
-_ENCODER_NAMES = re.compile(r"^encoder_")
+_ENCODER_NAMES = re.compile(r"^encoder_|^context$")
 """Inputs of the sequence an encoder gave, which a decoder or a diffusion model attends to
-(``encoder_hidden_states``, ``encoder_attention_mask``): its length is its own (``S``), not
-the length of the sequence the model makes (``T``)."""
+(``encoder_hidden_states``, ``encoder_attention_mask``, the ``context`` of a cross-attention
+block): its length is its own (``S``), not the length of the sequence the model makes
+(``T``)."""
 
 
 def sequence_dim(name: str, symbols: Symbols) -> tuple[str, int]:
@@ -853,7 +854,10 @@ def _read(operand: ast.expr, frame: FrameType) -> Any:
 
 
 def alternatives(
-    planned: PlannedInput, sizes: list[int] | tuple[int, ...] = (), sequence: int | None = None
+    planned: PlannedInput,
+    sizes: list[int] | tuple[int, ...] = (),
+    sequence: int | None = None,
+    length: int | None = None,
 ) -> list[PlannedInput]:
     """Other plausible forms of an assumed input, tried in turn when it does not run through:
     other heights/widths for an image ``[B, C, H, W]``, sequence-first ``[T, B]`` token ids,
@@ -861,7 +865,8 @@ def alternatives(
     ``T``; a ``Linear`` takes both) or as one vector ``[F]`` for the batch, then each named
     dimension other than the batch at each of ``sizes`` (what the shape error named: token
     ids ``(B, T)`` at ``T`` = 16 for a model whose positional embedding has 16 rows; the run
-    then fixes ``T`` to 16 and says so)."""
+    then fixes ``T`` to 16 and says so). An encoder's sequence ``[B, S, D]`` is tried as long
+    as the model's, ``[B, T, D]``, when another input has ``T`` (``length``: its size)."""
     if not planned.assumed or planned.kind != "tensor":
         return []
 
@@ -876,7 +881,17 @@ def alternatives(
         for size in sizes
         if size != current
     ]
-    return _forms(planned, like, sequence) + resized + _pooled(planned, like)
+    forms = _forms(planned, like, sequence) + _as_long(planned, like, length)
+    return forms + resized + _pooled(planned, like)
+
+
+def _as_long(planned: PlannedInput, like: Any, length: int | None) -> list[PlannedInput]:
+    """An assumed encoder's sequence ``[B, S, D]`` as long as the model's own, ``[B, T, D]``
+    (``length``: the size ``T`` has): code that adds the two needs one length
+    (:func:`sequence_dim` gives the encoder's its own)."""
+    if length is None or not any(name == SOURCE for name, _ in planned.dims):
+        return []
+    return [like([(SEQUENCE, length) if n == SOURCE else (n, v) for n, v in planned.dims])]
 
 
 def _pooled(planned: PlannedInput, like: Any) -> list[PlannedInput]:

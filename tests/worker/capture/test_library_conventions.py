@@ -90,26 +90,29 @@ def test_a_default_configuration_with_a_deep_stack_is_built_with_two_layers_and_
     assert (mod.params, mod.default_params) == (4800 + 2 * 2352, 4800 + 12 * 2352)
 
 
+def _head(parameters: str, call: str) -> str:
+    """``DEEP`` and a head model over its ``Backbone``: ``forward(self, {parameters})`` calls
+    the backbone with ``{call}``."""
+    return DEEP + textwrap.dedent(f"""
+        class Head(nn.Module):
+            config_class = DeepConfig
+
+            def __init__(self, config):
+                super().__init__()
+                self.model = Backbone(config)
+                self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+
+            def forward(self, {parameters}):
+                return self.lm_head(self.model({call}))
+    """)
+
+
 def test_token_ids_are_sized_from_the_configuration_when_no_layer_tells() -> None:
     """``input_ids`` reaches no layer fxls can read (it is passed by keyword to a block kept
     whole): the configuration's vocabulary says it is token ids ``(B, T)``."""
-    mods = _capture(
-        DEEP
-        + """
-class Head(nn.Module):
-    config_class = DeepConfig
-
-    def __init__(self, config):
-        super().__init__()
-        self.model = Backbone(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
-
-    def forward(self, input_ids=None, labels=None, **kwargs):
-        return self.lm_head(self.model(input_ids=input_ids, **kwargs))
-""",
-        "Head",
-    )
-    head = mods["Head"]
+    head = _capture(
+        _head("input_ids=None, labels=None, **kwargs", "input_ids=input_ids, **kwargs"), "Head"
+    )["Head"]
     assert head.inputs[0].name == "input_ids" and head.inputs[0].value.dtype == "int64", head.inputs
     assert head.inputs[0].value.shape == ["B", "T"] and head.inputs[0].assumed
     assert _shape(head) == ["B", "T", 100]
@@ -124,23 +127,12 @@ def test_a_failure_a_leaf_got_past_says_what_fxls_did_not_what_to_declare() -> N
     backbone's "exactly one of" (FX199, as in Llama's heads); fxls keeps the backbone whole
     and shows shapes. The fix said to mark the failing submodule as a leaf or to skip the
     class: it says fxls kept it as a leaf."""
-    mods = _capture(
-        DEEP
-        + """
-class Head(nn.Module):
-    config_class = DeepConfig
-
-    def __init__(self, config):
-        super().__init__()
-        self.model = Backbone(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
-
-    def forward(self, input_ids=None, inputs_embeds=None):
-        return self.lm_head(self.model(input_ids=input_ids, inputs_embeds=inputs_embeds))
-""",
+    head = _capture(
+        _head(
+            "input_ids=None, inputs_embeds=None", "input_ids=input_ids, inputs_embeds=inputs_embeds"
+        ),
         "Head",
-    )
-    head = mods["Head"]
+    )["Head"]
     assert _shape(head) == ["B", "T", 100]
     (failed,) = [d for d in head.diagnostics if d.code == "FX199"]
     assert "exactly one of input_ids or inputs_embeds" in failed.message, failed

@@ -1584,9 +1584,8 @@ class ClassCapture:
             return self._one_batch(gm, placeholders, ordered, prop)
         failed = prop.error if isinstance(prop, shapes.Propagation) else None
         named = inputs.sizes_named_by(failed.original) if failed is not None else []
-        sequence = next(
-            (size for p in ordered for name, size in p.dims if name == inputs.SEQUENCE),
-            _frames(ordered) or _unused_size(ordered),
+        sequence = (
+            _size_named(ordered, inputs.SEQUENCE) or _frames(ordered) or _unused_size(ordered)
         )
         for trial in self._other_forms(ordered, named, sequence):
             # trials run with static sizes (cheap); only the one that fits runs symbolic

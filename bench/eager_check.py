@@ -61,9 +61,14 @@ def shown_shapes(values: list[Value]) -> list[list[Any]]:
 
 
 def expected(shape: list[Any], sizes: dict[str, int]) -> list[int] | None:
+    """``shape`` at ``sizes``; a dimension named as a whole in ``sizes`` (``S + T``: a sum a
+    parent passed, one name in the child) is that size."""
     out = []
     for dim in shape:
-        value = dim if isinstance(dim, int) else size_value(str(dim), sizes)
+        if isinstance(dim, int):
+            value: int | None = dim
+        else:
+            value = sizes[dim] if dim in sizes else size_value(str(dim), sizes)
         if value is None:
             return None
         out.append(value)

@@ -918,6 +918,18 @@ def test_an_encoders_sequence_nothing_told_has_its_own_length() -> None:
         assert out.shape == (batch, length, 32)
 
 
+def test_a_cross_attentions_context_has_its_own_length() -> None:
+    # `context` reaches its own LayerNorm: it was [B, T, 32] like `x`, and the attention's
+    # weights [B, T, T]. A context is another sequence: [B, S, 32], weights [B, T, S].
+    block = _traced("named_inputs.py", "ContextAttention")
+    assert _input_shapes(block) == [("x", ["B", "T", 32]), ("context", ["B", "S", 32])]
+    assert [o.shape for o in block.outputs] == [["B", "T", 32], ["B", "T", "S"]], block.outputs
+    model = _load("named_inputs.py").ContextAttention()
+    for batch, length, source in ((2, 5, 3), (3, 7, 11)):
+        out, weights = model(torch.randn(batch, length, 32), torch.randn(batch, source, 32))
+        assert out.shape == (batch, length, 32) and weights.shape == (batch, length, source)
+
+
 def test_an_encoders_sequence_that_must_be_as_long_as_the_models_is_tried_so() -> None:
     # The text has its own length S; added position by position to `hidden_states` [B, T, 32]
     # it stopped the class (a shape error, T against S). As long as the sequence, it runs.

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import copy
 import inspect
-import operator
 import os
 import re
 import textwrap
@@ -60,7 +59,7 @@ from fxls.worker.capture.reporting import (
     one_line,
     safe_str,
 )
-from fxls.worker.capture.shapes import keptruns, sizes, state
+from fxls.worker.capture.shapes import elementwise, keptruns, sizes, state
 from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.shapes.values import Namer, values_of
 from fxls.worker.capture.spans import (
@@ -1989,15 +1988,18 @@ def _output_batch_twice(
     if any([n for n, _ in p.dims].count(inputs.BATCH) > 1 for p in ordered if p.kind == "tensor"):
         return False
     output = next((n for n in gm.graph.nodes if n.op == "output"), None) if gm else None
-    found = values.get(output.name, []) if output is not None else []
+    return _batch_in_two(values.get(output.name, []) if output is not None else [])
+
+
+def _batch_in_two(found: list[Value]) -> bool:
+    """Whether a tensor among ``found`` has the batch in two dimensions."""
     return any((v.shape or []).count(inputs.BATCH) > 1 for v in found if v.kind == "tensor")
 
 
-_BROADCASTING = frozenset(
-    {operator.add, operator.sub, operator.mul, operator.truediv, torch.add, torch.sub,
-     torch.mul, torch.div, torch.where}
-)  # fmt: skip
-_BROADCASTING_METHODS = frozenset({"add", "sub", "mul", "div", "add_", "sub_", "mul_", "div_"})
+_BROADCASTING = elementwise.ARITHMETIC_FUNCTIONS | {torch.div, torch.where}
+_BROADCASTING_METHODS = elementwise.ARITHMETIC_METHODS | {
+    f"{name}_" for name in elementwise.ARITHMETIC_METHODS
+}
 
 
 def _broadcast_against_itself(gm: torch.fx.GraphModule, values: Mapping[str, list[Value]]) -> bool:
@@ -2007,8 +2009,7 @@ def _broadcast_against_itself(gm: torch.fx.GraphModule, values: Mapping[str, lis
     as ``a @ b.T`` makes ``[B, B]`` on purpose: a similarity of every pair)."""
 
     def twice(name: str) -> bool:
-        found = values.get(name) or []
-        return any((v.shape or []).count(inputs.BATCH) > 1 for v in found if v.kind == "tensor")
+        return _batch_in_two(values.get(name) or [])
 
     for node in gm.graph.nodes:
         if not (

@@ -412,9 +412,7 @@ def _soften_worked_around(mod: ModuleResult) -> None:
         repaired = next((k for k in _REPAIRS if diag.data.get(k)), None)
         if repaired is not None and mod.status == "failed":
             diag.severity = "information"
-            target = str(diag.data[repaired])
-            how = _REPAIRS[repaired].format(target if len(target) <= 80 else target[:79] + "…")
-            note = f"fxls got past this ({how}); the capture stopped later, on another line."
+            note = f"fxls got past this ({_repair_words(diag, repaired)}); the capture stopped later, on another line."
             diag.fix = f"{note} {diag.fix}" if diag.fix else note
         elif worked_around:
             diag.severity = "information"
@@ -427,14 +425,19 @@ def _soften_worked_around(mod: ModuleResult) -> None:
             diag.severity = "warning"
 
 
+def _repair_words(diag: Diagnostic, repaired: str) -> str:
+    """What the repair ``repaired`` named in ``diag``'s data did, in words (``_REPAIRS``)."""
+    target = str(diag.data[repaired])
+    return _REPAIRS[repaired].format(target if len(target) <= 80 else target[:79] + "…")
+
+
 def _done_already(diag: Diagnostic, repaired: str | None) -> str | None:
     """The fix of a trace failure fxls got past, after what it used: with what it did to get
     past it when a repair did (FX199's own advice is to mark a leaf, which it did: Llama's
     heads kept `LlamaModel` whole, and is replaced); else the code's own fix."""
     if repaired is None:
         return diag.fix
-    target = str(diag.data[repaired])
-    how = _REPAIRS[repaired].format(target if len(target) <= 80 else target[:79] + "…")
+    how = _repair_words(diag, repaired)
     if diag.code == "FX199" and diag.fix == catalogue.FX199.fix:
         return f"Here fxls {how}; a torch.fx trace of your own can do the same."
     return f"{diag.fix} Here fxls {how}." if diag.fix else f"Here fxls {how}."

@@ -30,7 +30,13 @@ import torch.nn.functional as F
 
 from fxls.worker.capture.shapes.shortcuts import same_size
 
-__all__ = ["same_layout_function", "same_layout_method", "same_layout_module"]
+__all__ = [
+    "ARITHMETIC_FUNCTIONS",
+    "ARITHMETIC_METHODS",
+    "same_layout_function",
+    "same_layout_method",
+    "same_layout_module",
+]
 
 _FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 
@@ -59,10 +65,11 @@ _UNARY_MODULES = (
     torch.nn.Dropout,
 )
 
-_ARITHMETIC_FUNCTIONS = frozenset(
+ARITHMETIC_FUNCTIONS = frozenset(
     {operator.add, operator.sub, operator.mul, operator.truediv, torch.add, torch.sub, torch.mul}
 )
-_ARITHMETIC_METHODS = frozenset({"add", "sub", "mul", "div"})
+"""Arithmetic of two operands that broadcast each other (functions and operators)."""
+ARITHMETIC_METHODS = frozenset({"add", "sub", "mul", "div"})
 
 _COMPARISON_FUNCTIONS = frozenset(
     {
@@ -204,7 +211,7 @@ def same_layout_function(target: Any, args: tuple[Any, ...], kwargs: dict[str, A
         if len(args) == 1 and _valid_keywords(kwargs, allowed) and _plain(args[0]):
             return args[0]
         return None
-    if target in _ARITHMETIC_FUNCTIONS:
+    if target in ARITHMETIC_FUNCTIONS:
         return _arithmetic(*args) if len(args) == 2 and not kwargs else None
     if target in _COMPARISON_FUNCTIONS:
         return _compare(*args) if len(args) == 2 and not kwargs else None
@@ -224,7 +231,7 @@ def same_layout_method(name: str, args: tuple[Any, ...], kwargs: dict[str, Any])
     x = args[0]
     if name in _UNARY_METHODS:
         return x if len(args) == 1 and not kwargs and _plain(x) else None
-    if name in _ARITHMETIC_METHODS:
+    if name in ARITHMETIC_METHODS:
         return _arithmetic(x, args[1]) if len(args) == 2 and not kwargs else None
     if name in _COMPARISON_METHODS:
         return _compare(x, args[1]) if len(args) == 2 and not kwargs else None

@@ -6,6 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
@@ -196,6 +197,37 @@ def test_resnet_traces_through_blocks_and_downsample() -> None:
     first = _node(block, "conv1")
     assert first.outputs == layer1.outputs
     assert not [d for d in block.diagnostics if d.severity in ("error", "warning")]
+
+
+@pytest.mark.parametrize("fixture, cls", [("resnet.py", "ResNet"), ("gpt.py", "Block")])
+def test_shape_rules_read_tensors_without_the_runs_device_mode(
+    fixture: str, cls: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's propagation is inside ``with torch.device(...)`` (the user's ``torch.zeros(n)``
+    lands on the run's device); the shape rules of its layers and operators, its memo keys and
+    its check of a copied block's inputs read shapes, strides and dtypes around that mode
+    (about 2 µs a read through it), and the results stay those of the real kernels (the other
+    tests)."""
+    from torch.utils._device import DeviceContext
+
+    callers: list[tuple[str, str]] = []
+    handler = DeviceContext.__torch_function__
+
+    def counted(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        code = sys._getframe(1).f_code
+        callers.append((Path(code.co_filename).name, code.co_name))
+        return handler(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(DeviceContext, "__torch_function__", counted)
+    text = _text(fixture)
+    (mod,) = _capture(fixture, _request(text, cls)).modules
+    assert mod.status == "traced" and mod.nodes
+    assert callers, "the run is inside the device mode"
+    # (the shortcut mode hands the operators it does not answer on: those are runs)
+    rules = ("shortcuts.py", "elementwise.py")
+    through = [c for c in callers if c[0] in rules and c[1] != "__torch_function__"]
+    through += [c for c in callers if c[1] in ("_signature", "_memo_key", "_same_inputs")]
+    assert not through
 
 
 def test_gpt_block_named_dims_buffer_slicing_and_init_text() -> None:

@@ -354,10 +354,8 @@ class _Propagator(torch.fx.Interpreter):
     def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
         module = self.fetch_attr(str(target))
         if not kwargs and args and isinstance(args[0], torch.Tensor):
-            check_dtype(module, args[0])
-            fast = fast_module(module, args[0], args[1:])
-            if fast is None and self.same_layout and len(args) == 1:
-                fast = self._own(elementwise.same_layout_module(module, args[0]))
+            with _METADATA_ONLY():
+                fast = self._fast_module(module, args)
             if fast is not None:
                 return fast
         self.kept.keep_leaf(module)
@@ -369,6 +367,14 @@ class _Propagator(torch.fx.Interpreter):
         with runs.watch(module) if runs.watch is not None else contextlib.nullcontext() as seen:
             return runs.through(call, lambda: self._run_kept(target, args, kwargs), module, seen)
 
+    def _fast_module(self, module: torch.nn.Module, args: Any) -> Any:
+        """A torch layer's output from its shape shortcut, None when there is none."""
+        check_dtype(module, args[0])
+        fast = fast_module(module, args[0], args[1:])
+        if fast is None and self.same_layout and len(args) == 1:
+            fast = self._own(elementwise.same_layout_module(module, args[0]))
+        return fast
+
     def _run_kept(self, target: Any, args: Any, kwargs: Any) -> Any:
         # a kept submodule runs its Python code: its attention, matrix products and torch
         # layers take the same shortcuts as graph nodes do; it gets plain dicts and lists
@@ -376,32 +382,40 @@ class _Propagator(torch.fx.Interpreter):
             return super().call_module(target, thawed(args), thawed(kwargs))
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
-        if target in MATMULS and len(args) == 2 and not kwargs:
-            fast = fast_matmul(args[0], args[1])
-            if fast is not None:
-                return fast
-        if target is SDPA:
-            fast = fast_sdpa(tuple(args), dict(kwargs))
-            if fast is not None:
-                return fast
-        if self.same_layout:
-            fast = self._own(elementwise.same_layout_function(target, tuple(args), dict(kwargs)))
-            if fast is not None:
-                return fast
+        with _METADATA_ONLY():
+            fast = self._fast_function(target, args, kwargs)
+        if fast is not None:
+            return fast
         if not _library_function(target):  # a user's helper gets what an eager call passes
             args, kwargs = thawed(args), thawed(kwargs)
         return super().call_function(kernels.for_target(target), args, kwargs)
 
+    def _fast_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        """A function's output from its shape shortcut, None when there is none."""
+        fast = None
+        if target in MATMULS and len(args) == 2 and not kwargs:
+            fast = fast_matmul(args[0], args[1])
+        elif target is SDPA:
+            fast = fast_sdpa(tuple(args), dict(kwargs))
+        if fast is None and self.same_layout:
+            fast = self._own(elementwise.same_layout_function(target, tuple(args), dict(kwargs)))
+        return fast
+
     def call_method(self, target: Any, args: Any, kwargs: Any) -> Any:
+        with _METADATA_ONLY():
+            fast = self._fast_method(target, args, kwargs)
+        if fast is not None:
+            return fast
+        return super().call_method(target, args, kwargs)
+
+    def _fast_method(self, target: Any, args: Any, kwargs: Any) -> Any:
+        """A method's output from its shape shortcut, None when there is none."""
+        fast = None
         if target == "matmul" and len(args) == 2 and not kwargs:
             fast = fast_matmul(args[0], args[1])
-            if fast is not None:
-                return fast
-        if self.same_layout:
+        if fast is None and self.same_layout:
             fast = self._own(elementwise.same_layout_method(str(target), tuple(args), dict(kwargs)))
-            if fast is not None:
-                return fast
-        return super().call_method(target, args, kwargs)
+        return fast
 
 
 # Reuse across repeated layers -----------------------------------------------------------
@@ -1178,8 +1192,9 @@ def _same_inputs(segment: Any, examples: dict[str, Any]) -> bool:
         for new, old in zip(segment.inputs, segment.template_inputs, strict=True):
             if new not in examples or old not in examples:
                 return False
-            if _signature(examples[new]) != _signature(examples[old]):
-                return False
+            with _METADATA_ONLY():
+                if _signature(examples[new]) != _signature(examples[old]):
+                    return False
     except (_Unkeyable, ValueError):
         return False
     return True

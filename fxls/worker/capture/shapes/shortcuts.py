@@ -354,9 +354,11 @@ def is_builtin_leaf(module: torch.nn.Module, leaf_classes: Iterable[str] = ()) -
 
 
 def _shortcut(fn: Callable[..., Any], *args: Any) -> Any:
-    """The output of a shape shortcut; None runs the real op."""
+    """The output of a shape shortcut; None runs the real op. Its reads of tensors' metadata
+    skip the torch function modes of the run (what a device mode does to them is nothing)."""
     try:
-        return fn(*args)
+        with torch._C.DisableTorchFunction():
+            return fn(*args)
     except Exception:  # the real operator then runs and reports its own error
         return None
 

@@ -936,21 +936,6 @@ def _reproxy(value: Any, env: dict[torch.fx.Node, torch.fx.Node], tracer: Tracer
     return type(value)(_reproxy(v, env, tracer) for v in value)
 
 
-def document_frames(path: str) -> Callable[[], Frames]:
-    """A function giving the document's frames on the current stack, innermost first."""
-
-    def frames() -> Frames:
-        found = []
-        frame: types.FrameType | None = sys._getframe(1)
-        while frame is not None:
-            if frame.f_code.co_filename == path:
-                found.append((frame.f_code, frame.f_lasti))
-            frame = frame.f_back
-        return tuple(found)
-
-    return frames
-
-
 def copies(segments: Iterable[Segment]) -> dict[str, tuple[str, Segment]]:
     """Copied node name -> (template node name, its segment), for shape propagation."""
     out: dict[str, tuple[str, Segment]] = {}

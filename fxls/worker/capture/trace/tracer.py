@@ -10,6 +10,7 @@ written (``node.meta["fxls_span"]``); the outermost is where the root ``forward`
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import inspect
 import sys
@@ -27,10 +28,19 @@ from fxls.worker.capture.trace import decided, passthrough, reuse, unpacked
 _T = TypeVar("_T")
 
 
-def _stack(frame: FrameType | None) -> Iterable[tuple[CodeType, int]]:
-    while frame is not None:
-        yield frame.f_code, frame.f_lasti
+def document_frames(
+    frame: FrameType | None, path: str, outer: FrameType | None = None
+) -> list[tuple[CodeType, int]]:
+    """``(code, instruction)`` of each frame of the document ``path`` from ``frame`` outwards,
+    innermost first, up to ``outer`` (the frame a trace started in: the frames outside it are
+    fxls's, never the document's code that the trace runs)."""
+    found = []
+    while frame is not None and frame is not outer:
+        code = frame.f_code
+        if code.co_filename == path:
+            found.append((code, frame.f_lasti))
         frame = frame.f_back
+    return found
 
 
 class SpanTracer(torch.fx.Tracer):
@@ -64,6 +74,7 @@ class SpanTracer(torch.fx.Tracer):
         reuse_blocks: bool = False,
     ):
         super().__init__(autowrap_functions=tuple(autowrap_functions))
+        self.module_stack = _ModuleStack()
         search = getattr(self, "_autowrap_search", None)
         if isinstance(search, list):  # torch's list of module dicts to patch at trace start
             search.extend(m for m in autowrap_modules if m not in search)
@@ -87,15 +98,29 @@ class SpanTracer(torch.fx.Tracer):
         """The document's frames where each split (``chunk``, ``split``...) was made."""
         self.placed: list[tuple[CodeType, int]] | None = None
         """Set while the pieces of a split are taken: the frames their nodes are written at."""
+        self.outer: FrameType | None = None
+        """While tracing: the frame the trace started in (frames outside it are not read)."""
 
     def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> torch.fx.Graph:
+        outer, self.outer = self.outer, sys._getframe()
+        try:
+            with _wrappers_kept():
+                return self._trace(root, concrete_args)
+        finally:
+            self.outer = outer
+
+    def _trace(self, root: Any, concrete_args: dict[str, Any] | None) -> torch.fx.Graph:
         if isinstance(root, torch.nn.Module):
             self.root_codes = method_codes(type(root), self.path)
         self.replayer = None
         self.module_calls = {}
         self.split_frames = {}
         if self.reuse_blocks and isinstance(root, torch.nn.Module):
-            self.replayer = reuse.Replayer(self, self.path, reuse.document_frames(self.path))
+            self.replayer = reuse.Replayer(
+                self,
+                self.path,
+                lambda: tuple(document_frames(sys._getframe(1), self.path, self.outer)),
+            )
         undecorated = passthrough.traced_class(root) or _undecorated_class(root)
         concrete_args = _without_var_arguments(root, undecorated, concrete_args)
         if undecorated is None:
@@ -138,6 +163,10 @@ class SpanTracer(torch.fx.Tracer):
             kwargs,
             lambda: super(SpanTracer, self).call_module(m, forward, args, kwargs),
         )
+
+    def create_arg(self, a: Any) -> Any:
+        handler = _PLAIN_ARGS.get(type(a))
+        return handler(self, a) if handler is not None else super().create_arg(a)
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
         if self.deciding:
@@ -245,7 +274,7 @@ class SpanTracer(torch.fx.Tracer):
             yield piece
 
     def _document_frames(self, frame: FrameType | None) -> list[tuple[CodeType, int]]:
-        return [(code, lasti) for code, lasti in _stack(frame) if code.co_filename == self.path]
+        return document_frames(frame, self.path, self.outer)
 
     def decide_rank(self, tensor: torch.fx.Node, read: torch.fx.Node | None) -> int | None:
         """``len(x.shape)`` (or of ``x.size()``, the node ``read``): the rank of ``tensor``
@@ -283,7 +312,8 @@ class SpanTracer(torch.fx.Tracer):
     def _innermost_span(self) -> Any:
         """The span of the document's innermost frame on the stack (where a check is)."""
         frame = sys._getframe(1)
-        first = next((f for f in _stack(frame) if f[0].co_filename == self.path), None)
+        found = document_frames(frame, self.path, self.outer)
+        first = found[0] if found else None
         return self.source.code_span(*first) if first is not None else None
 
     def proxy(self, node: torch.fx.Node) -> torch.fx.Proxy:
@@ -297,7 +327,8 @@ class SpanTracer(torch.fx.Tracer):
 
     def note_params(self, frame: FrameType | None) -> None:
         """Record which parameters of each document frame on the stack are proxies."""
-        while frame is not None:
+        outer = self.outer
+        while frame is not None and frame is not outer:
             code = frame.f_code
             if code.co_filename == self.path and code not in self.traced_params:
                 count = code.co_argcount + code.co_kwonlyargcount
@@ -308,6 +339,67 @@ class SpanTracer(torch.fx.Tracer):
                 }
             frame = frame.f_back
 
+
+class _ModuleStack(collections.OrderedDict[str, Any]):
+    """torch.fx's stack of the module calls being traced, whose copy (each node's
+    ``nn_module_stack``, copied by ``TracerBase.create_node``) is the plain ``OrderedDict``
+    that ``copy.copy`` makes of one, made directly instead of through ``__reduce_ex__`` (a
+    tenth of a ResNet-50's trace)."""
+
+    def __copy__(self) -> collections.OrderedDict[str, Any]:
+        return collections.OrderedDict(self)
+
+
+_WRAPPERS: dict[int, tuple[Callable[..., Any], Callable[..., Any]]] = {}
+"""``id(function)`` -> the function and the wrapper torch.fx made of it (see
+:func:`_wrappers_kept`)."""
+
+
+@contextlib.contextmanager
+def _wrappers_kept() -> Iterator[None]:
+    """While a trace runs: the wrapper torch.fx puts in place of a function it records as
+    one node (``math.sqrt``, a ``torch.fx.wrap``-ed or autowrapped function) is made once
+    per function and kept for the next traces, instead of once per trace (every function of
+    ``math`` is wrapped at the start of each: a twelfth of a ResNet-50's trace). The wrapper
+    holds nothing but the function; the trace still puts it in place and takes it away."""
+    from torch.fx import _symbolic_trace
+
+    make = getattr(_symbolic_trace, "_create_wrapped_func", None)
+    if make is None:
+        yield
+        return
+
+    def kept(function: Callable[..., Any]) -> Callable[..., Any]:
+        entry = _WRAPPERS.get(id(function))
+        if entry is None or entry[0] is not function:
+            entry = _WRAPPERS[id(function)] = (function, make(function))
+        return entry[1]
+
+    _symbolic_trace._create_wrapped_func = kept  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        _symbolic_trace._create_wrapped_func = make
+
+
+def _plain_args() -> dict[type, Callable[[Any, Any], Any]]:
+    """The argument types whose value ``torch.fx.Tracer.create_arg`` lowers without asking
+    what it is (numbers, strings, ``None``, dtypes, containers, proxies: its own table of them,
+    without ``Tensor``, which may be a buffer or a constant), with fxls's proxy: ``create_arg``
+    reaches them only after asking whether each argument is a parameter, a tensor, a module, a
+    named tuple or a registered class, about a sixth of a ResNet-50's trace."""
+    from torch.fx import proxy
+
+    table: dict[type, Callable[[Any, Any], Any]] = {
+        kind: handler
+        for kind, handler in getattr(proxy, "_create_arg_bypass", {}).items()
+        if not issubclass(kind, torch.Tensor)
+    }
+    table[decided.TracedProxy] = lambda tracer, a: a.node
+    return table
+
+
+_PLAIN_ARGS = _plain_args()
 
 _COMPREHENSIONS = frozenset({"<genexpr>", "<listcomp>", "<setcomp>", "<dictcomp>"})
 

@@ -1,4 +1,5 @@
-"""The span tracer (fxls.worker.capture.trace.tracer) makes the graph torch.fx makes.
+"""The span tracer (fxls.worker.capture.trace.tracer) makes the graph torch.fx makes; the
+submodules fxls reads off a graph module are the ones torch finds.
 
 Its own ways of lowering arguments, copying the module stack and wrapping leaf functions are
 checked against ``torch.fx.Tracer`` node by node, and the frames it reads stop where the
@@ -12,11 +13,13 @@ import textwrap
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
+import pytest
 import torch
 import torch.fx
 from torch import nn
 
 from fxls.protocol.positions import SourceText
+from fxls.worker.capture.records.nodes import submodule
 from fxls.worker.capture.spans import CALL_SITE_KEY, SPAN_KEY
 from fxls.worker.capture.trace.tracer import SpanTracer
 
@@ -119,3 +122,27 @@ def test_frames_outside_the_trace_are_not_the_documents() -> None:
     assert lines[spans["lin"].line - 1].strip() == "y = self.lin(x)"
     assert lines[spans["relu"].line - 1].strip() == "return torch.relu(y)"
     assert sites == spans
+
+
+class Shadowed(nn.Module):
+    """A submodule whose name a property of the class hides from ``getattr``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Inner()
+        self._modules["hidden"] = nn.Linear(2, 2)
+
+    @property
+    def hidden(self) -> nn.Module:
+        return self.inner
+
+
+def test_a_submodule_is_the_one_torch_finds() -> None:
+    module = nn.Sequential(Arguments(), Shadowed())
+    paths = [name for name, _ in module.named_modules()] + ["1.hidden", "1.hidden.proj"]
+    for path in paths:
+        assert submodule(module, path) is module.get_submodule(path), path
+    assert submodule(module, "1.hidden") is module[1].inner  # what getattr gives
+    for missing in ("2", "0.inner.5", "0.weight", "1.nothing"):
+        with pytest.raises(AttributeError):
+            submodule(module, missing)

@@ -113,10 +113,31 @@ def _attribute_summary(sub: torch.nn.Module) -> str:
 
 def module_type(gm: torch.fx.GraphModule, target: str) -> str | None:
     try:
-        sub = gm.get_submodule(target)
+        sub = submodule(gm, target)
     except AttributeError:
         return None
     return module_text(sub)
+
+
+def submodule(root: torch.nn.Module, path: str) -> torch.nn.Module:
+    """``root.get_submodule(path)``, read off each module's ``_modules`` where a name of the
+    path is found there and nowhere that ``getattr`` looks first (the instance, its class, its
+    parameters and buffers): a fifth of the time of torch's walk, which asks ``hasattr`` and
+    ``getattr`` of every name (the records of a 48-block GPT read 600 paths). Else torch's
+    walk, and its error."""
+    mod = root
+    for item in path.split(".") if path else ():
+        found = mod._modules.get(item)
+        if (
+            found is None
+            or item in mod.__dict__
+            or item in mod._parameters
+            or item in mod._buffers
+            or hasattr(type(mod), item)
+        ):
+            return root.get_submodule(path)
+        mod = found
+    return mod
 
 
 def module_text(sub: torch.nn.Module) -> str:

@@ -37,6 +37,7 @@ from fxls.protocol import catalogue
 from fxls.protocol.model import RepairKind, Strategy, Value
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture import failures
+from fxls.worker.capture.records.nodes import submodule
 from fxls.worker.capture.shapes import keptruns, shortcuts
 from fxls.worker.capture.shapes import propagation as shapes
 from fxls.worker.capture.spans import find_function
@@ -459,7 +460,7 @@ def kept_whole(gm: torch.fx.GraphModule) -> dict[str, torch.nn.Module | None]:
         if node.op == "call_module":
             path = str(node.target)
             try:
-                sub = gm.get_submodule(path)
+                sub = submodule(gm, path)
             except AttributeError:
                 kept[path] = None
                 continue

@@ -19,6 +19,8 @@ Per family: the ratio deepest / shallowest and the cost per added block (the slo
 
 Usage: .venv/bin/python bench/depth_sweep.py [--runs 3] [--families gpt,resnet,llama] [--out FILE]
        [--no-off] [--before /path/to/other/checkout]  (an A/B against another fxls, alternating)
+       [--spacing 300]  (a server's edits start at least 300 ms apart, as an editor's captures
+                         do with the default debounce; by default 50 ms after each result)
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ MODELS = ROOT / "bench" / "models"
 MAX_WEIGHT_BYTES = 2 * 2**30
 compile_check = False
 """Servers keep the compile check on (``--compile-check``)."""
+spacing = 0.0
+"""Seconds at least between the starts of two edits of one server (``--spacing``)."""
 
 
 @dataclass
@@ -157,13 +161,17 @@ async def bench_edits(
                 print(f"  {key}: the worker's warm-up did not finish", file=sys.stderr)
         samples: dict[tuple[str, str], list[float]] = {k: [] for k in uris}
         cpu: dict[tuple[str, str], list[float]] = {k: [] for k in uris}
+        last: dict[str, float] = {}
         for run in range(runs):
             for variant in variants:
                 for key, bench in servers.items():
                     uri = uris[(key, variant.label)]
                     version = run + 2
+                    wait = last.get(key, 0.0) + spacing - time.perf_counter()
+                    if wait > 0:  # an editor's debounce starts captures at least this far apart
+                        await asyncio.sleep(wait)
                     cpu_before = cpu_seconds(bench.pid)
-                    started = time.perf_counter()
+                    started = last[key] = time.perf_counter()
                     # module-level code: every class of the file is captured again (a comment
                     # would cost no capture at all: the capture cache keeps every class)
                     bench.change(uri, version, 0, f"_edit = {run}\n")
@@ -249,15 +257,23 @@ def main() -> None:
     parser.add_argument(
         "--before", help="also a server of the fxls in this folder (PYTHONPATH), alternating"
     )
+    parser.add_argument(
+        "--spacing",
+        type=float,
+        default=0.0,
+        help="ms at least between the starts of two edits of a server (300: the quickest an "
+        "editor's captures come with the default debounce); 0: 50 ms after each result",
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "depth_sweep.json"))
     args = parser.parse_args()
-    global compile_check
+    global compile_check, spacing
     compile_check = args.compile_check
+    spacing = args.spacing / 1000
     variants = [v for f in args.families.split(",") if f for v in FAMILIES[f]]
     if args.only:
         variants = [v for v in variants if re.search(args.only, v.label)]
 
-    report: dict[str, Any] = {"machine": machine(), "runs": args.runs}
+    report: dict[str, Any] = {"machine": machine(), "runs": args.runs, "spacing_ms": args.spacing}
     with tempfile.TemporaryDirectory(prefix="fxls-depth-") as tmp:
         folder = Path(tmp)
         for v in variants:
@@ -281,6 +297,13 @@ def main() -> None:
     print(render(report, variants))
 
 
+def _spacing(report: dict[str, Any]) -> str:
+    ms = report.get("spacing_ms", 0.0)
+    if not ms:
+        return "Each edit 50 ms after the server's last result."
+    return f"A server's edits start at least {ms:.0f} ms apart (and 50 ms after its last result)."
+
+
 def _cpu(entry: dict[str, Any]) -> str:
     return f"{entry['cpu']['median'] * 1000:.0f}" if "cpu" in entry else "—"
 
@@ -297,7 +320,7 @@ def render(report: dict[str, Any], variants: list[Variant]) -> str:
         f"Python {m['python']}, torch {m['torch']}; 1-minute load average {load[0]:.1f} at the "
         f"start. Min / median of {report['runs']} warm edits (round-robin over models and both "
         "servers), median CPU time of the server, worker and job per edit; floor and torchinfo "
-        "(min / median) in the same run.",
+        f"(min / median) in the same run. {_spacing(report)}",
         "",
         "| model | blocks | edit → diagnostics ms | without reuse ms | before ms | "
         "CPU per edit ms | without reuse | floor ms | torchinfo ms |",

@@ -247,11 +247,11 @@ def _line_of(source: str, name: str) -> int:
     return next(i for i, t in enumerate(source.split("\n"), 1) if t.startswith(f"class {name}("))
 
 
-def _warm_capture() -> None:
+def _warm_capture() -> CaptureResult:
     """One capture of a tiny module (meta build, symbolic shapes) so that every module the
     capture imports lazily is loaded before ``gc.freeze`` and shared by all children."""
     tokens = InputSpec("x", dims=[DimSpec("B", 2), DimSpec(None, 3)], dtype="int64")
-    _capture(
+    return _capture(
         _WARM_SOURCE, [ClassRequest("Warm", line=_line_of(_WARM_SOURCE, "Warm"), inputs=[tokens])]
     )
 
@@ -322,20 +322,52 @@ QUIET: tuple[Step, ...] = (
 keeps the zygote from reading results for up to a second)."""
 
 
-def warm_spare() -> None:
-    """In a child forked ahead of its job (the zygote's spare), before the job comes: one
-    small capture, so that the job does not pay for its first touches of the zygote's memory.
+def warm_spare(job_waiting: Callable[[], bool] = lambda: False, until: float | None = None) -> None:
+    """In a child forked ahead of its job (the zygote's spare), before the job comes: small
+    captures (:data:`SPARE_STEPS`), so that the job does not pay for its first touches of the
+    zygote's memory. None after the first step that finds ``job_waiting()``; none after the
+    first that could run past ``until`` (``time.monotonic()``: when the job is expected), taken
+    as twice the step before it (each step is about 1.4 times the one before).
 
     A forked child's first writes to the pages it shares with the zygote (reference counts of
     the functions and objects a capture uses, the allocator's free lists) each copy a page:
     a ResNet-50 file's capture made about 4,000 such faults and took 70 ms in a fresh child,
-    53 ms run a second time in the same child. After this capture (about 30 ms, while the
-    spare waits) the same capture made about 1,000 and took 57 ms. The zygote ran the same
-    capture in its warm-up (``LATER``), so the child's state is what it was, pages aside."""
-    try:
-        _warm_capture()
-    except Exception:
-        traceback.print_exc()
+    53 ms run a second time in the same child. After the tiny capture (about 30 ms, while the
+    spare waits) the same capture made about 1,000 and took 57 ms; after the small CNN and
+    the decoder block as well (about 100 ms more), 51 ms, and a 4-block GPT file's 80 -> 72 ms.
+    The zygote ran the same captures in its warm-up (``LATER``, ``QUIET``), so the child's
+    state is what it was, pages aside."""
+    last = 0.0
+    for step in SPARE_STEPS:
+        now = time.monotonic()
+        if job_waiting() or (last and until is not None and now + 2 * last > until):
+            return
+        try:
+            step()
+        except Exception:
+            traceback.print_exc()
+        last = time.monotonic() - now
+
+
+def _spare_cnn() -> CaptureResult:
+    """The small CNN of :func:`warm_cnn`, its model only."""
+    images = InputSpec("x", dims=[DimSpec("B", 2), DimSpec(None, 3), DimSpec(None, 32),
+                                  DimSpec(None, 32)])  # fmt: skip
+    return _capture(
+        _WARM_CNN, [ClassRequest("Net", line=_line_of(_WARM_CNN, "Net"), inputs=[images])]
+    )
+
+
+def _spare_block() -> CaptureResult:
+    """A decoder block of :func:`warm_transformer`, given its input (``[B, T, 768]``)."""
+    x = InputSpec("x", dims=[DimSpec("B", 2), DimSpec("T", 8), DimSpec(None, 768)])
+    src = _WARM_TRANSFORMER
+    request = ClassRequest("Block", line=_line_of(src, "Block"), init="768, 12, 1024", inputs=[x])
+    return _capture(src, [request])
+
+
+SPARE_STEPS: tuple[Callable[[], CaptureResult], ...] = (_warm_capture, _spare_cnn, _spare_block)
+"""What a spare child captures while it waits for its job, in order."""
 
 
 def run_step(step: Step, timings: dict[str, float]) -> None:

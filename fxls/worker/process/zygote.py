@@ -132,6 +132,8 @@ class _Spare:
     result_r: int
     output_r: int
     frame_key: bytes
+    forked: float
+    """``time.monotonic()`` when it was forked."""
 
 
 class ForkSpawner:
@@ -153,6 +155,8 @@ class ForkSpawner:
         self.landlock_abi = landlock_abi
         self.cgroup = cgroup
         self.spare: _Spare | None = None
+        self.waits: collections.deque[float] = collections.deque(maxlen=SPARE_WAITS)
+        """How long the last spares waited for their job (seconds)."""
 
     def _setup(
         self, request: JobRequest, job_dir: str, ends: _Ends, cgroup: str | None
@@ -208,6 +212,7 @@ class ForkSpawner:
         spare, self.spare = self.spare, None
         if spare is None:
             return None
+        self.waits.append(time.monotonic() - spare.forked)
         job_cgroup = self._job_cgroup(request)
         message = {"request": to_dict(request), "job_dir": job_dir, "cgroup": job_cgroup}
         try:
@@ -229,21 +234,26 @@ class ForkSpawner:
         request_r, request_w = os.pipe()
         zygote = os.getpid()
         _flush_stdio()
+        forked = time.monotonic()
+        until = forked + min(self.waits) if self.waits else None
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child never returns
             try:
                 for fd in (output_r, result_r, request_w):
                     os.close(fd)
-                self._wait_for_job(request_r, _Ends(output_w, result_w, frame_key, zygote))
+                ends = _Ends(output_w, result_w, frame_key, zygote)
+                self._wait_for_job(request_r, ends, until)
             finally:
                 os._exit(71)
         for fd in (output_w, result_w, request_r):
             os.close(fd)
-        self.spare = _Spare(pid, request_w, result_r, output_r, frame_key)
+        self.spare = _Spare(pid, request_w, result_r, output_r, frame_key, forked)
 
-    def _wait_for_job(self, request_r: int, ends: _Ends) -> None:
+    def _wait_for_job(self, request_r: int, ends: _Ends, until: float | None) -> None:
         """In the spare child: read the job (the zygote's own pipe), then run it as a child
-        forked for it does. A pipe closed without a job (the spare was discarded): exit."""
+        forked for it does. A pipe closed without a job (the spare was discarded): exit. While
+        it waits, it warms its memory up to ``until``, when its job is expected (the shortest
+        wait of the last spares: captures started back to back leave a spare little time)."""
         sandbox.prctl(sandbox.PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != ends.zygote_pid:
             os._exit(0)  # the zygote died before prctl
@@ -253,7 +263,7 @@ class ForkSpawner:
         if os.environ.get(SPARE_WARM_ENV) != "0" and not _readable(request_r):
             from fxls.worker.process import warmup
 
-            warmup.warm_spare()
+            warmup.warm_spare(lambda: _readable(request_r), until)
         chunks = []
         while chunk := os.read(request_r, 1 << 20):
             chunks.append(chunk)
@@ -538,6 +548,9 @@ PREVIEW_WAIT_S = 0.5
 SPARE_ENV = "FXLS_SPARE_CHILD"
 """``0`` in the worker's environment: every job's child is forked when the job comes (no spare
 child forked ahead, see ``ForkSpawner``)."""
+
+SPARE_WAITS = 5
+"""Spares whose wait for their job the next spare's warm-up is planned by (the shortest)."""
 
 SPARE_WARM_ENV = "FXLS_SPARE_WARM"
 """``0`` in the worker's environment: the spare child waits for its job without the small

@@ -70,6 +70,49 @@ def test_the_warm_up_captures_trace_every_class() -> None:
         )
 
 
+def test_the_spare_captures_trace_and_stop_once_a_job_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fxls.worker.process import warmup
+
+    for step in warmup.SPARE_STEPS:
+        result = step()
+        assert result.error is None and result.modules
+        assert all(m.status == "traced" and m.outputs for m in result.modules), step
+    ran: list[int] = []
+    steps = tuple(lambda i=i: ran.append(i) for i in range(3))
+    monkeypatch.setattr(warmup, "SPARE_STEPS", steps)
+    answers = iter([False, False, True])
+    warmup.warm_spare(lambda: next(answers))
+    assert ran == [0, 1]  # the job came while the second ran: no third
+    ran.clear()
+    warmup.warm_spare()
+    assert ran == [0, 1, 2]
+
+
+def test_the_spare_warms_no_step_that_could_outlast_its_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a spare expecting its job 50 ms after it starts runs its first 20 ms step, not a second
+    # (taken as twice the first: it could end after the job came); with time, all of them
+    import time
+
+    from fxls.worker.process import warmup
+
+    ran: list[int] = []
+
+    def step(i: int) -> None:
+        time.sleep(0.02)
+        ran.append(i)
+
+    monkeypatch.setattr(warmup, "SPARE_STEPS", tuple(lambda i=i: step(i) for i in range(3)))
+    warmup.warm_spare(until=time.monotonic() + 0.05)
+    assert ran == [0]
+    ran.clear()
+    warmup.warm_spare(until=time.monotonic() + 30)
+    assert ran == [0, 1, 2]
+
+
 @pytest.mark.parametrize("asked", [False, True])
 def test_torch_builds_structured_trace_records_only_when_they_are_written(
     asked: bool, tmp_path: Path

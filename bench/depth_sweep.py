@@ -116,6 +116,20 @@ def cpu_seconds(root: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+async def _settled(root: int, limit: float = 2.0) -> None:
+    """Wait (at most ``limit`` seconds) until a server, its worker and the worker's children
+    use no CPU for 40 ms: the spare child a worker forks after a job warms its memory while it
+    waits, and with two servers alternating, that would load the other server's edit."""
+    end = time.perf_counter() + limit
+    used = cpu_seconds(root)
+    while time.perf_counter() < end:
+        await asyncio.sleep(0.04)
+        now = cpu_seconds(root)
+        if now == used:
+            return
+        used = now
+
+
 async def _server(reuse: bool, pythonpath: str | None = None) -> Bench:
     """A server (its worker inherits FXLS_*), of the fxls found on ``pythonpath`` if given;
     without the compile check (its job follows each capture's diagnostics and would load the
@@ -179,6 +193,8 @@ async def bench_edits(
                         await bench.published(uri, version) - started
                     )
                     await asyncio.sleep(0.05)  # let the zygote reap the job child
+                    if len(servers) > 1:  # its work after the result is not the next one's load
+                        await _settled(bench.pid)
                     cpu[(key, variant.label)].append(cpu_seconds(bench.pid) - cpu_before)
             print(f"  run {run + 1}/{runs} done", file=sys.stderr, flush=True)
         for (key, label), values in samples.items():
@@ -273,7 +289,8 @@ def main() -> None:
     if args.only:
         variants = [v for v in variants if re.search(args.only, v.label)]
 
-    report: dict[str, Any] = {"machine": machine(), "runs": args.runs, "spacing_ms": args.spacing}
+    report: dict[str, Any] = {"machine": machine(), "runs": args.runs, "spacing_ms": args.spacing,
+                              "before": args.before}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="fxls-depth-") as tmp:
         folder = Path(tmp)
         for v in variants:
@@ -299,9 +316,11 @@ def main() -> None:
 
 def _spacing(report: dict[str, Any]) -> str:
     ms = report.get("spacing_ms", 0.0)
+    settled = " (servers alternating: each edit once the other server was idle)"
     if not ms:
-        return "Each edit 50 ms after the server's last result."
-    return f"A server's edits start at least {ms:.0f} ms apart (and 50 ms after its last result)."
+        return f"Each edit 50 ms after the server's last result{settled if report.get('before') else ''}."
+    after = f"and 50 ms after its last result{settled if report.get('before') else ''}"
+    return f"A server's edits start at least {ms:.0f} ms apart ({after})."
 
 
 def _cpu(entry: dict[str, Any]) -> str:

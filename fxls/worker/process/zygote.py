@@ -134,6 +134,8 @@ class _Spare:
     frame_key: bytes
     forked: float
     """``time.monotonic()`` when it was forked."""
+    after: str | None
+    """The kind of the job spawned last before it (its wait is kept by that kind)."""
 
 
 class ForkSpawner:
@@ -155,8 +157,11 @@ class ForkSpawner:
         self.landlock_abi = landlock_abi
         self.cgroup = cgroup
         self.spare: _Spare | None = None
-        self.waits: collections.deque[float] = collections.deque(maxlen=SPARE_WAITS)
-        """How long the last spares waited for their job (seconds)."""
+        self.waits: dict[str | None, collections.deque[float]] = {}
+        """How long the last spares waited for their job (seconds), by the kind of the job
+        spawned before each: a capture's compile check follows it at once, the next capture
+        comes when the user has typed again."""
+        self.last_kind: str | None = None
 
     def _setup(
         self, request: JobRequest, job_dir: str, ends: _Ends, cgroup: str | None
@@ -185,6 +190,7 @@ class ForkSpawner:
             return None
 
     def spawn(self, request: JobRequest, job_dir: str) -> Spawned:
+        self.last_kind = request.kind
         spare = self._take_spare(request, job_dir)
         if spare is not None:
             return spare
@@ -212,7 +218,7 @@ class ForkSpawner:
         spare, self.spare = self.spare, None
         if spare is None:
             return None
-        self.waits.append(time.monotonic() - spare.forked)
+        self.note_wait(spare.after, time.monotonic() - spare.forked)
         job_cgroup = self._job_cgroup(request)
         message = {"request": to_dict(request), "job_dir": job_dir, "cgroup": job_cgroup}
         try:
@@ -235,7 +241,7 @@ class ForkSpawner:
         zygote = os.getpid()
         _flush_stdio()
         forked = time.monotonic()
-        until = forked + min(self.waits) if self.waits else None
+        until = self.expected(forked)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child never returns
             try:
@@ -247,13 +253,26 @@ class ForkSpawner:
                 os._exit(71)
         for fd in (output_w, result_w, request_r):
             os.close(fd)
-        self.spare = _Spare(pid, request_w, result_r, output_r, frame_key, forked)
+        self.spare = _Spare(pid, request_w, result_r, output_r, frame_key, forked, self.last_kind)
+
+    def note_wait(self, after: str | None, seconds: float) -> None:
+        """A spare forked after a job of kind ``after`` got its own job ``seconds`` later."""
+        waits = self.waits.setdefault(after, collections.deque(maxlen=SPARE_WAITS))
+        waits.append(seconds)
+
+    def expected(self, forked: float) -> float | None:
+        """When the job of a spare forked now (``forked``) is expected: as soon as the
+        quickest of the last ones forked after a job of the kind spawned last; None when
+        none was."""
+        waits = self.waits.get(self.last_kind)
+        return forked + min(waits) if waits else None
 
     def _wait_for_job(self, request_r: int, ends: _Ends, until: float | None) -> None:
         """In the spare child: read the job (the zygote's own pipe), then run it as a child
         forked for it does. A pipe closed without a job (the spare was discarded): exit. While
         it waits, it warms its memory up to ``until``, when its job is expected (the shortest
-        wait of the last spares: captures started back to back leave a spare little time)."""
+        wait of the last spares forked after a job of the same kind: a capture's compile check
+        follows it at once, and captures started back to back leave a spare little time)."""
         sandbox.prctl(sandbox.PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != ends.zygote_pid:
             os._exit(0)  # the zygote died before prctl
@@ -550,7 +569,8 @@ SPARE_ENV = "FXLS_SPARE_CHILD"
 child forked ahead, see ``ForkSpawner``)."""
 
 SPARE_WAITS = 5
-"""Spares whose wait for their job the next spare's warm-up is planned by (the shortest)."""
+"""Spares whose wait for their job the next spare's warm-up is planned by (the shortest of
+those forked after a job of the same kind)."""
 
 SPARE_WARM_ENV = "FXLS_SPARE_WARM"
 """``0`` in the worker's environment: the spare child waits for its job without the small

@@ -90,6 +90,29 @@ def test_the_spare_captures_trace_and_stop_once_a_job_waits(
     assert ran == [0, 1, 2]
 
 
+def test_a_spare_expects_its_job_as_the_last_ones_after_the_same_kind_of_job() -> None:
+    # a capture's compile check follows it at once; the next capture waits for the user: the
+    # spare forked after each kind is planned by the waits after that kind only
+    from fxls.worker.process import zygote
+
+    spawner = zygote.ForkSpawner([], 0)
+    assert spawner.expected(100.0) is None  # none yet: the whole warm-up
+    for waited in (0.004, 0.006, 0.005):
+        spawner.note_wait("capture", waited)
+    for waited in (0.9, 0.4, 2.5):
+        spawner.note_wait("compile", waited)
+    spawner.last_kind = "capture"
+    assert spawner.expected(100.0) == 100.004
+    spawner.last_kind = "compile"
+    assert spawner.expected(100.0) == 100.4
+    spawner.last_kind = "rewrite"
+    assert spawner.expected(100.0) is None
+    for _ in range(zygote.SPARE_WAITS):  # the oldest waits are forgotten
+        spawner.note_wait("compile", 1.0)
+    spawner.last_kind = "compile"
+    assert spawner.expected(100.0) == 101.0
+
+
 def test_the_spare_warms_no_step_that_could_outlast_its_wait(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

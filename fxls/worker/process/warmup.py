@@ -281,12 +281,15 @@ def warm_transformer() -> CaptureResult:
     )
 
 
+_CNN_IMAGES = InputSpec("x", dims=[DimSpec("B", 2), DimSpec(None, 3), DimSpec(None, 32),
+                                   DimSpec(None, 32)])  # fmt: skip
+"""The input the small CNN is captured with."""
+
+
 def warm_cnn() -> CaptureResult:
     """A small residual CNN and its stage: convolutions, batch norms and pooling."""
-    images = InputSpec("x", dims=[DimSpec("B", 2), DimSpec(None, 3), DimSpec(None, 32),
-                                  DimSpec(None, 32)])  # fmt: skip
     src = _WARM_CNN
-    return _capture(src, [ClassRequest("Net", line=_line_of(src, "Net"), inputs=[images]),
+    return _capture(src, [ClassRequest("Net", line=_line_of(src, "Net"), inputs=[_CNN_IMAGES]),
                           ClassRequest("Stage", line=_line_of(src, "Stage"))])  # fmt: skip
 
 
@@ -351,10 +354,8 @@ def warm_spare(job_waiting: Callable[[], bool] = lambda: False, until: float | N
 
 def _spare_cnn() -> CaptureResult:
     """The small CNN of :func:`warm_cnn`, its model only."""
-    images = InputSpec("x", dims=[DimSpec("B", 2), DimSpec(None, 3), DimSpec(None, 32),
-                                  DimSpec(None, 32)])  # fmt: skip
     return _capture(
-        _WARM_CNN, [ClassRequest("Net", line=_line_of(_WARM_CNN, "Net"), inputs=[images])]
+        _WARM_CNN, [ClassRequest("Net", line=_line_of(_WARM_CNN, "Net"), inputs=[_CNN_IMAGES])]
     )
 
 

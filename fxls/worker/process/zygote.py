@@ -279,7 +279,7 @@ class ForkSpawner:
         signal.set_wakeup_fd(-1)  # the zygote's wake-up pipe is not this process's
         with contextlib.suppress(sandbox.SandboxError):  # no filter for this machine
             ends.seccomp = {d: sandbox.seccomp_program(deny_memfd=d) for d in (True, False)}
-        if os.environ.get(SPARE_WARM_ENV) != "0" and not _readable(request_r):
+        if os.environ.get(SPARE_WARM_ENV) != "0":  # each step first asks whether a job waits
             from fxls.worker.process import warmup
 
             warmup.warm_spare(lambda: _readable(request_r), until)
@@ -574,7 +574,7 @@ those forked after a job of the same kind)."""
 
 SPARE_WARM_ENV = "FXLS_SPARE_WARM"
 """``0`` in the worker's environment: the spare child waits for its job without the small
-capture that makes its memory its own first (``warmup.warm_spare``)."""
+captures that make its memory its own first (``warmup.warm_spare``)."""
 
 IDLE_AFTER_S = 0.25
 """Idle work (the rest of the warm-up) runs while jobs run (their children work on the other

@@ -791,13 +791,53 @@ def example_text(module_sizes: Mapping[str, int]) -> str:
 
 
 def outputs_hold_for(module: ModuleResult) -> str | None:
-    """``holds for B = 2`` when the class's outputs hold for its example sizes only."""
-    if not module.example_nodes:
-        return None
+    """``holds for B = 2`` when the class's outputs hold for its example sizes only, or
+    ``holds for B = 1`` when they hold a number that may be a name of size 0 or 1
+    (:func:`fixed_ones`)."""
+    sizes = outputs_held_sizes(module)
+    return example_text(sizes) if sizes is not None else None
+
+
+def outputs_held_sizes(module: ModuleResult) -> dict[str, int] | None:
+    """The example sizes the class's outputs hold for (see :func:`outputs_hold_for`)."""
     bound = set(module.example_nodes)
-    if any(n.op == "output" and n.name in bound for n in module.nodes):
-        return example_text(module.example_sizes)
+    if bound and any(n.op == "output" and n.name in bound for n in module.nodes):
+        return dict(module.example_sizes)
+    ones = fixed_ones(module)
+    if ones and shows_any(module.outputs, ones.values()):
+        return ones
     return None
+
+
+def fixed_ones(module: ModuleResult) -> dict[str, int]:
+    """The dimension names of the class's inputs whose example size is 0 or 1 (``B=1``):
+    torch makes such sizes numbers from the start, so the shapes show ``1`` wherever the
+    name goes (``[1, 1000]`` for ``[B, 1000]``)."""
+    return {name: size for name, size in module.input_sizes.items() if size in (0, 1)}
+
+
+def ones_note(ones: Mapping[str, int], *, short: bool = False) -> str:
+    """What a hover says of :func:`fixed_ones`: ``B = 1 in the example: torch fixes sizes
+    0 and 1, so a 1 shown may be B (an example of 2 or more keeps the name)``; ``short``:
+    ``B = 1 in the example: a 1 shown may be B``."""
+    held = ", ".join(f"{k} = {v}" for k, v in ones.items())
+    sizes = " or ".join(sorted({str(v) for v in ones.values()}))
+    names = " or ".join(ones)
+    if short:
+        return f"{held} in the example: a {sizes} shown may be {names}"
+    return (
+        f"{held} in the example: torch fixes sizes 0 and 1, so a {sizes} shown may be "
+        f"{names} (an example of 2 or more keeps the name)"
+    )
+
+
+def shows_any(values: Sequence[Value], numbers: Collection[int]) -> bool:
+    """Whether a shape among ``values`` has a dimension that is one of ``numbers``."""
+    for value in values:
+        for dim in value.shape or ():
+            if type(dim) is int and dim in numbers:
+                return True
+    return False
 
 
 def compile_text(check: CompileCheck | None) -> str | None:

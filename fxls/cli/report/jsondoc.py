@@ -118,7 +118,7 @@ def to_json(
                     for i in m.inputs
                 ],
                 "outputs": [_json_value(v) for v in m.outputs],
-                "holds_for": dict(m.example_sizes) if render.outputs_hold_for(m) else None,
+                "holds_for": render.outputs_held_sizes(m),
                 "nodes": nodes,
                 "diagnostics": [_json_diag(d) for d in sorted(own, key=_pos)],
                 "passes": [_json_pass(p) for p in m.passes],

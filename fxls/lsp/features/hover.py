@@ -25,15 +25,18 @@ from fxls.engine.render import (
     example_text,
     executions,
     fallback_text,
+    fixed_ones,
     inner_module_calls,
     module_summary,
     name_pattern,
+    ones_note,
     others_text,
     outputs_hold_for,
     parse_expression,
     plural,
     runs_across,
     short_target,
+    shows_any,
     span_text,
     truncate,
     unpacked_text,
@@ -566,6 +569,18 @@ def _notes_shown(notes: Sequence[str]) -> list[str]:
     return shown
 
 
+def _output_row(module: ModuleResult, ones: dict[str, int]) -> str:
+    """``[4, 8] float32 (holds for B = 2 only)`` (the outputs differ at other sizes), or
+    ``[1, 10] float32 (holds for B = 1)`` (a name given as 1 may be in them)."""
+    held = outputs_hold_for(module)
+    output = values_text(module.outputs)
+    if held is None:
+        return output
+    if not (ones and held == example_text(ones)):
+        held += " only"
+    return f"{output} ({held})"
+
+
 def class_summary(
     module: ModuleResult, *, isolation: Sequence[str] = (), duration_s: float | None = None
 ) -> ClassSummary:
@@ -586,17 +601,17 @@ def class_summary(
     for given in module.inputs:
         shown = f"{values_text([given.value])} ({input_origin(module, given)})"
         rows.append((f"input {given.name}", shown))
+    ones = fixed_ones(module)
     if module.outputs:
-        held = outputs_hold_for(module)
-        output = values_text(module.outputs)
-        rows.append(("output", output if held is None else f"{output} ({held} only)"))
+        rows.append(("output", _output_row(module, ones)))
     for line in construction_text(module):
         rows.append(("built", line))
     capture = strategy_label(module.strategy)
     if module.build:
         capture += f", built on {module.build}"
     rows.append(("capture", capture))
-    rows.extend(("note", note) for note in _notes_shown(module.notes))
+    notes = [ones_note(ones)] if ones and shows_any(module.outputs, ones.values()) else []
+    rows.extend(("note", note) for note in _notes_shown(notes + module.notes))
     rows.extend(compile_rows(module))
     if isolation:
         rows.append(("isolation", ", ".join(isolation)))
@@ -749,7 +764,11 @@ def _shown(view: CallView) -> tuple[str, tuple[str, ...]]:
 
 
 def _mark_examples(view: CallView, nodes: Sequence[NodeInfo], module: ModuleResult) -> None:
-    """Values that hold for the example sizes only say so (``holds for B = 2``)."""
+    """Values that hold for the example sizes only say so (``holds for B = 2``), and values
+    that show a number a name of size 0 or 1 may stand for say that (``fixed_ones``)."""
+    ones = fixed_ones(module)
+    if ones and any(shows_any(n.outputs, ones.values()) for n in nodes):
+        view.notes.insert(0, ones_note(ones, short=True))
     if not module.example_nodes:
         return
     bound = set(module.example_nodes)

@@ -236,6 +236,35 @@ def test_what_depends_on_the_example_size_is_said_in_hovers_hints_and_the_lens()
     assert "[4, 8] float32 (holds for B = 2 only)" in summary
 
 
+BATCH_OF_ONE = "batch_of_one.py"
+
+
+def test_a_name_given_as_one_is_said_wherever_a_one_may_stand_for_it() -> None:
+    """``# fxls: x = (B=1, ...)``: the shapes print 1 where ``B`` goes (torch makes sizes 0
+    and 1 numbers), and an eager run at B = 2 shows that 1 was ``B``. The lens, the class
+    hover and a call's hover say so; a class whose names are 2 or more, none of it."""
+    from fxls.lsp.features.code_lens import lens_title
+
+    mods = _capture(BATCH_OF_ONE)
+    one, named = mods["Classifier"], mods["Named"]
+    assert one.input_sizes == {"B": 1} and one.outputs[0].shape == [1, 10]
+    fixture = _load(BATCH_OF_ONE)
+    out, _ = _eager(BATCH_OF_ONE, _build(fixture, "Classifier"), torch.zeros(2, 3, 8, 8))
+    assert list(out.shape) == [2, 10]  # the 1 shown was B: the note is needed
+    assert "[B, 3, 8, 8] → [1, 10] (holds for B = 1)" in lens_title(one)
+    summary = hover.class_markdown(one)
+    assert "[1, 10] float32 (holds for B = 1)" in summary and "only" not in summary
+    assert "torch fixes sizes 0 and 1, so a 1 shown may be B" in summary
+    lines = _lines(BATCH_OF_ONE)
+    line = _line(BATCH_OF_ONE, "return self.head(pooled)")
+    text = hover.hover_text(list(mods.values()), lines, line, lines[line - 1].index("head") + 1)
+    assert text is not None and "B = 1 in the example: a 1 shown may be B" in text.markdown
+    # B = 2: the shapes keep the name; the 1 of ``keepdim`` is no name's
+    assert named.outputs[0].shape == ["B", 4, 1, 1]
+    assert "holds for" not in lens_title(named)
+    assert "shown may be" not in hover.class_markdown(named)
+
+
 # ---------------------------------------------------------------------------------------
 # 2. A helper that returns its argument
 # ---------------------------------------------------------------------------------------

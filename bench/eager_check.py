@@ -288,7 +288,9 @@ def module_root(path: Path) -> str | None:
 async def check_file(client: WorkerClient, path: Path) -> dict[str, Any]:
     text = path.read_text(encoding="utf-8")
     options = EngineOptions(limits=Limits(timeout_s=300, cpu_s=300, memory_mb=8192))
-    request = AnalysisRequest(str(path), text, import_root=str(path.parent))
+    # a package's file runs from the folder its package is in: a module named as its
+    # package (``x_transformers/x_transformers.py``) would shadow the package from its own one
+    request = AnalysisRequest(str(path), text, import_root=module_root(path) or str(path.parent))
     analysis = await analyze(client, request, options=options)
     modules = [m for m in analysis.modules if m.status in ("traced", "partial")]
     job = capture_job(str(path), text, build_requests(parse(text).classes), options)

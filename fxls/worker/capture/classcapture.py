@@ -1089,10 +1089,14 @@ class ClassCapture:
                 reason = f"{self.hints['frames']} frames of image size {spatial} of the build"
             return inputs.PlannedInput(name, "tensor", dims, assumed=True, reason=reason)
         planned = self._plain_value(name, plan) or inputs.per_sample(name, plan.symbols)
+        if planned is None and self.module is not None:
+            planned = inputs.rotary_positions(name, self.module, plan.symbols)
         if planned is None:
             planned = self._normalized(name, plan)
         if planned is None and node is not None:
             planned = inputs.infer_downstream(graph_owner, node, plan.symbols, spatial)
+        if planned is None and node is not None:
+            planned = inputs.meets_parameter(graph_owner, node, plan.symbols)
         return planned
 
     def _from_build(

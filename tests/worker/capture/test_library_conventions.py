@@ -1423,6 +1423,95 @@ def test_a_normalization_class_of_the_file_takes_the_width_it_normalizes() -> No
     assert _shape(norm) == ["B", "T", 64]
 
 
+PARAMETERS_OF_ITS_OWN = """
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.scale = dim ** 0.5
+        self.g = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        gamma = self.g + 0.0
+        return F.normalize(x, dim=-1) * self.scale * gamma
+
+
+class DynamicTanh(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.tensor(0.5))
+        self.gamma = nn.Parameter(torch.ones(dim))
+        self.beta = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        return (x * self.alpha).tanh() * self.gamma + self.beta
+
+
+class MixHeads(nn.Module):
+    def __init__(self, heads=4):
+        super().__init__()
+        self.mix = nn.Parameter(torch.ones(heads, heads))
+
+    def forward(self, x):
+        return x * self.mix
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        self.register_buffer("inv_freq", inv_freq)
+
+    def forward(self, t):
+        freqs = torch.einsum("i , j -> i j", t.type_as(self.inv_freq), self.inv_freq)
+        return torch.cat((freqs, freqs), dim=-1)
+
+
+class Rotate(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        self.register_buffer("inv_freq", inv_freq)
+
+    def forward(self, x):
+        return x.flip(-1)
+"""
+
+
+def test_a_class_with_parameters_of_its_own_takes_their_width() -> None:
+    """lucidrains-style layers with no submodule the input reaches: an ``RMSNorm`` scaled by
+    ``self.g``, a ``DynamicTanh`` with ``gamma`` and ``beta`` (after a scalar ``alpha``)
+    take vectors of their parameters' width, ``[B, T, 64]`` (they got FX402); a parameter
+    of two dimensions tells nothing (``MixHeads`` keeps FX402). A rotary embedding's ``t``
+    is a position each, ``[T]`` int64, for its ``inv_freq`` (a ``forward(self, x)`` is not
+    taken for positions). As eager runs at two sizes give."""
+    found = _capture(
+        PARAMETERS_OF_ITS_OWN, "RMSNorm", "DynamicTanh", "MixHeads", "RotaryEmbedding", "Rotate"
+    )
+    for name in ("RMSNorm", "DynamicTanh"):
+        mod = found[name]
+        assert [i.value.shape for i in mod.inputs] == [["B", "T", 64]], mod.diagnostics
+        assert [d.code for d in mod.diagnostics if d.code in ("FX402", "FX405")] == ["FX405"]
+        assert _shape(mod) == ["B", "T", 64]
+    assert "FX402" in [d.code for d in found["MixHeads"].diagnostics]
+    rotary = found["RotaryEmbedding"]
+    assert [(i.value.shape, i.value.dtype) for i in rotary.inputs] == [(["T"], "int64")]
+    assert _shape(rotary) == ["T", 64]
+    assert "FX402" in [d.code for d in found["Rotate"].diagnostics]
+    import torch
+
+    namespace: dict[str, object] = {}
+    exec(HEADER + PARAMETERS_OF_ITS_OWN, namespace)  # the test's own source
+    for length in (5, 9):  # what eager makes of the inputs fxls assumed
+        x = torch.randn(3, length, 64)
+        assert namespace["RMSNorm"](64)(x).shape == (3, length, 64)  # type: ignore[operator]
+        assert namespace["DynamicTanh"](64)(x).shape == (3, length, 64)  # type: ignore[operator]
+        t = torch.arange(length)
+        assert namespace["RotaryEmbedding"](64)(t).shape == (length, 64)  # type: ignore[operator]
+
+
 NONE_FED_TO_A_LAYER = """
 class AdaLayerNormZeroSingle(nn.Module):
     def __init__(self, embedding_dim=64):

@@ -501,6 +501,93 @@ def _layers_reached(
             frontier.append(user)
 
 
+_ELEMENTWISE = frozenset({"add", "sub", "mul", "truediv", "div", "radd", "rsub", "rmul"})
+_WIDTH_KEEPING = _SAME_SHAPE_CALLS | {"normalize", "erf", "exp", "sin", "cos", "neg", "abs",
+                                      "softplus", "rsqrt", "sqrt", "square"}  # fmt: skip
+"""What keeps a tensor's last dimension on the way to the parameter it meets."""
+
+
+def meets_parameter(
+    root: nn.Module, placeholder: torch.fx.Node, symbols: Symbols
+) -> PlannedInput | None:
+    """``[B, T, width]`` for an input that reaches, through calls that keep its shape
+    (``F.normalize(x, dim=-1)``, an activation, arithmetic with numbers), an elementwise
+    operation with a parameter of one dimension (``self.g``, ``self.gamma + 1``): a
+    normalization or scale written with its own parameters (``x * gamma + beta``) takes
+    vectors of the parameter's width. None when it meets none (or one of another rank)."""
+    frontier = [placeholder]
+    seen: set[torch.fx.Node] = set()
+    while frontier and len(seen) < MAX_DOWNSTREAM:
+        node = frontier.pop(0)
+        for user in node.users:
+            if user in seen or user.op not in ("call_function", "call_method"):
+                continue
+            seen.add(user)
+            name = _call_name(user)
+            if name in _ELEMENTWISE:
+                others = [a for a in user.args if isinstance(a, torch.fx.Node) and a is not node]
+                width = _parameter_width(root, others[0], 0) if len(others) == 1 else None
+                if width is not None:
+                    target = _parameter_of(others[0], 0)
+                    dims: list[tuple[str | None, int]] = [
+                        (BATCH, symbols.size(BATCH)), (SEQUENCE, symbols.size(SEQUENCE))
+                    ]  # fmt: skip
+                    why = f"`{target}`, a parameter of {width} it meets in `{user.name}`"
+                    return PlannedInput(
+                        str(placeholder.target), "tensor", [*dims, (None, width)],
+                        assumed=True, reason=why,
+                    )  # fmt: skip
+            if name in _WIDTH_KEEPING and (user.args[:1] == (node,) or name in _ELEMENTWISE):
+                frontier.append(user)
+    return None
+
+
+def _parameter_of(node: torch.fx.Node, depth: int) -> str | None:
+    """The target of the one ``get_attr`` a value is computed from with numbers only
+    (``self.gamma + 1.0``); None for anything else."""
+    if node.op == "get_attr":
+        return str(node.target)
+    if depth > 3 or node.op not in ("call_function", "call_method"):
+        return None
+    if _call_name(node) not in _ELEMENTWISE | {"float", "type_as", "to"}:
+        return None
+    inputs = node.all_input_nodes
+    return _parameter_of(inputs[0], depth + 1) if len(inputs) == 1 else None
+
+
+def _parameter_width(root: nn.Module, node: torch.fx.Node, depth: int) -> int | None:
+    """The size of the one dimension of the parameter (or buffer) ``node`` is computed from
+    with numbers only (:func:`_parameter_of`), when it has one dimension of at least 2."""
+    target = _parameter_of(node, depth)
+    if target is None:
+        return None
+    owner, _, attr = target.rpartition(".")
+    try:
+        value = getattr(root.get_submodule(owner) if owner else root, attr)
+    except AttributeError:
+        return None
+    if not isinstance(value, torch.Tensor) or value.dim() != 1 or value.shape[0] < 2:
+        return None
+    return int(value.shape[0])
+
+
+POSITION_NAMES = frozenset({"t", "pos", "positions", "seq", "seq_pos", "pos_ids"})
+"""Names a rotary embedding's ``forward`` gives the positions it makes angles for."""
+
+
+def rotary_positions(name: str, module: nn.Module, symbols: Symbols) -> PlannedInput | None:
+    """``[T]`` int64 for the positions a rotary embedding takes (``forward(self, t)`` of a
+    class with a 1-D ``inv_freq``: ``einsum('i , j -> i j', t.type_as(self.inv_freq),
+    self.inv_freq)``), when its input has a name such positions have
+    (:data:`POSITION_NAMES`); None otherwise."""
+    freqs = getattr(module, "inv_freq", None)
+    if name not in POSITION_NAMES or not isinstance(freqs, torch.Tensor) or freqs.dim() != 1:
+        return None
+    why = f"a position each, for the rotary frequencies `inv_freq` ({freqs.shape[0]})"
+    dims: list[tuple[str | None, int]] = [(SEQUENCE, symbols.size(SEQUENCE))]
+    return PlannedInput(name, "tensor", dims, torch.int64, assumed=True, reason=why)
+
+
 def _call_name(node: torch.fx.Node) -> str:
     """``mul`` for ``operator.mul``, ``x.mul(...)`` and ``x.mul_(...)``."""
     target = node.target

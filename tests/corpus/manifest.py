@@ -423,10 +423,6 @@ _ENTRIES: list[Entry] = [
         Input("x", "B=2, 16"),
         fx_error="TraceError",
         fx_at="FX101",
-        capture_xfail=(
-            "`if x.sum() > 0:` depends on tensor values: torch.fx cannot trace it and the "
-            "fake-tensor fallback cannot decide it either (data-dependent), so no shapes"
-        ),
     ),
     _e("FeatureList", "misc.py", "dim=16", Input("x", "B=2, 16"), diagnostics=("FX108",)),
     _e(

@@ -69,7 +69,7 @@ from fxls.worker.capture.spans import (
     find_function,
     short_source,
 )
-from fxls.worker.capture.trace import decided, fakerun, graphcheck, reuse, strategies
+from fxls.worker.capture.trace import branches, decided, fakerun, graphcheck, reuse, strategies
 from fxls.worker.capture.trace.tracer import SpanTracer, as_called, graph_module
 
 PhaseReporter = Callable[[Phase, "str | None"], None]
@@ -174,13 +174,22 @@ def _runs_as_traced(concrete: Mapping[str, Any], feeds: Sequence[shapes.ExampleI
 
 
 def _unused_in_run(
-    gm: torch.fx.GraphModule, run: fakerun.FakeRun, source: SourceText, path: str
+    gm: torch.fx.GraphModule,
+    run: fakerun.FakeRun,
+    source: SourceText,
+    path: str,
+    asked: Sequence[Any] = (),
 ) -> list[catalogue.Message]:
-    """FX302 hints of a fake run that recorded everything up to its result."""
+    """FX302 hints of a fake run that recorded everything up to its result; a node whose
+    tensor a Python condition asked the truth of (``asked``) is used."""
     output = next((n for n in gm.graph.nodes if n.op == "output"), None)
     if output is None or not _recorded_to_the_end(output):
         return []
-    return graphcheck.unused(gm.graph, source, path, _passed_on(gm, run.examples))
+    used = _passed_on(gm, run.examples)
+    if asked:
+        ids = {id(t) for t in asked}
+        used |= {name for name, value in run.examples.items() if id(value) in ids}
+    return graphcheck.unused(gm.graph, source, path, used)
 
 
 def _recorded_to_the_end(output: torch.fx.Node) -> bool:
@@ -1833,20 +1842,8 @@ class ClassCapture:
             return
         ordered = [p for p in found if p is not None]
         watches = parents.Watches(module, self._children_watched(module, traced))
-
-        def fake_run(feeds: Sequence[shapes.ExampleInput], symbolic: bool) -> fakerun.FakeRun:
-            return watches.run(
-                symbolic,
-                lambda watch: fakerun.fake_run(
-                    module,
-                    [replace(p) for p in feeds],
-                    doc.path,
-                    symbolic=symbolic,
-                    leaf_classes=traced.leaves,
-                    source=doc.job.source,
-                    watch=watch,
-                ),
-            )
+        taken = branches.Branches()
+        fake_run = self._fake_runner(module, traced, watches, taken)
 
         static_note = ""
         started = time.process_time()
@@ -1883,6 +1880,7 @@ class ClassCapture:
         elif static_note:
             self.note(f"{static_note}; the shapes are for the example sizes")
         assign_ast_spans(gm.graph, self.forward_def, doc.source)
+        self._report_branches(run)
         mod.nodes = [
             node_info(gm, node, values, run.examples, rename=run.rename) for node in gm.graph.nodes
         ]
@@ -1895,7 +1893,7 @@ class ClassCapture:
             mod.status = "traced"  # every node has its shapes; the strategy says fake-run
             mod.error = None
             mod.diagnostics.extend(
-                d.diagnostic() for d in _unused_in_run(gm, run, doc.source, doc.path)
+                d.diagnostic() for d in _unused_in_run(gm, run, doc.source, doc.path, run.asked)
             )
             self.note(
                 "torch.fx could not trace `forward`; its nodes and shapes come from running it "
@@ -1942,6 +1940,74 @@ class ClassCapture:
             if (found.code, found.span) not in said:
                 self.diagnose(found)
             return
+
+    def _fake_runner(
+        self,
+        module: nn.Module,
+        traced: Traced,
+        watches: parents.Watches,
+        taken: branches.Branches,
+    ) -> Callable[[Sequence[shapes.ExampleInput], bool], fakerun.FakeRun]:
+        """A run of ``module``'s ``forward`` on fake tensors of given inputs (symbolic or
+        not), watched, that takes a condition on tensor values it stops at one way and runs
+        again (``taken``: the same way in every run)."""
+        doc = self.doc
+
+        def fake_run(feeds: Sequence[shapes.ExampleInput], symbolic: bool) -> fakerun.FakeRun:
+            def once() -> fakerun.FakeRun:
+                return watches.run(
+                    symbolic,
+                    lambda watch: fakerun.fake_run(
+                        module,
+                        [replace(p) for p in feeds],
+                        doc.path,
+                        symbolic=symbolic,
+                        leaf_classes=traced.leaves,
+                        source=doc.job.source,
+                        hooks=fakerun.Hooks(watch, taken),
+                    ),
+                )
+
+            run = once()
+            while run.error is not None and taken.again():  # a condition on values: take it
+                run = once()
+            return run
+
+        return fake_run
+
+    def _report_branches(self, run: fakerun.FakeRun) -> None:
+        """Each condition on tensor values the run took one way (:mod:`branches`): FX101 at
+        it says the value taken (the one a failed trace left there, else a new one), and a
+        note names them, by the expression whose truth was taken (``padding_mask.any()``)."""
+        doc = self.doc
+        by_id = {id(value): name for name, value in run.examples.items()}
+        texts = []
+        for decision, tensor in run.decided:
+            span = doc.source.code_span(*decision.site) if decision.filename == doc.path else None
+            if span is None:  # in code of another file (a library's module)
+                texts.append(f"a condition at line {decision.frame_line} of another file")
+                continue
+            asked = run.spans.get(by_id.get(id(tensor), ""), (None, None))[0]
+            text = short_source(doc.source.text(asked if asked is not None else span))
+            texts.append(f"`{text}` as `{decision.value}`")
+            diag = next(
+                (d for d in self.mod.diagnostics if d.code == "FX101" and d.span.line == span.line),
+                None,
+            )
+            if diag is None:
+                diag = _decided_diagnostic(decided.Decision(None, decision.value, span), span, text)
+                self.diagnose(diag)
+            diag.data.update(taken=f"`{text}`", value=decision.value)  # not a trace repair
+            how = (
+                f"fxls ran `forward` on fake tensors taking `{text}` as `{decision.value}` (fake "
+                "tensors have no values): the shapes after it are those of that branch."
+            )
+            diag.fix = f"{how} {diag.fix}" if diag.fix else how
+        if texts:
+            self.note(
+                "conditions on tensor values were taken one way to run `forward` on fake tensors "
+                f"(an `assert` as holding, any other as false): {', '.join(texts)}"
+            )
 
     def _fake_run_stopped(self, run: fakerun.FakeRun) -> None:
         """A fake run that ended before ``forward`` returned: the nodes before are shown, and

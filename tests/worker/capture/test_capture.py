@@ -1170,7 +1170,8 @@ def test_a_helper_given_a_length_is_given_a_number() -> None:
     # A rotary helper's `forward(self, seq_len)` and an ALiBi bias's `forward(self, i, j)`
     # take lengths: `torch.arange(seq_len)`. fxls had nothing to go on (FX402, no shapes); a
     # parameter used only as a size is now the sequence's example size, assumed and said so.
-    # `Positions` also uses its `t` as a tensor (`t.float()`), so it is still asked for.
+    # `Positions` also uses its `t` as a tensor (`t.float()`), so it is not a number: beside
+    # its `inv_freq` it is the positions of a rotary embedding, `[T]` int64.
     text = _text("length_inputs.py")
     result = _capture(
         "length_inputs.py",
@@ -1194,7 +1195,13 @@ def test_a_helper_given_a_length_is_given_a_number() -> None:
     assert set(sizes) == {"i", "j"} and all(i.assumed for i in alibi.inputs), alibi.inputs
     eager = module.AlibiBias()(sizes["i"], sizes["j"])
     assert [o.shape for o in alibi.outputs] == [list(eager.shape)], alibi.outputs
-    assert [d.code for d in positions.diagnostics if d.code in ("FX402", "FX405")] == ["FX402"]
+    assert [d.code for d in positions.diagnostics if d.code in ("FX402", "FX405")] == ["FX405"]
+    (t,) = positions.inputs
+    assert (t.value.shape, t.value.dtype, t.assumed) == (["T"], "int64", True), t
+    length = 7
+    eager_positions = module.Positions()(torch.arange(length))
+    assert positions.outputs[0].shape == ["T", *eager_positions.shape[1:]]
+    assert eager_positions.shape[0] == length
 
 
 def test_an_assert_on_a_length_gives_the_length_to_try() -> None:

@@ -86,7 +86,9 @@ def test_size_and_value_checks_are_not_decided() -> None:
         mod = _capture(name, [x])
         assert "decided" not in strategy_label(mod.strategy), name
         (check,) = [d for d in mod.diagnostics if d.code == "FX101"]
-        assert source in check.message and "value" not in check.data
+        assert source in check.message and "decided" not in check.data
+        # the value check is taken one way by the run on fake tensors instead (``branches``)
+        assert ("taken" in check.data) == (name == "ValueCheck"), check.data
 
 
 def test_len_of_a_shape_is_decided_as_the_rank() -> None:
@@ -129,7 +131,7 @@ def test_only_the_inputs_a_check_reads_are_inferred_before_the_trace_ends() -> N
 
 
 def test_a_check_on_an_input_fxls_cannot_infer_says_to_declare_it() -> None:
-    mod = _capture("Positions")
+    mod = _capture("Angles")
     (check,) = [d for d in mod.diagnostics if d.code == "FX101"]
     assert check.span.line == _line("if t.ndim == 1")
     assert check.data["arg"] == "t" and check.data["declare"] == "(B,) int64"
@@ -139,9 +141,14 @@ def test_a_check_on_an_input_fxls_cannot_infer_says_to_declare_it() -> None:
     )
     # declared, the check is decided and the class traced
     positions = InputSpec("t", dims=[DimSpec("B"), DimSpec("T")], dtype="int64")
-    mod = _capture("Positions", [positions])
+    mod = _capture("Angles", [positions])
     assert mod.status == "traced" and strategy_label(mod.strategy) == "fx+decided"
     assert [o.shape for o in mod.outputs] == [["B", "T", 4]]
+    # beside an ``inv_freq``, ``t`` is a rotary embedding's positions, ``[T]``: decided so
+    mod = _capture("Positions")
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx+decided"
+    assert [i.value.shape for i in mod.inputs] == [["T"]]
+    assert [o.shape for o in mod.outputs] == [[1, "T", 4]]
 
 
 def test_len_of_a_tensor_is_not_decided() -> None:

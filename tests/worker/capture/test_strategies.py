@@ -317,19 +317,36 @@ def test_untraceable_root_gets_nodes_from_a_fake_run(
             assert model(torch.randn(B, length, 6)).shape == (B, length // 2, 4)
 
 
-def test_data_dependent_branch_keeps_what_ran_before_it(modules: dict[str, ModuleResult]) -> None:
+def test_a_data_dependent_branch_is_taken_one_way_and_said(
+    modules: dict[str, ModuleResult], fixture_module: ModuleType
+) -> None:
+    """``if h.sum() > 0:`` stops torch.fx and a run on fake tensors (no values): the run takes
+    the condition as false, goes on to ``return -h``, and says so at the condition (FX101,
+    information: worked around) and in a note. Eager with values that take that branch gives
+    the same output."""
     mod = modules["SignGate"]
-    assert mod.status == "failed" and strategy_label(mod.strategy) == "fake-run"
-    assert mod.outputs == [] and mod.error is not None
-    assert _errors(mod) == [] and _warnings(mod) == ["FX101"]
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fake-run"
+    assert [o.shape for o in mod.outputs] == [["B", 6]] and mod.error is None
+    assert _errors(mod) == [] and _warnings(mod) == []
     after = "class SignGate("
+    (fx101,) = [d for d in mod.diagnostics if d.code == "FX101"]
+    assert fx101.severity == "information" and fx101.span.line == _line("h.sum() > 0", after)
+    assert fx101.data.get("value") is False
+    assert "taking `h.sum() > 0` as `False`" in (fx101.fix or "")
     targets = [n.target for n in mod.nodes if n.op != "placeholder"]
-    assert targets[:2] == ["fc", "sum"] and "output" not in targets
+    assert targets[:2] == ["fc", "sum"] and "output" in targets
     (fc,) = [n for n in mod.nodes if n.target == "fc"]
     assert fc.span == _span("self.fc(x)", after) and fc.outputs[0].shape == ["B", 6]
-    # no FX302 on a run without an output node
-    assert "FX302" not in [d.code for d in mod.diagnostics]
-    assert any(f"line {_line('h.sum() > 0')}" in note for note in mod.notes)
+    assert "FX302" not in [d.code for d in mod.diagnostics]  # the comparison was used
+    assert any("`h.sum() > 0` as `False`" in note for note in mod.notes), mod.notes
+    torch.manual_seed(0)
+    model = fixture_module.SignGate().eval()
+    with torch.no_grad():
+        for batch in (2, 5):
+            x = torch.zeros(batch, 6)
+            model.fc.bias.fill_(-1.0)  # h.sum() < 0: the branch fxls took
+            assert not model.fc(x).sum() > 0
+            assert model(x).shape == (batch, 6)
 
 
 # ---------------------------------------------------------------------------------------

@@ -203,7 +203,12 @@ def record(
         watch = FirstCalls(parent, wanted, stop=True)
         try:
             made = fakerun.fake_run(
-                parent, feeds, how.path, symbolic=how.symbolic, source=how.source, watch=watch
+                parent,
+                feeds,
+                how.path,
+                symbolic=how.symbolic,
+                source=how.source,
+                hooks=fakerun.Hooks(watch),
             )
         except Exception:  # recording is a bonus: the classes fall back to their own recipes
             return watch.recorded(wanted, parent, parent_expr), {}

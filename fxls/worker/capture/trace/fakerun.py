@@ -73,10 +73,12 @@ from fxls.worker.capture.spans import (
     element_span,
     method_codes,
 )
+from fxls.worker.capture.trace.branches import TENSOR_BOOL, Branches, Decision
 
 __all__ = [
     "NOT_AGAIN",
     "FakeRun",
+    "Hooks",
     "Watch",
     "fake_run",
     "fixed_sizes",
@@ -125,6 +127,18 @@ Watch = Callable[[torch.nn.Module, tuple[Any, ...], dict[str, Any], Any], bool]
 """``watch(submodule, args, kwargs, namer) -> stop?``: sees every submodule call of a run."""
 
 
+@dataclass
+class Hooks:
+    """What watches a run of :func:`fake_run`."""
+
+    watch: Watch | None = None
+    """Sees every submodule call (with the namer of the run's dimension names) and may stop
+    the run by returning True; the run then ends without ``error``."""
+    branches: Branches | None = None
+    """Takes conditions on tensor values one way (:mod:`branches`); without it, ``bool()`` of
+    a fake tensor raises as torch makes it."""
+
+
 class Enough(Exception):
     """Raised by a watch that has seen what it wanted: the run stops there, without error."""
 
@@ -159,6 +173,11 @@ class FakeRun:
     guards: list[Any] = field(default_factory=list)
     """The expressions in named dimensions the run required to equal a number (sympy; the
     side that is not a number): ``TruncToInt(0.5*T)`` of ``int(x.size(1) * 0.5)``."""
+    decided: list[tuple[Decision, Any]] = field(default_factory=list)
+    """The conditions on tensor values this run took one way (``Hooks.branches``), each with
+    the tensor whose truth it took."""
+    asked: list[Any] = field(default_factory=list)
+    """The tensors whose truth this run asked (what computed them is used)."""
 
     def rename(self, text: str) -> str:
         """Raw symbols in a text (``s26*s49`` in an argument) -> the user's names (``B*T``)."""
@@ -285,6 +304,8 @@ class _Recorder:
         self._anonymous = 0
         self.watch: Watch | None = None
         """Called before each submodule call; True stops the run (``Enough``)."""
+        self.branches: Branches | None = None
+        """Conditions on tensor values taken one way (``bool()`` of a fake tensor)."""
 
     # -- objects -> nodes ---------------------------------------------------------------
 
@@ -482,6 +503,10 @@ class _Mode(TorchFunctionMode):
     ) -> Any:
         kwargs = kwargs or {}
         rec = self.recorder
+        if rec.branches is not None and func in (TENSOR_BOOL, torch._assert):
+            if func is TENSOR_BOOL:
+                return rec.branches.bool_of(func, args, kwargs, sys._getframe(1))
+            return rec.branches.assertion(args, kwargs, sys._getframe(1))
         if rec.suppress:
             return func(*args, **kwargs)
         spans = rec.spans.of_stack(sys._getframe(1))
@@ -718,7 +743,7 @@ def fake_run(
     symbolic: bool = True,
     leaf_classes: Iterable[str] = (),
     source: str | None = None,
-    watch: Watch | None = None,
+    hooks: Hooks | None = None,
 ) -> FakeRun:
     """Run ``module`` on fake tensors and record what ran into an FX graph.
 
@@ -731,8 +756,7 @@ def fake_run(
         symbolic: keep named dims symbolic; False uses static fake tensors.
         leaf_classes: names of user classes recorded as one ``call_module`` node.
         source: the document text; read from ``linecache`` when omitted.
-        watch: sees every submodule call (with the namer of the run's dimension names) and
-            may stop the run by returning True; the run then ends without ``error``.
+        hooks: what watches the run (:class:`Hooks`).
 
     Returns:
         A :class:`FakeRun`. When ``forward`` raises, ``error`` is set and the graph has the nodes
@@ -751,7 +775,10 @@ def fake_run(
     spans.root_codes = method_codes(type(module), path)
     recorder = _Recorder(spans, list(leaf_classes))
     recorder.root = module
-    recorder.watch = watch
+    recorder.watch = hooks.watch if hooks is not None else None
+    recorder.branches = branches = hooks.branches if hooks is not None else None
+    if branches is not None:
+        branches.start()
     use_symbols = symbolic and _has_names(inputs)
     shape_env = ShapeEnv() if use_symbols else None
     fake_mode = shapes.new_fake_mode(shape_env)
@@ -812,6 +839,8 @@ def fake_run(
         mode="symbolic" if use_symbols else "fake",
         specialized=specialized,
         guards=guards,
+        decided=[(d, d.tensor) for d in branches.used] if branches is not None else [],
+        asked=list(branches.asked) if branches is not None else [],
     )
 
 

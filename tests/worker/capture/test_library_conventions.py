@@ -1469,6 +1469,15 @@ class RotaryEmbedding(nn.Module):
         return torch.cat((freqs, freqs), dim=-1)
 
 
+class LearnedRotary(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.freqs = nn.Parameter(torch.ones(dim // 2))
+
+    def forward(self, t):
+        return torch.einsum("..., f -> ... f", t.float(), self.freqs)
+
+
 class Rotate(nn.Module):
     def __init__(self, dim):
         super().__init__()
@@ -1488,7 +1497,8 @@ def test_a_class_with_parameters_of_its_own_takes_their_width() -> None:
     is a position each, ``[T]`` int64, for its ``inv_freq`` (a ``forward(self, x)`` is not
     taken for positions). As eager runs at two sizes give."""
     found = _capture(
-        PARAMETERS_OF_ITS_OWN, "RMSNorm", "DynamicTanh", "MixHeads", "RotaryEmbedding", "Rotate"
+        PARAMETERS_OF_ITS_OWN,
+        *("RMSNorm", "DynamicTanh", "MixHeads", "RotaryEmbedding", "LearnedRotary", "Rotate"),
     )
     for name in ("RMSNorm", "DynamicTanh"):
         mod = found[name]
@@ -1499,6 +1509,8 @@ def test_a_class_with_parameters_of_its_own_takes_their_width() -> None:
     rotary = found["RotaryEmbedding"]
     assert [(i.value.shape, i.value.dtype) for i in rotary.inputs] == [(["T"], "int64")]
     assert _shape(rotary) == ["T", 64]
+    learned = found["LearnedRotary"]  # rotary-embedding-torch keeps them in ``freqs``
+    assert [i.value.shape for i in learned.inputs] == [["T"]] and _shape(learned) == ["T", 32]
     assert "FX402" in [d.code for d in found["Rotate"].diagnostics]
     import torch
 
@@ -1510,6 +1522,7 @@ def test_a_class_with_parameters_of_its_own_takes_their_width() -> None:
         assert namespace["DynamicTanh"](64)(x).shape == (3, length, 64)  # type: ignore[operator]
         t = torch.arange(length)
         assert namespace["RotaryEmbedding"](64)(t).shape == (length, 64)  # type: ignore[operator]
+        assert namespace["LearnedRotary"](64)(t).shape == (length, 32)  # type: ignore[operator]
 
 
 NONE_FED_TO_A_LAYER = """

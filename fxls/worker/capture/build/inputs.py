@@ -575,15 +575,23 @@ POSITION_NAMES = frozenset({"t", "pos", "positions", "seq", "seq_pos", "pos_ids"
 """Names a rotary embedding's ``forward`` gives the positions it makes angles for."""
 
 
+ROTARY_FREQUENCIES = ("inv_freq", "freqs")
+"""Attributes a rotary embedding keeps its frequencies in (one dimension: a frequency per
+pair of features)."""
+
+
 def rotary_positions(name: str, module: nn.Module, symbols: Symbols) -> PlannedInput | None:
     """``[T]`` int64 for the positions a rotary embedding takes (``forward(self, t)`` of a
-    class with a 1-D ``inv_freq``: ``einsum('i , j -> i j', t.type_as(self.inv_freq),
-    self.inv_freq)``), when its input has a name such positions have
-    (:data:`POSITION_NAMES`); None otherwise."""
-    freqs = getattr(module, "inv_freq", None)
-    if name not in POSITION_NAMES or not isinstance(freqs, torch.Tensor) or freqs.dim() != 1:
+    class with a 1-D ``inv_freq`` or ``freqs``: ``einsum('i , j -> i j',
+    t.type_as(self.inv_freq), self.inv_freq)``), when its input has a name such positions
+    have (:data:`POSITION_NAMES`); None otherwise."""
+    if name not in POSITION_NAMES:
         return None
-    why = f"a position each, for the rotary frequencies `inv_freq` ({freqs.shape[0]})"
+    found = ((a, getattr(module, a, None)) for a in ROTARY_FREQUENCIES)
+    attr, freqs = next(((a, f) for a, f in found if isinstance(f, torch.Tensor)), ("", None))
+    if freqs is None or freqs.dim() != 1:
+        return None
+    why = f"the positions a rotary embedding takes: its `{attr}` has {freqs.shape[0]} frequencies"
     dims: list[tuple[str | None, int]] = [(SEQUENCE, symbols.size(SEQUENCE))]
     return PlannedInput(name, "tensor", dims, torch.int64, assumed=True, reason=why)
 

@@ -4,7 +4,9 @@ through the real server (``python -m fxls serve``), its worker and pytest-lsp's 
 - shapes after ``F.interpolate`` keep ``B``; shapes that hold for one batch size say so;
 - a helper that returns its argument is not shown returning a size it computed inside;
 - the residual of a block that runs in several instances shows one instance, named, with the
-  number of the others that differ.
+  number of the others that differ;
+- a batch named and given as 1 says that a 1 shown may be it;
+- a condition on tensor values is taken one way, and the diagnostic there says which.
 
 The in-process test checks the same captures against eager runs at two batch sizes.
 """
@@ -135,3 +137,32 @@ async def test_one_instance_with_the_count_of_the_others(client: LanguageClient)
     helper = _pos(text, "return F.adaptive_avg_pool2d(x, size)").line
     first = _pos(text, "coarse = pooled(y, 1)").line + 1
     assert hints[helper] == f"▸ [B, 4] · the call at line {first} · 1 of 2 calls · 1 other differs"
+
+
+async def test_a_batch_given_as_one_says_so(client: LanguageClient) -> None:
+    uri, text = await _open(client, "batch_of_one.py")
+    md = await _hover(client, uri, _pos(text, "self.head(pooled)", 6))
+    assert md.startswith("→ [1, 10] float32") and "B = 1 in the example: a 1 shown may be B" in md
+    summary = await _hover(client, uri, _pos(text, "class Classifier", 7))
+    assert "torch fixes sizes 0 and 1, so a 1 shown may be B" in summary
+    titles = await _lenses(client, uri)
+    assert any("[B, 3, 8, 8] → [1, 10] (holds for B = 1)" in t for t in titles), titles
+    assert any("[B, 3, 8, 8] → [B, 4, 1, 1]" in t for t in titles), titles  # B=2: the name
+
+
+async def test_a_condition_on_values_is_taken_one_way(client: LanguageClient) -> None:
+    uri, text = await _open(client, "value_branch.py")
+    line = _pos(text, "if not padding_mask.any():").line
+    hints = await _hints(client, uri, text)
+    assert hints[_pos(text, "return self.head(x)").line] == "▸ [B, T, 33]"
+    found: list[types.Diagnostic] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not found:  # the capture's own publication
+        published = [p for p in client.published if p.uri == uri]  # type: ignore[attr-defined]
+        found = [d for d in published[-1].diagnostics if d.range.start.line == line]
+        await asyncio.sleep(0.1)
+    assert [(d.code, d.severity) for d in found] == [
+        ("FX101", types.DiagnosticSeverity.Information)
+    ], found
+    md = await _hover(client, uri, _pos(text, "self.head(x)", 6))
+    assert md.startswith("→ [B, T, 33] float32"), md

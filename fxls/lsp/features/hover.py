@@ -31,7 +31,7 @@ from fxls.engine.render import (
     name_pattern,
     ones_note,
     others_text,
-    outputs_hold_for,
+    outputs_held_sizes,
     parse_expression,
     plural,
     runs_across,
@@ -572,13 +572,12 @@ def _notes_shown(notes: Sequence[str]) -> list[str]:
 def _output_row(module: ModuleResult, ones: dict[str, int]) -> str:
     """``[4, 8] float32 (holds for B = 2 only)`` (the outputs differ at other sizes), or
     ``[1, 10] float32 (holds for B = 1)`` (a name given as 1 may be in them)."""
-    held = outputs_hold_for(module)
+    sizes = outputs_held_sizes(module)
     output = values_text(module.outputs)
-    if held is None:
+    if sizes is None:
         return output
-    if not (ones and held == example_text(ones)):
-        held += " only"
-    return f"{output} ({held})"
+    only = "" if ones and sizes == ones else " only"
+    return f"{output} ({example_text(sizes)}{only})"
 
 
 def class_summary(

@@ -9,72 +9,15 @@ values take the same branch, at two sizes.
 
 from __future__ import annotations
 
-import textwrap
+from pathlib import Path
 
 import torch
 
 from fxls.protocol.model import CaptureJob, ClassRequest, ModuleResult
 from fxls.worker.capture.pipeline import run_capture
 
-SOURCE = textwrap.dedent(
-    """
-    import torch
-    from torch import nn
-
-
-    class Masked(nn.Module):
-        def __init__(self, vocab=33, dim=16, padding_idx=1):
-            super().__init__()
-            self.padding_idx = padding_idx
-            self.embed = nn.Embedding(vocab, dim, padding_idx=padding_idx)
-            self.head = nn.Linear(dim, vocab)
-
-        def forward(self, tokens):
-            padding_mask = tokens.eq(self.padding_idx)
-            x = self.embed(tokens)
-            if not padding_mask.any():
-                padding_mask = None
-            if padding_mask is not None:
-                x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
-            return self.head(x)
-
-
-    class Checked(nn.Module):
-        def __init__(self, dim=16):
-            super().__init__()
-            self.fc = nn.Linear(dim, 2 * dim)
-
-        def forward(self, x):
-            assert (x.abs() >= 0).all(), "values must be real"
-            torch._assert((x == x).all(), "no NaN")
-            if torch.isnan(x).any():
-                raise ValueError("NaN in the input")
-            while (x > 1e9).any():
-                x = x / 2
-            return self.fc(x)
-
-
-    class Converge(nn.Module):
-        def __init__(self, dim=16):
-            super().__init__()
-            self.fc = nn.Linear(dim, dim)
-
-        def forward(self, x):
-            h = self.fc(x)
-            while not (h.abs() < 1).all():
-                h = h / 2
-            return h
-
-
-    class Fine(nn.Module):
-        def __init__(self, dim=16):
-            super().__init__()
-            self.fc = nn.Linear(dim, dim)
-
-        def forward(self, x):
-            return self.fc(x)
-    """
-)
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "capture" / "value_branch.py"
+SOURCE = FIXTURE.read_text(encoding="utf-8")
 
 
 def _capture() -> dict[str, ModuleResult]:
@@ -83,16 +26,14 @@ def _capture() -> dict[str, ModuleResult]:
         ClassRequest(name, next(i for i, t in enumerate(lines, 1) if t.startswith(f"class {name}")))
         for name in ("Masked", "Checked", "Converge", "Fine")
     ]
-    result = run_capture(
-        CaptureJob(path="/virtual/branches.py", source=SOURCE, classes=requests), print
-    )
+    result = run_capture(CaptureJob(path=str(FIXTURE), source=SOURCE, classes=requests), print)
     assert result.error is None, result.error
     return {m.name: m for m in result.modules}
 
 
 def _namespace() -> dict[str, object]:
     namespace: dict[str, object] = {}
-    exec(compile(SOURCE, "/virtual/branches.py", "exec"), namespace)  # the test's own source
+    exec(compile(SOURCE, str(FIXTURE), "exec"), namespace)  # the test's own source
     return namespace
 
 

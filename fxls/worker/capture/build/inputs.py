@@ -526,9 +526,9 @@ def meets_parameter(
             name = _call_name(user)
             if name in _ELEMENTWISE:
                 others = [a for a in user.args if isinstance(a, torch.fx.Node) and a is not node]
-                width = _parameter_width(root, others[0], 0) if len(others) == 1 else None
-                if width is not None:
-                    target = _parameter_of(others[0], 0)
+                found = _parameter_width(root, others[0]) if len(others) == 1 else None
+                if found is not None:
+                    target, width = found
                     dims: list[tuple[str | None, int]] = [
                         (BATCH, symbols.size(BATCH)), (SEQUENCE, symbols.size(SEQUENCE))
                     ]  # fmt: skip
@@ -555,10 +555,11 @@ def _parameter_of(node: torch.fx.Node, depth: int) -> str | None:
     return _parameter_of(inputs[0], depth + 1) if len(inputs) == 1 else None
 
 
-def _parameter_width(root: nn.Module, node: torch.fx.Node, depth: int) -> int | None:
-    """The size of the one dimension of the parameter (or buffer) ``node`` is computed from
-    with numbers only (:func:`_parameter_of`), when it has one dimension of at least 2."""
-    target = _parameter_of(node, depth)
+def _parameter_width(root: nn.Module, node: torch.fx.Node) -> tuple[str, int] | None:
+    """The parameter (or buffer) ``node`` is computed from with numbers only
+    (:func:`_parameter_of`) and the size of its one dimension, when it has one dimension of
+    at least 2."""
+    target = _parameter_of(node, 0)
     if target is None:
         return None
     owner, _, attr = target.rpartition(".")
@@ -568,7 +569,7 @@ def _parameter_width(root: nn.Module, node: torch.fx.Node, depth: int) -> int | 
         return None
     if not isinstance(value, torch.Tensor) or value.dim() != 1 or value.shape[0] < 2:
         return None
-    return int(value.shape[0])
+    return target, int(value.shape[0])
 
 
 POSITION_NAMES = frozenset({"t", "pos", "positions", "seq", "seq_pos", "pos_ids"})

@@ -49,11 +49,21 @@ class Decision:
 
     site: Site
     value: bool
-    frame_line: int
-    """The line of the condition in its file."""
-    filename: str
     tensor: Any = None
     """The tensor the last run asked the truth of here (its node names the condition)."""
+
+    @property
+    def filename(self) -> str:
+        return self.site[0].co_filename
+
+    @property
+    def frame_line(self) -> int:
+        """The line of the condition in its file."""
+        code, offset = self.site
+        return next(
+            (n for start, end, n in code.co_lines() if start <= offset < end and n is not None),
+            code.co_firstlineno,
+        )
 
 
 @dataclass
@@ -120,7 +130,7 @@ class Branches:
             return func(*args, **kwargs)
         except Exception as exc:
             if site is not None and "DataDependent" in type(exc).__name__:
-                self.pending = Decision(site, asserted, *_line(site))
+                self.pending = Decision(site, asserted)
             raise
 
     def again(self) -> bool:
@@ -139,17 +149,13 @@ class Branches:
 
 
 def _site(frame: FrameType | None) -> tuple[Site | None, bool]:
-    """The place of the code that asked for the bool (the first frame outside torch), and
-    whether it is an assertion there (``assert``, or a call of ``torch._assert``)."""
-    asserted = False
-    if frame is not None and frame.f_code.co_filename.startswith(_TORCH):
-        if frame.f_code.co_name != "_assert":
-            return None, False  # a check inside torch's own code: not the user's to take
-        asserted, frame = True, frame.f_back
+    """The place of the code that asked for the bool, and whether it is the test of an
+    ``assert`` there; None for a check inside torch's own code (not the user's to take;
+    ``torch._assert`` reaches :meth:`Branches.assertion` instead)."""
     if frame is None or frame.f_code.co_filename.startswith(_TORCH):
         return None, False
     site = (frame.f_code, frame.f_lasti)
-    return site, asserted or _raises_assertion(*site)
+    return site, _raises_assertion(*site)
 
 
 @functools.lru_cache(maxsize=256)
@@ -166,13 +172,3 @@ def _raises_assertion(code: CodeType, offset: int) -> bool:
         return _after(code).get(offset) == "LOAD_ASSERTION_ERROR"
     except Exception:  # code dis cannot read: not an assertion
         return False
-
-
-def _line(site: Site) -> tuple[int, str]:
-    """The line of ``site`` and its file."""
-    code, offset = site
-    line = code.co_firstlineno
-    for start, end, number in code.co_lines():
-        if start <= offset < end and number is not None:
-            line = number
-    return line, code.co_filename

@@ -42,7 +42,7 @@ from fxls.protocol.model import (
 )
 from fxls.protocol.positions import SourceText
 from fxls.worker.capture import cpulimit, failures
-from fxls.worker.capture.build import inputs, parents
+from fxls.worker.capture.build import axes, inputs, parents
 from fxls.worker.capture.build import instances as build
 from fxls.worker.capture.document import ExecutedDocument
 from fxls.worker.capture.records import blocks
@@ -105,6 +105,9 @@ class InputPlan:
     """Parameters to infer from the traced graph."""
     declared: set[str] = field(default_factory=set)
     """Parameters given by a directive, an annotation or the CLI."""
+    laid_out: dict[tuple[Any, ...], tuple[str, inputs.PlannedInput]] = field(default_factory=dict)
+    """Assumed inputs laid out as the code unpacks their size (:func:`axes.laid_out`), by the
+    dimensions assumed before: an input assumed alike is laid out alike."""
 
     def concrete(self) -> dict[str, Any]:
         """Declared plain values (``# fxls: flag = True``): always passed as concrete_args."""
@@ -1078,9 +1081,30 @@ class ClassCapture:
             planned = self._last_resort(graph_owner, node, name, plan)
         if planned is None:
             return None
+        planned = self._as_unpacked(name, planned, plan)
         planned.name = name
         self.assumed_inputs.append((planned, at))
         return planned
+
+    def _as_unpacked(
+        self, name: str, planned: inputs.PlannedInput, plan: InputPlan
+    ) -> inputs.PlannedInput:
+        """``planned`` laid out as ``forward`` unpacks the input's size (``tgt_len, bsz,
+        embed_dim = query.size()``: :mod:`axes`), or as an input assumed alike was (``key``
+        and ``value`` beside that ``query``)."""
+        if self.module is None or planned.kind != "tensor" or not planned.dims:
+            return planned
+        unpacking = axes.unpacked_names(self.module, name)
+        if unpacking is not None:
+            laid = axes.laid_out(planned, unpacking, plan.symbols)
+            if laid is not planned:
+                plan.laid_out.setdefault(tuple(planned.dims), (name, laid))
+            return laid
+        like = plan.laid_out.get(tuple(planned.dims))
+        if like is None:
+            return planned
+        reason = f"{planned.reason}, its axes as `{like[0]}`'s"
+        return replace(planned, dims=list(like[1].dims), reason=reason)
 
     def _last_resort(
         self, graph_owner: Any, node: torch.fx.Node | None, name: str, plan: InputPlan

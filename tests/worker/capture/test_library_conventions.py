@@ -2025,3 +2025,99 @@ class Stack(nn.Module):
     assert any("num_hidden_layers=12" in n for n in mod.notes), mod.notes
     assert len([n for n in mod.nodes if n.op == "call_module"]) == 2  # one `proj` a layer
     assert mod.default_params == 12 * (48 * 48 + 48)
+
+
+SEQUENCE_FIRST = """
+class TimeBatchAttention(nn.Module):
+    \"\"\"Input shape: Time x Batch x Channel.\"\"\"
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, query, key, value):
+        tgt_len, bsz, embed_dim = query.size()
+        src_len = key.size(0)
+        heads = bsz * self.num_heads
+        q = self.q_proj(query).view(tgt_len, heads, self.head_dim).transpose(0, 1)
+        k = self.k_proj(key).view(src_len, heads, self.head_dim).transpose(0, 1)
+        v = self.v_proj(value).view(src_len, heads, self.head_dim).transpose(0, 1)
+        weights = torch.bmm(q, k.transpose(1, 2)).softmax(dim=-1)
+        out = torch.bmm(weights, v).transpose(0, 1).reshape(tgt_len, bsz, embed_dim)
+        return self.out_proj(out), weights.view(bsz, self.num_heads, tgt_len, src_len)
+
+
+class TimeBatchLayer(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.attn = TimeBatchAttention(dim, 4)
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        residual = x
+        x = self.norm(x)
+        x, weights = self.attn(query=x, key=x, value=x)
+        return self.fc(x + residual), weights
+
+
+class AxialRows(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        num_rows, num_cols, batch_size, embed_dim = x.size()
+        return self.proj(x)
+
+
+class BatchFirstTokens(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        return self.proj(x).view(b, n, 4, -1)
+"""
+
+
+def test_inputs_take_the_axis_order_the_code_unpacks() -> None:
+    """``tgt_len, bsz, embed_dim = query.size()`` in forward (or in the forward of the
+    submodule the input reaches through its norm) lays the assumed input out sequence first;
+    ``key`` and ``value``, assumed alike, follow ``query``; other names name their axes; a
+    batch-first unpacking gives the rank it unpacks. Eager runs at two sizes agree."""
+    attention = _capture(SEQUENCE_FIRST, "TimeBatchAttention")["TimeBatchAttention"]
+    assert [i.value.shape for i in attention.inputs] == [["T", "B", 64]] * 3
+    assert [o.shape for o in attention.outputs] == [["T", "B", 64], ["B", 4, "T", "T"]]
+    reasons = [d.message for d in attention.diagnostics if d.code == "FX405"]
+    unpacks = "`TimeBatchAttention.forward` unpacks them: `tgt_len, bsz, embed_dim = query.size()`"
+    assert len(reasons) == 3 and unpacks in reasons[0], reasons
+    assert all("its axes as `query`'s" in r for r in reasons[1:]), reasons
+    found = _capture(SEQUENCE_FIRST, "TimeBatchLayer", "AxialRows", "BatchFirstTokens")
+    layer = found["TimeBatchLayer"]  # through its norm into the attention's forward
+    assert [i.value.shape for i in layer.inputs] == [["T", "B", 64]]
+    assert [o.shape for o in layer.outputs] == [["T", "B", 64], ["B", 4, "T", "T"]]
+    axial = found["AxialRows"]  # axes named as the code names them, the batch as ``B``
+    assert [i.value.shape for i in axial.inputs] == [["num_rows", "num_cols", "B", 64]]
+    assert _shape(axial) == ["num_rows", "num_cols", "B", 64]
+    tokens = found["BatchFirstTokens"]
+    assert [i.value.shape for i in tokens.inputs] == [["B", "T", 64]]
+    assert _shape(tokens) == ["B", "T", 4, 16]
+    import torch
+
+    namespace: dict[str, object] = {}
+    exec(HEADER + SEQUENCE_FIRST, namespace)  # the test's own source, run eagerly
+    for length, batch in ((5, 3), (7, 2)):
+        x = torch.randn(length, batch, 64)
+        out, weights = namespace["TimeBatchLayer"](64)(x)  # type: ignore[operator]
+        assert out.shape == (length, batch, 64) and weights.shape == (batch, 4, length, length)
+        rows = torch.randn(length, 4, batch, 64)
+        assert namespace["AxialRows"](64)(rows).shape == (length, 4, batch, 64)  # type: ignore[operator]
+        tokens_out = namespace["BatchFirstTokens"](64)(torch.randn(batch, length, 64))  # type: ignore[operator]
+        assert tokens_out.shape == (batch, length, 4, 16)

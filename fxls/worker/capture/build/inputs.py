@@ -1134,7 +1134,7 @@ class _Scope:
     depth: int
 
     def resolve(self, func: ast.expr) -> tuple[str, Any] | None:
-        return _resolve(self.module, func, self.selves)
+        return resolve(self.module, func, self.selves)
 
 
 def _aliases(fn: ast.FunctionDef, param: str, scope: _Scope) -> set[str]:
@@ -1418,7 +1418,7 @@ def _into_module(
     return _first_in_source(obj, "forward", params[0], f"{path}.", inner, depth + 1)
 
 
-def _resolve(
+def resolve(
     module: nn.Module, func: ast.expr, selves: frozenset[str] = frozenset({"self"})
 ) -> tuple[str, Any] | None:
     """``self.a.b`` / ``self.a[0]`` / ``self.a['k']`` -> (qualified name, object); ``selves``

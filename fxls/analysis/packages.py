@@ -9,7 +9,9 @@ with the folder above ``transformers/`` on ``sys.path``, it runs as it does for 
 
 The rule is Python's own for regular packages: walk up from the file's folder while the folder
 holds an ``__init__.py``; the folders walked are the package names, the first folder without
-one is the root. A file outside any regular package that uses relative imports is placed in
+one is the root. A folder without one whose file's relative imports climb into a regular
+package above it is a namespace portion of that package (``esm/model/`` of fair-esm). A file
+outside any regular package that uses relative imports is placed in
 namespace packages (PEP 420) below the workspace root, when the workspace holds it. Files,
 not imports: this module reads folder listings only and runs nothing.
 """
@@ -17,6 +19,7 @@ not imports: this module reads folder listings only and runs nothing.
 from __future__ import annotations
 
 import ast
+import itertools
 import keyword
 import os
 import re
@@ -94,9 +97,14 @@ def locate(path: str, text: str = "", workspace_root: str | None = None) -> Modu
     in_package = len(parts) > (0 if is_package else 1)
     if in_package:
         return ModuleLocation(".".join(parts), here, is_package)
-    if is_package or not workspace_root:
+    if is_package:
         return script
     depth = relative_import_depth(text)
+    portion = _in_a_package_portion(folder, stem, depth)
+    if portion is not None:
+        return portion
+    if not workspace_root:
+        return script
     root = os.path.abspath(workspace_root)
     if depth == 0 or os.path.commonpath([root, folder]) != root or folder == root:
         return script
@@ -104,3 +112,26 @@ def locate(path: str, text: str = "", workspace_root: str | None = None) -> Modu
     if len(folders) < depth or not all(_identifier(f) for f in folders):
         return script
     return ModuleLocation(".".join([*folders, stem]), root)
+
+
+def _in_a_package_portion(folder: str, stem: str, depth: int) -> ModuleLocation | None:
+    """A file whose relative imports climb out of its folder, which has no ``__init__.py``,
+    into a regular package above it (fair-esm's ``esm/model/esm1.py``: ``from ..modules
+    import ...``, with ``esm/__init__.py`` and no ``esm/model/__init__.py``): Python imports
+    it as ``esm.model.esm1``, the folder a namespace portion of the package. The ``depth``
+    folders the imports climb name the module, then the regular packages above them; None
+    when no folder on the way is a regular package or one is no identifier."""
+    parts = [stem]
+    here = folder
+    regular = False
+    for step in itertools.count():
+        has_init = os.path.isfile(os.path.join(here, "__init__.py"))
+        if step >= depth and not has_init:
+            break
+        name, parent = os.path.basename(here), os.path.dirname(here)
+        if not _identifier(name) or parent == here:
+            return None
+        parts.insert(0, name)
+        regular = regular or has_init
+        here = parent
+    return ModuleLocation(".".join(parts), here) if regular and depth else None

@@ -65,3 +65,20 @@ def test_relative_import_depth() -> None:
     assert relative_import_depth("from . import a\nfrom ...b import c\n") == 3
     assert relative_import_depth("import os\n") == 0
     assert relative_import_depth("def (:\n") == 0
+
+
+def test_a_folder_without_init_inside_a_regular_package_is_a_portion_of_it(
+    tmp_path: Path,
+) -> None:
+    """fair-esm's ``esm/model/esm1.py`` (no ``esm/model/__init__.py``) imports ``from
+    ..modules import ...``: Python imports it as ``esm.model.esm1``, workspace or not."""
+    _touch(tmp_path, "site/esm/__init__.py", "site/esm/modules.py", "site/esm/model/esm1.py")
+    esm1 = str(tmp_path / "site" / "esm" / "model" / "esm1.py")
+    expected = ModuleLocation("esm.model.esm1", str(tmp_path / "site"))
+    assert locate(esm1, "from ..modules import TransformerLayer\n") == expected
+    assert locate(esm1, "from ..modules import X\n", str(tmp_path)) == expected
+    assert locate(esm1, "from .. import modules\n") == expected
+    assert locate(esm1, "import torch\n").name == ""  # no relative import: as before
+    _touch(tmp_path, "loose/a/b/net.py")  # no regular package on the way: as before
+    net = str(tmp_path / "loose" / "a" / "b" / "net.py")
+    assert locate(net, "from ..x import y\n").name == ""

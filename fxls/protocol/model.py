@@ -608,7 +608,9 @@ class ModuleResult:
     """The ``forward`` arguments it was captured with, in order."""
     input_sizes: dict[str, int] = field(default_factory=dict)
     """The example size of each dimension name of ``inputs`` the capture ran with
-    (``{"B": 2, "T": 16}``): with ``inputs``, what the compile check makes its inputs from."""
+    (``{"B": 2, "T": 16}``): with ``inputs``, what the compile check makes its inputs from. A
+    class run with its parent's arguments also holds the parent's names of size 0 or 1
+    (``{"B": 1}``): its shapes show them as numbers."""
     outputs: list[Value] = field(default_factory=list)
     nodes: list[NodeInfo] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)

@@ -433,6 +433,8 @@ def _capture_once(
                 "without them (their defaults)"
             )
         capture.run(built.module, report_phase, built.arguments)
+        if recorded is not None and recorded.called:
+            _parent_fixed_sizes(doc, mod, recorded)
         capture.default_module = build.at_default_depth(doc, built)  # the build taken only
         default = _default_params(doc, capture, recorded)
         mod.default_params = default if default != mod.params else None
@@ -523,6 +525,20 @@ def _needed_defaults(plan: InputPlan, module: nn.Module) -> None:
         if inputs.fed_to_a_layer(param, module):
             del plan.planned[param.name]
             plan.pending.append(param.name)
+
+
+def _parent_fixed_sizes(
+    doc: ExecutedDocument, mod: ModuleResult, recorded: parents.Recorded
+) -> None:
+    """A class run with what its parent passed it holds the parent's dimension names of size
+    0 or 1 (``B=1``) in ``input_sizes``: torch made them numbers in the parent's run, so a 1 in
+    this class's shapes may be one of them (the server says so, as for the parent)."""
+    parent = doc.captures.get(recorded.parent)
+    if parent is None:
+        return
+    for name, size in parent.mod.input_sizes.items():
+        if size in (0, 1):
+            mod.input_sizes.setdefault(name, size)
 
 
 def _none_where_required(cls: type[nn.Module], recorded: parents.Recorded) -> bool:

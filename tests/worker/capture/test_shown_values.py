@@ -263,6 +263,12 @@ def test_a_name_given_as_one_is_said_wherever_a_one_may_stand_for_it() -> None:
     assert named.outputs[0].shape == ["B", 4, 1, 1]
     assert "holds for" not in lens_title(named)
     assert "shown may be" not in hover.class_markdown(named)
+    # a class run with the parent's arguments: its 1s may be the parent's B too
+    stem = mods["Stem"]
+    assert stem.input_sizes == {"B": 1} and stem.outputs[0].shape == [1, 4, 8, 8]
+    assert [i.origin for i in stem.inputs] == ["parent"]
+    assert "→ [1, 4, 8, 8] (holds for B = 1)" in lens_title(stem)
+    assert "so a 1 shown may be B" in hover.class_markdown(stem)
 
 
 # ---------------------------------------------------------------------------------------

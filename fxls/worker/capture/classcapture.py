@@ -433,8 +433,7 @@ def _capture_once(
                 "without them (their defaults)"
             )
         capture.run(built.module, report_phase, built.arguments)
-        if recorded is not None and recorded.called:
-            _parent_fixed_sizes(doc, mod, recorded)
+        _parent_fixed_sizes(doc, mod, recorded)
         capture.default_module = build.at_default_depth(doc, built)  # the build taken only
         default = _default_params(doc, capture, recorded)
         mod.default_params = default if default != mod.params else None
@@ -528,12 +527,12 @@ def _needed_defaults(plan: InputPlan, module: nn.Module) -> None:
 
 
 def _parent_fixed_sizes(
-    doc: ExecutedDocument, mod: ModuleResult, recorded: parents.Recorded
+    doc: ExecutedDocument, mod: ModuleResult, recorded: parents.Recorded | None
 ) -> None:
     """A class run with what its parent passed it holds the parent's dimension names of size
     0 or 1 (``B=1``) in ``input_sizes``: torch made them numbers in the parent's run, so a 1 in
     this class's shapes may be one of them (the server says so, as for the parent)."""
-    parent = doc.captures.get(recorded.parent)
+    parent = doc.captures.get(recorded.parent) if recorded and recorded.called else None
     if parent is None:
         return
     for name, size in parent.mod.input_sizes.items():

@@ -166,3 +166,19 @@ async def test_a_condition_on_values_is_taken_one_way(client: LanguageClient) ->
     ], found
     md = await _hover(client, uri, _pos(text, "self.head(x)", 6))
     assert md.startswith("→ [B, T, 33] float32"), md
+
+
+async def test_inputs_laid_out_as_the_code_unpacks_them(client: LanguageClient) -> None:
+    uri, text = await _open(client, "sequence_first.py")
+    titles = await _lenses(client, uri)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(titles) < 4:  # every class captured
+        await asyncio.sleep(0.2)
+        titles = await _lenses(client, uri)
+    assert any("[T, B, 64] → ([T, B, 64], [B, 4, T, T])" in t for t in titles), titles
+    axial = "[num_rows, num_cols, B, 64] → [num_rows, num_cols, B, 64]"
+    assert any(axial in t for t in titles), titles
+    md = await _hover(client, uri, _pos(text, "self.out_proj(out)", 6))
+    assert md.startswith("→ [T, B, 64] float32"), md
+    md = await _hover(client, uri, _pos(text, "class TimeBatchLayer", 7))
+    assert "[T, B, 64]" in md and "[B, T" not in md.split("→")[0], md

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -2027,64 +2028,14 @@ class Stack(nn.Module):
     assert mod.default_params == 12 * (48 * 48 + 48)
 
 
-SEQUENCE_FIRST = """
-class TimeBatchAttention(nn.Module):
-    \"\"\"Input shape: Time x Batch x Channel.\"\"\"
-
-    def __init__(self, embed_dim, num_heads):
-        super().__init__()
-        self.num_heads = num_heads
-        self.head_dim = embed_dim // num_heads
-        self.q_proj = nn.Linear(embed_dim, embed_dim)
-        self.k_proj = nn.Linear(embed_dim, embed_dim)
-        self.v_proj = nn.Linear(embed_dim, embed_dim)
-        self.out_proj = nn.Linear(embed_dim, embed_dim)
-
-    def forward(self, query, key, value):
-        tgt_len, bsz, embed_dim = query.size()
-        src_len = key.size(0)
-        heads = bsz * self.num_heads
-        q = self.q_proj(query).view(tgt_len, heads, self.head_dim).transpose(0, 1)
-        k = self.k_proj(key).view(src_len, heads, self.head_dim).transpose(0, 1)
-        v = self.v_proj(value).view(src_len, heads, self.head_dim).transpose(0, 1)
-        weights = torch.bmm(q, k.transpose(1, 2)).softmax(dim=-1)
-        out = torch.bmm(weights, v).transpose(0, 1).reshape(tgt_len, bsz, embed_dim)
-        return self.out_proj(out), weights.view(bsz, self.num_heads, tgt_len, src_len)
+SEQUENCE_FIRST = "sequence_first.py"
+"""Attention written sequence first (``tests/fixtures/capture/``)."""
 
 
-class TimeBatchLayer(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.norm = nn.LayerNorm(dim)
-        self.attn = TimeBatchAttention(dim, 4)
-        self.fc = nn.Linear(dim, dim)
-
-    def forward(self, x):
-        residual = x
-        x = self.norm(x)
-        x, weights = self.attn(query=x, key=x, value=x)
-        return self.fc(x + residual), weights
-
-
-class AxialRows(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.proj = nn.Linear(dim, dim)
-
-    def forward(self, x):
-        num_rows, num_cols, batch_size, embed_dim = x.size()
-        return self.proj(x)
-
-
-class BatchFirstTokens(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.proj = nn.Linear(dim, dim)
-
-    def forward(self, x):
-        b, n, _ = x.shape
-        return self.proj(x).view(b, n, 4, -1)
-"""
+def _fixture(name: str) -> str:
+    """A fixture's model code without its own imports (``HEADER`` has them)."""
+    text = (Path(__file__).parents[2] / "fixtures" / "capture" / name).read_text()
+    return text.split("from torch import nn\n", 1)[1]
 
 
 def test_inputs_take_the_axis_order_the_code_unpacks() -> None:
@@ -2092,14 +2043,15 @@ def test_inputs_take_the_axis_order_the_code_unpacks() -> None:
     submodule the input reaches through its norm) lays the assumed input out sequence first;
     ``key`` and ``value``, assumed alike, follow ``query``; other names name their axes; a
     batch-first unpacking gives the rank it unpacks. Eager runs at two sizes agree."""
-    attention = _capture(SEQUENCE_FIRST, "TimeBatchAttention")["TimeBatchAttention"]
+    source = _fixture(SEQUENCE_FIRST)
+    attention = _capture(source, "TimeBatchAttention")["TimeBatchAttention"]
     assert [i.value.shape for i in attention.inputs] == [["T", "B", 64]] * 3
     assert [o.shape for o in attention.outputs] == [["T", "B", 64], ["B", 4, "T", "T"]]
     reasons = [d.message for d in attention.diagnostics if d.code == "FX405"]
     unpacks = "`TimeBatchAttention.forward` unpacks them: `tgt_len, bsz, embed_dim = query.size()`"
     assert len(reasons) == 3 and unpacks in reasons[0], reasons
     assert all("its axes as `query`'s" in r for r in reasons[1:]), reasons
-    found = _capture(SEQUENCE_FIRST, "TimeBatchLayer", "AxialRows", "BatchFirstTokens")
+    found = _capture(source, "TimeBatchLayer", "AxialRows", "BatchFirstTokens")
     layer = found["TimeBatchLayer"]  # through its norm into the attention's forward
     assert [i.value.shape for i in layer.inputs] == [["T", "B", 64]]
     assert [o.shape for o in layer.outputs] == [["T", "B", 64], ["B", 4, "T", "T"]]
@@ -2112,7 +2064,7 @@ def test_inputs_take_the_axis_order_the_code_unpacks() -> None:
     import torch
 
     namespace: dict[str, object] = {}
-    exec(HEADER + SEQUENCE_FIRST, namespace)  # the test's own source, run eagerly
+    exec(HEADER + source, namespace)  # the fixture, run eagerly
     for length, batch in ((5, 3), (7, 2)):
         x = torch.randn(length, batch, 64)
         out, weights = namespace["TimeBatchLayer"](64)(x)  # type: ignore[operator]

@@ -105,7 +105,7 @@ class InputPlan:
     """Parameters to infer from the traced graph."""
     declared: set[str] = field(default_factory=set)
     """Parameters given by a directive, an annotation or the CLI."""
-    laid_out: dict[tuple[Any, ...], tuple[str, inputs.PlannedInput]] = field(default_factory=dict)
+    laid_out: dict[tuple[Any, ...], tuple[str, axes.Unpacking]] = field(default_factory=dict)
     """Assumed inputs laid out as the code unpacks their size (:func:`axes.laid_out`), by the
     dimensions assumed before: an input assumed alike is laid out alike."""
 
@@ -1113,13 +1113,12 @@ class ClassCapture:
         if unpacking is not None:
             laid = axes.laid_out(planned, unpacking, plan.symbols)
             if laid is not planned:
-                plan.laid_out.setdefault(tuple(planned.dims), (name, laid))
+                plan.laid_out.setdefault(tuple(planned.dims), (name, unpacking))
             return laid
         like = plan.laid_out.get(tuple(planned.dims))
         if like is None:
             return planned
-        reason = f"{planned.reason}, its axes as `{like[0]}`'s"
-        return replace(planned, dims=list(like[1].dims), reason=reason)
+        return axes.laid_out(planned, like[1], plan.symbols, like=like[0])
 
     def _last_resort(
         self, graph_owner: Any, node: torch.fx.Node | None, name: str, plan: InputPlan
@@ -1167,18 +1166,27 @@ class ClassCapture:
 
     def _normalized(self, name: str, plan: InputPlan) -> inputs.PlannedInput | None:
         """``[B, T, width]`` for the first input of a normalization class of the library's
-        own (``RMSNorm``, its width known: :func:`inputs.norm_width`), else None."""
+        own (``RMSNorm``, its width known: :func:`inputs.norm_width`), ``[B, width, H, W]``
+        for one that normalizes channels first (:func:`axes.channels_first`), else None."""
         first = next(iter(plan.positional()), None)
-        width = inputs.norm_width(self.module) if self.module is not None else None
-        if first is None or first.name != name or width is None:
+        module = self.module
+        width = inputs.norm_width(module) if module is not None else None
+        if first is None or first.name != name or width is None or module is None:
             return None
         b, t = (inputs.BATCH, plan.symbols.size(inputs.BATCH)), (
             inputs.SEQUENCE, plan.symbols.size(inputs.SEQUENCE)
         )  # fmt: skip
+        reason = f"the width {width} `{type(module).__name__}` normalizes"
+        first_axis = axes.channels_first(module)
+        if first_axis is not None and first_axis.spatial in axes.SPATIAL_SIZES:
+            # channels first: ``[B, C, H, W]`` for a ``LayerNorm2d``
+            sizes = axes.SPATIAL_SIZES[first_axis.spatial]
+            dims = [b, (None, width), *((None, size) for size in sizes)]
+            reason = f"{reason}, channels first as `{first_axis.text}` meets it"
+            return inputs.PlannedInput(name, "tensor", dims, assumed=True, reason=reason)
         return inputs.PlannedInput(
-            name, "tensor", [b, t, (None, width)], assumed=True,
-            reason=f"the width {width} `{type(self.module).__name__}` normalizes",
-        )  # fmt: skip
+            name, "tensor", [b, t, (None, width)], assumed=True, reason=reason
+        )
 
     def _fill_missing(
         self,
@@ -1213,6 +1221,8 @@ class ClassCapture:
             if self.module is not None:
                 like = inputs.position_ids(name, known, self.module, self.arguments)
             like = like or inputs.shaped_like(name, known, symbols)
+            if self.plan is not None:
+                like = self._as_unpacked(name, like, self.plan)
             ordered[index] = like
             self.assumed_inputs.append((like, at))
             if like.kind == "tensor":

@@ -79,18 +79,25 @@ def document_forward(kind: type, path: str) -> bool:
     return code is not None and code.co_filename == path
 
 
-_DEFINITIONS: dict[type, ast.FunctionDef | None] = {}
+_DEFINITIONS: dict[tuple[type, str], ast.FunctionDef | None] = {}
 MAX_DEFINITIONS = 64
 
 
 def forward_definition(cls: type) -> ast.FunctionDef | None:
     """The parsed ``forward`` of ``cls`` (undecorated, its source dedented), or None; parsed
     once per class."""
-    if cls in _DEFINITIONS:
-        return _DEFINITIONS[cls]
+    return method_definition(cls, "forward")
+
+
+def method_definition(cls: type, name: str) -> ast.FunctionDef | None:
+    """The parsed method ``name`` of ``cls`` (undecorated, its source dedented), or None;
+    parsed once per class and name."""
+    key = (cls, name)
+    if key in _DEFINITIONS:
+        return _DEFINITIONS[key]
     found: ast.FunctionDef | None = None
     try:
-        source = inspect.getsource(inspect.unwrap(cls.forward))  # type: ignore[attr-defined]
+        source = inspect.getsource(inspect.unwrap(getattr(cls, name)))
         tree = ast.parse(textwrap.dedent(source))
         first = tree.body[0] if tree.body else None
         found = first if isinstance(first, ast.FunctionDef) else None
@@ -98,7 +105,7 @@ def forward_definition(cls: type) -> ast.FunctionDef | None:
         found = None
     if len(_DEFINITIONS) >= MAX_DEFINITIONS:
         _DEFINITIONS.clear()
-    _DEFINITIONS[cls] = found
+    _DEFINITIONS[key] = found
     return found
 
 

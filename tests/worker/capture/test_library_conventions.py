@@ -2073,3 +2073,45 @@ def test_inputs_take_the_axis_order_the_code_unpacks() -> None:
         assert namespace["AxialRows"](64)(rows).shape == (length, 4, batch, 64)  # type: ignore[operator]
         tokens_out = namespace["BatchFirstTokens"](64)(torch.randn(batch, length, 64))  # type: ignore[operator]
         assert tokens_out.shape == (batch, length, 4, 16)
+
+
+CHANNELS_FIRST = "channels_first.py"
+"""Axes named in a method, channels first, patches (``tests/fixtures/capture/``)."""
+
+
+def test_axes_named_in_methods_and_channels_first() -> None:
+    """A norm whose weight meets the input as ``self.weight[:, None, None]`` takes an image
+    ``[B, C, H, W]`` (not a sequence a broadcast makes ``[C, B, C]`` of); an attention that
+    unpacks its heads' input in a method of its own, after a ``Linear``, takes ``[B, T, D]``
+    (its ``context``, an encoder's sequence by its name, ``[B, S, D]``);
+    ``bs, c, h, w = image.shape`` lays an image out channels first with the code's names;
+    a patch embedding that reshapes what it unpacks keeps the layer's guess. Eager runs at two
+    sizes agree with what is shown."""
+    source = _fixture(CHANNELS_FIRST)
+    found = _capture(source, "ChannelNorm", "HeadsAttention", "ImageToTokens", "PatchTokens")
+    norm = found["ChannelNorm"]
+    assert [i.value.shape for i in norm.inputs] == [["B", 64, 224, 224]], norm.diagnostics
+    assert _shape(norm) == ["B", 64, 224, 224]
+    reason = next(d.message for d in norm.diagnostics if d.code == "FX405")
+    assert "channels first as `self.weight[:, None, None]` meets it" in reason, reason
+    attention = _capture(source, "HeadsAttention")["HeadsAttention"]  # its own assumptions
+    assert [i.value.shape for i in attention.inputs] == [["B", "T", 64], ["B", "S", 64]]
+    reason = next(d.message for d in attention.diagnostics if d.code == "FX405")
+    assert "`HeadsAttention.split` unpacks them: `b, n, c = t.shape`" in reason, reason
+    called = found["HeadsAttention"]  # as ``ImageToTokens`` calls it
+    assert [i.value.shape for i in called.inputs] == [["B", "T", 64], ["B", "h*w", 64]]
+    image = found["ImageToTokens"]
+    assert [i.value.shape for i in image.inputs] == [["B", 64, "h", "w"], ["B", "T", 64]]
+    assert _shape(image) == ["B", "T", 64]
+    patches = found["PatchTokens"]  # 16 features are 4 channels of 2 x 2 patches: no layout
+    assert [i.value.shape for i in patches.inputs] == [["B", 16]], patches.diagnostics
+    import torch
+
+    namespace: dict[str, object] = {}
+    exec(HEADER + source, namespace)  # the fixture, run eagerly
+    for batch, length, side in ((2, 5, 6), (3, 7, 4)):
+        x = torch.randn(batch, 64, side, side + 1)
+        assert namespace["ChannelNorm"](64)(x).shape == x.shape  # type: ignore[operator]
+        tokens = torch.randn(batch, length, 64)
+        out = namespace["ImageToTokens"](64)(x, tokens)  # type: ignore[operator]
+        assert out.shape == (batch, length, 64)

@@ -22,7 +22,7 @@ from typing import Any
 from torch import nn
 
 from fxls.worker.capture.build import inputs
-from fxls.worker.capture.spans import forward_definition, short_source
+from fxls.worker.capture.spans import forward_definition, method_definition, short_source
 
 BATCH_NAMES = re.compile(
     r"^(b|bs|bsz|batch|batch_size|batchsize|n_batch|nbatch|num_batch|n_batches)$", re.IGNORECASE
@@ -45,11 +45,12 @@ WIDTH_NAMES = re.compile(
 MAX_DEPTH = 3
 """How many submodules deep the input is followed to its unpacking."""
 
-_SHAPE_KEEPING = (
+_AXES_KEEPING = (
     nn.LayerNorm, nn.RMSNorm, nn.modules.dropout._DropoutNd, nn.Identity, nn.ReLU, nn.GELU,
-    nn.SiLU, nn.Tanh, nn.Sigmoid, nn.LeakyReLU, nn.ELU, nn.Mish, nn.Softplus,
+    nn.SiLU, nn.Tanh, nn.Sigmoid, nn.LeakyReLU, nn.ELU, nn.Mish, nn.Softplus, nn.Linear,
 )  # fmt: skip
-"""Layers whose output has their input's shape: the input passes on through them."""
+"""Layers whose output has their input's leading axes (a ``Linear`` changes only the last):
+the names of an unpacking of it are the input's."""
 
 _SHAPE_KEEPING_METHODS = frozenset(
     {"contiguous", "clone", "float", "half", "bfloat16", "to", "type_as", "detach", "add",
@@ -60,19 +61,25 @@ _SHAPE_KEEPING_METHODS = frozenset(
 @dataclass(frozen=True)
 class Unpacking:
     """``tgt_len, bsz, embed_dim = query.size()``: the names, the statement as written and the
-    class whose ``forward`` has it."""
+    method that has it (``MultiheadAttention.forward``)."""
 
     names: tuple[str, ...]
     text: str
     owner: str
+    reshaped: bool = False
+    """The method also reshapes the tensor it unpacks (``x.view(b, c, h // p, p, ...)``:
+    patches, whose features the layer takes are not its channels)."""
 
 
-def unpacked_names(module: nn.Module, param: str, depth: int = 0) -> Unpacking | None:
+def unpacked_names(
+    module: nn.Module, param: str, depth: int = 0, method: str = "forward"
+) -> Unpacking | None:
     """The first unpacking of ``param``'s size into names (``a, b, c = x.size()`` or ``=
-    x.shape``) in ``forward`` of ``module``, or in the ``forward`` of the first submodule of
-    the library's own that the input reaches with its shape kept; None when there is none
-    before the name is given another value."""
-    fn = forward_definition(type(module))
+    x.shape``) in ``forward`` of ``module`` (or its ``method``), or in the ``forward`` of the
+    first submodule of the library's own, or the method of the module, that the input reaches
+    with its leading axes kept (through norms, activations, a ``Linear``); None when there is
+    none before the name is given another value."""
+    fn = method_definition(type(module), method)
     if fn is None or depth > MAX_DEPTH:
         return None
     aliases = {param}
@@ -80,7 +87,9 @@ def unpacked_names(module: nn.Module, param: str, depth: int = 0) -> Unpacking |
         if isinstance(node, ast.Assign):
             names = _unpacking(node, aliases)
             if names is not None:
-                return Unpacking(names, short_source(ast.unparse(node)), type(module).__name__)
+                owner = f"{type(module).__name__}.{method}"
+                reshaped = _reshapes(fn, _unpacked_name(node))
+                return Unpacking(names, short_source(ast.unparse(node)), owner, reshaped)
             _rebind(node, aliases, module)
         elif isinstance(node, ast.Call):
             inner = _into_submodule(module, node, aliases, depth)
@@ -121,6 +130,36 @@ def _unpacking(node: ast.Assign, aliases: set[str]) -> tuple[str, ...] | None:
     return tuple(n.id for n in names if isinstance(n, ast.Name))
 
 
+def _unpacked_name(node: ast.Assign) -> str:
+    """``x`` of ``a, b = x.shape`` or ``= x.size()`` (:func:`_unpacking` found it so)."""
+    value = node.value.func if isinstance(node.value, ast.Call) else node.value
+    inner = value.value if isinstance(value, ast.Attribute) else None
+    return inner.id if isinstance(inner, ast.Name) else ""
+
+
+_RESHAPES = frozenset({"view", "reshape", "unflatten", "rearrange"})
+
+
+def _reshapes(fn: ast.FunctionDef, name: str) -> bool:
+    """Whether ``fn`` reshapes ``name`` (``name.view(...)``, ``name.reshape(...)``,
+    ``rearrange(name, ...)``)."""
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        method = isinstance(func, ast.Attribute) and func.attr in _RESHAPES
+        if method and _is_name(getattr(func, "value", None), name):
+            return True
+        callee = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        if callee in _RESHAPES and node.args and _is_name(node.args[0], name):
+            return True
+    return False
+
+
+def _is_name(node: ast.AST | None, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
 def _rebind(node: ast.Assign, aliases: set[str], module: nn.Module) -> None:
     """A name given the input with its shape kept joins the aliases; one given anything else
     leaves them."""
@@ -148,7 +187,7 @@ def _keeps_shape(value: ast.expr, aliases: set[str], module: nn.Module) -> bool:
         return _keeps_shape(method.value, aliases, module)
     found = inputs.resolve(module, value.func) if value.args else None
     keeps = found is not None and (
-        isinstance(found[1], _SHAPE_KEEPING) or inputs.norm_width(found[1]) is not None
+        isinstance(found[1], _AXES_KEEPING) or inputs.norm_width(found[1]) is not None
     )
     return keeps and _keeps_shape(value.args[0], aliases, module)
 
@@ -156,68 +195,91 @@ def _keeps_shape(value: ast.expr, aliases: set[str], module: nn.Module) -> bool:
 def _into_submodule(
     module: nn.Module, call: ast.Call, aliases: set[str], depth: int
 ) -> Unpacking | None:
-    """Into the ``forward`` of a submodule of the library's own that ``call`` passes the input
-    to (by position or keyword)."""
+    """Into the ``forward`` of a submodule of the library's own, or the method of the module,
+    that ``call`` passes the input to (by position or keyword)."""
     found = inputs.resolve(module, call.func)
-    if found is None or not isinstance(found[1], nn.Module):
+    if found is None:
         return None
-    sub = found[1]
-    if type(sub).__module__.startswith("torch."):
+    target = found[1]
+    if inspect.ismethod(target) and target.__self__ is module:
+        name = _bound(target, call, aliases, module)
+        if name is None:
+            return None
+        return unpacked_names(module, name, depth + 1, target.__name__)
+    if not isinstance(target, nn.Module) or type(target).__module__.startswith("torch."):
         return None
-    name = _bound(sub, call, aliases)
-    return unpacked_names(sub, name, depth + 1) if name is not None else None
+    name = _bound(target.forward, call, aliases, module)
+    return unpacked_names(target, name, depth + 1) if name is not None else None
 
 
-def _bound(sub: nn.Module, call: ast.Call, aliases: set[str]) -> str | None:
-    """The parameter of ``sub.forward`` the input binds to in ``call``."""
+def _bound(function: Any, call: ast.Call, aliases: set[str], module: nn.Module) -> str | None:
+    """The parameter of the bound ``function`` that the input, its leading axes kept
+    (``self.split(self.to_q(x))``), binds to in ``call``."""
     try:
-        params = list(inspect.signature(sub.forward).parameters.values())
+        params = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):
         return None
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     for index, arg in enumerate(call.args):
-        if isinstance(arg, ast.Name) and arg.id in aliases:
+        if _keeps_shape(arg, aliases, module):
             return positional[index] if index < len(positional) else None
     names = {p.name for p in params}
     for keyword in call.keywords:
-        value = keyword.value
-        if isinstance(value, ast.Name) and value.id in aliases and keyword.arg in names:
+        if keyword.arg in names and _keeps_shape(keyword.value, aliases, module):
             return keyword.arg
     return None
 
 
 def laid_out(
-    planned: inputs.PlannedInput, unpacking: Unpacking, symbols: Any
+    planned: inputs.PlannedInput, unpacking: Unpacking, symbols: Any, like: str | None = None
 ) -> inputs.PlannedInput:
-    """``planned`` (batch first, the layer's width last) with the rank ``unpacking`` gives it,
-    its batch and sequence dimensions where the names say, other axes named as the code names
-    them (``num_rows``) and the width kept last; ``planned`` itself when the names do not
-    name one batch, at most one sequence and last the features (``embed_dim``, ``C``, ``_``:
-    not an image's ``width``), or say what it already is."""
+    """``planned`` (batch first, the layer's width last) with the rank ``unpacking`` gives it:
+    the batch and sequence where the names say, other axes named as the code names them
+    (``num_rows``) and the layer's width where the features are named, last (``embed_dim``,
+    ``C``, ``_``; not an image's ``width``) or second, channels first (``bs, c, h, w``);
+    ``planned`` itself when the names do not name one batch and at most one sequence, or say
+    what it already is. ``like``: the input whose unpacking this one follows, assumed alike.
+    """
     dims = planned.dims
     if planned.kind != "tensor" or not dims or not _width_last(dims):
         return planned
-    *leading, last = unpacking.names
-    kinds = [_kind(name) for name in leading]
-    width = last.startswith("_") or WIDTH_NAMES.match(last)
-    if not width or kinds.count("batch") != 1 or kinds.count("sequence") > 1:
-        return planned
-    if None in kinds:
+    names = unpacking.names
+    at = _width_at(names)
+    if at is not None and at < len(names) - 1 and unpacking.reshaped:
+        return planned  # patches: the layer's features are not the channels
+    kinds = [_kind(name) for i, name in enumerate(names) if i != at]
+    if at is None or kinds.count("batch") != 1 or kinds.count("sequence") > 1 or None in kinds:
         return planned
     known = {name: size for name, size in dims if name is not None}
-    batch = inputs.BATCH
     sequence = next((n for n in (inputs.SEQUENCE, inputs.SOURCE) if n in known), None)
     sequence = sequence or inputs.sequence_dim(planned.name, symbols)[0]
     new: list[tuple[str | None, int]] = []
-    for name, kind in zip(leading, kinds, strict=True):
-        named = batch if kind == "batch" else sequence if kind == "sequence" else name
+    for i, name in enumerate(names):
+        if i == at:
+            new.append(dims[-1])
+            continue
+        kind = _kind(name)
+        named = inputs.BATCH if kind == "batch" else sequence if kind == "sequence" else name
         new.append((named, known.get(named) or symbols.size(named)))
-    new.append(dims[-1])
     if new == dims:
         return planned
-    where = f"`{unpacking.owner}.forward` unpacks them: `{unpacking.text}`"
+    where = f"`{unpacking.owner}` unpacks them: `{unpacking.text}`"
     reason = f"{planned.reason}, its axes in the order {where}"
+    if like is not None:  # an input assumed alike (``key`` beside ``query``)
+        reason = f"{planned.reason}, its axes as `{like}`'s"
     return replace(planned, dims=new, reason=reason)
+
+
+def _width_at(names: tuple[str, ...]) -> int | None:
+    """Where the features are: the last name when it names them (or is ``_``), else the
+    second when it names them after a batch (channels first, ``bs, c, h, w``); None when
+    neither does."""
+    last = names[-1]
+    if last.startswith("_") or WIDTH_NAMES.match(last):
+        return len(names) - 1
+    if len(names) >= 3 and BATCH_NAMES.match(names[0]) and WIDTH_NAMES.match(names[1]):
+        return 1
+    return None
 
 
 def _width_last(dims: list[tuple[str | None, int]]) -> bool:
@@ -236,3 +298,68 @@ def _kind(name: str) -> str | None:
     if name.startswith("_"):
         return None
     return "other"
+
+
+SPATIAL_SIZES = {1: (128,), 2: (inputs.SPATIAL, inputs.SPATIAL), 3: (16, 112, 112)}
+"""Sizes of the spatial axes of a channels-first input, as ``inputs.layer_input`` gives a
+convolution's."""
+
+
+@dataclass(frozen=True)
+class ChannelsFirst:
+    """A norm that gives its 1-D parameter ``spatial`` trailing axes of size 1 before it meets
+    the input (``self.weight[:, None, None] * x``): the input's channels are at dimension 1."""
+
+    spatial: int
+    text: str
+
+
+def channels_first(module: nn.Module) -> ChannelsFirst | None:
+    """How a norm of the library's own reads its input, when ``forward`` gives a 1-D
+    parameter of its own trailing axes of size 1 (``self.weight[:, None, None]``,
+    ``self.weight.view(-1, 1, 1)``: ConvNeXt's and SAM's ``LayerNorm2d``) before it meets the
+    input; None otherwise."""
+    fn = forward_definition(type(module))
+    if fn is None:
+        return None
+    vectors = {n for n, p in module.named_parameters(recurse=False) if p.dim() == 1}
+    for node in sorted(ast.walk(fn), key=_runs_at):  # the first in the source
+        spatial = _trailing_ones(node, vectors)
+        if spatial:
+            return ChannelsFirst(spatial, short_source(ast.unparse(node)))
+    return None
+
+
+def _trailing_ones(node: ast.AST, vectors: set[str]) -> int:
+    """``k`` for ``self.p[:, None, ...]`` (``k`` Nones) or ``self.p.view(-1, 1, ...)`` (``k``
+    ones) of a parameter ``p`` among ``vectors``, else 0."""
+    if isinstance(node, ast.Subscript) and _own(node.value, vectors):
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else []
+        if items and isinstance(items[0], ast.Slice) and _all_constant(items[1:], None):
+            return len(items) - 1
+    reshaped = (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("view", "reshape")
+        and _own(node.func.value, vectors)
+    )
+    if reshaped and isinstance(node, ast.Call) and len(node.args) >= 2:
+        return len(node.args) - 1 if _all_constant(node.args[1:], 1) else 0
+    return 0
+
+
+def _own(node: ast.expr, vectors: set[str]) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr in vectors
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    )
+
+
+def _all_constant(nodes: list[ast.expr], value: int | None) -> bool:
+    """Each of ``nodes`` is the constant ``value`` (``None``, or that integer)."""
+    return all(
+        isinstance(n, ast.Constant) and type(n.value) is type(value) and n.value == value
+        for n in nodes
+    )

@@ -182,3 +182,16 @@ async def test_inputs_laid_out_as_the_code_unpacks_them(client: LanguageClient) 
     assert md.startswith("→ [T, B, 64] float32"), md
     md = await _hover(client, uri, _pos(text, "class TimeBatchLayer", 7))
     assert "[T, B, 64]" in md and "[B, T" not in md.split("→")[0], md
+
+
+async def test_images_laid_out_channels_first(client: LanguageClient) -> None:
+    uri, text = await _open(client, "channels_first.py")
+    titles = await _lenses(client, uri)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(titles) < 4:  # every class captured
+        await asyncio.sleep(0.2)
+        titles = await _lenses(client, uri)
+    assert any("[B, 64, 224, 224] → [B, 64, 224, 224]" in t for t in titles), titles
+    assert any("[B, 64, h, w], [B, T, 64] → [B, T, 64]" in t for t in titles), titles
+    md = await _hover(client, uri, _pos(text, "self.attend(tokens, flat)", 6))
+    assert md.startswith("→ [B, T, 64] float32"), md

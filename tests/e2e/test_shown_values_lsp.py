@@ -95,6 +95,16 @@ async def _lenses(client: LanguageClient, uri: str) -> list[str]:
     return [lens.command.title for lens in lenses or [] if lens.command is not None]
 
 
+async def _every_lens(client: LanguageClient, uri: str, count: int) -> list[str]:
+    """The lens titles once ``count`` classes have theirs (each class captured)."""
+    titles = await _lenses(client, uri)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(titles) < count:
+        await asyncio.sleep(0.2)
+        titles = await _lenses(client, uri)
+    return titles
+
+
 async def test_shapes_after_a_fixed_batch_size(client: LanguageClient) -> None:
     uri, text = await _open(client, "example_sizes.py")
     hints = await _hints(client, uri, text)
@@ -170,11 +180,7 @@ async def test_a_condition_on_values_is_taken_one_way(client: LanguageClient) ->
 
 async def test_inputs_laid_out_as_the_code_unpacks_them(client: LanguageClient) -> None:
     uri, text = await _open(client, "sequence_first.py")
-    titles = await _lenses(client, uri)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(titles) < 4:  # every class captured
-        await asyncio.sleep(0.2)
-        titles = await _lenses(client, uri)
+    titles = await _every_lens(client, uri, 4)
     assert any("[T, B, 64] → ([T, B, 64], [B, 4, T, T])" in t for t in titles), titles
     axial = "[num_rows, num_cols, B, 64] → [num_rows, num_cols, B, 64]"
     assert any(axial in t for t in titles), titles
@@ -186,11 +192,7 @@ async def test_inputs_laid_out_as_the_code_unpacks_them(client: LanguageClient) 
 
 async def test_images_laid_out_channels_first(client: LanguageClient) -> None:
     uri, text = await _open(client, "channels_first.py")
-    titles = await _lenses(client, uri)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(titles) < 4:  # every class captured
-        await asyncio.sleep(0.2)
-        titles = await _lenses(client, uri)
+    titles = await _every_lens(client, uri, 4)
     assert any("[B, 64, 224, 224] → [B, 64, 224, 224]" in t for t in titles), titles
     assert any("[B, 64, h, w], [B, T, 64] → [B, T, 64]" in t for t in titles), titles
     md = await _hover(client, uri, _pos(text, "self.attend(tokens, flat)", 6))

@@ -1487,6 +1487,18 @@ class Rotate(nn.Module):
 
     def forward(self, x):
         return x.flip(-1)
+
+
+class ResponseNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.zeros(1, 1, 1, dim))
+        self.beta = nn.Parameter(torch.zeros(1, 1, 1, dim))
+
+    def forward(self, x):
+        gx = torch.norm(x, p=2, dim=(1, 2), keepdim=True)
+        nx = gx / (gx.mean(dim=-1, keepdim=True) + 1e-6)
+        return self.gamma * (x * nx) + self.beta + x
 """
 
 
@@ -1496,11 +1508,16 @@ def test_a_class_with_parameters_of_its_own_takes_their_width() -> None:
     take vectors of their parameters' width, ``[B, T, 64]`` (they got FX402); a parameter
     of two dimensions tells nothing (``MixHeads`` keeps FX402). A rotary embedding's ``t``
     is a position each, ``[T]`` int64, for its ``inv_freq`` (a ``forward(self, x)`` is not
-    taken for positions). As eager runs at two sizes give."""
+    taken for positions). A parameter ``(1, 1, 1, C)`` (ConvNeXt-V2's global response norm)
+    meets an image channels last, ``[B, 224, 224, 64]``. As eager runs at two sizes give."""
     found = _capture(
         PARAMETERS_OF_ITS_OWN,
         *("RMSNorm", "DynamicTanh", "MixHeads", "RotaryEmbedding", "LearnedRotary", "Rotate"),
+        "ResponseNorm",
     )
+    response = found["ResponseNorm"]
+    assert [i.value.shape for i in response.inputs] == [["B", 224, 224, 64]], response.diagnostics
+    assert _shape(response) == ["B", 224, 224, 64]
     for name in ("RMSNorm", "DynamicTanh"):
         mod = found[name]
         assert [i.value.shape for i in mod.inputs] == [["B", "T", 64]], mod.diagnostics
@@ -1524,6 +1541,8 @@ def test_a_class_with_parameters_of_its_own_takes_their_width() -> None:
         t = torch.arange(length)
         assert namespace["RotaryEmbedding"](64)(t).shape == (length, 64)  # type: ignore[operator]
         assert namespace["LearnedRotary"](64)(t).shape == (length, 32)  # type: ignore[operator]
+        image = torch.randn(3, length, length + 2, 64)
+        assert namespace["ResponseNorm"](64)(image).shape == image.shape  # type: ignore[operator]
 
 
 NONE_FED_TO_A_LAYER = """

@@ -528,10 +528,12 @@ def meets_parameter(
                 others = [a for a in user.args if isinstance(a, torch.fx.Node) and a is not node]
                 found = _parameter_width(root, others[0]) if len(others) == 1 else None
                 if found is not None:
-                    target, width = found
+                    target, width, rank = found
                     dims: list[tuple[str | None, int]] = [
                         (BATCH, symbols.size(BATCH)), (SEQUENCE, symbols.size(SEQUENCE))
                     ]  # fmt: skip
+                    if rank == 4:  # ``(1, 1, 1, C)``: an image channels last, ``[B, H, W, C]``
+                        dims[1:] = [(None, SPATIAL), (None, SPATIAL)]
                     why = f"`{target}`, a parameter of {width} it meets in `{user.name}`"
                     return PlannedInput(
                         str(placeholder.target), "tensor", [*dims, (None, width)],
@@ -555,10 +557,11 @@ def _parameter_of(node: torch.fx.Node, depth: int) -> str | None:
     return _parameter_of(inputs[0], depth + 1) if len(inputs) == 1 else None
 
 
-def _parameter_width(root: nn.Module, node: torch.fx.Node) -> tuple[str, int] | None:
+def _parameter_width(root: nn.Module, node: torch.fx.Node) -> tuple[str, int, int] | None:
     """The parameter (or buffer) ``node`` is computed from with numbers only
-    (:func:`_parameter_of`) and the size of its one dimension, when it has one dimension of
-    at least 2."""
+    (:func:`_parameter_of`), the size of its last dimension and its rank, when that size is at
+    least 2 and it has one dimension, or three or four whose others are 1 (``(1, 1, 1, C)``:
+    ConvNeXt-V2's global response norm)."""
     target = _parameter_of(node, 0)
     if target is None:
         return None
@@ -567,9 +570,12 @@ def _parameter_width(root: nn.Module, node: torch.fx.Node) -> tuple[str, int] | 
         value = getattr(root.get_submodule(owner) if owner else root, attr)
     except AttributeError:
         return None
-    if not isinstance(value, torch.Tensor) or value.dim() != 1 or value.shape[0] < 2:
+    if not isinstance(value, torch.Tensor) or value.dim() not in (1, 3, 4):
         return None
-    return target, int(value.shape[0])
+    *leading, width = value.shape
+    if width < 2 or any(size != 1 for size in leading):
+        return None
+    return target, int(width), value.dim()
 
 
 POSITION_NAMES = frozenset({"t", "pos", "positions", "seq", "seq_pos", "pos_ids"})

@@ -1499,6 +1499,16 @@ class ResponseNorm(nn.Module):
         gx = torch.norm(x, p=2, dim=(1, 2), keepdim=True)
         nx = gx / (gx.mean(dim=-1, keepdim=True) + 1e-6)
         return self.gamma * (x * nx) + self.beta + x
+
+
+class FourierFeatures(nn.Module):
+    def __init__(self, size=32):
+        super().__init__()
+        self.W = nn.Parameter(torch.randn(size), requires_grad=False)
+
+    def forward(self, x):
+        x_proj = torch.log(x)[:, None] * self.W[None, :] * 6.28
+        return torch.cat([torch.sin(x_proj), torch.cos(x_proj)], dim=-1)
 """
 
 
@@ -1509,12 +1519,17 @@ def test_a_class_with_parameters_of_its_own_takes_their_width() -> None:
     of two dimensions tells nothing (``MixHeads`` keeps FX402). A rotary embedding's ``t``
     is a position each, ``[T]`` int64, for its ``inv_freq`` (a ``forward(self, x)`` is not
     taken for positions). A parameter ``(1, 1, 1, C)`` (ConvNeXt-V2's global response norm)
-    meets an image channels last, ``[B, 224, 224, 64]``. As eager runs at two sizes give."""
+    meets an image channels last, ``[B, 224, 224, 64]``; an input given a last axis to meet
+    a parameter given a first (``x[:, None] * self.W[None, :]``) is one value per sample,
+    ``[B]``. As eager runs at two sizes give."""
     found = _capture(
         PARAMETERS_OF_ITS_OWN,
         *("RMSNorm", "DynamicTanh", "MixHeads", "RotaryEmbedding", "LearnedRotary", "Rotate"),
-        "ResponseNorm",
+        *("ResponseNorm", "FourierFeatures"),
     )
+    fourier = found["FourierFeatures"]  # ``x[:, None] * self.W[None, :]``: one value a sample
+    assert [i.value.shape for i in fourier.inputs] == [["B"]], fourier.diagnostics
+    assert _shape(fourier) == ["B", 64]
     response = found["ResponseNorm"]
     assert [i.value.shape for i in response.inputs] == [["B", 224, 224, 64]], response.diagnostics
     assert _shape(response) == ["B", 224, 224, 64]
@@ -1543,6 +1558,8 @@ def test_a_class_with_parameters_of_its_own_takes_their_width() -> None:
         assert namespace["LearnedRotary"](64)(t).shape == (length, 32)  # type: ignore[operator]
         image = torch.randn(3, length, length + 2, 64)
         assert namespace["ResponseNorm"](64)(image).shape == image.shape  # type: ignore[operator]
+        levels = torch.rand(length) + 0.1
+        assert namespace["FourierFeatures"]()(levels).shape == (length, 64)  # type: ignore[operator]
 
 
 NONE_FED_TO_A_LAYER = """

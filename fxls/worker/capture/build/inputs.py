@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import inspect
 import linecache
+import operator
 import re
 import sys
 import textwrap
@@ -502,8 +503,8 @@ def _layers_reached(
 
 
 _ELEMENTWISE = frozenset({"add", "sub", "mul", "truediv", "div", "radd", "rsub", "rmul"})
-_WIDTH_KEEPING = _SAME_SHAPE_CALLS | {"normalize", "erf", "exp", "sin", "cos", "neg", "abs",
-                                      "softplus", "rsqrt", "sqrt", "square"}  # fmt: skip
+_WIDTH_KEEPING = _SAME_SHAPE_CALLS | {"normalize", "erf", "exp", "log", "sin", "cos", "neg",
+                                      "abs", "softplus", "rsqrt", "sqrt", "square"}  # fmt: skip
 """What keeps a tensor's last dimension on the way to the parameter it meets."""
 
 
@@ -514,34 +515,95 @@ def meets_parameter(
     (``F.normalize(x, dim=-1)``, an activation, arithmetic with numbers), an elementwise
     operation with a parameter of one dimension (``self.g``, ``self.gamma + 1``): a
     normalization or scale written with its own parameters (``x * gamma + beta``) takes
-    vectors of the parameter's width. None when it meets none (or one of another rank)."""
-    frontier = [placeholder]
+    vectors of the parameter's width. ``[B]`` for one given a last axis to meet such a
+    parameter given a first one (``x[:, None] * self.W[None, :]``: a Fourier projection of
+    one value per sample). None when it meets none (or one of another rank)."""
+    frontier: list[tuple[torch.fx.Node, bool]] = [(placeholder, False)]
     seen: set[torch.fx.Node] = set()
     while frontier and len(seen) < MAX_DOWNSTREAM:
-        node = frontier.pop(0)
+        node, outer = frontier.pop(0)
         for user in node.users:
             if user in seen or user.op not in ("call_function", "call_method"):
                 continue
             seen.add(user)
-            name = _call_name(user)
-            if name in _ELEMENTWISE:
-                others = [a for a in user.args if isinstance(a, torch.fx.Node) and a is not node]
-                found = _parameter_width(root, others[0]) if len(others) == 1 else None
-                if found is not None:
-                    target, width, rank = found
-                    dims: list[tuple[str | None, int]] = [
-                        (BATCH, symbols.size(BATCH)), (SEQUENCE, symbols.size(SEQUENCE))
-                    ]  # fmt: skip
-                    if rank == 4:  # ``(1, 1, 1, C)``: an image channels last, ``[B, H, W, C]``
-                        dims[1:] = [(None, SPATIAL), (None, SPATIAL)]
-                    why = f"`{target}`, a parameter of {width} it meets in `{user.name}`"
-                    return PlannedInput(
-                        str(placeholder.target), "tensor", [*dims, (None, width)],
-                        assumed=True, reason=why,
-                    )  # fmt: skip
-            if name in _WIDTH_KEEPING and (user.args[:1] == (node,) or name in _ELEMENTWISE):
-                frontier.append(user)
+            planned = _met(root, (user, node, outer), symbols, str(placeholder.target))
+            if planned is not None:
+                return planned
+            frontier.extend(_onward(user, node, outer))
     return None
+
+
+def _onward(
+    user: torch.fx.Node, node: torch.fx.Node, outer: bool
+) -> list[tuple[torch.fx.Node, bool]]:
+    """Where the search goes on from ``user`` of ``node``: a call that keeps the width, or
+    the value given a last axis (``x[:, None]``) once."""
+    name = _call_name(user)
+    if not outer and _axis_added(user, node, last=True):
+        return [(user, True)]
+    if name in _WIDTH_KEEPING and (user.args[:1] == (node,) or name in _ELEMENTWISE):
+        return [(user, outer)]
+    return []
+
+
+def _met(
+    root: nn.Module,
+    at: tuple[torch.fx.Node, torch.fx.Node, bool],
+    symbols: Symbols,
+    name: str,
+) -> PlannedInput | None:
+    """The input an elementwise ``user`` of ``node`` says, meeting a parameter (``at`` is
+    ``(user, node, outer)``: ``outer`` when ``node`` is the input given a last axis)."""
+    user, node, outer = at
+    if _call_name(user) not in _ELEMENTWISE:
+        return None
+    others = [a for a in user.args if isinstance(a, torch.fx.Node) and a is not node]
+    if len(others) != 1:
+        return None
+    other = others[0]
+    if outer:
+        first = other.args[0] if _axis_added(other, None, last=False) else None
+        found = _parameter_width(root, first) if isinstance(first, torch.fx.Node) else None
+        if found is None or found[2] != 1:
+            return None
+        why = (
+            f"one value per sample, given a last axis to meet `{found[0]}`, a parameter of "
+            f"{found[1]} given a first one, in `{user.name}`"
+        )
+        b = (BATCH, symbols.size(BATCH))
+        return PlannedInput(name, "tensor", [b], assumed=True, reason=why)
+    found = _parameter_width(root, other)
+    if found is None:
+        return None
+    target, width, rank = found
+    dims: list[tuple[str | None, int]] = [
+        (BATCH, symbols.size(BATCH)), (SEQUENCE, symbols.size(SEQUENCE))
+    ]  # fmt: skip
+    if rank == 4:  # ``(1, 1, 1, C)``: an image channels last, ``[B, H, W, C]``
+        dims[1:] = [(None, SPATIAL), (None, SPATIAL)]
+    why = f"`{target}`, a parameter of {width} it meets in `{user.name}`"
+    return PlannedInput(name, "tensor", [*dims, (None, width)], assumed=True, reason=why)
+
+
+_LAST_AXIS = (slice(None), None)
+_FIRST_AXIS = (None, slice(None))
+
+
+def _axis_added(node: torch.fx.Node, of: torch.fx.Node | None, last: bool) -> bool:
+    """Whether ``node`` gives a vector (``of``, when given) a last axis (``x[:, None]``,
+    ``x.unsqueeze(-1)``) or, ``last`` false, a first one (``w[None, :]``, ``w.unsqueeze(0)``)."""
+    args = node.args
+    if len(args) != 2 or not isinstance(args[0], torch.fx.Node) or node.kwargs:
+        return False
+    if of is not None and args[0] is not of:
+        return False
+    if node.op == "call_function" and node.target is operator.getitem:
+        return args[1] == (_LAST_AXIS if last else _FIRST_AXIS)
+    return (
+        node.op == "call_method"
+        and node.target == "unsqueeze"
+        and args[1] in ((-1, 1) if last else (0,))
+    )
 
 
 def _parameter_of(node: torch.fx.Node, depth: int) -> str | None:

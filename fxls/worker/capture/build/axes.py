@@ -36,7 +36,7 @@ SEQUENCE_NAMES = re.compile(
 """Names code gives a sequence's length when it unpacks a size."""
 WIDTH_NAMES = re.compile(
     r"^(c|d|e|dim|d_model|model_dim|embed_dim|embedding_dim|emb_dim|embd|n_embd|hidden"
-    r"|hidden_size|hidden_dim|channels?|ch|features|num_features|in_features|feat_dim"
+    r"|hidden_size|hidden_dim|channels?|num_channels|ch|features|num_features|in_features|feat_dim"
     r"|feature_dim|in_dim|dim_in|d_in)$",
     re.IGNORECASE,
 )
@@ -250,6 +250,10 @@ def laid_out(
     kinds = [_kind(name) for i, name in enumerate(names) if i != at]
     if at is None or kinds.count("batch") != 1 or kinds.count("sequence") > 1 or None in kinds:
         return planned
+    if any(WIDTH_NAMES.match(n) for i, n in enumerate(names) if i != at):
+        return planned  # features named twice (``batch_size, dim, num_channels``): unclear
+    if len(names) == len(dims) and at == len(names) - 1 and kinds.index("batch") == 0:
+        return planned  # the order the layer gives: the code's other names add nothing
     known = {name: size for name, size in dims if name is not None}
     sequence = next((n for n in (inputs.SEQUENCE, inputs.SOURCE) if n in known), None)
     sequence = sequence or inputs.sequence_dim(planned.name, symbols)[0]

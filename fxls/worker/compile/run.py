@@ -310,7 +310,8 @@ def rebuilt_instance(
         except Exception:  # not buildable on the CPU: on the meta device, as captured
             if mod.build == "cpu":
                 raise
-    module = rebuild.build(doc, "meta").eval()
+    module = rebuild.build(doc, "meta")
+    module.eval()  # not its value: a ``train`` override may return None
     calls = [[tree_map(_to_meta, a) for a in args] for args in _calls(feeds, None, settings.seed)]
     return module, calls, "meta"
 
@@ -321,7 +322,8 @@ def _on_cpu(build: Callable[[], nn.Module], seed: int) -> nn.Module:
     module = build()
     with torch.no_grad():
         randomize(module, seed)
-    return module.eval()
+    module.eval()
+    return module
 
 
 # ---------------------------------------------------------------------------------------

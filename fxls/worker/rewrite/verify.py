@@ -497,7 +497,8 @@ def _plain_trace(
         return f"the edited `{name}` does not build: {one_line(exc)}", ""
     try:
         with _quiet():
-            torch.fx.symbolic_trace(module.eval())
+            module.eval()  # not its value: a ``train`` override may return None
+            torch.fx.symbolic_trace(module)
     except Exception as exc:
         spans, _, _ = failures.locate(exc, doc.path, doc.source)
         regions = edited_regions(source, edits)

@@ -2151,3 +2151,28 @@ def test_axes_named_in_methods_and_channels_first() -> None:
         tokens = torch.randn(batch, length, 64)
         out = namespace["ImageToTokens"](64)(x, tokens)  # type: ignore[operator]
         assert out.shape == (batch, length, 64)
+
+
+TRAIN_WITHOUT_RETURN = """
+class CachedBias(nn.Module):
+    def __init__(self, dim=64):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.cache = {}
+
+    @torch.no_grad()
+    def train(self, mode=True):
+        super().train(mode)
+        if mode and self.cache:
+            self.cache = {}
+
+    def forward(self, x):
+        return self.proj(x)
+"""
+
+
+def test_a_train_override_that_returns_nothing_is_built() -> None:
+    """LeViT's attention overrides ``train`` to clear a cache and returns nothing, so its
+    ``eval()`` returns None: the class is captured all the same (it ended in FX511)."""
+    mod = _capture(TRAIN_WITHOUT_RETURN, "CachedBias")["CachedBias"]
+    assert mod.status == "traced" and _shape(mod) == ["B", 64], mod.diagnostics

@@ -356,7 +356,7 @@ def _build(
         return None, exc
     if not isinstance(module, nn.Module):
         return None, TypeError(f"the constructor returned {type(module).__name__}")
-    return Built(module.eval(), "cpu", how, meta_error), None
+    return Built(evaluating(module), "cpu", how, meta_error), None
 
 
 def _on_meta(
@@ -371,8 +371,16 @@ def _on_meta(
     ):
         module = make()
     if isinstance(module, nn.Module):
-        return Built(_all_on_meta(module).eval(), "meta", how), None
+        return Built(evaluating(_all_on_meta(module)), "meta", how), None
     return None, TypeError(f"the constructor returned {type(module).__name__}")
+
+
+def evaluating(module: nn.Module) -> nn.Module:
+    """``module`` in eval mode. Not ``module.eval()``'s value: a class that overrides
+    ``train`` without returning ``self`` (LeViT's attention clears a cache there) makes
+    ``eval()`` return None."""
+    module.eval()
+    return module
 
 
 def _reads_values(exc: BaseException) -> bool:

@@ -1,14 +1,15 @@
 """An input's axes in the order the code names them: ``tgt_len, bsz, embed_dim = query.size()``.
 
 fxls lays an assumed input out as the layer it reaches takes it, batch first: ``[B, T, 64]``
-for a sequence into a ``Linear`` of 64 features. Code written for sequence-first tensors
-(fairseq's and fair-esm's attention: "Input shape: Time x Batch x Channel") says otherwise
-where it unpacks the input's size into names. :func:`unpacked_names` finds the first such
-unpacking of an input, in ``forward`` or in the ``forward`` of a submodule the input reaches
-with its shape kept (a layer norm, dropout, activation on the way); :func:`laid_out` orders
-the batch and sequence dimensions of the assumed input as those names do, and gives it the
-rank they give. Names it cannot tell as batch, sequence or the layer's width leave the input
-as it was.
+for a sequence into a ``Linear`` of 64 features. Code written for other layouts says so where
+it unpacks the input's size into names: sequence first (fairseq's and fair-esm's attention,
+"Time x Batch x Channel"), channels first (``bs, c, h, w = image_embedding.shape``), more axes
+(``num_rows, num_cols, batch_size, embed_dim``). :func:`unpacked_names` finds the first such
+unpacking of an input, in ``forward``, in a method of the module it is passed to, or in the
+``forward`` of a submodule it reaches with its leading axes kept (a norm, dropout, activation
+or ``Linear`` on the way); :func:`laid_out` gives the assumed input that order and rank.
+:func:`channels_first` tells a norm over an image's channels by how its weight meets the
+input (``self.weight[:, None, None]``).
 """
 
 from __future__ import annotations

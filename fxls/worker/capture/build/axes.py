@@ -148,17 +148,13 @@ def _reshapes(fn: ast.FunctionDef, name: str) -> bool:
         if not isinstance(node, ast.Call):
             continue
         func = node.func
-        method = isinstance(func, ast.Attribute) and func.attr in _RESHAPES
-        if method and _is_name(getattr(func, "value", None), name):
+        reshaped = isinstance(func, ast.Attribute) and func.attr in _RESHAPES
+        if reshaped and isinstance(func, ast.Attribute) and inputs.is_name(func.value, name):
             return True
         callee = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
-        if callee in _RESHAPES and node.args and _is_name(node.args[0], name):
+        if callee in _RESHAPES and node.args and inputs.is_name(node.args[0], name):
             return True
     return False
-
-
-def _is_name(node: ast.AST | None, name: str) -> bool:
-    return isinstance(node, ast.Name) and node.id == name
 
 
 def _rebind(node: ast.Assign, aliases: set[str], module: nn.Module) -> None:
@@ -216,18 +212,14 @@ def _into_submodule(
 def _bound(function: Any, call: ast.Call, aliases: set[str], module: nn.Module) -> str | None:
     """The parameter of the bound ``function`` that the input, its leading axes kept
     (``self.split(self.to_q(x))``), binds to in ``call``."""
-    try:
-        params = list(inspect.signature(function).parameters.values())
-    except (TypeError, ValueError):
-        return None
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     for index, arg in enumerate(call.args):
         if _keeps_shape(arg, aliases, module):
-            return positional[index] if index < len(positional) else None
-    names = {p.name for p in params}
+            return inputs.bound_name(function, index, None)
     for keyword in call.keywords:
-        if keyword.arg in names and _keeps_shape(keyword.value, aliases, module):
-            return keyword.arg
+        if keyword.arg is not None and _keeps_shape(keyword.value, aliases, module):
+            name = inputs.bound_name(function, -1, keyword.arg)
+            if name is not None:  # not one ``**kwargs`` takes
+                return name
     return None
 
 

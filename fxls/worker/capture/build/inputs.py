@@ -345,10 +345,10 @@ def needed_unasked(param: inspect.Parameter, module: nn.Module) -> bool:
     handed_on = {
         id(node.value)
         for node in ast.walk(definition)
-        if isinstance(node, ast.keyword) and _is_name(node.value, name)
+        if isinstance(node, ast.keyword) and is_name(node.value, name)
     }
     return _used_unasked(
-        module, lambda node: _is_name(node, name) and id(node) not in handed_on, name, True
+        module, lambda node: is_name(node, name) and id(node) not in handed_on, name, True
     )
 
 
@@ -358,7 +358,7 @@ def _tested_by_call(node: ast.AST, name: str) -> bool:
     if not isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
         return False
     return any(
-        isinstance(call, ast.Call) and any(_is_name(arg, name) for arg in call.args)
+        isinstance(call, ast.Call) and any(is_name(arg, name) for arg in call.args)
         for call in ast.walk(node.test)
     )
 
@@ -377,20 +377,20 @@ def _asks(node: ast.AST, name: str) -> bool:
     if isinstance(node, ast.Compare):
         sides = [node.left, *node.comparators]
         return any(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops) and any(
-            _is_name(side, name) for side in sides
+            is_name(side, name) for side in sides
         )
     if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
-        return _is_name(node.test, name)
+        return is_name(node.test, name)
     if isinstance(node, ast.BoolOp):
-        return any(_is_name(value, name) for value in node.values)
+        return any(is_name(value, name) for value in node.values)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return _is_name(node.operand, name)
-    if isinstance(node, ast.Call) and _is_name(node.func, "isinstance") and node.args:
-        return _is_name(node.args[0], name)
+        return is_name(node.operand, name)
+    if isinstance(node, ast.Call) and is_name(node.func, "isinstance") and node.args:
+        return is_name(node.args[0], name)
     return False
 
 
-def _is_name(node: ast.AST, name: str) -> bool:
+def is_name(node: ast.AST, name: str) -> bool:
     return isinstance(node, ast.Name) and node.id == name
 
 
@@ -399,11 +399,11 @@ def _layer_call_of(node: ast.AST, name: str, module: nn.Module) -> bool:
     if not (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords):
         return False
     func = node.func
-    if not (isinstance(func, ast.Attribute) and _is_name(func.value, "self")):
+    if not (isinstance(func, ast.Attribute) and is_name(func.value, "self")):
         return False
     layer = module._modules.get(func.attr)
     torch_layer = layer is not None and type(layer).__module__.startswith("torch.nn")
-    return torch_layer and _is_name(node.args[0], name)
+    return torch_layer and is_name(node.args[0], name)
 
 
 PRIMARY_INPUTS = (
@@ -1136,7 +1136,7 @@ def used_as_size(module: nn.Module, name: str) -> str | None:
         return None
     found: ast.Call | None = None
     for node in ast.walk(fn):
-        if isinstance(node, (ast.Attribute, ast.Subscript)) and _is_name(node.value, name):
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and is_name(node.value, name):
             return None  # a tensor, a sequence, an object
         if not isinstance(node, ast.Call):
             continue
@@ -1159,7 +1159,7 @@ def _counts(node: ast.expr, name: str) -> bool:
         return _counts(node.left, name) or _counts(node.right, name)
     if isinstance(node, ast.UnaryOp):
         return _counts(node.operand, name)
-    return _is_name(node, name)
+    return is_name(node, name)
 
 
 def _class_def(tree: ast.Module, cls: type) -> ast.ClassDef | None:
@@ -1372,13 +1372,13 @@ def _into_callee(
             return _into_module(obj, qualified, scope.tree, scope.depth)
         if type(obj).__module__.startswith("torch."):
             return None  # a torch layer's other inputs (``key`` of attention): not read
-        name = _bound_name(obj.forward, index, keyword)
+        name = bound_name(obj.forward, index, keyword)
         inner = module_tree(type(obj)) or scope.tree
         if name is None:
             return None
         return _first_in_source(obj, "forward", name, f"{qualified}.", inner, scope.depth + 1)
     if inspect.ismethod(obj) and obj.__self__ is scope.module:
-        name = _bound_name(obj, index, keyword)
+        name = bound_name(obj, index, keyword)
         if name is None:
             return None
         return _first_in_source(
@@ -1387,7 +1387,7 @@ def _into_callee(
     return _into_processor(scope, obj, call, where)
 
 
-def _bound_name(func: Any, index: int, keyword: str | None) -> str | None:
+def bound_name(func: Any, index: int, keyword: str | None) -> str | None:
     """The parameter of a bound callable that a positional ``index`` or ``keyword`` binds."""
     try:
         params = list(inspect.signature(func).parameters.values())
@@ -1921,7 +1921,7 @@ def _tests_none(test: ast.expr, name: str) -> bool:
     """Whether ``test`` holds ``name is None``."""
     return any(
         isinstance(node, ast.Compare)
-        and _is_name(node.left, name)
+        and is_name(node.left, name)
         and isinstance(node.ops[0], ast.Is)
         and isinstance(node.comparators[0], ast.Constant)
         and node.comparators[0].value is None

@@ -1178,9 +1178,9 @@ class ClassCapture:
         )  # fmt: skip
         reason = f"the width {width} `{type(module).__name__}` normalizes"
         first_axis = axes.channels_first(module)
-        if first_axis is not None and first_axis.spatial in axes.SPATIAL_SIZES:
+        sizes = inputs.spatial_sizes(first_axis.spatial) if first_axis is not None else None
+        if first_axis is not None and sizes is not None:
             # channels first: ``[B, C, H, W]`` for a ``LayerNorm2d``
-            sizes = axes.SPATIAL_SIZES[first_axis.spatial]
             dims = [b, (None, width), *((None, size) for size in sizes)]
             reason = f"{reason}, channels first as `{first_axis.text}` meets it"
             return inputs.PlannedInput(name, "tensor", dims, assumed=True, reason=reason)

@@ -297,11 +297,6 @@ def _kind(name: str) -> str | None:
     return "other"
 
 
-SPATIAL_SIZES = {1: (128,), 2: (inputs.SPATIAL, inputs.SPATIAL), 3: (16, 112, 112)}
-"""Sizes of the spatial axes of a channels-first input, as ``inputs.layer_input`` gives a
-convolution's."""
-
-
 @dataclass(frozen=True)
 class ChannelsFirst:
     """A norm that gives its 1-D parameter ``spatial`` trailing axes of size 1 before it meets

@@ -580,7 +580,7 @@ def _met(
         (BATCH, symbols.size(BATCH)), (SEQUENCE, symbols.size(SEQUENCE))
     ]  # fmt: skip
     if rank == 4:  # ``(1, 1, 1, C)``: an image channels last, ``[B, H, W, C]``
-        dims[1:] = [(None, SPATIAL), (None, SPATIAL)]
+        dims[1:] = [(None, size) for size in spatial_sizes(2) or ()]
     why = f"`{target}`, a parameter of {width} it meets in `{user.name}`"
     return PlannedInput(name, "tensor", [*dims, (None, width)], assumed=True, reason=why)
 
@@ -891,6 +891,12 @@ def _ids(
     return [t, b] if seq_first else [b, t]
 
 
+def spatial_sizes(rank: int, spatial: int = SPATIAL) -> tuple[int, ...] | None:
+    """The sizes fxls assumes for ``rank`` spatial axes: a signal of 128, an image of
+    ``spatial`` by ``spatial``, a clip of 16 frames of 112 by 112; None for another rank."""
+    return {1: (128,), 2: (spatial, spatial), 3: (16, 112, 112)}.get(rank)
+
+
 def layer_input(
     name: str,
     target: str,
@@ -908,7 +914,7 @@ def layer_input(
         return [(None, int(s)) for s in sizes]
 
     if isinstance(m, nn.modules.conv._ConvNd):
-        sizes = {1: (128,), 2: (spatial, spatial), 3: (16, 112, 112)}[len(m.kernel_size)]
+        sizes = spatial_sizes(len(m.kernel_size), spatial) or ()
         dims = [b, *fixed(m.in_channels, *sizes)]
     elif isinstance(m, nn.Linear):
         sequence = [sequence_dim(name, symbols)] if _SEQUENCE_NAMES.search(name) else []

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import torch
 
+from fxls.analysis import parse
+from fxls.engine.analyze import build_requests
 from fxls.lsp.features.hover import class_markdown
 from fxls.lsp.features.inlay_hints import shape_hints
 from fxls.protocol.codec import from_dict, to_dict
@@ -423,6 +425,49 @@ def test_attributes_assigned_while_tracing_hold_tensors_afterwards() -> None:
     assert mod.status == "traced" and strategy_label(mod.strategy) == "fx", mod.diagnostics
     assert not [d for d in mod.diagnostics if d.code == "FX201"]
     assert mod.outputs[0].shape == [4, "B", 8]
+
+
+def test_what_forward_puts_into_a_dict_of_its_module_is_gone_after_each_trace() -> None:
+    """LeViT's attention caches its bias per device in a dict of its own
+    (``self.attention_bias_cache[str(x.device)] = ...``) when not training. The parent's trace
+    left a proxy there, and the block's own trace of the same instance read it: FX301 "does
+    not belong to this Graph" on the block and every parent captured after it."""
+    source = (
+        "import torch\nimport torch.nn as nn\n\n"
+        "class CachedBias(nn.Module):\n"
+        "    def __init__(self, width=16):\n        super().__init__()\n"
+        "        self.bias = nn.Parameter(torch.zeros(width))\n"
+        "        self.cache = {}\n\n"
+        "    def forward(self, x):\n"
+        "        key = str(x.device)\n"
+        "        if key not in self.cache:\n"
+        "            self.cache[key] = self.bias * 2\n"
+        "        return x + self.cache[key]\n\n"
+        "class Residual(nn.Module):\n"
+        "    def __init__(self, block):\n        super().__init__()\n"
+        "        self.block = block\n\n"
+        "    def forward(self, x):\n"
+        "        return x + self.block(x)\n\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.layer = Residual(self.block())\n\n"
+        "    def block(self):\n"
+        "        return CachedBias()\n\n"
+        "    def forward(self, x):\n"
+        "        return self.layer(x)\n"
+    )
+    job = CaptureJob(
+        path="/virtual/cached.py",
+        source=source,
+        classes=build_requests(parse(source).classes),
+    )
+    mods = {m.name: m for m in run_capture(job, lambda *_: None).modules}
+    for name in ("Net", "Residual", "CachedBias"):
+        mod = mods[name]
+        assert mod.status == "traced", (name, mod.diagnostics)
+        assert not [d for d in mod.diagnostics if d.code in ("FX301", "FX201")], name
+        assert mod.outputs[0].shape == mods["Net"].inputs[0].value.shape, name
+        assert mod.outputs[0].shape[-1] == 16, name
 
 
 def test_an_assumed_sequence_takes_the_length_a_shape_error_names() -> None:

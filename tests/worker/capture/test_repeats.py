@@ -151,6 +151,33 @@ def make():
     assert [type(b.norm).__name__ for b in blocks[1:]] == ["LayerNorm"] * 4
 
 
+TABLE = """
+counter = itertools.count()
+class Attention(nn.Module):
+    def __init__(self, resolution, mixed=False):
+        super().__init__()
+        points = list(itertools.product(range(resolution), range(resolution)))
+        self.indices = [abs(p[0] - q[0]) + abs(p[1] - q[1]) for p in points for q in points]
+        if mixed:  # equal items, of another type in the second run
+            self.indices[0] = float(self.indices[0]) if next(counter) == 1 else self.indices[0]
+        self.fc = nn.Linear(8, 8)
+"""
+
+
+def test_a_long_table_of_numbers_is_compared_and_copied_whole(linear_inits: list[int]) -> None:
+    """LeViT's attention keeps every pair of its positions' offsets in a list (a million items
+    at resolution 32), compared and copied as one sequence: equal items of the same type."""
+    namespace = _namespace(TABLE)
+    blocks = _build(namespace, "nn.ModuleList([Attention(8) for _ in range(4)])")
+    assert len(linear_inits) == 2  # two ran __init__, two are copies
+    assert len(blocks[3].indices) == 64 * 64
+    assert blocks[3].indices == blocks[0].indices and blocks[3].indices is not blocks[0].indices
+    linear_inits.clear()
+    mixed = _build(namespace, "nn.ModuleList([Attention(8, mixed=True) for _ in range(4)])")
+    assert len(linear_inits) == 4  # the two runs differ in one item's type: no copies
+    assert [type(b.indices[0]) for b in mixed] == [int, float, int, int]
+
+
 @pytest.mark.parametrize(
     ("source", "expr", "different"),
     [

@@ -485,6 +485,22 @@ def test_fingerprint_refuses_what_it_cannot_compare() -> None:
     assert reuse.fingerprint(tensor) is None
 
 
+def test_long_sequences_of_plain_values_are_described_whole() -> None:
+    """A long list of numbers is described as one sequence; equal values of another type (or
+    of mixed types) are not the same description, as item by item."""
+    ints = list(range(100))
+    assert reuse.plain(ints) == reuse.plain(list(range(100)))
+    assert reuse.plain(ints) != reuse.plain([*range(99), 100])
+    assert reuse.plain(ints) != reuse.plain([float(i) for i in range(100)])
+    assert reuse.plain(ints) != reuse.plain([*range(99), 99.0])
+    assert reuse.plain(tuple(ints)) != reuse.plain(ints)
+    block, other = nn.Linear(2, 2), nn.Linear(2, 2)
+    block.table, other.table = list(range(4096)), list(range(4096))  # type: ignore[assignment]
+    assert reuse.fingerprint(block) == reuse.fingerprint(other)
+    other.table[-1] = -1
+    assert reuse.fingerprint(block) != reuse.fingerprint(other)
+
+
 def test_copied_records_travel_as_copies_and_arrive_whole() -> None:
     path = ROOT / "bench" / "models" / "gpt48.py"
     text = path.read_text()

@@ -211,7 +211,8 @@ class _Plan:
         elif isinstance(value, dict):
             made = self._items(value.copy(), memo)
         elif isinstance(value, list):
-            made = [self._copy(v, memo) for v in value]
+            whole = reuse.one_kind_of_atoms(value) is not None
+            made = value.copy() if whole else [self._copy(v, memo) for v in value]
         elif isinstance(value, set):
             made = value.copy()  # of atoms (``_plan``)
         elif type(value) is tuple:
@@ -296,6 +297,10 @@ class _Walk:
             self._tensors(a, b)
         elif kind in (list, tuple):
             _require(len(a) == len(b))
+            atoms = reuse.one_kind_of_atoms(a)
+            if atoms is not None:  # compared in C: equal items of the same type
+                _require(reuse.one_kind_of_atoms(b) is atoms and a == b)
+                return
             for x, y in zip(a, b, strict=True):
                 self.alike(x, y, depth + 1)
         elif kind in (dict, collections.OrderedDict):

@@ -3,7 +3,9 @@
 A ``forward`` may assign to its module: a proxy while tracing (``self.mask = ...``), or a
 setting it derives from its input (Swin's ``set_shift_and_window_size`` makes the window as
 small as a small image). The capture runs the same instances many times (traced, at other
-sizes, in other input forms); what one run assigned must not change the next.
+sizes, in other input forms); what one run assigned must not change the next. That holds for
+what it put into a dict or list of its own too: LeViT's attention caches its bias per device in
+``self.attention_bias_cache``, and a proxy left there from one trace is read by the next.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ def kept(modules: Iterable[nn.Module]) -> Iterator[None]:
         keeper.restore()
 
 
+MAX_KEPT_ITEMS = 1024
+"""A dict or list of a module with more items is data, not a cache: its contents are not kept."""
+
+_TORCH_STATE = frozenset({"_parameters", "_buffers", "_modules"})
+
+
 class Keeper:
     """The state of modules as it was before a run, put back by :meth:`restore`."""
 
@@ -35,6 +43,8 @@ class Keeper:
         self._saved: dict[
             int, tuple[nn.Module, dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]
         ] = {}
+        self._contents: list[tuple[dict[Any, Any] | list[Any], dict[Any, Any] | list[Any]]] = []
+        """The dicts and lists the kept modules of the document hold, each with a copy."""
 
     def keep_one(self, m: nn.Module) -> None:
         if id(m) not in self._saved:
@@ -45,6 +55,15 @@ class Keeper:
                 dict(m._buffers),
                 dict(m._modules),
             )
+            if not type(m).__module__.startswith("torch."):
+                self._keep_contents(m.__dict__)
+
+    def _keep_contents(self, attrs: dict[str, Any]) -> None:
+        for name, value in attrs.items():
+            kind = type(value)
+            container = (kind is dict or kind is list) and name not in _TORCH_STATE
+            if container and len(value) <= MAX_KEPT_ITEMS:
+                self._contents.append((value, value.copy()))
 
     def keep_leaf(self, module: nn.Module) -> None:
         """Before a leaf runs its ``forward``: keep its state and its submodules' when it is
@@ -64,4 +83,12 @@ class Keeper:
             m._buffers.update(buffers)
             m._modules.clear()
             m._modules.update(children)
+        for container, items in self._contents:
+            if container != items:  # a cache filled (or emptied) by the run
+                if isinstance(container, dict):
+                    container.clear()
+                    container.update(items)
+                else:
+                    container[:] = items
         self._saved.clear()
+        self._contents.clear()

@@ -109,6 +109,9 @@ def plain(
         return ("id", id(value))  # the same function object behaves the same
     inner = functools.partial(plain, limit=limit, other=other)
     if depth < limit and isinstance(value, (tuple, list, torch.Size)):
+        kind = one_kind_of_atoms(value)
+        if kind is not None:  # described and compared in C (LeViT keeps a million indices)
+            return (type(value).__name__, kind.__name__, tuple(value))
         return (type(value).__name__, tuple(inner(v, depth + 1) for v in value))
     if depth < limit and isinstance(value, (set, frozenset)):
         return (type(value).__name__, tuple(sorted(repr(inner(v, depth + 1)) for v in value)))
@@ -120,15 +123,30 @@ def plain(
     raise _Unfingerprintable(type(value).__name__)
 
 
+_ATOM_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes})
+
+LONG_SEQUENCE = 64
+"""From this length on, a sequence of numbers or strings of one type is compared whole."""
+
+
+def one_kind_of_atoms(value: tuple[Any, ...] | list[Any]) -> type | None:
+    """The type of every item of a long sequence when they all have the same one and it is a
+    number, string, bytes or ``None`` (such sequences are equal when ``==`` says so); else
+    None."""
+    if len(value) < LONG_SEQUENCE:
+        return None
+    kinds = set(map(type, value))
+    if len(kinds) == 1 and kinds <= _ATOM_TYPES:
+        return kinds.pop()
+    return None
+
+
 def _tensor(t: torch.Tensor | None) -> Any:
     if t is None:
         return None
     if type(t) not in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer):
         raise _Unfingerprintable(type(t).__name__)
     return (tuple(t.shape), t.dtype, t.device.type, t.requires_grad, type(t).__name__)
-
-
-_ATOM_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes})
 
 
 _VALUES_ONLY: dict[type, frozenset[str]] = {

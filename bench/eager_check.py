@@ -167,7 +167,8 @@ def on_cpu(
     if sum(p.numel() for p in meta.parameters()) > MAX_CPU_PARAMS:
         raise ValueError("too large for the CPU")
     torch.manual_seed(0)
-    module = rebuild.build(original.doc, "cpu").eval()
+    module = rebuild.build(original.doc, "cpu")
+    module.eval()  # not chained: a class's own `train` may return None (LeViT's attention)
     sizes = [m.num_embeddings for m in module.modules() if isinstance(m, nn.Embedding)]
     high = min(sizes) if sizes else 2
 
@@ -230,7 +231,8 @@ def check_class(
                 return {"result": f"not checked: input `{given.name}` is shown as text"}
             args[given.name] = arg
         try:
-            module = rebuild.build(original.doc, "meta").eval()
+            module = rebuild.build(original.doc, "meta")
+            module.eval()
             out, calls = run_eager(module, args)
         except Exception as exc:
             # a kernel without a meta implementation, `.item()`: on the CPU when small

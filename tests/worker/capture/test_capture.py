@@ -470,6 +470,28 @@ def test_what_forward_puts_into_a_dict_of_its_module_is_gone_after_each_trace() 
         assert mod.outputs[0].shape[-1] == 16, name
 
 
+def test_a_tensor_forward_replaces_in_a_dict_of_its_module_is_put_back() -> None:
+    """``self.cache["scale"] = self.cache["scale"].to(x.dtype)`` puts a proxy in the dict
+    while tracing: the runs after the trace get the tensor again (a run that got the proxy
+    reported FX109, "running `forward` gives Proxy"), and putting it back compares nothing
+    (comparing the proxy with the tensor would be traced)."""
+    source = (
+        "import torch\nimport torch.nn as nn\n\n"
+        "class Scaled(nn.Module):\n"
+        "    def __init__(self, width=16):\n        super().__init__()\n"
+        "        self.proj = nn.Linear(width, width)\n"
+        '        self.cache = {"scale": torch.ones(width)}\n\n'
+        "    def forward(self, x):\n"
+        '        self.cache["scale"] = self.cache["scale"].to(x.dtype)\n'
+        '        return self.proj(x) * self.cache["scale"]\n'
+    )
+    job = CaptureJob(path="/virtual/scaled.py", source=source, classes=[ClassRequest("Scaled", 4)])
+    (mod,) = run_capture(job, lambda *_: None).modules
+    assert mod.status == "traced", mod.diagnostics
+    assert [d.code for d in mod.diagnostics] == ["FX405"]
+    assert mod.outputs[0].shape == mod.inputs[0].value.shape
+
+
 def test_an_assumed_sequence_takes_the_length_a_shape_error_names() -> None:
     """Token ids are assumed ``(B, T)``; a positional table of 16 rows added to them fails at
     the assumed length, so ``T`` is tried at 16, the size the error names."""

@@ -83,12 +83,13 @@ class Keeper:
             m._buffers.update(buffers)
             m._modules.clear()
             m._modules.update(children)
+        # every one, not only those that differ: telling would compare what the run put
+        # there (a proxy, a tensor), and that comparison is itself traced or ambiguous
         for container, items in self._contents:
-            if container != items:  # a cache filled (or emptied) by the run
-                if isinstance(container, dict):
-                    container.clear()
-                    container.update(items)
-                else:
-                    container[:] = items
+            if isinstance(container, dict):
+                container.clear()
+                container.update(items)
+            else:
+                container[:] = items
         self._saved.clear()
         self._contents.clear()

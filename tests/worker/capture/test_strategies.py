@@ -59,6 +59,7 @@ REQUESTS = {
         InputSpec("x", dims=_dims("B", "T", 8)),
         InputSpec("cls_token", dims=_dims("B", 8)),
     ],
+    "EinxForget": [InputSpec("x", dims=_dims("B", "T", 8))],
     "WithLenBlock": [InputSpec("x", dims=_dims("B", 6))],
     "HalfHelper": [InputSpec("x", dims=_dims("B", "T", 6))],
     "Flagged": [InputSpec("x", dims=_dims("B", 6))],
@@ -174,6 +175,26 @@ def test_einops_pack_and_unpack_are_one_node_each(
     assert proj.outputs[0].shape is not None and proj.outputs[0].shape[-1] == 8
     eager = _eager(fixture_module, "EinopsPacked", torch.randn(B, T, 8), torch.randn(B, 8))
     assert _concrete(mod) == list(eager.shape)
+
+
+def test_einx_operations_are_one_node_each(
+    modules: dict[str, ModuleResult], fixture_module: ModuleType
+) -> None:
+    """einx reads its operands' shapes as numbers, which a traced value does not have (x-transformers'
+    ``DataDependentAlibi`` failed: "Failed to determine which backend to use"): each operation
+    is one node, and its shapes follow the names (einx fixes them to the example's sizes while
+    shapes are computed; they are computed again at other sizes)."""
+    mod = modules["EinxForget"]
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx", mod.diagnostics
+    (add,) = _nodes(mod, "add")
+    (subtract,) = _nodes(mod, "subtract")
+    assert add.op == subtract.op == "call_function"
+    assert subtract.span is not None and subtract.span.line == _line('einx.subtract("b h i')
+    assert add.outputs[0].shape == ["B", 2, "T"]
+    assert mod.outputs[0].shape == ["B", 2, "T", "T"]
+    eager = _eager(fixture_module, "EinxForget", torch.randn(B, T, 8))
+    assert _concrete(mod) == list(eager.shape)
+    assert list(_eager(fixture_module, "EinxForget", torch.randn(3, 5, 8)).shape) == [3, 2, 5, 5]
 
 
 # ---------------------------------------------------------------------------------------

@@ -49,8 +49,15 @@ MAX_ATTEMPTS = 12
 MAX_COMPARE_NODES = 400
 """Graphs larger than this are not compared with eager execution (FX109): it costs seconds."""
 
+_EINX = """id sum mean var std prod count_nonzero any all max min logsumexp add subtract multiply
+true_divide floor_divide divide logical_and logical_or where maximum minimum less less_equal
+greater greater_equal equal not_equal logaddexp dot get_at set_at add_at subtract_at softmax
+log_softmax sort argsort flip roll argmax argmin rearrange reduce elementwise"""
+
 LIBRARY_FUNCTIONS: dict[str, tuple[str, ...]] = {
     "einops": ("rearrange", "repeat", "reduce", "einsum", "pack", "unpack"),
+    # einx's operations read their operands' shapes as numbers (a traced value has none)
+    "einx": tuple(_EINX.split()),
 }
 """Functions recorded as one ``call_function`` node, by module; only modules the document has
 imported are used (the worker never imports them itself)."""

@@ -1410,6 +1410,43 @@ def test_a_shape_unpacked_into_a_starred_name_takes_the_rank_of_the_input() -> N
     assert _input_shapes(assumed) == [("x", ["B", "T", 64])]
 
 
+def test_a_slice_of_a_shape_built_into_a_tuple_takes_the_rank_of_the_input() -> None:
+    """transformers' attention layers write ``input_shape = hidden_states.shape[:-1]`` and
+    ``hidden_shape = (*input_shape, -1, self.head_dim)``: torch.fx refuses to iterate the
+    slice (FX103), and the class was only run on fake tensors, with no FX graph. The slice
+    gives the rank of the input less one: the class traces into one graph, the rank taken
+    said as information, and the shapes are eager's at two sizes."""
+    source = (
+        "import torch.nn as nn\n\n"
+        "class Attention(nn.Module):\n"
+        "    def __init__(self, dim=64, heads=4):\n"
+        "        super().__init__()\n"
+        "        self.head_dim = dim // heads\n"
+        "        self.q_proj = nn.Linear(dim, dim)\n"
+        "        self.o_proj = nn.Linear(dim, dim)\n\n"
+        "    def forward(self, hidden_states):\n"
+        "        input_shape = hidden_states.shape[:-1]\n"
+        "        hidden_shape = (*input_shape, -1, self.head_dim)\n"
+        "        q = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)\n"
+        "        out = (q @ q.transpose(-1, -2)).softmax(-1) @ q\n"
+        "        return self.o_proj(out.transpose(1, 2).reshape(*input_shape, -1))\n"
+    )
+    x = InputSpec("hidden_states", dims=[DimSpec("B"), DimSpec("T"), DimSpec(None, 64)])
+    (mod,) = _of_source("sliced.py", source, ClassRequest("Attention", 3, inputs=[x]))
+    assert mod.status == "traced" and strategy_label(mod.strategy) == "fx+decided", mod.diagnostics
+    found = {d.span.line: d for d in mod.diagnostics if d.code == "FX103"}
+    assert set(found) == {12, 15}  # each line that iterates the slice
+    assert all(d.severity == "information" and d.data["value"] == 3 for d in found.values())
+    assert mod.outputs[0].shape == ["B", "T", 64]
+    (view,) = [n for n in mod.nodes if n.target == "view"]
+    assert view.outputs[0].shape == ["B", "T", 4, 16]
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "sliced.py", "exec"), namespace)
+    model = namespace["Attention"]()
+    for b, t in ((2, 5), (3, 7)):
+        assert list(model(torch.randn(b, t, 64)).shape) == [b, t, 64]
+
+
 def test_a_starred_shape_unpacked_with_other_values_traces_at_the_rank_it_needs() -> None:
     """``b, n, _, h = *x.shape, self.heads`` needs three sizes of ``x``: the graph takes them
     (torch.fx refuses the starred shape, FX103), and the input assumed ``[B, 64]`` from the

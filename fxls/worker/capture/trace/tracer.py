@@ -13,6 +13,7 @@ import collections
 import contextlib
 import copy
 import inspect
+import operator
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from types import CodeType, FrameType, FunctionType, ModuleType
@@ -232,9 +233,34 @@ class SpanTracer(torch.fx.Tracer):
                 count = self._rank_unpacked(
                     obj, unpacked.least_count(caller.f_code, caller.f_lasti)
                 )
+            if count is None:
+                count = self._sizes_sliced(obj)
         if count is None:
             return super().iter(obj)
         return self._pieces(obj, count)
+
+    def _sizes_sliced(self, obj: torch.fx.Proxy) -> int | None:
+        """For a slice of ``x.shape`` (or of ``x.size()``) by constants, iterated
+        (transformers' attention layers build ``(*input_shape, -1, self.head_dim)`` from
+        ``input_shape = hidden_states.shape[:-1]``): as many values as the slice takes of the
+        rank of ``x`` the decider finds, its line recorded as a decided unpacking; None when
+        it finds none."""
+        node = obj.node
+        if node.op != "call_function" or node.target is not operator.getitem or node.kwargs:
+            return None
+        base, index = node.args if len(node.args) == 2 else (None, None)
+        if not isinstance(base, torch.fx.Node) or not isinstance(index, slice):
+            return None
+        if any(v is not None and type(v) is not int for v in (index.start, index.stop, index.step)):
+            return None
+        tensor = decided.size_read(base)
+        if tensor is None or index.step == 0:
+            return None
+        rank = self._ask(lambda decider: decider.rank(tensor))
+        if rank is None:
+            return None
+        self._decided(decided.Decision(base, rank, self._innermost_span(), kind="unpacked"))
+        return len(range(rank)[index])
 
     def _rank_unpacked(self, obj: torch.fx.Proxy, least: int | None) -> int | None:
         """For ``x.shape`` (or ``x.size()``) unpacked into a starred name, which takes any

@@ -180,10 +180,10 @@ def test_einops_pack_and_unpack_are_one_node_each(
 def test_einx_operations_are_one_node_each(
     modules: dict[str, ModuleResult], fixture_module: ModuleType
 ) -> None:
-    """einx reads its operands' shapes as numbers, which a traced value does not have (x-transformers'
-    ``DataDependentAlibi`` failed: "Failed to determine which backend to use"): each operation
-    is one node, and its shapes follow the names (einx fixes them to the example's sizes while
-    shapes are computed; they are computed again at other sizes)."""
+    """einx reads its operands' shapes as numbers, which a traced value does not have
+    (x-transformers' ``DataDependentAlibi`` failed: "Failed to determine which backend to
+    use"): each operation is one node, and its shapes follow the names (einx fixes them to the
+    example's sizes while shapes are computed; they are computed again at other sizes)."""
     mod = modules["EinxForget"]
     assert mod.status == "traced" and strategy_label(mod.strategy) == "fx", mod.diagnostics
     (add,) = _nodes(mod, "add")

@@ -361,6 +361,7 @@ def shape_hints(modules: Sequence[ModuleResult], source: str) -> list[ShapeHint]
     ends = statement_ends(tree)
     valued = value_ends(tree, lines)
     unpacked = _unpacking_hints(modules, tree, lines)
+    displays = _starred_displays(tree, lines)
     per_line: dict[int, list[tuple[ModuleResult, list[Run]]]] = {}
     for module in modules:
         attached: dict[int, list[tuple[NodeInfo, bool]]] = {}
@@ -368,7 +369,7 @@ def shape_hints(modules: Sequence[ModuleResult], source: str) -> list[ShapeHint]
         for node in module.nodes:
             if node.op in _SKIP_OPS or node.span is None or not node.outputs:
                 continue
-            if _is_meta_value(node) or id(node) in pieces:
+            if _is_meta_value(node) or id(node) in pieces or _in_a_display(node, displays):
                 continue
             own = ends.get(node.span.end_line, node.span.end_line)
             attached.setdefault(own, []).append((node, True))
@@ -394,6 +395,30 @@ def shape_hints(modules: Sequence[ModuleResult], source: str) -> list[ShapeHint]
         text, name = chosen[line]
         hints.append(ShapeHint(line=line, label=md.plain(f"▸ {text}", md.MAX_LABEL), node=name))
     return hints
+
+
+def _starred_displays(tree: ast.Module | None, lines: list[str]) -> set[tuple[int, int, int, int]]:
+    """Where a tuple or list display with a starred item is written (``(*input_shape, -1,
+    self.head_dim)``), as spans in code points."""
+    found: set[tuple[int, int, int, int]] = set()
+    for node in ast.walk(tree) if tree is not None else ():
+        if not isinstance(node, (ast.Tuple, ast.List)) or node.end_lineno is None:
+            continue
+        if any(isinstance(e, ast.Starred) for e in node.elts) and node.end_col_offset is not None:
+            start = _column(lines, node.lineno, node.col_offset)
+            end = _column(lines, node.end_lineno, node.end_col_offset)
+            found.add((node.lineno, start, node.end_lineno, end))
+    return found
+
+
+def _in_a_display(node: NodeInfo, displays: set[tuple[int, int, int, int]]) -> bool:
+    """Whether ``node`` is an item taken of a starred value to make a display: the sizes of
+    ``input_shape`` in ``(*input_shape, -1, self.head_dim)``. The statement's value is the
+    whole tuple, not its last size (its sizes are the hint of the line that makes them)."""
+    span = node.span
+    if span is None or not node.target.endswith("getitem"):
+        return False
+    return (span.line, span.col, span.end_line, span.end_col) in displays
 
 
 def _pieces_at_their_split(nodes: Sequence[NodeInfo]) -> set[int]:

@@ -403,14 +403,18 @@ def _soften_worked_around(mod: ModuleResult) -> None:
     information with what fxls used instead; one it could not work around is a warning. The
     code is still not traceable by torch.fx, which matters to FX-based tools, so it is said.
     A failure a repair got past (a leaf, a wrapped helper, a default fixed) when the trace
-    failed later on something else is information too: the later stop is what to act on.
+    failed later on something else is information too: the later stop is what to act on. So
+    is a check or unpacking decided while tracing when the capture stopped later without
+    outputs: the graph holds it exactly (a leaf or a wrapped call hides what it covers, and
+    stays a warning then).
     """
     worked_around = mod.status in ("traced", "partial") and bool(mod.outputs)
     for diag in mod.diagnostics:
         if diag.code not in _TRACE_FAILURE_CODES or diag.severity not in ("error", "warning"):
             continue
         repaired = next((k for k in _REPAIRS if diag.data.get(k)), None)
-        if repaired is not None and mod.status == "failed":
+        stopped_later = mod.status == "failed" or (repaired == "decided" and not worked_around)
+        if repaired is not None and stopped_later:
             diag.severity = "information"
             note = f"fxls got past this ({_repair_words(diag, repaired)}); the capture stopped later, on another line."
             diag.fix = f"{note} {diag.fix}" if diag.fix else note

@@ -1440,11 +1440,39 @@ def test_a_slice_of_a_shape_built_into_a_tuple_takes_the_rank_of_the_input() -> 
     assert mod.outputs[0].shape == ["B", "T", 64]
     (view,) = [n for n in mod.nodes if n.target == "view"]
     assert view.outputs[0].shape == ["B", "T", 4, 16]
+    hints = {h.line: h.label for h in shape_hints([mod], source)}
+    # the sizes on the line that makes them; the tuple made of them is not its last size
+    assert hints[11] == "▸ [B, T]" and 12 not in hints and hints[15] == "▸ [B, T, 64]"
     namespace: dict[str, Any] = {}
     exec(compile(source, "sliced.py", "exec"), namespace)
     model = namespace["Attention"]()
     for b, t in ((2, 5), (3, 7)):
         assert list(model(torch.randn(b, t, 64)).shape) == [b, t, 64]
+
+
+def test_an_unpacking_decided_before_a_later_stop_is_information() -> None:
+    """The slice is iterated (decided from the rank), then a shape error stops the capture
+    with no outputs: the stop is the warning to act on; the decided line is information
+    saying fxls got past it (it was a warning, one more per attention class of DETR)."""
+    source = (
+        "import torch.nn as nn\n\n"
+        "class Broken(nn.Module):\n"
+        "    def __init__(self, dim=64):\n"
+        "        super().__init__()\n"
+        "        self.q_proj = nn.Linear(dim, dim)\n"
+        "        self.o_proj = nn.Linear(48, dim)\n\n"
+        "    def forward(self, hidden_states):\n"
+        "        input_shape = hidden_states.shape[:-1]\n"
+        "        q = self.q_proj(hidden_states).view(*input_shape, 4, -1)\n"
+        "        return self.o_proj(q.flatten(2))\n"
+    )
+    x = InputSpec("hidden_states", dims=[DimSpec("B"), DimSpec("T"), DimSpec(None, 64)])
+    (mod,) = _of_source("broken.py", source, ClassRequest("Broken", 3, inputs=[x]))
+    assert mod.status != "traced" and not mod.outputs, mod.diagnostics
+    (decided,) = [d for d in mod.diagnostics if d.code == "FX103"]
+    assert decided.severity == "information" and decided.span.line == 11
+    assert "fxls got past this" in (decided.fix or "")
+    assert any(d.code == "FX201" and d.span.line == 12 for d in mod.diagnostics), mod.diagnostics
 
 
 def test_a_starred_shape_unpacked_with_other_values_traces_at_the_rank_it_needs() -> None:

@@ -456,12 +456,9 @@ def test_what_forward_puts_into_a_dict_of_its_module_is_gone_after_each_trace() 
         "    def forward(self, x):\n"
         "        return self.layer(x)\n"
     )
-    job = CaptureJob(
-        path="/virtual/cached.py",
-        source=source,
-        classes=build_requests(parse(source).classes),
-    )
-    mods = {m.name: m for m in run_capture(job, lambda *_: None).modules}
+    mods = {
+        m.name: m for m in _of_source("cached.py", source, *build_requests(parse(source).classes))
+    }
     for name in ("Net", "Residual", "CachedBias"):
         mod = mods[name]
         assert mod.status == "traced", (name, mod.diagnostics)
@@ -485,8 +482,7 @@ def test_a_tensor_forward_replaces_in_a_dict_of_its_module_is_put_back() -> None
         '        self.cache["scale"] = self.cache["scale"].to(x.dtype)\n'
         '        return self.proj(x) * self.cache["scale"]\n'
     )
-    job = CaptureJob(path="/virtual/scaled.py", source=source, classes=[ClassRequest("Scaled", 4)])
-    (mod,) = run_capture(job, lambda *_: None).modules
+    (mod,) = _of_source("scaled.py", source, ClassRequest("Scaled", 4))
     assert mod.status == "traced", mod.diagnostics
     assert [d.code for d in mod.diagnostics] == ["FX405"]
     assert mod.outputs[0].shape == mod.inputs[0].value.shape

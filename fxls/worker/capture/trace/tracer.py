@@ -17,7 +17,7 @@ import operator
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from types import CodeType, FrameType, FunctionType, ModuleType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import torch
 import torch.fx
@@ -256,11 +256,8 @@ class SpanTracer(torch.fx.Tracer):
         tensor = decided.size_read(base)
         if tensor is None or index.step == 0:
             return None
-        rank = self._ask(lambda decider: decider.rank(tensor))
-        if rank is None:
-            return None
-        self._decided(decided.Decision(base, rank, self._innermost_span(), kind="unpacked"))
-        return len(range(rank)[index])
+        rank = self.decide_rank(tensor, base, kind="unpacked")
+        return None if rank is None else len(range(rank)[index])
 
     def _rank_unpacked(self, obj: torch.fx.Proxy, least: int | None) -> int | None:
         """For ``x.shape`` (or ``x.size()``) unpacked into a starred name, which takes any
@@ -302,12 +299,18 @@ class SpanTracer(torch.fx.Tracer):
     def _document_frames(self, frame: FrameType | None) -> list[tuple[CodeType, int]]:
         return document_frames(frame, self.path, self.outer)
 
-    def decide_rank(self, tensor: torch.fx.Node, read: torch.fx.Node | None) -> int | None:
-        """``len(x.shape)`` (or of ``x.size()``, the node ``read``): the rank of ``tensor``
-        the decider finds (its line recorded); None when it finds none."""
+    def decide_rank(
+        self,
+        tensor: torch.fx.Node,
+        read: torch.fx.Node | None,
+        kind: Literal["rank", "unpacked"] = "rank",
+    ) -> int | None:
+        """``len(x.shape)`` (or of ``x.size()``, the node ``read``), or with ``kind``
+        ``unpacked`` the sizes a slice of it gives: the rank of ``tensor`` the decider finds
+        (its line recorded); None when it finds none."""
         rank = self._ask(lambda decider: decider.rank(tensor))
         if rank is not None:
-            self._decided(decided.Decision(read, rank, self._innermost_span(), kind="rank"))
+            self._decided(decided.Decision(read, rank, self._innermost_span(), kind=kind))
         return rank
 
     def ranks_and_dtypes(self, nodes: list[torch.fx.Node]) -> tuple[Any, ...] | None:
